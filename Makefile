@@ -1,0 +1,41 @@
+# Quick start: `make demo` and `make test`. Both bootstrap .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+TOOLS := .venv-tools
+CHECKOV_VERSION := 3.3.30
+
+.PHONY: demo test lint bench clean
+
+# Redone whenever pyproject.toml changes.
+$(VENV): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $(VENV)
+
+# checkov lives in its own venv: its pins clash with the project's (boto3, pydantic).
+$(TOOLS)/bin/checkov:
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install -q 'checkov==$(CHECKOV_VERSION)'
+
+demo: $(VENV)
+	$(VENV)/bin/longjobs demo
+
+lint: $(VENV)
+	$(VENV)/bin/ruff check dispatcher job_runner tests bench
+	$(VENV)/bin/mypy
+
+test: $(VENV) $(TOOLS)/bin/checkov lint
+	LONGJOBS_CHECKOV=$(TOOLS)/bin/checkov $(VENV)/bin/pytest -q
+
+bench: $(VENV)
+	$(VENV)/bin/python bench/api_calls.py
+
+clean:
+	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .pytest_cache
+
+# `sam build` (infra/template.yaml, BuildMethod: makefile) packages both functions with this.
+build-DispatcherFunction build-TaskEventFunction:
+	W=$$(mktemp -d) && python3 -m pip wheel -q --no-deps -w "$$W" . && \
+	python3 -m pip install -q --target "$(ARTIFACTS_DIR)" --platform manylinux2014_x86_64 \
+	  --implementation cp --python-version 3.12 --only-binary=:all: "$$W"/*.whl && rm -rf "$$W"

@@ -1,0 +1,82 @@
+"""The longjobs exception hierarchy.
+
+Every error a user or operator can see is a ``LongjobsError``: it carries the job id (when there is
+one) and a reason a person can read, so the CLI can print one line instead of a stack trace and the
+job table can store the same words.
+"""
+
+from __future__ import annotations
+
+
+class LongjobsError(Exception):
+    """Base of every error longjobs raises on purpose."""
+
+    def __init__(self, reason: str, *, job_id: str | None = None) -> None:
+        self.reason = reason
+        self.job_id = job_id
+        super().__init__(f"{job_id}: {reason}" if job_id else reason)
+
+
+class ConfigError(LongjobsError):
+    """A configuration variable is missing or invalid; the message names it."""
+
+
+class InvalidMessage(LongjobsError):
+    """A queue message cannot become a job (not JSON, schema violation, unknown kind, too large)."""
+
+
+class IllegalTransition(LongjobsError):
+    """A state change the job state machine does not allow (e.g. SUCCEEDED -> RUNNING)."""
+
+
+class ConflictError(LongjobsError):
+    """A conditional write lost: somebody else changed the item first (a fence or a race)."""
+
+
+class DuplicateJob(ConflictError):
+    """A job with this id is already recorded; the new delivery is a duplicate."""
+
+
+class JobNotFound(LongjobsError):
+    """No job with this id exists in the table."""
+
+
+class LeaseHeld(LongjobsError):
+    """Another dispatcher tick holds the lease; this one must not run."""
+
+
+class ResourceMissing(LongjobsError):
+    """An AWS resource the configuration names (queue, table, cluster, family) does not exist."""
+
+
+class LaunchError(LongjobsError):
+    """RunTask failed as a whole (not per-task ``failures[]``, which are data, not errors)."""
+
+
+class SubmitError(LongjobsError):
+    """Some jobs could not be enqueued even after retries; ``failed`` maps ids to reasons."""
+
+    def __init__(self, reason: str, failed: dict[str, str]) -> None:
+        self.failed = failed
+        super().__init__(reason)
+
+
+class RetryableError(LongjobsError):
+    """Raised by a job handler: try the job again later while attempts remain."""
+
+    def __init__(self, reason: str = "retryable error", *, job_id: str | None = None) -> None:
+        super().__init__(reason, job_id=job_id)
+
+
+class PermanentError(LongjobsError):
+    """Raised by a job handler: fail the job now; retrying cannot help."""
+
+    def __init__(self, reason: str = "permanent error", *, job_id: str | None = None) -> None:
+        super().__init__(reason, job_id=job_id)
+
+
+class Interrupted(LongjobsError):
+    """Raised by ``ctx.raise_if_cancelled()`` when the task is stopping or the job was cancelled."""
+
+    def __init__(self, reason: str = "interrupted", *, job_id: str | None = None) -> None:
+        super().__init__(reason, job_id=job_id)
