@@ -1,0 +1,166 @@
+"""Writes of a running bundle and its stop: claim, heartbeat, job results, checkpoints, reruns.
+
+Every write a task makes carries its fence (bundle id, attempt, task ARN) as a condition, so a
+task that lost its claim (a duplicate, or a stale task after a rerun) can never overwrite the
+state of a newer attempt. Kept apart from ``dynamodb.py`` so each file stays one concern.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pynamodb.exceptions import TransactWriteError, UpdateError
+from pynamodb.transactions import TransactWrite
+
+from dispatcher import state
+from dispatcher.exceptions import ConflictError
+from dispatcher.job import Bundle, BundleState, JobState, now
+from dispatcher.persistence.base import Fence, JobUpdate
+from dispatcher.persistence.codec import item_bundle
+from dispatcher.persistence.models import Item, iso
+
+# A transaction holds at most 100 actions: the fence check plus 99 job updates (+ the bundle).
+JOBS_PER_TRANSACTION = 98
+
+
+def _fenced(f: Fence, states: tuple[BundleState, ...] = (BundleState.RUNNING,)) -> Any:
+    cond = (Item.attempt == f.attempt) & (Item.task_arn == f.task_arn)
+    return cond & Item.state.is_in(*[str(s) for s in states])
+
+
+def _job_actions(u: JobUpdate, t: float) -> list[Any]:
+    if u.via is not None:
+        state.check_job(u.job_id, u.source, u.via)
+        state.check_job(u.job_id, u.via, u.target)
+    else:
+        state.check_job(u.job_id, u.source, u.target)
+    actions: list[Any] = [Item.state.set(str(u.target)), Item.status_key.set(f"JOB#{u.target}"),
+                          Item.updated_at.set(t)]
+    if u.attempts_delta:
+        actions.append(Item.attempts.add(u.attempts_delta))
+    if u.infra_delta:
+        actions.append(Item.infra_attempts.add(u.infra_delta))
+    if u.history is not None:
+        actions.append(Item.history.set(u.history))
+    if u.result is not None:
+        actions.append(Item.result.set(u.result))
+    if u.error is not None:
+        actions.append(Item.error.set(u.error))
+    if u.reason is not None:
+        actions.append(Item.reason.set(u.reason[:2000]))
+    if u.checkpoint is not None:
+        actions.append(Item.checkpoint.set(u.checkpoint))
+    return actions
+
+
+def _bundle_actions(target: BundleState, t: float, retry_at: float | None) -> list[Any]:
+    at = retry_at if retry_at is not None else t
+    actions = [Item.state.set(str(target)), Item.status_key.set(f"BUNDLE#{target}"),
+               Item.status_at.set(iso(at)), Item.updated_at.set(t)]
+    if target == BundleState.PENDING:
+        actions += [Item.next_attempt_at.set(at), Item.launch_id.remove()]
+    return actions
+
+
+class RunWrites:
+    """Mixin of DynamoStore: needs ``self._conn`` (a pynamodb Connection)."""
+
+    _conn: Any
+
+    def claim(self, fence: Fence) -> Bundle:
+        t = now()
+        try:
+            item = Item(f"BUNDLE#{fence.bundle_id}")
+            item.update(actions=[*_bundle_actions(BundleState.RUNNING, t, None),
+                                 Item.claimed_at.set(t), Item.heartbeat_at.set(t)],
+                        condition=_fenced(fence, (BundleState.LAUNCHED,)))
+        except UpdateError as exc:
+            if exc.cause_response_code == "ConditionalCheckFailedException":
+                raise ConflictError(f"task {fence.task_arn} lost the claim of bundle "
+                                    f"{fence.bundle_id} attempt {fence.attempt}") from None
+            raise
+        return item_bundle(item)
+
+    def heartbeat(self, fence: Fence, current_job: str | None) -> set[str]:
+        """Prove liveness; return the job ids whose cancellation was requested."""
+        t = now()
+        item = Item(f"BUNDLE#{fence.bundle_id}")
+        try:
+            item.update(actions=[Item.heartbeat_at.set(t), Item.current_job.set(current_job)
+                                 if current_job else Item.current_job.remove()],
+                        condition=_fenced(fence))
+        except UpdateError as exc:
+            if exc.cause_response_code == "ConditionalCheckFailedException":
+                raise ConflictError(f"task {fence.task_arn} lost bundle {fence.bundle_id}") \
+                    from None
+            raise
+        return set(item.cancel_jobs or ())
+
+    def apply(self, fence: Fence, updates: list[JobUpdate],
+              bundle_to: BundleState | None = None, retry_at: float | None = None) -> None:
+        """Job results, grouped: one transaction per 98 jobs, each checking the fence."""
+        t = now()
+        chunks = [updates[i:i + JOBS_PER_TRANSACTION]
+                  for i in range(0, len(updates), JOBS_PER_TRANSACTION)] or [[]]
+        for n, chunk in enumerate(chunks):
+            last = n == len(chunks) - 1
+            try:
+                with TransactWrite(connection=self._conn) as tx:
+                    if last and bundle_to is not None:
+                        state.check_bundle(fence.bundle_id, BundleState.RUNNING, bundle_to)
+                        tx.update(Item(f"BUNDLE#{fence.bundle_id}"),
+                                  actions=_bundle_actions(bundle_to, t, retry_at),
+                                  condition=_fenced(fence))
+                    else:
+                        tx.condition_check(Item, f"BUNDLE#{fence.bundle_id}",
+                                           condition=_fenced(fence))
+                    for u in chunk:
+                        tx.update(Item(f"JOB#{u.job_id}"), actions=_job_actions(u, t),
+                                  condition=(Item.state == str(u.source))
+                                  & (Item.bundle_id == fence.bundle_id))
+            except TransactWriteError as exc:
+                reasons = exc.cancellation_reasons or []
+                if any(r is not None and r.code == "ConditionalCheckFailed" for r in reasons):
+                    raise ConflictError(f"task {fence.task_arn} lost bundle {fence.bundle_id}; "
+                                        "its results were not written") from None
+                raise
+
+    def settle(self, bundle: Bundle, updates: list[JobUpdate], target: BundleState,
+               retry_at: float | None = None) -> None:
+        """A stopped task's bundle: requeue or close it, with its jobs, only if nobody moved it
+        since we read it (the fence is the task ARN and attempt we read)."""
+        state.check_bundle(bundle.bundle_id, bundle.state, target)
+        t = now()
+        cond = (Item.state == str(bundle.state)) & (Item.attempt == bundle.attempt)
+        if bundle.task_arn:
+            cond = cond & (Item.task_arn == bundle.task_arn)
+        try:
+            with TransactWrite(connection=self._conn) as tx:
+                tx.update(Item(f"BUNDLE#{bundle.bundle_id}"),
+                          actions=_bundle_actions(target, t, retry_at), condition=cond)
+                for u in updates:  # a bundle has at most 99 jobs
+                    tx.update(Item(f"JOB#{u.job_id}"), actions=_job_actions(u, t),
+                              condition=Item.state == str(u.source))
+        except TransactWriteError as exc:
+            reasons = exc.cancellation_reasons or []
+            if any(r is not None and r.code == "ConditionalCheckFailed" for r in reasons):
+                raise ConflictError(f"bundle {bundle.bundle_id} changed since the stop event "
+                                    "was read; nothing written") from None
+            raise
+        bundle.state = target
+
+    def save_checkpoint(self, fence: Fence, job_id: str, checkpoint: dict[str, Any]) -> None:
+        t = now()
+        try:
+            with TransactWrite(connection=self._conn) as tx:
+                tx.condition_check(Item, f"BUNDLE#{fence.bundle_id}", condition=_fenced(fence))
+                tx.update(Item(f"JOB#{job_id}"),
+                          actions=[Item.checkpoint.set(checkpoint), Item.updated_at.set(t)],
+                          condition=(Item.state == str(JobState.RUNNING))
+                          & (Item.bundle_id == fence.bundle_id))
+        except TransactWriteError as exc:
+            reasons = exc.cancellation_reasons or []
+            if any(r is not None and r.code == "ConditionalCheckFailed" for r in reasons):
+                raise ConflictError(f"task {fence.task_arn} lost bundle {fence.bundle_id}; "
+                                    "checkpoint not written", job_id=job_id) from None
+            raise
