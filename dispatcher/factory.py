@@ -1,0 +1,38 @@
+"""Wiring: build the adapters the configuration asks for. The only place that picks backends."""
+
+from __future__ import annotations
+
+import time
+
+from dispatcher import aws
+from dispatcher.config import Config
+from dispatcher.launcher.base import Launcher
+from dispatcher.launcher.ecs import EcsLauncher
+from dispatcher.launcher.local import LocalLauncher
+from dispatcher.persistence.dynamodb import DynamoStore
+from dispatcher.queue import SqsQueue
+from dispatcher.reruns import Reruns
+from dispatcher.tick import Dispatcher
+
+
+def store(cfg: Config) -> DynamoStore:
+    return DynamoStore(cfg.table, region=cfg.region, host=cfg.endpoint_url)
+
+
+def queue(cfg: Config) -> SqsQueue:
+    return SqsQueue(aws.client("sqs", cfg), cfg.queue_url)
+
+
+def launcher(cfg: Config) -> Launcher:
+    ecs = aws.client("ecs", cfg, retries=1)
+    if cfg.launcher == "local":
+        return LocalLauncher(cfg, ecs=ecs, region=cfg.region or "us-east-1")
+    return EcsLauncher(ecs, cfg)
+
+
+def dispatcher(cfg: Config, launch_with: Launcher | None = None) -> Dispatcher:
+    return Dispatcher(cfg, queue(cfg), store(cfg), launch_with or launcher(cfg))
+
+
+def reruns(cfg: Config, launch_with: Launcher | None = None) -> Reruns:
+    return Reruns(cfg, store(cfg), launch_with or launcher(cfg), time.time)

@@ -1,0 +1,101 @@
+"""Create the queue, dead-letter queue, table, cluster and task definition on an endpoint.
+
+Local mode, tests and benchmarks create the same resources the SAM template does, with the same
+key schema (from the pynamodb model) and the same names, so local runs exercise the real shapes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+
+from dispatcher.persistence.models import TTL_ATTRIBUTE, Item, bind
+
+DEFAULT_REGION = "us-east-1"
+MAX_RECEIVE_COUNT = 5
+
+
+@dataclass(frozen=True)
+class Names:
+    prefix: str = "longjobs"
+    family: str = "longjobs-worker"
+    container: str = "worker"
+
+    @property
+    def queue(self) -> str:
+        return f"{self.prefix}-jobs"
+
+    @property
+    def dlq(self) -> str:
+        return f"{self.prefix}-jobs-dlq"
+
+    @property
+    def table(self) -> str:
+        return f"{self.prefix}-jobs"
+
+    @property
+    def cluster(self) -> str:
+        return f"{self.prefix}-cluster"
+
+
+def _client(service: str, endpoint: str | None, region: str) -> Any:
+    return boto3.session.Session().client(service,  # type: ignore[call-overload]
+                                          endpoint_url=endpoint, region_name=region)
+
+
+def register_task_definition(ecs: Any, names: Names, image: str = "longjobs-worker:local",
+                             env: dict[str, str] | None = None) -> str:
+    resp = ecs.register_task_definition(
+        family=names.family, networkMode="awsvpc", requiresCompatibilities=["FARGATE"],
+        cpu="256", memory="512",
+        containerDefinitions=[{
+            "name": names.container, "image": image, "essential": True,
+            "command": ["python", "-m", "job_runner"], "stopTimeout": 120,
+            # moto needs a container-level memory (real Fargate accepts task-level only).
+            "memory": 512,
+            "environment": [{"name": k, "value": v} for k, v in sorted((env or {}).items())],
+        }])
+    return str(resp["taskDefinition"]["taskDefinitionArn"])
+
+
+def provision(endpoint: str | None, names: Names | None = None,
+              region: str = DEFAULT_REGION, visibility_timeout: int = 120) -> dict[str, str]:
+    """Create everything; return the LONGJOBS_* environment a dispatcher and clients need."""
+    names = names or Names()
+    sqs = _client("sqs", endpoint, region)
+    dlq_url = sqs.create_queue(QueueName=names.dlq)["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
+        "Attributes"]["QueueArn"]
+    queue_url = sqs.create_queue(QueueName=names.queue, Attributes={
+        "VisibilityTimeout": str(visibility_timeout),
+        "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn,
+                                     "maxReceiveCount": str(MAX_RECEIVE_COUNT)}),
+    })["QueueUrl"]
+
+    bind(names.table, region, endpoint)
+    if not Item.exists():
+        Item.create_table(wait=True, billing_mode="PAY_PER_REQUEST")
+    ddb = _client("dynamodb", endpoint, region)
+    ddb.update_time_to_live(TableName=names.table, TimeToLiveSpecification={
+        "Enabled": True, "AttributeName": TTL_ATTRIBUTE})
+
+    ecs = _client("ecs", endpoint, region)
+    ecs.create_cluster(clusterName=names.cluster,
+                       capacityProviders=["FARGATE", "FARGATE_SPOT"])
+    env = {"LONGJOBS_TABLE": names.table}
+    register_task_definition(ecs, names, env=env)
+    ec2 = _client("ec2", endpoint, region)
+    subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+    return {
+        "LONGJOBS_QUEUE_URL": queue_url,
+        "LONGJOBS_DLQ_URL": dlq_url,
+        "LONGJOBS_TABLE": names.table,
+        "LONGJOBS_CLUSTER": names.cluster,
+        "LONGJOBS_TASK_FAMILY": names.family,
+        "LONGJOBS_CONTAINER": names.container,
+        "LONGJOBS_SUBNETS": subnet,
+        "LONGJOBS_SECURITY_GROUPS": "sg-00000000000000000",
+    }

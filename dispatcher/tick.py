@@ -1,0 +1,95 @@
+"""The dispatcher tick: lease, recover, admit, drain, record, delete, launch, report.
+
+One tick is one Lambda invocation (``dispatcher.handlers.dispatch``). It owns no state between
+invocations: everything it needs to resume after a crash is in the table.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from aws_lambda_powertools import Logger
+
+from dispatcher.config import Config
+from dispatcher.intake import Intake, IntakeStats
+from dispatcher.launch import Launches, LaunchStats
+from dispatcher.launcher.base import Launcher
+from dispatcher.persistence.base import Store
+from dispatcher.queue import Queue
+
+logger = Logger(service="longjobs")
+# Time kept back from the drain for recording and launching.
+LAUNCH_RESERVE_SECONDS = 5.0
+
+
+@dataclass
+class Decision:
+    """The one structured record a tick logs: what it saw and what it decided."""
+
+    tick_id: str
+    skipped: str | None = None
+    task_definition: str | None = None
+    max_running_tasks: int = 0
+    active_bundles: int = 0
+    capacity: int = 0
+    due_bundles: int = 0
+    new_bundles: int = 0
+    capacity_left: int = 0
+    intake: IntakeStats = field(default_factory=IntakeStats)
+    launch: LaunchStats = field(default_factory=LaunchStats)
+    elapsed_ms: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["launch"]["failures"] = dict(self.launch.failures)
+        return out
+
+
+class Dispatcher:
+    def __init__(self, cfg: Config, queue: Queue, store: Store, launcher: Launcher, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.cfg = cfg
+        self.queue = queue
+        self.store = store
+        self.launcher = launcher
+        self._clock = clock
+        self.intake = Intake(cfg, queue, store, clock)
+        self.launches = Launches(cfg, store, launcher, clock)
+
+    def tick(self, remaining_ms: Callable[[], int] | None = None) -> Decision:
+        started = time.monotonic()
+        budget = float(self.cfg.tick_seconds)
+        if remaining_ms is not None:
+            budget = min(budget, remaining_ms() / 1000 - LAUNCH_RESERVE_SECONDS)
+        decision = Decision(tick_id=uuid.uuid4().hex[:12],
+                            max_running_tasks=self.cfg.max_running_tasks)
+        owner = f"tick-{decision.tick_id}"
+        if not self.store.acquire_lease(owner, self.cfg.lease_seconds):
+            decision.skipped = "another tick holds the lease"
+            logger.info("tick skipped", extra=decision.as_dict())
+            return decision
+        try:
+            self._run(decision, started + budget - LAUNCH_RESERVE_SECONDS)
+        finally:
+            self.store.release_lease(owner)
+            decision.elapsed_ms = int((time.monotonic() - started) * 1000)
+            logger.info("tick", extra=decision.as_dict())
+        return decision
+
+    def _run(self, d: Decision, drain_deadline: float) -> None:
+        # Resolve once and pin: every launch of this tick uses the same revision, and the
+        # revision is recorded on the bundle, which is how a deploy shows up per job.
+        d.task_definition = self.launcher.resolve_task_definition()
+        self.launches.recover(d.launch)
+        d.active_bundles = self.store.count_active_bundles()
+        d.capacity = max(0, self.cfg.max_running_tasks - d.active_bundles)
+        due = self.store.due_bundles(d.capacity, self._clock())
+        d.due_bundles = len(due)
+        new = self.intake.drain(d.capacity - len(due), drain_deadline, d.intake)
+        d.new_bundles = len(new)
+        self.launches.launch(due + new, d.task_definition, d.launch)
+        d.capacity_left = d.capacity - d.launch.bundles_launched
