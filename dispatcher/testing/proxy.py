@@ -1,0 +1,329 @@
+"""An HTTP proxy in front of moto that adds the AWS behaviour moto does not emulate.
+
+moto ignores RunTask's ``clientToken``, never fills ``failures[]``, accepts ``count`` > 10 and
+never throttles; the dispatcher's correctness depends on all four. Injecting them at the HTTP
+boundary keeps botocore's real serialisation, error parsing and retry logic in the loop, and
+works for a second process (the job runner) too, unlike a botocore ``Stubber``. The generic
+crash injection lets tests kill a call before or after its side effects reach "AWS".
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import threading
+import urllib.parse
+import uuid
+from collections import Counter, deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["AwsProxy"]
+
+RUNTASK = "ecs.RunTask"
+_MAX_RUNTASK_COUNT = 10
+_HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+     "transfer-encoding", "upgrade", "proxy-connection", "expect", "content-length"}
+)
+# BaseHTTPRequestHandler writes its own Server and Date headers; don't send two of each.
+_DROP_FROM_UPSTREAM = _HOP_BY_HOP | {"server", "date"}
+_TARGET_SERVICES = {
+    "DynamoDB_20120810": "dynamodb",
+    "DynamoDBStreams_20120810": "dynamodbstreams",
+    "AmazonSQS": "sqs",
+    "AmazonEC2ContainerServiceV20141113": "ecs",
+    "AWSEvents": "events",
+}
+_SCOPE = re.compile(r"Credential=[^/,]+/\d{8}/([^/,]+)/([^/,]+)/aws4_request")
+
+# status, headers, body
+Response = tuple[int, list[tuple[str, str]], bytes]
+
+
+def _json_response(status: int, payload: dict[str, Any], error_type: str | None = None) -> Response:
+    headers = [("Content-Type", "application/x-amz-json-1.1"),
+               ("x-amzn-RequestId", str(uuid.uuid4()))]
+    if error_type is not None:
+        headers.append(("x-amzn-ErrorType", error_type))
+    return status, headers, json.dumps(payload).encode()
+
+
+def _error(error_type: str, message: str) -> Response:
+    """A JSON-protocol error; botocore reads the code from ``__type`` for sqs, dynamodb, ecs."""
+    return _json_response(400, {"__type": error_type, "message": message}, error_type)
+
+
+class AwsProxy:
+    """Forward AWS API calls to ``upstream_url`` (moto), counting and perturbing them.
+
+    Every injection is one-shot or counted, consumed by the next matching request, and guarded
+    by one lock so that concurrent dispatcher threads see each injection exactly once.
+    """
+
+    def __init__(self, upstream_url: str) -> None:
+        parsed = urllib.parse.urlsplit(upstream_url)
+        if parsed.scheme != "http" or parsed.hostname is None:
+            raise ValueError(f"upstream must be an http:// URL, got {upstream_url!r}")
+        self._upstream = (parsed.hostname, parsed.port or 80)
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+        self._runtask_failures: deque[str] = deque()
+        self._throttles = 0
+        self._errors: dict[str, deque[bool | None]] = {}
+        self._token_cache: dict[str, tuple[Any, Response]] = {}
+        self._token_locks: dict[str, threading.Lock] = {}
+        self.runtask_requests: list[dict[str, Any]] = []
+        self.runtask_forwarded = 0
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("AwsProxy is not started")
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> AwsProxy:
+        """Bind 127.0.0.1 on a kernel-chosen port and serve from a daemon thread."""
+        proxy = self
+
+        class Handler(_ProxyHandler):
+            owner = proxy
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="aws-proxy", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+        self._server = self._thread = None
+
+    def __enter__(self) -> AwsProxy:
+        return self if self._server is not None else self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- observation and injection -----------------------------------------------------------
+    def counts(self) -> Counter[str]:
+        """Requests received per ``service.Operation`` (a copy), injected errors included."""
+        with self._lock:
+            return Counter(self._counts)
+
+    def reset_counts(self) -> None:
+        with self._lock:
+            self._counts.clear()
+
+    def inject_runtask_failures(self, reasons: list[str]) -> None:
+        """Make the next RunTask report ``reasons`` in ``failures[]`` instead of starting tasks.
+
+        A call with ``count`` n consumes up to n queued reasons; any surplus waits for the
+        following call.
+        """
+        with self._lock:
+            self._runtask_failures.extend(reasons)
+
+    def inject_throttle(self, times: int) -> None:
+        """Answer the next ``times`` RunTask calls with ThrottlingException (retryable)."""
+        with self._lock:
+            self._throttles += times
+
+    def inject_error(self, operation: str, *, after_forward: bool, times: int = 1,
+                     skip: int = 0) -> None:
+        """Fail the next ``times`` calls of ``operation`` (e.g. ``sqs.DeleteMessageBatch``).
+
+        With ``after_forward`` the request reaches moto first, so its effects persist while the
+        caller sees an error: the "crashed after AWS committed" case. A 400 with a
+        non-throttling code is not retried by botocore, so the caller really sees it.
+        ``skip`` lets that many calls of the operation pass first (e.g. fail the second
+        TransactWriteItems of a tick, not the first).
+        """
+        plan: list[bool | None] = [None] * skip + [after_forward] * times
+        with self._lock:
+            self._errors.setdefault(operation, deque()).extend(plan)
+
+    # -- request pipeline (called from handler threads) ---------------------------------------
+    def _handle(self, method: str, path: str, headers: list[tuple[str, str]],
+                body: bytes) -> Response:
+        if path.startswith("/moto-api/"):
+            return self._forward(method, path, headers, body)
+        operation = _operation(path, headers, body)
+        request: dict[str, Any] | None = None
+        if operation == RUNTASK:
+            try:
+                parsed = json.loads(body or b"{}")
+            except ValueError:
+                parsed = None
+            request = parsed if isinstance(parsed, dict) else None
+        with self._lock:
+            if operation is not None:
+                self._counts[operation] += 1
+            if request is not None:
+                self.runtask_requests.append(request)
+            queued = self._errors.get(operation or "")
+            after_forward = queued.popleft() if queued else None
+        if after_forward is False:
+            return _error("InjectedCrash", f"injected crash before {operation}")
+        if request is not None:
+            response = self._run_task(method, path, headers, request)
+        else:
+            response = self._forward(method, path, headers, body)
+        if after_forward:
+            return _error("InjectedCrash", f"injected crash after {operation}")
+        return response
+
+    def _run_task(self, method: str, path: str, headers: list[tuple[str, str]],
+                  request: dict[str, Any]) -> Response:
+        """RunTask as AWS does it: throttling, the count limit, clientToken, failures[]."""
+        with self._lock:
+            if self._throttles > 0:
+                self._throttles -= 1
+                return _error("ThrottlingException", "Rate exceeded")
+        count = int(request.get("count", 1))
+        if count > _MAX_RUNTASK_COUNT:
+            return _error("InvalidParameterException",
+                          f"count must be at most {_MAX_RUNTASK_COUNT}, got {count}")
+        token = request.get("clientToken")
+        if not isinstance(token, str):
+            return self._run_task_uncached(method, path, headers, request, count)
+        with self._lock:
+            token_lock = self._token_locks.setdefault(token, threading.Lock())
+        # Serialise calls per token so that a concurrent retry replays instead of double-starting.
+        with token_lock:
+            with self._lock:
+                cached = self._token_cache.get(token)
+            if cached is not None:
+                first_request, first_response = cached
+                if first_request != request:
+                    return _error("ConflictException",
+                                  "clientToken reused with different parameters")
+                return first_response
+            response = self._run_task_uncached(method, path, headers, request, count)
+            if response[0] == 200:
+                with self._lock:
+                    self._token_cache[token] = (request, response)
+            return response
+
+    def _run_task_uncached(self, method: str, path: str, headers: list[tuple[str, str]],
+                           request: dict[str, Any], count: int) -> Response:
+        with self._lock:
+            reasons = [self._runtask_failures.popleft()
+                       for _ in range(min(count, len(self._runtask_failures)))]
+        remaining = count - len(reasons)
+        if remaining > 0:
+            forwarded = dict(request, count=remaining) if reasons else request
+            with self._lock:
+                self.runtask_forwarded += 1
+            response = self._forward(method, path, headers, json.dumps(forwarded).encode())
+            if not reasons or response[0] != 200:
+                return response
+            status, response_headers, response_body = response
+            payload: dict[str, Any] = json.loads(response_body)
+        else:
+            status, response_headers, payload = 200, _json_response(200, {})[1], {"tasks": []}
+        region = _scope(headers)[0] or "us-east-1"
+        arn = f"arn:aws:ecs:{region}:123456789012:container-instance/injected"
+        payload.setdefault("failures", []).extend({"arn": arn, "reason": r} for r in reasons)
+        return status, response_headers, json.dumps(payload).encode()
+
+    def _forward(self, method: str, path: str, headers: list[tuple[str, str]],
+                 body: bytes) -> Response:
+        """Send one request upstream on a fresh connection and read the whole response."""
+        connection = http.client.HTTPConnection(*self._upstream, timeout=120)
+        try:
+            # Keep the client's Host header: moto builds SQS queue URLs from it, so the URLs it
+            # hands out keep pointing at the proxy.
+            connection.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+            for name, value in headers:
+                if name.lower() not in _HOP_BY_HOP:
+                    connection.putheader(name, value)
+            connection.putheader("Content-Length", str(len(body)))
+            connection.putheader("Connection", "close")
+            connection.endheaders(body)
+            upstream = connection.getresponse()
+            data = upstream.read()
+            # A HEAD response's Content-Length describes the body a GET would return.
+            drop = _DROP_FROM_UPSTREAM - ({"content-length"} if method == "HEAD" else set())
+            kept = [(k, v) for k, v in upstream.getheaders() if k.lower() not in drop]
+            return upstream.status, kept, data
+        finally:
+            connection.close()
+
+
+class _ProxyHandler(BaseHTTPRequestHandler):
+    """Reads a request, hands it to the owning :class:`AwsProxy`, writes the answer back."""
+
+    owner: AwsProxy
+    # HTTP/1.1 so botocore's pooled keep-alive connections are reused; every response therefore
+    # carries an exact Content-Length.
+    protocol_version = "HTTP/1.1"
+
+    def _proxy(self) -> None:
+        body = self._read_body()
+        try:
+            status, headers, data = self.owner._handle(
+                self.command, self.path, list(self.headers.items()), body
+            )
+        except (OSError, http.client.HTTPException) as exc:
+            status, headers, data = _error("ProxyUpstreamError", f"upstream failed: {exc}")
+            status = 502
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        if not any(name.lower() == "content-length" for name, _ in headers):
+            self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            chunks = []
+            while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                pass  # trailers
+            return b"".join(chunks)
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = do_OPTIONS = _proxy
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silent: one line per request would drown test output, as with werkzeug."""
+
+
+def _scope(headers: list[tuple[str, str]]) -> tuple[str | None, str | None]:
+    """(region, service) from the SigV4 credential scope, if the request is signed."""
+    for name, value in headers:
+        if name.lower() == "authorization" and (match := _SCOPE.search(value)):
+            return match.group(1), match.group(2)
+    return None, None
+
+
+def _operation(path: str, headers: list[tuple[str, str]], body: bytes) -> str | None:
+    """``service.Operation`` from X-Amz-Target (JSON protocols) or ``Action=`` (query)."""
+    lowered = {name.lower(): value for name, value in headers}
+    service = _scope(headers)[1]
+    target = lowered.get("x-amz-target")
+    if target and "." in target:
+        prefix, _, action = target.rpartition(".")
+        return f"{_TARGET_SERVICES.get(prefix) or service or prefix.lower()}.{action}"
+    params = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
+    if "x-www-form-urlencoded" in lowered.get("content-type", ""):
+        params.update(urllib.parse.parse_qs(body.decode("utf-8", "replace")))
+    if actions := params.get("Action"):
+        return f"{service or 'unknown'}.{actions[0]}"
+    return None

@@ -1,0 +1,78 @@
+"""Shared fixtures: one moto server per session, behind the fidelity proxy, reset per test.
+
+AWS calls go through boto3/pynamodb over HTTP to moto; what moto cannot do (RunTask failures,
+clientToken idempotency, throttling, crashes between steps) the proxy injects at the HTTP boundary.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from dispatcher import config
+from dispatcher.config import Config
+from dispatcher.provision import provision
+from dispatcher.testing.moto import MotoEndpoint, start_moto
+from dispatcher.testing.proxy import AwsProxy
+
+logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
+
+BASE_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+    "POWERTOOLS_LOG_LEVEL": "WARNING",
+}
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoEndpoint]:
+    for k, v in BASE_ENV.items():
+        os.environ.setdefault(k, v)
+    endpoint = start_moto()
+    endpoint.pin_ecs_tasks()
+    yield endpoint
+    endpoint.stop()
+
+
+@pytest.fixture(scope="session")
+def proxy(moto_server: MotoEndpoint) -> Iterator[AwsProxy]:
+    with AwsProxy(moto_server.url) as p:
+        yield p
+
+
+@dataclass
+class Aws:
+    """One test's AWS: endpoint URLs, the provisioned environment and the proxy's controls."""
+
+    moto: MotoEndpoint
+    proxy: AwsProxy
+    env: dict[str, str]
+
+    def config(self, **overrides: str) -> Config:
+        return config.load("dispatcher", {**self.env, **overrides})
+
+
+@pytest.fixture
+def aws(moto_server: MotoEndpoint, proxy: AwsProxy,
+        monkeypatch: pytest.MonkeyPatch) -> Aws:
+    moto_server.reset()
+    moto_server.pin_ecs_tasks()
+    for k, v in BASE_ENV.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    env = {**BASE_ENV, "AWS_ENDPOINT_URL": proxy.url, **provision(proxy.url)}
+    env["LONGJOBS_LAUNCH_RECOVERY_SECONDS"] = "0"
+    env["LONGJOBS_LAUNCH_BACKOFF_SECONDS"] = "0"
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    proxy.reset_counts()
+    proxy.runtask_requests.clear()
+    proxy.runtask_forwarded = 0
+    return Aws(moto_server, proxy, env)

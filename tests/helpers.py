@@ -1,0 +1,48 @@
+"""Assertions on the real table, queue and cluster (read through boto3, not our own code)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+
+
+def client(service: str, endpoint: str) -> Any:
+    return boto3.client(service, endpoint_url=endpoint, region_name="us-east-1")
+
+
+def table_items(endpoint: str, table: str, prefix: str) -> list[dict[str, Any]]:
+    ddb = client("dynamodb", endpoint)
+    items: list[dict[str, Any]] = []
+    for page in ddb.get_paginator("scan").paginate(TableName=table):
+        items.extend(i for i in page["Items"] if i["pk"]["S"].startswith(prefix))
+    return items
+
+
+def queue_counts(endpoint: str, queue_url: str) -> tuple[int, int]:
+    attrs = client("sqs", endpoint).get_queue_attributes(
+        QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages",
+                                            "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
+    return int(attrs["ApproximateNumberOfMessages"]), int(
+        attrs["ApproximateNumberOfMessagesNotVisible"])
+
+
+def ecs_tasks(endpoint: str, cluster: str) -> list[str]:
+    ecs = client("ecs", endpoint)
+    arns: list[str] = []
+    for page in ecs.get_paginator("list_tasks").paginate(cluster=cluster):
+        arns.extend(page["taskArns"])
+    return arns
+
+
+def s(item: dict[str, Any], key: str) -> Any:
+    value = item.get(key)
+    if value is None:
+        return None
+    if "S" in value:
+        return value["S"]
+    if "N" in value:
+        return float(value["N"])
+    if "L" in value:
+        return [v.get("S") for v in value["L"]]
+    return value

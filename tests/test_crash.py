@@ -1,0 +1,59 @@
+"""A crash after each step of the tick: the next ticks converge, nothing lost, nothing twice.
+
+Crashes are injected at the HTTP boundary (the proxy in front of moto): the step's AWS call is
+carried out and then the caller gets an error, exactly as if the process died right after it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from dispatcher import factory
+from dispatcher.client import JobClient
+from dispatcher.persistence.dynamodb import DynamoStore
+from dispatcher.testing.workload import run_until_drained
+from tests.conftest import Aws
+from tests.helpers import client, ecs_tasks
+from tests.test_dispatch import _check_converged
+
+JOBS = [f"crash-{i}" for i in range(5)]
+# (operation, calls of it to let through first) — the tick's order of effects for 5 long jobs:
+# TransactWriteItems #1 records, DeleteMessageBatch deletes, TransactWriteItems #2 begins the
+# launch, RunTask starts the tasks, TransactWriteItems #3 assigns them.
+CRASH_POINTS = {
+    "after-record": ("dynamodb.TransactWriteItems", 0),
+    "after-delete": ("sqs.DeleteMessageBatch", 0),
+    "after-begin-launch": ("dynamodb.TransactWriteItems", 1),
+    "after-runtask": ("ecs.RunTask", 0),
+    "after-assign": ("dynamodb.TransactWriteItems", 2),
+}
+
+
+@pytest.mark.parametrize("point", list(CRASH_POINTS))
+def test_crash_after_each_step_converges(aws: Aws, point: str) -> None:
+    sqs = client("sqs", aws.proxy.url)
+    sqs.set_queue_attributes(QueueUrl=aws.env["LONGJOBS_QUEUE_URL"],
+                             Attributes={"VisibilityTimeout": "2"})
+    JobClient().submit_many([{"kind": "k", "payload": {}, "job_id": j} for j in JOBS])
+    operation, skip = CRASH_POINTS[point]
+    aws.proxy.inject_error(operation, after_forward=True, skip=skip)
+    try:
+        factory.dispatcher(aws.config()).tick()
+    except Exception as exc:  # the crash: whatever the step raised ends this tick
+        code = getattr(exc, "cause_response_code", None) or repr(exc)
+        assert "InjectedCrash" in code
+    time.sleep(2.5)  # undeleted messages become visible again
+    run_until_drained(factory.dispatcher(aws.config()))
+    _check_converged(aws, JOBS)
+    assert len(ecs_tasks(aws.proxy.url, aws.env["LONGJOBS_CLUSTER"])) == len(JOBS)
+
+
+def test_expired_lease_of_a_dead_tick_is_taken_over(aws: Aws) -> None:
+    store = DynamoStore(aws.env["LONGJOBS_TABLE"])
+    assert store.acquire_lease("crashed-tick", 1)  # a tick that died without releasing
+    JobClient().submit("k", {}, job_id="after-lease")
+    assert factory.dispatcher(aws.config()).tick().skipped
+    time.sleep(1.2)
+    assert factory.dispatcher(aws.config()).tick().launch.bundles_launched == 1
