@@ -1,0 +1,509 @@
+"""Offline checks of infra/template.yaml and of the deploy path (issue 5).
+
+The template and the code are written separately, so these tests keep them honest: the template
+must lint clean (cfn-lint, checkov), expand with the SAM translator, point at handlers that exist,
+set the environment the config module reads, declare the table the pynamodb models use, and route
+exactly the ECS events the task-event handler expects. ``register_revision`` is tested against
+moto's ECS in process.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from samtranslator.parser.parser import Parser
+from samtranslator.public.exceptions import InvalidDocumentException
+from samtranslator.translator.translator import Translator
+from samtranslator.yaml_helper import yaml_parse
+
+from dispatcher import config
+from dispatcher.deploy import REGISTERABLE_FIELDS, register_revision
+from dispatcher.exceptions import ResourceMissing
+from dispatcher.persistence.models import key_schema
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "infra" / "template.yaml"
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+CLUSTER_ARN = f"arn:aws:ecs:{REGION}:{ACCOUNT}:cluster/longjobs-Cluster-abc"
+
+# Values for the parameters that have no default, as `sam deploy --guided` would ask for them.
+SAMPLE_PARAMETERS: dict[str, Any] = {
+    "Image": f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/longjobs-worker:1",
+    "Subnets": ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"],
+    "SecurityGroups": ["sg-0123456789abcdef0"],
+    "ProducerRoleArns": [f"arn:aws:iam::{ACCOUNT}:role/producer"],
+}
+
+# Where the checkov test looks for the tool (it is kept out of the project venv: it pins its own
+# versions of boto3 and friends). `make tools` or CI creates .venv-tools.
+CHECKOV_ENV = "LONGJOBS_CHECKOV"
+CHECKOV_DEFAULT = ROOT / ".venv-tools" / "bin" / "checkov"
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    return yaml_parse(TEMPLATE.read_text())
+
+
+def resources(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {name: r for name, r in template["Resources"].items() if r["Type"] == kind}
+
+
+def functions(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return resources(template, "AWS::Serverless::Function")
+
+
+def function_env(template: dict[str, Any], name: str) -> dict[str, Any]:
+    """A function's environment as deployed: Globals merged with the function's own."""
+    shared = template.get("Globals", {}).get("Function", {}).get("Environment", {})
+    own = template["Resources"][name]["Properties"].get("Environment", {})
+    return {**shared.get("Variables", {}), **own.get("Variables", {})}
+
+
+def resolve(value: Any, template: dict[str, Any]) -> Any:
+    """Evaluate the intrinsics the template uses in env values, with sample deployed values.
+
+    Parameters resolve to their default (or SAMPLE_PARAMETERS); resources to plausible physical
+    ids, so the config module can parse what a real deployment would hand it.
+    """
+    if isinstance(value, list):
+        return [resolve(v, template) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "Ref" in value:
+        name = value["Ref"]
+        params = template.get("Parameters", {})
+        if name in params:
+            return SAMPLE_PARAMETERS.get(name, params[name].get("Default"))
+        if name == "AWS::Region":
+            return REGION
+        kind = template["Resources"][name]["Type"]
+        if kind == "AWS::SQS::Queue":
+            return f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/longjobs-{name}"
+        return f"longjobs-{name}"
+    if "Fn::GetAtt" in value:
+        name, attr = value["Fn::GetAtt"]
+        if (name, attr) == ("Cluster", "Arn"):
+            return CLUSTER_ARN
+        return f"arn:aws:{name}:{attr}"
+    if "Fn::Join" in value:
+        sep, parts = value["Fn::Join"]
+        return sep.join(str(p) for p in resolve(parts, template))
+    if "Fn::Sub" in value:
+        raise AssertionError("resolve() does not evaluate Fn::Sub; extend it if the env needs it")
+    return {k: resolve(v, template) for k, v in value.items()}
+
+
+# --------------------------------------------------------------------------------------- linters
+
+
+def test_cfn_lint_reports_nothing() -> None:
+    cfn_lint = Path(sys.executable).parent / "cfn-lint"
+    assert cfn_lint.exists(), f"cfn-lint is a dev dependency; expected it at {cfn_lint}"
+    proc = subprocess.run([str(cfn_lint), str(TEMPLATE)], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, f"cfn-lint found problems:\n{proc.stdout}{proc.stderr}"
+
+
+def checkov_binary() -> Path | None:
+    configured = os.environ.get(CHECKOV_ENV)
+    path = Path(configured) if configured else CHECKOV_DEFAULT
+    return path if path.exists() else None
+
+
+def test_checkov_reports_no_failed_checks() -> None:
+    checkov = checkov_binary()
+    if checkov is None:
+        pytest.skip(f"checkov not installed: set {CHECKOV_ENV} or create {CHECKOV_DEFAULT} "
+                    "(python -m venv .venv-tools && .venv-tools/bin/pip install checkov)")
+    # --skip-download: stay offline (no guideline download from the Prisma Cloud API).
+    proc = subprocess.run(
+        [str(checkov), "--file", str(TEMPLATE), "--framework", "cloudformation",
+         "--skip-download", "--quiet", "--compact", "--output", "json"],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "BC_API_KEY": ""},
+    )
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"checkov did not produce a report (rc={proc.returncode}):\n"
+                    f"{proc.stdout}\n{proc.stderr}")
+    summary = report["summary"]
+    failed = [f"{c['check_id']} {c['resource']}: {c['check_name']}"
+              for c in report.get("results", {}).get("failed_checks", [])]
+    assert summary["parsing_errors"] == 0, proc.stdout
+    assert summary["failed"] == 0, "\n".join(failed)
+    assert summary["passed"] > 0, "checkov ran no checks; is the framework right?"
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_every_checkov_suppression_is_justified(template: dict[str, Any]) -> None:
+    for name, resource in template["Resources"].items():
+        for skip in resource.get("Metadata", {}).get("checkov", {}).get("skip", []):
+            assert skip.get("id", "").startswith("CKV"), f"{name}: malformed skip {skip}"
+            assert len(skip.get("comment", "").strip()) >= 20, (
+                f"{name}: suppression of {skip.get('id')} needs a justification comment")
+
+
+# -------------------------------------------------------------------------------- SAM transform
+
+
+@pytest.fixture(scope="module")
+def expanded(template: dict[str, Any]) -> dict[str, Any]:
+    """The template after the SAM transform, as CloudFormation would receive it."""
+    sam = copy.deepcopy(template)
+    # The translator only accepts code that is already uploaded; `sam build`/`package` does that
+    # for the local CodeUri ("..") in a real deploy.
+    for holder in [sam.get("Globals", {}).get("Function", {}),
+                   *(f["Properties"] for f in functions(sam).values())]:
+        if "CodeUri" in holder:
+            holder["CodeUri"] = "s3://longjobs-artifacts/code.zip"
+    old = os.environ.get("AWS_DEFAULT_REGION")
+    os.environ["AWS_DEFAULT_REGION"] = REGION
+    try:
+        return Translator(managed_policy_map={}, sam_parser=Parser()).translate(
+            sam, parameter_values={}, get_managed_policy_map=dict)
+    except InvalidDocumentException as exc:
+        pytest.fail("SAM transform failed: " + "; ".join(str(c) for c in exc.causes))
+    finally:
+        if old is None:
+            del os.environ["AWS_DEFAULT_REGION"]
+        else:
+            os.environ["AWS_DEFAULT_REGION"] = old
+
+
+def test_sam_transform_expands_offline(expanded: dict[str, Any]) -> None:
+    kinds = {r["Type"] for r in expanded["Resources"].values()}
+    assert not any(k.startswith("AWS::Serverless::") for k in kinds)
+    assert {"AWS::Lambda::Function", "AWS::Lambda::EventInvokeConfig",
+            "AWS::Scheduler::Schedule", "AWS::Events::Rule"} <= kinds
+
+
+def test_dispatcher_runs_every_minute_one_at_a_time(
+    template: dict[str, Any], expanded: dict[str, Any]
+) -> None:
+    res = expanded["Resources"]
+    fn = res["DispatcherFunction"]["Properties"]
+    assert fn["Handler"] == "dispatcher.handlers.dispatch"
+    assert fn["Runtime"] == "python3.12"
+    assert fn["ReservedConcurrentExecutions"] == 1
+    tick = float(function_env(template, "DispatcherFunction")["LONGJOBS_TICK_SECONDS"])
+    assert tick < fn["Timeout"] < 60
+    invoke = res["DispatcherFunctionEventInvokeConfig"]["Properties"]
+    assert invoke["MaximumRetryAttempts"] == 0
+    assert invoke["MaximumEventAgeInSeconds"] == 60
+    (schedule,) = [r["Properties"] for r in res.values() if r["Type"] == "AWS::Scheduler::Schedule"]
+    assert schedule["ScheduleExpression"] == "rate(1 minute)"
+    assert schedule["Target"]["Arn"] == {"Fn::GetAtt": ["DispatcherFunction", "Arn"]}
+    assert schedule["Target"]["RetryPolicy"]["MaximumRetryAttempts"] == 0
+
+
+# ---------------------------------------------------------------------------------- consistency
+
+
+def test_every_handler_is_importable(template: dict[str, Any]) -> None:
+    handlers = {f["Properties"]["Handler"] for f in functions(template).values()}
+    assert handlers == {"dispatcher.handlers.dispatch", "dispatcher.handlers.task_event"}
+    for handler in sorted(handlers):
+        module_name, _, attr = handler.rpartition(".")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            pytest.skip(f"{module_name} is not written yet")
+        assert callable(getattr(module, attr, None)), f"{handler} is not a callable"
+
+
+def allowed_env_names() -> set[str]:
+    return {s.name for s in config.SETTINGS}
+
+
+def test_function_env_is_what_the_config_module_reads(template: dict[str, Any]) -> None:
+    known = allowed_env_names()
+    for name in functions(template):
+        env = function_env(template, name)
+        unknown = {k for k in env if k not in known and not k.startswith("POWERTOOLS_")}
+        assert not unknown, f"{name} sets variables config.py does not read: {sorted(unknown)}"
+        missing = set(config.required("dispatcher")) - set(env)
+        assert not missing, f"{name} lacks required variables: {sorted(missing)}"
+
+
+def test_function_env_loads_as_a_valid_config(template: dict[str, Any]) -> None:
+    """What a deployment hands the functions (defaults, sample parameters) passes validation."""
+    for name in functions(template):
+        env = {k: str(resolve(v, template)) for k, v in function_env(template, name).items()}
+        cfg = config.load("dispatcher", env)
+        assert cfg.cluster == CLUSTER_ARN
+        assert cfg.subnets == tuple(SAMPLE_PARAMETERS["Subnets"])
+        assert cfg.container == "worker"
+        assert cfg.launcher == "ecs"
+        assert [p.provider for p in cfg.capacity_strategy] == ["FARGATE_SPOT", "FARGATE"]
+
+
+def test_worker_env_is_what_the_runner_reads(template: dict[str, Any]) -> None:
+    (task,) = resources(template, "AWS::ECS::TaskDefinition").values()
+    (container,) = task["Properties"]["ContainerDefinitions"]
+    assert container["Name"] == config.Config().container
+    assert container["Command"] == ["python", "-m", "job_runner"]
+    assert container["StopTimeout"] == 120
+    names = {e["Name"] for e in container.get("Environment", [])}
+    known = allowed_env_names()
+    assert {n for n in names if n not in known and not n.startswith("POWERTOOLS_")} == set()
+    assert set(config.required("runner")) <= names
+
+
+def test_table_matches_the_pynamodb_models(template: dict[str, Any]) -> None:
+    (table,) = resources(template, "AWS::DynamoDB::Table").values()
+    props = table["Properties"]
+    (hash_key,) = [k["AttributeName"] for k in props["KeySchema"] if k["KeyType"] == "HASH"]
+    assert [k for k in props["KeySchema"] if k["KeyType"] == "RANGE"] == []
+    indexes = {}
+    for gsi in props.get("GlobalSecondaryIndexes", []):
+        keys = {k["KeyType"]: k["AttributeName"] for k in gsi["KeySchema"]}
+        indexes[gsi["IndexName"]] = {"hash_key": keys["HASH"], "range_key": keys["RANGE"],
+                                     "projection": gsi["Projection"]["ProjectionType"]}
+    declared = {
+        "hash_key": hash_key,
+        "attributes": {a["AttributeName"]: a["AttributeType"]
+                       for a in props["AttributeDefinitions"]},
+        "indexes": indexes,
+        "ttl_attribute": props["TimeToLiveSpecification"]["AttributeName"],
+    }
+    assert declared == key_schema()
+    assert "LocalSecondaryIndexes" not in props
+    assert props["TimeToLiveSpecification"]["Enabled"] is True
+    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert props["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True
+    assert props["SSESpecification"]["SSEEnabled"] is True
+
+
+# ------------------------------------------------------------------------------- event routing
+
+
+def stopped_event(last_status: str = "STOPPED", cluster_arn: str = CLUSTER_ARN) -> dict[str, Any]:
+    """An ECS Task State Change event as EventBridge delivers it (trimmed)."""
+    return {
+        "version": "0",
+        "id": "3317b2af-7005-947d-b652-f55e762e571a",
+        "detail-type": "ECS Task State Change",
+        "source": "aws.ecs",
+        "account": ACCOUNT,
+        "time": "2024-01-01T00:00:00Z",
+        "region": REGION,
+        "resources": [f"arn:aws:ecs:{REGION}:{ACCOUNT}:task/longjobs/0123456789abcdef"],
+        "detail": {
+            "clusterArn": cluster_arn,
+            "taskArn": f"arn:aws:ecs:{REGION}:{ACCOUNT}:task/longjobs/0123456789abcdef",
+            "taskDefinitionArn": f"arn:aws:ecs:{REGION}:{ACCOUNT}:task-definition/"
+                                 "longjobs-worker:3",
+            "lastStatus": last_status,
+            "desiredStatus": "STOPPED",
+            "stopCode": "EssentialContainerExited",
+            "stoppedReason": "Essential container in task exited",
+            "containers": [{"name": "worker", "exitCode": 0, "lastStatus": last_status}],
+            "group": "family:longjobs-worker",
+            "launchType": "FARGATE",
+        },
+    }
+
+
+def matches(pattern: Any, event: Any) -> bool:
+    """EventBridge matching for the subset the template uses: value lists and nested objects."""
+    if isinstance(pattern, dict):
+        return isinstance(event, dict) and all(
+            key in event and matches(sub, event[key]) for key, sub in pattern.items())
+    if isinstance(pattern, list):
+        if any(isinstance(p, dict) for p in pattern):
+            raise NotImplementedError(f"content filters are not supported here: {pattern}")
+        values = event if isinstance(event, list) else [event]
+        return any(v in pattern for v in values)
+    raise AssertionError(f"a pattern leaf must be a list of values, not {pattern!r}")
+
+
+def test_event_rule_matches_stopped_tasks_of_this_cluster_only(template: dict[str, Any]) -> None:
+    (rule,) = resources(template, "AWS::Events::Rule").values()
+    props = rule["Properties"]
+    pattern = resolve(props["EventPattern"], template)
+    assert matches(pattern, stopped_event())
+    assert not matches(pattern, stopped_event("RUNNING"))
+    assert not matches(pattern, stopped_event(cluster_arn=CLUSTER_ARN + "-other"))
+    try:
+        from moto.events.models import EventPattern
+    except ImportError:  # pragma: no cover - moto is a dev dependency
+        pass
+    else:  # the same verdicts from an independent matcher
+        moto_pattern = EventPattern.load(json.dumps(pattern))
+        assert moto_pattern.matches_event(stopped_event())
+        assert not moto_pattern.matches_event(stopped_event("RUNNING"))
+    (target,) = props["Targets"]
+    assert target["Arn"] == {"Fn::GetAtt": ["TaskEventFunction", "Arn"]}
+    assert target["RetryPolicy"]["MaximumRetryAttempts"] > 0
+    assert "Arn" in target["DeadLetterConfig"]
+
+
+# ----------------------------------------------------------------------------- template policy
+
+
+def test_queue_settings(template: dict[str, Any]) -> None:
+    queue = template["Resources"]["JobQueue"]["Properties"]
+    assert queue["SqsManagedSseEnabled"] is True
+    assert queue["MessageRetentionPeriod"] == 14 * 86400
+    assert queue["MaximumMessageSize"] == 1024 * 1024
+    assert queue["RedrivePolicy"]["deadLetterTargetArn"] == {
+        "Fn::GetAtt": ["JobDeadLetterQueue", "Arn"]}
+    (policy,) = [r["Properties"] for r in resources(template, "AWS::SQS::QueuePolicy").values()
+                 if r["Properties"]["Queues"] == [{"Ref": "JobQueue"}]]
+    allow = [s for s in policy["PolicyDocument"]["Statement"]
+             if s["Effect"] == "Allow" and s["Action"] == "sqs:SendMessage"]
+    assert [s["Principal"] for s in allow] == [{"AWS": {"Ref": "ProducerRoleArns"}}]
+
+
+def policy_statements(expanded: dict[str, Any], role: str) -> list[dict[str, Any]]:
+    props = expanded["Resources"][role]["Properties"]
+    return [s for p in props.get("Policies", []) for s in p["PolicyDocument"]["Statement"]]
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def test_iam_is_least_privilege(expanded: dict[str, Any]) -> None:
+    statements = policy_statements(expanded, "DispatcherFunctionRole")
+    by_action = {a: s for s in statements for a in as_list(s["Action"])}
+
+    run = by_action["ecs:RunTask"]
+    assert run["Resource"] == {"Fn::Sub": "arn:${AWS::Partition}:ecs:${AWS::Region}:"
+                                          "${AWS::AccountId}:task-definition/${TaskFamily}:*"}
+    assert run["Condition"] == {"ArnEquals": {"ecs:cluster": {"Fn::GetAtt": ["Cluster", "Arn"]}}}
+    for action in ("ecs:StopTask", "ecs:DescribeTasks"):
+        assert "ecs:cluster" in by_action[action]["Condition"]["ArnEquals"]
+    assert by_action["iam:PassRole"]["Resource"] == [
+        {"Fn::GetAtt": ["WorkerTaskRole", "Arn"]}, {"Fn::GetAtt": ["WorkerExecutionRole", "Arn"]}]
+
+    for role in ("DispatcherFunctionRole", "TaskEventFunctionRole", "WorkerTaskRole"):
+        for statement in policy_statements(expanded, role):
+            if statement["Resource"] == "*":
+                # The one action ECS offers no resource-level permission for.
+                assert as_list(statement["Action"]) == ["ecs:DescribeTaskDefinition"], statement
+            assert not any(a.endswith("*") for a in as_list(statement["Action"])), statement
+    worker = policy_statements(expanded, "WorkerTaskRole")
+    assert {a.split(":")[0] for s in worker for a in as_list(s["Action"])} == {"dynamodb"}
+
+
+def test_alarms_cover_backlog_dead_letters_errors_and_silence(template: dict[str, Any]) -> None:
+    alarms = [a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()]
+    metrics = {(a["Namespace"] if isinstance(a["Namespace"], str) else "custom",
+                a["MetricName"]) for a in alarms}
+    assert ("AWS/SQS", "ApproximateAgeOfOldestMessage") in metrics
+    assert ("AWS/Lambda", "Errors") in metrics
+    dlq_alarms = {a["Dimensions"][0]["Value"]["Fn::GetAtt"][0] for a in alarms
+                  if a["MetricName"] == "ApproximateNumberOfMessagesVisible"}
+    assert dlq_alarms == {"JobDeadLetterQueue", "EventDeadLetterQueue"}
+    (heartbeat,) = [a for a in alarms if a["MetricName"] == "TickCompleted"]
+    assert heartbeat["Namespace"] == {"Ref": "MetricsNamespace"}
+    assert heartbeat["TreatMissingData"] == "breaching"
+    assert heartbeat["ComparisonOperator"] == "LessThanThreshold"
+
+
+def test_outputs_give_clients_what_they_need(template: dict[str, Any]) -> None:
+    assert {"QueueUrl", "DeadLetterQueueUrl", "TableName", "ClusterArn",
+            "TaskFamily"} <= set(template["Outputs"])
+
+
+# ------------------------------------------------------------------------ deploy = new revision
+
+
+@pytest.fixture
+def ecs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    from moto import mock_aws
+
+    for key in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_ECS", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION}.items():
+        monkeypatch.setenv(key, value)
+    with mock_aws():
+        yield boto3.client("ecs", region_name=REGION)
+
+
+def register_worker(ecs: Any, family: str = "longjobs-worker") -> Any:
+    ecs.register_task_definition(
+        family=family,
+        taskRoleArn=f"arn:aws:iam::{ACCOUNT}:role/task",
+        executionRoleArn=f"arn:aws:iam::{ACCOUNT}:role/execution",
+        networkMode="awsvpc",
+        requiresCompatibilities=["FARGATE"],
+        cpu="1024",
+        memory="2048",
+        containerDefinitions=[{
+            "name": "worker",
+            "image": "registry/worker:1",
+            "command": ["python", "-m", "job_runner"],
+            "essential": True,
+            "stopTimeout": 120,
+            "environment": [{"name": "LONGJOBS_TABLE", "value": "jobs"},
+                            {"name": "POWERTOOLS_SERVICE_NAME", "value": "longjobs-worker"}],
+            "logConfiguration": {"logDriver": "awslogs", "options": {
+                "awslogs-group": "worker", "awslogs-region": REGION,
+                "awslogs-stream-prefix": "worker"}},
+        }],
+        tags=[{"key": "team", "value": "batch"}],
+    )
+    return ecs.describe_task_definition(taskDefinition=family, include=["TAGS"])
+
+
+def registerable(described: dict[str, Any]) -> dict[str, Any]:
+    td = described["taskDefinition"]
+    return {k: copy.deepcopy(td[k]) for k in REGISTERABLE_FIELDS if k in td}
+
+
+def test_register_revision_changes_only_image_and_env(ecs: Any) -> None:
+    before = register_worker(ecs)
+
+    arn = register_revision(ecs, "longjobs-worker", "registry/worker:2",
+                            env={"POWERTOOLS_SERVICE_NAME": "jobs", "LONGJOBS_EXTRA": "1"})
+
+    after = ecs.describe_task_definition(taskDefinition="longjobs-worker", include=["TAGS"])
+    assert arn == after["taskDefinition"]["taskDefinitionArn"]
+    assert after["taskDefinition"]["revision"] == before["taskDefinition"]["revision"] + 1
+    old, new = registerable(before), registerable(after)
+    (old_container,), (new_container,) = old["containerDefinitions"], new["containerDefinitions"]
+    assert new_container["image"] == "registry/worker:2"
+    assert new_container["environment"] == [
+        {"name": "LONGJOBS_TABLE", "value": "jobs"},
+        {"name": "POWERTOOLS_SERVICE_NAME", "value": "jobs"},
+        {"name": "LONGJOBS_EXTRA", "value": "1"},
+    ]
+    for field in ("image", "environment"):
+        del old_container[field], new_container[field]
+    assert new == old
+    assert after["tags"] == before["tags"]
+    # The old revision stays ACTIVE: tasks running it are untouched.
+    previous = ecs.describe_task_definition(taskDefinition="longjobs-worker:1")
+    assert previous["taskDefinition"]["status"] == "ACTIVE"
+
+
+def test_register_revision_targets_the_named_container(ecs: Any) -> None:
+    register_worker(ecs)
+    register_revision(ecs, "longjobs-worker", "registry/worker:3", container="worker")
+    after = ecs.describe_task_definition(taskDefinition="longjobs-worker")
+    assert after["taskDefinition"]["containerDefinitions"][0]["image"] == "registry/worker:3"
+    with pytest.raises(ResourceMissing, match="no container named 'sidecar'"):
+        register_revision(ecs, "longjobs-worker", "registry/worker:4", container="sidecar")
+
+
+def test_register_revision_of_a_missing_family_raises(ecs: Any) -> None:
+    with pytest.raises(ResourceMissing, match="'nope' has no ACTIVE revision"):
+        register_revision(ecs, "nope", "registry/worker:1")
