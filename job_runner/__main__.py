@@ -1,0 +1,5 @@
+import sys
+
+from job_runner.worker import main
+
+sys.exit(main())

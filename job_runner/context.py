@@ -1,0 +1,40 @@
+"""What a handler gets besides its payload: identity, a logger, cancellation and checkpoints."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from dispatcher.exceptions import Interrupted
+
+
+class JobContext:
+    def __init__(self, job_id: str, attempt: int, last_checkpoint: dict[str, Any] | None,
+                 save: Callable[[dict[str, Any]], None], logger: logging.Logger) -> None:
+        self.job_id = job_id
+        self.attempt = attempt
+        self.last_checkpoint = last_checkpoint
+        self.logger = logger
+        self._save = save
+        self._cancel = threading.Event()
+        self.cancel_reason: str | None = None
+
+    def cancelled(self) -> bool:
+        """True once the task is stopping, the job was cancelled or timed out: wrap up."""
+        return self._cancel.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        if self._cancel.is_set():
+            raise Interrupted(self.cancel_reason or "interrupted", job_id=self.job_id)
+
+    def checkpoint(self, state: dict[str, Any]) -> None:
+        """Persist progress; a rerun of this job starts with it as ``last_checkpoint``."""
+        self._save(state)
+        self.last_checkpoint = state
+
+    def cancel(self, reason: str) -> None:
+        if not self._cancel.is_set():
+            self.cancel_reason = reason
+            self._cancel.set()

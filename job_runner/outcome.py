@@ -1,0 +1,64 @@
+"""Turning what a handler did into the job's next state (pure, so it is easy to test)."""
+
+from __future__ import annotations
+
+import json
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from dispatcher.exceptions import Interrupted, PermanentError, RetryableError
+from dispatcher.job import Job, JobState
+
+MAX_RESULT_BYTES = 64 * 1024
+TRACEBACK_CHARS = 4000
+
+
+@dataclass
+class Outcome:
+    target: JobState
+    result: Any = None
+    error: dict[str, Any] | None = None
+    reason: str | None = None
+    interrupted: bool = False  # give the attempt back: infrastructure, not the job
+
+
+def error_of(exc: BaseException) -> dict[str, Any]:
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return {"type": type(exc).__name__, "message": str(exc)[:2000],
+            "traceback": tb[-TRACEBACK_CHARS:]}
+
+
+def succeeded(job: Job, value: Any) -> Outcome:
+    try:
+        size = len(json.dumps(value).encode())
+    except (TypeError, ValueError) as exc:
+        return Outcome(JobState.FAILED, reason=f"result is not JSON: {exc}",
+                       error={"type": "InvalidResult", "message": str(exc)})
+    if size > MAX_RESULT_BYTES:
+        return Outcome(JobState.FAILED, reason=f"result too large: {size} bytes > "
+                       f"{MAX_RESULT_BYTES}", error={"type": "InvalidResult",
+                                                     "message": "result too large"})
+    return Outcome(JobState.SUCCEEDED, result=value)
+
+
+def raised(job: Job, exc: BaseException, *, attempts: int, retry_any: bool,
+           cancel_reason: str | None) -> Outcome:
+    """``attempts`` counts this run."""
+    err = error_of(exc)
+    if isinstance(exc, Interrupted) or cancel_reason is not None:
+        if cancel_reason == "cancelled":
+            return Outcome(JobState.CANCELLED, error=err, reason="cancelled on request")
+        if cancel_reason == "timeout":
+            return Outcome(JobState.FAILED, error=err, reason="timeout")
+        return Outcome(JobState.PENDING, error=err, reason=f"interrupted: {cancel_reason}",
+                       interrupted=True)
+    if isinstance(exc, PermanentError):
+        return Outcome(JobState.FAILED, error=err, reason=f"permanent error: {exc}")
+    if isinstance(exc, RetryableError) or retry_any:
+        if attempts < job.max_attempts:
+            return Outcome(JobState.PENDING, error=err,
+                           reason=f"attempt {attempts} of {job.max_attempts} failed: {exc}")
+        return Outcome(JobState.FAILED, error=err,
+                       reason=f"failed after {attempts} attempts: {type(exc).__name__}: {exc}")
+    return Outcome(JobState.FAILED, error=err, reason=f"{type(exc).__name__}: {exc}")

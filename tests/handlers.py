@@ -1,0 +1,48 @@
+"""Job handlers the runner tests register with LONGJOBS_HANDLERS. Each run appends a line to
+$LONGJOBS_TEST_LOG, an independent record of executions (so "ran once" is checked, not assumed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from job_runner import JobContext
+
+
+def _record(ctx: JobContext, event: str, **extra: Any) -> None:
+    path = os.environ.get("LONGJOBS_TEST_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"job_id": ctx.job_id, "attempt": ctx.attempt, "event": event,
+                                "pid": os.getpid(), **extra}) + "\n")
+
+
+def echo(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    _record(ctx, "run")
+    return {"echo": payload}
+
+
+def fail(payload: dict[str, Any], ctx: JobContext) -> None:
+    _record(ctx, "run")
+    raise ValueError("poison: this job always fails")
+
+
+def steps(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """A long job in steps, checkpointing each, resuming from the last checkpoint."""
+    start = (ctx.last_checkpoint or {}).get("step", 0)
+    _record(ctx, "run", resumed_from=start)
+    for step in range(start, payload.get("steps", 10)):
+        time.sleep(payload.get("step_seconds", 0.5))
+        ctx.checkpoint({"step": step + 1})
+        ctx.raise_if_cancelled()
+    return {"steps_done": payload.get("steps", 10), "resumed_from": start}
+
+
+def sleepy(payload: dict[str, Any], ctx: JobContext) -> None:
+    _record(ctx, "run")
+    for _ in range(int(payload.get("seconds", 30) * 10)):
+        if ctx.cancelled():
+            ctx.raise_if_cancelled()
+        time.sleep(0.1)

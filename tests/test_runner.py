@@ -1,0 +1,131 @@
+"""The job runner as a real subprocess, AWS over HTTP to moto's server, task exits fed to the
+production task-event handler as ECS "Task State Change" events (local mode)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from dispatcher.client import JobClient
+from dispatcher.job import JobState
+from dispatcher.local.environment import LocalEnv
+from dispatcher.persistence.dynamodb import DynamoStore
+from dispatcher.testing.moto import MotoEndpoint
+
+HANDLERS = ("echo=tests.handlers:echo,fail=tests.handlers:fail,steps=tests.handlers:steps,"
+            "sleepy=tests.handlers:sleepy")
+
+
+@pytest.fixture
+def local(moto_server: MotoEndpoint, tmp_path: Path,
+          monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[LocalEnv, Path]]:
+    moto_server.reset()
+    moto_server.pin_ecs_tasks()
+    log = tmp_path / "executions.jsonl"
+    monkeypatch.setenv("LONGJOBS_TEST_LOG", str(log))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "WARNING")
+    env = LocalEnv(endpoint=moto_server.url, tick_seconds=0.5, settings={
+        "LONGJOBS_HANDLERS": HANDLERS, "LONGJOBS_HEARTBEAT_SECONDS": "1",
+        "LONGJOBS_FLUSH_SECONDS": "0.5", "LONGJOBS_LAUNCH_BACKOFF_SECONDS": "0",
+        "LONGJOBS_ASSIGN_WAIT_SECONDS": "20"})
+    for k in env.settings:
+        monkeypatch.delenv(k, raising=False)
+    env.start()
+    yield env, log
+    env.stop()
+
+
+def wait_for(pred: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.2)
+    raise AssertionError("condition not reached in time")
+
+
+def runs(log: Path, job_id: str) -> list[dict[str, object]]:
+    if not log.exists():
+        return []
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    return [r for r in lines if r["job_id"] == job_id]
+
+
+def checkpointed(store: DynamoStore, job_id: str) -> bool:
+    job = store.get_job(job_id)
+    return job is not None and job.checkpoint is not None
+
+
+def state(store: DynamoStore, job_id: str) -> JobState | None:
+    job = store.get_job(job_id)
+    return job.state if job else None
+
+
+def test_small_bundle_runs_each_job_once(local: tuple[LocalEnv, Path]) -> None:
+    env, log = local
+    store = DynamoStore(env.cfg.table)
+    ids = JobClient().submit_many([{"kind": "echo", "payload": {"n": i}, "job_id": f"e{i}",
+                                    "estimated_seconds": 0.1} for i in range(12)]
+                                  + [{"kind": "nope", "payload": {}, "job_id": "unknown-kind",
+                                      "estimated_seconds": 0.1}])
+    wait_for(lambda: all(state(store, i) in (JobState.SUCCEEDED, JobState.FAILED)
+                         for i in ids))
+    for i in range(12):
+        job = store.get_job(f"e{i}")
+        assert job is not None and job.state == JobState.SUCCEEDED
+        assert job.result == {"echo": {"n": i}} and len(runs(log, f"e{i}")) == 1
+    unknown = store.get_job("unknown-kind")
+    assert unknown is not None and unknown.state == JobState.FAILED
+    assert "unknown kind 'nope'" in (unknown.reason or "")
+    assert len(env.launcher.tasks) == 1  # one bundle, one task
+
+
+def test_sigkill_mid_job_reruns_from_checkpoint_on_the_infra_budget(
+        local: tuple[LocalEnv, Path]) -> None:
+    env, log = local
+    store = DynamoStore(env.cfg.table)
+    JobClient().submit("steps", {"steps": 8, "step_seconds": 0.5}, job_id="long",
+                       max_attempts=1)
+    wait_for(lambda: len(runs(log, "long")) == 1 and checkpointed(store, "long"))
+    time.sleep(1.0)
+    first = next(iter(env.launcher.tasks))
+    env.launcher.kill(first)
+    wait_for(lambda: state(store, "long") == JobState.SUCCEEDED)
+    job = store.get_job("long")
+    assert job is not None
+    assert len(job.history) == 2 and job.infra_attempts == 1 and job.attempts == 1
+    assert job.history[0]["stop_code"] == "SpotInterruption"
+    second = runs(log, "long")[1]
+    assert int(str(second["resumed_from"])) >= 1  # resumed, not restarted
+
+
+def test_poison_job_fails_after_exactly_max_attempts(local: tuple[LocalEnv, Path]) -> None:
+    env, log = local
+    store = DynamoStore(env.cfg.table)
+    JobClient().submit("fail", {}, job_id="poison", max_attempts=2)
+    wait_for(lambda: state(store, "poison") == JobState.FAILED, timeout=90)
+    job = store.get_job("poison")
+    assert job is not None and job.attempts == 2 and len(runs(log, "poison")) == 2
+    assert job.error is not None and job.error["type"] == "ValueError"
+    assert "poison" in job.error["message"]
+
+
+def test_sigterm_interrupts_and_the_rerun_resumes(local: tuple[LocalEnv, Path]) -> None:
+    env, log = local
+    store = DynamoStore(env.cfg.table)
+    JobClient().submit("steps", {"steps": 8, "step_seconds": 0.5}, job_id="graceful")
+    wait_for(lambda: checkpointed(store, "graceful"))
+    arn = next(iter(env.launcher.tasks))
+    started = time.monotonic()
+    env.launcher.stop(arn, "spot two-minute warning")  # SIGTERM, not a longjobs stop
+    wait_for(lambda: env.launcher.tasks[arn].exit is not None, timeout=30)
+    assert time.monotonic() - started < 30
+    wait_for(lambda: state(store, "graceful") == JobState.SUCCEEDED)
+    job = store.get_job("graceful")
+    assert job is not None and job.attempts == 1 and job.infra_attempts == 1
+    assert int(str(runs(log, "graceful")[1]["resumed_from"])) >= 1
