@@ -1,0 +1,44 @@
+"""Handlers of the demo. Each execution is appended to $LONGJOBS_DEMO_LOG, an independent record
+the verdict checks against the job table ("exactly once" is counted, not assumed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from job_runner import JobContext
+
+
+def _record(ctx: JobContext, **extra: Any) -> None:
+    path = os.environ.get("LONGJOBS_DEMO_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"job_id": ctx.job_id, "attempt": ctx.attempt,
+                                "task": os.environ.get("LONGJOBS_TASK_ARN", "")[-8:],
+                                "revision": os.environ.get("LONGJOBS_TASK_DEFINITION", ""),
+                                **extra}) + "\n")
+
+
+def sleep(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    time.sleep(float(payload.get("seconds", 0.1)))
+    _record(ctx, event="done")
+    return {"slept": payload.get("seconds", 0.1)}
+
+
+def steps(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    start = int((ctx.last_checkpoint or {}).get("step", 0))
+    _record(ctx, event="start", resumed_from=start)
+    total = int(payload.get("steps", 10))
+    for step in range(start, total):
+        time.sleep(float(payload.get("step_seconds", 1.0)))
+        ctx.checkpoint({"step": step + 1})
+        ctx.raise_if_cancelled()
+    _record(ctx, event="done", resumed_from=start)
+    return {"steps": total, "resumed_from": start}
+
+
+def poison(payload: dict[str, Any], ctx: JobContext) -> None:
+    _record(ctx, event="raise")
+    raise RuntimeError("poison job: always raises")

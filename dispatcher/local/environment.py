@@ -1,0 +1,103 @@
+"""A local longjobs: embedded AWS endpoint, provisioned resources, the tick on a schedule, tasks
+as local processes, and each task exit fed to the production task-event handler as a real
+"ECS Task State Change" event."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from dispatcher import aws, config, events, factory
+from dispatcher.config import Config
+from dispatcher.launcher.local import LocalLauncher, TaskExit
+from dispatcher.provision import provision
+from dispatcher.tick import Decision
+
+log = logging.getLogger("longjobs.local")
+DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
+                     "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
+
+
+@dataclass
+class LocalEnv:
+    settings: dict[str, str] = field(default_factory=dict)  # LONGJOBS_* overrides
+    tick_seconds: float = 5.0
+    endpoint: str | None = None
+    output: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+
+    def start(self) -> LocalEnv:
+        for k, v in DUMMY_CREDENTIALS.items():
+            os.environ.setdefault(k, v)
+        self._moto: Any = None
+        self.endpoint = self.endpoint or os.environ.get("AWS_ENDPOINT_URL")
+        if not self.endpoint:
+            from dispatcher.testing.moto import start_moto
+
+            logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
+            self._moto = start_moto()
+            self._moto.pin_ecs_tasks()
+            self.endpoint = self._moto.url
+        os.environ["AWS_ENDPOINT_URL"] = self.endpoint
+        self.env = {**{k: os.environ[k] for k in DUMMY_CREDENTIALS}, "AWS_ENDPOINT_URL":
+                    self.endpoint, **provision(self.endpoint), "LONGJOBS_LAUNCHER": "local",
+                    **self.settings}
+        os.environ.update(self.env)
+        self.cfg: Config = config.load("dispatcher", dict(os.environ))
+        self._lock = threading.Lock()
+        self.launcher = LocalLauncher(self.cfg, env=dict(os.environ), on_exit=self._on_exit,
+                                      ecs=aws.client("ecs", self.cfg),
+                                      output=self.output)
+        self.dispatcher = factory.dispatcher(self.cfg, self.launcher)
+        self.reruns = factory.reruns(self.cfg, self.launcher)
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick_loop, daemon=True, name="ticker")
+        self._ticker.start()
+        return self
+
+    def exports(self) -> list[str]:
+        keys = ["AWS_ENDPOINT_URL", *DUMMY_CREDENTIALS, "LONGJOBS_QUEUE_URL", "LONGJOBS_DLQ_URL",
+                "LONGJOBS_TABLE", "LONGJOBS_CLUSTER", "LONGJOBS_TASK_FAMILY"]
+        return [f"export {k}={self.env[k]}" for k in keys if k in self.env]
+
+    def tick(self) -> Decision:
+        with self._lock:
+            d = self.dispatcher.tick()
+        self.decisions.append(d)
+        return d
+
+    def _tick_loop(self) -> None:
+        while not self._stop.wait(self.tick_seconds):
+            try:
+                self.tick()
+            except Exception as exc:  # a failed tick is retried on the next one, as in AWS
+                log.warning("tick failed: %r", exc)
+
+    def _on_exit(self, exit: TaskExit) -> None:
+        if self._stop.is_set():
+            return
+        event = events.sample_event(exit.task_arn, stop_code=exit.stop_code,
+                                    reason=exit.stopped_reason, exit_code=exit.exit_code,
+                                    container=self.cfg.container,
+                                    task_definition=exit.task_definition)
+        with self._lock:
+            outcome = events.handle(event, self.cfg, self.reruns)
+        self.events.append({"event": event, "outcome": outcome})
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._ticker.join(timeout=60)
+        self.launcher.shutdown()
+        if self._moto is not None:
+            self._moto.stop()
+
+    def __enter__(self) -> LocalEnv:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
