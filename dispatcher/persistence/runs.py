@@ -32,7 +32,7 @@ def _job_actions(u: JobUpdate, t: float) -> list[Any]:
     if u.via is not None:
         state.check_job(u.job_id, u.source, u.via)
         state.check_job(u.job_id, u.via, u.target)
-    else:
+    elif u.source != u.target:  # same state: bookkeeping only (budgets, history)
         state.check_job(u.job_id, u.source, u.target)
     actions: list[Any] = [Item.state.set(str(u.target)), Item.status_key.set(f"JOB#{u.target}"),
                           Item.updated_at.set(t)]

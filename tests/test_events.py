@@ -1,0 +1,72 @@
+"""Task-state events: duplicates and reordering are harmless; stale tasks cannot write."""
+
+from __future__ import annotations
+
+import pytest
+
+from dispatcher import events, factory
+from dispatcher.client import JobClient
+from dispatcher.exceptions import ConflictError
+from dispatcher.job import BundleState, JobState
+from dispatcher.persistence.base import Fence, JobUpdate
+from dispatcher.persistence.dynamodb import DynamoStore
+from tests.conftest import Aws
+
+
+def _launched(aws: Aws) -> tuple[DynamoStore, str, str]:
+    JobClient().submit("k", {}, job_id="ev-job")
+    factory.dispatcher(aws.config()).tick()
+    store = DynamoStore(aws.env["LONGJOBS_TABLE"])
+    job = store.get_job("ev-job")
+    assert job is not None and job.bundle_id
+    bundle = store.get_bundle(job.bundle_id)
+    assert bundle is not None and bundle.task_arn
+    return store, bundle.bundle_id, bundle.task_arn
+
+
+def test_malformed_and_running_events_are_ignored(aws: Aws) -> None:
+    cfg = aws.config()
+    assert events.handle({"detail": {"nope": 1}}, cfg) == {"ignored": "malformed event"}
+    _, _, arn = _launched(aws)
+    notice = events.sample_event(arn, last_status="RUNNING", stop_code="TerminationNotice")
+    assert events.handle(notice, cfg) == {"ignored": "lastStatus RUNNING"}
+
+
+def test_stop_before_claim_reruns_at_once_and_duplicates_are_ignored(aws: Aws) -> None:
+    cfg = aws.config()
+    store, bundle_id, arn = _launched(aws)
+    stopped = events.sample_event(arn, stop_code="TaskFailedToStart",
+                                  reason="Timeout waiting for network interface provisioning")
+    stopped["detail"]["containers"] = []  # how TaskFailedToStart can arrive
+    first = events.handle(stopped, cfg)
+    assert first["stop_class"] == "infrastructure" and first["relaunched"] is True
+    bundle = store.get_bundle(bundle_id)
+    assert bundle is not None and bundle.state == BundleState.LAUNCHED
+    assert bundle.attempt == 2 and bundle.task_arn != arn
+    job = store.get_job("ev-job")
+    assert job is not None and job.infra_attempts == 1 and job.attempts == 0
+    # The same event again, and an older one arriving late: no effect on the new attempt.
+    assert "ignored" in events.handle(stopped, cfg)
+    older = events.sample_event(arn, stop_code="EssentialContainerExited", exit_code=1,
+                                version=1)
+    assert "ignored" in events.handle(older, cfg)
+    after = store.get_bundle(bundle_id)
+    assert after is not None and (after.attempt, after.task_arn) == (2, bundle.task_arn)
+
+
+def test_a_stale_task_cannot_write(aws: Aws) -> None:
+    cfg = aws.config()
+    store, bundle_id, arn = _launched(aws)
+    events.handle(events.sample_event(arn, stop_code="SpotInterruption"), cfg)
+    stale = Fence(bundle_id, 1, arn)
+    with pytest.raises(ConflictError):
+        store.claim(stale)
+    with pytest.raises(ConflictError):
+        store.heartbeat(stale, None)
+    with pytest.raises(ConflictError):
+        store.apply(stale, [JobUpdate("ev-job", JobState.PENDING, JobState.SUCCEEDED,
+                                      via=JobState.RUNNING)])
+    with pytest.raises(ConflictError):
+        store.save_checkpoint(stale, "ev-job", {"step": 1})
+    job = store.get_job("ev-job")
+    assert job is not None and job.state == JobState.PENDING and job.checkpoint is None
