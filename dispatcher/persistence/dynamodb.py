@@ -39,7 +39,7 @@ from dispatcher.persistence.codec import (
     rejection_item,
 )
 from dispatcher.persistence.models import Item, bind, iso
-from dispatcher.persistence.runs import RunWrites
+from dispatcher.persistence.runs import RunWrites, failed_conditions
 
 # TransactWriteItems: at most 100 actions and 4 MB in total.
 # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
@@ -113,7 +113,7 @@ class DynamoStore(RunWrites, Store):
                             puts.append(("job", job_id))
                 return
             except TransactWriteError as exc:
-                taken = _failed_conditions(exc)
+                taken = failed_conditions(exc)
                 if not taken:
                     raise
             # Some items exist already: duplicate jobs (or, after a lost response, our own
@@ -163,7 +163,7 @@ class DynamoStore(RunWrites, Store):
                         condition=(Item.state == b.state) & (Item.attempt == b.attempt),
                     )
         except TransactWriteError as exc:
-            if _failed_conditions(exc):
+            if failed_conditions(exc):
                 raise ConflictError(f"launch {launch.launch_id}: a bundle changed under us "
                                     "(already launched by someone else?)") from None
             raise
@@ -203,7 +203,7 @@ class DynamoStore(RunWrites, Store):
                                        Item.launch_id.remove()],
                               condition=mine)
         except TransactWriteError as exc:
-            if _failed_conditions(exc):
+            if failed_conditions(exc):
                 raise ConflictError(f"launch {launch.launch_id} was finished already") from None
             raise
 
@@ -248,12 +248,6 @@ def _batch_get(keys: Iterable[str]) -> Iterator[Item]:
 def _conditional(exc: Exception) -> bool:
     cause = getattr(exc, "cause_response_code", None)
     return cause == "ConditionalCheckFailedException"
-
-
-def _failed_conditions(exc: TransactWriteError) -> set[int]:
-    reasons = exc.cancellation_reasons or []
-    return {i for i, r in enumerate(reasons)
-            if r is not None and r.code == "ConditionalCheckFailed"}
 
 
 def _item_bytes(job: Job) -> int:

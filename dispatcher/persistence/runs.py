@@ -23,6 +23,13 @@ from dispatcher.persistence.models import Item, iso
 JOBS_PER_TRANSACTION = 98
 
 
+def failed_conditions(exc: TransactWriteError) -> set[int]:
+    """Positions of the items whose condition failed (a lost fence, a duplicate)."""
+    reasons = exc.cancellation_reasons or []
+    return {i for i, r in enumerate(reasons)
+            if r is not None and r.code == "ConditionalCheckFailed"}
+
+
 def _fenced(f: Fence, states: tuple[BundleState, ...] = (BundleState.RUNNING,)) -> Any:
     cond = (Item.attempt == f.attempt) & (Item.task_arn == f.task_arn)
     return cond & Item.state.is_in(*[str(s) for s in states])
@@ -119,8 +126,7 @@ class RunWrites:
                                   condition=(Item.state == str(u.source))
                                   & (Item.bundle_id == fence.bundle_id))
             except TransactWriteError as exc:
-                reasons = exc.cancellation_reasons or []
-                if any(r is not None and r.code == "ConditionalCheckFailed" for r in reasons):
+                if failed_conditions(exc):
                     raise ConflictError(f"task {fence.task_arn} lost bundle {fence.bundle_id}; "
                                         "its results were not written") from None
                 raise
@@ -142,8 +148,7 @@ class RunWrites:
                     tx.update(Item(f"JOB#{u.job_id}"), actions=_job_actions(u, t),
                               condition=Item.state == str(u.source))
         except TransactWriteError as exc:
-            reasons = exc.cancellation_reasons or []
-            if any(r is not None and r.code == "ConditionalCheckFailed" for r in reasons):
+            if failed_conditions(exc):
                 raise ConflictError(f"bundle {bundle.bundle_id} changed since the stop event "
                                     "was read; nothing written") from None
             raise
@@ -159,8 +164,7 @@ class RunWrites:
                           condition=(Item.state == str(JobState.RUNNING))
                           & (Item.bundle_id == fence.bundle_id))
         except TransactWriteError as exc:
-            reasons = exc.cancellation_reasons or []
-            if any(r is not None and r.code == "ConditionalCheckFailed" for r in reasons):
+            if failed_conditions(exc):
                 raise ConflictError(f"task {fence.task_arn} lost bundle {fence.bundle_id}; "
                                     "checkpoint not written", job_id=job_id) from None
             raise
