@@ -153,7 +153,9 @@ class LocalLauncher(Launcher):
             return
         task.stop_reason = reason
         _signal(task.process, signal.SIGTERM)
-        threading.Timer(self._stop_timeout, _signal, (task.process, signal.SIGKILL)).start()
+        timer = threading.Timer(self._stop_timeout, _signal, (task.process, signal.SIGKILL))
+        timer.daemon = True  # never keeps the dispatcher's process alive by itself
+        timer.start()
 
     def kill(self, task_arn: str, stop_code: str = "SpotInterruption") -> None:
         """SIGKILL, as the loss of the task's host would (tests and the demo use it)."""
