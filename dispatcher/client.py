@@ -101,6 +101,15 @@ class JobClient:
             return rejection  # type: ignore[no-any-return]
         raise JobNotFound("no such job", job_id=job_id)
 
+    def cancel(self, job_id: str) -> Job:
+        """A pending job is CANCELLED at once; a running one is stopped at its next heartbeat
+        (the returned job then still shows RUNNING)."""
+        return self._table().cancel(job_id)  # type: ignore[no-any-return]
+
+    def retry(self, job_id: str) -> Job:
+        """Run a FAILED or CANCELLED job again with a fresh attempt budget."""
+        return self._table().retry(job_id)  # type: ignore[no-any-return]
+
 
 def _environ() -> dict[str, str]:
     return dict(os.environ)

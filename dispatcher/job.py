@@ -87,6 +87,8 @@ class Bundle:
     launch_failures: int = 0
     last_failure: str | None = None
     created_at: float = field(default_factory=now)
+    updated_at: float = 0.0  # when it entered its current state
+    heartbeat_at: float | None = None
 
 
 @dataclass

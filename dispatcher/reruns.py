@@ -79,8 +79,8 @@ class Reruns:
                f" (exit {stop.exit_code}): {stop.stopped_reason or 'no reason given'}")
         updates, rerun = [], []
         for job in jobs:
-            if job.state in TERMINAL_JOB_STATES:
-                continue
+            if job.state in TERMINAL_JOB_STATES or job.bundle_id != bundle.bundle_id:
+                continue  # finished, or retried into another bundle
             u = JobUpdate(job.job_id, job.state, JobState.PENDING,
                           history=_history(job, stop, cls, t) if job.state == JobState.RUNNING
                           else None)

@@ -20,6 +20,8 @@ from dispatcher.launch import Launches, LaunchStats
 from dispatcher.launcher.base import Launcher
 from dispatcher.persistence.base import Store
 from dispatcher.queue import Queue
+from dispatcher.reconcile import Reconciler, ReconcileStats
+from dispatcher.reruns import Reruns
 
 logger = Logger(service="longjobs")
 # Time kept back from the drain for recording and launching.
@@ -41,6 +43,7 @@ class Decision:
     capacity_left: int = 0
     intake: IntakeStats = field(default_factory=IntakeStats)
     launch: LaunchStats = field(default_factory=LaunchStats)
+    reconcile: ReconcileStats = field(default_factory=ReconcileStats)
     elapsed_ms: int = 0
 
     def as_dict(self) -> dict[str, Any]:
@@ -59,6 +62,8 @@ class Dispatcher:
         self._clock = clock
         self.intake = Intake(cfg, queue, store, clock)
         self.launches = Launches(cfg, store, launcher, clock)
+        self.reconciler = Reconciler(cfg, store, launcher, Reruns(cfg, store, launcher, clock),
+                                     clock)
 
     def tick(self, remaining_ms: Callable[[], int] | None = None) -> Decision:
         started = time.monotonic()
@@ -85,7 +90,11 @@ class Dispatcher:
         # revision is recorded on the bundle, which is how a deploy shows up per job.
         d.task_definition = self.launcher.resolve_task_definition()
         self.launches.recover(d.launch)
-        d.active_bundles = self.store.count_active_bundles()
+        active = self.store.active_bundles()
+        self.reconciler.run(active, d.reconcile)
+        # Reruns started by reconciliation are active again; settled bundles are not.
+        d.active_bundles = len(active) - d.reconcile.stopped_found - d.reconcile.stuck_stopped \
+            + sum(1 for o in d.reconcile.outcomes if o.get("relaunched"))
         d.capacity = max(0, self.cfg.max_running_tasks - d.active_bundles)
         due = self.store.due_bundles(d.capacity, self._clock())
         d.due_bundles = len(due)

@@ -99,8 +99,8 @@ class Worker:
             for job in jobs:
                 if self.stopping.is_set() or self.lost.is_set():
                     break
-                if job.state != JobState.PENDING:
-                    continue
+                if job.state != JobState.PENDING or job.bundle_id != bundle.bundle_id:
+                    continue  # finished, or retried into another bundle
                 if job.job_id in self.cancel_requested:
                     writes.finish(job, Outcome(JobState.CANCELLED, reason="cancelled on request"),
                                   started=False)
@@ -108,7 +108,8 @@ class Worker:
                 self._run_job(job, writes)
             if self.lost.is_set():
                 return 0
-            left = [j for j in jobs if j.state not in TERMINAL_JOB_STATES]
+            left = [j for j in jobs if j.state not in TERMINAL_JOB_STATES
+                    and j.bundle_id == bundle.bundle_id]
             retry = writes.retrying or bool(left)
             if self.stopping.is_set():
                 writes.flush()  # the stop event reruns what is left

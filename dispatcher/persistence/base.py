@@ -58,8 +58,9 @@ class Store(ABC):
 
     # -- admission ------------------------------------------------------------------------------
     @abstractmethod
-    def count_active_bundles(self) -> int:
-        """Bundles launched (or being launched) and not finished: the running-task count."""
+    def active_bundles(self) -> list[Bundle]:
+        """Bundles launched (or being launched) and not finished: the running-task count, and
+        the candidates reconciliation checks against ECS."""
 
     @abstractmethod
     def due_bundles(self, limit: int, at: float) -> list[Bundle]:
@@ -131,3 +132,12 @@ class Store(ABC):
     @abstractmethod
     def save_checkpoint(self, fence: Fence, job_id: str, checkpoint: dict[str, Any]) -> None:
         """Persist a running job's progress, fenced like every other write of its task."""
+
+    # -- operators --------------------------------------------------------------------------------
+    @abstractmethod
+    def cancel(self, job_id: str) -> Job:
+        """Cancel now if not started, else request it from the job's running task."""
+
+    @abstractmethod
+    def retry(self, job_id: str) -> Job:
+        """FAILED or CANCELLED -> PENDING with a fresh budget, in a new bundle."""

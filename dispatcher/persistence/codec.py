@@ -70,7 +70,8 @@ def item_bundle(item: Item) -> Bundle:
         attempt=_int(item.attempt), launch_id=item.launch_id, task_arn=item.task_arn,
         task_definition=item.task_definition, next_attempt_at=_num(item.next_attempt_at),
         launch_failures=_int(item.launch_failures), last_failure=item.last_failure,
-        created_at=_num(item.created_at),
+        created_at=_num(item.created_at), updated_at=_num(item.updated_at),
+        heartbeat_at=item.heartbeat_at,
     )
 
 

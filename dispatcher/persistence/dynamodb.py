@@ -38,6 +38,7 @@ from dispatcher.persistence.codec import (
     launch_item,
     rejection_item,
 )
+from dispatcher.persistence.control import ControlWrites
 from dispatcher.persistence.models import Item, bind, iso
 from dispatcher.persistence.runs import RunWrites, failed_conditions
 
@@ -50,7 +51,7 @@ POINTER_TTL_SECONDS = 30 * 86400
 LAUNCH_TTL_SECONDS = 7 * 86400
 
 
-class DynamoStore(RunWrites, Store):
+class DynamoStore(RunWrites, ControlWrites, Store):
     def __init__(self, table: str, region: str | None = None, host: str | None = None) -> None:
         bind(table, region, host)
         self._conn = Connection(region=region or getattr(Item.Meta, "region", None), host=host)
@@ -76,8 +77,9 @@ class DynamoStore(RunWrites, Store):
                 raise
 
     # -- admission ------------------------------------------------------------------------------
-    def count_active_bundles(self) -> int:
-        return sum(Item.by_status.count(f"BUNDLE#{s}") for s in ACTIVE_BUNDLE_STATES)
+    def active_bundles(self) -> list[Bundle]:
+        return [item_bundle(i) for s in ACTIVE_BUNDLE_STATES
+                for i in Item.by_status.query(f"BUNDLE#{s}")]
 
     def due_bundles(self, limit: int, at: float) -> list[Bundle]:
         if limit <= 0:

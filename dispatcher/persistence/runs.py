@@ -146,7 +146,8 @@ class RunWrites:
                           actions=_bundle_actions(target, t, retry_at), condition=cond)
                 for u in updates:  # a bundle has at most 99 jobs
                     tx.update(Item(f"JOB#{u.job_id}"), actions=_job_actions(u, t),
-                              condition=Item.state == str(u.source))
+                              condition=(Item.state == str(u.source))
+                              & (Item.bundle_id == bundle.bundle_id))
         except TransactWriteError as exc:
             if failed_conditions(exc):
                 raise ConflictError(f"bundle {bundle.bundle_id} changed since the stop event "

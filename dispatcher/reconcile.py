@@ -1,0 +1,77 @@
+"""Reconciliation, every tick: events can be lost, and DescribeTasks forgets stopped tasks after
+about an hour, so the table is checked against ECS instead of trusting the event stream.
+
+Suspects are bundles launched but not claimed within the start timeout, and running bundles
+whose heartbeat is older than four intervals. Their tasks are described (<=100 per call): a task
+that is STOPPED or unknown to ECS is handled exactly as its STOPPED event would be; one that ECS
+still reports running but that stopped heartbeating is stopped (StopTask) and rerun at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aws_lambda_powertools import Logger
+
+from dispatcher.config import Config
+from dispatcher.events import TaskStop
+from dispatcher.job import Bundle, BundleState
+from dispatcher.launcher.base import Launcher
+from dispatcher.persistence.base import Store
+from dispatcher.reruns import Reruns
+
+logger = Logger(service="longjobs", child=True)
+HEARTBEAT_MISSES = 4
+# Not "longjobs:": that prefix marks a user stop (cancel/timeout), which is never rerun.
+STUCK_REASON = "longjobs-reconcile: task stopped heartbeating; rerun elsewhere"
+
+
+@dataclass
+class ReconcileStats:
+    checked: int = 0
+    stopped_found: int = 0
+    stuck_stopped: int = 0
+    outcomes: list[dict[str, object]] = field(default_factory=list)
+
+
+class Reconciler:
+    def __init__(self, cfg: Config, store: Store, launcher: Launcher, reruns: Reruns,
+                 clock: Callable[[], float]) -> None:
+        self._cfg = cfg
+        self._store = store
+        self._launcher = launcher
+        self._reruns = reruns
+        self._clock = clock
+
+    def suspects(self, active: list[Bundle]) -> list[Bundle]:
+        t = self._clock()
+        unclaimed = t - self._cfg.start_timeout_seconds
+        silent = t - HEARTBEAT_MISSES * self._cfg.heartbeat_seconds
+        return [b for b in active if b.task_arn and (
+            (b.state == BundleState.LAUNCHED and b.updated_at <= unclaimed)
+            or (b.state == BundleState.RUNNING and (b.heartbeat_at or 0) < silent))]
+
+    def run(self, active: list[Bundle], stats: ReconcileStats) -> None:
+        suspects = self.suspects(active)
+        if not suspects:
+            return
+        stats.checked += len(suspects)
+        by_arn: dict[str, Bundle] = {b.task_arn: b for b in suspects if b.task_arn}
+        for status in self._launcher.describe(list(by_arn)):
+            bundle = by_arn[status.task_arn]
+            if status.last_status in ("STOPPED", "MISSING", "DELETED"):
+                stats.stopped_found += 1
+                stop = TaskStop(status.task_arn, status.stop_code or (
+                    "TaskFailedToStart" if status.last_status == "MISSING" else None),
+                    status.stopped_reason or f"found {status.last_status} by reconciliation "
+                    "(its event was lost)", status.exit_code)
+            elif status.last_status == "RUNNING" or bundle.state == BundleState.RUNNING:
+                stats.stuck_stopped += 1
+                self._launcher.stop(status.task_arn, STUCK_REASON)
+                stop = TaskStop(status.task_arn, "InfrastructureHealth", STUCK_REASON, None)
+            else:
+                continue  # still provisioning: Fargate can take a while; look again next tick
+            outcome = self._reruns.on_stop(stop)
+            stats.outcomes.append(outcome)
+            logger.warning("reconciled a task", extra={"task_arn": status.task_arn, **outcome})

@@ -1,0 +1,65 @@
+"""Reconciliation: lost events and stuck tasks are found by asking ECS, every tick."""
+
+from __future__ import annotations
+
+from dispatcher import factory
+from dispatcher.client import JobClient
+from dispatcher.job import BundleState, JobState
+from dispatcher.persistence.base import Fence, JobUpdate
+from dispatcher.persistence.dynamodb import DynamoStore
+from tests.conftest import Aws
+from tests.helpers import client
+
+
+def _launched(aws: Aws) -> tuple[DynamoStore, str, str]:
+    JobClient().submit("k", {}, job_id="rc-job")
+    factory.dispatcher(aws.config()).tick()
+    store = DynamoStore(aws.env["LONGJOBS_TABLE"])
+    job = store.get_job("rc-job")
+    assert job is not None and job.bundle_id
+    bundle = store.get_bundle(job.bundle_id)
+    assert bundle is not None and bundle.task_arn
+    return store, bundle.bundle_id, bundle.task_arn
+
+
+def _task_status(aws: Aws, arn: str) -> str:
+    ecs = client("ecs", aws.proxy.url)
+    return str(ecs.describe_tasks(cluster=aws.env["LONGJOBS_CLUSTER"],
+                                  tasks=[arn])["tasks"][0]["lastStatus"])
+
+
+def test_lost_stop_event_is_found_and_the_bundle_rerun(aws: Aws) -> None:
+    store, bundle_id, arn = _launched(aws)
+    client("ecs", aws.proxy.url).stop_task(cluster=aws.env["LONGJOBS_CLUSTER"], task=arn,
+                                           reason="host failure")  # its event never arrives
+    decision = factory.dispatcher(aws.config(LONGJOBS_START_TIMEOUT_SECONDS="0")).tick()
+    assert decision.reconcile.stopped_found == 1
+    bundle = store.get_bundle(bundle_id)
+    assert bundle is not None and bundle.state == BundleState.LAUNCHED
+    assert bundle.attempt == 2 and bundle.task_arn != arn
+    job = store.get_job("rc-job")
+    assert job is not None and job.infra_attempts == 1 and job.attempts == 0
+
+
+def test_a_task_that_stopped_heartbeating_is_stopped_and_rerun(aws: Aws) -> None:
+    store, bundle_id, arn = _launched(aws)
+    fence = Fence(bundle_id, 1, arn)
+    store.claim(fence)  # as its runner would, then it hangs: no more heartbeats
+    store.apply(fence, [JobUpdate("rc-job", JobState.PENDING, JobState.RUNNING,
+                                  attempts_delta=1, history=[{"task_arn": arn}])])
+    decision = factory.dispatcher(aws.config(LONGJOBS_HEARTBEAT_SECONDS="0.001")).tick()
+    assert decision.reconcile.stuck_stopped == 1
+    assert _task_status(aws, arn) == "STOPPED"
+    bundle = store.get_bundle(bundle_id)
+    assert bundle is not None and bundle.attempt == 2 and bundle.task_arn != arn
+    job = store.get_job("rc-job")
+    assert job is not None and job.state == JobState.PENDING
+    assert (job.attempts, job.infra_attempts) == (0, 1)  # not the job's fault
+    assert job.history[-1]["stop_code"] == "InfrastructureHealth"
+
+
+def test_healthy_tasks_are_left_alone(aws: Aws) -> None:
+    _launched(aws)
+    decision = factory.dispatcher(aws.config()).tick()  # start timeout 600 s not reached
+    assert decision.reconcile.checked == 0
+    assert aws.proxy.counts()["ecs.DescribeTasks"] == 0
