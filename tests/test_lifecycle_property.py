@@ -1,0 +1,134 @@
+"""Property: random interleavings of launches, claims, job writes and (duplicated, reordered,
+stale) stop events never reach an illegal state, never lose a job, and never have two live
+attempts of one job. Runs against the real store (moto over HTTP) and the real rerun logic."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from dispatcher import config, factory
+from dispatcher.events import TaskStop
+from dispatcher.exceptions import ConflictError
+from dispatcher.job import TERMINAL_JOB_STATES, Bundle, BundleState, Job, JobState
+from dispatcher.launch import LaunchStats
+from dispatcher.persistence.base import Fence, JobUpdate
+from tests.conftest import Aws
+
+STOP_CODES = ["EssentialContainerExited", "SpotInterruption", "TaskFailedToStart",
+              "UserInitiated", None]
+_ids = itertools.count()
+
+
+@pytest.fixture
+def machine(aws: Aws) -> type[RuleBasedStateMachine]:
+    cfg = config.load("dispatcher", {**aws.env, "LONGJOBS_MAX_INFRA_ATTEMPTS": "3"})
+
+    class Lifecycle(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            n = next(_ids)
+            self.store = factory.store(cfg)
+            self.launcher = factory.launcher(cfg)
+            self.reruns = factory.reruns(cfg, self.launcher)
+            self.launches = self.reruns._launches
+            self.job_ids = [f"p{n}-a", f"p{n}-b"]
+            self.bundle_id = f"bundle-{n}-{time.time_ns()}"
+            jobs = [Job(job_id=j, kind="k", payload={}, bundle_id=self.bundle_id,
+                        max_attempts=2) for j in self.job_ids]
+            self.store.record([Bundle(self.bundle_id, list(self.job_ids))], jobs)
+            self.tasks: dict[str, int] = {}  # task ARN -> the attempt it was launched for
+            self.order: list[str] = []  # launch order: draws index it, so replays are stable
+
+        def bundle(self) -> Bundle:
+            b = self.store.get_bundle(self.bundle_id)
+            assert b is not None
+            return b
+
+        @rule()
+        def launch(self) -> None:
+            b = self.bundle()
+            if b.state == BundleState.PENDING:
+                self.launches.launch([b], self.launcher.resolve_task_definition(),
+                                     LaunchStats())
+                self._track()
+
+        def _track(self) -> None:
+            b = self.bundle()
+            if b.task_arn and b.task_arn not in self.tasks:
+                self.tasks[b.task_arn] = b.attempt
+                self.order.append(b.task_arn)
+
+        def pick(self, data: st.DataObject) -> str:
+            return self.order[data.draw(st.integers(0, 7)) % len(self.order)]
+
+        @precondition(lambda self: bool(self.tasks))
+        @rule(data=st.data())
+        def claim(self, data: st.DataObject) -> None:
+            arn = self.pick(data)
+            with contextlib.suppress(ConflictError):  # own fence; stale tasks must lose
+                self.store.claim(Fence(self.bundle_id, self.tasks[arn], arn))
+
+        @precondition(lambda self: bool(self.tasks))
+        @rule(data=st.data(), outcome=st.sampled_from([JobState.SUCCEEDED, JobState.FAILED,
+                                                        JobState.PENDING, JobState.RUNNING]))
+        def job_write(self, data: st.DataObject, outcome: JobState) -> None:
+            """A runner (possibly stale) starts or finishes a job."""
+            arn = self.pick(data)
+            job_id = data.draw(st.sampled_from(self.job_ids))
+            job = self.store.get_job(job_id)
+            assert job is not None
+            fence = Fence(self.bundle_id, self.tasks[arn], arn)
+            if job.state == JobState.PENDING and outcome == JobState.RUNNING:
+                u = JobUpdate(job_id, JobState.PENDING, JobState.RUNNING, attempts_delta=1,
+                              history=[*job.history, {"task_arn": arn}])
+            elif job.state == JobState.RUNNING and outcome != JobState.RUNNING:
+                if outcome == JobState.PENDING and job.attempts >= job.max_attempts:
+                    outcome = JobState.FAILED
+                u = JobUpdate(job_id, JobState.RUNNING, outcome)
+            else:
+                return
+            with contextlib.suppress(ConflictError):
+                self.store.apply(fence, [u])
+
+        @precondition(lambda self: bool(self.tasks))
+        @rule(data=st.data(), code=st.sampled_from(STOP_CODES),
+              exit_code=st.sampled_from([None, 0, 1, 137]))
+        def stop_event(self, data: st.DataObject, code: str | None, exit_code: int | None) -> None:
+            arn = self.pick(data)  # old, repeated or current
+            self.reruns.on_stop(TaskStop(arn, code, "test stop", exit_code))
+            self._track()
+
+        @invariant()
+        def consistent(self) -> None:
+            b = self.bundle()
+            jobs = self.store.get_jobs(self.job_ids)
+            assert len(jobs) == len(self.job_ids)  # never lost
+            for job in jobs:
+                assert job.state in JobState
+                assert 0 <= job.attempts <= job.max_attempts
+                assert 0 <= job.infra_attempts <= 4
+                if job.state not in TERMINAL_JOB_STATES:
+                    assert b.state != BundleState.DONE  # unfinished work is always launchable
+                if job.state == JobState.RUNNING:  # the only live attempt is the bundle's own
+                    assert b.state == BundleState.RUNNING
+                    assert job.history and job.history[-1]["task_arn"] == b.task_arn
+            if b.state == BundleState.DONE:
+                assert all(j.state in TERMINAL_JOB_STATES for j in jobs)
+
+    return Lifecycle
+
+
+def test_lifecycle_interleavings(machine: type[RuleBasedStateMachine]) -> None:
+    # No shrinking: the store is external state, so a shrunk replay is not the same run; a
+    # failure is reported as found (it still fails the test).
+    runner = settings(max_examples=12, stateful_step_count=14, deadline=None,
+                      phases=[Phase.generate], suppress_health_check=list(HealthCheck),
+                      print_blob=True)(machine).TestCase
+    runner().runTest()
