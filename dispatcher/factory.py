@@ -6,6 +6,7 @@ import time
 
 from dispatcher import aws
 from dispatcher.config import Config
+from dispatcher.dryrun import DryRunLauncher, DryRunQueue, DryRunStore, Plan
 from dispatcher.launcher.base import Launcher
 from dispatcher.launcher.ecs import EcsLauncher
 from dispatcher.launcher.local import LocalLauncher
@@ -36,3 +37,11 @@ def dispatcher(cfg: Config, launch_with: Launcher | None = None) -> Dispatcher:
 
 def reruns(cfg: Config, launch_with: Launcher | None = None) -> Reruns:
     return Reruns(cfg, store(cfg), launch_with or launcher(cfg), time.time)
+
+
+def dry_run(cfg: Config) -> tuple[Dispatcher, Plan]:
+    """A dispatcher whose tick writes nothing and reports what it would have done."""
+    plan = Plan()
+    d = Dispatcher(cfg, DryRunQueue(queue(cfg), plan), DryRunStore(store(cfg), plan),
+                   DryRunLauncher(launcher(cfg), plan))
+    return d, plan

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger
-
 from dispatcher import config, factory
 from dispatcher.exceptions import LongjobsError
-
-logger = Logger(service="longjobs")
+from dispatcher.logs import logger
 
 
 def dispatch(event: dict[str, Any], context: Any) -> dict[str, Any]:

@@ -44,7 +44,9 @@ class Queue(ABC):
         """Send up to 10 (entry_id, body) pairs; return {entry_id: reason} for those that failed."""
 
     @abstractmethod
-    def receive(self, max_messages: int = BATCH) -> list[Received]: ...
+    def receive(self, max_messages: int = BATCH,
+                visibility_timeout: int | None = None) -> list[Received]:
+        """``visibility_timeout=0`` leaves messages visible (the dry run's look-only receive)."""
 
     @abstractmethod
     def delete(self, messages: list[Received]) -> dict[str, str]:
@@ -78,9 +80,11 @@ class SqsQueue(Queue):
         return {f["Id"]: f"{f.get('Code')}: {f.get('Message', '')}"
                 for f in resp.get("Failed", [])}
 
-    def receive(self, max_messages: int = BATCH) -> list[Received]:
+    def receive(self, max_messages: int = BATCH,
+                visibility_timeout: int | None = None) -> list[Received]:
+        extra = {} if visibility_timeout is None else {"VisibilityTimeout": visibility_timeout}
         resp = self._call("receive_message", MaxNumberOfMessages=min(max_messages, BATCH),
-                          WaitTimeSeconds=0,
+                          WaitTimeSeconds=0, **extra,
                           MessageSystemAttributeNames=["SentTimestamp", "ApproximateReceiveCount"])
         out = []
         for m in resp.get("Messages", []):
@@ -129,14 +133,16 @@ class StubQueue(Queue):
                 self._messages[f"m{next(self._ids)}"] = (body, time.time(), 0.0, 0)
         return {}
 
-    def receive(self, max_messages: int = BATCH) -> list[Received]:
+    def receive(self, max_messages: int = BATCH,
+                visibility_timeout: int | None = None) -> list[Received]:
         t, out = time.time(), list[Received]()
+        hide = self.visibility_seconds if visibility_timeout is None else visibility_timeout
         with self._lock:
             for mid, (body, sent, visible_at, n) in list(self._messages.items()):
                 if len(out) >= min(max_messages, BATCH):
                     break
                 if visible_at <= t:
-                    self._messages[mid] = (body, sent, t + self.visibility_seconds, n + 1)
+                    self._messages[mid] = (body, sent, t + hide, n + 1)
                     out.append(Received(mid, f"{mid}:{n + 1}", body, sent, n + 1))
         return out
 

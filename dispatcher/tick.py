@@ -12,18 +12,16 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from aws_lambda_powertools import Logger
-
 from dispatcher.config import Config
 from dispatcher.intake import Intake, IntakeStats
 from dispatcher.launch import Launches, LaunchStats
 from dispatcher.launcher.base import Launcher
+from dispatcher.logs import logger
 from dispatcher.persistence.base import Store
 from dispatcher.queue import Queue
 from dispatcher.reconcile import Reconciler, ReconcileStats
 from dispatcher.reruns import Reruns
 
-logger = Logger(service="longjobs")
 # Time kept back from the drain for recording and launching.
 LAUNCH_RESERVE_SECONDS = 5.0
 
