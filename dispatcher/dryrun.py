@@ -17,7 +17,6 @@ from dispatcher.launcher.base import Launcher, LaunchRequest, LaunchResult, Task
 from dispatcher.persistence.base import Fence, JobUpdate, LaunchOutcome, Store
 from dispatcher.queue import BATCH, Backlog, Queue, Received
 
-
 READ_SECONDS = 60
 
 
@@ -144,6 +143,12 @@ class DryRunStore(Store):
                          jobs=[{**asdict(u), "source": str(u.source), "target": str(u.target)}
                                for u in updates])
         bundle.state = target
+
+    def running_jobs(self) -> list[Job]:
+        return self._inner.running_jobs()
+
+    def fail_overdue(self, job: Job, reason: str) -> None:
+        self._plan.would("fail", job_id=job.job_id, reason=reason)
 
     def cancel(self, job_id: str) -> Job:
         raise NotImplementedError("operators cancel through the real store")

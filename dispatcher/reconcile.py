@@ -16,13 +16,16 @@ from aws_lambda_powertools import Logger
 
 from dispatcher.config import Config
 from dispatcher.events import TaskStop
-from dispatcher.job import Bundle, BundleState
+from dispatcher.exceptions import ConflictError
+from dispatcher.job import TERMINAL_JOB_STATES, Bundle, BundleState
 from dispatcher.launcher.base import Launcher
 from dispatcher.persistence.base import Store
 from dispatcher.reruns import Reruns
 
 logger = Logger(service="longjobs", child=True)
 HEARTBEAT_MISSES = 4
+# The runner fails a job at its timeout itself; the tick steps in only after this much more.
+TIMEOUT_MARGIN_SECONDS = 5.0
 # Not "longjobs:": that prefix marks a user stop (cancel/timeout), which is never rerun.
 STUCK_REASON = "longjobs-reconcile: task stopped heartbeating; rerun elsewhere"
 
@@ -32,6 +35,7 @@ class ReconcileStats:
     checked: int = 0
     stopped_found: int = 0
     stuck_stopped: int = 0
+    timed_out: list[str] = field(default_factory=list)
     outcomes: list[dict[str, object]] = field(default_factory=list)
 
 
@@ -75,3 +79,28 @@ class Reconciler:
             outcome = self._reruns.on_stop(stop)
             stats.outcomes.append(outcome)
             logger.warning("reconciled a task", extra={"task_arn": status.task_arn, **outcome})
+
+    def timeouts(self, active: list[Bundle], stats: ReconcileStats) -> None:
+        """Jobs past ``timeout_seconds`` that their runner did not stop: fail them, and stop
+        the task if nothing else of its bundle is left to run."""
+        t = self._clock()
+        margin = TIMEOUT_MARGIN_SECONDS + 2 * self._cfg.heartbeat_seconds
+        by_id = {b.bundle_id: b for b in active}
+        for job in self._store.running_jobs():
+            started = job.history[-1].get("started_at") if job.history else None
+            if not job.timeout_seconds or started is None \
+                    or t < float(started) + job.timeout_seconds + margin:
+                continue
+            try:
+                self._store.fail_overdue(job, "timeout")
+            except ConflictError:
+                continue
+            stats.timed_out.append(job.job_id)
+            bundle = by_id.get(job.bundle_id or "")
+            if bundle is None or not bundle.task_arn:
+                continue
+            others = [j for j in self._store.get_jobs(bundle.job_ids)
+                      if j.job_id != job.job_id and j.bundle_id == bundle.bundle_id
+                      and j.state not in TERMINAL_JOB_STATES]
+            if not others:
+                self._launcher.stop(bundle.task_arn, f"longjobs: job {job.job_id} timed out")

@@ -90,6 +90,7 @@ class Dispatcher:
         self.launches.recover(d.launch)
         active = self.store.active_bundles()
         self.reconciler.run(active, d.reconcile)
+        self.reconciler.timeouts(active, d.reconcile)
         # Reruns started by reconciliation are active again; settled bundles are not.
         d.active_bundles = len(active) - d.reconcile.stopped_found - d.reconcile.stuck_stopped \
             + sum(1 for o in d.reconcile.outcomes if o.get("relaunched"))

@@ -70,3 +70,21 @@ def test_a_stale_task_cannot_write(aws: Aws) -> None:
         store.save_checkpoint(stale, "ev-job", {"step": 1})
     job = store.get_job("ev-job")
     assert job is not None and job.state == JobState.PENDING and job.checkpoint is None
+
+
+def test_cancel_of_an_unlaunched_job_is_immediate_and_closes_its_bundle(aws: Aws) -> None:
+    aws.proxy.inject_runtask_failures(["RESOURCE:MEMORY"])
+    client = JobClient()
+    client.submit("k", {}, job_id="unlaunched")
+    factory.dispatcher(aws.config(LONGJOBS_LAUNCH_BACKOFF_SECONDS="3600")).tick()
+    store = DynamoStore(aws.env["LONGJOBS_TABLE"])
+    job = client.cancel("unlaunched")
+    assert job.state == JobState.CANCELLED
+    assert job.bundle_id
+    bundle = store.get_bundle(job.bundle_id)
+    assert bundle is not None and bundle.state == BundleState.DONE
+    with pytest.raises(Exception, match="already CANCELLED"):
+        client.cancel("unlaunched")
+    again = client.retry("unlaunched")
+    assert again.state == JobState.PENDING and again.bundle_id != job.bundle_id
+    assert factory.dispatcher(aws.config()).tick().due_bundles == 1

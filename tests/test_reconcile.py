@@ -63,3 +63,24 @@ def test_healthy_tasks_are_left_alone(aws: Aws) -> None:
     decision = factory.dispatcher(aws.config()).tick()  # start timeout 600 s not reached
     assert decision.reconcile.checked == 0
     assert aws.proxy.counts()["ecs.DescribeTasks"] == 0
+
+
+def test_a_job_past_its_timeout_is_failed_and_its_lone_task_stopped(aws: Aws) -> None:
+    JobClient().submit("k", {}, job_id="overdue", timeout_seconds=1)
+    factory.dispatcher(aws.config()).tick()
+    store = DynamoStore(aws.env["LONGJOBS_TABLE"])
+    job = store.get_job("overdue")
+    assert job is not None and job.bundle_id
+    bundle = store.get_bundle(job.bundle_id)
+    assert bundle is not None and bundle.task_arn
+    fence = Fence(bundle.bundle_id, bundle.attempt, bundle.task_arn)
+    store.claim(fence)  # its runner started it long ago and is wedged, yet heartbeats
+    store.apply(fence, [JobUpdate("overdue", JobState.PENDING, JobState.RUNNING,
+                                  attempts_delta=1, history=[{"task_arn": bundle.task_arn,
+                                                              "started_at": 0.0}])])
+    store.heartbeat(fence, "overdue")
+    decision = factory.dispatcher(aws.config(LONGJOBS_HEARTBEAT_SECONDS="30")).tick()
+    assert decision.reconcile.timed_out == ["overdue"]
+    failed = store.get_job("overdue")
+    assert failed is not None and failed.state == JobState.FAILED and failed.reason == "timeout"
+    assert _task_status(aws, bundle.task_arn) == "STOPPED"

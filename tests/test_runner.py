@@ -129,3 +129,27 @@ def test_sigterm_interrupts_and_the_rerun_resumes(local: tuple[LocalEnv, Path]) 
     job = store.get_job("graceful")
     assert job is not None and job.attempts == 1 and job.infra_attempts == 1
     assert int(str(runs(log, "graceful")[1]["resumed_from"])) >= 1
+
+
+def test_cancel_running_job_stops_it_at_the_next_heartbeat(local: tuple[LocalEnv, Path]) -> None:
+    env, log = local
+    store = DynamoStore(env.cfg.table)
+    client = JobClient()
+    client.submit("sleepy", {"seconds": 60}, job_id="to-cancel")
+    wait_for(lambda: state(store, "to-cancel") == JobState.RUNNING)
+    assert client.cancel("to-cancel").state == JobState.RUNNING  # requested, not yet done
+    wait_for(lambda: state(store, "to-cancel") == JobState.CANCELLED, timeout=30)
+    arn = next(iter(env.launcher.tasks))
+    wait_for(lambda: env.launcher.tasks[arn].exit is not None, timeout=30)
+    assert len(env.launcher.tasks) == 1  # not rerun
+    retried = client.retry("to-cancel")
+    assert retried.state == JobState.PENDING and retried.attempts == 0
+
+
+def test_job_timeout_fails_it_with_reason_timeout(local: tuple[LocalEnv, Path]) -> None:
+    env, log = local
+    store = DynamoStore(env.cfg.table)
+    JobClient().submit("sleepy", {"seconds": 60}, job_id="slow", timeout_seconds=1)
+    wait_for(lambda: state(store, "slow") == JobState.FAILED, timeout=30)
+    job = store.get_job("slow")
+    assert job is not None and job.reason == "timeout"

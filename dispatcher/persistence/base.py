@@ -141,3 +141,10 @@ class Store(ABC):
     @abstractmethod
     def retry(self, job_id: str) -> Job:
         """FAILED or CANCELLED -> PENDING with a fresh budget, in a new bundle."""
+
+    @abstractmethod
+    def running_jobs(self) -> list[Job]: ...
+
+    @abstractmethod
+    def fail_overdue(self, job: Job, reason: str) -> None:
+        """RUNNING -> FAILED for a job past its timeout whose runner did not stop it."""

@@ -124,3 +124,23 @@ class ControlWrites:
             raise
         return self._job(job_id)
 
+
+    def running_jobs(self) -> list[Job]:
+        from dispatcher.persistence.codec import item_job
+
+        return [item_job(i) for i in Item.by_status.query(f"JOB#{JobState.RUNNING}")]
+
+    def fail_overdue(self, job: Job, reason: str) -> None:
+        """Fail a RUNNING job its runner did not stop in time (conditional: still that run)."""
+        state.check_job(job.job_id, JobState.RUNNING, JobState.FAILED)
+        try:
+            Item(f"JOB#{job.job_id}").update(actions=[
+                Item.state.set(str(JobState.FAILED)),
+                Item.status_key.set(f"JOB#{JobState.FAILED}"), Item.updated_at.set(now()),
+                Item.reason.set(reason), Item.error.set({"type": "Timeout", "message": reason})],
+                condition=(Item.state == str(JobState.RUNNING))
+                & (Item.attempts == job.attempts) & (Item.bundle_id == (job.bundle_id or "")))
+        except Exception as exc:
+            if getattr(exc, "cause_response_code", "") == "ConditionalCheckFailedException":
+                raise ConflictError("job moved on", job_id=job.job_id) from None
+            raise
