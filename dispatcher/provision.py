@@ -15,6 +15,13 @@ import boto3
 from dispatcher.persistence.models import TTL_ATTRIBUTE, Item, bind
 
 DEFAULT_REGION = "us-east-1"
+# The job queue's shape, as infra/template.yaml declares it (a test keeps the two equal).
+QUEUE_ATTRIBUTES = {
+    "VisibilityTimeout": "300",  # longer than a tick: no redelivery while a tick records
+    "MessageRetentionPeriod": "1209600",  # 14 days
+    "MaximumMessageSize": "1048576",  # 1 MiB
+}
+DLQ_ATTRIBUTES = {"MessageRetentionPeriod": "1209600"}
 MAX_RECEIVE_COUNT = 5
 
 
@@ -62,15 +69,15 @@ def register_task_definition(ecs: Any, names: Names, image: str = "longjobs-work
 
 
 def provision(endpoint: str | None, names: Names | None = None,
-              region: str = DEFAULT_REGION, visibility_timeout: int = 120) -> dict[str, str]:
+              region: str = DEFAULT_REGION) -> dict[str, str]:
     """Create everything; return the LONGJOBS_* environment a dispatcher and clients need."""
     names = names or Names()
     sqs = _client("sqs", endpoint, region)
-    dlq_url = sqs.create_queue(QueueName=names.dlq)["QueueUrl"]
+    dlq_url = sqs.create_queue(QueueName=names.dlq, Attributes=DLQ_ATTRIBUTES)["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
         "Attributes"]["QueueArn"]
     queue_url = sqs.create_queue(QueueName=names.queue, Attributes={
-        "VisibilityTimeout": str(visibility_timeout),
+        **QUEUE_ATTRIBUTES,
         "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn,
                                      "maxReceiveCount": str(MAX_RECEIVE_COUNT)}),
     })["QueueUrl"]

@@ -507,3 +507,15 @@ def test_register_revision_targets_the_named_container(ecs: Any) -> None:
 def test_register_revision_of_a_missing_family_raises(ecs: Any) -> None:
     with pytest.raises(ResourceMissing, match="'nope' has no ACTIVE revision"):
         register_revision(ecs, "nope", "registry/worker:1")
+
+
+def test_local_queues_have_the_templates_shape(template: dict[str, Any]) -> None:
+    """Local mode and tests provision the same queue shape the stack creates."""
+    from dispatcher.provision import DLQ_ATTRIBUTES, MAX_RECEIVE_COUNT, QUEUE_ATTRIBUTES
+
+    queues = resources(template, "AWS::SQS::Queue")
+    job = queues["JobQueue"]["Properties"]
+    assert {k: str(job[k]) for k in QUEUE_ATTRIBUTES} == QUEUE_ATTRIBUTES
+    assert job["RedrivePolicy"]["maxReceiveCount"] == MAX_RECEIVE_COUNT
+    dlq = queues["JobDeadLetterQueue"]["Properties"]
+    assert {k: str(dlq[k]) for k in DLQ_ATTRIBUTES} == DLQ_ATTRIBUTES
