@@ -61,6 +61,8 @@ def submit(
 @app.command()
 def dispatch(
     once: Annotated[bool, typer.Option("--once", help="Run exactly one tick.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Decide everything, write "
+                                          "nothing; print what it would do.")] = False,
 ) -> None:
     """Run the dispatcher tick (what the scheduled Lambda does); prints the decision record."""
     from dispatcher import factory
@@ -71,7 +73,15 @@ def dispatch(
         raise typer.Exit(2)
 
     def run() -> dict[str, Any]:
-        return factory.dispatcher(config.load("dispatcher")).tick().as_dict()
+        cfg = config.load("dispatcher")
+        if dry_run:
+            dispatcher, plan = factory.dry_run(cfg)
+            try:
+                decision = dispatcher.tick().as_dict()
+            finally:
+                plan.finish()
+            return {"dry_run": True, "decision": decision, "plan": plan.actions}
+        return factory.dispatcher(cfg).tick().as_dict()
 
     typer.echo(json.dumps(guarded(run), indent=2, default=str))
 
@@ -115,6 +125,13 @@ def local(
         pass
     finally:
         env.stop()
+
+
+from dispatcher.cli_deploy import deploy  # noqa: E402
+from dispatcher.cli_ops import register  # noqa: E402  (operator commands: jobs, stats, dlq)
+
+register(app)
+app.command()(deploy)
 
 
 def main() -> None:

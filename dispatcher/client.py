@@ -6,11 +6,12 @@ about a bad job at submit time instead of finding a REJECTED record later.
 
 from __future__ import annotations
 
+import builtins
 import os
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -18,6 +19,9 @@ from dispatcher import aws, config, message
 from dispatcher.exceptions import InvalidMessage, JobNotFound, SubmitError
 from dispatcher.job import Job, Rejection
 from dispatcher.queue import BATCH, Queue, SqsQueue
+
+if TYPE_CHECKING:  # the table's model (pynamodb) loads only when a client reads
+    from dispatcher.registry import DeadLetters, JobDetail, JobSummary, Registry, Stats
 
 # A SendMessageBatch request carries at most 1 MiB in total (and 10 messages).
 # https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessageBatch.html
@@ -109,6 +113,38 @@ class JobClient:
     def retry(self, job_id: str) -> Job:
         """Run a FAILED or CANCELLED job again with a fresh attempt budget."""
         return self._table().retry(job_id)  # type: ignore[no-any-return]
+
+    # -- operating (dispatcher.registry) ---------------------------------------------------------
+    def registry(self) -> Registry:
+        """The typed read API over the table, with this client's queue and DLQ for stats."""
+        from dispatcher.registry import Registry
+
+        self._table()  # binds the table model to this client's table and endpoint
+        dlq = SqsQueue(aws.client("sqs", self.cfg), self.cfg.dlq_url) if self.cfg.dlq_url \
+            else None
+        return Registry(queue=self._queue, dead_letters=dlq)
+
+    def stats(self) -> Stats:
+        """Backlog, jobs by state, running tasks by revision, launch failures and reruns."""
+        return self.registry().stats()
+
+    def show(self, job_id: str) -> JobDetail:
+        """A job with its attempts (or a REJECTED record with its reason); JobNotFound if none."""
+        return self.registry().show(job_id)
+
+    def dead_letters(self) -> DeadLetters:
+        """The DLQ (LONGJOBS_DLQ_URL): peek at messages, or move them back to the job queue."""
+        from dispatcher.registry import DeadLetters
+
+        return DeadLetters(aws.client("sqs", self.cfg), self.cfg.dlq_url, self.cfg.queue_url)
+
+    # Keep `list` the last method: below it, `list[...]` in a class-level annotation would name
+    # this method (mypy: "not valid as a type").
+    def list(self, *, status: str | None = None, kind: str | None = None,
+             since_seconds: float | None = None, limit: int = 50) -> builtins.list[JobSummary]:
+        """Jobs newest first, through the status index (never a table scan)."""
+        return self.registry().list_jobs(status=status, kind=kind, since_seconds=since_seconds,
+                                         limit=limit)
 
 
 def _environ() -> dict[str, str]:

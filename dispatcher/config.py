@@ -79,6 +79,8 @@ SETTINGS: tuple[Setting, ...] = (
             "longjobs.handlers entry points).", "", ("runner",)),
     Setting("LONGJOBS_RETRY_ANY_EXCEPTION", "true: any handler exception is retried while "
             "attempts remain; false: only RetryableError is.", "true", ("runner",)),
+    Setting("LONGJOBS_METRICS_NAMESPACE", "CloudWatch namespace of the EMF metrics (falls back "
+            "to POWERTOOLS_METRICS_NAMESPACE).", "", ("dispatcher",)),
     Setting("LONGJOBS_LAUNCH_RECOVERY_SECONDS", "Age after which a launch left unfinished by a "
             "crashed tick is retried with its original clientToken.", "60"),
 )
@@ -145,6 +147,7 @@ class Config:
     runtask_per_second: float = 20.0
     launch_recovery_seconds: int = 60
     max_infra_attempts: int = 10
+    metrics_namespace: str = ""
     start_timeout_seconds: int = 600
     heartbeat_seconds: float = 30.0
     assign_wait_seconds: float = 120.0
@@ -180,6 +183,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "LONGJOBS_RUNTASK_PER_SECOND": ("runtask_per_second", float),
     "LONGJOBS_LAUNCH_RECOVERY_SECONDS": ("launch_recovery_seconds", _ints),
     "LONGJOBS_MAX_INFRA_ATTEMPTS": ("max_infra_attempts", _ints),
+    "LONGJOBS_METRICS_NAMESPACE": ("metrics_namespace", str),
     "LONGJOBS_START_TIMEOUT_SECONDS": ("start_timeout_seconds", _ints),
     "LONGJOBS_HEARTBEAT_SECONDS": ("heartbeat_seconds", float),
     "LONGJOBS_ASSIGN_WAIT_SECONDS": ("assign_wait_seconds", float),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dispatcher import config, factory
+from dispatcher import config, factory, metrics
 from dispatcher.exceptions import LongjobsError
 from dispatcher.logs import logger
 
@@ -13,16 +13,25 @@ def dispatch(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """The scheduled tick (EventBridge Scheduler, every minute, reserved concurrency 1)."""
     try:
         cfg = config.load("dispatcher")
+        dispatcher = factory.dispatcher(cfg)
         remaining = getattr(context, "get_remaining_time_in_millis", None)
-        return factory.dispatcher(cfg).tick(remaining).as_dict()
+        decision = dispatcher.tick(remaining)
     except LongjobsError as exc:
         # A readable line in the logs (and the Errors metric) instead of a stack trace.
         logger.error("tick failed", extra={"reason": exc.reason, "error": type(exc).__name__})
         raise
+    # TickCompleted is the heartbeat the "dispatcher stopped" alarm watches (missing = breach).
+    metrics.publish_tick(decision, backlog=dispatcher.queue.backlog(),
+                         running_tasks=decision.active_bundles + decision.launch.bundles_launched,
+                         queue=cfg.queue_url, namespace=cfg.metrics_namespace or None)
+    return decision.as_dict()
 
 
 def task_event(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """ECS "Task State Change" events from EventBridge: reruns of tasks that stopped early."""
     from dispatcher.events import handle
 
-    return handle(event, config.load("dispatcher"))
+    cfg = config.load("dispatcher")
+    outcome = handle(event, cfg)
+    metrics.publish_stop(outcome, queue=cfg.queue_url, namespace=cfg.metrics_namespace or None)
+    return outcome

@@ -132,7 +132,7 @@ def test_sigterm_interrupts_and_the_rerun_resumes(local: tuple[LocalEnv, Path]) 
 
 
 def test_cancel_running_job_stops_it_at_the_next_heartbeat(local: tuple[LocalEnv, Path]) -> None:
-    env, log = local
+    env, _ = local
     store = DynamoStore(env.cfg.table)
     client = JobClient()
     client.submit("sleepy", {"seconds": 60}, job_id="to-cancel")
@@ -147,7 +147,7 @@ def test_cancel_running_job_stops_it_at_the_next_heartbeat(local: tuple[LocalEnv
 
 
 def test_job_timeout_fails_it_with_reason_timeout(local: tuple[LocalEnv, Path]) -> None:
-    env, log = local
+    env, _ = local
     store = DynamoStore(env.cfg.table)
     JobClient().submit("sleepy", {"seconds": 60}, job_id="slow", timeout_seconds=1)
     wait_for(lambda: state(store, "slow") == JobState.FAILED, timeout=30)

@@ -1,0 +1,63 @@
+"""``longjobs dispatch --once --dry-run`` decides everything and changes nothing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from typer.testing import CliRunner
+
+from dispatcher.cli import app
+from dispatcher.client import JobClient
+from tests.conftest import Aws
+from tests.helpers import client, ecs_tasks, queue_counts, table_items
+
+
+def _snapshot(aws: Aws) -> tuple[Any, ...]:
+    url = aws.proxy.url
+    items = sorted(json.dumps(i, sort_keys=True)
+                   for i in table_items(url, aws.env["LONGJOBS_TABLE"], ""))
+    return (items, queue_counts(url, aws.env["LONGJOBS_QUEUE_URL"]),
+            sorted(ecs_tasks(url, aws.env["LONGJOBS_CLUSTER"])))
+
+
+def test_dry_run_reports_the_plan_and_writes_nothing(aws: Aws) -> None:
+    JobClient().submit_many(
+        [{"kind": "k", "payload": {}, "job_id": f"small-{i}", "estimated_seconds": 1}
+         for i in range(12)] + [{"kind": "k", "payload": {}, "job_id": "long-0"}])
+    client("sqs", aws.proxy.url).send_message(QueueUrl=aws.env["LONGJOBS_QUEUE_URL"],
+                                              MessageBody="not json")
+    before = _snapshot(aws)
+    result = CliRunner().invoke(app, ["dispatch", "--once", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output[result.output.index("{"):])
+    assert out["dry_run"] is True
+    actions = {a["would"] for a in out["plan"]}
+    assert {"record", "reject", "launch", "run_task", "delete_messages"} <= actions, out
+    record = next(a for a in out["plan"] if a["would"] == "record")
+    assert sorted(len(b["jobs"]) for b in record["bundles"]) == [1, 12]
+    assert out["decision"]["intake"]["rejected"] == 1
+    assert _snapshot(aws) == before
+    assert aws.proxy.counts()["ecs.RunTask"] == 0
+    assert aws.proxy.counts()["dynamodb.TransactWriteItems"] == 0
+
+
+def test_deploy_registers_a_revision_and_running_tasks_keep_theirs(aws: Aws) -> None:
+    from dispatcher import factory
+
+    JobClient().submit("k", {}, job_id="on-old")
+    factory.dispatcher(aws.config()).tick()
+    result = CliRunner().invoke(app, ["deploy", "--image", "worker:v2", "--env", "MODE=fast"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == "longjobs-worker:2"
+    ecs = client("ecs", aws.proxy.url)
+    running = ecs.describe_tasks(cluster=aws.env["LONGJOBS_CLUSTER"],
+                                 tasks=ecs_tasks(aws.proxy.url, aws.env["LONGJOBS_CLUSTER"]))
+    assert [t["taskDefinitionArn"].rsplit("/", 1)[-1] for t in running["tasks"]] == [
+        "longjobs-worker:1"]
+    new = ecs.describe_task_definition(taskDefinition="longjobs-worker:2")["taskDefinition"]
+    container = new["containerDefinitions"][0]
+    assert container["image"] == "worker:v2"
+    assert {"name": "MODE", "value": "fast"} in container["environment"]
+    bad = CliRunner().invoke(app, ["deploy", "--image", "x", "--family", "nope"])
+    assert bad.exit_code == 2 and "Traceback" not in bad.output

@@ -1,0 +1,68 @@
+"""The Lambda handlers as Lambda calls them: config from the environment, EMF metrics on stdout."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from dispatcher import events, handlers
+from dispatcher.client import JobClient
+from dispatcher.persistence.dynamodb import DynamoStore
+from tests.conftest import Aws
+
+
+def _value(v: Any) -> float:
+    return float(v[0] if isinstance(v, list) else v)  # EMF may hold a value or a list
+
+
+def _emf(out: str) -> list[dict[str, Any]]:
+    blobs = []
+    for line in out.splitlines():
+        if line.startswith("{") and '"_aws"' in line:
+            blobs.append(json.loads(line))
+    return blobs
+
+
+class Context:
+    def get_remaining_time_in_millis(self) -> int:
+        return 50_000
+
+
+def test_dispatch_handler_ticks_and_publishes_metrics(aws: Aws,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    JobClient().submit_many([{"kind": "k", "payload": {}, "job_id": f"h{i}"} for i in range(3)])
+    result = handlers.dispatch({}, Context())
+    assert result["launch"]["bundles_launched"] == 3
+    blobs = _emf(capsys.readouterr().out)
+    names = {m["Name"] for b in blobs for d in b["_aws"]["CloudWatchMetrics"]
+             for m in d["Metrics"]}
+    assert {"TickCompleted", "JobsAdmitted", "BundlesLaunched", "RunningTasks"} <= names
+    tick = next(b for b in blobs if "JobsAdmitted" in b)
+    assert _value(tick["JobsAdmitted"]) == 3
+    assert _value(tick["BundlesLaunched"]) == 3
+    assert _value(tick["RunningTasks"]) == 3
+
+
+def test_task_event_handler_reruns_and_publishes(aws: Aws,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    JobClient().submit("k", {}, job_id="spot")
+    handlers.dispatch({}, Context())
+    job = DynamoStore(aws.env["LONGJOBS_TABLE"]).get_job("spot")
+    assert job is not None and job.bundle_id
+    bundle = DynamoStore(aws.env["LONGJOBS_TABLE"]).get_bundle(job.bundle_id)
+    assert bundle is not None and bundle.task_arn
+    capsys.readouterr()
+    out = handlers.task_event(events.sample_event(bundle.task_arn, stop_code="SpotInterruption"),
+                              None)
+    assert out["stop_class"] == "infrastructure" and out["relaunched"] is True
+    blobs = _emf(capsys.readouterr().out)
+    assert any("Reruns" in b and _value(b["Reruns"]) == 1
+               and b.get("StopClass") == "infrastructure" for b in blobs)
+
+
+def test_missing_configuration_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LONGJOBS_QUEUE_URL", raising=False)
+    with pytest.raises(Exception, match="LONGJOBS_QUEUE_URL is not set"):
+        handlers.dispatch({}, None)
