@@ -519,3 +519,23 @@ def test_local_queues_have_the_templates_shape(template: dict[str, Any]) -> None
     assert job["RedrivePolicy"]["maxReceiveCount"] == MAX_RECEIVE_COUNT
     dlq = queues["JobDeadLetterQueue"]["Properties"]
     assert {k: str(dlq[k]) for k in DLQ_ATTRIBUTES} == DLQ_ATTRIBUTES
+
+
+def test_heartbeat_alarm_watches_the_metric_the_dispatcher_emits(
+        template: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A renamed metric or dimension would leave the 'dispatcher stopped' alarm blind."""
+    from dispatcher.metrics import tick_blobs
+    from dispatcher.tick import Decision
+
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "longjobs")
+    blobs = tick_blobs(Decision(tick_id="t"), backlog=None, running_tasks=0, queue="q",
+                       namespace="ns")
+    beat = next(b for b in blobs if "TickCompleted" in b)
+    emitted_dims = beat["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]
+    alarms = [a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()
+              if a["Properties"].get("MetricName") == "TickCompleted"]
+    assert len(alarms) == 1
+    alarm_dims = {d["Name"]: d["Value"] for d in alarms[0]["Dimensions"]}
+    assert sorted(alarm_dims) == sorted(emitted_dims)
+    assert all(beat[k] == v for k, v in alarm_dims.items())
+    assert alarms[0]["TreatMissingData"] == "breaching"
