@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import typer
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
 from dispatcher import config, message
 from dispatcher.exceptions import LongjobsError
@@ -20,10 +20,28 @@ T = TypeVar("T")
 
 def guarded(fn: Callable[[], T]) -> T:
     """Turn every expected failure into one readable line and exit code 2."""
+    from pynamodb.exceptions import PynamoDBException, TableDoesNotExist
+
     try:
         return fn()
     except LongjobsError as exc:
         typer.echo(f"error: {exc}", err=True)
+    except EndpointConnectionError as exc:
+        typer.echo(f"error: cannot reach the AWS endpoint: {exc}", err=True)
+    except TableDoesNotExist as exc:
+        typer.echo(f"error: DynamoDB table does not exist: {exc.msg}", err=True)
+    except PynamoDBException as exc:
+        # pynamodb wraps botocore's errors; say what DynamoDB said, not where it was raised.
+        cause = exc.cause
+        if isinstance(cause, EndpointConnectionError):
+            typer.echo(f"error: cannot reach the AWS endpoint: {cause}", err=True)
+        elif exc.cause_response_code == "ResourceNotFoundException":
+            typer.echo(f"error: DynamoDB table not found ({exc.cause_response_message}); "
+                       "check LONGJOBS_TABLE", err=True)
+        else:
+            detail = (f"{exc.cause_response_code}: {exc.cause_response_message}"
+                      if exc.cause_response_code else str(cause or exc.msg))
+            typer.echo(f"error: DynamoDB: {exc.msg}: {detail}", err=True)
     except ClientError as exc:
         err = exc.response.get("Error", {})
         typer.echo(f"error: AWS {exc.operation_name}: {err.get('Code')}: {err.get('Message')}",

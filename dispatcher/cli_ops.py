@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from botocore.exceptions import EndpointConnectionError
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -51,26 +50,10 @@ def parse_duration(text: str) -> float:
 
 
 def _run(fn: Callable[[], T]) -> T:
-    """``cli.guarded`` plus the failures it does not know: pynamodb wraps botocore's errors in
-    its own exceptions, and an unreachable endpoint deserves a plainer line than botocore's."""
-    from pynamodb.exceptions import PynamoDBException
-
+    """Every command's failures become one line (``cli.guarded`` knows them all)."""
     from dispatcher.cli import guarded
 
-    def translated() -> T:
-        try:
-            return fn()
-        except EndpointConnectionError as exc:
-            raise LongjobsError(f"cannot reach the AWS endpoint: {exc}") from None
-        except PynamoDBException as exc:
-            cause = exc.cause
-            if isinstance(cause, EndpointConnectionError):
-                raise LongjobsError(f"cannot reach the AWS endpoint: {cause}") from None
-            detail = (f"{exc.cause_response_code}: {exc.cause_response_message}"
-                      if exc.cause_response_code else str(cause or exc.msg))
-            raise LongjobsError(f"DynamoDB: {exc.msg}: {detail}") from None
-
-    return guarded(translated)
+    return guarded(fn)
 
 
 def _client() -> JobClient:
