@@ -46,3 +46,19 @@ def s(item: dict[str, Any], key: str) -> Any:
     if "L" in value:
         return [v.get("S") for v in value["L"]]
     return value
+
+
+def launched(aws: Any, job_id: str, **submit: Any) -> tuple[Any, str, str]:
+    """Submit one job and tick once: (store, bundle id, task ARN) of its launched bundle."""
+    from dispatcher import factory
+    from dispatcher.client import JobClient
+    from dispatcher.persistence.dynamodb import DynamoStore
+
+    JobClient().submit("k", {}, job_id=job_id, **submit)
+    factory.dispatcher(aws.config()).tick()
+    store = DynamoStore(aws.env["LONGJOBS_TABLE"])
+    job = store.get_job(job_id)
+    assert job is not None and job.bundle_id
+    bundle = store.get_bundle(job.bundle_id)
+    assert bundle is not None and bundle.task_arn
+    return store, bundle.bundle_id, bundle.task_arn

@@ -1,12 +1,23 @@
-"""The demo scenario at small settings: its verdict is computed, so assert it."""
+"""The demo scenario at small settings: its verdict is computed, so assert it.
+
+Small settings keep the story whole (a burst held back by admission, bundles, a SIGKILL and its
+rerun from a checkpoint, a deploy, poison, malformed, duplicate) in well under a minute.
+"""
 
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
 from dispatcher.local.demo import run
+
+
+def _children() -> list[str]:
+    out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(os.getpid())],
+                         capture_output=True, text=True, check=False).stdout
+    return [line for line in out.splitlines() if "job_runner" in line]
 
 
 def test_demo_verdict_holds(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -14,12 +25,16 @@ def test_demo_verdict_holds(monkeypatch: pytest.MonkeyPatch) -> None:
     lines: list[str] = []
     saved = dict(os.environ)
     try:
-        ok, verdict = run(small=30, long=1, seed=3, say=lines.append)
+        ok, verdict = run(small=40, long=2, seed=3, max_running=3, bundle_jobs=8,
+                          long_seconds=(6, 7), timeout=60, say=lines.append)
     finally:  # local mode exports its settings to the process environment
         os.environ.clear()
         os.environ.update(saved)
-    assert verdict == ("demo: 31 jobs, 31 succeeded exactly once, 1 failed as expected, "
-                       "1 rejected, 0 lost, 0 duplicate runs"), lines
-    assert ok
-    assert any(line.startswith("SIGKILL task") for line in lines)
-    assert any("longjobs-worker:2" in line for line in lines)
+    text = "\n".join(lines)
+    assert verdict == ("demo: 42 jobs, 42 succeeded exactly once, 1 failed as expected, "
+                       "1 rejected, 0 lost, 0 duplicate runs"), text
+    assert ok, text
+    assert any("SIGKILL task" in line for line in lines), text
+    assert any("deploy: registered longjobs-worker:2" in line for line in lines), text
+    assert "all " in next(line for line in lines if line.strip().startswith("checks")), text
+    assert not _children(), "the demo left task processes behind"

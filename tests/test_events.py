@@ -11,17 +11,12 @@ from dispatcher.job import BundleState, JobState
 from dispatcher.persistence.base import Fence, JobUpdate
 from dispatcher.persistence.dynamodb import DynamoStore
 from tests.conftest import Aws
+from tests.helpers import launched
 
 
 def _launched(aws: Aws) -> tuple[DynamoStore, str, str]:
-    JobClient().submit("k", {}, job_id="ev-job")
-    factory.dispatcher(aws.config()).tick()
-    store = DynamoStore(aws.env["LONGJOBS_TABLE"])
-    job = store.get_job("ev-job")
-    assert job is not None and job.bundle_id
-    bundle = store.get_bundle(job.bundle_id)
-    assert bundle is not None and bundle.task_arn
-    return store, bundle.bundle_id, bundle.task_arn
+    store, bundle_id, arn = launched(aws, "ev-job")
+    return store, bundle_id, arn
 
 
 def test_malformed_and_running_events_are_ignored(aws: Aws) -> None:

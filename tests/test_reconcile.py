@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 from dispatcher import factory
-from dispatcher.client import JobClient
 from dispatcher.job import BundleState, JobState
 from dispatcher.persistence.base import Fence, JobUpdate
 from dispatcher.persistence.dynamodb import DynamoStore
 from tests.conftest import Aws
-from tests.helpers import client
+from tests.helpers import client, launched
 
 
 def _launched(aws: Aws) -> tuple[DynamoStore, str, str]:
-    JobClient().submit("k", {}, job_id="rc-job")
-    factory.dispatcher(aws.config()).tick()
-    store = DynamoStore(aws.env["LONGJOBS_TABLE"])
-    job = store.get_job("rc-job")
-    assert job is not None and job.bundle_id
-    bundle = store.get_bundle(job.bundle_id)
-    assert bundle is not None and bundle.task_arn
-    return store, bundle.bundle_id, bundle.task_arn
+    store, bundle_id, arn = launched(aws, "rc-job")
+    return store, bundle_id, arn
 
 
 def _task_status(aws: Aws, arn: str) -> str:
@@ -66,12 +59,8 @@ def test_healthy_tasks_are_left_alone(aws: Aws) -> None:
 
 
 def test_a_job_past_its_timeout_is_failed_and_its_lone_task_stopped(aws: Aws) -> None:
-    JobClient().submit("k", {}, job_id="overdue", timeout_seconds=1)
-    factory.dispatcher(aws.config()).tick()
-    store = DynamoStore(aws.env["LONGJOBS_TABLE"])
-    job = store.get_job("overdue")
-    assert job is not None and job.bundle_id
-    bundle = store.get_bundle(job.bundle_id)
+    store, bundle_id, _ = launched(aws, "overdue", timeout_seconds=1)
+    bundle = store.get_bundle(bundle_id)
     assert bundle is not None and bundle.task_arn
     fence = Fence(bundle.bundle_id, bundle.attempt, bundle.task_arn)
     store.claim(fence)  # its runner started it long ago and is wedged, yet heartbeats
