@@ -113,7 +113,7 @@ def schema() -> None:
 @app.command()
 def demo(
     seed: Annotated[int, typer.Option(help="Makes the run repeatable.")] = 1,
-    small: Annotated[int, typer.Option(help="Number of small jobs.")] = 120,
+    small: Annotated[int, typer.Option(help="Number of small jobs.")] = 500,
 ) -> None:
     """Run the whole system locally (moto + local task processes) and check its promises."""
     from dispatcher.local.demo import run
@@ -128,14 +128,22 @@ def local(
     tick_seconds: Annotated[float, typer.Option(help="Dispatcher tick period.")] = 5.0,
 ) -> None:
     """Keep a local longjobs running; prints `export` lines for clients in another terminal."""
+    import os
+    import signal
     import time
 
     from dispatcher.local.environment import LocalEnv
 
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")  # no decision record every tick
     env = guarded(lambda: LocalEnv(tick_seconds=tick_seconds).start())
     for line in env.exports():
         typer.echo(line)
     typer.echo("# longjobs local is running; Ctrl-C stops it and its tasks", err=True)
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C: no task process left behind
+
+    signal.signal(signal.SIGTERM, on_term)
     try:
         while True:
             time.sleep(1)

@@ -4,7 +4,9 @@ about an hour, so the table is checked against ECS instead of trusting the event
 Suspects are bundles launched but not claimed within the start timeout, and running bundles
 whose heartbeat is older than four intervals. Their tasks are described (<=100 per call): a task
 that is STOPPED or unknown to ECS is handled exactly as its STOPPED event would be; one that ECS
-still reports running but that stopped heartbeating is stopped (StopTask) and rerun at once.
+still reports running but that stopped heartbeating is stopped (StopTask), and rerun once it has
+stopped (its event, or the next tick's look), so two runs of a job never overlap: a task that
+only seems dead may still be finishing a handler.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ class Reconciler:
             elif status.last_status == "RUNNING" or bundle.state == BundleState.RUNNING:
                 stats.stuck_stopped += 1
                 self._launcher.stop(status.task_arn, STUCK_REASON)
-                stop = TaskStop(status.task_arn, "InfrastructureHealth", STUCK_REASON, None)
+                continue  # rerun when it is STOPPED, not while it may still be running
             else:
                 continue  # still provisioning: Fargate can take a while; look again next tick
             outcome = self._reruns.on_stop(stop)

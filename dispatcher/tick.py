@@ -92,7 +92,7 @@ class Dispatcher:
         self.reconciler.run(active, d.reconcile)
         self.reconciler.timeouts(active, d.reconcile)
         # Reruns started by reconciliation are active again; settled bundles are not.
-        d.active_bundles = len(active) - d.reconcile.stopped_found - d.reconcile.stuck_stopped \
+        d.active_bundles = len(active) - d.reconcile.stopped_found \
             + sum(1 for o in d.reconcile.outcomes if o.get("relaunched"))
         d.capacity = max(0, self.cfg.max_running_tasks - d.active_bundles)
         due = self.store.due_bundles(d.capacity, self._clock())

@@ -40,15 +40,20 @@ def test_a_task_that_stopped_heartbeating_is_stopped_and_rerun(aws: Aws) -> None
     store.claim(fence)  # as its runner would, then it hangs: no more heartbeats
     store.apply(fence, [JobUpdate("rc-job", JobState.PENDING, JobState.RUNNING,
                                   attempts_delta=1, history=[{"task_arn": arn}])])
-    decision = factory.dispatcher(aws.config(LONGJOBS_HEARTBEAT_SECONDS="0.001")).tick()
+    cfg = aws.config(LONGJOBS_HEARTBEAT_SECONDS="0.001")
+    decision = factory.dispatcher(cfg).tick()
     assert decision.reconcile.stuck_stopped == 1
     assert _task_status(aws, arn) == "STOPPED"
+    held = store.get_bundle(bundle_id)  # not rerun while the old task might still run
+    assert held is not None and held.attempt == 1 and held.state == BundleState.RUNNING
+    # Its STOPPED event is lost too: the next tick sees the task stopped and reruns.
+    assert factory.dispatcher(cfg).tick().reconcile.stopped_found == 1
     bundle = store.get_bundle(bundle_id)
     assert bundle is not None and bundle.attempt == 2 and bundle.task_arn != arn
     job = store.get_job("rc-job")
     assert job is not None and job.state == JobState.PENDING
     assert (job.attempts, job.infra_attempts) == (0, 1)  # not the job's fault
-    assert job.history[-1]["stop_code"] == "InfrastructureHealth"
+    assert job.history[-1]["stop_class"] == "infrastructure"
 
 
 def test_healthy_tasks_are_left_alone(aws: Aws) -> None:

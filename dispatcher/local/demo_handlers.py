@@ -1,5 +1,9 @@
 """Handlers of the demo. Each execution is appended to $LONGJOBS_DEMO_LOG, an independent record
-the verdict checks against the job table ("exactly once" is counted, not assumed)."""
+the verdict checks against the job table ("exactly once" is counted, not assumed).
+
+The records are written by the task processes themselves, one short O_APPEND write per line, so
+they survive a SIGKILLed task and never depend on what the runner managed to store.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ def _record(ctx: JobContext, **extra: Any) -> None:
             f.write(json.dumps({"job_id": ctx.job_id, "attempt": ctx.attempt,
                                 "task": os.environ.get("LONGJOBS_TASK_ARN", "")[-8:],
                                 "revision": os.environ.get("LONGJOBS_TASK_DEFINITION", ""),
+                                "at": time.time(),
                                 **extra}) + "\n")
 
 

@@ -73,6 +73,10 @@ class LocalEnv:
 
     def _tick_loop(self) -> None:
         while not self._stop.wait(self.tick_seconds):
+            if self._moto is not None:
+                from dispatcher.testing.moto import release_model_copies
+
+                release_model_copies()
             try:
                 self.tick()
             except Exception as exc:  # a failed tick is retried on the next one, as in AWS
