@@ -124,9 +124,13 @@ def stop_blob(outcome: dict[str, Any], *, queue: str | None = None,
               namespace: str | None = None) -> dict[str, Any]:
     """The EMF object of one handled task stop (``Reruns.on_stop``'s outcome); ``{}`` for an
     ignored event (stale, duplicate, not ours), which changed nothing."""
+    dims = {"Queue": queue or queue_name()}
+    if "finished" in outcome:  # a task that ended normally: its bundle's results
+        return emf([("JobsSucceeded", MetricUnit.Count, len(outcome.get("succeeded") or [])),
+                    ("JobsFailed", MetricUnit.Count, len(outcome.get("failed") or []))],
+                   dims, namespace=namespace)
     if "ignored" in outcome or "stop_class" not in outcome:
         return {}
-    dims = {"Queue": queue or queue_name()}
     return emf([("Reruns", MetricUnit.Count, len(outcome.get("rerun") or [])),
                 ("JobsFailed", MetricUnit.Count, len(outcome.get("failed") or []))],
                {**dims, "StopClass": str(outcome["stop_class"])}, namespace=namespace,

@@ -109,6 +109,13 @@ class Reruns:
         bundle = self._store.bundle_for_task(stop.task_arn)
         if bundle is None:
             return {"ignored": "no bundle was assigned to this task"}
+        if bundle.task_arn == stop.task_arn and bundle.state == BundleState.DONE:
+            # The normal end of a task: nothing to rerun; report its jobs' outcomes (metrics).
+            jobs = [j for j in self._store.get_jobs(bundle.job_ids)
+                    if j.bundle_id == bundle.bundle_id]
+            return {"finished": bundle.bundle_id, "bundle_id": bundle.bundle_id,
+                    "succeeded": [j.job_id for j in jobs if j.state == JobState.SUCCEEDED],
+                    "failed": [j.job_id for j in jobs if j.state == JobState.FAILED]}
         if bundle.task_arn != stop.task_arn or bundle.state not in (
                 BundleState.LAUNCHED, BundleState.RUNNING):
             return {"ignored": f"stale event: bundle {bundle.bundle_id} is {bundle.state} "

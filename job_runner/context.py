@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +11,8 @@ from dispatcher.exceptions import Interrupted
 
 class JobContext:
     def __init__(self, job_id: str, attempt: int, last_checkpoint: dict[str, Any] | None,
-                 save: Callable[[dict[str, Any]], None], logger: logging.Logger) -> None:
+                 save: Callable[[dict[str, Any]], None], logger: Any) -> None:
+        """``logger`` is the runner's powertools Logger: JSON lines carrying job_id."""
         self.job_id = job_id
         self.attempt = attempt
         self.last_checkpoint = last_checkpoint

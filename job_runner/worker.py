@@ -16,6 +16,8 @@ import urllib.request
 from types import FrameType
 from typing import Any
 
+from aws_lambda_powertools import Logger
+
 from dispatcher import config
 from dispatcher.config import Config
 from dispatcher.exceptions import ConflictError, LongjobsError
@@ -27,7 +29,9 @@ from job_runner.outcome import Outcome, error_of, raised, succeeded
 from job_runner.registry import Registry
 from job_runner.writes import Writes
 
-log = logging.getLogger("longjobs.runner")
+# JSON lines with task_arn / bundle_id / job_id on every line (payloads are never logged).
+log = Logger(service="longjobs-runner", logger_handler=logging.StreamHandler(sys.stderr),
+             level=os.environ.get("LONGJOBS_LOG_LEVEL", "INFO"))
 # Fargate sends SIGKILL 120 s after SIGTERM at most (stopTimeout); finish well inside it.
 STOP_GRACE_SECONDS = 90.0
 TIMEOUT_GRACE_SECONDS = 5.0
@@ -78,6 +82,7 @@ class Worker:
             self.ctx.cancel("task stopping (SIGTERM)")
 
     def run(self) -> int:
+        log.append_keys(task_arn=self.arn)
         bundle = self.find_bundle()
         if bundle is None:
             log.warning("no bundle assigned to %s; exiting without running anything", self.arn)
@@ -85,6 +90,7 @@ class Worker:
         if bundle.task_arn != self.arn or bundle.state != BundleState.LAUNCHED:
             log.warning("bundle %s belongs to another attempt; exiting", bundle.bundle_id)
             return 0
+        log.append_keys(bundle_id=bundle.bundle_id, attempt=bundle.attempt)
         fence = Fence(bundle.bundle_id, bundle.attempt, self.arn)
         try:
             self.store.claim(fence)
@@ -123,9 +129,9 @@ class Worker:
 
     def _run_job(self, job: Job, writes: Writes) -> None:
         attempt = job.attempts + 1
+        log.append_keys(job_id=job.job_id, kind=job.kind)
         ctx = JobContext(job.job_id, attempt, job.checkpoint,
-                         lambda s: self._checkpoint(writes, job, s),
-                         logging.getLogger(f"longjobs.job.{job.kind}"))
+                         lambda s: self._checkpoint(writes, job, s), log)
         self.ctx = ctx
         writes.start(job, long=not (job.estimated_seconds is not None
                                     and job.estimated_seconds <= 60))
@@ -145,6 +151,8 @@ class Worker:
         self.ctx = None
         job.state = outcome.target
         writes.finish(job, outcome, started=True)
+        log.info("job finished", extra={"state": str(outcome.target), "reason": outcome.reason})
+        log.remove_keys(["job_id", "kind"])
 
     def _execute(self, job: Job, handler: Any, ctx: JobContext, attempt: int) -> Outcome:
         box: dict[str, Any] = {}
@@ -200,9 +208,6 @@ class Worker:
 
 
 def main() -> int:
-    logging.basicConfig(level=os.environ.get("LONGJOBS_LOG_LEVEL", "INFO"), stream=sys.stderr,
-                        format='{"level":"%(levelname)s","logger":"%(name)s",'
-                               '"message":"%(message)s"}')
     try:
         cfg = config.load("runner")
         arn = task_arn()

@@ -66,3 +66,23 @@ def test_missing_configuration_is_one_clear_error(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("LONGJOBS_QUEUE_URL", raising=False)
     with pytest.raises(Exception, match="LONGJOBS_QUEUE_URL is not set"):
         handlers.dispatch({}, None)
+
+
+def test_a_normally_finished_task_reports_its_results(aws: Aws,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from dispatcher.job import BundleState, JobState
+    from dispatcher.persistence.base import Fence, JobUpdate
+    from tests.helpers import launched
+
+    store, bundle_id, arn = launched(aws, "fine")
+    fence = Fence(bundle_id, 1, arn)
+    store.claim(fence)
+    store.apply(fence, [JobUpdate("fine", JobState.PENDING, JobState.SUCCEEDED,
+                                  via=JobState.RUNNING, attempts_delta=1, result={"ok": 1})],
+                bundle_to=BundleState.DONE)
+    capsys.readouterr()
+    out = handlers.task_event(events.sample_event(arn, stop_code="EssentialContainerExited",
+                                                  exit_code=0), None)
+    assert out["succeeded"] == ["fine"] and out["failed"] == []
+    blob = next(b for b in _emf(capsys.readouterr().out) if "JobsSucceeded" in b)
+    assert _value(blob["JobsSucceeded"]) == 1 and _value(blob["JobsFailed"]) == 0

@@ -4,6 +4,9 @@ production task-event handler as ECS "Task State Change" events (local mode)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +18,7 @@ from dispatcher.job import JobState
 from dispatcher.local.environment import LocalEnv
 from dispatcher.persistence.dynamodb import DynamoStore
 from dispatcher.testing.moto import MotoEndpoint
+from dispatcher.testing.proxy import AwsProxy
 
 HANDLERS = ("echo=tests.handlers:echo,fail=tests.handlers:fail,steps=tests.handlers:steps,"
             "sleepy=tests.handlers:sleepy")
@@ -153,3 +157,58 @@ def test_job_timeout_fails_it_with_reason_timeout(local: tuple[LocalEnv, Path]) 
     wait_for(lambda: state(store, "slow") == JobState.FAILED, timeout=30)
     job = store.get_job("slow")
     assert job is not None and job.reason == "timeout"
+
+
+def test_a_bundle_of_50_small_jobs_costs_a_few_writes(
+        moto_server: MotoEndpoint, proxy: AwsProxy, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Grouped writes: starts and results of small jobs share transactions."""
+    moto_server.reset()
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "WARNING")
+    saved = dict(os.environ)
+    env = LocalEnv(endpoint=proxy.url, tick_seconds=3600, settings={
+        "LONGJOBS_HANDLERS": HANDLERS, "LONGJOBS_FLUSH_SECONDS": "5",
+        "LONGJOBS_HEARTBEAT_SECONDS": "30", "LONGJOBS_ASSIGN_WAIT_SECONDS": "20"})
+    try:
+        env.start()
+        store = DynamoStore(env.cfg.table)
+        ids = JobClient().submit_many([{"kind": "echo", "payload": {"n": i},
+                                        "job_id": f"g{i}", "estimated_seconds": 0.1}
+                                       for i in range(50)])
+        env.tick()
+        proxy.reset_counts()  # from here on: the runner, then the stop event's handler
+        arn = next(iter(env.launcher.tasks))
+        wait_for(lambda: env.launcher.tasks[arn].exit is not None)
+        wait_for(lambda: len(env.events) == 1)
+        counts = proxy.counts()
+        assert all(state(store, i) == JobState.SUCCEEDED for i in ids)
+    finally:
+        env.stop()
+        os.environ.clear()
+        os.environ.update(saved)
+    writes = {k: v for k, v in counts.items()
+              if k.split(".")[1] in ("TransactWriteItems", "UpdateItem", "PutItem")}
+    assert sum(writes.values()) <= 6, counts  # claim + 1-3 grouped flushes (+ a heartbeat)
+    assert sum(counts.values()) <= 12, counts  # 50 jobs, far fewer than 100 calls
+    assert counts["dynamodb.TransactWriteItems"] <= 3, counts
+
+
+def test_a_runner_without_an_assignment_exits_without_running(
+        moto_server: MotoEndpoint, tmp_path: Path) -> None:
+    moto_server.reset()
+    from dispatcher.provision import provision
+
+    env = {**os.environ, **provision(moto_server.url), "AWS_ENDPOINT_URL": moto_server.url,
+           "LONGJOBS_TASK_ARN": "arn:aws:ecs:us-east-1:000000000000:task/c/unassigned",
+           "LONGJOBS_ASSIGN_WAIT_SECONDS": "1", "LONGJOBS_TEST_LOG": str(tmp_path / "x")}
+    done = subprocess.run([sys.executable, "-m", "job_runner"], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "no bundle assigned" in done.stderr
+    assert not (tmp_path / "x").exists()
+    bad = subprocess.run([sys.executable, "-m", "job_runner"],
+                         env={k: v for k, v in env.items() if k != "LONGJOBS_TABLE"},
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == 2 and "LONGJOBS_TABLE is not set" in bad.stderr
+    assert "Traceback" not in bad.stderr
