@@ -1,0 +1,85 @@
+"""Pure units: bundling limits (property-based), the stub queue, the local launcher's ECS
+semantics (10 per call, clientToken, failures[], exit reports)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dispatcher import config
+from dispatcher.bundler import Bundler
+from dispatcher.exceptions import LaunchError
+from dispatcher.job import Job
+from dispatcher.launcher.base import LaunchRequest
+from dispatcher.launcher.local import LocalLauncher, TaskExit
+from dispatcher.queue import StubQueue
+
+CFG = config.load("dispatcher", {
+    "LONGJOBS_QUEUE_URL": "q", "LONGJOBS_TABLE": "t", "LONGJOBS_CLUSTER": "c",
+    "LONGJOBS_TASK_FAMILY": "f", "LONGJOBS_LAUNCHER": "local", "LONGJOBS_BUNDLE_MAX_JOBS": "5",
+    "LONGJOBS_BUNDLE_MAX_SECONDS": "20", "LONGJOBS_SMALL_JOB_SECONDS": "10"})
+
+
+@settings(max_examples=200, deadline=None)
+@given(estimates=st.lists(st.one_of(st.none(), st.floats(0, 100)), max_size=60),
+       capacity=st.integers(0, 12))
+def test_bundles_respect_every_limit(estimates: list[float | None], capacity: int) -> None:
+    bundler = Bundler(CFG, capacity)
+    jobs = [Job(job_id=f"j{i}", kind="k", payload={}, estimated_seconds=e)
+            for i, e in enumerate(estimates)]
+    taken = [j for j in jobs if bundler.offer(j)]
+    bundles = bundler.bundles()
+    assert len(bundles) <= capacity
+    assert sorted(j for b in bundles for j in b.job_ids) == sorted(j.job_id for j in taken)
+    by_id = {j.job_id: j for j in jobs}
+    for b in bundles:
+        assert 1 <= len(b.job_ids) <= 5
+        if len(b.job_ids) > 1:  # only small jobs share, within the seconds limit
+            assert all(bundler.is_small(by_id[j]) for j in b.job_ids)
+            assert sum(by_id[j].estimated_seconds or 0 for j in b.job_ids) <= 20
+    for j in jobs:
+        if j not in taken:  # refused only when no bundle could take it
+            assert len(bundles) == capacity
+
+
+def test_stub_queue_redelivers_what_was_not_deleted() -> None:
+    q = StubQueue(visibility_seconds=0.0)
+    q.send([("a", "1"), ("b", "2")])
+    first = q.receive()
+    assert [m.body for m in first] == ["1", "2"]
+    q.delete(first[:1])
+    again = q.receive()
+    assert [m.body for m in again] == ["2"] and again[0].receive_count == 2
+
+
+def test_local_launcher_keeps_ecs_semantics() -> None:
+    exits: list[TaskExit] = []
+    done = threading.Event()
+
+    def on_exit(e: TaskExit) -> None:
+        exits.append(e)
+        if len(exits) == 2:
+            done.set()
+
+    # No LONGJOBS_TABLE: each runner exits at once with its configuration error (code 2).
+    launcher = LocalLauncher(CFG, env={"PATH": "/usr/bin:/bin"}, on_exit=on_exit)
+    with pytest.raises(LaunchError, match=r"1\.\.10"):
+        launcher.run(LaunchRequest("f:1", 11, "tok-big", "s"))
+    launcher.inject_failures(["RESOURCE:MEMORY"])
+    request = LaunchRequest("f:1", 3, "tok-1", "s")
+    result = launcher.run(request)
+    assert len(result.task_arns) == 2 and result.failures == ["RESOURCE:MEMORY"]
+    assert launcher.run(request) == result  # same clientToken: the same tasks, none new
+    assert len(launcher.tasks) == 2
+    with pytest.raises(LaunchError, match="ConflictException"):
+        launcher.run(LaunchRequest("f:2", 3, "tok-1", "s"))
+    assert done.wait(60)
+    assert {e.exit_code for e in exits} == {2}
+    assert {e.stop_code for e in exits} == {"EssentialContainerExited"}
+    statuses = launcher.describe([*result.task_arns, "arn:unknown"])
+    assert [s.last_status for s in statuses] == ["STOPPED", "STOPPED", "MISSING"]
+    launcher.shutdown()
+    assert launcher.running() == []
