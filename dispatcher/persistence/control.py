@@ -9,15 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pynamodb.exceptions import TransactWriteError
-from pynamodb.transactions import TransactWrite
-
 from dispatcher import state
 from dispatcher.exceptions import ConflictError, JobNotFound, LongjobsError
 from dispatcher.job import TERMINAL_JOB_STATES, Bundle, BundleState, Job, JobState, new_id, now
 from dispatcher.persistence.codec import bundle_item
 from dispatcher.persistence.models import Item, iso
-from dispatcher.persistence.runs import failed_conditions
+from dispatcher.persistence.runs import transaction
 
 TRIES = 3
 
@@ -58,28 +55,23 @@ class ControlWrites:
             j for j in self.get_jobs(bundle.job_ids)  # type: ignore[attr-defined]
             if j.job_id != job.job_id and j.bundle_id == bundle.bundle_id]
         close = bundle is not None and all(j.state in TERMINAL_JOB_STATES for j in others)
-        try:
-            with TransactWrite(connection=self._conn) as tx:
-                tx.update(Item(f"JOB#{job.job_id}"), actions=[
-                    Item.state.set(str(JobState.CANCELLED)),
-                    Item.status_key.set(f"JOB#{JobState.CANCELLED}"), Item.updated_at.set(t),
-                    Item.reason.set("cancelled on request before it started")],
-                    condition=Item.state == str(JobState.PENDING))
-                if bundle is not None:
-                    cond = (Item.state == str(BundleState.PENDING)) & (
-                        Item.attempt == bundle.attempt)
-                    if close:
-                        state.check_bundle(bundle.bundle_id, bundle.state, BundleState.DONE)
-                        tx.update(Item(f"BUNDLE#{bundle.bundle_id}"), actions=[
-                            Item.state.set(str(BundleState.DONE)),
-                            Item.status_key.set(f"BUNDLE#{BundleState.DONE}"),
-                            Item.status_at.set(iso(t)), Item.updated_at.set(t)], condition=cond)
-                    else:
-                        tx.condition_check(Item, f"BUNDLE#{bundle.bundle_id}", condition=cond)
-        except TransactWriteError as exc:
-            if failed_conditions(exc):
-                raise ConflictError("changed while cancelling", job_id=job.job_id) from None
-            raise
+        with transaction(self._conn, "changed while cancelling", job_id=job.job_id) as tx:
+            tx.update(Item(f"JOB#{job.job_id}"), actions=[
+                Item.state.set(str(JobState.CANCELLED)),
+                Item.status_key.set(f"JOB#{JobState.CANCELLED}"), Item.updated_at.set(t),
+                Item.reason.set("cancelled on request before it started")],
+                condition=Item.state == str(JobState.PENDING))
+            if bundle is not None:
+                cond = (Item.state == str(BundleState.PENDING)) & (
+                    Item.attempt == bundle.attempt)
+                if close:
+                    state.check_bundle(bundle.bundle_id, bundle.state, BundleState.DONE)
+                    tx.update(Item(f"BUNDLE#{bundle.bundle_id}"), actions=[
+                        Item.state.set(str(BundleState.DONE)),
+                        Item.status_key.set(f"BUNDLE#{BundleState.DONE}"),
+                        Item.status_at.set(iso(t)), Item.updated_at.set(t)], condition=cond)
+                else:
+                    tx.condition_check(Item, f"BUNDLE#{bundle.bundle_id}", condition=cond)
 
     def _request_cancel(self, job: Job, bundle: Bundle | None) -> None:
         if bundle is None:
@@ -107,21 +99,16 @@ class ControlWrites:
         bundle = Bundle(bundle_id=new_id(), job_ids=[job_id],
                         estimated_seconds=job.estimated_seconds or 0.0, next_attempt_at=t,
                         created_at=t)
-        try:
-            with TransactWrite(connection=self._conn) as tx:
-                tx.save(bundle_item(bundle), condition=Item.pk.does_not_exist())
-                tx.update(Item(f"JOB#{job_id}"), actions=[
-                    Item.state.set(str(JobState.PENDING)),
-                    Item.status_key.set(f"JOB#{JobState.PENDING}"), Item.updated_at.set(t),
-                    Item.attempts.set(0), Item.infra_attempts.set(0),
-                    Item.bundle_id.set(bundle.bundle_id),
-                    Item.reason.set(f"retried on request after {job.state}")],
-                    condition=Item.state == str(job.state))
-        except TransactWriteError as exc:
-            if failed_conditions(exc):
-                raise ConflictError("job changed while retrying; try again",
-                                    job_id=job_id) from None
-            raise
+        with transaction(self._conn, "job changed while retrying; try again",
+                         job_id=job_id) as tx:
+            tx.save(bundle_item(bundle), condition=Item.pk.does_not_exist())
+            tx.update(Item(f"JOB#{job_id}"), actions=[
+                Item.state.set(str(JobState.PENDING)),
+                Item.status_key.set(f"JOB#{JobState.PENDING}"), Item.updated_at.set(t),
+                Item.attempts.set(0), Item.infra_attempts.set(0),
+                Item.bundle_id.set(bundle.bundle_id),
+                Item.reason.set(f"retried on request after {job.state}")],
+                condition=Item.state == str(job.state))
         return self._job(job_id)
 
 

@@ -7,6 +7,8 @@ state of a newer attempt. Kept apart from ``dynamodb.py`` so each file stays one
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pynamodb.exceptions import TransactWriteError, UpdateError
@@ -28,6 +30,26 @@ def failed_conditions(exc: TransactWriteError) -> set[int]:
     reasons = exc.cancellation_reasons or []
     return {i for i, r in enumerate(reasons)
             if r is not None and r.code == "ConditionalCheckFailed"}
+
+
+@contextmanager
+def transaction(conn: Any, lost: str, job_id: str | None = None) -> Iterator[TransactWrite]:
+    """A TransactWrite whose failed conditions become one ConflictError saying what was lost."""
+    try:
+        with TransactWrite(connection=conn) as tx:
+            yield tx
+    except TransactWriteError as exc:
+        if failed_conditions(exc):
+            raise ConflictError(lost, job_id=job_id) from None
+        raise
+
+
+def _update_jobs(tx: TransactWrite, updates: list[JobUpdate], bundle_id: str, t: float) -> None:
+    """Each job changes only from the state it was read in, and only within its own bundle
+    (a retried job moved to another bundle is not ours any more)."""
+    for u in updates:
+        tx.update(Item(f"JOB#{u.job_id}"), actions=_job_actions(u, t),
+                  condition=(Item.state == str(u.source)) & (Item.bundle_id == bundle_id))
 
 
 def _fenced(f: Fence, states: tuple[BundleState, ...] = (BundleState.RUNNING,)) -> Any:
@@ -111,25 +133,17 @@ class RunWrites:
                   for i in range(0, len(updates), JOBS_PER_TRANSACTION)] or [[]]
         for n, chunk in enumerate(chunks):
             last = n == len(chunks) - 1
-            try:
-                with TransactWrite(connection=self._conn) as tx:
-                    if last and bundle_to is not None:
-                        state.check_bundle(fence.bundle_id, BundleState.RUNNING, bundle_to)
-                        tx.update(Item(f"BUNDLE#{fence.bundle_id}"),
-                                  actions=_bundle_actions(bundle_to, t, retry_at),
-                                  condition=_fenced(fence))
-                    else:
-                        tx.condition_check(Item, f"BUNDLE#{fence.bundle_id}",
-                                           condition=_fenced(fence))
-                    for u in chunk:
-                        tx.update(Item(f"JOB#{u.job_id}"), actions=_job_actions(u, t),
-                                  condition=(Item.state == str(u.source))
-                                  & (Item.bundle_id == fence.bundle_id))
-            except TransactWriteError as exc:
-                if failed_conditions(exc):
-                    raise ConflictError(f"task {fence.task_arn} lost bundle {fence.bundle_id}; "
-                                        "its results were not written") from None
-                raise
+            with transaction(self._conn, f"task {fence.task_arn} lost bundle "
+                             f"{fence.bundle_id}; its results were not written") as tx:
+                if last and bundle_to is not None:
+                    state.check_bundle(fence.bundle_id, BundleState.RUNNING, bundle_to)
+                    tx.update(Item(f"BUNDLE#{fence.bundle_id}"),
+                              actions=_bundle_actions(bundle_to, t, retry_at),
+                              condition=_fenced(fence))
+                else:
+                    tx.condition_check(Item, f"BUNDLE#{fence.bundle_id}",
+                                       condition=_fenced(fence))
+                _update_jobs(tx, chunk, fence.bundle_id, t)
 
     def settle(self, bundle: Bundle, updates: list[JobUpdate], target: BundleState,
                retry_at: float | None = None) -> None:
@@ -140,32 +154,19 @@ class RunWrites:
         cond = (Item.state == str(bundle.state)) & (Item.attempt == bundle.attempt)
         if bundle.task_arn:
             cond = cond & (Item.task_arn == bundle.task_arn)
-        try:
-            with TransactWrite(connection=self._conn) as tx:
-                tx.update(Item(f"BUNDLE#{bundle.bundle_id}"),
-                          actions=_bundle_actions(target, t, retry_at), condition=cond)
-                for u in updates:  # a bundle has at most 99 jobs
-                    tx.update(Item(f"JOB#{u.job_id}"), actions=_job_actions(u, t),
-                              condition=(Item.state == str(u.source))
-                              & (Item.bundle_id == bundle.bundle_id))
-        except TransactWriteError as exc:
-            if failed_conditions(exc):
-                raise ConflictError(f"bundle {bundle.bundle_id} changed since the stop event "
-                                    "was read; nothing written") from None
-            raise
+        with transaction(self._conn, f"bundle {bundle.bundle_id} changed since the stop event "
+                         "was read; nothing written") as tx:
+            tx.update(Item(f"BUNDLE#{bundle.bundle_id}"),
+                      actions=_bundle_actions(target, t, retry_at), condition=cond)
+            _update_jobs(tx, updates, bundle.bundle_id, t)  # a bundle has at most 99 jobs
         bundle.state = target
 
     def save_checkpoint(self, fence: Fence, job_id: str, checkpoint: dict[str, Any]) -> None:
         t = now()
-        try:
-            with TransactWrite(connection=self._conn) as tx:
-                tx.condition_check(Item, f"BUNDLE#{fence.bundle_id}", condition=_fenced(fence))
-                tx.update(Item(f"JOB#{job_id}"),
-                          actions=[Item.checkpoint.set(checkpoint), Item.updated_at.set(t)],
-                          condition=(Item.state == str(JobState.RUNNING))
-                          & (Item.bundle_id == fence.bundle_id))
-        except TransactWriteError as exc:
-            if failed_conditions(exc):
-                raise ConflictError(f"task {fence.task_arn} lost bundle {fence.bundle_id}; "
-                                    "checkpoint not written", job_id=job_id) from None
-            raise
+        with transaction(self._conn, f"task {fence.task_arn} lost bundle {fence.bundle_id}; "
+                         "checkpoint not written", job_id=job_id) as tx:
+            tx.condition_check(Item, f"BUNDLE#{fence.bundle_id}", condition=_fenced(fence))
+            tx.update(Item(f"JOB#{job_id}"),
+                      actions=[Item.checkpoint.set(checkpoint), Item.updated_at.set(t)],
+                      condition=(Item.state == str(JobState.RUNNING))
+                      & (Item.bundle_id == fence.bundle_id))
