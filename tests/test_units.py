@@ -83,3 +83,30 @@ def test_local_launcher_keeps_ecs_semantics() -> None:
     assert [s.last_status for s in statuses] == ["STOPPED", "STOPPED", "MISSING"]
     launcher.shutdown()
     assert launcher.running() == []
+
+
+def test_runner_reads_its_task_arn_from_the_metadata_endpoint(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from job_runner.worker import task_arn
+
+    class Metadata(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({"TaskARN": "arn:aws:ecs:eu-west-1:1:task/c/abc"}).encode()
+            self.send_response(200 if self.path == "/v4/x/task" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return None
+
+    server = HTTPServer(("127.0.0.1", 0), Metadata)
+    threading.Thread(target=server.handle_request, daemon=True).start()
+    monkeypatch.delenv("LONGJOBS_TASK_ARN", raising=False)
+    monkeypatch.setenv("ECS_CONTAINER_METADATA_URI_V4",
+                       f"http://127.0.0.1:{server.server_address[1]}/v4/x")
+    assert task_arn() == "arn:aws:ecs:eu-west-1:1:task/c/abc"
+    server.server_close()
