@@ -7,6 +7,7 @@ carried out and then the caller gets an error, exactly as if the process died ri
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -31,6 +32,25 @@ CRASH_POINTS = {
 }
 
 
+def eventually(check: Callable[[], None], timeout: float = 60.0) -> None:
+    """Retry ``check`` until it stops raising AssertionError: wait on the condition, not a
+    fixed time (a loaded machine makes fixed sleeps flaky)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            check()
+            return
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _tick_and_check(aws: Aws) -> None:
+    run_until_drained(factory.dispatcher(aws.config()))
+    _check_converged(aws, JOBS)
+
+
 @pytest.mark.parametrize("point", list(CRASH_POINTS))
 def test_crash_after_each_step_converges(aws: Aws, point: str) -> None:
     sqs = client("sqs", aws.proxy.url)
@@ -44,9 +64,8 @@ def test_crash_after_each_step_converges(aws: Aws, point: str) -> None:
     except Exception as exc:  # the crash: whatever the step raised ends this tick
         code = getattr(exc, "cause_response_code", None) or repr(exc)
         assert "InjectedCrash" in code
-    time.sleep(2.5)  # undeleted messages become visible again
-    run_until_drained(factory.dispatcher(aws.config()))
-    _check_converged(aws, JOBS)
+    # Undeleted messages come back after their 2 s visibility timeout: tick until converged.
+    eventually(lambda: _tick_and_check(aws))
     assert len(ecs_tasks(aws.proxy.url, aws.env["LONGJOBS_CLUSTER"])) == len(JOBS)
 
 
@@ -55,5 +74,11 @@ def test_expired_lease_of_a_dead_tick_is_taken_over(aws: Aws) -> None:
     assert store.acquire_lease("crashed-tick", 1)  # a tick that died without releasing
     JobClient().submit("k", {}, job_id="after-lease")
     assert factory.dispatcher(aws.config()).tick().skipped
-    time.sleep(1.2)
-    assert factory.dispatcher(aws.config()).tick().launch.bundles_launched == 1
+    decisions = []
+
+    def taken_over() -> None:
+        decisions.append(factory.dispatcher(aws.config()).tick())
+        assert not decisions[-1].skipped  # once the dead tick's lease has expired
+
+    eventually(taken_over)
+    assert decisions[-1].launch.bundles_launched == 1

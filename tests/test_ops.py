@@ -79,7 +79,7 @@ def populated(aws: Aws) -> DynamoStore:
                     "job_id": f"old-{i}"} for i in range(2)])
     sqs.send_message(QueueUrl=aws.env["LONGJOBS_QUEUE_URL"], MessageBody="{not json")
     d.tick()
-    time.sleep(0.01)
+    time.sleep(0.01)  # distinct creation times: the newest-first order is then exact
     c.submit_many([{"kind": "report", "payload": {}, "job_id": j}
                    for j in ("ok-1", "bad-1", "run-1", "spot-1")])
     d.tick()
@@ -92,7 +92,7 @@ def populated(aws: Aws) -> DynamoStore:
     spot = _start(store, "spot-1")
     events.handle(events.sample_event(spot.task_arn, stop_code="SpotInterruption",
                                       reason="Your Spot Task was interrupted."), cfg)
-    time.sleep(0.01)
+    time.sleep(0.01)  # distinct creation times, as above
     aws.proxy.inject_runtask_failures(["RESOURCE:MEMORY"])
     c.submit("resize", {}, job_id="new-1")
     d.tick()  # RunTask refuses it: its bundle waits in PENDING with the reason

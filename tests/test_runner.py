@@ -65,6 +65,11 @@ def checkpointed(store: DynamoStore, job_id: str) -> bool:
     return job is not None and job.checkpoint is not None
 
 
+def step(store: DynamoStore, job_id: str) -> int:
+    job = store.get_job(job_id)
+    return int((job.checkpoint or {}).get("step", 0)) if job else 0
+
+
 def state(store: DynamoStore, job_id: str) -> JobState | None:
     job = store.get_job(job_id)
     return job.state if job else None
@@ -95,8 +100,7 @@ def test_sigkill_mid_job_reruns_from_checkpoint_on_the_infra_budget(
     store = DynamoStore(env.cfg.table)
     JobClient().submit("steps", {"steps": 8, "step_seconds": 0.5}, job_id="long",
                        max_attempts=1)
-    wait_for(lambda: len(runs(log, "long")) == 1 and checkpointed(store, "long"))
-    time.sleep(1.0)
+    wait_for(lambda: len(runs(log, "long")) == 1 and step(store, "long") >= 2)
     first = next(iter(env.launcher.tasks))
     env.launcher.kill(first)
     wait_for(lambda: state(store, "long") == JobState.SUCCEEDED)
