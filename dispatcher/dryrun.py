@@ -14,7 +14,7 @@ from typing import Any
 
 from dispatcher.job import Bundle, BundleState, Job, Launch, Rejection
 from dispatcher.launcher.base import Launcher, LaunchRequest, LaunchResult, TaskStatus
-from dispatcher.persistence.base import Fence, JobUpdate, LaunchOutcome, Store
+from dispatcher.persistence.base import DispatchStore, JobUpdate, LaunchOutcome
 from dispatcher.queue import BATCH, Backlog, Queue, Received
 
 READ_SECONDS = 60
@@ -66,8 +66,8 @@ class DryRunQueue(Queue):
         return self._inner.backlog()
 
 
-class DryRunStore(Store):
-    def __init__(self, inner: Store, plan: Plan) -> None:
+class DryRunStore(DispatchStore):
+    def __init__(self, inner: DispatchStore, plan: Plan) -> None:
         self._inner, self._plan = inner, plan
 
     def acquire_lease(self, owner: str, seconds: float) -> bool:
@@ -124,19 +124,6 @@ class DryRunStore(Store):
     def get_rejection(self, key: str) -> Rejection | None:
         return self._inner.get_rejection(key)
 
-    def claim(self, fence: Fence) -> Bundle:
-        raise NotImplementedError("the runner never uses a dry-run store")
-
-    def heartbeat(self, fence: Fence, current_job: str | None) -> set[str]:
-        raise NotImplementedError("the runner never uses a dry-run store")
-
-    def apply(self, fence: Fence, updates: list[JobUpdate],
-              bundle_to: BundleState | None = None, retry_at: float | None = None) -> None:
-        raise NotImplementedError("the runner never uses a dry-run store")
-
-    def save_checkpoint(self, fence: Fence, job_id: str, checkpoint: dict[str, Any]) -> None:
-        raise NotImplementedError("the runner never uses a dry-run store")
-
     def settle(self, bundle: Bundle, updates: list[JobUpdate], target: BundleState,
                retry_at: float | None = None) -> None:
         self._plan.would("settle", bundle_id=bundle.bundle_id, to=str(target),
@@ -149,12 +136,6 @@ class DryRunStore(Store):
 
     def fail_overdue(self, job: Job, reason: str) -> None:
         self._plan.would("fail", job_id=job.job_id, reason=reason)
-
-    def cancel(self, job_id: str) -> Job:
-        raise NotImplementedError("operators cancel through the real store")
-
-    def retry(self, job_id: str) -> Job:
-        raise NotImplementedError("operators retry through the real store")
 
 
 class DryRunLauncher(Launcher):

@@ -16,7 +16,7 @@ from dispatcher.bundler import Bundler
 from dispatcher.config import Config
 from dispatcher.exceptions import InvalidMessage
 from dispatcher.job import Bundle, Job, Rejection
-from dispatcher.persistence.base import Store
+from dispatcher.persistence.base import DispatchStore
 from dispatcher.queue import BATCH, Queue, Received
 
 
@@ -46,7 +46,7 @@ def to_rejection(exc: InvalidMessage, received: Received, at: float) -> Rejectio
 
 
 class Intake:
-    def __init__(self, cfg: Config, queue: Queue, store: Store,
+    def __init__(self, cfg: Config, queue: Queue, store: DispatchStore,
                  clock: Callable[[], float] = time.time) -> None:
         self._cfg = cfg
         self._queue = queue

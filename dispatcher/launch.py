@@ -26,7 +26,7 @@ from dispatcher.config import Config
 from dispatcher.exceptions import ConflictError, LaunchError, ResourceMissing
 from dispatcher.job import Bundle, BundleState, Launch
 from dispatcher.launcher.base import MAX_TASKS_PER_CALL, Launcher, LaunchRequest
-from dispatcher.persistence.base import LaunchOutcome, Store
+from dispatcher.persistence.base import DispatchStore, LaunchOutcome
 
 logger = Logger(service="longjobs", child=True)
 
@@ -56,7 +56,7 @@ def request_for(launch: Launch) -> LaunchRequest:
 
 
 class Launches:
-    def __init__(self, cfg: Config, store: Store, launcher: Launcher,
+    def __init__(self, cfg: Config, store: DispatchStore, launcher: Launcher,
                  clock: Callable[[], float]) -> None:
         self._cfg = cfg
         self._store = store

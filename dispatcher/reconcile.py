@@ -21,7 +21,7 @@ from dispatcher.events import TaskStop
 from dispatcher.exceptions import ConflictError
 from dispatcher.job import TERMINAL_JOB_STATES, Bundle, BundleState
 from dispatcher.launcher.base import Launcher
-from dispatcher.persistence.base import Store
+from dispatcher.persistence.base import DispatchStore
 from dispatcher.reruns import Reruns
 
 logger = Logger(service="longjobs", child=True)
@@ -42,7 +42,7 @@ class ReconcileStats:
 
 
 class Reconciler:
-    def __init__(self, cfg: Config, store: Store, launcher: Launcher, reruns: Reruns,
+    def __init__(self, cfg: Config, store: DispatchStore, launcher: Launcher, reruns: Reruns,
                  clock: Callable[[], float]) -> None:
         self._cfg = cfg
         self._store = store

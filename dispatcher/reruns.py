@@ -21,7 +21,7 @@ from dispatcher.exceptions import ConflictError
 from dispatcher.job import TERMINAL_JOB_STATES, Bundle, BundleState, Job, JobState
 from dispatcher.launch import Launches, LaunchStats
 from dispatcher.launcher.base import Launcher
-from dispatcher.persistence.base import JobUpdate, Store
+from dispatcher.persistence.base import DispatchStore, JobUpdate
 
 INFRA_STOP_CODES = {"SpotInterruption", "TerminationNotice", "ServiceSchedulerInitiated",
                     "TaskFailedToStart", "InfrastructureHealth"}
@@ -63,7 +63,7 @@ def _history(job: Job, stop: TaskStop, cls: StopClass, at: float) -> list[dict[s
 
 
 class Reruns:
-    def __init__(self, cfg: Config, store: Store, launcher: Launcher,
+    def __init__(self, cfg: Config, store: DispatchStore, launcher: Launcher,
                  clock: Callable[[], float]) -> None:
         self._cfg = cfg
         self._store = store

@@ -17,7 +17,7 @@ from dispatcher.intake import Intake, IntakeStats
 from dispatcher.launch import Launches, LaunchStats
 from dispatcher.launcher.base import Launcher
 from dispatcher.logs import logger
-from dispatcher.persistence.base import Store
+from dispatcher.persistence.base import DispatchStore
 from dispatcher.queue import Queue
 from dispatcher.reconcile import Reconciler, ReconcileStats
 from dispatcher.reruns import Reruns
@@ -51,7 +51,7 @@ class Decision:
 
 
 class Dispatcher:
-    def __init__(self, cfg: Config, queue: Queue, store: Store, launcher: Launcher, *,
+    def __init__(self, cfg: Config, queue: Queue, store: DispatchStore, launcher: Launcher, *,
                  clock: Callable[[], float] = time.time) -> None:
         self.cfg = cfg
         self.queue = queue

@@ -22,7 +22,7 @@ from dispatcher import config
 from dispatcher.config import Config
 from dispatcher.exceptions import ConflictError, LongjobsError
 from dispatcher.job import TERMINAL_JOB_STATES, Bundle, BundleState, Job, JobState
-from dispatcher.persistence.base import Fence, Store
+from dispatcher.persistence.base import Fence, RunnerStore
 from dispatcher.persistence.dynamodb import DynamoStore
 from job_runner.context import JobContext
 from job_runner.outcome import Outcome, error_of, raised, succeeded
@@ -54,7 +54,7 @@ def task_arn() -> str:
 
 
 class Worker:
-    def __init__(self, cfg: Config, store: Store, registry: Registry, arn: str) -> None:
+    def __init__(self, cfg: Config, store: RunnerStore, registry: Registry, arn: str) -> None:
         self.cfg = cfg
         self.store = store
         self.registry = registry

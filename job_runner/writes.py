@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from dispatcher.job import BundleState, Job, JobState
-from dispatcher.persistence.base import Fence, JobUpdate, Store
+from dispatcher.persistence.base import Fence, JobUpdate, RunnerStore
 from job_runner.outcome import Outcome
 
 # A bundle's failed-and-retryable jobs wait this long (doubling per attempt) before a rerun.
@@ -20,7 +20,7 @@ RETRY_MAX_SECONDS = 300.0
 
 
 class Writes:
-    def __init__(self, store: Store, fence: Fence, task_definition: str,
+    def __init__(self, store: RunnerStore, fence: Fence, task_definition: str,
                  flush_seconds: float) -> None:
         self.store = store
         self.fence = fence
