@@ -54,6 +54,7 @@ class _Task:
     stop_reason: str | None = None
     lost_as: str | None = None  # stop code of a simulated infrastructure loss
     exit: TaskExit | None = None
+    watcher: threading.Thread | None = None
 
 
 class LocalLauncher(Launcher):
@@ -72,7 +73,6 @@ class LocalLauncher(Launcher):
         self._tokens: dict[str, tuple[LaunchRequest, LaunchResult]] = {}
         self._injected: list[str] = []
         self.tasks: dict[str, _Task] = {}
-        self.calls = 0
 
     # -- ECS semantics ---------------------------------------------------------------------------
     def resolve_task_definition(self) -> str:
@@ -91,7 +91,6 @@ class LocalLauncher(Launcher):
             raise LaunchError(f"RunTask count must be 1..{MAX_TASKS_PER_CALL}, "
                               f"not {request.count}")
         with self._lock:
-            self.calls += 1
             seen = self._tokens.get(request.client_token)
             if seen is not None:
                 if seen[0] != request:
@@ -115,8 +114,9 @@ class LocalLauncher(Launcher):
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         task = _Task(arn, request, proc, time.time())
         self.tasks[arn] = task
-        threading.Thread(target=self._watch, args=(task,), daemon=True,
-                         name=f"task-{arn[-8:]}").start()
+        task.watcher = threading.Thread(target=self._watch, args=(task,), daemon=True,
+                                        name=f"task-{arn[-8:]}")
+        task.watcher.start()
         return arn
 
     def _watch(self, task: _Task) -> None:
@@ -180,6 +180,9 @@ class LocalLauncher(Launcher):
             except subprocess.TimeoutExpired:
                 _signal(t.process, signal.SIGKILL)
                 t.process.wait()
+        for t in self.tasks.values():  # every exit report delivered before we return
+            if t.watcher is not None:
+                t.watcher.join(timeout=grace)
 
 
 def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:

@@ -89,8 +89,12 @@ class LocalEnv:
                                     reason=exit.stopped_reason, exit_code=exit.exit_code,
                                     container=self.cfg.container,
                                     task_definition=exit.task_definition)
-        with self._lock:
-            outcome = events.handle(event, self.cfg, self.reruns)
+        try:
+            with self._lock:
+                outcome = events.handle(event, self.cfg, self.reruns)
+        except Exception as exc:  # like a failed Lambda: the tick's reconciliation catches up
+            log.warning("task event for %s failed: %r", exit.task_arn, exc)
+            return
         self.events.append({"event": event, "outcome": outcome})
 
     def stop(self) -> None:
