@@ -16,10 +16,16 @@ def client(service: str, cfg: Config, *, retries: int = 4) -> Any:
     ``retries`` is botocore's total attempts; the ECS launcher passes 1 because it retries
     RunTask itself (tenacity) with the same clientToken.
     """
+    return endpoint_client(service, cfg.endpoint_url, cfg.region, retries=retries)
+
+
+def endpoint_client(service: str, endpoint: str | None, region: str | None, *,
+                    retries: int = 4) -> Any:
+    """The same, before a Config exists (provisioning a fresh endpoint)."""
     return boto3.session.Session().client(
         service,  # type: ignore[call-overload]
-        endpoint_url=cfg.endpoint_url,
-        region_name=cfg.region,
+        endpoint_url=endpoint,
+        region_name=region,
         config=BotoConfig(retries={"max_attempts": retries, "mode": "standard"},
                           connect_timeout=5, read_timeout=30),
     )

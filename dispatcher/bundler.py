@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 from dispatcher.config import Config
 from dispatcher.job import Bundle, Job, new_id
 
 # A bundle and its jobs are written in one TransactWriteItems call, which is limited to 4 MB.
 MAX_BUNDLE_BYTES = 3_000_000
-
-
-def _bytes(job: Job) -> int:
-    return len(json.dumps(job.payload, separators=(",", ":"))) + 1024
 
 
 class Bundler:
@@ -38,7 +32,7 @@ class Bundler:
         return (b is not None and len(b.job_ids) < self._cfg.bundle_max_jobs
                 and b.estimated_seconds + (job.estimated_seconds or 0)
                 <= self._cfg.bundle_max_seconds
-                and self._open_bytes + _bytes(job) <= MAX_BUNDLE_BYTES)
+                and self._open_bytes + job.item_bytes() <= MAX_BUNDLE_BYTES)
 
     @property
     def full(self) -> bool:
@@ -50,7 +44,7 @@ class Bundler:
         if self.is_small(job) and self._fits_open(job):
             assert self._open is not None
             self._add(self._open, job)
-            self._open_bytes += _bytes(job)
+            self._open_bytes += job.item_bytes()
             return True
         if len(self._bundles) >= self.capacity:
             return False
@@ -58,7 +52,7 @@ class Bundler:
         self._bundles.append(bundle)
         self._add(bundle, job)
         if self.is_small(job):
-            self._open, self._open_bytes = bundle, _bytes(job)
+            self._open, self._open_bytes = bundle, job.item_bytes()
         return True
 
     @staticmethod

@@ -38,7 +38,7 @@ class JobClient:
             env["LONGJOBS_QUEUE_URL"] = queue_url
         if table_name:
             env["LONGJOBS_TABLE"] = table_name
-        cfg = config.load("client", {**_environ(), **env})
+        cfg = config.load("client", {**os.environ, **env})
         if endpoint_url or region:
             cfg = config.Config(**{**cfg.__dict__, "endpoint_url": endpoint_url or
                                    cfg.endpoint_url, "region": region or cfg.region})
@@ -82,7 +82,8 @@ class JobClient:
         try:
             msg = message.JobMessage.model_validate(fields)
         except ValidationError as exc:
-            raise InvalidMessage(message._first_error(exc), job_id=fields.get("job_id")) from None
+            raise InvalidMessage(message.describe_errors(exc),
+                                 job_id=fields.get("job_id")) from None
         message.check(msg, self.allowed_kinds)
         return msg.job_id, msg.model_dump_json(exclude_none=True)
 
@@ -145,10 +146,6 @@ class JobClient:
         """Jobs newest first, through the status index (never a table scan)."""
         return self.registry().list_jobs(status=status, kind=kind, since_seconds=since_seconds,
                                          limit=limit)
-
-
-def _environ() -> dict[str, str]:
-    return dict(os.environ)
 
 
 def _batches(entries: list[tuple[str, str]]) -> Iterable[list[tuple[str, str]]]:

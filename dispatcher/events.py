@@ -12,12 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from aws_lambda_powertools import Logger
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dispatcher.config import Config
-
-logger = Logger(service="longjobs", child=True)
+from dispatcher.logs import logger
 
 
 class Container(BaseModel):

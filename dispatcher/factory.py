@@ -7,6 +7,7 @@ import time
 from dispatcher import aws
 from dispatcher.config import Config
 from dispatcher.dryrun import DryRunLauncher, DryRunQueue, DryRunStore, Plan
+from dispatcher.launch import Launches
 from dispatcher.launcher.base import Launcher
 from dispatcher.launcher.ecs import EcsLauncher
 from dispatcher.launcher.local import LocalLauncher
@@ -36,7 +37,7 @@ def dispatcher(cfg: Config, launch_with: Launcher | None = None) -> Dispatcher:
 
 
 def reruns(cfg: Config, launch_with: Launcher | None = None) -> Reruns:
-    return Reruns(cfg, store(cfg), launch_with or launcher(cfg), time.time)
+    return Reruns(Launches(cfg, store(cfg), launch_with or launcher(cfg), time.time))
 
 
 def dry_run(cfg: Config) -> tuple[Dispatcher, Plan]:

@@ -36,7 +36,8 @@ def to_job(msg: message.JobMessage, received: Received, at: float) -> Job:
     return Job(job_id=msg.job_id, kind=msg.kind, payload=msg.payload,
                estimated_seconds=msg.estimated_seconds, max_attempts=msg.max_attempts,
                timeout_seconds=msg.timeout_seconds, created_at=at,
-               enqueued_at=received.sent_at, message_id=received.message_id)
+               enqueued_at=received.sent_at, message_id=received.message_id,
+               payload_bytes=msg.payload_bytes)
 
 
 def to_rejection(exc: InvalidMessage, received: Received, at: float) -> Rejection:

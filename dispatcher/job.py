@@ -7,6 +7,7 @@ changes are legal is :mod:`dispatcher.state`'s.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -69,6 +70,12 @@ class Job:
     error: dict[str, Any] | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
     checkpoint: dict[str, Any] | None = None
+    payload_bytes: int = 0  # serialised size when admitted (not stored)
+
+    def item_bytes(self) -> int:
+        """Upper estimate of its table item, for bundle and transaction size limits."""
+        size = self.payload_bytes or len(json.dumps(self.payload, separators=(",", ":")))
+        return size + 1024
 
 
 @dataclass

@@ -20,21 +20,17 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from aws_lambda_powertools import Logger
-
 from dispatcher.config import Config
 from dispatcher.exceptions import ConflictError, LaunchError, ResourceMissing
 from dispatcher.job import Bundle, BundleState, Launch
 from dispatcher.launcher.base import MAX_TASKS_PER_CALL, Launcher, LaunchRequest
+from dispatcher.logs import logger
 from dispatcher.persistence.base import DispatchStore, LaunchOutcome
-
-logger = Logger(service="longjobs", child=True)
 
 
 @dataclass
 class LaunchStats:
     bundles_launched: int = 0
-    tasks_started: int = 0
     runtask_calls: int = 0
     recovered: int = 0
     left_for_recovery: int = 0
@@ -58,10 +54,11 @@ def request_for(launch: Launch) -> LaunchRequest:
 class Launches:
     def __init__(self, cfg: Config, store: DispatchStore, launcher: Launcher,
                  clock: Callable[[], float]) -> None:
-        self._cfg = cfg
-        self._store = store
-        self._launcher = launcher
-        self._clock = clock
+        # Public: reruns and reconciliation act through the same collaborators.
+        self.cfg = cfg
+        self.store = store
+        self.launcher = launcher
+        self.clock = clock
 
     def launch(self, bundles: list[Bundle], task_definition: str, stats: LaunchStats) -> None:
         for start in range(0, len(bundles), MAX_TASKS_PER_CALL):
@@ -71,15 +68,15 @@ class Launches:
                 self._run(launch, {b.bundle_id: b.launch_failures for b in group}, stats)
 
     def recover(self, stats: LaunchStats) -> None:
-        cutoff = self._clock() - self._cfg.launch_recovery_seconds
-        for launch in self._store.orphaned_launches(older_than=cutoff):
+        cutoff = self.clock() - self.cfg.launch_recovery_seconds
+        for launch in self.store.orphaned_launches(older_than=cutoff):
             logger.warning("retrying an unfinished launch with its original clientToken",
                            extra={"launch_id": launch.launch_id,
                                   "bundle_ids": launch.bundle_ids})
             stats.recovered += 1
             failures = {}
             for bundle_id in launch.bundle_ids:
-                b = self._store.get_bundle(bundle_id)
+                b = self.store.get_bundle(bundle_id)
                 failures[bundle_id] = b.launch_failures if b else 0
             self._run(launch, failures, stats)
 
@@ -89,21 +86,21 @@ class Launches:
             if not group:
                 return None
             launch = Launch(Launch.make_id(group), [b.bundle_id for b in group], task_definition,
-                            created_at=self._clock())
+                            created_at=self.clock())
             try:
-                self._store.begin_launch(launch, group)
+                self.store.begin_launch(launch, group)
                 return launch
             except ConflictError:
                 # The status index is eventually consistent: drop bundles that moved on.
                 stats.conflicts += 1
-                fresh = [self._store.get_bundle(b.bundle_id) for b in group]
+                fresh = [self.store.get_bundle(b.bundle_id) for b in group]
                 group = [b for b in fresh if b is not None and b.state == BundleState.PENDING]
         return None
 
     def _run(self, launch: Launch, launch_failures: dict[str, int], stats: LaunchStats) -> None:
         stats.runtask_calls += 1
         try:
-            result = self._launcher.run(request_for(launch))
+            result = self.launcher.run(request_for(launch))
             arns, reasons = result.task_arns, result.failures
         except (LaunchError, ResourceMissing) as exc:
             # A definite refusal: nothing started. Back to PENDING with the reason.
@@ -127,12 +124,11 @@ class Launches:
                 stats.failures[reason.split(" ", 1)[0]] += 1
         retry_at = {bid: self._backoff(launch_failures.get(bid, 0)) for bid, _ in outcome.failed}
         try:
-            self._store.finish_launch(launch, outcome, retry_at)
+            self.store.finish_launch(launch, outcome, retry_at)
         except ConflictError:
             stats.conflicts += 1
             return
         stats.bundles_launched += len(outcome.assigned)
-        stats.tasks_started += len(outcome.assigned)
         if outcome.failed:
             logger.warning("tasks not started; bundles back to PENDING with backoff",
                            extra={"launch_id": launch.launch_id,
@@ -140,6 +136,6 @@ class Launches:
                                              for b, r in outcome.failed]})
 
     def _backoff(self, previous_failures: int) -> float:
-        base = self._cfg.launch_backoff_seconds * (2 ** min(previous_failures, 16))
-        delay = min(base, self._cfg.launch_backoff_max_seconds)
-        return float(self._clock() + delay * random.uniform(0.5, 1.0))  # jitter spreads retries
+        base = self.cfg.launch_backoff_seconds * (2 ** min(previous_failures, 16))
+        delay = min(base, self.cfg.launch_backoff_max_seconds)
+        return float(self.clock() + delay * random.uniform(0.5, 1.0))  # jitter spreads retries

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -62,6 +63,11 @@ class JobMessage(BaseModel):
     def payload_json(self) -> str:
         return json.dumps(self.payload, separators=(",", ":"), sort_keys=True)
 
+    @cached_property
+    def payload_bytes(self) -> int:
+        """Serialised size, computed once: validation, bundling and transaction packing use it."""
+        return len(self.payload_json().encode())
+
 
 def json_schema() -> dict[str, Any]:
     schema = JobMessage.model_json_schema()
@@ -70,7 +76,7 @@ def json_schema() -> dict[str, Any]:
     return schema
 
 
-def _first_error(exc: ValidationError) -> str:
+def describe_errors(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors()[:3]:
         where = ".".join(str(p) for p in err["loc"]) or "message"
@@ -78,19 +84,8 @@ def _first_error(exc: ValidationError) -> str:
     return "schema violation: " + "; ".join(parts)
 
 
-def readable_job_id(body: str) -> str | None:
-    """Best-effort job id of a body that failed validation, so its REJECTED record is findable."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None
-    job_id = data.get("job_id") if isinstance(data, dict) else None
-    return job_id if isinstance(job_id, str) and _JOB_ID.match(job_id) else None
-
-
 def parse(body: str, allowed_kinds: tuple[str, ...] = ()) -> JobMessage:
     """Turn a raw SQS body into a JobMessage or raise InvalidMessage with a readable reason."""
-    job_id = readable_job_id(body)
     try:
         data = json.loads(body)
     except json.JSONDecodeError as exc:
@@ -100,7 +95,10 @@ def parse(body: str, allowed_kinds: tuple[str, ...] = ()) -> JobMessage:
     try:
         msg = JobMessage.model_validate(data)
     except ValidationError as exc:
-        raise InvalidMessage(_first_error(exc), job_id=job_id) from None
+        # Keep the job id if one is readable, so the REJECTED record can be found by it.
+        job_id = data.get("job_id")
+        readable = job_id if isinstance(job_id, str) and _JOB_ID.match(job_id) else None
+        raise InvalidMessage(describe_errors(exc), job_id=readable) from None
     check(msg, allowed_kinds)
     return msg
 
@@ -110,7 +108,7 @@ def check(msg: JobMessage, allowed_kinds: tuple[str, ...] = ()) -> None:
     if allowed_kinds and msg.kind not in allowed_kinds:
         raise InvalidMessage(f"unknown kind {msg.kind!r} (allowed: {', '.join(allowed_kinds)})",
                              job_id=msg.job_id)
-    size = len(msg.payload_json().encode())
+    size = msg.payload_bytes
     if size > MAX_PAYLOAD_BYTES:
         raise InvalidMessage(f"payload too large: {size} bytes > {MAX_PAYLOAD_BYTES} bytes "
                              "(store large inputs in S3 and pass a reference)", job_id=msg.job_id)

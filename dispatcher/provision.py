@@ -10,8 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
-
+from dispatcher.aws import endpoint_client
 from dispatcher.persistence.models import TTL_ATTRIBUTE, Item, bind
 
 DEFAULT_REGION = "us-east-1"
@@ -48,11 +47,6 @@ class Names:
         return f"{self.prefix}-cluster"
 
 
-def _client(service: str, endpoint: str | None, region: str) -> Any:
-    return boto3.session.Session().client(service,  # type: ignore[call-overload]
-                                          endpoint_url=endpoint, region_name=region)
-
-
 def register_task_definition(ecs: Any, names: Names, image: str = "longjobs-worker:local",
                              env: dict[str, str] | None = None) -> str:
     resp = ecs.register_task_definition(
@@ -72,7 +66,7 @@ def provision(endpoint: str | None, names: Names | None = None,
               region: str = DEFAULT_REGION) -> dict[str, str]:
     """Create everything; return the LONGJOBS_* environment a dispatcher and clients need."""
     names = names or Names()
-    sqs = _client("sqs", endpoint, region)
+    sqs = endpoint_client("sqs", endpoint, region)
     dlq_url = sqs.create_queue(QueueName=names.dlq, Attributes=DLQ_ATTRIBUTES)["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
         "Attributes"]["QueueArn"]
@@ -85,16 +79,16 @@ def provision(endpoint: str | None, names: Names | None = None,
     bind(names.table, region, endpoint)
     if not Item.exists():
         Item.create_table(wait=True, billing_mode="PAY_PER_REQUEST")
-    ddb = _client("dynamodb", endpoint, region)
+    ddb = endpoint_client("dynamodb", endpoint, region)
     ddb.update_time_to_live(TableName=names.table, TimeToLiveSpecification={
         "Enabled": True, "AttributeName": TTL_ATTRIBUTE})
 
-    ecs = _client("ecs", endpoint, region)
+    ecs = endpoint_client("ecs", endpoint, region)
     ecs.create_cluster(clusterName=names.cluster,
                        capacityProviders=["FARGATE", "FARGATE_SPOT"])
     env = {"LONGJOBS_TABLE": names.table}
     register_task_definition(ecs, names, env=env)
-    ec2 = _client("ec2", endpoint, region)
+    ec2 = endpoint_client("ec2", endpoint, region)
     subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
     return {
         "LONGJOBS_QUEUE_URL": queue_url,

@@ -11,20 +11,14 @@ only seems dead may still be finishing a handler.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from aws_lambda_powertools import Logger
-
-from dispatcher.config import Config
 from dispatcher.events import TaskStop
 from dispatcher.exceptions import ConflictError
 from dispatcher.job import TERMINAL_JOB_STATES, Bundle, BundleState
-from dispatcher.launcher.base import Launcher
-from dispatcher.persistence.base import DispatchStore
+from dispatcher.logs import logger
 from dispatcher.reruns import Reruns
 
-logger = Logger(service="longjobs", child=True)
 HEARTBEAT_MISSES = 4
 # The runner fails a job at its timeout itself; the tick steps in only after this much more.
 TIMEOUT_MARGIN_SECONDS = 5.0
@@ -42,13 +36,11 @@ class ReconcileStats:
 
 
 class Reconciler:
-    def __init__(self, cfg: Config, store: DispatchStore, launcher: Launcher, reruns: Reruns,
-                 clock: Callable[[], float]) -> None:
-        self._cfg = cfg
-        self._store = store
-        self._launcher = launcher
+    def __init__(self, reruns: Reruns) -> None:
         self._reruns = reruns
-        self._clock = clock
+        launches = reruns.launches
+        self._cfg, self._store = launches.cfg, launches.store
+        self._launcher, self._clock = launches.launcher, launches.clock
 
     def suspects(self, active: list[Bundle]) -> list[Bundle]:
         t = self._clock()

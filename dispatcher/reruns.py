@@ -11,17 +11,14 @@ launch code as the tick.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
-from dispatcher.config import Config
 from dispatcher.events import TaskStop
 from dispatcher.exceptions import ConflictError
 from dispatcher.job import TERMINAL_JOB_STATES, Bundle, BundleState, Job, JobState
 from dispatcher.launch import Launches, LaunchStats
-from dispatcher.launcher.base import Launcher
-from dispatcher.persistence.base import DispatchStore, JobUpdate
+from dispatcher.persistence.base import JobUpdate
 
 INFRA_STOP_CODES = {"SpotInterruption", "TerminationNotice", "ServiceSchedulerInitiated",
                     "TaskFailedToStart", "InfrastructureHealth"}
@@ -63,13 +60,10 @@ def _history(job: Job, stop: TaskStop, cls: StopClass, at: float) -> list[dict[s
 
 
 class Reruns:
-    def __init__(self, cfg: Config, store: DispatchStore, launcher: Launcher,
-                 clock: Callable[[], float]) -> None:
-        self._cfg = cfg
-        self._store = store
-        self._launcher = launcher
-        self._clock = clock
-        self._launches = Launches(cfg, store, launcher, clock)
+    def __init__(self, launches: Launches) -> None:
+        self.launches = launches
+        self._cfg, self._store = launches.cfg, launches.store
+        self._launcher, self._clock = launches.launcher, launches.clock
 
     def decide(self, stop: TaskStop, bundle: Bundle,
                jobs: list[Job]) -> tuple[StopClass, list[JobUpdate], list[str]]:
@@ -133,6 +127,6 @@ class Reruns:
                                           if u.target == JobState.FAILED]}
         if rerun:
             stats = LaunchStats()
-            self._launches.launch([bundle], self._launcher.resolve_task_definition(), stats)
+            self.launches.launch([bundle], self._launcher.resolve_task_definition(), stats)
             out["relaunched"] = stats.bundles_launched == 1
         return out

@@ -60,8 +60,7 @@ class Dispatcher:
         self._clock = clock
         self.intake = Intake(cfg, queue, store, clock)
         self.launches = Launches(cfg, store, launcher, clock)
-        self.reconciler = Reconciler(cfg, store, launcher, Reruns(cfg, store, launcher, clock),
-                                     clock)
+        self.reconciler = Reconciler(Reruns(self.launches))
 
     def tick(self, remaining_ms: Callable[[], int] | None = None) -> Decision:
         started = time.monotonic()

@@ -37,7 +37,7 @@ def machine(aws: Aws) -> type[RuleBasedStateMachine]:
             self.store = factory.store(cfg)
             self.launcher = factory.launcher(cfg)
             self.reruns = factory.reruns(cfg, self.launcher)
-            self.launches = self.reruns._launches
+            self.launches = self.reruns.launches
             self.job_ids = [f"p{n}-a", f"p{n}-b"]
             self.bundle_id = f"bundle-{n}-{time.time_ns()}"
             jobs = [Job(job_id=j, kind="k", payload={}, bundle_id=self.bundle_id,

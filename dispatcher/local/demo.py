@@ -38,7 +38,6 @@ from dispatcher.persistence.codec import item_rejection
 from dispatcher.persistence.dynamodb import DynamoStore
 from dispatcher.persistence.models import Item
 from dispatcher.provision import Names, register_task_definition
-from dispatcher.testing.moto import release_model_copies
 
 HANDLERS = ("demo.sleep=dispatcher.local.demo_handlers:sleep,"
             "demo.steps=dispatcher.local.demo_handlers:steps,"
@@ -130,7 +129,6 @@ class Scenario:
         self.submitted += len(wave)
 
     def snapshot(self) -> Snapshot:
-        release_model_copies()
         backlog = self.env.dispatcher.queue.backlog()
         counts = {s: Item.by_status.count(f"JOB#{s}") for s in ("SUCCEEDED", "FAILED")}
         decisions = list(self.env.decisions)  # the dispatcher's own decision records

@@ -6,7 +6,6 @@ and the expected current state, so a stale writer loses instead of overwriting.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -252,17 +251,13 @@ def _conditional(exc: Exception) -> bool:
     return cause == "ConditionalCheckFailedException"
 
 
-def _item_bytes(job: Job) -> int:
-    return len(json.dumps(job.payload, separators=(",", ":"))) + 1024
-
-
 def _pack(bundles: list[Bundle], by_id: dict[str, Job]) -> list[list[Bundle]]:
     """Group bundles into transactions: a bundle and all its jobs always share one."""
     groups: list[list[Bundle]] = []
     items = size = 0
     for bundle in bundles:
         b_items = 1 + len(bundle.job_ids)
-        b_size = 1024 + sum(_item_bytes(by_id[j]) for j in bundle.job_ids)
+        b_size = 1024 + sum(by_id[j].item_bytes() for j in bundle.job_ids)
         if not groups or items + b_items > MAX_TRANSACTION_ITEMS or \
                 size + b_size > MAX_TRANSACTION_BYTES:
             groups.append([])
