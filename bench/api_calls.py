@@ -10,8 +10,8 @@ import logging
 import os
 import sys
 
-from dispatcher import config, factory
-from dispatcher.provision import provision
+from dispatcher import settings, wiring
+from dispatcher.local.provision import provision
 from dispatcher.testing.moto import start_moto
 from dispatcher.testing.proxy import AwsProxy
 from dispatcher.testing.workload import api_calls_for_small_jobs
@@ -29,7 +29,7 @@ def main() -> None:
         os.environ["AWS_ENDPOINT_URL"] = proxy.url
         os.environ.update(provision(proxy.url))
         env = {**os.environ, "LONGJOBS_BUNDLE_MAX_JOBS": "50", "LONGJOBS_MAX_RUNNING_TASKS": "100"}
-        d = factory.dispatcher(config.load("dispatcher", env))
+        d = wiring.dispatcher(settings.load("dispatcher", env))
         counts = api_calls_for_small_jobs(proxy, d, n, wave=100)
     print(f"{'API':34} {'calls':>7} {'per job':>8}")
     for api, calls in counts.items():

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from dispatcher import config, factory, metrics
-from dispatcher.exceptions import LongjobsError
+from dispatcher import settings, wiring
+from dispatcher.domain.errors import LongjobsError
 from dispatcher.logs import logger
+from dispatcher.ops import metrics
 
 
 def dispatch(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """The scheduled tick (EventBridge Scheduler, every minute, reserved concurrency 1)."""
     try:
-        cfg = config.load("dispatcher")
-        dispatcher = factory.dispatcher(cfg)
+        cfg = settings.load("dispatcher")
+        dispatcher = wiring.dispatcher(cfg)
         remaining = getattr(context, "get_remaining_time_in_millis", None)
         decision = dispatcher.tick(remaining)
     except LongjobsError as exc:
@@ -29,9 +30,9 @@ def dispatch(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 def task_event(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """ECS "Task State Change" events from EventBridge: reruns of tasks that stopped early."""
-    from dispatcher.events import handle
+    from dispatcher.aws.ecs_events import handle
 
-    cfg = config.load("dispatcher")
+    cfg = settings.load("dispatcher")
     outcome = handle(event, cfg)
     metrics.publish_stop(outcome, queue=cfg.queue_url, namespace=cfg.metrics_namespace or None)
     return outcome

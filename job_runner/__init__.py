@@ -5,7 +5,7 @@ registered under a kind by the ``longjobs.handlers`` entry-point group or by
 ``LONGJOBS_HANDLERS=kind=module:function,...``.
 """
 
-from dispatcher.exceptions import Interrupted, PermanentError, RetryableError
+from dispatcher.domain.errors import Interrupted, PermanentError, RetryableError
 from job_runner.context import JobContext
 
 __all__ = ["Interrupted", "JobContext", "PermanentError", "RetryableError"]

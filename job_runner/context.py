@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from dispatcher.exceptions import Interrupted
+from dispatcher.domain.errors import Interrupted
 
 
 class JobContext:

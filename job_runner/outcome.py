@@ -7,8 +7,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from dispatcher.exceptions import Interrupted, PermanentError, RetryableError
-from dispatcher.job import Job, JobState
+from dispatcher.domain.errors import Interrupted, PermanentError, RetryableError
+from dispatcher.domain.jobs import Job, JobState
 
 MAX_RESULT_BYTES = 64 * 1024
 TRACEBACK_CHARS = 4000

@@ -18,15 +18,16 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
-from dispatcher import config
-from dispatcher.config import Config
-from dispatcher.exceptions import ConflictError, LongjobsError
-from dispatcher.job import TERMINAL_JOB_STATES, Bundle, BundleState, Job, JobState
-from dispatcher.persistence.base import Fence, RunnerStore
-from dispatcher.persistence.dynamodb import DynamoStore
+from dispatcher import settings
+from dispatcher.aws.dynamodb.store import DynamoStore
+from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.errors import ConflictError, LongjobsError
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
+from dispatcher.ports.store import Fence, RunnerStore
+from dispatcher.settings import Config
 from job_runner.context import JobContext
+from job_runner.kinds import Registry
 from job_runner.outcome import Outcome, error_of, raised, succeeded
-from job_runner.registry import Registry
 from job_runner.writes import Writes
 
 # JSON lines with task_arn / bundle_id / job_id on every line (payloads are never logged).
@@ -209,7 +210,7 @@ class Worker:
 
 def main() -> int:
     try:
-        cfg = config.load("runner")
+        cfg = settings.load("runner")
         arn = task_arn()
         store = DynamoStore(cfg.table, cfg.region, cfg.endpoint_url)
         registry = Registry.load(cfg.handlers)

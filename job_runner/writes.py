@@ -10,8 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from dispatcher.job import BundleState, Job, JobState
-from dispatcher.persistence.base import Fence, JobUpdate, RunnerStore
+from dispatcher.domain.bundles import BundleState
+from dispatcher.domain.jobs import Job, JobState
+from dispatcher.ports.store import Fence, JobUpdate, RunnerStore
 from job_runner.outcome import Outcome
 
 # A bundle's failed-and-retryable jobs wait this long (doubling per attempt) before a rerun.

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from dispatcher import config
-from dispatcher.config import Config
-from dispatcher.provision import provision
+from dispatcher import settings
+from dispatcher.local.provision import provision
+from dispatcher.settings import Config
 from dispatcher.testing.moto import MotoEndpoint, start_moto
 from dispatcher.testing.proxy import AwsProxy
 
@@ -56,7 +56,7 @@ class Aws:
     env: dict[str, str]
 
     def config(self, **overrides: str) -> Config:
-        return config.load("dispatcher", {**self.env, **overrides})
+        return settings.load("dispatcher", {**self.env, **overrides})
 
 
 @pytest.fixture

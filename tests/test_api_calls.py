@@ -3,7 +3,7 @@ them. Counts are deterministic, unlike time, so they may be asserted on a shared
 
 from __future__ import annotations
 
-from dispatcher import factory
+from dispatcher import wiring
 from dispatcher.testing.workload import api_calls_for_small_jobs
 from tests.conftest import Aws
 
@@ -11,7 +11,7 @@ N = 500
 
 
 def test_api_calls_per_job_for_500_small_jobs(aws: Aws) -> None:
-    d = factory.dispatcher(aws.config(LONGJOBS_BUNDLE_MAX_JOBS="50",
+    d = wiring.dispatcher(aws.config(LONGJOBS_BUNDLE_MAX_JOBS="50",
                                       LONGJOBS_MAX_RUNNING_TASKS="100"))
     counts = api_calls_for_small_jobs(aws.proxy, d, N, wave=100)
     # 500 jobs / 50 per bundle = 10 bundles; each wave of 100 fills 2 bundles, launched by one

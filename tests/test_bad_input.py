@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from dispatcher.cli import app
+from dispatcher.cli.app import app
 from tests.conftest import Aws
 
 CASES = {

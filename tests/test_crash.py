@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 import pytest
 
-from dispatcher import factory
-from dispatcher.client import JobClient
-from dispatcher.persistence.dynamodb import DynamoStore
+from dispatcher import wiring
+from dispatcher.aws.dynamodb.store import DynamoStore
+from dispatcher.ops.client import JobClient
 from dispatcher.testing.workload import run_until_drained
 from tests.conftest import Aws
 from tests.helpers import client, ecs_tasks
@@ -47,7 +47,7 @@ def eventually(check: Callable[[], None], timeout: float = 60.0) -> None:
 
 
 def _tick_and_check(aws: Aws) -> None:
-    run_until_drained(factory.dispatcher(aws.config()))
+    run_until_drained(wiring.dispatcher(aws.config()))
     _check_converged(aws, JOBS)
 
 
@@ -60,7 +60,7 @@ def test_crash_after_each_step_converges(aws: Aws, point: str) -> None:
     operation, skip = CRASH_POINTS[point]
     aws.proxy.inject_error(operation, after_forward=True, skip=skip)
     try:
-        factory.dispatcher(aws.config()).tick()
+        wiring.dispatcher(aws.config()).tick()
     except Exception as exc:  # the crash: whatever the step raised ends this tick
         code = getattr(exc, "cause_response_code", None) or repr(exc)
         assert "InjectedCrash" in code
@@ -73,11 +73,11 @@ def test_expired_lease_of_a_dead_tick_is_taken_over(aws: Aws) -> None:
     store = DynamoStore(aws.env["LONGJOBS_TABLE"])
     assert store.acquire_lease("crashed-tick", 1)  # a tick that died without releasing
     JobClient().submit("k", {}, job_id="after-lease")
-    assert factory.dispatcher(aws.config()).tick().skipped
+    assert wiring.dispatcher(aws.config()).tick().skipped
     decisions = []
 
     def taken_over() -> None:
-        decisions.append(factory.dispatcher(aws.config()).tick())
+        decisions.append(wiring.dispatcher(aws.config()).tick())
         assert not decisions[-1].skipped  # once the dead tick's lease has expired
 
     eventually(taken_over)

@@ -6,17 +6,17 @@ import json
 
 import pytest
 
-from dispatcher import factory
-from dispatcher.client import JobClient
-from dispatcher.job import BundleState
-from dispatcher.persistence.dynamodb import DynamoStore
+from dispatcher import wiring
+from dispatcher.aws.dynamodb.store import DynamoStore
+from dispatcher.domain.bundles import BundleState
+from dispatcher.ops.client import JobClient
 from dispatcher.testing.workload import mixed_jobs, run_until_drained, submit_in_waves
 from tests.conftest import Aws
 from tests.helpers import client, ecs_tasks, queue_counts, s, table_items
 
 
 def _dispatcher(aws: Aws, **overrides: str):  # type: ignore[no-untyped-def]
-    return factory.dispatcher(aws.config(**overrides))
+    return wiring.dispatcher(aws.config(**overrides))
 
 
 def _check_converged(aws: Aws, job_ids: list[str], *, max_jobs: int = 50) -> None:
@@ -77,7 +77,7 @@ def test_admission_keeps_backlog_in_sqs(aws: Aws) -> None:
 
 
 def test_new_revision_is_pinned_on_later_launches(aws: Aws) -> None:
-    from dispatcher.provision import Names, register_task_definition
+    from dispatcher.local.provision import Names, register_task_definition
 
     d = _dispatcher(aws)
     JobClient().submit("k", {}, job_id="before-deploy")

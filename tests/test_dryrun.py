@@ -7,8 +7,8 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from dispatcher.cli import app
-from dispatcher.client import JobClient
+from dispatcher.cli.app import app
+from dispatcher.ops.client import JobClient
 from tests.conftest import Aws
 from tests.helpers import client, ecs_tasks, queue_counts, table_items
 
@@ -43,10 +43,10 @@ def test_dry_run_reports_the_plan_and_writes_nothing(aws: Aws) -> None:
 
 
 def test_deploy_registers_a_revision_and_running_tasks_keep_theirs(aws: Aws) -> None:
-    from dispatcher import factory
+    from dispatcher import wiring
 
     JobClient().submit("k", {}, job_id="on-old")
-    factory.dispatcher(aws.config()).tick()
+    wiring.dispatcher(aws.config()).tick()
     result = CliRunner().invoke(app, ["deploy", "--image", "worker:v2", "--env", "MODE=fast"])
     assert result.exit_code == 0, result.output
     assert result.output.strip() == "longjobs-worker:2"

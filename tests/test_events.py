@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from dispatcher import events, factory
-from dispatcher.client import JobClient
-from dispatcher.exceptions import ConflictError
-from dispatcher.job import BundleState, JobState
-from dispatcher.persistence.base import Fence, JobUpdate
-from dispatcher.persistence.dynamodb import DynamoStore
+from dispatcher import wiring
+from dispatcher.aws import ecs_events
+from dispatcher.aws.dynamodb.store import DynamoStore
+from dispatcher.domain.bundles import BundleState
+from dispatcher.domain.errors import ConflictError
+from dispatcher.domain.jobs import JobState
+from dispatcher.ops.client import JobClient
+from dispatcher.ports.store import Fence, JobUpdate
 from tests.conftest import Aws
 from tests.helpers import launched
 
@@ -21,19 +23,19 @@ def _launched(aws: Aws) -> tuple[DynamoStore, str, str]:
 
 def test_malformed_and_running_events_are_ignored(aws: Aws) -> None:
     cfg = aws.config()
-    assert events.handle({"detail": {"nope": 1}}, cfg) == {"ignored": "malformed event"}
+    assert ecs_events.handle({"detail": {"nope": 1}}, cfg) == {"ignored": "malformed event"}
     _, _, arn = _launched(aws)
-    notice = events.sample_event(arn, last_status="RUNNING", stop_code="TerminationNotice")
-    assert events.handle(notice, cfg) == {"ignored": "lastStatus RUNNING"}
+    notice = ecs_events.sample_event(arn, last_status="RUNNING", stop_code="TerminationNotice")
+    assert ecs_events.handle(notice, cfg) == {"ignored": "lastStatus RUNNING"}
 
 
 def test_stop_before_claim_reruns_at_once_and_duplicates_are_ignored(aws: Aws) -> None:
     cfg = aws.config()
     store, bundle_id, arn = _launched(aws)
-    stopped = events.sample_event(arn, stop_code="TaskFailedToStart",
+    stopped = ecs_events.sample_event(arn, stop_code="TaskFailedToStart",
                                   reason="Timeout waiting for network interface provisioning")
     stopped["detail"]["containers"] = []  # how TaskFailedToStart can arrive
-    first = events.handle(stopped, cfg)
+    first = ecs_events.handle(stopped, cfg)
     assert first["stop_class"] == "infrastructure" and first["relaunched"] is True
     bundle = store.get_bundle(bundle_id)
     assert bundle is not None and bundle.state == BundleState.LAUNCHED
@@ -41,10 +43,10 @@ def test_stop_before_claim_reruns_at_once_and_duplicates_are_ignored(aws: Aws) -
     job = store.get_job("ev-job")
     assert job is not None and job.infra_attempts == 1 and job.attempts == 0
     # The same event again, and an older one arriving late: no effect on the new attempt.
-    assert "ignored" in events.handle(stopped, cfg)
-    older = events.sample_event(arn, stop_code="EssentialContainerExited", exit_code=1,
+    assert "ignored" in ecs_events.handle(stopped, cfg)
+    older = ecs_events.sample_event(arn, stop_code="EssentialContainerExited", exit_code=1,
                                 version=1)
-    assert "ignored" in events.handle(older, cfg)
+    assert "ignored" in ecs_events.handle(older, cfg)
     after = store.get_bundle(bundle_id)
     assert after is not None and (after.attempt, after.task_arn) == (2, bundle.task_arn)
 
@@ -52,7 +54,7 @@ def test_stop_before_claim_reruns_at_once_and_duplicates_are_ignored(aws: Aws) -
 def test_a_stale_task_cannot_write(aws: Aws) -> None:
     cfg = aws.config()
     store, bundle_id, arn = _launched(aws)
-    events.handle(events.sample_event(arn, stop_code="SpotInterruption"), cfg)
+    ecs_events.handle(ecs_events.sample_event(arn, stop_code="SpotInterruption"), cfg)
     stale = Fence(bundle_id, 1, arn)
     with pytest.raises(ConflictError):
         store.claim(stale)
@@ -71,7 +73,7 @@ def test_cancel_of_an_unlaunched_job_is_immediate_and_closes_its_bundle(aws: Aws
     aws.proxy.inject_runtask_failures(["RESOURCE:MEMORY"])
     client = JobClient()
     client.submit("k", {}, job_id="unlaunched")
-    factory.dispatcher(aws.config(LONGJOBS_LAUNCH_BACKOFF_SECONDS="3600")).tick()
+    wiring.dispatcher(aws.config(LONGJOBS_LAUNCH_BACKOFF_SECONDS="3600")).tick()
     store = DynamoStore(aws.env["LONGJOBS_TABLE"])
     job = client.cancel("unlaunched")
     assert job.state == JobState.CANCELLED
@@ -82,4 +84,4 @@ def test_cancel_of_an_unlaunched_job_is_immediate_and_closes_its_bundle(aws: Aws
         client.cancel("unlaunched")
     again = client.retry("unlaunched")
     assert again.state == JobState.PENDING and again.bundle_id != job.bundle_id
-    assert factory.dispatcher(aws.config()).tick().due_bundles == 1
+    assert wiring.dispatcher(aws.config()).tick().due_bundles == 1

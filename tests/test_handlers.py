@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from dispatcher import events, handlers
-from dispatcher.client import JobClient
-from dispatcher.persistence.dynamodb import DynamoStore
+from dispatcher import handlers
+from dispatcher.aws import ecs_events
+from dispatcher.aws.dynamodb.store import DynamoStore
+from dispatcher.ops.client import JobClient
 from tests.conftest import Aws
 
 
@@ -54,7 +55,7 @@ def test_task_event_handler_reruns_and_publishes(aws: Aws,
     bundle = DynamoStore(aws.env["LONGJOBS_TABLE"]).get_bundle(job.bundle_id)
     assert bundle is not None and bundle.task_arn
     capsys.readouterr()
-    out = handlers.task_event(events.sample_event(bundle.task_arn, stop_code="SpotInterruption"),
+    out = handlers.task_event(ecs_events.sample_event(bundle.task_arn, stop_code="SpotInterruption"),
                               None)
     assert out["stop_class"] == "infrastructure" and out["relaunched"] is True
     blobs = _emf(capsys.readouterr().out)
@@ -70,8 +71,9 @@ def test_missing_configuration_is_one_clear_error(monkeypatch: pytest.MonkeyPatc
 
 def test_a_normally_finished_task_reports_its_results(aws: Aws,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    from dispatcher.job import BundleState, JobState
-    from dispatcher.persistence.base import Fence, JobUpdate
+    from dispatcher.domain.bundles import BundleState
+    from dispatcher.domain.jobs import JobState
+    from dispatcher.ports.store import Fence, JobUpdate
     from tests.helpers import launched
 
     store, bundle_id, arn = launched(aws, "fine")
@@ -81,7 +83,7 @@ def test_a_normally_finished_task_reports_its_results(aws: Aws,
                                   via=JobState.RUNNING, attempts_delta=1, result={"ok": 1})],
                 bundle_to=BundleState.DONE)
     capsys.readouterr()
-    out = handlers.task_event(events.sample_event(arn, stop_code="EssentialContainerExited",
+    out = handlers.task_event(ecs_events.sample_event(arn, stop_code="EssentialContainerExited",
                                                   exit_code=0), None)
     assert out["succeeded"] == ["fine"] and out["failed"] == []
     blob = next(b for b in _emf(capsys.readouterr().out) if "JobsSucceeded" in b)

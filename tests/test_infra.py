@@ -26,10 +26,10 @@ from samtranslator.public.exceptions import InvalidDocumentException
 from samtranslator.translator.translator import Translator
 from samtranslator.yaml_helper import yaml_parse
 
-from dispatcher import config
-from dispatcher.deploy import REGISTERABLE_FIELDS, register_revision
-from dispatcher.exceptions import ResourceMissing
-from dispatcher.persistence.models import key_schema
+from dispatcher import settings
+from dispatcher.aws.dynamodb.models import key_schema
+from dispatcher.domain.errors import ResourceMissing
+from dispatcher.ops.deploy import REGISTERABLE_FIELDS, register_revision
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "infra" / "template.yaml"
@@ -222,7 +222,7 @@ def test_every_handler_is_importable(template: dict[str, Any]) -> None:
 
 
 def allowed_env_names() -> set[str]:
-    return {s.name for s in config.SETTINGS}
+    return {s.name for s in settings.SETTINGS}
 
 
 def test_function_env_is_what_the_config_module_reads(template: dict[str, Any]) -> None:
@@ -230,8 +230,8 @@ def test_function_env_is_what_the_config_module_reads(template: dict[str, Any]) 
     for name in functions(template):
         env = function_env(template, name)
         unknown = {k for k in env if k not in known and not k.startswith("POWERTOOLS_")}
-        assert not unknown, f"{name} sets variables config.py does not read: {sorted(unknown)}"
-        missing = set(config.required("dispatcher")) - set(env)
+        assert not unknown, f"{name} sets variables settings.py does not read: {sorted(unknown)}"
+        missing = set(settings.required("dispatcher")) - set(env)
         assert not missing, f"{name} lacks required variables: {sorted(missing)}"
 
 
@@ -239,7 +239,7 @@ def test_function_env_loads_as_a_valid_config(template: dict[str, Any]) -> None:
     """What a deployment hands the functions (defaults, sample parameters) passes validation."""
     for name in functions(template):
         env = {k: str(resolve(v, template)) for k, v in function_env(template, name).items()}
-        cfg = config.load("dispatcher", env)
+        cfg = settings.load("dispatcher", env)
         assert cfg.cluster == CLUSTER_ARN
         assert cfg.subnets == tuple(SAMPLE_PARAMETERS["Subnets"])
         assert cfg.container == "worker"
@@ -250,13 +250,13 @@ def test_function_env_loads_as_a_valid_config(template: dict[str, Any]) -> None:
 def test_worker_env_is_what_the_runner_reads(template: dict[str, Any]) -> None:
     (task,) = resources(template, "AWS::ECS::TaskDefinition").values()
     (container,) = task["Properties"]["ContainerDefinitions"]
-    assert container["Name"] == config.Config().container
+    assert container["Name"] == settings.Config().container
     assert container["Command"] == ["python", "-m", "job_runner"]
     assert container["StopTimeout"] == 120
     names = {e["Name"] for e in container.get("Environment", [])}
     known = allowed_env_names()
     assert {n for n in names if n not in known and not n.startswith("POWERTOOLS_")} == set()
-    assert set(config.required("runner")) <= names
+    assert set(settings.required("runner")) <= names
 
 
 def test_table_matches_the_pynamodb_models(template: dict[str, Any]) -> None:
@@ -506,7 +506,7 @@ def test_register_revision_of_a_missing_family_raises(ecs: Any) -> None:
 
 def test_local_queues_have_the_templates_shape(template: dict[str, Any]) -> None:
     """Local mode and tests provision the same queue shape the stack creates."""
-    from dispatcher.provision import DLQ_ATTRIBUTES, MAX_RECEIVE_COUNT, QUEUE_ATTRIBUTES
+    from dispatcher.local.provision import DLQ_ATTRIBUTES, MAX_RECEIVE_COUNT, QUEUE_ATTRIBUTES
 
     queues = resources(template, "AWS::SQS::Queue")
     job = queues["JobQueue"]["Properties"]
@@ -519,8 +519,8 @@ def test_local_queues_have_the_templates_shape(template: dict[str, Any]) -> None
 def test_heartbeat_alarm_watches_the_metric_the_dispatcher_emits(
         template: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """A renamed metric or dimension would leave the 'dispatcher stopped' alarm blind."""
-    from dispatcher.metrics import tick_blobs
-    from dispatcher.tick import Decision
+    from dispatcher.ops.metrics import tick_blobs
+    from dispatcher.stages.tick import Decision
 
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "longjobs")
     blobs = tick_blobs(Decision(tick_id="t"), backlog=None, running_tasks=0, queue="q",

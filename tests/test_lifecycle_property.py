@@ -9,16 +9,18 @@ import itertools
 import time
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, Phase
+from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from dispatcher import config, factory
-from dispatcher.events import TaskStop
-from dispatcher.exceptions import ConflictError
-from dispatcher.job import TERMINAL_JOB_STATES, Bundle, BundleState, Job, JobState
-from dispatcher.launch import LaunchStats
-from dispatcher.persistence.base import Fence, JobUpdate
+from dispatcher import settings, wiring
+from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.errors import ConflictError
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
+from dispatcher.domain.stops import TaskStop
+from dispatcher.ports.store import Fence, JobUpdate
+from dispatcher.stages.launch import LaunchStats
 from tests.conftest import Aws
 
 STOP_CODES = ["EssentialContainerExited", "SpotInterruption", "TaskFailedToStart",
@@ -28,15 +30,15 @@ _ids = itertools.count()
 
 @pytest.fixture
 def machine(aws: Aws) -> type[RuleBasedStateMachine]:
-    cfg = config.load("dispatcher", {**aws.env, "LONGJOBS_MAX_INFRA_ATTEMPTS": "3"})
+    cfg = settings.load("dispatcher", {**aws.env, "LONGJOBS_MAX_INFRA_ATTEMPTS": "3"})
 
     class Lifecycle(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
             n = next(_ids)
-            self.store = factory.store(cfg)
-            self.launcher = factory.launcher(cfg)
-            self.reruns = factory.reruns(cfg, self.launcher)
+            self.store = wiring.store(cfg)
+            self.launcher = wiring.launcher(cfg)
+            self.reruns = wiring.reruns(cfg, self.launcher)
             self.launches = self.reruns.launches
             self.job_ids = [f"p{n}-a", f"p{n}-b"]
             self.bundle_id = f"bundle-{n}-{time.time_ns()}"
@@ -128,7 +130,7 @@ def machine(aws: Aws) -> type[RuleBasedStateMachine]:
 def test_lifecycle_interleavings(machine: type[RuleBasedStateMachine]) -> None:
     # No shrinking: the store is external state, so a shrunk replay is not the same run; a
     # failure is reported as found (it still fails the test).
-    runner = settings(max_examples=12, stateful_step_count=14, deadline=None,
+    runner = hyp_settings(max_examples=12, stateful_step_count=14, deadline=None,
                       phases=[Phase.generate], suppress_health_check=list(HealthCheck),
                       print_blob=True)(machine).TestCase
     runner().runTest()

@@ -15,13 +15,15 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from dispatcher import events, factory
-from dispatcher.cli import app
-from dispatcher.client import JobClient
-from dispatcher.job import BundleState, JobState
-from dispatcher.metrics import publish_stop, publish_tick
-from dispatcher.persistence.base import Fence, JobUpdate
-from dispatcher.persistence.dynamodb import DynamoStore
+from dispatcher import wiring
+from dispatcher.aws import ecs_events
+from dispatcher.aws.dynamodb.store import DynamoStore
+from dispatcher.cli.app import app
+from dispatcher.domain.bundles import BundleState
+from dispatcher.domain.jobs import JobState
+from dispatcher.ops.client import JobClient
+from dispatcher.ops.metrics import publish_stop, publish_tick
+from dispatcher.ports.store import Fence, JobUpdate
 from tests.conftest import Aws
 from tests.helpers import client
 
@@ -72,7 +74,7 @@ def _finish(store: DynamoStore, job_id: str, target: JobState, **extra: Any) -> 
 def populated(aws: Aws) -> DynamoStore:
     """Jobs in every state, created in three ticks so creation order is known."""
     cfg = aws.config()
-    d = factory.dispatcher(cfg)
+    d = wiring.dispatcher(cfg)
     c = JobClient()
     sqs = client("sqs", aws.proxy.url)
     c.submit_many([{"kind": "resize", "payload": {"n": i, "blob": "x" * 3000 if i == 0 else ""},
@@ -90,7 +92,7 @@ def populated(aws: Aws) -> DynamoStore:
     fence = _start(store, "run-1")
     store.save_checkpoint(fence, "run-1", {"done": 7})
     spot = _start(store, "spot-1")
-    events.handle(events.sample_event(spot.task_arn, stop_code="SpotInterruption",
+    ecs_events.handle(ecs_events.sample_event(spot.task_arn, stop_code="SpotInterruption",
                                       reason="Your Spot Task was interrupted."), cfg)
     time.sleep(0.01)  # distinct creation times, as above
     aws.proxy.inject_runtask_failures(["RESOURCE:MEMORY"])
@@ -186,7 +188,7 @@ def test_dlq_list_and_redrive(aws: Aws) -> None:
     assert "dead-" in cli("dlq", "list").stdout
     assert cli_json("dlq", "redrive", "--limit", "11") == {"moved": 11, "failed": {}}
     assert cli("dlq", "redrive").stdout.strip() == "moved 1 message(s) to the job queue"
-    decision = factory.dispatcher(aws.config()).tick()
+    decision = wiring.dispatcher(aws.config()).tick()
     assert decision.intake.admitted == 10  # capacity 10; the rest waits in SQS
     attrs = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["All"])["Attributes"]
     assert int(attrs["ApproximateNumberOfMessages"]) == 0
@@ -227,7 +229,7 @@ def test_tick_emf_carries_the_decision(aws: Aws, capsys: pytest.CaptureFixture[s
     c.submit_many([{"kind": "k", "payload": {}, "job_id": j} for j in ("m1", "m2", "m1")])
     sqs.send_message(QueueUrl=aws.env["LONGJOBS_QUEUE_URL"], MessageBody="[1]")
     aws.proxy.inject_runtask_failures(["RESOURCE:MEMORY because"])
-    d = factory.dispatcher(aws.config())
+    d = wiring.dispatcher(aws.config())
     decision = d.tick()
     capsys.readouterr()
     main = publish_tick(decision, backlog=d.queue.backlog(), running_tasks=1,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dispatcher import factory
-from dispatcher.job import BundleState, JobState
-from dispatcher.persistence.base import Fence, JobUpdate
-from dispatcher.persistence.dynamodb import DynamoStore
+from dispatcher import wiring
+from dispatcher.aws.dynamodb.store import DynamoStore
+from dispatcher.domain.bundles import BundleState
+from dispatcher.domain.jobs import JobState
+from dispatcher.ports.store import Fence, JobUpdate
 from tests.conftest import Aws
 from tests.helpers import client, launched
 
@@ -25,7 +26,7 @@ def test_lost_stop_event_is_found_and_the_bundle_rerun(aws: Aws) -> None:
     store, bundle_id, arn = _launched(aws)
     client("ecs", aws.proxy.url).stop_task(cluster=aws.env["LONGJOBS_CLUSTER"], task=arn,
                                            reason="host failure")  # its event never arrives
-    decision = factory.dispatcher(aws.config(LONGJOBS_START_TIMEOUT_SECONDS="0")).tick()
+    decision = wiring.dispatcher(aws.config(LONGJOBS_START_TIMEOUT_SECONDS="0")).tick()
     assert decision.reconcile.stopped_found == 1
     bundle = store.get_bundle(bundle_id)
     assert bundle is not None and bundle.state == BundleState.LAUNCHED
@@ -41,13 +42,13 @@ def test_a_task_that_stopped_heartbeating_is_stopped_and_rerun(aws: Aws) -> None
     store.apply(fence, [JobUpdate("rc-job", JobState.PENDING, JobState.RUNNING,
                                   attempts_delta=1, history=[{"task_arn": arn}])])
     cfg = aws.config(LONGJOBS_HEARTBEAT_SECONDS="0.001")
-    decision = factory.dispatcher(cfg).tick()
+    decision = wiring.dispatcher(cfg).tick()
     assert decision.reconcile.stuck_stopped == 1
     assert _task_status(aws, arn) == "STOPPED"
     held = store.get_bundle(bundle_id)  # not rerun while the old task might still run
     assert held is not None and held.attempt == 1 and held.state == BundleState.RUNNING
     # Its STOPPED event is lost too: the next tick sees the task stopped and reruns.
-    assert factory.dispatcher(cfg).tick().reconcile.stopped_found == 1
+    assert wiring.dispatcher(cfg).tick().reconcile.stopped_found == 1
     bundle = store.get_bundle(bundle_id)
     assert bundle is not None and bundle.attempt == 2 and bundle.task_arn != arn
     job = store.get_job("rc-job")
@@ -58,7 +59,7 @@ def test_a_task_that_stopped_heartbeating_is_stopped_and_rerun(aws: Aws) -> None
 
 def test_healthy_tasks_are_left_alone(aws: Aws) -> None:
     _launched(aws)
-    decision = factory.dispatcher(aws.config()).tick()  # start timeout 600 s not reached
+    decision = wiring.dispatcher(aws.config()).tick()  # start timeout 600 s not reached
     assert decision.reconcile.checked == 0
     assert aws.proxy.counts()["ecs.DescribeTasks"] == 0
 
@@ -73,7 +74,7 @@ def test_a_job_past_its_timeout_is_failed_and_its_lone_task_stopped(aws: Aws) ->
                                   attempts_delta=1, history=[{"task_arn": bundle.task_arn,
                                                               "started_at": 0.0}])])
     store.heartbeat(fence, "overdue")
-    decision = factory.dispatcher(aws.config(LONGJOBS_HEARTBEAT_SECONDS="30")).tick()
+    decision = wiring.dispatcher(aws.config(LONGJOBS_HEARTBEAT_SECONDS="30")).tick()
     assert decision.reconcile.timed_out == ["overdue"]
     failed = store.get_job("overdue")
     assert failed is not None and failed.state == JobState.FAILED and failed.reason == "timeout"

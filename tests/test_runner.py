@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.client import JobClient
-from dispatcher.job import JobState
+from dispatcher.aws.dynamodb.store import DynamoStore
+from dispatcher.domain.jobs import JobState
 from dispatcher.local.environment import LocalEnv
-from dispatcher.persistence.dynamodb import DynamoStore
+from dispatcher.ops.client import JobClient
 from dispatcher.testing.moto import MotoEndpoint
 from dispatcher.testing.proxy import AwsProxy
 
@@ -201,7 +201,7 @@ def test_a_bundle_of_50_small_jobs_costs_a_few_writes(
 def test_a_runner_without_an_assignment_exits_without_running(
         moto_server: MotoEndpoint, tmp_path: Path) -> None:
     moto_server.reset()
-    from dispatcher.provision import provision
+    from dispatcher.local.provision import provision
 
     env = {**os.environ, **provision(moto_server.url), "AWS_ENDPOINT_URL": moto_server.url,
            "LONGJOBS_TASK_ARN": "arn:aws:ecs:us-east-1:000000000000:task/c/unassigned",

@@ -6,24 +6,25 @@ from __future__ import annotations
 import threading
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
-from dispatcher import config
-from dispatcher.bundler import Bundler
-from dispatcher.exceptions import LaunchError
-from dispatcher.job import Job
-from dispatcher.launcher.base import LaunchRequest
-from dispatcher.launcher.local import LocalLauncher, TaskExit
-from dispatcher.queue import StubQueue
+from dispatcher import settings
+from dispatcher.domain.errors import LaunchError
+from dispatcher.domain.jobs import Job
+from dispatcher.local.launcher import LocalLauncher, TaskExit
+from dispatcher.ports.launcher import LaunchRequest
+from dispatcher.stages.bundle import Bundler
+from dispatcher.testing.memory_queue import MemoryQueue as StubQueue
 
-CFG = config.load("dispatcher", {
+CFG = settings.load("dispatcher", {
     "LONGJOBS_QUEUE_URL": "q", "LONGJOBS_TABLE": "t", "LONGJOBS_CLUSTER": "c",
     "LONGJOBS_TASK_FAMILY": "f", "LONGJOBS_LAUNCHER": "local", "LONGJOBS_BUNDLE_MAX_JOBS": "5",
     "LONGJOBS_BUNDLE_MAX_SECONDS": "20", "LONGJOBS_SMALL_JOB_SECONDS": "10"})
 
 
-@settings(max_examples=200, deadline=None)
+@hyp_settings(max_examples=200, deadline=None)
 @given(estimates=st.lists(st.one_of(st.none(), st.floats(0, 100)), max_size=60),
        capacity=st.integers(0, 12))
 def test_bundles_respect_every_limit(estimates: list[float | None], capacity: int) -> None:

@@ -30,14 +30,14 @@ from typing import Any
 
 import boto3
 
-from dispatcher.client import JobClient
-from dispatcher.job import TERMINAL_JOB_STATES, JobState
+from dispatcher.aws.dynamodb.codec import item_rejection
+from dispatcher.aws.dynamodb.models import Item
+from dispatcher.aws.dynamodb.store import DynamoStore
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
 from dispatcher.local.environment import LocalEnv
+from dispatcher.local.provision import Names, register_task_definition
 from dispatcher.local.view import Say, Snapshot, View, make_view
-from dispatcher.persistence.codec import item_rejection
-from dispatcher.persistence.dynamodb import DynamoStore
-from dispatcher.persistence.models import Item
-from dispatcher.provision import Names, register_task_definition
+from dispatcher.ops.client import JobClient
 
 HANDLERS = ("demo.sleep=dispatcher.local.demo_handlers:sleep,"
             "demo.steps=dispatcher.local.demo_handlers:steps,"

@@ -10,11 +10,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from dispatcher import aws, config, events, factory
-from dispatcher.config import Config
-from dispatcher.launcher.local import LocalLauncher, TaskExit
-from dispatcher.provision import provision
-from dispatcher.tick import Decision
+from dispatcher import settings, wiring
+from dispatcher.aws import clients, ecs_events
+from dispatcher.local.launcher import LocalLauncher, TaskExit
+from dispatcher.local.provision import provision
+from dispatcher.settings import Config
+from dispatcher.stages.tick import Decision
 
 log = logging.getLogger("longjobs.local")
 DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
@@ -48,13 +49,13 @@ class LocalEnv:
                     self.endpoint, **provision(self.endpoint), "LONGJOBS_LAUNCHER": "local",
                     **self.settings}
         os.environ.update(self.env)
-        self.cfg: Config = config.load("dispatcher", dict(os.environ))
+        self.cfg: Config = settings.load("dispatcher", dict(os.environ))
         self._lock = threading.Lock()
         self.launcher = LocalLauncher(self.cfg, env=dict(os.environ), on_exit=self._on_exit,
-                                      ecs=aws.client("ecs", self.cfg),
+                                      ecs=clients.client("ecs", self.cfg),
                                       output=self.output)
-        self.dispatcher = factory.dispatcher(self.cfg, self.launcher)
-        self.reruns = factory.reruns(self.cfg, self.launcher)
+        self.dispatcher = wiring.dispatcher(self.cfg, self.launcher)
+        self.reruns = wiring.reruns(self.cfg, self.launcher)
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, daemon=True, name="ticker")
         self._ticker.start()
@@ -85,13 +86,13 @@ class LocalEnv:
     def _on_exit(self, exit: TaskExit) -> None:
         if self._stop.is_set():
             return
-        event = events.sample_event(exit.task_arn, stop_code=exit.stop_code,
+        event = ecs_events.sample_event(exit.task_arn, stop_code=exit.stop_code,
                                     reason=exit.stopped_reason, exit_code=exit.exit_code,
                                     container=self.cfg.container,
                                     task_definition=exit.task_definition)
         try:
             with self._lock:
-                outcome = events.handle(event, self.cfg, self.reruns)
+                outcome = ecs_events.handle(event, self.cfg, self.reruns)
         except Exception as exc:  # like a failed Lambda: the tick's reconciliation catches up
             log.warning("task event for %s failed: %r", exit.task_arn, exc)
             return

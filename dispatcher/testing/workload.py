@@ -7,8 +7,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from dispatcher.client import JobClient
-from dispatcher.tick import Decision, Dispatcher
+from dispatcher.ops.client import JobClient
+from dispatcher.stages.tick import Decision, Dispatcher
 
 
 def mixed_jobs(n: int, *, seed: int = 7, small_share: float = 0.6,

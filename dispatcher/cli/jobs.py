@@ -1,0 +1,261 @@
+"""Operator commands: ``longjobs jobs ...``, ``longjobs stats``, ``longjobs dlq ...``.
+
+A thin layer over ``JobClient`` and ``dispatcher.registry``: the commands only parse options and
+render. Tables are for people; ``--json`` prints the objects' ``to_json()`` shapes, which stay
+stable for scripts. Every expected failure (missing configuration, an endpoint that cannot be
+reached, an unknown job id) is one ``error: ...`` line and exit code 2, via ``cli.guarded``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from dispatcher.domain.errors import LongjobsError
+
+if TYPE_CHECKING:
+    from dispatcher.ops.client import JobClient
+    from dispatcher.ops.queries import JobDetail, Stats
+
+T = TypeVar("T")
+jobs_app = typer.Typer(name="jobs", no_args_is_help=True,
+                       help="List, inspect, cancel and retry jobs.")
+dlq_app = typer.Typer(name="dlq", no_args_is_help=True,
+                      help="Inspect and redrive the job queue's dead-letter queue.")
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print a stable JSON shape.")]
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the operator commands to the ``longjobs`` app (called from ``dispatcher.cli``)."""
+    app.add_typer(jobs_app)
+    app.add_typer(dlq_app)
+    app.command("stats")(stats)
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``45s``, ``15m``, ``2h``, ``1d`` -> seconds."""
+    match = _DURATION.match(text)
+    if not match:
+        raise LongjobsError(f"--since {text!r} is not a duration like 15m, 2h or 1d")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def _run(fn: Callable[[], T]) -> T:
+    """Every command's failures become one line (``cli.guarded`` knows them all)."""
+    from dispatcher.cli.app import guarded
+
+    return guarded(fn)
+
+
+def _client() -> JobClient:
+    from dispatcher.ops.client import JobClient
+
+    return JobClient()
+
+
+def _print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def _when(iso_text: str | None) -> str:
+    """``2026-11-30 05:49:56`` (UTC; --json keeps the microseconds)."""
+    return iso_text[:19].replace("T", " ") if iso_text else "-"
+
+
+def _short(text: Any, n: int = 60) -> str:
+    s = "" if text is None else str(text)
+    return s if len(s) <= n else s[:n - 1] + "…"
+
+
+def _task(arn: str | None) -> str:
+    return arn.rsplit("/", 1)[-1] if arn else "-"
+
+
+# -- jobs -----------------------------------------------------------------------------------------
+@jobs_app.command("list")
+def jobs_list(
+    status: Annotated[str | None, typer.Option(help="PENDING, RUNNING, SUCCEEDED, FAILED, "
+                                               "CANCELLED or REJECTED.")] = None,
+    kind: Annotated[str | None, typer.Option(help="Only jobs of this kind.")] = None,
+    since: Annotated[str | None, typer.Option(help="Created within, e.g. 15m, 2h, 1d.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    as_json: JsonOpt = False,
+) -> None:
+    """Jobs newest first (by creation), read through the status index."""
+    rows = _run(lambda: _client().list(
+        status=status, kind=kind, since_seconds=parse_duration(since) if since else None,
+        limit=limit))
+    if as_json:
+        _print_json({"jobs": [r.to_json() for r in rows], "count": len(rows)})
+        return
+    table = Table(box=None)
+    table.add_column("JOB ID", overflow="fold", min_width=12)
+    for name in ("STATE", "KIND", "CREATED (UTC)", "ATTEMPTS"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("REASON", overflow="fold", min_width=20)
+    for r in rows:
+        attempts = "-" if r.max_attempts is None else f"{r.attempts}/{r.max_attempts}"
+        if r.infra_attempts:
+            attempts += f" +{r.infra_attempts} infra"
+        table.add_row(*map(Text, (r.job_id, r.state, r.kind or "-",
+                                  _when(r.to_json()["created_at"]), attempts,
+                                  _short(r.reason))))
+    console = Console()
+    console.print(table)
+    console.print(f"{len(rows)} job(s)" + (" (limit reached)" if len(rows) == limit else ""))
+
+
+@jobs_app.command("show")
+def jobs_show(job_id: Annotated[str, typer.Argument(help="The job id.")],
+              as_json: JsonOpt = False) -> None:
+    """One job: payload, result or error, and every attempt with its task and revision."""
+    detail = _run(lambda: _client().show(job_id))
+    if as_json:
+        _print_json(detail.to_json())
+        return
+    _render_detail(detail, Console())
+
+
+def _render_detail(d: JobDetail, console: Console) -> None:
+    data = d.to_json()
+    head = Table(box=None, show_header=False)
+    head.add_column(style="bold")
+    head.add_column(overflow="fold")
+    fields = ["job_id", "state", "kind", "created_at", "updated_at", "reason"]
+    if d.summary.state == "REJECTED":
+        fields += ["message_id", "body"]
+    else:
+        fields += ["attempts", "max_attempts", "infra_attempts", "bundle_id", "payload",
+                   "result", "error", "checkpoint", "checkpoint_at"]
+    for name in fields:
+        value = data[name]
+        if name == "payload" and d.payload_truncated:
+            value = f"{value} … (truncated)"
+        if value is not None:
+            head.add_row(name, Text(value if isinstance(value, str) else json.dumps(value)))
+    if d.bundle:
+        b = d.bundle
+        head.add_row("bundle", Text(f"{b['state']} (launch attempt {b['attempt']}) task "
+                                    f"{_task(b['task_arn'])} "
+                                    f"{b['task_definition'] or 'no revision yet'}"))
+    console.print(head)
+    # One block per attempt, not a wide table: task ids and reasons stay whole in a terminal.
+    for a in d.history:
+        j = a.to_json()
+        console.print(Text(f"attempt {a.attempt or '?'}: task {_task(a.task_arn)} on "
+                           f"{a.task_definition or '?'}", style="bold"))
+        console.print(Text(f"  started {_when(j['started_at'])}  stopped "
+                           f"{_when(j['stopped_at'])}  outcome {a.outcome or '-'}"))
+        console.print(Text(f"  stop code {a.stop_code or '-'}  exit "
+                           f"{'-' if a.exit_code is None else a.exit_code}  class "
+                           f"{a.stop_class or '-'}"))
+        if a.reason:
+            console.print(Text(f"  reason: {a.reason}"))
+
+
+@jobs_app.command("cancel")
+def jobs_cancel(job_id: Annotated[str, typer.Argument(help="The job id.")],
+                as_json: JsonOpt = False) -> None:
+    """Cancel a job: at once if it has not started, else at its task's next heartbeat."""
+    job = _run(lambda: _client().cancel(job_id))
+    if as_json:
+        _print_json({"job_id": job.job_id, "state": str(job.state), "reason": job.reason})
+    elif job.state == "CANCELLED":
+        typer.echo(f"{job.job_id}: CANCELLED")
+    else:
+        typer.echo(f"{job.job_id}: cancel requested; its task stops it at the next heartbeat "
+                   f"(now {job.state})")
+
+
+@jobs_app.command("retry")
+def jobs_retry(job_id: Annotated[str, typer.Argument(help="The job id.")],
+               as_json: JsonOpt = False) -> None:
+    """Run a FAILED or CANCELLED job again, with a fresh attempt budget, in a new bundle."""
+    job = _run(lambda: _client().retry(job_id))
+    if as_json:
+        _print_json({"job_id": job.job_id, "state": str(job.state),
+                     "bundle_id": job.bundle_id})
+    else:
+        typer.echo(f"{job.job_id}: {job.state} in bundle {job.bundle_id}; the next tick "
+                   "launches it")
+
+
+# -- stats ----------------------------------------------------------------------------------------
+def stats(as_json: JsonOpt = False) -> None:
+    """Backlog, jobs by state, running tasks by revision, launch failures and reruns (1 h)."""
+    result = _run(lambda: _client().stats())
+    if as_json:
+        _print_json(result.to_json())
+        return
+    _render_stats(result, Console())
+
+
+def _render_stats(s: Stats, console: Console) -> None:
+    data = s.to_json()
+    b = data["backlog"] or {}
+    oldest = b.get("oldest_age_seconds")
+    console.print(f"[bold]queue[/bold]  visible {b.get('visible', '-')}  in flight "
+                  f"{b.get('in_flight', '-')}  delayed {b.get('delayed', '-')}  oldest "
+                  f"{'unknown' if oldest is None else f'{oldest:.0f}s'}  dead letters "
+                  f"{'-' if b.get('dead_letters') is None else b['dead_letters']}")
+    jobs = Table(*data["jobs"].keys(), title="jobs by state", box=None)
+    jobs.add_row(*(str(v) for v in data["jobs"].values()))
+    console.print(jobs)
+    running = Table("REVISION", "LAUNCHING", "LAUNCHED", "RUNNING", title="tasks by revision",
+                    box=None)
+    for rev, counts in data["running_by_revision"].items():
+        running.add_row(rev, *(str(counts.get(k, 0)) for k in
+                               ("LAUNCHING", "LAUNCHED", "RUNNING")))
+    console.print(running)
+    lf, rr = data["launch_failures_last_hour"], data["reruns_last_hour"]
+    console.print(Text(f"launch failures (1 h): {lf['bundles']} "
+                       + " ".join(f"{k}={v}" for k, v in lf["by_reason"].items())))
+    console.print(Text(f"reruns (1 h): {rr['jobs']} "
+                       + " ".join(f"{k}={v}" for k, v in rr["by_stop_class"].items())))
+
+
+# -- dlq ------------------------------------------------------------------------------------------
+@dlq_app.command("list")
+def dlq_list(limit: Annotated[int, typer.Option(min=1, max=1000)] = 10,
+             as_json: JsonOpt = False) -> None:
+    """Peek at dead letters (receive with VisibilityTimeout=0: nothing is taken, but every
+    receive increments the message's receive count)."""
+    letters = _run(lambda: _client().dead_letters().peek(limit))
+    if as_json:
+        _print_json({"messages": [m.to_json() for m in letters], "count": len(letters)})
+        return
+    table = Table(box=None)
+    for name in ("MESSAGE ID", "SENT (UTC)", "RECEIVES", "JOB ID", "KIND"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("BODY", overflow="fold", min_width=24)
+    for m in letters:
+        table.add_row(*map(Text, (m.message_id, _when(m.to_json()["sent_at"]),
+                                  str(m.receive_count), m.job_id or "-", m.kind or "-",
+                                  _short(m.body, 40))))
+    console = Console()
+    console.print(table)
+    console.print(f"{len(letters)} message(s)")
+
+
+@dlq_app.command("redrive")
+def dlq_redrive(limit: Annotated[int, typer.Option(min=1, max=100_000)] = 100,
+                as_json: JsonOpt = False) -> None:
+    """Move dead letters back to the job queue (send, then delete; 10 at a time)."""
+    moved, failed = _run(lambda: _client().dead_letters().redrive(limit))
+    if as_json:
+        _print_json({"moved": moved, "failed": failed})
+    else:
+        typer.echo(f"moved {moved} message(s) to the job queue"
+                   + (f"; {len(failed)} not moved: " + "; ".join(
+                       f"{k}: {v}" for k, v in list(failed.items())[:5]) if failed else ""))
+    if failed:
+        raise typer.Exit(1)

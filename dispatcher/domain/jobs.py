@@ -1,0 +1,75 @@
+"""Jobs: what a producer asked for, its state, and the record of a message that never became one.
+
+Plain dataclasses: how they are stored is the store's business; which state changes are legal is
+:mod:`dispatcher.domain.lifecycle`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class JobState(StrEnum):
+    PENDING = "PENDING"  # admitted, recorded, waiting for (or between) task attempts
+    RUNNING = "RUNNING"  # a claimed task is executing its handler
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    REJECTED = "REJECTED"  # never admitted: the message was malformed
+
+
+TERMINAL_JOB_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
+                       JobState.REJECTED)
+
+
+def now() -> float:
+    return time.time()
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass
+class Job:
+    job_id: str
+    kind: str
+    payload: dict[str, Any]
+    state: JobState = JobState.PENDING
+    bundle_id: str | None = None
+    estimated_seconds: float | None = None
+    max_attempts: int = 3
+    timeout_seconds: float | None = None
+    attempts: int = 0  # application attempts spent
+    infra_attempts: int = 0  # reruns after infrastructure stops (separate budget)
+    created_at: float = field(default_factory=now)
+    enqueued_at: float | None = None  # SQS SentTimestamp, for dispatch lag
+    message_id: str | None = None
+    reason: str | None = None
+    result: Any = None
+    error: dict[str, Any] | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    checkpoint: dict[str, Any] | None = None
+    payload_bytes: int = 0  # serialised size when admitted (not stored)
+
+    def item_bytes(self) -> int:
+        """Upper estimate of its table item, for bundle and transaction size limits."""
+        size = self.payload_bytes or len(json.dumps(self.payload, separators=(",", ":")))
+        return size + 1024
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A message that could not become a job, kept with its reason instead of being dropped."""
+
+    key: str  # the job id if one could be read, else the SQS message id
+    message_id: str
+    reason: str
+    body: str
+    job_id: str | None = None
+    created_at: float = field(default_factory=now)

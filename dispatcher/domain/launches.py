@@ -1,0 +1,44 @@
+"""Launches: one RunTask call for up to 10 bundles, recorded before the call."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from dispatcher.domain.bundles import Bundle
+from dispatcher.domain.jobs import now
+
+
+class LaunchState(StrEnum):
+    STARTING = "STARTING"  # recorded before RunTask; a crash leaves it here for recovery
+    DONE = "DONE"
+
+
+@dataclass
+class Launch:
+    """One RunTask call for up to 10 bundles sharing a launch profile.
+
+    Recorded before the call, so a crashed tick leaves a trace; the clientToken is derived from
+    the bundles and their attempts, so repeating the call returns the same tasks.
+    """
+
+    launch_id: str
+    bundle_ids: list[str]
+    task_definition: str
+    state: LaunchState = LaunchState.STARTING
+    created_at: float = field(default_factory=now)
+    task_arns: list[str] = field(default_factory=list)
+
+    @property
+    def client_token(self) -> str:
+        # RunTask accepts up to 64 ASCII characters; tokens live 24 hours.
+        # https://docs.aws.amazon.com/AmazonECS/latest/APIReference/ECS_Idempotency.html
+        return f"lj-{self.launch_id}"[:64]
+
+    @staticmethod
+    def make_id(bundles: list[Bundle]) -> str:
+        key = "|".join(f"{b.bundle_id}:{b.attempt + 1}" for b in bundles)
+        return hashlib.sha256(key.encode()).hexdigest()[:40]
+
+

@@ -1,0 +1,41 @@
+"""The job and bundle state machine: the only place that knows which transitions are legal.
+
+Every state change in longjobs is a conditional write whose condition is built here: the item
+must still be in the state the writer believes it is in (plus any fence). A writer with a stale
+view loses the write instead of overwriting someone else's decision.
+"""
+
+from __future__ import annotations
+
+from dispatcher.domain.bundles import BundleState
+from dispatcher.domain.errors import IllegalTransition
+from dispatcher.domain.jobs import JobState
+
+J, B = JobState, BundleState
+
+JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    J.PENDING: frozenset({J.RUNNING, J.CANCELLED, J.FAILED}),
+    J.RUNNING: frozenset({J.SUCCEEDED, J.FAILED, J.PENDING, J.CANCELLED}),
+    J.SUCCEEDED: frozenset(),
+    J.FAILED: frozenset({J.PENDING}),  # explicit retry with a fresh budget
+    J.CANCELLED: frozenset({J.PENDING}),  # explicit retry
+    J.REJECTED: frozenset(),
+}
+
+BUNDLE_TRANSITIONS: dict[BundleState, frozenset[BundleState]] = {
+    B.PENDING: frozenset({B.LAUNCHING, B.DONE}),
+    B.LAUNCHING: frozenset({B.LAUNCHED, B.PENDING}),
+    B.LAUNCHED: frozenset({B.RUNNING, B.PENDING, B.DONE}),
+    B.RUNNING: frozenset({B.DONE, B.PENDING}),
+    B.DONE: frozenset(),
+}
+
+
+def check_job(job_id: str, source: JobState, target: JobState) -> None:
+    if target not in JOB_TRANSITIONS[source]:
+        raise IllegalTransition(f"job cannot go from {source} to {target}", job_id=job_id)
+
+
+def check_bundle(bundle_id: str, source: BundleState, target: BundleState) -> None:
+    if target not in BUNDLE_TRANSITIONS[source]:
+        raise IllegalTransition(f"bundle {bundle_id} cannot go from {source} to {target}")

@@ -1,0 +1,102 @@
+"""Create the queue, dead-letter queue, table, cluster and task definition on an endpoint.
+
+Local mode, tests and benchmarks create the same resources the SAM template does, with the same
+key schema (from the pynamodb model) and the same names, so local runs exercise the real shapes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from dispatcher.aws.clients import endpoint_client
+from dispatcher.aws.dynamodb.models import TTL_ATTRIBUTE, Item, bind
+
+DEFAULT_REGION = "us-east-1"
+# The job queue's shape, as infra/template.yaml declares it (a test keeps the two equal).
+QUEUE_ATTRIBUTES = {
+    "VisibilityTimeout": "300",  # longer than a tick: no redelivery while a tick records
+    "MessageRetentionPeriod": "1209600",  # 14 days
+    "MaximumMessageSize": "1048576",  # 1 MiB
+}
+DLQ_ATTRIBUTES = {"MessageRetentionPeriod": "1209600"}
+MAX_RECEIVE_COUNT = 5
+
+
+@dataclass(frozen=True)
+class Names:
+    prefix: str = "longjobs"
+    family: str = "longjobs-worker"
+    container: str = "worker"
+
+    @property
+    def queue(self) -> str:
+        return f"{self.prefix}-jobs"
+
+    @property
+    def dlq(self) -> str:
+        return f"{self.prefix}-jobs-dlq"
+
+    @property
+    def table(self) -> str:
+        return f"{self.prefix}-jobs"
+
+    @property
+    def cluster(self) -> str:
+        return f"{self.prefix}-cluster"
+
+
+def register_task_definition(ecs: Any, names: Names, image: str = "longjobs-worker:local",
+                             env: dict[str, str] | None = None) -> str:
+    resp = ecs.register_task_definition(
+        family=names.family, networkMode="awsvpc", requiresCompatibilities=["FARGATE"],
+        cpu="256", memory="512",
+        containerDefinitions=[{
+            "name": names.container, "image": image, "essential": True,
+            "command": ["python", "-m", "job_runner"], "stopTimeout": 120,
+            # moto needs a container-level memory (real Fargate accepts task-level only).
+            "memory": 512,
+            "environment": [{"name": k, "value": v} for k, v in sorted((env or {}).items())],
+        }])
+    return str(resp["taskDefinition"]["taskDefinitionArn"])
+
+
+def provision(endpoint: str | None, names: Names | None = None,
+              region: str = DEFAULT_REGION) -> dict[str, str]:
+    """Create everything; return the LONGJOBS_* environment a dispatcher and clients need."""
+    names = names or Names()
+    sqs = endpoint_client("sqs", endpoint, region)
+    dlq_url = sqs.create_queue(QueueName=names.dlq, Attributes=DLQ_ATTRIBUTES)["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
+        "Attributes"]["QueueArn"]
+    queue_url = sqs.create_queue(QueueName=names.queue, Attributes={
+        **QUEUE_ATTRIBUTES,
+        "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn,
+                                     "maxReceiveCount": str(MAX_RECEIVE_COUNT)}),
+    })["QueueUrl"]
+
+    bind(names.table, region, endpoint)
+    if not Item.exists():
+        Item.create_table(wait=True, billing_mode="PAY_PER_REQUEST")
+    ddb = endpoint_client("dynamodb", endpoint, region)
+    ddb.update_time_to_live(TableName=names.table, TimeToLiveSpecification={
+        "Enabled": True, "AttributeName": TTL_ATTRIBUTE})
+
+    ecs = endpoint_client("ecs", endpoint, region)
+    ecs.create_cluster(clusterName=names.cluster,
+                       capacityProviders=["FARGATE", "FARGATE_SPOT"])
+    env = {"LONGJOBS_TABLE": names.table}
+    register_task_definition(ecs, names, env=env)
+    ec2 = endpoint_client("ec2", endpoint, region)
+    subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+    return {
+        "LONGJOBS_QUEUE_URL": queue_url,
+        "LONGJOBS_DLQ_URL": dlq_url,
+        "LONGJOBS_TABLE": names.table,
+        "LONGJOBS_CLUSTER": names.cluster,
+        "LONGJOBS_TASK_FAMILY": names.family,
+        "LONGJOBS_CONTAINER": names.container,
+        "LONGJOBS_SUBNETS": subnet,
+        "LONGJOBS_SECURITY_GROUPS": "sg-00000000000000000",
+    }

@@ -1,0 +1,165 @@
+"""The producer API: ``JobClient(queue_url=..., table_name=...).submit(kind, payload)``.
+
+Validation happens here first, with the same model the dispatcher uses, so a producer learns
+about a bad job at submit time instead of finding a REJECTED record later.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from dispatcher import settings
+from dispatcher.aws import clients
+from dispatcher.aws.sqs import SqsQueue
+from dispatcher.domain import message
+from dispatcher.domain.errors import InvalidMessage, JobNotFound, SubmitError
+from dispatcher.domain.jobs import Job, Rejection
+from dispatcher.ports.queue import BATCH, Queue
+
+if TYPE_CHECKING:  # the table's model (pynamodb) loads only when a client reads
+    from dispatcher.ops.queries import DeadLetters, JobDetail, JobSummary, Registry, Stats
+
+# A SendMessageBatch request carries at most 1 MiB in total (and 10 messages).
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessageBatch.html
+MAX_BATCH_BYTES = 1024 * 1024 - 4096
+
+
+class JobClient:
+    def __init__(self, queue_url: str | None = None, table_name: str | None = None, *,
+                 endpoint_url: str | None = None, region: str | None = None,
+                 allowed_kinds: tuple[str, ...] = (), queue: Queue | None = None,
+                 send_tries: int = 4) -> None:
+        env: dict[str, str] = {}
+        if queue_url:
+            env["LONGJOBS_QUEUE_URL"] = queue_url
+        if table_name:
+            env["LONGJOBS_TABLE"] = table_name
+        cfg = settings.load("client", {**os.environ, **env})
+        if endpoint_url or region:
+            cfg = settings.Config(**{**cfg.__dict__, "endpoint_url": endpoint_url or
+                                   cfg.endpoint_url, "region": region or cfg.region})
+        self.cfg = cfg
+        self.allowed_kinds = allowed_kinds or cfg.allowed_kinds
+        self._queue = queue or SqsQueue(clients.client("sqs", cfg), cfg.queue_url)
+        self._send_tries = send_tries
+        self._store: Any = None
+
+    # -- producing ------------------------------------------------------------------------------
+    def submit(self, kind: str, payload: Mapping[str, Any], *, job_id: str | None = None,
+               estimated_seconds: float | None = None, max_attempts: int = 3,
+               timeout_seconds: float | None = None) -> str:
+        return self.submit_many([{
+            "kind": kind, "payload": dict(payload), "job_id": job_id,
+            "estimated_seconds": estimated_seconds, "max_attempts": max_attempts,
+            "timeout_seconds": timeout_seconds}])[0]
+
+    def submit_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[str]:
+        """Send jobs in batches of 10; retry partial failures; raise one error for what's left."""
+        bodies = [self._body(spec) for spec in jobs]
+        # SQS batch entry ids allow only [A-Za-z0-9_-]; job ids allow more, so number them.
+        pending = {f"e{n}": body for n, (_, body) in enumerate(bodies)}
+        failed: dict[str, str] = {}
+        for attempt in range(self._send_tries):
+            failed = {}
+            for batch in _batches(list(pending.items())):
+                failed.update(self._queue.send(batch))
+            pending = {k: pending[k] for k in failed}
+            if not pending:
+                return [job_id for job_id, _ in bodies]
+            time.sleep(min(2.0, 0.1 * 2 ** attempt))
+        lost = {bodies[int(k[1:])][0]: reason for k, reason in failed.items()}
+        raise SubmitError(f"{len(lost)} of {len(bodies)} jobs could not be enqueued: "
+                          + ", ".join(sorted(lost)[:10]), failed=lost)
+
+    def _body(self, spec: Mapping[str, Any]) -> tuple[str, str]:
+        fields = {k: v for k, v in spec.items() if v is not None}
+        fields.setdefault("job_id", uuid.uuid4().hex)
+        fields["schema_version"] = message.SCHEMA_VERSION
+        try:
+            msg = message.JobMessage.model_validate(fields)
+        except ValidationError as exc:
+            raise InvalidMessage(message.describe_errors(exc),
+                                 job_id=fields.get("job_id")) from None
+        message.check(msg, self.allowed_kinds)
+        return msg.job_id, msg.model_dump_json(exclude_none=True)
+
+    # -- reading --------------------------------------------------------------------------------
+    def _table(self) -> Any:
+        if self._store is None:
+            from dispatcher.aws.dynamodb.store import DynamoStore
+
+            if not self.cfg.table:
+                raise InvalidMessage("LONGJOBS_TABLE is not set; reading jobs needs the table")
+            self._store = DynamoStore(self.cfg.table, self.cfg.region, self.cfg.endpoint_url)
+        return self._store
+
+    def get(self, job_id: str) -> Job | Rejection:
+        job = self._table().get_job(job_id)
+        if job is not None:
+            return job  # type: ignore[no-any-return]
+        rejection = self._table().get_rejection(job_id)
+        if rejection is not None:
+            return rejection  # type: ignore[no-any-return]
+        raise JobNotFound("no such job", job_id=job_id)
+
+    def cancel(self, job_id: str) -> Job:
+        """A pending job is CANCELLED at once; a running one is stopped at its next heartbeat
+        (the returned job then still shows RUNNING)."""
+        return self._table().cancel(job_id)  # type: ignore[no-any-return]
+
+    def retry(self, job_id: str) -> Job:
+        """Run a FAILED or CANCELLED job again with a fresh attempt budget."""
+        return self._table().retry(job_id)  # type: ignore[no-any-return]
+
+    # -- operating (dispatcher.registry) ---------------------------------------------------------
+    def registry(self) -> Registry:
+        """The typed read API over the table, with this client's queue and DLQ for stats."""
+        from dispatcher.ops.queries import Registry
+
+        self._table()  # binds the table model to this client's table and endpoint
+        dlq = SqsQueue(clients.client("sqs", self.cfg), self.cfg.dlq_url) if self.cfg.dlq_url \
+            else None
+        return Registry(queue=self._queue, dead_letters=dlq)
+
+    def stats(self) -> Stats:
+        """Backlog, jobs by state, running tasks by revision, launch failures and reruns."""
+        return self.registry().stats()
+
+    def show(self, job_id: str) -> JobDetail:
+        """A job with its attempts (or a REJECTED record with its reason); JobNotFound if none."""
+        return self.registry().show(job_id)
+
+    def dead_letters(self) -> DeadLetters:
+        """The DLQ (LONGJOBS_DLQ_URL): peek at messages, or move them back to the job queue."""
+        from dispatcher.ops.queries import DeadLetters
+
+        return DeadLetters(clients.client("sqs", self.cfg), self.cfg.dlq_url, self.cfg.queue_url)
+
+    # Keep `list` the last method: below it, `list[...]` in a class-level annotation would name
+    # this method (mypy: "not valid as a type").
+    def list(self, *, status: str | None = None, kind: str | None = None,
+             since_seconds: float | None = None, limit: int = 50) -> builtins.list[JobSummary]:
+        """Jobs newest first, through the status index (never a table scan)."""
+        return self.registry().list_jobs(status=status, kind=kind, since_seconds=since_seconds,
+                                         limit=limit)
+
+
+def _batches(entries: list[tuple[str, str]]) -> Iterable[list[tuple[str, str]]]:
+    batch: list[tuple[str, str]] = []
+    size = 0
+    for entry_id, body in entries:
+        n = len(body.encode())
+        if batch and (len(batch) == BATCH or size + n > MAX_BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append((entry_id, body))
+        size += n
+    if batch:
+        yield batch

@@ -1,0 +1,159 @@
+"""Dry run: the tick decides everything and writes nothing.
+
+Middleware around the three ports (as dramatiq wraps its broker): reads go through, every write
+is recorded as what it *would* have been. The queue is read with a zero visibility timeout so
+messages are hidden only while the dry tick reads them and made visible again right after
+(``Plan.finish``); each read still counts as a receive toward the DLQ's maxReceiveCount, so run
+it by hand, not on a schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.jobs import Job, Rejection
+from dispatcher.domain.launches import Launch
+from dispatcher.ports.launcher import Launcher, LaunchRequest, LaunchResult, TaskStatus
+from dispatcher.ports.queue import BATCH, Backlog, Queue, Received
+from dispatcher.ports.store import DispatchStore, JobUpdate, LaunchOutcome
+
+READ_SECONDS = 60
+
+
+class Plan:
+    """What the tick would have done, in order."""
+
+    def __init__(self) -> None:
+        self.actions: list[dict[str, Any]] = []
+        self.received: list[Received] = []
+        self.queue: Queue | None = None
+
+    def finish(self) -> None:
+        """Put every message the dry tick read back in the queue, visible at once."""
+        if self.queue is not None:
+            for start in range(0, len(self.received), BATCH):
+                self.queue.release(self.received[start:start + BATCH])
+        self.received.clear()
+
+    def would(self, action: str, **details: Any) -> None:
+        self.actions.append({"would": action, **details})
+
+
+class DryRunQueue(Queue):
+    def __init__(self, inner: Queue, plan: Plan) -> None:
+        self._inner, self._plan = inner, plan
+        plan.queue = inner
+
+    def send(self, entries: list[tuple[str, str]]) -> dict[str, str]:
+        self._plan.would("send", messages=len(entries))
+        return {}
+
+    def receive(self, max_messages: int = BATCH,
+                visibility_timeout: int | None = None) -> list[Received]:
+        # Hidden while the dry tick reads on (so it sees past the first 10), restored after.
+        batch = self._inner.receive(max_messages, visibility_timeout=READ_SECONDS)
+        self._plan.received.extend(batch)
+        return batch
+
+    def delete(self, messages: list[Received]) -> dict[str, str]:
+        self._plan.would("delete_messages", message_ids=[m.message_id for m in messages])
+        return {}
+
+    def release(self, messages: list[Received]) -> None:
+        self._plan.would("leave_in_queue", message_ids=[m.message_id for m in messages])
+
+    def backlog(self) -> Backlog:
+        return self._inner.backlog()
+
+
+class DryRunStore(DispatchStore):
+    def __init__(self, inner: DispatchStore, plan: Plan) -> None:
+        self._inner, self._plan = inner, plan
+
+    def acquire_lease(self, owner: str, seconds: float) -> bool:
+        return True  # a dry run does not take the lease (it writes nothing to protect)
+
+    def release_lease(self, owner: str) -> None:
+        return None
+
+    def active_bundles(self) -> list[Bundle]:
+        return self._inner.active_bundles()
+
+    def due_bundles(self, limit: int, at: float) -> list[Bundle]:
+        return self._inner.due_bundles(limit, at)
+
+    def orphaned_launches(self, older_than: float) -> list[Launch]:
+        return self._inner.orphaned_launches(older_than)
+
+    def record(self, bundles: list[Bundle], jobs: list[Job]) -> set[str]:
+        existing = {j.job_id for j in self._inner.get_jobs([j.job_id for j in jobs])}
+        for b in bundles:
+            b.job_ids = [j for j in b.job_ids if j not in existing]
+        self._plan.would("record", bundles=[{"bundle_id": b.bundle_id, "jobs": b.job_ids,
+                                             "estimated_seconds": b.estimated_seconds}
+                                            for b in bundles if b.job_ids],
+                         duplicates=sorted(existing))
+        return existing
+
+    def reject(self, rejections: list[Rejection]) -> None:
+        self._plan.would("reject", rejections=[{"key": r.key, "reason": r.reason}
+                                               for r in rejections])
+
+    def begin_launch(self, launch: Launch, bundles: list[Bundle]) -> None:
+        self._plan.would("launch", launch_id=launch.launch_id, bundles=launch.bundle_ids,
+                         task_definition=launch.task_definition)
+        for b in bundles:
+            b.state, b.attempt = BundleState.LAUNCHING, b.attempt + 1
+
+    def finish_launch(self, launch: Launch, outcome: LaunchOutcome,
+                      retry_at: dict[str, float]) -> None:
+        return None
+
+    def get_job(self, job_id: str) -> Job | None:
+        return self._inner.get_job(job_id)
+
+    def get_bundle(self, bundle_id: str) -> Bundle | None:
+        return self._inner.get_bundle(bundle_id)
+
+    def get_jobs(self, job_ids: list[str]) -> list[Job]:
+        return self._inner.get_jobs(job_ids)
+
+    def bundle_for_task(self, task_arn: str) -> Bundle | None:
+        return self._inner.bundle_for_task(task_arn)
+
+    def get_rejection(self, key: str) -> Rejection | None:
+        return self._inner.get_rejection(key)
+
+    def settle(self, bundle: Bundle, updates: list[JobUpdate], target: BundleState,
+               retry_at: float | None = None) -> None:
+        self._plan.would("settle", bundle_id=bundle.bundle_id, to=str(target),
+                         jobs=[{**asdict(u), "source": str(u.source), "target": str(u.target)}
+                               for u in updates])
+        bundle.state = target
+
+    def running_jobs(self) -> list[Job]:
+        return self._inner.running_jobs()
+
+    def fail_overdue(self, job: Job, reason: str) -> None:
+        self._plan.would("fail", job_id=job.job_id, reason=reason)
+
+
+class DryRunLauncher(Launcher):
+    def __init__(self, inner: Launcher, plan: Plan) -> None:
+        self._inner, self._plan = inner, plan
+
+    def resolve_task_definition(self) -> str:
+        return self._inner.resolve_task_definition()
+
+    def run(self, request: LaunchRequest) -> LaunchResult:
+        self._plan.would("run_task", count=request.count, client_token=request.client_token,
+                         task_definition=request.task_definition)
+        return LaunchResult([f"dry-run-task-{i}" for i in range(request.count)], [])
+
+    def describe(self, task_arns: list[str]) -> list[TaskStatus]:
+        return self._inner.describe(task_arns)
+
+    def stop(self, task_arn: str, reason: str) -> None:
+        self._plan.would("stop_task", task_arn=task_arn, reason=reason)

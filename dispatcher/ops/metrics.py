@@ -1,0 +1,146 @@
+"""The dispatcher's metrics, in CloudWatch Embedded Metric Format (EMF) on stdout.
+
+Lambda ships stdout to CloudWatch Logs, which turns EMF lines into metrics: no PutMetricData
+calls, no extra latency, nothing to fail. The lines are built with powertools' EMF provider
+(``AmazonCloudWatchEMFProvider``) one instance per line, so nothing is shared between calls and
+no Lambda context is needed (tests and local mode call these functions directly).
+
+Namespace: ``LONGJOBS_METRICS_NAMESPACE``, else ``POWERTOOLS_METRICS_NAMESPACE`` (what the SAM
+template sets), else ``longjobs``. Dimensions: ``service`` (``POWERTOOLS_SERVICE_NAME``, default
+``longjobs``) and ``Queue`` (the job queue's name), plus:
+
+- ``LaunchFailures`` is published twice: the total with (service, Queue), and one line per
+  reason with (service, Queue, Reason); the reason is its first word as in the decision record
+  (``RESOURCE:MEMORY``, ``Capacity``, ...). Alarm on the total, graph by reason.
+- ``TickCompleted`` = 1 is on a line of its own with the single dimension (service): the
+  heartbeat an alarm on missing data watches, independent of the queue's name.
+- ``Reruns`` and ``JobsFailed`` (task-event handler) are published per (service, Queue,
+  StopClass) and in total per (service, Queue), from one line with two dimension sets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics.functions import is_metrics_disabled
+from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
+    AmazonCloudWatchEMFProvider,
+)
+
+from dispatcher.ports.queue import Backlog
+from dispatcher.stages.tick import Decision
+
+DEFAULT_NAMESPACE = "longjobs"
+DEFAULT_SERVICE = "longjobs"
+Metric = tuple[str, MetricUnit, float]
+
+
+def default_namespace() -> str:
+    return (os.environ.get("LONGJOBS_METRICS_NAMESPACE")
+            or os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or DEFAULT_NAMESPACE)
+
+
+def service() -> str:
+    return os.environ.get("POWERTOOLS_SERVICE_NAME") or DEFAULT_SERVICE
+
+
+def queue_name(queue_url: str | None = None) -> str:
+    """The queue's name, the last segment of its URL (what CloudWatch's AWS/SQS metrics use)."""
+    url = queue_url if queue_url is not None else os.environ.get("LONGJOBS_QUEUE_URL", "")
+    return url.rstrip("/").rsplit("/", 1)[-1] or "unknown"
+
+
+def emf(metrics: list[Metric], dimensions: dict[str, str], *, namespace: str | None = None,
+        totals: dict[str, str] | None = None) -> dict[str, Any]:
+    """One EMF object: ``metrics`` under ``dimensions`` (and also under ``totals`` if given)."""
+    provider = AmazonCloudWatchEMFProvider(namespace=namespace or default_namespace(),
+                                           service=service())
+    provider.add_dimension("service", service())
+    for name, value in dimensions.items():
+        provider.add_dimension(name, value)
+    if totals:
+        provider.add_dimensions(**totals)
+    for name, unit, number in metrics:
+        provider.add_metric(name=name, unit=unit, value=number)
+    return dict(provider.serialize_metric_set())
+
+
+def _print(blobs: list[dict[str, Any]]) -> None:
+    if is_metrics_disabled():  # POWERTOOLS_METRICS_DISABLED / POWERTOOLS_DEV, as powertools does
+        return
+    for blob in blobs:
+        print(json.dumps(blob, separators=(",", ":")), flush=True)
+
+
+def tick_blobs(decision: Decision, *, backlog: Backlog | None, running_tasks: int,
+               queue: str | None = None, namespace: str | None = None,
+               now: float | None = None) -> list[dict[str, Any]]:
+    """The EMF objects of one tick: the tick's metrics, the heartbeat, then one per failure
+    reason. Metrics whose value is unknown this tick are left out rather than sent as 0."""
+    t = time.time() if now is None else now
+    dims = {"Queue": queue or queue_name()}
+    intake, launch = decision.intake, decision.launch
+    failures = sum(launch.failures.values())
+    metrics: list[Metric] = [
+        ("JobsAdmitted", MetricUnit.Count, intake.admitted),
+        ("JobsRejected", MetricUnit.Count, intake.rejected),
+        ("JobsDeduplicated", MetricUnit.Count, intake.duplicates),
+        ("BundlesLaunched", MetricUnit.Count, launch.bundles_launched),
+        ("LaunchFailures", MetricUnit.Count, failures),
+        ("RunningTasks", MetricUnit.Count, running_tasks),
+        ("TickDurationMs", MetricUnit.Milliseconds, decision.elapsed_ms),
+    ]
+    if backlog is not None:  # everything still in SQS: waiting, being received, delayed
+        metrics.append(("Backlog", MetricUnit.Count,
+                        backlog.visible + backlog.in_flight + backlog.delayed))
+    oldest = intake.oldest_sent_at
+    if oldest is not None:  # known only when the tick received something
+        age = max(0.0, t - oldest)
+        metrics.append(("OldestMessageAgeSeconds", MetricUnit.Seconds, age))
+        if intake.admitted:  # enqueue -> recorded and launched, for the oldest admitted work
+            metrics.append(("DispatchLagSeconds", MetricUnit.Seconds, age))
+    blobs = [emf(metrics, dims, namespace=namespace),
+             emf([("TickCompleted", MetricUnit.Count, 1)], {}, namespace=namespace)]
+    for reason, count in sorted(launch.failures.items()):
+        blobs.append(emf([("LaunchFailures", MetricUnit.Count, count)],
+                         {**dims, "Reason": (reason or "unknown")[:250]}, namespace=namespace))
+    return blobs
+
+
+def publish_tick(decision: Decision, *, backlog: Backlog | None, running_tasks: int,
+                 queue: str | None = None, namespace: str | None = None) -> dict[str, Any]:
+    """Print the tick's EMF lines (see :func:`tick_blobs`); return the main one."""
+    blobs = tick_blobs(decision, backlog=backlog, running_tasks=running_tasks, queue=queue,
+                       namespace=namespace)
+    _print(blobs)
+    return blobs[0]
+
+
+def stop_blob(outcome: dict[str, Any], *, queue: str | None = None,
+              namespace: str | None = None) -> dict[str, Any]:
+    """The EMF object of one handled task stop (``Reruns.on_stop``'s outcome); ``{}`` for an
+    ignored event (stale, duplicate, not ours), which changed nothing."""
+    dims = {"Queue": queue or queue_name()}
+    if "finished" in outcome:  # a task that ended normally: its bundle's results
+        return emf([("JobsSucceeded", MetricUnit.Count, len(outcome.get("succeeded") or [])),
+                    ("JobsFailed", MetricUnit.Count, len(outcome.get("failed") or []))],
+                   dims, namespace=namespace)
+    if "ignored" in outcome or "stop_class" not in outcome:
+        return {}
+    return emf([("Reruns", MetricUnit.Count, len(outcome.get("rerun") or [])),
+                ("JobsFailed", MetricUnit.Count, len(outcome.get("failed") or []))],
+               {**dims, "StopClass": str(outcome["stop_class"])}, namespace=namespace,
+               totals={"service": service(), **dims})
+
+
+def publish_stop(outcome: dict[str, Any], *, queue: str | None = None,
+                 namespace: str | None = None) -> dict[str, Any]:
+    """Print the stop's EMF line, if any; return it (``{}`` when nothing was printed)."""
+    blob = stop_blob(outcome, queue=queue, namespace=namespace)
+    if blob:
+        _print([blob])
+    return blob

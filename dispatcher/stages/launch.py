@@ -1,0 +1,142 @@
+"""Launching bundles: record the launch, call RunTask once per group of <=10, assign the tasks.
+
+Used by the tick and by the task-event handler's immediate reruns, so both follow the same
+clientToken discipline. The order of effects is what makes a crash harmless:
+
+1. ``begin_launch`` records a Launch (id derived from its bundles and their next attempt) and
+   moves the bundles to LAUNCHING, atomically;
+2. RunTask with clientToken = f(launch): a retry after a crash returns the same tasks;
+3. ``finish_launch`` assigns task ARNs to bundles in response order (and TASK# pointers the
+   runners read) and puts bundles without a task back to PENDING with backoff.
+
+A crash between 1 and 3 leaves the Launch STARTING; the next tick repeats 2 and 3 with the
+recorded parameters, which ECS answers with the tasks it already started.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.errors import ConflictError, LaunchError, ResourceMissing
+from dispatcher.domain.launches import Launch
+from dispatcher.logs import logger
+from dispatcher.ports.launcher import MAX_TASKS_PER_CALL, Launcher, LaunchRequest
+from dispatcher.ports.store import DispatchStore, LaunchOutcome
+from dispatcher.settings import Config
+
+
+@dataclass
+class LaunchStats:
+    bundles_launched: int = 0
+    runtask_calls: int = 0
+    recovered: int = 0
+    left_for_recovery: int = 0
+    conflicts: int = 0
+    failures: Counter[str] = field(default_factory=Counter)
+
+
+def request_for(launch: Launch) -> LaunchRequest:
+    """Everything in the request derives from the Launch record, so a retry is byte-identical
+    (ECS rejects a reused clientToken whose parameters changed)."""
+    return LaunchRequest(
+        task_definition=launch.task_definition,
+        count=len(launch.bundle_ids),
+        client_token=launch.client_token,
+        started_by=f"longjobs/{launch.launch_id[:24]}",
+        env={"LONGJOBS_LAUNCH_ID": launch.launch_id},
+        tags={"longjobs:launch": launch.launch_id},
+    )
+
+
+class Launches:
+    def __init__(self, cfg: Config, store: DispatchStore, launcher: Launcher,
+                 clock: Callable[[], float]) -> None:
+        # Public: reruns and reconciliation act through the same collaborators.
+        self.cfg = cfg
+        self.store = store
+        self.launcher = launcher
+        self.clock = clock
+
+    def launch(self, bundles: list[Bundle], task_definition: str, stats: LaunchStats) -> None:
+        for start in range(0, len(bundles), MAX_TASKS_PER_CALL):
+            group = bundles[start:start + MAX_TASKS_PER_CALL]
+            launch = self._begin(group, task_definition, stats)
+            if launch is not None:
+                self._run(launch, {b.bundle_id: b.launch_failures for b in group}, stats)
+
+    def recover(self, stats: LaunchStats) -> None:
+        cutoff = self.clock() - self.cfg.launch_recovery_seconds
+        for launch in self.store.orphaned_launches(older_than=cutoff):
+            logger.warning("retrying an unfinished launch with its original clientToken",
+                           extra={"launch_id": launch.launch_id,
+                                  "bundle_ids": launch.bundle_ids})
+            stats.recovered += 1
+            failures = {}
+            for bundle_id in launch.bundle_ids:
+                b = self.store.get_bundle(bundle_id)
+                failures[bundle_id] = b.launch_failures if b else 0
+            self._run(launch, failures, stats)
+
+    def _begin(self, group: list[Bundle], task_definition: str,
+               stats: LaunchStats) -> Launch | None:
+        for _ in range(2):
+            if not group:
+                return None
+            launch = Launch(Launch.make_id(group), [b.bundle_id for b in group], task_definition,
+                            created_at=self.clock())
+            try:
+                self.store.begin_launch(launch, group)
+                return launch
+            except ConflictError:
+                # The status index is eventually consistent: drop bundles that moved on.
+                stats.conflicts += 1
+                fresh = [self.store.get_bundle(b.bundle_id) for b in group]
+                group = [b for b in fresh if b is not None and b.state == BundleState.PENDING]
+        return None
+
+    def _run(self, launch: Launch, launch_failures: dict[str, int], stats: LaunchStats) -> None:
+        stats.runtask_calls += 1
+        try:
+            result = self.launcher.run(request_for(launch))
+            arns, reasons = result.task_arns, result.failures
+        except (LaunchError, ResourceMissing) as exc:
+            # A definite refusal: nothing started. Back to PENDING with the reason.
+            arns, reasons = [], [exc.reason]
+        except Exception as exc:
+            # Unknown outcome (timeout, crash, 5xx after retries): tasks may have started.
+            # Leave the launch STARTING; recovery repeats the call with the same clientToken.
+            stats.left_for_recovery += 1
+            logger.error("RunTask outcome unknown; left for recovery",
+                         extra={"launch_id": launch.launch_id, "error": repr(exc)})
+            return
+        outcome = LaunchOutcome()
+        for index, bundle_id in enumerate(launch.bundle_ids):
+            if index < len(arns):
+                outcome.assigned.append((bundle_id, arns[index]))
+            else:
+                failed = index - len(arns)
+                reason = reasons[failed] if failed < len(reasons) else (
+                    reasons[0] if reasons else "RunTask returned no task for this bundle")
+                outcome.failed.append((bundle_id, reason))
+                stats.failures[reason.split(" ", 1)[0]] += 1
+        retry_at = {bid: self._backoff(launch_failures.get(bid, 0)) for bid, _ in outcome.failed}
+        try:
+            self.store.finish_launch(launch, outcome, retry_at)
+        except ConflictError:
+            stats.conflicts += 1
+            return
+        stats.bundles_launched += len(outcome.assigned)
+        if outcome.failed:
+            logger.warning("tasks not started; bundles back to PENDING with backoff",
+                           extra={"launch_id": launch.launch_id,
+                                  "failed": [{"bundle_id": b, "reason": r}
+                                             for b, r in outcome.failed]})
+
+    def _backoff(self, previous_failures: int) -> float:
+        base = self.cfg.launch_backoff_seconds * (2 ** min(previous_failures, 16))
+        delay = min(base, self.cfg.launch_backoff_max_seconds)
+        return float(self.clock() + delay * random.uniform(0.5, 1.0))  # jitter spreads retries

@@ -1,0 +1,101 @@
+"""Reconciliation, every tick: events can be lost, and DescribeTasks forgets stopped tasks after
+about an hour, so the table is checked against ECS instead of trusting the event stream.
+
+Suspects are bundles launched but not claimed within the start timeout, and running bundles
+whose heartbeat is older than four intervals. Their tasks are described (<=100 per call): a task
+that is STOPPED or unknown to ECS is handled exactly as its STOPPED event would be; one that ECS
+still reports running but that stopped heartbeating is stopped (StopTask), and rerun once it has
+stopped (its event, or the next tick's look), so two runs of a job never overlap: a task that
+only seems dead may still be finishing a handler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.errors import ConflictError
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES
+from dispatcher.domain.stops import TaskStop
+from dispatcher.logs import logger
+from dispatcher.stages.rerun import Reruns
+
+HEARTBEAT_MISSES = 4
+# The runner fails a job at its timeout itself; the tick steps in only after this much more.
+TIMEOUT_MARGIN_SECONDS = 5.0
+# Not "longjobs:": that prefix marks a user stop (cancel/timeout), which is never rerun.
+STUCK_REASON = "longjobs-reconcile: task stopped heartbeating; rerun elsewhere"
+
+
+@dataclass
+class ReconcileStats:
+    checked: int = 0
+    stopped_found: int = 0
+    stuck_stopped: int = 0
+    timed_out: list[str] = field(default_factory=list)
+    outcomes: list[dict[str, object]] = field(default_factory=list)
+
+
+class Reconciler:
+    def __init__(self, reruns: Reruns) -> None:
+        self._reruns = reruns
+        launches = reruns.launches
+        self._cfg, self._store = launches.cfg, launches.store
+        self._launcher, self._clock = launches.launcher, launches.clock
+
+    def suspects(self, active: list[Bundle]) -> list[Bundle]:
+        t = self._clock()
+        unclaimed = t - self._cfg.start_timeout_seconds
+        silent = t - HEARTBEAT_MISSES * self._cfg.heartbeat_seconds
+        return [b for b in active if b.task_arn and (
+            (b.state == BundleState.LAUNCHED and b.updated_at <= unclaimed)
+            or (b.state == BundleState.RUNNING and (b.heartbeat_at or 0) < silent))]
+
+    def run(self, active: list[Bundle], stats: ReconcileStats) -> None:
+        suspects = self.suspects(active)
+        if not suspects:
+            return
+        stats.checked += len(suspects)
+        by_arn: dict[str, Bundle] = {b.task_arn: b for b in suspects if b.task_arn}
+        for status in self._launcher.describe(list(by_arn)):
+            bundle = by_arn[status.task_arn]
+            if status.last_status in ("STOPPED", "MISSING", "DELETED"):
+                stats.stopped_found += 1
+                stop = TaskStop(status.task_arn, status.stop_code or (
+                    "TaskFailedToStart" if status.last_status == "MISSING" else None),
+                    status.stopped_reason or f"found {status.last_status} by reconciliation "
+                    "(its event was lost)", status.exit_code)
+            elif status.last_status == "RUNNING" or bundle.state == BundleState.RUNNING:
+                stats.stuck_stopped += 1
+                self._launcher.stop(status.task_arn, STUCK_REASON)
+                continue  # rerun when it is STOPPED, not while it may still be running
+            else:
+                continue  # still provisioning: Fargate can take a while; look again next tick
+            outcome = self._reruns.on_stop(stop)
+            stats.outcomes.append(outcome)
+            logger.warning("reconciled a task", extra={"task_arn": status.task_arn, **outcome})
+
+    def timeouts(self, active: list[Bundle], stats: ReconcileStats) -> None:
+        """Jobs past ``timeout_seconds`` that their runner did not stop: fail them, and stop
+        the task if nothing else of its bundle is left to run."""
+        t = self._clock()
+        margin = TIMEOUT_MARGIN_SECONDS + 2 * self._cfg.heartbeat_seconds
+        by_id = {b.bundle_id: b for b in active}
+        for job in self._store.running_jobs():
+            started = job.history[-1].get("started_at") if job.history else None
+            if not job.timeout_seconds or started is None \
+                    or t < float(started) + job.timeout_seconds + margin:
+                continue
+            try:
+                self._store.fail_overdue(job, "timeout")
+            except ConflictError:
+                continue
+            stats.timed_out.append(job.job_id)
+            bundle = by_id.get(job.bundle_id or "")
+            if bundle is None or not bundle.task_arn:
+                continue
+            others = [j for j in self._store.get_jobs(bundle.job_ids)
+                      if j.job_id != job.job_id and j.bundle_id == bundle.bundle_id
+                      and j.state not in TERMINAL_JOB_STATES]
+            if not others:
+                self._launcher.stop(bundle.task_arn, f"longjobs: job {job.job_id} timed out")
