@@ -1,38 +1,57 @@
-"""Lambda entry points. Names are part of the public contract (the SAM template points here)."""
+"""Lambda entry points. Names are part of the public contract (the SAM template points here).
+
+Both read the settings, wire the AWS adapters to the stages (:mod:`dispatcher.wiring`), act, and
+publish their metrics. Their import closure holds no CLI, local mode or test support.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from dispatcher import settings, wiring
+from dispatcher.aws.ecs_events import Ignored, parse
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.logs import logger
 from dispatcher.ops import metrics
+from dispatcher.stages.rerun import Reruns, StopOutcome
 
 
 def dispatch(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """The scheduled tick (EventBridge Scheduler, every minute, reserved concurrency 1)."""
     try:
         cfg = settings.load("dispatcher")
-        dispatcher = wiring.dispatcher(cfg)
+        stages = wiring.for_aws(cfg)
         remaining = getattr(context, "get_remaining_time_in_millis", None)
-        decision = dispatcher.tick(remaining)
+        decision = stages.dispatcher.tick(remaining)
     except LongjobsError as exc:
         # A readable line in the logs (and the Errors metric) instead of a stack trace.
         logger.error("tick failed", extra={"reason": exc.reason, "error": type(exc).__name__})
         raise
     # TickCompleted is the heartbeat the "dispatcher stopped" alarm watches (missing = breach).
-    metrics.publish_tick(decision, backlog=dispatcher.queue.backlog(),
+    metrics.publish_tick(decision, backlog=stages.queue.backlog(),
                          running_tasks=decision.active_bundles + decision.launch.bundles_launched,
                          queue=cfg.queue_url, namespace=cfg.metrics_namespace or None)
     return decision.as_dict()
 
 
+def on_task_event(event: dict[str, Any], container: str, reruns: Reruns) -> StopOutcome | Ignored:
+    """Parse, filter, act. A malformed event is logged and dropped (retrying cannot fix it);
+    a lost one is caught by the tick's reconciliation."""
+    stop = parse(event, container)
+    if isinstance(stop, Ignored):
+        if stop.malformed:
+            logger.error("malformed task event ignored", extra={"reason": stop.reason})
+        return stop
+    outcome = reruns.on_stop(stop)
+    logger.info("task stopped", extra=outcome.as_dict())
+    return outcome
+
+
 def task_event(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """ECS "Task State Change" events from EventBridge: reruns of tasks that stopped early."""
-    from dispatcher.aws.ecs_events import handle
-
     cfg = settings.load("dispatcher")
-    outcome = handle(event, cfg)
+    outcome = on_task_event(event, cfg.container, wiring.for_aws(cfg).reruns)
+    if isinstance(outcome, Ignored):
+        return {"result": "ignored", "reason": outcome.reason}
     metrics.publish_stop(outcome, queue=cfg.queue_url, namespace=cfg.metrics_namespace or None)
-    return outcome
+    return outcome.as_dict()

@@ -1,16 +1,48 @@
-"""Every setting longjobs reads, read in one place and validated before any work starts.
+"""Every setting longjobs reads, declared once, read in one place, validated before any work starts.
 
-The settings table below is the single source of truth: the config module parses it, the README's
-configuration reference is generated from it, and the infra tests check that the SAM template sets
-exactly the variables the dispatcher requires.
+Each field of :class:`Config` is one setting: its type and default are the field's, and an
+:class:`Env` annotation gives the environment variable (and an optional fallback variable), who
+reads it and what it means. From that single declaration:
+
+- :func:`load` parses and validates the variables (with pydantic) and raises one ``ConfigError``
+  naming every bad variable;
+- :func:`required` lists what a role cannot start without (the infra tests check that the SAM
+  template sets them);
+- :func:`markdown` renders the README's configuration table (``python -m dispatcher.settings
+  --markdown`` prints it, ``make docs`` rewrites it; ``tests/test_settings.py`` fails when the
+  README and this declaration differ).
+
+Who reads ``os.environ``. In production code only this module reads settings from the
+environment: the dispatcher, the client, the runner and the metrics all get them from :func:`load`.
+The other reads and writes of ``os.environ`` in the project are precisely these (and
+``tests/test_settings.py`` fails if another appears):
+
+- ``dispatcher/ops/client.py`` passes ``os.environ`` merged with its caller's overrides to
+  :func:`load`;
+- local mode (``dispatcher/local/``), which is not deployed: ``environment.py`` puts the moto
+  endpoint and dummy credentials into the process environment, ``launcher.py`` hands a copy of it
+  to task processes, and the demo's job handlers (``demo_handlers.py``) read
+  ``LONGJOBS_DEMO_LOG``, ``LONGJOBS_TASK_ARN`` and ``LONGJOBS_TASK_DEFINITION`` as any user's
+  handler code may;
+- ``dispatcher/cli/local.py`` sets ``POWERTOOLS_LOG_LEVEL=WARNING`` by default for ``longjobs
+  local``.
+
+Libraries read their own variables: boto3 the ``AWS_*`` ones (credentials, region), powertools
+the ``POWERTOOLS_*`` ones (log level, ``POWERTOOLS_METRICS_DISABLED``, the logger's service name).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from dispatcher.domain.errors import ConfigError
 
@@ -18,88 +50,19 @@ from dispatcher.domain.errors import ConfigError
 # one transaction, so a bundle holds at most 99 jobs.
 # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
 MAX_BUNDLE_JOBS = 99
+ALL_ROLES = ("dispatcher", "client", "runner")
 
 
 @dataclass(frozen=True)
-class Setting:
+class Env:
+    """Where one :class:`Config` field comes from: the variable (``fallback`` is read when the
+    variable is unset or empty), the roles that read it, and what it means."""
+
     name: str
     meaning: str
-    default: str | None = None  # None means required (for the roles that need it)
     roles: tuple[str, ...] = ("dispatcher",)
-
-
-SETTINGS: tuple[Setting, ...] = (
-    Setting("LONGJOBS_QUEUE_URL", "URL of the SQS job queue.", None,
-            ("dispatcher", "client")),
-    Setting("LONGJOBS_DLQ_URL", "URL of the job queue's dead-letter queue (operators' dlq "
-            "commands).", "", ("dispatcher", "client")),
-    Setting("LONGJOBS_TABLE", "Name of the DynamoDB job table.", None,
-            ("dispatcher", "client", "runner")),
-    Setting("LONGJOBS_CLUSTER", "ECS cluster name or ARN the tasks run in.", None),
-    Setting("LONGJOBS_TASK_FAMILY", "Task-definition family of the worker; the latest ACTIVE "
-            "revision is resolved once per tick and pinned on every launch.", None),
-    Setting("LONGJOBS_CONTAINER", "Name of the worker container (target of env overrides).",
-            "worker"),
-    Setting("LONGJOBS_SUBNETS", "Comma-separated subnet ids for awsvpc networking (ECS launcher).",
-            ""),
-    Setting("LONGJOBS_SECURITY_GROUPS", "Comma-separated security-group ids (ECS launcher).", ""),
-    Setting("LONGJOBS_ASSIGN_PUBLIC_IP", "ENABLED or DISABLED: public IP for Fargate tasks.",
-            "DISABLED"),
-    Setting("LONGJOBS_CAPACITY_STRATEGY", "Capacity-provider strategy as provider:weight[:base],"
-            "... (e.g. FARGATE_SPOT:4,FARGATE:1:1); empty means launch type FARGATE.", ""),
-    Setting("LONGJOBS_MAX_RUNNING_TASKS", "Admission limit: bundles launched and not finished.",
-            "10"),
-    Setting("LONGJOBS_BUNDLE_MAX_JOBS", f"Most jobs in one bundle (1..{MAX_BUNDLE_JOBS}).", "50"),
-    Setting("LONGJOBS_BUNDLE_MAX_SECONDS", "Most estimated seconds of work in one bundle.", "900"),
-    Setting("LONGJOBS_SMALL_JOB_SECONDS", "Jobs estimated at or under this many seconds are "
-            "bundled; others (and jobs with no estimate) run alone.", "60"),
-    Setting("LONGJOBS_ALLOWED_KINDS", "Comma-separated allow-list of job kinds; empty allows any.",
-            "", ("dispatcher", "client")),
-    Setting("LONGJOBS_LAUNCHER", "ecs (RunTask) or local (tasks as local processes).", "ecs"),
-    Setting("LONGJOBS_TICK_SECONDS", "Time budget of one tick when not inside Lambda.", "50"),
-    Setting("LONGJOBS_LEASE_SECONDS", "Expiry of the tick lease; longer than any tick can run.",
-            "300"),
-    Setting("LONGJOBS_LAUNCH_BACKOFF_SECONDS", "First backoff after RunTask failures[]; doubles "
-            "per failure.", "30"),
-    Setting("LONGJOBS_LAUNCH_BACKOFF_MAX_SECONDS", "Cap of that backoff.", "900"),
-    Setting("LONGJOBS_RUNTASK_PER_SECOND", "Pace of RunTask calls (Fargate allows 20/s).", "20"),
-    Setting("LONGJOBS_MAX_INFRA_ATTEMPTS", "Reruns after infrastructure stops (Spot, host "
-            "failure, never started) before a job fails; separate from a job's max_attempts.",
-            "10"),
-    Setting("LONGJOBS_START_TIMEOUT_SECONDS", "A launched task that has not claimed its bundle "
-            "after this long is checked with DescribeTasks.", "600"),
-    Setting("LONGJOBS_HEARTBEAT_SECONDS", "Runner heartbeat interval; a bundle silent for 4 "
-            "intervals is checked and, if its task still runs, stopped and rerun.", "30",
-            ("dispatcher", "runner")),
-    Setting("LONGJOBS_ASSIGN_WAIT_SECONDS", "How long a runner waits for its bundle assignment "
-            "before exiting without running anything.", "120", ("runner",)),
-    Setting("LONGJOBS_FLUSH_SECONDS", "Longest a finished job's result waits to be written "
-            "with others.", "2", ("runner",)),
-    Setting("LONGJOBS_HANDLERS", "Job handlers as kind=module:function,... (added to the "
-            "longjobs.handlers entry points).", "", ("runner",)),
-    Setting("LONGJOBS_RETRY_ANY_EXCEPTION", "true: any handler exception is retried while "
-            "attempts remain; false: only RetryableError is.", "true", ("runner",)),
-    Setting("LONGJOBS_METRICS_NAMESPACE", "CloudWatch namespace of the EMF metrics (falls back "
-            "to POWERTOOLS_METRICS_NAMESPACE).", "", ("dispatcher",)),
-    Setting("LONGJOBS_LAUNCH_RECOVERY_SECONDS", "Age after which a launch left unfinished by a "
-            "crashed tick is retried with its original clientToken.", "60"),
-)
-
-
-def _ints(value: str) -> int:
-    return int(value)
-
-
-def _bool(value: str) -> bool:
-    if value.lower() in ("1", "true", "yes", "on"):
-        return True
-    if value.lower() in ("0", "false", "no", "off"):
-        return False
-    raise ValueError("expected true or false")
-
-
-def _list(value: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in value.split(",") if part.strip())
+    required: bool = False  # for the roles listed
+    fallback: str | None = None
 
 
 @dataclass(frozen=True)
@@ -109,139 +72,249 @@ class CapacityProvider:
     base: int = 0
 
 
-def _strategy(value: str) -> tuple[CapacityProvider, ...]:
+def _split(value: Any) -> Any:
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
+def _strategy(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
     out = []
-    for part in _list(value):
+    for part in _split(value):
         fields = part.split(":")
         if len(fields) not in (2, 3) or not fields[0]:
             raise ValueError(f"{part!r} is not provider:weight[:base]")
-        out.append(CapacityProvider(fields[0], int(fields[1]),
-                                    int(fields[2]) if len(fields) == 3 else 0))
+        try:
+            out.append(CapacityProvider(fields[0], int(fields[1]),
+                                        int(fields[2]) if len(fields) == 3 else 0))
+        except ValueError:
+            raise ValueError(f"{part!r} is not provider:weight[:base]") from None
     return tuple(out)
 
 
-@dataclass(frozen=True)
-class Config:
-    """Validated settings. Build it with :func:`load`; never read ``os.environ`` elsewhere."""
-
-    queue_url: str = ""
-    dlq_url: str = ""
-    table: str = ""
-    cluster: str = ""
-    task_family: str = ""
-    container: str = "worker"
-    subnets: tuple[str, ...] = ()
-    security_groups: tuple[str, ...] = ()
-    assign_public_ip: str = "DISABLED"
-    capacity_strategy: tuple[CapacityProvider, ...] = ()
-    max_running_tasks: int = 10
-    bundle_max_jobs: int = 50
-    bundle_max_seconds: int = 900
-    small_job_seconds: int = 60
-    allowed_kinds: tuple[str, ...] = ()
-    launcher: str = "ecs"
-    tick_seconds: float = 50.0
-    lease_seconds: int = 300
-    launch_backoff_seconds: int = 30
-    launch_backoff_max_seconds: int = 900
-    runtask_per_second: float = 20.0
-    launch_recovery_seconds: int = 60
-    max_infra_attempts: int = 10
-    metrics_namespace: str = ""
-    start_timeout_seconds: int = 600
-    heartbeat_seconds: float = 30.0
-    assign_wait_seconds: float = 120.0
-    flush_seconds: float = 2.0
-    handlers: tuple[str, ...] = ()
-    retry_any_exception: bool = True
-    endpoint_url: str | None = None
-    region: str | None = None
-    extra: Mapping[str, str] = field(default_factory=dict)
+def _one_of(*allowed: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if value not in allowed:
+            raise ValueError("must be " + " or ".join(repr(a) for a in allowed))
+        return value
+    return AfterValidator(check)
 
 
-_PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "LONGJOBS_QUEUE_URL": ("queue_url", str),
-    "LONGJOBS_DLQ_URL": ("dlq_url", str),
-    "LONGJOBS_TABLE": ("table", str),
-    "LONGJOBS_CLUSTER": ("cluster", str),
-    "LONGJOBS_TASK_FAMILY": ("task_family", str),
-    "LONGJOBS_CONTAINER": ("container", str),
-    "LONGJOBS_SUBNETS": ("subnets", _list),
-    "LONGJOBS_SECURITY_GROUPS": ("security_groups", _list),
-    "LONGJOBS_ASSIGN_PUBLIC_IP": ("assign_public_ip", str),
-    "LONGJOBS_CAPACITY_STRATEGY": ("capacity_strategy", _strategy),
-    "LONGJOBS_MAX_RUNNING_TASKS": ("max_running_tasks", _ints),
-    "LONGJOBS_BUNDLE_MAX_JOBS": ("bundle_max_jobs", _ints),
-    "LONGJOBS_BUNDLE_MAX_SECONDS": ("bundle_max_seconds", _ints),
-    "LONGJOBS_SMALL_JOB_SECONDS": ("small_job_seconds", _ints),
-    "LONGJOBS_ALLOWED_KINDS": ("allowed_kinds", _list),
-    "LONGJOBS_LAUNCHER": ("launcher", str),
-    "LONGJOBS_TICK_SECONDS": ("tick_seconds", float),
-    "LONGJOBS_LEASE_SECONDS": ("lease_seconds", _ints),
-    "LONGJOBS_LAUNCH_BACKOFF_SECONDS": ("launch_backoff_seconds", _ints),
-    "LONGJOBS_LAUNCH_BACKOFF_MAX_SECONDS": ("launch_backoff_max_seconds", _ints),
-    "LONGJOBS_RUNTASK_PER_SECOND": ("runtask_per_second", float),
-    "LONGJOBS_LAUNCH_RECOVERY_SECONDS": ("launch_recovery_seconds", _ints),
-    "LONGJOBS_MAX_INFRA_ATTEMPTS": ("max_infra_attempts", _ints),
-    "LONGJOBS_METRICS_NAMESPACE": ("metrics_namespace", str),
-    "LONGJOBS_START_TIMEOUT_SECONDS": ("start_timeout_seconds", _ints),
-    "LONGJOBS_HEARTBEAT_SECONDS": ("heartbeat_seconds", float),
-    "LONGJOBS_ASSIGN_WAIT_SECONDS": ("assign_wait_seconds", float),
-    "LONGJOBS_FLUSH_SECONDS": ("flush_seconds", float),
-    "LONGJOBS_HANDLERS": ("handlers", _list),
-    "LONGJOBS_RETRY_ANY_EXCEPTION": ("retry_any_exception", _bool),
-}
+Names = Annotated[tuple[str, ...], BeforeValidator(_split)]
+Strategy = Annotated[tuple[CapacityProvider, ...], BeforeValidator(_strategy)]
+
+
+class Config(BaseModel):
+    """Validated settings, one field per setting. Build it with :func:`load`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    queue_url: Annotated[str, Env(
+        "LONGJOBS_QUEUE_URL", "URL of the SQS job queue.",
+        ("dispatcher", "client"), required=True)] = ""
+    dlq_url: Annotated[str, Env(
+        "LONGJOBS_DLQ_URL", "URL of the job queue's dead-letter queue (operators' dlq commands).",
+        ("dispatcher", "client"))] = ""
+    table: Annotated[str, Env(
+        "LONGJOBS_TABLE", "Name of the DynamoDB job table.", ALL_ROLES, required=True)] = ""
+    cluster: Annotated[str, Env(
+        "LONGJOBS_CLUSTER", "ECS cluster name or ARN the tasks run in.", required=True)] = ""
+    task_family: Annotated[str, Env(
+        "LONGJOBS_TASK_FAMILY", "Task-definition family of the worker; the latest ACTIVE "
+        "revision is resolved once per tick and pinned on every launch.", required=True)] = ""
+    container: Annotated[str, Env(
+        "LONGJOBS_CONTAINER", "Name of the worker container (target of env overrides).")
+    ] = "worker"
+    subnets: Annotated[Names, Env(
+        "LONGJOBS_SUBNETS", "Comma-separated subnet ids for awsvpc networking (ECS launcher; "
+        "required by the dispatcher when LONGJOBS_LAUNCHER is ecs).")] = ()
+    security_groups: Annotated[Names, Env(
+        "LONGJOBS_SECURITY_GROUPS", "Comma-separated security-group ids (ECS launcher).")] = ()
+    assign_public_ip: Annotated[str, _one_of("ENABLED", "DISABLED"), Env(
+        "LONGJOBS_ASSIGN_PUBLIC_IP", "ENABLED or DISABLED: public IP for Fargate tasks.")
+    ] = "DISABLED"
+    capacity_strategy: Annotated[Strategy, Env(
+        "LONGJOBS_CAPACITY_STRATEGY", "Capacity-provider strategy as provider:weight[:base],"
+        "... (e.g. FARGATE_SPOT:4,FARGATE:1:1); empty means launch type FARGATE.")] = ()
+    max_running_tasks: Annotated[int, Field(ge=1), Env(
+        "LONGJOBS_MAX_RUNNING_TASKS", "Admission limit: bundles launched and not finished.")
+    ] = 10
+    bundle_max_jobs: Annotated[int, Field(ge=1, le=MAX_BUNDLE_JOBS), Env(
+        "LONGJOBS_BUNDLE_MAX_JOBS", f"Most jobs in one bundle (1..{MAX_BUNDLE_JOBS}).")] = 50
+    bundle_max_seconds: Annotated[int, Field(ge=1), Env(
+        "LONGJOBS_BUNDLE_MAX_SECONDS", "Most estimated seconds of work in one bundle.")] = 900
+    small_job_seconds: Annotated[int, Field(ge=0), Env(
+        "LONGJOBS_SMALL_JOB_SECONDS", "Jobs estimated at or under this many seconds are "
+        "bundled; others (and jobs with no estimate) run alone.")] = 60
+    allowed_kinds: Annotated[Names, Env(
+        "LONGJOBS_ALLOWED_KINDS", "Comma-separated allow-list of job kinds; empty allows any.",
+        ("dispatcher", "client"))] = ()
+    launcher: Annotated[str, _one_of("ecs", "local"), Env(
+        "LONGJOBS_LAUNCHER", "ecs (RunTask) or local (tasks as local processes).")] = "ecs"
+    tick_seconds: Annotated[float, Field(gt=0), Env(
+        "LONGJOBS_TICK_SECONDS", "Time budget of one tick when not inside Lambda.")] = 50.0
+    lease_seconds: Annotated[int, Field(ge=1), Env(
+        "LONGJOBS_LEASE_SECONDS", "Expiry of the tick lease; longer than any tick can run.")
+    ] = 300
+    launch_backoff_seconds: Annotated[int, Field(ge=0), Env(
+        "LONGJOBS_LAUNCH_BACKOFF_SECONDS", "First backoff after RunTask failures[]; doubles "
+        "per failure.")] = 30
+    launch_backoff_max_seconds: Annotated[int, Field(ge=0), Env(
+        "LONGJOBS_LAUNCH_BACKOFF_MAX_SECONDS", "Cap of that backoff.")] = 900
+    runtask_per_second: Annotated[float, Field(gt=0, le=20), Env(
+        "LONGJOBS_RUNTASK_PER_SECOND", "Pace of RunTask calls (Fargate allows 20/s).")] = 20.0
+    launch_recovery_seconds: Annotated[int, Field(ge=0), Env(
+        "LONGJOBS_LAUNCH_RECOVERY_SECONDS", "Age after which a launch left unfinished by a "
+        "crashed tick is retried with its original clientToken.")] = 60
+    max_infra_attempts: Annotated[int, Field(ge=0), Env(
+        "LONGJOBS_MAX_INFRA_ATTEMPTS", "Reruns after infrastructure stops (Spot, host "
+        "failure, never started) before a job fails; separate from a job's max_attempts.")] = 10
+    start_timeout_seconds: Annotated[int, Field(ge=1), Env(
+        "LONGJOBS_START_TIMEOUT_SECONDS", "A launched task that has not claimed its bundle "
+        "after this long is checked with DescribeTasks.")] = 600
+    heartbeat_seconds: Annotated[float, Field(gt=0), Env(
+        "LONGJOBS_HEARTBEAT_SECONDS", "Runner heartbeat interval; a bundle silent for 4 "
+        "intervals is checked and, if its task still runs, stopped and rerun.",
+        ("dispatcher", "runner"))] = 30.0
+    assign_wait_seconds: Annotated[float, Field(ge=0), Env(
+        "LONGJOBS_ASSIGN_WAIT_SECONDS", "How long a runner waits for its bundle assignment "
+        "before exiting without running anything.", ("runner",))] = 120.0
+    flush_seconds: Annotated[float, Field(ge=0), Env(
+        "LONGJOBS_FLUSH_SECONDS", "Longest a finished job's result waits to be written with "
+        "others.", ("runner",))] = 2.0
+    handlers: Annotated[Names, Env(
+        "LONGJOBS_HANDLERS", "Job handlers as kind=module:function,... (added to the "
+        "longjobs.handlers entry points).", ("runner",))] = ()
+    retry_any_exception: Annotated[bool, Env(
+        "LONGJOBS_RETRY_ANY_EXCEPTION", "true: any handler exception is retried while attempts "
+        "remain; false: only RetryableError is.", ("runner",))] = True
+    log_level: Annotated[str, Env(
+        "LONGJOBS_LOG_LEVEL", "Log level of the runner's JSON logs (the dispatcher's follow "
+        "POWERTOOLS_LOG_LEVEL).", ("runner",))] = "INFO"
+    metrics_namespace: Annotated[str, Env(
+        "LONGJOBS_METRICS_NAMESPACE", "CloudWatch namespace of the EMF metrics; unset, "
+        "POWERTOOLS_METRICS_NAMESPACE (what the SAM template sets) is used.",
+        fallback="POWERTOOLS_METRICS_NAMESPACE")] = "longjobs"
+    service_name: Annotated[str, Env(
+        "POWERTOOLS_SERVICE_NAME", "The service dimension of the dispatcher's metrics (the "
+        "powertools variable, which its logger reads too).")] = "longjobs"
+    endpoint_url: Annotated[str | None, Env(
+        "AWS_ENDPOINT_URL", "Endpoint override (moto, LocalStack); empty means AWS.",
+        ALL_ROLES)] = None
+    region: Annotated[str | None, Env(
+        "AWS_REGION", "Region of the queue, table and cluster; empty leaves it to boto3.",
+        ALL_ROLES, fallback="AWS_DEFAULT_REGION")] = None
+    task_arn: Annotated[str, Env(
+        "LONGJOBS_TASK_ARN", "Local mode only: the task's ARN (on ECS the runner reads it from "
+        "the task metadata endpoint).", ("runner",))] = ""
+    ecs_metadata_uri: Annotated[str, Env(
+        "ECS_CONTAINER_METADATA_URI_V4", "Set by ECS in every task: the task metadata endpoint "
+        "v4, where the runner reads its task's ARN.", ("runner",))] = ""
+
+
+def declaration() -> list[tuple[str, Env]]:
+    """``(field name, Env)`` of every setting, in declaration order."""
+    out = []
+    for attr, info in Config.model_fields.items():
+        (env,) = (m for m in info.metadata if isinstance(m, Env))
+        out.append((attr, env))
+    return out
+
+
+SETTINGS: tuple[Env, ...] = tuple(env for _, env in declaration())
 
 
 def required(role: str) -> list[str]:
     """Variables a role cannot start without (used by the infra consistency test)."""
-    return [s.name for s in SETTINGS if s.default is None and role in s.roles]
+    return [s.name for s in SETTINGS if s.required and role in s.roles]
 
 
 def load(role: str = "dispatcher", env: Mapping[str, str] | None = None) -> Config:
-    """Parse and validate the settings a role needs; raise one ConfigError naming the variable."""
+    """Parse and validate the settings; raise one ConfigError naming every bad variable.
+
+    ``role`` selects which required variables must be set (see :func:`required`); a role that
+    declares none (``metrics``, ``task``) only parses and validates what is set.
+    """
     env = os.environ if env is None else env
-    values: dict[str, Any] = {}
+    values: dict[str, str] = {}
+    raw: dict[str, tuple[str, str]] = {}
     problems: list[str] = []
-    for setting in SETTINGS:
-        raw = env.get(setting.name)
-        if raw is None or raw.strip() == "":
-            if setting.default is None:
-                if role in setting.roles:
-                    problems.append(f"{setting.name} is not set ({setting.meaning})")
-                continue
-            raw = setting.default
-        attr, parse = _PARSERS[setting.name]
-        try:
-            values[attr] = parse(raw.strip())
-        except ValueError as exc:
-            problems.append(f"{setting.name}={raw!r} is invalid: {exc}")
-    values["endpoint_url"] = env.get("AWS_ENDPOINT_URL") or None
-    values["region"] = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
-    if not problems:
-        problems.extend(_check(values, role))
-    if problems:
-        raise ConfigError("invalid configuration: " + "; ".join(problems))
-    return Config(**values)
-
-
-def _check(v: Mapping[str, Any], role: str) -> list[str]:
-    problems = []
-    if not 1 <= v["bundle_max_jobs"] <= MAX_BUNDLE_JOBS:
-        problems.append(f"LONGJOBS_BUNDLE_MAX_JOBS must be 1..{MAX_BUNDLE_JOBS}")
-    for name, attr in (("LONGJOBS_MAX_RUNNING_TASKS", "max_running_tasks"),
-                       ("LONGJOBS_BUNDLE_MAX_SECONDS", "bundle_max_seconds"),
-                       ("LONGJOBS_LEASE_SECONDS", "lease_seconds")):
-        if v[attr] < 1:
-            problems.append(f"{name} must be at least 1")
-    if v["small_job_seconds"] < 0:
-        problems.append("LONGJOBS_SMALL_JOB_SECONDS must not be negative")
-    if v["launcher"] not in ("ecs", "local"):
-        problems.append("LONGJOBS_LAUNCHER must be 'ecs' or 'local'")
-    if v["assign_public_ip"] not in ("ENABLED", "DISABLED"):
-        problems.append("LONGJOBS_ASSIGN_PUBLIC_IP must be ENABLED or DISABLED")
-    if v["runtask_per_second"] <= 0 or v["runtask_per_second"] > 20:
-        problems.append("LONGJOBS_RUNTASK_PER_SECOND must be in (0, 20]")
-    if role == "dispatcher" and v["launcher"] == "ecs" and not v["subnets"]:
+    for attr, setting in declaration():
+        name, value = setting.name, (env.get(setting.name) or "").strip()
+        if not value and setting.fallback:
+            name, value = setting.fallback, (env.get(setting.fallback) or "").strip()
+        if value:
+            values[attr] = value
+            raw[attr] = (name, value)
+        elif setting.required and role in setting.roles:
+            problems.append(f"{setting.name} is not set ({setting.meaning})")
+    try:
+        cfg = Config.model_validate(values)
+    except ValidationError as exc:
+        for error in exc.errors():
+            name, value = raw.get(str(error["loc"][0]), (str(error["loc"][0]), ""))
+            message = str(error["msg"]).removeprefix("Value error, ")
+            problems.append(f"{name}={value!r} is invalid: {message}")
+        cfg = None
+    if cfg is not None and role == "dispatcher" and cfg.launcher == "ecs" and not cfg.subnets:
         problems.append("LONGJOBS_SUBNETS is not set (the ECS launcher needs awsvpc subnets)")
-    return problems
+    if problems or cfg is None:
+        raise ConfigError("invalid configuration: " + "; ".join(problems))
+    return cfg
+
+
+# -- the README's configuration table -------------------------------------------------------------
+README_BEGIN = "<!-- settings:begin (generated by `make docs` from dispatcher/settings.py) -->"
+README_END = "<!-- settings:end -->"
+
+
+def _shown(setting: Env, default: Any) -> str:
+    if setting.required:
+        return "(required)"
+    if default in (None, "", ()):
+        return "empty"
+    if isinstance(default, bool):
+        return f"`{str(default).lower()}`"
+    if isinstance(default, float) and default.is_integer():
+        return f"`{int(default)}`"
+    return f"`{default}`"
+
+
+def markdown() -> str:
+    """The README's configuration table, one row per setting, from the declaration."""
+    lines = ["| Variable | Default | Used by | Meaning |", "|---|---|---|---|"]
+    for attr, s in declaration():
+        name = f"`{s.name}`" + (f" (else `{s.fallback}`)" if s.fallback else "")
+        roles = "all" if s.roles == ALL_ROLES else ", ".join(s.roles)
+        default = _shown(s, Config.model_fields[attr].default)
+        lines.append(f"| {name} | {default} | {roles} | {s.meaning} |")
+    return "\n".join(lines) + "\n"
+
+
+def with_table(readme: str) -> str:
+    """``readme`` with the text between the settings markers replaced by :func:`markdown`."""
+    pattern = re.compile(re.escape(README_BEGIN) + r"\n.*?" + re.escape(README_END), re.S)
+    if not pattern.search(readme):
+        raise ConfigError(f"README has no {README_BEGIN} ... {README_END} markers")
+    return pattern.sub(lambda _: f"{README_BEGIN}\n{markdown()}{README_END}", readme, count=1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dispatcher.settings",
+                                     description="Print or update the configuration table.")
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--markdown", action="store_true", help="print the table")
+    group.add_argument("--update", metavar="README", help="rewrite the table in this file")
+    args = parser.parse_args(argv)
+    if args.markdown:
+        sys.stdout.write(markdown())
+        return 0
+    path = Path(args.update)
+    path.write_text(with_table(path.read_text(encoding="utf-8")), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

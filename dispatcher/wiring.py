@@ -1,24 +1,73 @@
-"""Wiring: build the adapters the configuration asks for. The only place that picks backends."""
+"""The composition root: the one place that picks adapters and wires them to the stages.
+
+``build`` wires any adapters (the AWS ones, the in-memory twins of ``dispatcher.testing``, the dry
+run's wrappers, local mode's process launcher) to the stages; ``for_aws`` builds the AWS adapters
+the settings name. Nothing here imports local mode, the CLI or test support, so the Lambda
+package does not carry them: callers that launch local processes pass their launcher in.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
+from dispatcher import logs
 from dispatcher.aws import clients
-from dispatcher.aws.dynamodb.store import DynamoStore
+from dispatcher.aws.dynamodb import open_store
 from dispatcher.aws.ecs import EcsLauncher
 from dispatcher.aws.sqs import SqsQueue
-from dispatcher.local.launcher import LocalLauncher
-from dispatcher.ops.dryrun import DryRunLauncher, DryRunQueue, DryRunStore, Plan
+from dispatcher.domain.errors import ConfigError
 from dispatcher.ports.launcher import Launcher
+from dispatcher.ports.queue import Queue
+from dispatcher.ports.store import DispatchStore
 from dispatcher.settings import Config
+from dispatcher.stages.admit import Intake
 from dispatcher.stages.launch import Launches
+from dispatcher.stages.policy import (
+    AdmitPolicy,
+    BundlePolicy,
+    LaunchPolicy,
+    ReconcilePolicy,
+    RerunPolicy,
+    TickPolicy,
+)
+from dispatcher.stages.reconcile import Reconciler
 from dispatcher.stages.rerun import Reruns
 from dispatcher.stages.tick import Dispatcher
 
 
-def store(cfg: Config) -> DynamoStore:
-    return DynamoStore(cfg.table, region=cfg.region, host=cfg.endpoint_url)
+@dataclass(frozen=True)
+class Stages:
+    """The pipeline, wired: the tick (``dispatcher``) and the stop handler (``reruns``)."""
+
+    dispatcher: Dispatcher
+    reruns: Reruns
+    queue: Queue
+    store: DispatchStore
+    launcher: Launcher
+
+
+def build(cfg: Config, *, queue: Queue, store: DispatchStore, launcher: Launcher,
+          clock: Callable[[], float] = time.time) -> Stages:
+    """Wire the given adapters to the stages, each stage receiving its own collaborators."""
+    logs.configure()
+    bundling = BundlePolicy(cfg.bundle_max_jobs, cfg.bundle_max_seconds, cfg.small_job_seconds)
+    launches = Launches(store, launcher, LaunchPolicy(
+        cfg.launch_recovery_seconds, cfg.launch_backoff_seconds,
+        cfg.launch_backoff_max_seconds), clock)
+    reruns = Reruns(store, launcher, launches, RerunPolicy(cfg.max_infra_attempts), clock)
+    reconciler = Reconciler(store, launcher, reruns, ReconcilePolicy(
+        cfg.start_timeout_seconds, cfg.heartbeat_seconds), clock)
+    intake = Intake(queue, store, AdmitPolicy(cfg.allowed_kinds, bundling), clock)
+    tick = Dispatcher(store, launcher, intake, launches, reconciler,
+                      TickPolicy(cfg.max_running_tasks, cfg.tick_seconds, cfg.lease_seconds),
+                      clock=clock)
+    return Stages(tick, reruns, queue, store, launcher)
+
+
+def store(cfg: Config) -> DispatchStore:
+    return open_store(cfg.table, region=cfg.region, host=cfg.endpoint_url)
 
 
 def queue(cfg: Config) -> SqsQueue:
@@ -26,23 +75,21 @@ def queue(cfg: Config) -> SqsQueue:
 
 
 def launcher(cfg: Config) -> Launcher:
-    ecs = clients.client("ecs", cfg, retries=1)
     if cfg.launcher == "local":
-        return LocalLauncher(cfg, ecs=ecs, region=cfg.region or "us-east-1")
-    return EcsLauncher(ecs, cfg)
+        raise ConfigError("LONGJOBS_LAUNCHER=local runs tasks as local processes: only local "
+                          "mode (longjobs local / longjobs demo) can launch them")
+    return EcsLauncher(clients.client("ecs", cfg, retries=1), cfg)
+
+
+def for_aws(cfg: Config, launch_with: Launcher | None = None) -> Stages:
+    """The stages on the AWS adapters the settings name (``launch_with`` replaces ECS)."""
+    return build(cfg, queue=queue(cfg), store=store(cfg),
+                 launcher=launch_with or launcher(cfg))
 
 
 def dispatcher(cfg: Config, launch_with: Launcher | None = None) -> Dispatcher:
-    return Dispatcher(cfg, queue(cfg), store(cfg), launch_with or launcher(cfg))
+    return for_aws(cfg, launch_with).dispatcher
 
 
 def reruns(cfg: Config, launch_with: Launcher | None = None) -> Reruns:
-    return Reruns(Launches(cfg, store(cfg), launch_with or launcher(cfg), time.time))
-
-
-def dry_run(cfg: Config) -> tuple[Dispatcher, Plan]:
-    """A dispatcher whose tick writes nothing and reports what it would have done."""
-    plan = Plan()
-    d = Dispatcher(cfg, DryRunQueue(queue(cfg), plan), DryRunStore(store(cfg), plan),
-                   DryRunLauncher(launcher(cfg), plan))
-    return d, plan
+    return for_aws(cfg, launch_with).reruns

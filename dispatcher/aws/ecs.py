@@ -1,8 +1,15 @@
-"""The ECS adapter: RunTask with a pinned revision, a deterministic clientToken and pacing."""
+"""The ECS adapter of the Launcher port: RunTask with a pinned revision, a deterministic
+clientToken and pacing; DescribeTasks and StopTask normalized to the port's values.
+
+ECS ``ClientError``s become domain errors in one place (:func:`_domain_error`): a definite
+refusal is ``LaunchError`` or ``ResourceMissing``; throttling and 5xx are retried and, if they
+persist, re-raised as they are (the outcome is unknown; the caller retries with the same token).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError, ConnectionError, ReadTimeoutError
 from tenacity import (
@@ -12,7 +19,8 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from dispatcher.domain.errors import LaunchError, ResourceMissing
+from dispatcher.domain.errors import LaunchError, LongjobsError, ResourceMissing
+from dispatcher.domain.stops import LastStatus
 from dispatcher.ports.launcher import (
     MAX_TASKS_PER_CALL,
     Launcher,
@@ -21,20 +29,59 @@ from dispatcher.ports.launcher import (
     Pacer,
     TaskStatus,
 )
-from dispatcher.settings import Config
+
+if TYPE_CHECKING:  # only for EcsTarget.from_config; the adapter never reads settings itself
+    from dispatcher.settings import Config
 
 _THROTTLING = {"ThrottlingException", "Throttling", "TooManyRequestsException",
                "RequestLimitExceeded"}
+# Error codes that mean "this request was refused; nothing was started".
+_REFUSED = {"ClientException", "InvalidParameterException", "AccessDeniedException",
+            "PlatformUnknownException", "PlatformTaskDefinitionIncompatibilityException",
+            "UnsupportedFeatureException", "ConflictException", "BlockedException"}
+_CLUSTER_MISSING = {"ClusterNotFoundException", "ClusterContainsNoInstances"}
 # DescribeTasks takes at most 100 task ARNs per call.
 # https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_DescribeTasks.html
 DESCRIBE_BATCH = 100
+# StopTask's reason is cut to 255 characters.
+# https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_StopTask.html
+MAX_REASON = 255
+
+
+@dataclass(frozen=True)
+class CapacityShare:
+    provider: str
+    weight: int
+    base: int = 0
+
+
+@dataclass(frozen=True)
+class EcsTarget:
+    """Where and how tasks run: the few settings the adapter needs."""
+
+    cluster: str
+    task_family: str
+    container: str = "worker"
+    subnets: tuple[str, ...] = ()
+    security_groups: tuple[str, ...] = ()
+    assign_public_ip: str = "DISABLED"
+    capacity_strategy: tuple[CapacityShare, ...] = ()  # empty: launchType FARGATE
+    runtask_per_second: float = 20.0
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> EcsTarget:
+        return cls(cfg.cluster, cfg.task_family, cfg.container, tuple(cfg.subnets),
+                   tuple(cfg.security_groups), cfg.assign_public_ip,
+                   tuple(CapacityShare(p.provider, p.weight, p.base)
+                         for p in cfg.capacity_strategy),
+                   cfg.runtask_per_second)
 
 
 def _transient(exc: BaseException) -> bool:
     if isinstance(exc, (ConnectionError, ReadTimeoutError)):
         return True
     if isinstance(exc, ClientError):
-        code = exc.response.get("Error", {}).get("Code", "")
+        code = _code(exc)
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
         return code in _THROTTLING or code == "ServerException" or status >= 500
     return False
@@ -44,26 +91,65 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
+def _domain_error(exc: ClientError, operation: str, target: EcsTarget) -> LongjobsError | None:
+    """The domain error for a definite ECS refusal, or None (unknown outcome: re-raise)."""
+    code = _code(exc)
+    message = str(exc.response.get("Error", {}).get("Message", ""))
+    if code in _CLUSTER_MISSING:
+        return ResourceMissing(f"ECS cluster {target.cluster!r} not found ({code})")
+    if operation == "DescribeTaskDefinition" and code in ("ClientException",
+                                                          "InvalidParameterException"):
+        return ResourceMissing(f"task family {target.task_family!r} has no ACTIVE revision "
+                               f"({code})")
+    if code in _REFUSED:
+        return LaunchError(f"{operation} rejected: {code}: {message}")
+    return None
+
+
 class EcsLauncher(Launcher):
-    def __init__(self, ecs: Any, cfg: Config, *, max_tries: int = 6) -> None:
+    """``ecs`` is a boto3 ECS client. ``target`` is an :class:`EcsTarget`; a settings ``Config``
+    is still accepted (converted with ``EcsTarget.from_config``) while callers move over."""
+
+    def __init__(self, ecs: Any, target: EcsTarget | Config, *, max_tries: int = 6) -> None:
         self._ecs = ecs
-        self._cfg = cfg
-        self._pacer = Pacer(cfg.runtask_per_second)
+        self._target = target if isinstance(target, EcsTarget) else EcsTarget.from_config(target)
+        self._pacer = Pacer(self._target.runtask_per_second)
         self._max_tries = max_tries
 
-    def resolve_task_definition(self) -> str:
+    @property
+    def target(self) -> EcsTarget:
+        return self._target
+
+    def _call(self, operation: str, method: str, *, retried: bool = False,
+              **params: Any) -> Any:
+        """One ECS call; transient errors retried if ``retried``; refusals as domain errors."""
+
+        def once() -> Any:
+            if operation == "RunTask":
+                self._pacer.wait()
+            return getattr(self._ecs, method)(**params)
+
+        call = retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(self._max_tries),
+                     wait=wait_random_exponential(multiplier=0.2, max=5), reraise=True)(once) \
+            if retried else once
         try:
-            td = self._ecs.describe_task_definition(taskDefinition=self._cfg.task_family)
+            return call()
         except ClientError as exc:
-            raise ResourceMissing(f"task family {self._cfg.task_family!r} has no ACTIVE revision "
-                                  f"({_code(exc)})") from None
+            error = _domain_error(exc, operation, self._target)
+            if error is None:
+                raise
+            raise error from None
+
+    def resolve_task_definition(self) -> str:
+        td = self._call("DescribeTaskDefinition", "describe_task_definition",
+                        taskDefinition=self._target.task_family)
         arn = str(td["taskDefinition"]["taskDefinitionArn"])
         return arn.rsplit("/", 1)[-1]
 
     def _params(self, request: LaunchRequest) -> dict[str, Any]:
-        cfg = self._cfg
+        t = self._target
         params: dict[str, Any] = {
-            "cluster": cfg.cluster,
+            "cluster": t.cluster,
             "taskDefinition": request.task_definition,
             "count": request.count,
             "clientToken": request.client_token,
@@ -71,67 +157,55 @@ class EcsLauncher(Launcher):
             "tags": [{"key": k, "value": v} for k, v in sorted(request.tags.items())],
             "enableECSManagedTags": True,
             "overrides": {"containerOverrides": [{
-                "name": cfg.container,
+                "name": t.container,
                 "environment": [{"name": k, "value": v} for k, v in sorted(request.env.items())],
             }]},
             "networkConfiguration": {"awsvpcConfiguration": {
-                "subnets": list(cfg.subnets),
-                "securityGroups": list(cfg.security_groups),
-                "assignPublicIp": cfg.assign_public_ip,
+                "subnets": list(t.subnets),
+                "securityGroups": list(t.security_groups),
+                "assignPublicIp": t.assign_public_ip,
             }},
         }
-        if cfg.capacity_strategy:
+        if t.capacity_strategy:
             params["capacityProviderStrategy"] = [
                 {"capacityProvider": p.provider, "weight": p.weight, "base": p.base}
-                for p in cfg.capacity_strategy]
+                for p in t.capacity_strategy]
         else:
             params["launchType"] = "FARGATE"
         return params
 
     def run(self, request: LaunchRequest) -> LaunchResult:
-        if not 1 <= request.count <= MAX_TASKS_PER_CALL:
-            raise LaunchError(f"RunTask count must be 1..{MAX_TASKS_PER_CALL}, "
-                              f"not {request.count}")
-        params = self._params(request)
-
-        @retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(self._max_tries),
-               wait=wait_random_exponential(multiplier=0.2, max=5), reraise=True)
-        def call() -> Any:
-            # Retrying with the same clientToken is safe: ECS returns the first call's tasks.
-            self._pacer.wait()
-            return self._ecs.run_task(**params)
-
-        try:
-            resp = call()
-        except ClientError as exc:
-            code = _code(exc)
-            if code in ("ClusterNotFoundException", "ClusterContainsNoInstances"):
-                raise ResourceMissing(f"ECS cluster {self._cfg.cluster!r} not found") from None
-            if code in ("ClientException", "InvalidParameterException", "AccessDeniedException",
-                        "PlatformUnknownException", "UnsupportedFeatureException"):
-                raise LaunchError(f"RunTask rejected: {code}: "
-                                  f"{exc.response.get('Error', {}).get('Message', '')}") from None
-            raise
+        if request.count < 1:
+            raise LaunchError(f"RunTask rejected: InvalidParameterException: count must be "
+                              f"1..{MAX_TASKS_PER_CALL}, not {request.count}")
+        # count > 10 is left to ECS to refuse (InvalidParameterException -> LaunchError), so
+        # that the twin and the contract suite hold the adapter to ECS's own answer.
+        # Retrying with the same clientToken is safe: ECS returns the first call's tasks.
+        resp = self._call("RunTask", "run_task", retried=True, **self._params(request))
         arns = [str(t["taskArn"]) for t in resp.get("tasks", [])]
         failures = [f"{f.get('reason', 'UNKNOWN')}"
                     + (f" ({f['detail']})" if f.get("detail") else "")
                     for f in resp.get("failures", [])]
         return LaunchResult(arns, failures)
 
+    def _status(self, task: dict[str, Any]) -> TaskStatus:
+        exit_code = next((c.get("exitCode") for c in task.get("containers", [])
+                          if c.get("name") == self._target.container), None)
+        return TaskStatus(str(task["taskArn"]), LastStatus.parse(task.get("lastStatus")),
+                          task.get("stopCode"), task.get("stoppedReason"), exit_code)
+
     def describe(self, task_arns: list[str]) -> list[TaskStatus]:
-        out: list[TaskStatus] = []
+        found: dict[str, TaskStatus] = {}
         for start in range(0, len(task_arns), DESCRIBE_BATCH):
             chunk = task_arns[start:start + DESCRIBE_BATCH]
-            resp = self._ecs.describe_tasks(cluster=self._cfg.cluster, tasks=chunk)
-            seen = set()
+            resp = self._call("DescribeTasks", "describe_tasks", retried=True,
+                              cluster=self._target.cluster, tasks=chunk)
             for t in resp.get("tasks", []):
-                seen.add(t["taskArn"])
-                exit_code = next((c.get("exitCode") for c in t.get("containers", [])
-                                  if c.get("name") == self._cfg.container), None)
-                out.append(TaskStatus(t["taskArn"], t.get("lastStatus", "UNKNOWN"),
-                                      t.get("stopCode"), t.get("stoppedReason"), exit_code))
-            out.extend(TaskStatus(a, "MISSING") for a in chunk if a not in seen)
-        return out
+                status = self._status(t)
+                found[status.task_arn] = status
+        # ECS answers an unknown ARN in failures[] (reason MISSING); we answer it in order.
+        return [found.get(a) or TaskStatus(a, LastStatus.MISSING) for a in task_arns]
 
     def stop(self, task_arn: str, reason: str) -> None:
-        self._ecs.stop_task(cluster=self._cfg.cluster, task=task_arn, reason=reason[:255])
+        self._call("StopTask", "stop_task", retried=True, cluster=self._target.cluster,
+                   task=task_arn, reason=reason[:MAX_REASON])

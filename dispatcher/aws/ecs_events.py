@@ -1,4 +1,8 @@
-"""ECS "Task State Change" events, parsed into a TaskStop the rerun logic acts on.
+"""ECS "Task State Change" events, parsed into the domain's ``TaskStop``.
+
+:func:`parse` returns domain values only: a ``TaskStop`` to act on, or ``Ignored`` with the
+reason. It does no I/O and imports no settings, wiring or stages; the Lambda handler
+(``dispatcher.handlers.task_event``) logs and acts on what it returns.
 
 The model tolerates unknown fields and an empty ``containers`` list (TaskFailedToStart after a
 long PROVISIONING arrives that way), and only STOPPED events are acted on: the Spot
@@ -8,14 +12,18 @@ https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs_task_events.html
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dispatcher.logs import logger
-from dispatcher.settings import Config
+from dispatcher.domain.stops import LastStatus, TaskStop
+
+__all__ = ["DETAIL_TYPE", "Ignored", "parse", "sample_event"]
+
+DETAIL_TYPE = "ECS Task State Change"
 
 
 class Container(BaseModel):
@@ -42,21 +50,40 @@ class TaskDetail(BaseModel):
 class TaskEvent(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
     source: str = "aws.ecs"
-    detail_type: str = Field(default="ECS Task State Change", alias="detail-type")
+    detail_type: str = Field(default=DETAIL_TYPE, alias="detail-type")
     detail: TaskDetail
 
 
 @dataclass(frozen=True)
-class TaskStop:
-    task_arn: str
-    stop_code: str | None
-    stopped_reason: str | None
-    exit_code: int | None
-    stopped_at: float | None = None
+class Ignored:
+    """An event not acted on, and why (malformed, not STOPPED, not a Task State Change).
+
+    ``detail`` carries the validation error of a malformed event (cut to 500 characters).
+    """
+
+    reason: str
+    detail: str = ""
 
 
-def to_stop(event: TaskEvent, container: str) -> TaskStop:
-    d = event.detail
+def parse(event: Mapping[str, Any], container: str) -> TaskStop | Ignored:
+    """The stop an EventBridge "ECS Task State Change" event reports, or why it is ignored.
+
+    ``container`` names the worker container whose exit code counts (else the first one that
+    has an exit code). A malformed event is never retried: retrying cannot fix it, and a lost
+    stop is found by the tick's reconciliation.
+    """
+    try:
+        parsed = TaskEvent.model_validate(event)
+    except ValidationError as exc:
+        return Ignored("malformed event", str(exc)[:500])
+    if parsed.detail_type != DETAIL_TYPE:
+        return Ignored(f"detail-type {parsed.detail_type!r}")
+    if LastStatus.parse(parsed.detail.lastStatus) != LastStatus.STOPPED:
+        return Ignored(f"lastStatus {parsed.detail.lastStatus}")
+    return _to_stop(parsed.detail, container)
+
+
+def _to_stop(d: TaskDetail, container: str) -> TaskStop:
     exit_code = next((c.exitCode for c in d.containers if c.name == container), None)
     if exit_code is None:
         exit_code = next((c.exitCode for c in d.containers if c.exitCode is not None), None)
@@ -67,25 +94,6 @@ def to_stop(event: TaskEvent, container: str) -> TaskStop:
         except ValueError:
             stopped_at = None
     return TaskStop(d.taskArn, d.stopCode, d.stoppedReason, exit_code, stopped_at)
-
-
-def handle(event: dict[str, Any], cfg: Config, reruns: Any = None) -> dict[str, Any]:
-    """Parse, filter, act. A malformed event is logged and dropped (retrying cannot fix it);
-    a lost one is caught by the tick's reconciliation."""
-    try:
-        parsed = TaskEvent.model_validate(event)
-    except ValidationError as exc:
-        logger.error("malformed task event ignored", extra={"error": str(exc)[:500]})
-        return {"ignored": "malformed event"}
-    if parsed.detail.lastStatus != "STOPPED":
-        return {"ignored": f"lastStatus {parsed.detail.lastStatus}"}
-    if reruns is None:
-        from dispatcher import wiring
-
-        reruns = wiring.reruns(cfg)
-    outcome: dict[str, Any] = reruns.on_stop(to_stop(parsed, cfg.container))
-    logger.info("task stopped", extra={"task_arn": parsed.detail.taskArn, **outcome})
-    return outcome
 
 
 def sample_event(task_arn: str, *, last_status: str = "STOPPED", stop_code: str | None = None,
@@ -103,6 +111,6 @@ def sample_event(task_arn: str, *, last_status: str = "STOPPED", stop_code: str 
         detail["stopCode"] = stop_code
     if reason:
         detail["stoppedReason"] = reason
-    return {"version": "0", "source": "aws.ecs", "detail-type": "ECS Task State Change",
+    return {"version": "0", "source": "aws.ecs", "detail-type": DETAIL_TYPE,
             "account": "000000000000", "region": "us-east-1", "resources": [task_arn],
             "detail": detail}

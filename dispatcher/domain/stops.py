@@ -44,8 +44,12 @@ class StopClass(StrEnum):
     USER = "user"
 
 
-class TaskStatus(StrEnum):
-    """A task's lifecycle as ECS reports it, plus MISSING for an ARN ECS no longer knows."""
+class LastStatus(StrEnum):
+    """A task's ``lastStatus`` as ECS reports it, plus MISSING for an ARN ECS no longer knows.
+
+    Launcher adapters normalize to these values (:meth:`parse`); stages compare against them,
+    never against raw strings. https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-lifecycle-explanation.html
+    """
 
     PROVISIONING = "PROVISIONING"
     PENDING = "PENDING"
@@ -61,7 +65,18 @@ class TaskStatus(StrEnum):
     @property
     def gone(self) -> bool:
         """The task no longer runs anything (or ECS forgot it)."""
-        return self in (TaskStatus.STOPPED, TaskStatus.DELETED, TaskStatus.MISSING)
+        return self in (LastStatus.STOPPED, LastStatus.DELETED, LastStatus.MISSING)
+
+    @classmethod
+    def parse(cls, value: str | None) -> LastStatus:
+        """ECS's string as a LastStatus: None is MISSING; a value this code does not know is
+        PROVISIONING (not gone: the task is looked at again later rather than rerun twice)."""
+        if value is None:
+            return cls.MISSING
+        try:
+            return cls(value.upper())
+        except ValueError:
+            return cls.PROVISIONING
 
 
 @dataclass(frozen=True)

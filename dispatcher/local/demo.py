@@ -36,6 +36,7 @@ from dispatcher.aws.dynamodb.store import DynamoStore
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
 from dispatcher.local.environment import LocalEnv
 from dispatcher.local.provision import Names, register_task_definition
+from dispatcher.stages.rerun import StopOutcome
 from dispatcher.local.view import Say, Snapshot, View, make_view
 from dispatcher.ops.client import JobClient
 
@@ -129,7 +130,7 @@ class Scenario:
         self.submitted += len(wave)
 
     def snapshot(self) -> Snapshot:
-        backlog = self.env.dispatcher.queue.backlog()
+        backlog = self.env.stages.queue.backlog()
         counts = {s: Item.by_status.count(f"JOB#{s}") for s in ("SUCCEEDED", "FAILED")}
         decisions = list(self.env.decisions)  # the dispatcher's own decision records
         return Snapshot(
@@ -190,7 +191,7 @@ class Scenario:
 
 
 def reruns(env: LocalEnv) -> int:
-    return sum(1 for e in list(env.events) if e["outcome"].get("rerun"))
+    return sum(1 for e in list(env.events) if isinstance(e, StopOutcome) and e.rerun)
 
 
 def run(*, small: int = 500, long: int = 4, seed: int = 1, max_running: int = 6,

@@ -11,10 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher import settings, wiring
+from dispatcher.handlers import on_task_event
 from dispatcher.aws import clients, ecs_events
+from dispatcher.aws.ecs_events import Ignored
 from dispatcher.local.launcher import LocalLauncher, TaskExit
 from dispatcher.local.provision import provision
 from dispatcher.settings import Config
+from dispatcher.stages.rerun import StopOutcome
 from dispatcher.stages.tick import Decision
 
 log = logging.getLogger("longjobs.local")
@@ -29,7 +32,7 @@ class LocalEnv:
     endpoint: str | None = None
     output: int | None = None
     env: dict[str, str] = field(default_factory=dict)
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[StopOutcome | Ignored] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
 
     def start(self) -> LocalEnv:
@@ -54,8 +57,7 @@ class LocalEnv:
         self.launcher = LocalLauncher(self.cfg, env=dict(os.environ), on_exit=self._on_exit,
                                       ecs=clients.client("ecs", self.cfg),
                                       output=self.output)
-        self.dispatcher = wiring.dispatcher(self.cfg, self.launcher)
-        self.reruns = wiring.reruns(self.cfg, self.launcher)
+        self.stages = wiring.for_aws(self.cfg, self.launcher)
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, daemon=True, name="ticker")
         self._ticker.start()
@@ -68,7 +70,7 @@ class LocalEnv:
 
     def tick(self) -> Decision:
         with self._lock:
-            d = self.dispatcher.tick()
+            d = self.stages.dispatcher.tick()
         self.decisions.append(d)
         return d
 
@@ -92,11 +94,11 @@ class LocalEnv:
                                     task_definition=exit.task_definition)
         try:
             with self._lock:
-                outcome = ecs_events.handle(event, self.cfg, self.reruns)
+                outcome = on_task_event(event, self.cfg.container, self.stages.reruns)
         except Exception as exc:  # like a failed Lambda: the tick's reconciliation catches up
             log.warning("task event for %s failed: %r", exit.task_arn, exc)
             return
-        self.events.append({"event": event, "outcome": outcome})
+        self.events.append(outcome)
 
     def stop(self) -> None:
         self._stop.set()

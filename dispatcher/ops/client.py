@@ -118,7 +118,7 @@ class JobClient:
         """Run a FAILED or CANCELLED job again with a fresh attempt budget."""
         return self._table().retry(job_id)  # type: ignore[no-any-return]
 
-    # -- operating (dispatcher.registry) ---------------------------------------------------------
+    # -- operating (dispatcher.ops.queries) ----------------------------------------------------
     def registry(self) -> Registry:
         """The typed read API over the table, with this client's queue and DLQ for stats."""
         from dispatcher.ops.queries import Registry

@@ -12,11 +12,14 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from dispatcher import wiring
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.jobs import Job, Rejection
 from dispatcher.domain.launches import Launch
 from dispatcher.ports.launcher import Launcher, LaunchRequest, LaunchResult, TaskStatus
 from dispatcher.ports.queue import BATCH, Backlog, Queue, Received
+from dispatcher.settings import Config
+from dispatcher.stages.tick import Dispatcher
 from dispatcher.ports.store import DispatchStore, JobUpdate, LaunchOutcome
 
 READ_SECONDS = 60
@@ -157,3 +160,12 @@ class DryRunLauncher(Launcher):
 
     def stop(self, task_arn: str, reason: str) -> None:
         self._plan.would("stop_task", task_arn=task_arn, reason=reason)
+
+
+def dry_run(cfg: Config) -> tuple[Dispatcher, Plan]:
+    """A dispatcher whose tick writes nothing and reports what it would have done."""
+    plan = Plan()
+    stages = wiring.build(cfg, queue=DryRunQueue(wiring.queue(cfg), plan),
+                          store=DryRunStore(wiring.store(cfg), plan),
+                          launcher=DryRunLauncher(wiring.launcher(cfg), plan))
+    return stages.dispatcher, plan

@@ -32,6 +32,7 @@ from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
 )
 
 from dispatcher.ports.queue import Backlog
+from dispatcher.stages.rerun import StopOutcome, StopResult
 from dispatcher.stages.tick import Decision
 
 DEFAULT_NAMESPACE = "longjobs"
@@ -120,24 +121,24 @@ def publish_tick(decision: Decision, *, backlog: Backlog | None, running_tasks: 
     return blobs[0]
 
 
-def stop_blob(outcome: dict[str, Any], *, queue: str | None = None,
+def stop_blob(outcome: StopOutcome, *, queue: str | None = None,
               namespace: str | None = None) -> dict[str, Any]:
     """The EMF object of one handled task stop (``Reruns.on_stop``'s outcome); ``{}`` for an
     ignored event (stale, duplicate, not ours), which changed nothing."""
     dims = {"Queue": queue or queue_name()}
-    if "finished" in outcome:  # a task that ended normally: its bundle's results
-        return emf([("JobsSucceeded", MetricUnit.Count, len(outcome.get("succeeded") or [])),
-                    ("JobsFailed", MetricUnit.Count, len(outcome.get("failed") or []))],
+    if outcome.result == StopResult.FINISHED:  # a task that ended normally: its results
+        return emf([("JobsSucceeded", MetricUnit.Count, len(outcome.succeeded)),
+                    ("JobsFailed", MetricUnit.Count, len(outcome.failed))],
                    dims, namespace=namespace)
-    if "ignored" in outcome or "stop_class" not in outcome:
+    if outcome.result == StopResult.IGNORED or outcome.stop_class is None:
         return {}
-    return emf([("Reruns", MetricUnit.Count, len(outcome.get("rerun") or [])),
-                ("JobsFailed", MetricUnit.Count, len(outcome.get("failed") or []))],
-               {**dims, "StopClass": str(outcome["stop_class"])}, namespace=namespace,
+    return emf([("Reruns", MetricUnit.Count, len(outcome.rerun)),
+                ("JobsFailed", MetricUnit.Count, len(outcome.failed))],
+               {**dims, "StopClass": str(outcome.stop_class)}, namespace=namespace,
                totals={"service": service(), **dims})
 
 
-def publish_stop(outcome: dict[str, Any], *, queue: str | None = None,
+def publish_stop(outcome: StopOutcome, *, queue: str | None = None,
                  namespace: str | None = None) -> dict[str, Any]:
     """Print the stop's EMF line, if any; return it (``{}`` when nothing was printed)."""
     blob = stop_blob(outcome, queue=queue, namespace=namespace)

@@ -1,8 +1,12 @@
 """The Launcher port: start N identical tasks for one Launch, idempotently per clientToken.
 
-The dispatcher does not know whether tasks become Fargate tasks or local processes; both
-adapters promise ECS's semantics: at most 10 tasks per call, a repeated clientToken returns the
-tasks of the first call, and tasks that could not be placed come back as ``failures``.
+The dispatcher does not know whether tasks become Fargate tasks or local processes. Every
+implementation promises ECS's semantics (the base class documents each one):
+
+- ``dispatcher.aws.ecs.EcsLauncher``: the adapter (RunTask, DescribeTasks, StopTask);
+- ``dispatcher.local.launcher.LocalLauncher``: each task is a local ``python -m job_runner``;
+- ``dispatcher.testing.memory_launcher.MemoryLauncher``: the in-memory twin for tests, checked
+  against the adapter by ``tests/contract/test_launcher_contract.py``.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+
+from dispatcher.domain.stops import LastStatus
 
 # RunTask starts at most 10 tasks per call.
 # https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_RunTask.html
@@ -35,26 +41,53 @@ class LaunchResult:
 
 @dataclass(frozen=True)
 class TaskStatus:
+    """One task as DescribeTasks sees it, normalized by the adapter."""
+
     task_arn: str
-    last_status: str  # PROVISIONING ... RUNNING ... STOPPED, or MISSING if ECS forgot it
-    stop_code: str | None = None
+    last_status: LastStatus  # PROVISIONING ... RUNNING ... STOPPED, or MISSING if ECS forgot it
+    stop_code: str | None = None  # a dispatcher.domain.stops.StopCode value, or one ECS added
     stopped_reason: str | None = None
-    exit_code: int | None = None
+    exit_code: int | None = None  # the worker container's
 
 
 class Launcher(ABC):
+    """Starts, observes and stops the worker tasks, with ECS's semantics.
+
+    Errors: a call that certainly started nothing raises ``LaunchError`` (rejected request) or
+    ``ResourceMissing`` (cluster or family missing). Any other exception means "outcome
+    unknown": the caller repeats the call later with the same clientToken.
+    """
+
     @abstractmethod
     def resolve_task_definition(self) -> str:
-        """The family's latest ACTIVE revision as ``family:revision`` (once per tick)."""
+        """The family's latest ACTIVE revision as ``family:revision`` (once per tick).
+
+        ``ResourceMissing`` if the family has no ACTIVE revision.
+        """
 
     @abstractmethod
-    def run(self, request: LaunchRequest) -> LaunchResult: ...
+    def run(self, request: LaunchRequest) -> LaunchResult:
+        """Start ``request.count`` (1..MAX_TASKS_PER_CALL) tasks of the pinned revision.
+
+        - A ``client_token`` seen before returns the first call's result and starts nothing
+          (a token reused with different parameters raises ``LaunchError``).
+          https://docs.aws.amazon.com/AmazonECS/latest/APIReference/ECS_Idempotency.html
+        - ``count`` outside 1..10 raises ``LaunchError`` (ECS: InvalidParameterException).
+        - Tasks that could not be placed are data, not errors: ``failures`` holds one reason
+          each (e.g. ``RESOURCE:MEMORY``); ``len(task_arns) + len(failures) == count``.
+        """
 
     @abstractmethod
-    def describe(self, task_arns: list[str]) -> list[TaskStatus]: ...
+    def describe(self, task_arns: list[str]) -> list[TaskStatus]:
+        """One status per ARN, in the order given; an ARN ECS does not know is MISSING."""
 
     @abstractmethod
-    def stop(self, task_arn: str, reason: str) -> None: ...
+    def stop(self, task_arn: str, reason: str) -> None:
+        """Ask the task to stop (SIGTERM, SIGKILL after its stopTimeout).
+
+        The task ends STOPPED with stop code ``UserInitiated`` and ``reason`` (cut to 255
+        characters) as its stopped reason. Stopping a task that already stopped is not an error.
+        """
 
 
 class Pacer:

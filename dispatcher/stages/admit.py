@@ -17,8 +17,8 @@ from dispatcher.domain.errors import InvalidMessage
 from dispatcher.domain.jobs import Job, Rejection
 from dispatcher.ports.queue import BATCH, Queue, Received
 from dispatcher.ports.store import DispatchStore
-from dispatcher.settings import Config
 from dispatcher.stages.bundle import Bundler
+from dispatcher.stages.policy import AdmitPolicy
 
 
 @dataclass
@@ -48,15 +48,15 @@ def to_rejection(exc: InvalidMessage, received: Received, at: float) -> Rejectio
 
 
 class Intake:
-    def __init__(self, cfg: Config, queue: Queue, store: DispatchStore,
+    def __init__(self, queue: Queue, store: DispatchStore, policy: AdmitPolicy,
                  clock: Callable[[], float] = time.time) -> None:
-        self._cfg = cfg
+        self._policy = policy
         self._queue = queue
         self._store = store
         self._clock = clock
 
     def drain(self, capacity: int, deadline: float, stats: IntakeStats) -> list[Bundle]:
-        bundler = Bundler(self._cfg, capacity)
+        bundler = Bundler(self._policy.bundling, capacity)
         jobs: dict[str, Job] = {}
         done: list[Received] = []  # to delete once their outcome is recorded
         leftover: list[Received] = []
@@ -72,7 +72,7 @@ class Intake:
                     stats.oldest_sent_at = min(stats.oldest_sent_at or received.sent_at,
                                                received.sent_at)
                 try:
-                    msg = message.parse(received.body, self._cfg.allowed_kinds)
+                    msg = message.parse(received.body, self._policy.allowed_kinds)
                 except InvalidMessage as exc:
                     rejections.append(to_rejection(exc, received, self._clock()))
                     done.append(received)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import Job, new_id
-from dispatcher.settings import Config
+from dispatcher.stages.policy import BundlePolicy
 
 # A bundle and its jobs are written in one TransactWriteItems call, which is limited to 4 MB.
 MAX_BUNDLE_BYTES = 3_000_000
@@ -17,8 +17,8 @@ class Bundler:
     seconds limits; any other job (including one with no estimate) gets a bundle of its own.
     """
 
-    def __init__(self, cfg: Config, capacity: int) -> None:
-        self._cfg = cfg
+    def __init__(self, policy: BundlePolicy, capacity: int) -> None:
+        self._policy = policy
         self.capacity = max(0, capacity)
         self._bundles: list[Bundle] = []
         self._open: Bundle | None = None
@@ -26,20 +26,20 @@ class Bundler:
 
     def is_small(self, job: Job) -> bool:
         est = job.estimated_seconds
-        return est is not None and est <= self._cfg.small_job_seconds
+        return est is not None and est <= self._policy.small_job_seconds
 
     def _fits_open(self, job: Job) -> bool:
         b = self._open
-        return (b is not None and len(b.job_ids) < self._cfg.bundle_max_jobs
+        return (b is not None and len(b.job_ids) < self._policy.bundle_max_jobs
                 and b.estimated_seconds + (job.estimated_seconds or 0)
-                <= self._cfg.bundle_max_seconds
+                <= self._policy.bundle_max_seconds
                 and self._open_bytes + job.item_bytes() <= MAX_BUNDLE_BYTES)
 
     @property
     def full(self) -> bool:
         """No further job of any size can be admitted."""
         return len(self._bundles) >= self.capacity and (
-            self._open is None or len(self._open.job_ids) >= self._cfg.bundle_max_jobs)
+            self._open is None or len(self._open.job_ids) >= self._policy.bundle_max_jobs)
 
     def offer(self, job: Job) -> bool:
         if self.is_small(job) and self._fits_open(job):

@@ -15,6 +15,7 @@ recorded parameters, which ECS answers with the tasks it already started.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -23,10 +24,11 @@ from dataclasses import dataclass, field
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, LaunchError, ResourceMissing
 from dispatcher.domain.launches import Launch
-from dispatcher.logs import logger
 from dispatcher.ports.launcher import MAX_TASKS_PER_CALL, Launcher, LaunchRequest
 from dispatcher.ports.store import DispatchStore, LaunchOutcome
-from dispatcher.settings import Config
+from dispatcher.stages.policy import LaunchPolicy
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -53,13 +55,14 @@ def request_for(launch: Launch) -> LaunchRequest:
 
 
 class Launches:
-    def __init__(self, cfg: Config, store: DispatchStore, launcher: Launcher,
+    """Record, RunTask, assign: the one launch path of the tick and of immediate reruns."""
+
+    def __init__(self, store: DispatchStore, launcher: Launcher, policy: LaunchPolicy,
                  clock: Callable[[], float]) -> None:
-        # Public: reruns and reconciliation act through the same collaborators.
-        self.cfg = cfg
-        self.store = store
-        self.launcher = launcher
-        self.clock = clock
+        self._store = store
+        self._launcher = launcher
+        self._policy = policy
+        self._clock = clock
 
     def launch(self, bundles: list[Bundle], task_definition: str, stats: LaunchStats) -> None:
         for start in range(0, len(bundles), MAX_TASKS_PER_CALL):
@@ -69,15 +72,15 @@ class Launches:
                 self._run(launch, {b.bundle_id: b.launch_failures for b in group}, stats)
 
     def recover(self, stats: LaunchStats) -> None:
-        cutoff = self.clock() - self.cfg.launch_recovery_seconds
-        for launch in self.store.orphaned_launches(older_than=cutoff):
-            logger.warning("retrying an unfinished launch with its original clientToken",
+        cutoff = self._clock() - self._policy.recovery_seconds
+        for launch in self._store.orphaned_launches(older_than=cutoff):
+            log.warning("retrying an unfinished launch with its original clientToken",
                            extra={"launch_id": launch.launch_id,
                                   "bundle_ids": launch.bundle_ids})
             stats.recovered += 1
             failures = {}
             for bundle_id in launch.bundle_ids:
-                b = self.store.get_bundle(bundle_id)
+                b = self._store.get_bundle(bundle_id)
                 failures[bundle_id] = b.launch_failures if b else 0
             self._run(launch, failures, stats)
 
@@ -87,21 +90,21 @@ class Launches:
             if not group:
                 return None
             launch = Launch(Launch.make_id(group), [b.bundle_id for b in group], task_definition,
-                            created_at=self.clock())
+                            created_at=self._clock())
             try:
-                self.store.begin_launch(launch, group)
+                self._store.begin_launch(launch, group)
                 return launch
             except ConflictError:
                 # The status index is eventually consistent: drop bundles that moved on.
                 stats.conflicts += 1
-                fresh = [self.store.get_bundle(b.bundle_id) for b in group]
+                fresh = [self._store.get_bundle(b.bundle_id) for b in group]
                 group = [b for b in fresh if b is not None and b.state == BundleState.PENDING]
         return None
 
     def _run(self, launch: Launch, launch_failures: dict[str, int], stats: LaunchStats) -> None:
         stats.runtask_calls += 1
         try:
-            result = self.launcher.run(request_for(launch))
+            result = self._launcher.run(request_for(launch))
             arns, reasons = result.task_arns, result.failures
         except (LaunchError, ResourceMissing) as exc:
             # A definite refusal: nothing started. Back to PENDING with the reason.
@@ -110,7 +113,7 @@ class Launches:
             # Unknown outcome (timeout, crash, 5xx after retries): tasks may have started.
             # Leave the launch STARTING; recovery repeats the call with the same clientToken.
             stats.left_for_recovery += 1
-            logger.error("RunTask outcome unknown; left for recovery",
+            log.error("RunTask outcome unknown; left for recovery",
                          extra={"launch_id": launch.launch_id, "error": repr(exc)})
             return
         outcome = LaunchOutcome()
@@ -125,18 +128,18 @@ class Launches:
                 stats.failures[reason.split(" ", 1)[0]] += 1
         retry_at = {bid: self._backoff(launch_failures.get(bid, 0)) for bid, _ in outcome.failed}
         try:
-            self.store.finish_launch(launch, outcome, retry_at)
+            self._store.finish_launch(launch, outcome, retry_at)
         except ConflictError:
             stats.conflicts += 1
             return
         stats.bundles_launched += len(outcome.assigned)
         if outcome.failed:
-            logger.warning("tasks not started; bundles back to PENDING with backoff",
+            log.warning("tasks not started; bundles back to PENDING with backoff",
                            extra={"launch_id": launch.launch_id,
                                   "failed": [{"bundle_id": b, "reason": r}
                                              for b, r in outcome.failed]})
 
     def _backoff(self, previous_failures: int) -> float:
-        base = self.cfg.launch_backoff_seconds * (2 ** min(previous_failures, 16))
-        delay = min(base, self.cfg.launch_backoff_max_seconds)
-        return float(self.clock() + delay * random.uniform(0.5, 1.0))  # jitter spreads retries
+        base = self._policy.backoff_seconds * (2 ** min(previous_failures, 16))
+        delay = min(base, self._policy.backoff_max_seconds)
+        return float(self._clock() + delay * random.uniform(0.5, 1.0))  # jitter spreads retries

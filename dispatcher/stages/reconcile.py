@@ -11,19 +11,25 @@ only seems dead may still be finishing a handler.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES
-from dispatcher.domain.stops import TaskStop
-from dispatcher.logs import logger
-from dispatcher.stages.rerun import Reruns
+from dispatcher.domain.stops import USER_STOP_PREFIX, LastStatus, StopCode, TaskStop
+from dispatcher.ports.launcher import Launcher
+from dispatcher.ports.store import DispatchStore
+from dispatcher.stages.policy import ReconcilePolicy
+from dispatcher.stages.rerun import Reruns, StopOutcome, StopResult
+
+log = logging.getLogger(__name__)
 
 HEARTBEAT_MISSES = 4
 # The runner fails a job at its timeout itself; the tick steps in only after this much more.
 TIMEOUT_MARGIN_SECONDS = 5.0
-# Not "longjobs:": that prefix marks a user stop (cancel/timeout), which is never rerun.
+# Not USER_STOP_PREFIX: that marks a stop longjobs asked for (cancel/timeout), never rerun.
 STUCK_REASON = "longjobs-reconcile: task stopped heartbeating; rerun elsewhere"
 
 
@@ -33,20 +39,29 @@ class ReconcileStats:
     stopped_found: int = 0
     stuck_stopped: int = 0
     timed_out: list[str] = field(default_factory=list)
-    outcomes: list[dict[str, object]] = field(default_factory=list)
+    outcomes: list[StopOutcome] = field(default_factory=list)
+
+    @property
+    def freed(self) -> int:
+        """Active bundles this reconciliation ended for good (settled or finished, not
+        relaunched): the capacity it gave back. An ignored stop frees nothing."""
+        return sum(1 for o in self.outcomes
+                   if o.result != StopResult.IGNORED and not o.relaunched)
 
 
 class Reconciler:
-    def __init__(self, reruns: Reruns) -> None:
+    def __init__(self, store: DispatchStore, launcher: Launcher, reruns: Reruns,
+                 policy: ReconcilePolicy, clock: Callable[[], float]) -> None:
+        self._store = store
+        self._launcher = launcher
         self._reruns = reruns
-        launches = reruns.launches
-        self._cfg, self._store = launches.cfg, launches.store
-        self._launcher, self._clock = launches.launcher, launches.clock
+        self._policy = policy
+        self._clock = clock
 
     def suspects(self, active: list[Bundle]) -> list[Bundle]:
         t = self._clock()
-        unclaimed = t - self._cfg.start_timeout_seconds
-        silent = t - HEARTBEAT_MISSES * self._cfg.heartbeat_seconds
+        unclaimed = t - self._policy.start_timeout_seconds
+        silent = t - HEARTBEAT_MISSES * self._policy.heartbeat_seconds
         return [b for b in active if b.task_arn and (
             (b.state == BundleState.LAUNCHED and b.updated_at <= unclaimed)
             or (b.state == BundleState.RUNNING and (b.heartbeat_at or 0) < silent))]
@@ -59,13 +74,14 @@ class Reconciler:
         by_arn: dict[str, Bundle] = {b.task_arn: b for b in suspects if b.task_arn}
         for status in self._launcher.describe(list(by_arn)):
             bundle = by_arn[status.task_arn]
-            if status.last_status in ("STOPPED", "MISSING", "DELETED"):
+            if status.last_status.gone:
                 stats.stopped_found += 1
+                never_known = status.last_status == LastStatus.MISSING
                 stop = TaskStop(status.task_arn, status.stop_code or (
-                    "TaskFailedToStart" if status.last_status == "MISSING" else None),
+                    StopCode.TASK_FAILED_TO_START if never_known else None),
                     status.stopped_reason or f"found {status.last_status} by reconciliation "
                     "(its event was lost)", status.exit_code)
-            elif status.last_status == "RUNNING" or bundle.state == BundleState.RUNNING:
+            elif status.last_status == LastStatus.RUNNING or bundle.state == BundleState.RUNNING:
                 stats.stuck_stopped += 1
                 self._launcher.stop(status.task_arn, STUCK_REASON)
                 continue  # rerun when it is STOPPED, not while it may still be running
@@ -73,13 +89,13 @@ class Reconciler:
                 continue  # still provisioning: Fargate can take a while; look again next tick
             outcome = self._reruns.on_stop(stop)
             stats.outcomes.append(outcome)
-            logger.warning("reconciled a task", extra={"task_arn": status.task_arn, **outcome})
+            log.warning("reconciled a task", extra=outcome.as_dict())
 
     def timeouts(self, active: list[Bundle], stats: ReconcileStats) -> None:
         """Jobs past ``timeout_seconds`` that their runner did not stop: fail them, and stop
         the task if nothing else of its bundle is left to run."""
         t = self._clock()
-        margin = TIMEOUT_MARGIN_SECONDS + 2 * self._cfg.heartbeat_seconds
+        margin = TIMEOUT_MARGIN_SECONDS + 2 * self._policy.heartbeat_seconds
         by_id = {b.bundle_id: b for b in active}
         for job in self._store.running_jobs():
             started = job.history[-1].get("started_at") if job.history else None
@@ -98,4 +114,4 @@ class Reconciler:
                       if j.job_id != job.job_id and j.bundle_id == bundle.bundle_id
                       and j.state not in TERMINAL_JOB_STATES]
             if not others:
-                self._launcher.stop(bundle.task_arn, f"longjobs: job {job.job_id} timed out")
+                self._launcher.stop(bundle.task_arn, f"{USER_STOP_PREFIX} job {job.job_id} timed out")

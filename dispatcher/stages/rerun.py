@@ -1,51 +1,54 @@
-"""What happens to a bundle whose task stopped: rerun its unfinished jobs, or fail them.
+"""Observe a stop, rerun: what happens to a bundle whose task stopped.
 
-Stops are classified, because they cost different budgets:
-- infrastructure (Spot, host failure, never started, never claimed, SIGTERM-interrupted jobs):
-  rerun without spending the job's ``max_attempts``; a separate, larger budget is spent;
-- application (non-zero exit, OOM 137, while a job ran): spend an attempt;
-- user (a stop longjobs requested for a cancel or a timeout): no rerun.
-Unfinished jobs go back to PENDING and the bundle is relaunched at once, through the same
-launch code as the tick.
+The stop is classified by :func:`dispatcher.domain.stops.classify` (which budget it spends);
+this stage turns that into job updates and relaunches at once, through the same launch code as the
+tick. Unfinished jobs go back to PENDING; jobs out of their budget become FAILED with the stop's
+reason. Duplicate, late and out-of-order stops are harmless: one acts only if the bundle is still
+on that task ARN and attempt (the store's settle is conditional on it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
-from dispatcher.domain.stops import TaskStop
-from dispatcher.ports.store import JobUpdate
+from dispatcher.domain.stops import StopClass, TaskStop, classify
+from dispatcher.ports.launcher import Launcher
+from dispatcher.ports.store import DispatchStore, JobUpdate
 from dispatcher.stages.launch import Launches, LaunchStats
-
-INFRA_STOP_CODES = {"SpotInterruption", "TerminationNotice", "ServiceSchedulerInitiated",
-                    "TaskFailedToStart", "InfrastructureHealth"}
-# StopTask reasons longjobs itself gives start with this, so its own stops are recognisable.
-USER_STOP_PREFIX = "longjobs:"
+from dispatcher.stages.policy import RerunPolicy
 
 
-class StopClass(StrEnum):
-    INFRASTRUCTURE = "infrastructure"
-    APPLICATION = "application"
-    USER = "user"
+class StopResult(StrEnum):
+    FINISHED = "finished"  # the normal end of a task: its bundle is DONE
+    SETTLED = "settled"  # stopped early: jobs rerun or failed
+    IGNORED = "ignored"  # stale, duplicate, or not a task of ours: nothing changed
 
 
-def classify(stop: TaskStop, bundle: Bundle, jobs: list[Job]) -> StopClass:
-    if bundle.state == BundleState.LAUNCHED:
-        return StopClass.INFRASTRUCTURE  # never claimed: no job code ran
-    if stop.stop_code in INFRA_STOP_CODES:
-        return StopClass.INFRASTRUCTURE
-    if stop.stop_code == "UserInitiated":
-        if (stop.stopped_reason or "").startswith(USER_STOP_PREFIX):
-            return StopClass.USER
-        return StopClass.INFRASTRUCTURE  # an operator or a drain stopped it, not the job
-    running = any(j.state == JobState.RUNNING for j in jobs)
-    if running and stop.exit_code not in (None, 0):
-        return StopClass.APPLICATION
-    return StopClass.INFRASTRUCTURE
+@dataclass
+class StopOutcome:
+    """What one task stop did (the task-event handler's return value and its metrics)."""
+
+    result: StopResult
+    task_arn: str
+    bundle_id: str | None = None
+    stop_class: StopClass | None = None
+    rerun: list[str] = field(default_factory=list)  # job ids back to PENDING
+    failed: list[str] = field(default_factory=list)  # job ids that ended FAILED
+    succeeded: list[str] = field(default_factory=list)  # FINISHED only
+    relaunched: bool = False
+    reason: str | None = None  # why it was ignored
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["result"] = str(self.result)
+        out["stop_class"] = str(self.stop_class) if self.stop_class else None
+        return out
 
 
 def _history(job: Job, stop: TaskStop, cls: StopClass, at: float) -> list[dict[str, Any]]:
@@ -61,17 +64,20 @@ def _history(job: Job, stop: TaskStop, cls: StopClass, at: float) -> list[dict[s
 
 
 class Reruns:
-    def __init__(self, launches: Launches) -> None:
-        self.launches = launches
-        self._cfg, self._store = launches.cfg, launches.store
-        self._launcher, self._clock = launches.launcher, launches.clock
+    def __init__(self, store: DispatchStore, launcher: Launcher, launches: Launches,
+                 policy: RerunPolicy, clock: Callable[[], float]) -> None:
+        self._store = store
+        self._launcher = launcher
+        self._launches = launches
+        self._policy = policy
+        self._clock = clock
 
     def decide(self, stop: TaskStop, bundle: Bundle,
                jobs: list[Job]) -> tuple[StopClass, list[JobUpdate], list[str]]:
-        cls = classify(stop, bundle, jobs)
+        cls = classify(stop, claimed=bundle.state != BundleState.LAUNCHED,
+                       job_was_running=any(j.state == JobState.RUNNING for j in jobs))
         t = self._clock()
-        why = (f"task stopped: {stop.stop_code or 'unknown stop code'}"
-               f" (exit {stop.exit_code}): {stop.stopped_reason or 'no reason given'}")
+        why = stop.describe()
         updates, rerun = [], []
         for job in jobs:
             if job.state in TERMINAL_JOB_STATES or job.bundle_id != bundle.bundle_id:
@@ -89,7 +95,7 @@ class Reruns:
                 # Infrastructure: give the attempt back, spend the infrastructure budget.
                 u.attempts_delta = -1 if job.state == JobState.RUNNING else 0
                 u.infra_delta = 1
-                if job.infra_attempts + 1 > self._cfg.max_infra_attempts:
+                if job.infra_attempts + 1 > self._policy.max_infra_attempts:
                     u.target, u.reason = JobState.FAILED, f"infrastructure budget spent; {why}"
             if u.target == u.source and u.attempts_delta == 0 and u.infra_delta == 0 \
                     and u.history is None:
@@ -100,34 +106,36 @@ class Reruns:
                 rerun.append(job.job_id)
         return cls, updates, rerun
 
-    def on_stop(self, stop: TaskStop) -> dict[str, Any]:
-        bundle = self._store.bundle_for_task(stop.task_arn)
+    def on_stop(self, stop: TaskStop) -> StopOutcome:
+        arn = stop.task_arn
+        bundle = self._store.bundle_for_task(arn)
         if bundle is None:
-            return {"ignored": "no bundle was assigned to this task"}
-        if bundle.task_arn == stop.task_arn and bundle.state == BundleState.DONE:
+            return StopOutcome(StopResult.IGNORED, arn,
+                               reason="no bundle was assigned to this task")
+        if bundle.task_arn == arn and bundle.state == BundleState.DONE:
             # The normal end of a task: nothing to rerun; report its jobs' outcomes (metrics).
             jobs = [j for j in self._store.get_jobs(bundle.job_ids)
                     if j.bundle_id == bundle.bundle_id]
-            return {"finished": bundle.bundle_id, "bundle_id": bundle.bundle_id,
-                    "succeeded": [j.job_id for j in jobs if j.state == JobState.SUCCEEDED],
-                    "failed": [j.job_id for j in jobs if j.state == JobState.FAILED]}
-        if bundle.task_arn != stop.task_arn or bundle.state not in (
-                BundleState.LAUNCHED, BundleState.RUNNING):
-            return {"ignored": f"stale event: bundle {bundle.bundle_id} is {bundle.state} "
-                               f"on attempt {bundle.attempt}", "bundle_id": bundle.bundle_id}
+            return StopOutcome(StopResult.FINISHED, arn, bundle.bundle_id,
+                               succeeded=[j.job_id for j in jobs
+                                          if j.state == JobState.SUCCEEDED],
+                               failed=[j.job_id for j in jobs if j.state == JobState.FAILED])
+        if bundle.task_arn != arn or bundle.state not in (BundleState.LAUNCHED,
+                                                          BundleState.RUNNING):
+            return StopOutcome(StopResult.IGNORED, arn, bundle.bundle_id,
+                               reason=f"stale event: bundle {bundle.bundle_id} is "
+                                      f"{bundle.state} on attempt {bundle.attempt}")
         jobs = self._store.get_jobs(bundle.job_ids)
         cls, updates, rerun = self.decide(stop, bundle, jobs)
         target = BundleState.PENDING if rerun else BundleState.DONE
         try:
             self._store.settle(bundle, updates, target, retry_at=self._clock())
         except ConflictError as exc:
-            return {"ignored": exc.reason, "bundle_id": bundle.bundle_id}
-        out: dict[str, Any] = {"bundle_id": bundle.bundle_id, "stop_class": str(cls),
-                               "rerun": rerun, "relaunched": False,
-                               "failed": [u.job_id for u in updates
-                                          if u.target == JobState.FAILED]}
+            return StopOutcome(StopResult.IGNORED, arn, bundle.bundle_id, reason=exc.reason)
+        out = StopOutcome(StopResult.SETTLED, arn, bundle.bundle_id, cls, rerun=rerun,
+                          failed=[u.job_id for u in updates if u.target == JobState.FAILED])
         if rerun:
             stats = LaunchStats()
-            self.launches.launch([bundle], self._launcher.resolve_task_definition(), stats)
-            out["relaunched"] = stats.bundles_launched == 1
+            self._launches.launch([bundle], self._launcher.resolve_task_definition(), stats)
+            out.relaunched = stats.bundles_launched == 1
         return out

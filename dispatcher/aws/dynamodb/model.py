@@ -1,0 +1,86 @@
+"""The table's pynamodb model, made per table (name, region, endpoint) and cached.
+
+Key prefixes (built in :mod:`dispatcher.ports.store.records`): ``JOB#<job_id>``,
+``REJECT#<job_id or message_id>``, ``BUNDLE#<id>``, ``LAUNCH#<id>``, ``TASK#<task arn>``,
+``LEASE#dispatcher``. The ``by_status`` index (``status_key`` = ``<TYPE>#<STATE>``,
+``status_at`` = ISO time) answers every "which items are in state S" question without a scan.
+``infra/template.yaml`` declares the same schema; a test keeps them equal (:func:`key_schema`).
+
+pynamodb keeps the table name and endpoint on ``Model.Meta``; binding one model class for the
+whole process would let one store repoint every other. :func:`model_for` makes a subclass per
+(table, region, host) instead, so stores on different tables or endpoints coexist.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from pynamodb.attributes import JSONAttribute, ListAttribute, NumberAttribute, UnicodeAttribute
+from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
+from pynamodb.models import Model
+
+from dispatcher.ports.table import ATTRIBUTES, JSON_ATTRIBUTES, LIST_ATTRIBUTES, NUMBER_ATTRIBUTES
+
+STATUS_INDEX = "by_status"
+TTL_ATTRIBUTE = "expires_at"
+KEYS = ("pk", "status_key", "status_at")
+
+
+def _attribute(name: str) -> Any:
+    if name in JSON_ATTRIBUTES:
+        return JSONAttribute(null=True)
+    if name in LIST_ATTRIBUTES:
+        return ListAttribute(of=UnicodeAttribute, null=True)
+    if name in NUMBER_ATTRIBUTES:
+        return NumberAttribute(null=True)
+    return UnicodeAttribute(null=True)
+
+
+_lock = threading.Lock()
+_models: dict[tuple[str, str | None, str | None], type[Model]] = {}
+
+
+def model_for(table: str, region: str | None = None, host: str | None = None) -> type[Model]:
+    """The model class of one table on one endpoint (made once, then cached)."""
+    key = (table, region, host)
+    with _lock:
+        if key not in _models:
+            _models[key] = _make(table, region, host, len(_models))
+        return _models[key]
+
+
+def _make(table: str, region: str | None, host: str | None, n: int) -> type[Model]:
+    meta: dict[str, Any] = {"table_name": table, "billing_mode": "PAY_PER_REQUEST", "host": host}
+    if region:
+        meta["region"] = region
+    index_meta = type("Meta", (), {"index_name": STATUS_INDEX, "projection": AllProjection()})
+    index_cls = type(f"StatusIndex{n}", (GlobalSecondaryIndex,), {
+        "Meta": index_meta, "status_key": UnicodeAttribute(hash_key=True),
+        "status_at": UnicodeAttribute(range_key=True)})
+    attrs: dict[str, Any] = {name: _attribute(name) for name in ATTRIBUTES if name not in KEYS}
+    attrs.update(__module__=__name__, Meta=type("Meta", (), meta), pk=UnicodeAttribute(hash_key=True),
+                 status_key=UnicodeAttribute(null=True), status_at=UnicodeAttribute(null=True),
+                 by_status=index_cls())
+    return type(f"Item{n}", (Model,), attrs)
+
+
+def key_schema() -> dict[str, Any]:
+    """The table's key schema and indexes, as the infra template must declare them."""
+    return {
+        "hash_key": "pk",
+        "attributes": {"pk": "S", "status_key": "S", "status_at": "S"},
+        "indexes": {STATUS_INDEX: {"hash_key": "status_key", "range_key": "status_at",
+                                   "projection": "ALL"}},
+        "ttl_attribute": TTL_ATTRIBUTE,
+    }
+
+
+def create_table(table: str, region: str | None = None, host: str | None = None) -> None:
+    """Create the table with its index and TTL unless it exists (local mode, tests)."""
+    model = model_for(table, region, host)
+    if not model.exists():
+        model.create_table(wait=True, billing_mode="PAY_PER_REQUEST")
+    conn: Any = model._get_connection().connection
+    conn.client.update_time_to_live(TableName=table, TimeToLiveSpecification={
+        "Enabled": True, "AttributeName": TTL_ATTRIBUTE})

@@ -1,0 +1,202 @@
+"""The DynamoDB adapter of the table port (pynamodb): primitives only, no policy.
+
+Conditions and actions of :mod:`dispatcher.ports.table` become pynamodb expressions; pynamodb's
+errors become the port's errors here and nowhere else: a failed condition ->
+:class:`ConditionFailed`, a cancelled transaction -> :class:`TransactionCancelled` with the
+per-item reasons, a missing table -> :class:`ResourceMissing`.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import fields
+from typing import Any
+
+from pynamodb.connection import Connection
+from pynamodb.exceptions import DoesNotExist, PynamoDBException, TransactWriteError
+from pynamodb.transactions import TransactWrite
+
+from dispatcher.aws.dynamodb.model import create_table, model_for
+from dispatcher.domain.errors import ResourceMissing
+from dispatcher.ports.table import (
+    Absent,
+    Action,
+    Add,
+    And,
+    Append,
+    Check,
+    Condition,
+    ConditionFailed,
+    Delete,
+    Eq,
+    Exists,
+    Ge,
+    Gt,
+    Has,
+    In,
+    Le,
+    Lt,
+    Op,
+    Or,
+    Put,
+    Record,
+    Remove,
+    Set,
+    Table,
+    TransactionCancelled,
+    Update,
+)
+
+_NAMES = tuple(f.name for f in fields(Record))
+_COMPARE: dict[type, Callable[[Any, Any], Any]] = {
+    Eq: operator.eq, Lt: operator.lt, Le: operator.le, Gt: operator.gt, Ge: operator.ge}
+
+
+class DynamoTable(Table):
+    def __init__(self, table: str, region: str | None = None, host: str | None = None) -> None:
+        self.name, self.region, self.host = table, region, host
+        self.model: Any = model_for(table, region, host)
+        self._conn = Connection(region=region or getattr(self.model.Meta, "region", None),
+                                host=host)
+
+    # -- translation ----------------------------------------------------------------------------
+    def _cond(self, c: Condition | None) -> Any:
+        m = self.model
+        if c is None:
+            return None
+        if isinstance(c, Exists):
+            return m.pk.exists()
+        if isinstance(c, Absent):
+            return m.pk.does_not_exist()
+        if isinstance(c, Has):
+            return getattr(m, c.attr).exists()
+        if type(c) in _COMPARE:
+            return _COMPARE[type(c)](getattr(m, c.attr), c.value)  # type: ignore[attr-defined]
+        if isinstance(c, In):
+            return getattr(m, c.attr).is_in(*c.values)
+        if isinstance(c, And | Or):
+            parts = [self._cond(p) for p in c.conds]
+            return functools.reduce(operator.and_ if isinstance(c, And) else operator.or_, parts)
+        raise TypeError(f"unknown condition {c!r}")
+
+    def _action(self, a: Action) -> Any:
+        attr = getattr(self.model, a.attr)  # type: ignore[attr-defined]
+        if isinstance(a, Set):
+            return attr.remove() if a.value is None else attr.set(a.value)
+        if isinstance(a, Add):
+            return attr.add(a.number)
+        if isinstance(a, Remove):
+            return attr.remove()
+        if isinstance(a, Append):
+            return attr.set((attr | []).append(list(a.values)))
+        raise TypeError(f"unknown action {a!r}")
+
+    def _item(self, record: Record) -> Any:
+        return self.model(record.pk, **{k: v for k, v in record.present().items() if k != "pk"})
+
+    @staticmethod
+    def _record(item: Any) -> Record:
+        return Record(**{name: getattr(item, name) for name in _NAMES})
+
+    @contextmanager
+    def _errors(self, pk: str = "") -> Iterator[None]:
+        try:
+            yield
+        except TransactWriteError as exc:
+            if exc.cause_response_code == "TransactionCanceledException":
+                raise TransactionCancelled([r.code if r is not None else None
+                                            for r in exc.cancellation_reasons or []]) from None
+            self._missing(exc)
+            raise
+        except PynamoDBException as exc:
+            if exc.cause_response_code == "ConditionalCheckFailedException":
+                raise ConditionFailed(pk) from None
+            self._missing(exc)
+            raise
+
+    def _missing(self, exc: PynamoDBException) -> None:
+        if exc.cause_response_code == "ResourceNotFoundException":
+            raise ResourceMissing(f"DynamoDB table {self.name!r} does not exist "
+                                  f"({exc.cause_response_message})") from None
+
+    # -- primitives -----------------------------------------------------------------------------
+    def get(self, pk: str) -> Record | None:
+        with self._errors(pk):
+            try:
+                return self._record(self.model.get(pk, consistent_read=True))
+            except DoesNotExist:
+                return None
+
+    def get_many(self, pks: list[str]) -> list[Record]:
+        keys = list(dict.fromkeys(pks))
+        if not keys:
+            return []
+        with self._errors():
+            return [self._record(i) for i in self.model.batch_get(keys, consistent_read=True)]
+
+    def _range(self, at_most: str | None, at_least: str | None) -> Any:
+        at = self.model.status_at
+        if at_most is not None and at_least is not None:
+            return at.between(at_least, at_most)
+        if at_most is not None:
+            return at <= at_most
+        if at_least is not None:
+            return at >= at_least
+        return None
+
+    def query(self, status_key: str, *, at_most: str | None = None,
+              at_least: str | None = None, limit: int | None = None,
+              newest_first: bool = False, where: Condition | None = None) -> list[Record]:
+        if limit is not None and limit <= 0:
+            return []
+        with self._errors():
+            rows = self.model.by_status.query(
+                status_key, self._range(at_most, at_least), filter_condition=self._cond(where),
+                scan_index_forward=not newest_first, limit=limit,
+                page_size=min(max(limit or 100, 10), 100) if where is not None else limit)
+            return [self._record(i) for i in rows]
+
+    def count(self, status_key: str, *, at_least: str | None = None,
+              where: Condition | None = None) -> int:
+        with self._errors():
+            return int(self.model.by_status.count(
+                status_key, self._range(None, at_least), filter_condition=self._cond(where)))
+
+    def write(self, op: Put | Update | Delete) -> Record | None:
+        with self._errors(op.pk):
+            if isinstance(op, Put):
+                self._item(op.record).save(condition=self._cond(op.condition))
+                return None
+            if isinstance(op, Delete):
+                self.model(op.pk).delete(condition=self._cond(op.condition))
+                return None
+            item = self.model(op.pk)
+            item.update(actions=[self._action(a) for a in op.actions],
+                        condition=self._cond(op.condition))
+            return self._record(item)
+
+    def _transact(self, ops: list[Op]) -> None:
+        with self._errors(), TransactWrite(connection=self._conn) as tx:
+            for op in ops:
+                cond = self._cond(op.condition)
+                if isinstance(op, Put):
+                    tx.save(self._item(op.record), condition=cond)
+                elif isinstance(op, Update):
+                    tx.update(self.model(op.pk), actions=[self._action(a) for a in op.actions],
+                              condition=cond)
+                elif isinstance(op, Check):
+                    tx.condition_check(self.model, op.pk, condition=cond)
+                else:
+                    tx.delete(self.model(op.pk), condition=cond)
+
+    def create(self) -> None:
+        create_table(self.name, self.region, self.host)
+
+    def clear(self) -> None:
+        with self._errors():
+            with self.model.batch_write() as batch:
+                for item in self.model.scan(attributes_to_get=["pk"]):
+                    batch.delete(item)

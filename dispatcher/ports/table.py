@@ -1,0 +1,359 @@
+"""The table port: the few primitives a single-table store needs, and nothing else.
+
+The Store roles (:mod:`dispatcher.ports.store`) hold every rule of the job table: which states
+may change to which, the fences, the conditions, the keys and the codec. An adapter implements
+only these primitives: a strongly consistent get, a batch get, a query of the ``by_status``
+index, one conditional write, an all-or-nothing transaction. Both the DynamoDB adapter
+(:mod:`dispatcher.aws.dynamodb.table`) and the in-memory twin
+(:mod:`dispatcher.testing.memory_table`) implement them with the same semantics, and one contract
+suite (``tests/contract``) runs against both, so the twin cannot drift.
+
+Conditions and update actions are a tiny language of frozen dataclasses that each adapter
+translates (pynamodb expressions) or evaluates (the twin). Comparisons follow DynamoDB: a missing
+attribute, or one of another type, makes ``Eq``/``In``/``Lt``/``Le``/``Gt``/``Ge`` false.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from dispatcher.domain.errors import LongjobsError
+
+# TransactWriteItems: at most 100 actions and 4 MB in total, no two actions on the same item.
+# https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
+MAX_TRANSACTION_ITEMS = 100
+MAX_TRANSACTION_BYTES = 4 * 1024 * 1024
+
+
+@dataclass
+class Record:
+    """One item of the single table. Attributes an item type does not use stay None (and are
+    not stored). Names are the table's attribute names."""
+
+    pk: str
+    status_key: str | None = None  # by_status index hash key: <TYPE>#<STATE>
+    status_at: str | None = None  # by_status index range key: ISO-8601 UTC
+    expires_at: float | None = None  # TTL
+    state: str | None = None
+    created_at: float | None = None
+    updated_at: float | None = None
+    # job
+    kind: str | None = None
+    payload: Any = None
+    bundle_id: str | None = None
+    estimated_seconds: float | None = None
+    max_attempts: float | None = None
+    timeout_seconds: float | None = None
+    attempts: float | None = None
+    infra_attempts: float | None = None
+    enqueued_at: float | None = None
+    message_id: str | None = None
+    reason: str | None = None
+    result: Any = None
+    error: Any = None
+    history: Any = None
+    checkpoint: Any = None
+    job_id: str | None = None
+    body: str | None = None
+    # bundle
+    job_ids: list[str] | None = None
+    attempt: float | None = None
+    launch_id: str | None = None
+    task_arn: str | None = None
+    task_definition: str | None = None
+    next_attempt_at: float | None = None
+    launch_failures: float | None = None
+    last_failure: str | None = None
+    heartbeat_at: float | None = None
+    cancel_jobs: list[str] | None = None
+    # launch
+    bundle_ids: list[str] | None = None
+    task_arns: list[str] | None = None
+    # lease
+    owner: str | None = None
+    lease_until: float | None = None
+
+    def present(self) -> dict[str, Any]:
+        """The attributes that are set (what the table stores)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) is not None}
+
+
+ATTRIBUTES: frozenset[str] = frozenset(f.name for f in fields(Record))
+JSON_ATTRIBUTES = frozenset({"payload", "result", "error", "history", "checkpoint"})
+LIST_ATTRIBUTES = frozenset({"job_ids", "cancel_jobs", "bundle_ids", "task_arns"})
+NUMBER_ATTRIBUTES = frozenset(
+    f.name for f in fields(Record) if f.type == "float | None")
+
+
+def _attr(name: str) -> None:
+    if name not in ATTRIBUTES:
+        raise ValueError(f"no attribute {name!r} in the table's records")
+
+
+# -- conditions ---------------------------------------------------------------------------------
+class Condition:
+    """Base of the condition language (combine with ``And``/``Or``)."""
+
+
+@dataclass(frozen=True)
+class Exists(Condition):
+    """The item exists."""
+
+
+@dataclass(frozen=True)
+class Absent(Condition):
+    """The item does not exist."""
+
+
+@dataclass(frozen=True)
+class Has(Condition):
+    """The attribute is set on the item."""
+
+    attr: str
+
+    def __post_init__(self) -> None:
+        _attr(self.attr)
+
+
+@dataclass(frozen=True)
+class _Compare(Condition):
+    attr: str
+    value: Any
+
+    def __post_init__(self) -> None:
+        _attr(self.attr)
+
+
+class Eq(_Compare):
+    """attr = value"""
+
+
+class Lt(_Compare):
+    """attr < value"""
+
+
+class Le(_Compare):
+    """attr <= value"""
+
+
+class Gt(_Compare):
+    """attr > value"""
+
+
+class Ge(_Compare):
+    """attr >= value"""
+
+
+@dataclass(frozen=True)
+class In(Condition):
+    """attr IN (values)"""
+
+    attr: str
+    values: tuple[Any, ...]
+
+    def __init__(self, attr: str, values: Any) -> None:
+        _attr(attr)
+        object.__setattr__(self, "attr", attr)
+        object.__setattr__(self, "values", tuple(values))
+
+
+@dataclass(frozen=True)
+class And(Condition):
+    conds: tuple[Condition, ...] = field(default=())
+
+    def __init__(self, *conds: Condition) -> None:
+        object.__setattr__(self, "conds", conds)
+
+
+@dataclass(frozen=True)
+class Or(Condition):
+    conds: tuple[Condition, ...] = field(default=())
+
+    def __init__(self, *conds: Condition) -> None:
+        object.__setattr__(self, "conds", conds)
+
+
+# -- update actions -----------------------------------------------------------------------------
+class Action:
+    """Base of the update actions."""
+
+
+@dataclass(frozen=True)
+class Set(Action):
+    """SET attr = value (a None value removes the attribute)."""
+
+    attr: str
+    value: Any
+
+    def __post_init__(self) -> None:
+        _attr(self.attr)
+
+
+@dataclass(frozen=True)
+class Add(Action):
+    """ADD attr number (a missing attribute counts as 0)."""
+
+    attr: str
+    number: float
+
+    def __post_init__(self) -> None:
+        _attr(self.attr)
+
+
+@dataclass(frozen=True)
+class Remove(Action):
+    """REMOVE attr"""
+
+    attr: str
+
+    def __post_init__(self) -> None:
+        _attr(self.attr)
+
+
+@dataclass(frozen=True)
+class Append(Action):
+    """SET attr = list_append(if_not_exists(attr, []), values): one atomic append."""
+
+    attr: str
+    values: tuple[Any, ...]
+
+    def __init__(self, attr: str, values: Any) -> None:
+        _attr(attr)
+        object.__setattr__(self, "attr", attr)
+        object.__setattr__(self, "values", tuple(values))
+
+
+# -- write operations ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Put:
+    """Replace (or create) the whole item."""
+
+    record: Record
+    condition: Condition | None = None
+
+    @property
+    def pk(self) -> str:
+        return self.record.pk
+
+
+@dataclass(frozen=True)
+class Update:
+    """Change some attributes; creates the item if it does not exist and the condition allows."""
+
+    pk: str
+    actions: tuple[Action, ...]
+    condition: Condition | None = None
+
+    def __init__(self, pk: str, actions: Any, condition: Condition | None = None) -> None:
+        object.__setattr__(self, "pk", pk)
+        object.__setattr__(self, "actions", tuple(actions))
+        object.__setattr__(self, "condition", condition)
+
+
+@dataclass(frozen=True)
+class Check:
+    """Only a condition, inside a transaction (ConditionCheck)."""
+
+    pk: str
+    condition: Condition
+
+
+@dataclass(frozen=True)
+class Delete:
+    pk: str
+    condition: Condition | None = None
+
+
+Op = Put | Update | Check | Delete
+
+
+# -- errors -------------------------------------------------------------------------------------
+class ConditionFailed(LongjobsError):
+    """A single write's condition was false; nothing was written."""
+
+    def __init__(self, pk: str) -> None:
+        self.pk = pk
+        super().__init__(f"condition failed on {pk}")
+
+
+class TransactionCancelled(LongjobsError):
+    """A transaction wrote nothing. ``reasons`` is aligned with its ops: None for an op that
+    was fine, else a DynamoDB cancellation code ("ConditionalCheckFailed",
+    "TransactionConflict", ...)."""
+
+    def __init__(self, reasons: list[str | None]) -> None:
+        self.reasons = list(reasons)
+        super().__init__("transaction cancelled: " + ", ".join(
+            f"#{i} {r}" for i, r in enumerate(self.reasons) if r))
+
+    def failed_conditions(self) -> set[int]:
+        """Positions of the ops whose condition failed (a lost fence, a duplicate)."""
+        return {i for i, r in enumerate(self.reasons) if r == "ConditionalCheckFailed"}
+
+
+class InvalidTransaction(LongjobsError, ValueError):
+    """A transaction DynamoDB would refuse outright: empty, over 100 ops, or two ops on one
+    item."""
+
+
+# -- the port -----------------------------------------------------------------------------------
+class Table(ABC):
+    """The primitives of the single table. Adapters raise :class:`ConditionFailed`,
+    :class:`TransactionCancelled`, and ``ResourceMissing`` for a table that does not exist."""
+
+    @abstractmethod
+    def get(self, pk: str) -> Record | None:
+        """The item, read strongly consistent; None if it does not exist."""
+
+    @abstractmethod
+    def get_many(self, pks: list[str]) -> list[Record]:
+        """The items that exist among ``pks``, strongly consistent, in no particular order."""
+
+    @abstractmethod
+    def query(self, status_key: str, *, at_most: str | None = None,
+              at_least: str | None = None, limit: int | None = None,
+              newest_first: bool = False, where: Condition | None = None) -> list[Record]:
+        """Items of the ``by_status`` index with this ``status_key``, ordered by ``status_at``
+        (ascending unless ``newest_first``), within ``[at_least, at_most]``, keeping those that
+        match ``where`` (a filter), at most ``limit`` of them (after the filter). The index is
+        eventually consistent in DynamoDB."""
+
+    @abstractmethod
+    def count(self, status_key: str, *, at_least: str | None = None,
+              where: Condition | None = None) -> int:
+        """How many items ``query`` would return without a limit (a COUNT query)."""
+
+    @abstractmethod
+    def write(self, op: Put | Update | Delete) -> Record | None:
+        """One conditional write. Returns the item as it is after an ``Update``, else None.
+        Raises :class:`ConditionFailed` if the condition is false."""
+
+    def transact(self, ops: list[Op]) -> None:
+        """All ops or none (TransactWriteItems). Raises :class:`TransactionCancelled` with
+        reasons aligned to ``ops``; :class:`InvalidTransaction` for an empty one, more than
+        :data:`MAX_TRANSACTION_ITEMS` ops, or two ops on one item."""
+        if not ops:
+            raise InvalidTransaction("a transaction needs at least one op")
+        if len(ops) > MAX_TRANSACTION_ITEMS:
+            raise InvalidTransaction(f"{len(ops)} ops in one transaction; at most "
+                                     f"{MAX_TRANSACTION_ITEMS}")
+        pks = [op.pk for op in ops]
+        if len(set(pks)) != len(pks):
+            raise InvalidTransaction("two ops of one transaction on the same item")
+        self._transact(ops)
+
+    @abstractmethod
+    def _transact(self, ops: list[Op]) -> None:
+        """The adapter's TransactWriteItems (the checks of :meth:`transact` are done)."""
+
+    # provisioning (local mode, tests)
+    @abstractmethod
+    def create(self) -> None:
+        """Create the table and its index if they do not exist."""
+
+    @abstractmethod
+    def clear(self) -> None:
+        """Delete every item (tests)."""

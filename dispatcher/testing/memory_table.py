@@ -1,0 +1,223 @@
+"""An in-memory twin of the job table: the table port's primitives with DynamoDB's semantics.
+
+Conditions as DynamoDB evaluates them (a missing attribute, or one of another type, compares
+false), Update that creates a missing item and returns the new one, all-or-nothing transactions
+with per-item cancellation reasons, the by_status index ordered by ``status_at`` (ties by
+``pk``). Values are copied in and out (JSON attributes through JSON, as DynamoDB stores them),
+so a caller cannot change stored state by mutating what it passed or got. Thread-safe.
+``tests/contract`` runs the same suite on this and on the DynamoDB adapter.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from dataclasses import replace
+from typing import Any
+
+from dispatcher.ports.table import (
+    JSON_ATTRIBUTES,
+    Absent,
+    Action,
+    Add,
+    And,
+    Append,
+    Check,
+    Condition,
+    ConditionFailed,
+    Delete,
+    Eq,
+    Exists,
+    Ge,
+    Gt,
+    Has,
+    In,
+    Le,
+    Lt,
+    Op,
+    Or,
+    Put,
+    Record,
+    Remove,
+    Set,
+    Table,
+    TransactionCancelled,
+    Update,
+)
+
+
+def _store_value(attr: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if attr in JSON_ATTRIBUTES:
+        return json.loads(json.dumps(value))
+    if isinstance(value, bool | int | float) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return str(value)  # a StrEnum is stored as its plain value
+    return copy.deepcopy(value)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return "N"
+    if isinstance(value, str):
+        return "S"
+    return type(value).__name__
+
+
+def _compare(stored: Any, value: Any) -> tuple[Any, Any] | None:
+    if stored is None or value is None or _kind(stored) != _kind(value):
+        return None
+    return stored, value
+
+
+def evaluate(cond: Condition | None, rec: Record | None) -> bool:
+    """Whether ``cond`` holds for the item ``rec`` (None: it does not exist)."""
+    if cond is None:
+        return True
+    if isinstance(cond, Exists):
+        return rec is not None
+    if isinstance(cond, Absent):
+        return rec is None
+    if isinstance(cond, And):
+        return all(evaluate(c, rec) for c in cond.conds)
+    if isinstance(cond, Or):
+        return any(evaluate(c, rec) for c in cond.conds)
+    stored = getattr(rec, cond.attr) if rec is not None else None  # type: ignore[attr-defined]
+    if isinstance(cond, Has):
+        return stored is not None
+    if isinstance(cond, In):
+        return any(_compare(stored, v) is not None and stored == v for v in cond.values)
+    pair = _compare(stored, cond.value)  # type: ignore[attr-defined]
+    if pair is None:
+        return False
+    a, b = pair
+    if isinstance(cond, Eq):
+        return bool(a == b)
+    if isinstance(cond, Lt):
+        return bool(a < b)
+    if isinstance(cond, Le):
+        return bool(a <= b)
+    if isinstance(cond, Gt):
+        return bool(a > b)
+    if isinstance(cond, Ge):
+        return bool(a >= b)
+    raise TypeError(f"unknown condition {cond!r}")
+
+
+def _apply(rec: Record, actions: tuple[Action, ...]) -> Record:
+    out = copy.deepcopy(rec)
+    for a in actions:
+        if isinstance(a, Set):
+            setattr(out, a.attr, _store_value(a.attr, a.value))
+        elif isinstance(a, Add):
+            setattr(out, a.attr, (getattr(out, a.attr) or 0) + a.number)
+        elif isinstance(a, Remove):
+            setattr(out, a.attr, None)
+        elif isinstance(a, Append):
+            setattr(out, a.attr, list(getattr(out, a.attr) or []) + copy.deepcopy(
+                list(a.values)))
+        else:
+            raise TypeError(f"unknown action {a!r}")
+    return out
+
+
+def _copy_in(record: Record) -> Record:
+    return Record(**{k: _store_value(k, v) for k, v in record.present().items()})
+
+
+class MemoryTable(Table):
+    def __init__(self) -> None:
+        self._items: dict[str, Record] = {}
+        self._lock = threading.RLock()
+
+    def get(self, pk: str) -> Record | None:
+        with self._lock:
+            rec = self._items.get(pk)
+            return copy.deepcopy(rec)
+
+    def get_many(self, pks: list[str]) -> list[Record]:
+        with self._lock:
+            return [copy.deepcopy(self._items[pk]) for pk in dict.fromkeys(pks)
+                    if pk in self._items]
+
+    def _select(self, status_key: str, at_most: str | None, at_least: str | None,
+                where: Condition | None) -> list[Record]:
+        rows = [r for r in self._items.values() if r.status_key == status_key
+                and r.status_at is not None  # the index holds only items with both keys
+                and (at_most is None or r.status_at <= at_most)
+                and (at_least is None or r.status_at >= at_least)
+                and evaluate(where, r)]
+        return sorted(rows, key=lambda r: (r.status_at or "", r.pk))
+
+    def query(self, status_key: str, *, at_most: str | None = None,
+              at_least: str | None = None, limit: int | None = None,
+              newest_first: bool = False, where: Condition | None = None) -> list[Record]:
+        if limit is not None and limit <= 0:
+            return []
+        with self._lock:
+            rows = self._select(status_key, at_most, at_least, where)
+            if newest_first:
+                rows.reverse()
+            return copy.deepcopy(rows[:limit] if limit is not None else rows)
+
+    def count(self, status_key: str, *, at_least: str | None = None,
+              where: Condition | None = None) -> int:
+        with self._lock:
+            return len(self._select(status_key, None, at_least, where))
+
+    def _after(self, op: Op) -> Record | None:
+        """The item after ``op`` (None: deleted), or ConditionFailed."""
+        current = self._items.get(op.pk)
+        if not evaluate(op.condition, current):
+            raise ConditionFailed(op.pk)
+        if isinstance(op, Put):
+            return _copy_in(op.record)
+        if isinstance(op, Update):
+            return _apply(current or Record(op.pk), op.actions)
+        if isinstance(op, Delete):
+            return None
+        return current  # Check
+
+    def _set(self, pk: str, rec: Record | None) -> None:
+        if rec is None:
+            self._items.pop(pk, None)
+        else:
+            self._items[pk] = rec
+
+    def write(self, op: Put | Update | Delete) -> Record | None:
+        with self._lock:
+            after = self._after(op)
+            self._set(op.pk, after)
+            return copy.deepcopy(after) if isinstance(op, Update) else None
+
+    def _transact(self, ops: list[Op]) -> None:
+        with self._lock:
+            reasons: list[str | None] = []
+            results: list[Record | None] = []
+            for op in ops:
+                try:
+                    results.append(self._after(op))
+                    reasons.append(None)
+                except ConditionFailed:
+                    results.append(None)
+                    reasons.append("ConditionalCheckFailed")
+            if any(reasons):
+                raise TransactionCancelled(reasons)
+            for op, after in zip(ops, results, strict=True):
+                if not isinstance(op, Check):
+                    self._set(op.pk, after)
+
+    def create(self) -> None:
+        return None
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def snapshot(self) -> dict[str, Record]:
+        """Every item (a copy), for assertions."""
+        with self._lock:
+            return {pk: replace(copy.deepcopy(r)) for pk, r in self._items.items()}
