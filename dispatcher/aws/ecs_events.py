@@ -24,6 +24,7 @@ from dispatcher.domain.stops import LastStatus, TaskStop
 __all__ = ["DETAIL_TYPE", "Ignored", "parse", "sample_event"]
 
 DETAIL_TYPE = "ECS Task State Change"
+MALFORMED = "malformed event"
 
 
 class Container(BaseModel):
@@ -64,6 +65,11 @@ class Ignored:
     reason: str
     detail: str = ""
 
+    @property
+    def malformed(self) -> bool:
+        """Not a valid event at all (log it as an error), rather than one not to act on."""
+        return self.reason == MALFORMED
+
 
 def parse(event: Mapping[str, Any], container: str) -> TaskStop | Ignored:
     """The stop an EventBridge "ECS Task State Change" event reports, or why it is ignored.
@@ -75,7 +81,7 @@ def parse(event: Mapping[str, Any], container: str) -> TaskStop | Ignored:
     try:
         parsed = TaskEvent.model_validate(event)
     except ValidationError as exc:
-        return Ignored("malformed event", str(exc)[:500])
+        return Ignored(MALFORMED, str(exc)[:500])
     if parsed.detail_type != DETAIL_TYPE:
         return Ignored(f"detail-type {parsed.detail_type!r}")
     if LastStatus.parse(parsed.detail.lastStatus) != LastStatus.STOPPED:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dispatcher.domain.errors import LaunchError
+from dispatcher.domain.stops import LastStatus
 from dispatcher.ports.launcher import (
     MAX_TASKS_PER_CALL,
     Launcher,
@@ -138,11 +139,11 @@ class LocalLauncher(Launcher):
         for arn in task_arns:
             task = self.tasks.get(arn)
             if task is None:
-                out.append(TaskStatus(arn, "MISSING"))
+                out.append(TaskStatus(arn, LastStatus.MISSING))
             elif task.exit is None:
-                out.append(TaskStatus(arn, "RUNNING"))
+                out.append(TaskStatus(arn, LastStatus.RUNNING))
             else:
-                out.append(TaskStatus(arn, "STOPPED", task.exit.stop_code,
+                out.append(TaskStatus(arn, LastStatus.STOPPED, task.exit.stop_code,
                                       task.exit.stopped_reason, task.exit.exit_code))
         return out
 

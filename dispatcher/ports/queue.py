@@ -1,7 +1,9 @@
 """The Queue port: SQS is the backlog; the table holds only admitted work.
 
-``dispatcher.aws.sqs.SqsQueue`` is the adapter;
-``dispatcher.testing.memory_queue.MemoryQueue`` is its in-memory twin (like dramatiq's StubBroker), with the same at-least-once semantics.
+``dispatcher.aws.sqs.SqsQueue`` is the adapter; ``dispatcher.testing.memory_queue.MemoryQueue``
+is its in-memory twin (like dramatiq's StubBroker), with the same at-least-once semantics, held
+to it by ``tests/contract/test_queue_contract.py``. ``dispatcher.ops.dead_letters`` builds the
+operators' DLQ tools on two Queues (the DLQ and the job queue).
 """
 
 from __future__ import annotations

@@ -1,0 +1,187 @@
+"""In-memory twin of the Launcher port, with ECS's semantics (like dramatiq's StubBroker).
+
+What it promises, each checked against ``EcsLauncher`` on moto behind ``AwsProxy`` by
+``tests/contract/test_launcher_contract.py``:
+
+- a repeated clientToken returns the first call's result and starts nothing new; the same token
+  with other parameters is refused (ConflictException)
+  https://docs.aws.amazon.com/AmazonECS/latest/APIReference/ECS_Idempotency.html
+- ``count`` outside 1..10 is refused as ECS refuses it (InvalidParameterException), with the
+  ``LaunchError`` the ECS adapter raises for it;
+- injected placement failures (``inject_failures(["RESOURCE:MEMORY"])``) come back in
+  ``failures`` instead of tasks, up to ``count`` per call, like RunTask's ``failures[]``;
+- DescribeTasks answers MISSING for an ARN it does not know;
+- StopTask leaves the task STOPPED with stop code ``UserInitiated`` and the given reason;
+- task definition revisions: ``register_task_definition()`` adds one, resolve returns the
+  latest ACTIVE one.
+
+Tests drive tasks with :meth:`set_status` and :meth:`stop_task` (a stop with any stop code,
+reason and exit code: a Spot interruption, an OOM kill, a clean exit) and assert on
+:attr:`requests` and :attr:`stops`. Deterministic (ARNs are numbered, no clock unless given)
+and thread-safe (one lock).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dispatcher.domain.errors import LaunchError, ResourceMissing
+from dispatcher.domain.stops import LastStatus, StopCode
+from dispatcher.ports.launcher import (
+    MAX_TASKS_PER_CALL,
+    Launcher,
+    LaunchRequest,
+    LaunchResult,
+    TaskStatus,
+)
+
+__all__ = ["MemoryLauncher", "MemoryTask"]
+
+MAX_REASON = 255  # StopTask's reason limit
+
+
+@dataclass
+class MemoryTask:
+    """One task the twin started, as DescribeTasks would show it."""
+
+    task_arn: str
+    request: LaunchRequest
+    last_status: LastStatus
+    started_at: float
+    stop_code: str | None = None
+    stopped_reason: str | None = None
+    exit_code: int | None = None
+    stopped_at: float | None = None
+
+    def status(self) -> TaskStatus:
+        return TaskStatus(self.task_arn, self.last_status, self.stop_code,
+                          self.stopped_reason, self.exit_code)
+
+
+class MemoryLauncher(Launcher):
+    def __init__(self, *, family: str = "longjobs-worker", cluster: str = "longjobs",
+                 region: str = "us-east-1", account: str = "000000000000",
+                 initial_status: LastStatus = LastStatus.RUNNING, revisions: int = 1,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.family, self.cluster = family, cluster
+        self._arn_prefix = f"arn:aws:ecs:{region}:{account}:task/{cluster}/"
+        self._initial = initial_status
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._revisions: dict[int, bool] = {}  # revision: ACTIVE
+        self._tokens: dict[str, tuple[LaunchRequest, LaunchResult]] = {}
+        self._failures: deque[str] = deque()
+        self.tasks: dict[str, MemoryTask] = {}
+        self.requests: list[LaunchRequest] = []  # every run() call, repeats and refusals too
+        self.stops: list[tuple[str, str]] = []  # every stop() call: (task_arn, reason)
+        for _ in range(revisions):
+            self.register_task_definition()
+
+    # -- task definitions --------------------------------------------------------------------
+    def register_task_definition(self) -> str:
+        """A new ACTIVE revision of the family; returns ``family:revision``."""
+        with self._lock:
+            revision = max(self._revisions, default=0) + 1
+            self._revisions[revision] = True
+            return f"{self.family}:{revision}"
+
+    def deregister_task_definition(self, revision: int) -> None:
+        with self._lock:
+            if revision in self._revisions:
+                self._revisions[revision] = False
+
+    def resolve_task_definition(self) -> str:
+        with self._lock:
+            active = [r for r, is_active in self._revisions.items() if is_active]
+        if not active:
+            raise ResourceMissing(f"task family {self.family!r} has no ACTIVE revision "
+                                  "(ClientException)")
+        return f"{self.family}:{max(active)}"
+
+    # -- fault injection and test controls ----------------------------------------------------
+    def inject_failures(self, reasons: list[str]) -> None:
+        """The next run() calls report these reasons in ``failures`` instead of starting tasks
+        (a call with ``count`` n consumes up to n of them), e.g. ``RESOURCE:MEMORY``."""
+        with self._lock:
+            self._failures.extend(reasons)
+
+    def set_status(self, task_arn: str, status: LastStatus) -> None:
+        """Move a task along its lifecycle (PROVISIONING, RUNNING, ...) without stopping it."""
+        with self._lock:
+            self._task(task_arn).last_status = status
+
+    def stop_task(self, task_arn: str, code: str = StopCode.ESSENTIAL_CONTAINER_EXITED,
+                  reason: str = "Essential container in task exited",
+                  exit_code: int | None = 0) -> None:
+        """Stop a task as ECS would report it: e.g. ``(arn, "SpotInterruption", ...)`` or an
+        OOM kill ``(arn, "EssentialContainerExited", "OutOfMemoryError", 137)``."""
+        with self._lock:
+            self._stop(self._task(task_arn), code, reason, exit_code)
+
+    def running(self) -> list[str]:
+        """ARNs of the tasks not yet gone, in start order."""
+        with self._lock:
+            return [a for a, t in self.tasks.items() if not t.last_status.gone]
+
+    # -- the port ------------------------------------------------------------------------------
+    def run(self, request: LaunchRequest) -> LaunchResult:
+        with self._lock:
+            self.requests.append(request)
+            if not 1 <= request.count <= MAX_TASKS_PER_CALL:
+                raise LaunchError(f"RunTask rejected: InvalidParameterException: count must be "
+                                  f"1..{MAX_TASKS_PER_CALL}, not {request.count}")
+            seen = self._tokens.get(request.client_token)
+            if seen is not None:
+                if seen[0] != request:
+                    raise LaunchError("RunTask rejected: ConflictException: clientToken "
+                                      "reused with different parameters")
+                return seen[1]
+            family, _, revision = request.task_definition.rpartition(":")
+            if family != self.family or not revision.isdigit() \
+                    or int(revision) not in self._revisions:
+                raise LaunchError("RunTask rejected: ClientException: task definition "
+                                  f"{request.task_definition!r} not found")
+            failures = [self._failures.popleft()
+                        for _ in range(min(request.count, len(self._failures)))]
+            arns = [self._start(request) for _ in range(request.count - len(failures))]
+            result = LaunchResult(arns, failures)
+            self._tokens[request.client_token] = (request, result)
+            return result
+
+    def describe(self, task_arns: list[str]) -> list[TaskStatus]:
+        with self._lock:
+            return [t.status() if (t := self.tasks.get(a)) is not None
+                    else TaskStatus(a, LastStatus.MISSING) for a in task_arns]
+
+    def stop(self, task_arn: str, reason: str) -> None:
+        with self._lock:
+            self.stops.append((task_arn, reason))
+            task = self.tasks.get(task_arn)
+            if task is None:
+                raise LaunchError("StopTask rejected: InvalidParameterException: "
+                                  "The referenced task was not found.")
+            if not task.last_status.gone:
+                self._stop(task, StopCode.USER_INITIATED, reason[:MAX_REASON], None)
+
+    # -- internals (called under the lock) ------------------------------------------------------
+    def _start(self, request: LaunchRequest) -> str:
+        arn = f"{self._arn_prefix}{next(self._ids):032x}"
+        self.tasks[arn] = MemoryTask(arn, request, self._initial, self._clock())
+        return arn
+
+    def _task(self, task_arn: str) -> MemoryTask:
+        task = self.tasks.get(task_arn)
+        if task is None:
+            raise KeyError(f"no task {task_arn}")
+        return task
+
+    def _stop(self, task: MemoryTask, code: str, reason: str, exit_code: int | None) -> None:
+        task.last_status = LastStatus.STOPPED
+        task.stop_code, task.stopped_reason, task.exit_code = str(code), reason, exit_code
+        task.stopped_at = self._clock()

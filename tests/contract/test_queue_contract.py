@@ -1,0 +1,165 @@
+"""The Queue port's contract: MemoryQueue (the twin) and SqsQueue (on moto) answer alike.
+
+Every test runs twice, once per implementation, so the twin cannot drift from the adapter.
+The DeadLetters operator tool is checked here too: it is built on the port only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from dispatcher.aws.sqs import SqsQueue
+from dispatcher.ops.dead_letters import DeadLetters
+from dispatcher.ports.queue import Queue, Received
+from dispatcher.testing.memory_queue import MemoryQueue
+
+RETRY_ONCE = Config(retries={"max_attempts": 1, "mode": "standard"})
+# The provisioned queue hides a received message for 300 s; MemoryQueue gets the same default.
+DEFAULT_VISIBILITY = 300
+
+QueueFactory = Callable[[str], Queue]  # "jobs" or "dlq" -> a fresh, empty queue
+
+
+@pytest.fixture(params=["memory", "sqs"])
+def queues(request: pytest.FixtureRequest) -> QueueFactory:
+    if request.param == "memory":
+        made: dict[str, Queue] = {}
+        return lambda name: made.setdefault(name, MemoryQueue(DEFAULT_VISIBILITY))
+    aws: Any = request.getfixturevalue("aws")
+    sqs = boto3.client("sqs", config=RETRY_ONCE)
+    urls = {"jobs": aws.env["LONGJOBS_QUEUE_URL"], "dlq": aws.env["LONGJOBS_DLQ_URL"]}
+    return lambda name: SqsQueue(sqs, urls[name])
+
+
+def _send(queue: Queue, bodies: list[str]) -> None:
+    for start in range(0, len(bodies), 10):
+        chunk = bodies[start:start + 10]
+        assert queue.send([(str(start + n), b) for n, b in enumerate(chunk)]) == {}
+
+
+def _drain(queue: Queue, visibility: int | None = None) -> list[Received]:
+    out: list[Received] = []
+    while batch := queue.receive(10, visibility_timeout=visibility):
+        out.extend(batch)
+    return out
+
+
+def test_send_receive_delete(queues: QueueFactory) -> None:
+    q = queues("jobs")
+    before = time.time()
+    _send(q, ["a", "b", "c"])
+    got = _drain(q)
+    assert sorted(m.body for m in got) == ["a", "b", "c"]
+    assert len({m.message_id for m in got}) == 3
+    assert all(m.receive_count == 1 for m in got)
+    assert all(m.sent_at is not None and before - 2 <= m.sent_at <= time.time() + 2 for m in got)
+    assert q.delete(got) == {}
+    assert q.delete([]) == {}
+    assert q.backlog().visible == 0 and q.backlog().in_flight == 0
+    assert q.receive() == []
+
+
+def test_receive_takes_at_most_ten(queues: QueueFactory) -> None:
+    q = queues("jobs")
+    _send(q, [f"m{i}" for i in range(12)])
+    first = q.receive(25)
+    assert 1 <= len(first) <= 10
+    assert len(_drain(q)) + len(first) == 12
+
+
+def test_received_messages_are_in_flight_until_deleted(queues: QueueFactory) -> None:
+    q = queues("jobs")
+    _send(q, ["x", "y"])
+    got = _drain(q)
+    assert len(got) == 2
+    backlog = q.backlog()
+    assert (backlog.visible, backlog.in_flight) == (0, 2)
+    assert q.receive() == []  # hidden for the visibility timeout
+    q.delete(got[:1])
+    assert q.backlog().in_flight == 1
+
+
+def test_visibility_timeout_expires_and_counts_receives(queues: QueueFactory) -> None:
+    q = queues("jobs")
+    _send(q, ["again"])
+    (first,) = q.receive(visibility_timeout=1)
+    assert q.receive() == []
+    time.sleep(1.5)
+    (second,) = q.receive(visibility_timeout=1)
+    assert second.message_id == first.message_id and second.body == "again"
+    assert (first.receive_count, second.receive_count) == (1, 2)
+    assert second.receipt_handle != first.receipt_handle
+
+
+def test_visibility_zero_leaves_messages_visible(queues: QueueFactory) -> None:
+    q = queues("jobs")
+    _send(q, ["look"])
+    (seen,) = q.receive(visibility_timeout=0)
+    (again,) = q.receive(visibility_timeout=0)
+    assert again.message_id == seen.message_id
+    assert again.receive_count == seen.receive_count + 1
+    assert q.backlog().visible == 1
+
+
+def test_release_makes_messages_visible_now(queues: QueueFactory) -> None:
+    q = queues("jobs")
+    _send(q, ["p", "q"])
+    got = _drain(q)
+    assert q.receive() == []
+    q.release(got)
+    q.release([])
+    back = _drain(q)
+    assert sorted(m.body for m in back) == ["p", "q"]
+    assert all(m.receive_count == 2 for m in back)
+
+
+def test_delete_with_the_latest_receipt_handle(queues: QueueFactory) -> None:
+    q = queues("jobs")
+    _send(q, ["z"])
+    first = q.receive()
+    q.release(first)
+    latest = q.receive()
+    assert q.delete(latest) == {}
+    q.release(latest)  # releasing a deleted message brings nothing back
+    assert q.receive() == [] and q.backlog().visible == 0
+
+
+# -- DeadLetters, on the port ------------------------------------------------------------------
+def test_dead_letters_peek_takes_nothing(queues: QueueFactory) -> None:
+    dlq = queues("dlq")
+    letters = DeadLetters(dlq, queues("jobs"))
+    _send(dlq, [json.dumps({"job_id": "j1", "kind": "k"}), "not json", "x" * 3000])
+    peeked = letters.peek(10)
+    assert len(peeked) == 3
+    by_job = {p.job_id: p for p in peeked}
+    assert by_job["j1"].kind == "k" and not by_job["j1"].body_truncated
+    long = next(p for p in peeked if p.body.startswith("x"))
+    assert long.body_truncated and len(long.body) == 2048
+    assert all(p.to_json()["sent_at"].endswith("Z") for p in peeked)
+    assert dlq.backlog().visible == 3  # still there, still visible
+    assert len(letters.peek(2)) == 2
+
+
+def test_dead_letters_redrive_moves_messages_back(queues: QueueFactory) -> None:
+    dlq, jobs = queues("dlq"), queues("jobs")
+    bodies = [json.dumps({"job_id": f"j{i}", "kind": "k"}) for i in range(13)]
+    _send(dlq, bodies)
+    moved, failed = DeadLetters(dlq, jobs).redrive(limit=100)
+    assert (moved, failed) == (13, {})
+    assert sorted(m.body for m in _drain(jobs)) == sorted(bodies)
+    assert dlq.backlog().visible == 0 and dlq.backlog().in_flight == 0
+
+
+def test_dead_letters_redrive_respects_the_limit(queues: QueueFactory) -> None:
+    dlq, jobs = queues("dlq"), queues("jobs")
+    _send(dlq, [f"b{i}" for i in range(5)])
+    moved, failed = DeadLetters(dlq, jobs).redrive(limit=3)
+    assert (moved, failed) == (3, {})
+    assert len(_drain(jobs)) == 3
