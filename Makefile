@@ -4,7 +4,7 @@ VENV := .venv
 TOOLS := .venv-tools
 CHECKOV_VERSION := 3.3.30
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint docs bench clean
 
 # Redone whenever pyproject.toml changes.
 $(VENV): pyproject.toml
@@ -24,6 +24,11 @@ demo: $(VENV)
 lint: $(VENV)
 	$(VENV)/bin/ruff check dispatcher job_runner tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
+
+# The README's configuration table is generated from dispatcher/settings.py.
+docs: $(VENV)
+	$(VENV)/bin/python -m dispatcher.settings --update README.md
 
 test: $(VENV) $(TOOLS)/bin/checkov lint
 	LONGJOBS_CHECKOV=$(TOOLS)/bin/checkov $(VENV)/bin/pytest -q
@@ -34,7 +39,8 @@ bench: $(VENV)
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .pytest_cache
 
-# `sam build` (infra/template.yaml, BuildMethod: makefile) packages both functions with this.
+# `sam build` (infra/template.yaml, BuildMethod: makefile) packages both functions with this:
+# the wheel without extras, so no CLI (typer, rich) and no local mode (moto) in the Lambda package.
 build-DispatcherFunction build-TaskEventFunction:
 	W=$$(mktemp -d) && python3 -m pip wheel -q --no-deps -w "$$W" . && \
 	python3 -m pip install -q --target "$(ARTIFACTS_DIR)" --platform manylinux2014_x86_64 \

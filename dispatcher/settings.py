@@ -190,7 +190,8 @@ class Config(BaseModel):
     retry_any_exception: Annotated[bool, Env(
         "LONGJOBS_RETRY_ANY_EXCEPTION", "true: any handler exception is retried while attempts "
         "remain; false: only RetryableError is.", ("runner",))] = True
-    log_level: Annotated[str, Env(
+    log_level: Annotated[str, BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v),
+                         _one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), Env(
         "LONGJOBS_LOG_LEVEL", "Log level of the runner's JSON logs (the dispatcher's follow "
         "POWERTOOLS_LOG_LEVEL).", ("runner",))] = "INFO"
     metrics_namespace: Annotated[str, Env(

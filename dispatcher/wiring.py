@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from dispatcher import logs
 from dispatcher.aws import clients
 from dispatcher.aws.dynamodb import open_store
-from dispatcher.aws.ecs import EcsLauncher
+from dispatcher.aws.ecs import EcsLauncher, EcsTarget
 from dispatcher.aws.sqs import SqsQueue
 from dispatcher.domain.errors import ConfigError
 from dispatcher.ports.launcher import Launcher
@@ -78,7 +78,7 @@ def launcher(cfg: Config) -> Launcher:
     if cfg.launcher == "local":
         raise ConfigError("LONGJOBS_LAUNCHER=local runs tasks as local processes: only local "
                           "mode (longjobs local / longjobs demo) can launch them")
-    return EcsLauncher(clients.client("ecs", cfg, retries=1), cfg)
+    return EcsLauncher(clients.client("ecs", cfg, retries=1), EcsTarget.from_config(cfg))
 
 
 def for_aws(cfg: Config, launch_with: Launcher | None = None) -> Stages:

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from dispatcher import settings
-from dispatcher.aws import clients
+from dispatcher.cli.errors import guarded
+from dispatcher.domain.errors import ConfigError
 
 
 def deploy(
@@ -19,8 +20,7 @@ def deploy(
                                                   "container environment; repeatable.")] = None,
 ) -> None:
     """Register a revision that differs from the current ACTIVE one only in image and env."""
-    from dispatcher.cli.app import guarded
-    from dispatcher.domain.errors import ConfigError
+    from dispatcher.aws import clients
     from dispatcher.ops.deploy import register_revision
 
     def run() -> str:

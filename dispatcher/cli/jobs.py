@@ -1,44 +1,34 @@
-"""Operator commands: ``longjobs jobs ...``, ``longjobs stats``, ``longjobs dlq ...``.
+"""Operator commands on jobs: ``longjobs jobs list|show|cancel|retry`` and ``longjobs stats``.
 
-A thin layer over ``JobClient`` and ``dispatcher.registry``: the commands only parse options and
-render. Tables are for people; ``--json`` prints the objects' ``to_json()`` shapes, which stay
-stable for scripts. Every expected failure (missing configuration, an endpoint that cannot be
-reached, an unknown job id) is one ``error: ...`` line and exit code 2, via ``cli.guarded``.
+A thin layer over ``JobClient`` and the operator queries (``dispatcher.ops.queries``): the
+commands only parse options and render. Tables are for people; ``--json`` prints the objects'
+``to_json()`` shapes, which stay stable for scripts. Every expected failure (missing
+configuration, an endpoint that cannot be reached, an unknown job id) is one ``error: ...`` line
+and exit code 2, via ``dispatcher.cli.errors.guarded``.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from dispatcher.cli.common import JsonOpt, client, print_json, short, task_id, when
+from dispatcher.cli.errors import guarded
 from dispatcher.domain.errors import LongjobsError
 
 if TYPE_CHECKING:
-    from dispatcher.ops.client import JobClient
     from dispatcher.ops.queries import JobDetail, Stats
 
-T = TypeVar("T")
 jobs_app = typer.Typer(name="jobs", no_args_is_help=True,
                        help="List, inspect, cancel and retry jobs.")
-dlq_app = typer.Typer(name="dlq", no_args_is_help=True,
-                      help="Inspect and redrive the job queue's dead-letter queue.")
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print a stable JSON shape.")]
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def register(app: typer.Typer) -> None:
-    """Attach the operator commands to the ``longjobs`` app (called from ``dispatcher.cli``)."""
-    app.add_typer(jobs_app)
-    app.add_typer(dlq_app)
-    app.command("stats")(stats)
 
 
 def parse_duration(text: str) -> float:
@@ -47,37 +37,6 @@ def parse_duration(text: str) -> float:
     if not match:
         raise LongjobsError(f"--since {text!r} is not a duration like 15m, 2h or 1d")
     return float(match.group(1)) * _UNITS[match.group(2)]
-
-
-def _run(fn: Callable[[], T]) -> T:
-    """Every command's failures become one line (``cli.guarded`` knows them all)."""
-    from dispatcher.cli.app import guarded
-
-    return guarded(fn)
-
-
-def _client() -> JobClient:
-    from dispatcher.ops.client import JobClient
-
-    return JobClient()
-
-
-def _print_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str))
-
-
-def _when(iso_text: str | None) -> str:
-    """``2026-11-30 05:49:56`` (UTC; --json keeps the microseconds)."""
-    return iso_text[:19].replace("T", " ") if iso_text else "-"
-
-
-def _short(text: Any, n: int = 60) -> str:
-    s = "" if text is None else str(text)
-    return s if len(s) <= n else s[:n - 1] + "…"
-
-
-def _task(arn: str | None) -> str:
-    return arn.rsplit("/", 1)[-1] if arn else "-"
 
 
 # -- jobs -----------------------------------------------------------------------------------------
@@ -91,11 +50,11 @@ def jobs_list(
     as_json: JsonOpt = False,
 ) -> None:
     """Jobs newest first (by creation), read through the status index."""
-    rows = _run(lambda: _client().list(
+    rows = guarded(lambda: client().list(
         status=status, kind=kind, since_seconds=parse_duration(since) if since else None,
         limit=limit))
     if as_json:
-        _print_json({"jobs": [r.to_json() for r in rows], "count": len(rows)})
+        print_json({"jobs": [r.to_json() for r in rows], "count": len(rows)})
         return
     table = Table(box=None)
     table.add_column("JOB ID", overflow="fold", min_width=12)
@@ -107,8 +66,8 @@ def jobs_list(
         if r.infra_attempts:
             attempts += f" +{r.infra_attempts} infra"
         table.add_row(*map(Text, (r.job_id, r.state, r.kind or "-",
-                                  _when(r.to_json()["created_at"]), attempts,
-                                  _short(r.reason))))
+                                  when(r.to_json()["created_at"]), attempts,
+                                  short(r.reason))))
     console = Console()
     console.print(table)
     console.print(f"{len(rows)} job(s)" + (" (limit reached)" if len(rows) == limit else ""))
@@ -118,9 +77,9 @@ def jobs_list(
 def jobs_show(job_id: Annotated[str, typer.Argument(help="The job id.")],
               as_json: JsonOpt = False) -> None:
     """One job: payload, result or error, and every attempt with its task and revision."""
-    detail = _run(lambda: _client().show(job_id))
+    detail = guarded(lambda: client().show(job_id))
     if as_json:
-        _print_json(detail.to_json())
+        print_json(detail.to_json())
         return
     _render_detail(detail, Console())
 
@@ -145,16 +104,16 @@ def _render_detail(d: JobDetail, console: Console) -> None:
     if d.bundle:
         b = d.bundle
         head.add_row("bundle", Text(f"{b['state']} (launch attempt {b['attempt']}) task "
-                                    f"{_task(b['task_arn'])} "
+                                    f"{task_id(b['task_arn'])} "
                                     f"{b['task_definition'] or 'no revision yet'}"))
     console.print(head)
     # One block per attempt, not a wide table: task ids and reasons stay whole in a terminal.
     for a in d.history:
         j = a.to_json()
-        console.print(Text(f"attempt {a.attempt or '?'}: task {_task(a.task_arn)} on "
+        console.print(Text(f"attempt {a.attempt or '?'}: task {task_id(a.task_arn)} on "
                            f"{a.task_definition or '?'}", style="bold"))
-        console.print(Text(f"  started {_when(j['started_at'])}  stopped "
-                           f"{_when(j['stopped_at'])}  outcome {a.outcome or '-'}"))
+        console.print(Text(f"  started {when(j['started_at'])}  stopped "
+                           f"{when(j['stopped_at'])}  outcome {a.outcome or '-'}"))
         console.print(Text(f"  stop code {a.stop_code or '-'}  exit "
                            f"{'-' if a.exit_code is None else a.exit_code}  class "
                            f"{a.stop_class or '-'}"))
@@ -166,9 +125,9 @@ def _render_detail(d: JobDetail, console: Console) -> None:
 def jobs_cancel(job_id: Annotated[str, typer.Argument(help="The job id.")],
                 as_json: JsonOpt = False) -> None:
     """Cancel a job: at once if it has not started, else at its task's next heartbeat."""
-    job = _run(lambda: _client().cancel(job_id))
+    job = guarded(lambda: client().cancel(job_id))
     if as_json:
-        _print_json({"job_id": job.job_id, "state": str(job.state), "reason": job.reason})
+        print_json({"job_id": job.job_id, "state": str(job.state), "reason": job.reason})
     elif job.state == "CANCELLED":
         typer.echo(f"{job.job_id}: CANCELLED")
     else:
@@ -180,9 +139,9 @@ def jobs_cancel(job_id: Annotated[str, typer.Argument(help="The job id.")],
 def jobs_retry(job_id: Annotated[str, typer.Argument(help="The job id.")],
                as_json: JsonOpt = False) -> None:
     """Run a FAILED or CANCELLED job again, with a fresh attempt budget, in a new bundle."""
-    job = _run(lambda: _client().retry(job_id))
+    job = guarded(lambda: client().retry(job_id))
     if as_json:
-        _print_json({"job_id": job.job_id, "state": str(job.state),
+        print_json({"job_id": job.job_id, "state": str(job.state),
                      "bundle_id": job.bundle_id})
     else:
         typer.echo(f"{job.job_id}: {job.state} in bundle {job.bundle_id}; the next tick "
@@ -192,9 +151,9 @@ def jobs_retry(job_id: Annotated[str, typer.Argument(help="The job id.")],
 # -- stats ----------------------------------------------------------------------------------------
 def stats(as_json: JsonOpt = False) -> None:
     """Backlog, jobs by state, running tasks by revision, launch failures and reruns (1 h)."""
-    result = _run(lambda: _client().stats())
+    result = guarded(lambda: client().stats())
     if as_json:
-        _print_json(result.to_json())
+        print_json(result.to_json())
         return
     _render_stats(result, Console())
 
@@ -221,41 +180,3 @@ def _render_stats(s: Stats, console: Console) -> None:
                        + " ".join(f"{k}={v}" for k, v in lf["by_reason"].items())))
     console.print(Text(f"reruns (1 h): {rr['jobs']} "
                        + " ".join(f"{k}={v}" for k, v in rr["by_stop_class"].items())))
-
-
-# -- dlq ------------------------------------------------------------------------------------------
-@dlq_app.command("list")
-def dlq_list(limit: Annotated[int, typer.Option(min=1, max=1000)] = 10,
-             as_json: JsonOpt = False) -> None:
-    """Peek at dead letters (receive with VisibilityTimeout=0: nothing is taken, but every
-    receive increments the message's receive count)."""
-    letters = _run(lambda: _client().dead_letters().peek(limit))
-    if as_json:
-        _print_json({"messages": [m.to_json() for m in letters], "count": len(letters)})
-        return
-    table = Table(box=None)
-    for name in ("MESSAGE ID", "SENT (UTC)", "RECEIVES", "JOB ID", "KIND"):
-        table.add_column(name, no_wrap=True)
-    table.add_column("BODY", overflow="fold", min_width=24)
-    for m in letters:
-        table.add_row(*map(Text, (m.message_id, _when(m.to_json()["sent_at"]),
-                                  str(m.receive_count), m.job_id or "-", m.kind or "-",
-                                  _short(m.body, 40))))
-    console = Console()
-    console.print(table)
-    console.print(f"{len(letters)} message(s)")
-
-
-@dlq_app.command("redrive")
-def dlq_redrive(limit: Annotated[int, typer.Option(min=1, max=100_000)] = 100,
-                as_json: JsonOpt = False) -> None:
-    """Move dead letters back to the job queue (send, then delete; 10 at a time)."""
-    moved, failed = _run(lambda: _client().dead_letters().redrive(limit))
-    if as_json:
-        _print_json({"moved": moved, "failed": failed})
-    else:
-        typer.echo(f"moved {moved} message(s) to the job queue"
-                   + (f"; {len(failed)} not moved: " + "; ".join(
-                       f"{k}: {v}" for k, v in list(failed.items())[:5]) if failed else ""))
-    if failed:
-        raise typer.Exit(1)

@@ -7,7 +7,8 @@ no Lambda context is needed (tests and local mode call these functions directly)
 
 Namespace: ``LONGJOBS_METRICS_NAMESPACE``, else ``POWERTOOLS_METRICS_NAMESPACE`` (what the SAM
 template sets), else ``longjobs``. Dimensions: ``service`` (``POWERTOOLS_SERVICE_NAME``, default
-``longjobs``) and ``Queue`` (the job queue's name), plus:
+``longjobs``) and ``Queue`` (the job queue's name); all three are read through
+:mod:`dispatcher.settings`. Plus:
 
 - ``LaunchFailures`` is published twice: the total with (service, Queue), and one line per
   reason with (service, Queue, Reason); the reason is its first word as in the decision record
@@ -21,7 +22,6 @@ template sets), else ``longjobs``. Dimensions: ``service`` (``POWERTOOLS_SERVICE
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any
 
@@ -31,6 +31,7 @@ from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
     AmazonCloudWatchEMFProvider,
 )
 
+from dispatcher import settings
 from dispatcher.ports.queue import Backlog
 from dispatcher.stages.rerun import StopOutcome, StopResult
 from dispatcher.stages.tick import Decision
@@ -40,18 +41,24 @@ DEFAULT_SERVICE = "longjobs"
 Metric = tuple[str, MetricUnit, float]
 
 
+def _settings() -> settings.Config:
+    """The environment's settings (the ``metrics`` role requires none, it validates them)."""
+    return settings.load("metrics")
+
+
 def default_namespace() -> str:
-    return (os.environ.get("LONGJOBS_METRICS_NAMESPACE")
-            or os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or DEFAULT_NAMESPACE)
+    """``LONGJOBS_METRICS_NAMESPACE``, else ``POWERTOOLS_METRICS_NAMESPACE``, else ``longjobs``
+    (the fallbacks are resolved in :mod:`dispatcher.settings`)."""
+    return _settings().metrics_namespace or DEFAULT_NAMESPACE
 
 
 def service() -> str:
-    return os.environ.get("POWERTOOLS_SERVICE_NAME") or DEFAULT_SERVICE
+    return _settings().service_name or DEFAULT_SERVICE
 
 
 def queue_name(queue_url: str | None = None) -> str:
     """The queue's name, the last segment of its URL (what CloudWatch's AWS/SQS metrics use)."""
-    url = queue_url if queue_url is not None else os.environ.get("LONGJOBS_QUEUE_URL", "")
+    url = queue_url if queue_url is not None else _settings().queue_url
     return url.rstrip("/").rsplit("/", 1)[-1] or "unknown"
 
 

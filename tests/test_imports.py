@@ -1,0 +1,165 @@
+"""The import graph: the contracts in pyproject.toml hold, they can fail, there is no cycle, and
+the Lambda handlers and the console script import only what they need."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import grimp
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("dispatcher", "job_runner")
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=cwd, capture_output=True,
+                          text=True, timeout=120, env={"PYTHONPATH": str(cwd),
+                                                       "PATH": "/usr/bin:/bin"})
+
+
+def test_the_contracts_hold() -> None:
+    result = lint_imports(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_broken_contract_is_reported(tmp_path: Path) -> None:
+    """A copy of the project with two forbidden imports added fails the contracts they break."""
+    for name in PACKAGES:
+        shutil.copytree(ROOT / name, tmp_path / name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    with (tmp_path / "dispatcher" / "domain" / "errors.py").open("a") as f:
+        f.write("\nfrom dispatcher import wiring  # noqa\n")
+    with (tmp_path / "dispatcher" / "handlers.py").open("a") as f:
+        f.write("\nimport typer  # noqa\n")
+    result = lint_imports(tmp_path)
+    out = result.stdout
+    assert result.returncode == 1, out + result.stderr
+    assert "The domain imports nothing else of the project BROKEN" in out
+    assert "dispatcher.domain.errors -> dispatcher.wiring" in out
+    assert "CLI, local mode or test support BROKEN" in out
+    assert "dispatcher.handlers is not allowed to import typer" in out
+
+
+# -- cycles ---------------------------------------------------------------------------------------
+def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """One cycle per strongly connected component of more than one module (or a module that
+    imports itself), as ``[a, b, ..., a]``, shortest through the component's first module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan; the graphs here are a few hundred modules deep
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1 or node in graph.get(node, ()):
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    out = []
+    for component in sorted(components):
+        members, start = set(component), component[0]
+        paths = {start: [start]}
+        queue = [start]
+        while queue:  # breadth first inside the component, back to start
+            node = queue.pop(0)
+            for nxt in sorted(graph.get(node, ())):
+                if nxt == start:
+                    out.append([*paths[node], start])
+                    queue = []
+                    break
+                if nxt in members and nxt not in paths:
+                    paths[nxt] = [*paths[node], nxt]
+                    queue.append(nxt)
+    return out
+
+
+def test_the_cycle_finder_names_a_cycle() -> None:
+    graph = {"a": ["b"], "b": ["c"], "c": ["a", "d"], "d": [], "e": ["e"]}
+    assert cycles(graph) == [["a", "b", "c", "a"], ["e", "e"]]
+    assert cycles({"a": ["b"], "b": []}) == []
+
+
+@pytest.mark.parametrize("type_checking", [False, True], ids=["runtime", "with-type-checking"])
+def test_no_import_cycle(type_checking: bool) -> None:
+    """Module-level imports and imports inside functions count; ``if TYPE_CHECKING:`` imports
+    count in the second run (a cycle through them is still one module needing the other)."""
+    g = grimp.build_graph(*PACKAGES, exclude_type_checking_imports=not type_checking,
+                          cache_dir=None)
+    graph = {m: sorted(g.find_modules_directly_imported_by(m)) for m in g.modules}
+    found = cycles(graph)
+    assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+# -- what the deployables import -----------------------------------------------------------------
+def modules_after(code: str) -> set[str]:
+    result = subprocess.run([sys.executable, "-c", f"{code}\nimport sys\n"
+                             "print('\\n'.join(sys.modules))"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+    return set(result.stdout.split())
+
+
+def test_the_lambda_handlers_import_no_cli_local_mode_or_test_support() -> None:
+    loaded = modules_after("import dispatcher.handlers")
+    assert "dispatcher.handlers" in loaded
+    bad = sorted(m for m in loaded if m.split(".")[0] in ("typer", "rich", "moto", "click")
+                 or m.startswith(("dispatcher.cli", "dispatcher.local", "dispatcher.testing")))
+    assert bad == []
+
+
+def test_the_runner_imports_no_stages_or_cli() -> None:
+    loaded = modules_after("import job_runner.worker")
+    bad = sorted(m for m in loaded if m.split(".")[0] in ("typer", "rich", "moto")
+                 or m.startswith(("dispatcher.stages", "dispatcher.cli", "dispatcher.testing")))
+    assert bad == []
+
+
+def run_cli(blocked: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``longjobs ARGS`` as if ``blocked`` were not installed (None in sys.modules makes
+    find_spec report it missing and any import of it fail)."""
+    code = (f"import sys; sys.modules[{blocked!r}] = None; sys.argv = ['longjobs', *{args!r}]\n"
+            "from dispatcher.cli.entry import main; main()")
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+
+
+@pytest.mark.parametrize("blocked", ["typer", "rich"])
+def test_longjobs_without_the_cli_extra_says_so_in_one_line(blocked: str) -> None:
+    result = run_cli(blocked, "stats")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "longjobs[cli]" in result.stderr
+    assert blocked in result.stderr
+
+
+@pytest.mark.parametrize("command", ["demo", "local"])
+def test_local_mode_without_the_local_extra_says_so_in_one_line(command: str) -> None:
+    result = run_cli("moto", command)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "longjobs[local]" in result.stderr
+    assert f"longjobs {command}" in result.stderr
