@@ -171,7 +171,7 @@ class Config(BaseModel):
     max_infra_attempts: Annotated[int, Field(ge=0), Env(
         "LONGJOBS_MAX_INFRA_ATTEMPTS", "Reruns after infrastructure stops (Spot, host "
         "failure, never started) before a job fails; separate from a job's max_attempts.")] = 10
-    start_timeout_seconds: Annotated[int, Field(ge=1), Env(
+    start_timeout_seconds: Annotated[int, Field(ge=0), Env(
         "LONGJOBS_START_TIMEOUT_SECONDS", "A launched task that has not claimed its bundle "
         "after this long is checked with DescribeTasks.")] = 600
     heartbeat_seconds: Annotated[float, Field(gt=0), Env(

@@ -19,7 +19,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from dispatcher import settings
-from dispatcher.aws.dynamodb.store import DynamoStore
+from dispatcher.aws.dynamodb import open_store
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
@@ -31,22 +31,22 @@ from job_runner.outcome import Outcome, error_of, raised, succeeded
 from job_runner.writes import Writes
 
 # JSON lines with task_arn / bundle_id / job_id on every line (payloads are never logged).
-log = Logger(service="longjobs-runner", logger_handler=logging.StreamHandler(sys.stderr),
-             level=os.environ.get("LONGJOBS_LOG_LEVEL", "INFO"))
+# Its level is LONGJOBS_LOG_LEVEL, set in main() once the settings are loaded.
+log = Logger(service="longjobs-runner", logger_handler=logging.StreamHandler(sys.stderr))
 # Fargate sends SIGKILL 120 s after SIGTERM at most (stopTimeout); finish well inside it.
 STOP_GRACE_SECONDS = 90.0
 TIMEOUT_GRACE_SECONDS = 5.0
 
 
-def task_arn() -> str:
+def task_arn(cfg: Config | None = None) -> str:
     """ECS task metadata endpoint v4 (``$ECS_CONTAINER_METADATA_URI_V4/task``, ``TaskARN``);
-    local mode sets LONGJOBS_TASK_ARN instead.
+    local mode sets LONGJOBS_TASK_ARN instead. Both are read through :mod:`dispatcher.settings`.
     https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-metadata-endpoint-v4.html
     """
-    override = os.environ.get("LONGJOBS_TASK_ARN")
-    if override:
-        return override
-    base = os.environ.get("ECS_CONTAINER_METADATA_URI_V4")
+    cfg = settings.load("task") if cfg is None else cfg
+    if cfg.task_arn:
+        return cfg.task_arn
+    base = cfg.ecs_metadata_uri
     if not base:
         raise LongjobsError("cannot find this task's ARN: neither ECS_CONTAINER_METADATA_URI_V4 "
                             "nor LONGJOBS_TASK_ARN is set")
@@ -198,8 +198,7 @@ class Worker:
     def _heartbeat(self, fence: Fence) -> None:
         while not self.stopping.wait(self.cfg.heartbeat_seconds):
             try:
-                current = self.ctx.job_id if self.ctx else None
-                self.cancel_requested |= self.store.heartbeat(fence, current)
+                self.cancel_requested |= self.store.heartbeat(fence)
             except ConflictError:
                 log.warning("heartbeat found the claim lost; stopping")
                 self.lost.set()
@@ -211,8 +210,9 @@ class Worker:
 def main() -> int:
     try:
         cfg = settings.load("runner")
-        arn = task_arn()
-        store = DynamoStore(cfg.table, cfg.region, cfg.endpoint_url)
+        log.setLevel(cfg.log_level)
+        arn = task_arn(cfg)
+        store = open_store(cfg.table, cfg.region, cfg.endpoint_url)
         registry = Registry.load(cfg.handlers)
     except LongjobsError as exc:
         print(f"job_runner: {exc}", file=sys.stderr)

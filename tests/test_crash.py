@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from dispatcher import wiring
-from dispatcher.aws.dynamodb.store import DynamoStore
+from dispatcher.aws.dynamodb import open_store
 from dispatcher.ops.client import JobClient
 from dispatcher.testing.workload import run_until_drained
 from tests.conftest import Aws
@@ -70,10 +70,11 @@ def test_crash_after_each_step_converges(aws: Aws, point: str) -> None:
 
 
 def test_expired_lease_of_a_dead_tick_is_taken_over(aws: Aws) -> None:
-    store = DynamoStore(aws.env["LONGJOBS_TABLE"])
-    assert store.acquire_lease("crashed-tick", 1)  # a tick that died without releasing
+    store = open_store(aws.env["LONGJOBS_TABLE"])
     JobClient().submit("k", {}, job_id="after-lease")
-    assert wiring.dispatcher(aws.config()).tick().skipped
+    blocked = wiring.dispatcher(aws.config())  # built first: building clients takes a while
+    assert store.acquire_lease("crashed-tick", 1)  # a tick that died without releasing
+    assert blocked.tick().skipped
     decisions = []
 
     def taken_over() -> None:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from dispatcher import wiring
-from dispatcher.aws.dynamodb.store import DynamoStore
+from dispatcher.aws.dynamodb import open_store
 from dispatcher.domain.bundles import BundleState
 from dispatcher.ops.client import JobClient
 from dispatcher.testing.workload import mixed_jobs, run_until_drained, submit_in_waves
@@ -85,7 +85,7 @@ def test_new_revision_is_pinned_on_later_launches(aws: Aws) -> None:
     register_task_definition(client("ecs", aws.proxy.url), Names(), image="worker:v2")
     JobClient().submit("k", {}, job_id="after-deploy")
     d.tick()
-    store = DynamoStore(aws.env["LONGJOBS_TABLE"])
+    store = open_store(aws.env["LONGJOBS_TABLE"])
     revisions = {}
     for job_id in ("before-deploy", "after-deploy"):
         job = store.get_job(job_id)
@@ -184,7 +184,7 @@ def test_throttled_runtask_is_retried_with_the_same_token(aws: Aws) -> None:
 
 @pytest.mark.parametrize("lease_holder_seconds", [600])
 def test_a_held_lease_skips_the_tick(aws: Aws, lease_holder_seconds: int) -> None:
-    store = DynamoStore(aws.env["LONGJOBS_TABLE"])
+    store = open_store(aws.env["LONGJOBS_TABLE"])
     assert store.acquire_lease("someone-else", lease_holder_seconds)
     JobClient().submit("k", {}, job_id="waits")
     decision = _dispatcher(aws).tick()

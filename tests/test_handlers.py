@@ -9,7 +9,7 @@ import pytest
 
 from dispatcher import handlers
 from dispatcher.aws import ecs_events
-from dispatcher.aws.dynamodb.store import DynamoStore
+from dispatcher.aws.dynamodb import open_store
 from dispatcher.ops.client import JobClient
 from tests.conftest import Aws
 
@@ -50,13 +50,13 @@ def test_task_event_handler_reruns_and_publishes(aws: Aws,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     JobClient().submit("k", {}, job_id="spot")
     handlers.dispatch({}, Context())
-    job = DynamoStore(aws.env["LONGJOBS_TABLE"]).get_job("spot")
+    job = open_store(aws.env["LONGJOBS_TABLE"]).get_job("spot")
     assert job is not None and job.bundle_id
-    bundle = DynamoStore(aws.env["LONGJOBS_TABLE"]).get_bundle(job.bundle_id)
+    bundle = open_store(aws.env["LONGJOBS_TABLE"]).get_bundle(job.bundle_id)
     assert bundle is not None and bundle.task_arn
     capsys.readouterr()
-    out = handlers.task_event(ecs_events.sample_event(bundle.task_arn, stop_code="SpotInterruption"),
-                              None)
+    spot = ecs_events.sample_event(bundle.task_arn, stop_code="SpotInterruption")
+    out = handlers.task_event(spot, None)
     assert out["stop_class"] == "infrastructure" and out["relaunched"] is True
     blobs = _emf(capsys.readouterr().out)
     assert any("Reruns" in b and _value(b["Reruns"]) == 1

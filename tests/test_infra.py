@@ -27,7 +27,7 @@ from samtranslator.translator.translator import Translator
 from samtranslator.yaml_helper import yaml_parse
 
 from dispatcher import settings
-from dispatcher.aws.dynamodb.models import key_schema
+from dispatcher.aws.dynamodb.model import key_schema
 from dispatcher.domain.errors import ResourceMissing
 from dispatcher.ops.deploy import REGISTERABLE_FIELDS, register_revision
 

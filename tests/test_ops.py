@@ -17,13 +17,16 @@ from typer.testing import CliRunner
 
 from dispatcher import wiring
 from dispatcher.aws import ecs_events
-from dispatcher.aws.dynamodb.store import DynamoStore
+from dispatcher.aws.dynamodb import open_store
 from dispatcher.cli.app import app
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState
+from dispatcher.domain.stops import StopClass
+from dispatcher.handlers import on_task_event
 from dispatcher.ops.client import JobClient
 from dispatcher.ops.metrics import publish_stop, publish_tick
-from dispatcher.ports.store import Fence, JobUpdate
+from dispatcher.ports.store import Fence, JobUpdate, Store
+from dispatcher.stages.rerun import StopOutcome, StopResult
 from tests.conftest import Aws
 from tests.helpers import client
 
@@ -40,7 +43,7 @@ def cli_json(*args: str) -> Any:
     return json.loads(cli(*args, "--json").stdout)
 
 
-def _fence(store: DynamoStore, job_id: str) -> Fence:
+def _fence(store: Store, job_id: str) -> Fence:
     job = store.get_job(job_id)
     assert job is not None and job.bundle_id
     bundle = store.get_bundle(job.bundle_id)
@@ -48,7 +51,7 @@ def _fence(store: DynamoStore, job_id: str) -> Fence:
     return Fence(bundle.bundle_id, bundle.attempt, bundle.task_arn)
 
 
-def _start(store: DynamoStore, job_id: str) -> Fence:
+def _start(store: Store, job_id: str) -> Fence:
     """What the runner does: claim the bundle, record the job's start."""
     fence = _fence(store, job_id)
     store.claim(fence)
@@ -59,7 +62,7 @@ def _start(store: DynamoStore, job_id: str) -> Fence:
     return fence
 
 
-def _finish(store: DynamoStore, job_id: str, target: JobState, **extra: Any) -> None:
+def _finish(store: Store, job_id: str, target: JobState, **extra: Any) -> None:
     fence = _fence(store, job_id)
     store.claim(fence)
     entry = {"attempt": 1, "task_arn": fence.task_arn, "task_definition": "longjobs-worker:1",
@@ -71,7 +74,7 @@ def _finish(store: DynamoStore, job_id: str, target: JobState, **extra: Any) -> 
 
 
 @pytest.fixture
-def populated(aws: Aws) -> DynamoStore:
+def populated(aws: Aws) -> Store:
     """Jobs in every state, created in three ticks so creation order is known."""
     cfg = aws.config()
     d = wiring.dispatcher(cfg)
@@ -85,15 +88,16 @@ def populated(aws: Aws) -> DynamoStore:
     c.submit_many([{"kind": "report", "payload": {}, "job_id": j}
                    for j in ("ok-1", "bad-1", "run-1", "spot-1")])
     d.tick()
-    store = DynamoStore(aws.env["LONGJOBS_TABLE"])
+    store = open_store(aws.env["LONGJOBS_TABLE"])
     _finish(store, "ok-1", JobState.SUCCEEDED, result={"rows": 42})
     _finish(store, "bad-1", JobState.FAILED, error={"type": "ValueError", "message": "boom"},
             reason="permanent error: boom")
     fence = _start(store, "run-1")
     store.save_checkpoint(fence, "run-1", {"done": 7})
     spot = _start(store, "spot-1")
-    ecs_events.handle(ecs_events.sample_event(spot.task_arn, stop_code="SpotInterruption",
-                                      reason="Your Spot Task was interrupted."), cfg)
+    on_task_event(ecs_events.sample_event(spot.task_arn, stop_code="SpotInterruption",
+                                          reason="Your Spot Task was interrupted."),
+                  cfg.container, wiring.reruns(cfg))
     time.sleep(0.01)  # distinct creation times, as above
     aws.proxy.inject_runtask_failures(["RESOURCE:MEMORY"])
     c.submit("resize", {}, job_id="new-1")
@@ -101,7 +105,7 @@ def populated(aws: Aws) -> DynamoStore:
     return store
 
 
-def test_jobs_list_newest_first_with_filters(populated: DynamoStore) -> None:
+def test_jobs_list_newest_first_with_filters(populated: Store) -> None:
     out = cli_json("jobs", "list")
     assert out["count"] == len(out["jobs"]) == 8
     assert set(out["jobs"][0]) == {"job_id", "state", "kind", "created_at", "updated_at",
@@ -127,7 +131,7 @@ def test_jobs_list_newest_first_with_filters(populated: DynamoStore) -> None:
     assert "bad-1" in table and "FAILED" in table and "8 job(s)" in table
 
 
-def test_jobs_show_attempts_payload_and_rejections(populated: DynamoStore) -> None:
+def test_jobs_show_attempts_payload_and_rejections(populated: Store) -> None:
     spot = cli_json("jobs", "show", "spot-1")
     assert spot["state"] == "PENDING" and spot["infra_attempts"] == 1 and spot["attempts"] == 0
     [attempt] = spot["history"]
@@ -151,7 +155,7 @@ def test_jobs_show_attempts_payload_and_rejections(populated: DynamoStore) -> No
     assert "boom" in text and "attempts" in text
 
 
-def test_cancel_and_retry_through_the_cli(populated: DynamoStore) -> None:
+def test_cancel_and_retry_through_the_cli(populated: Store) -> None:
     assert cli("jobs", "cancel", "new-1").stdout.strip() == "new-1: CANCELLED"
     assert "cancel requested" in cli("jobs", "cancel", "run-1").stdout
     retried = cli_json("jobs", "retry", "new-1")
@@ -161,7 +165,7 @@ def test_cancel_and_retry_through_the_cli(populated: DynamoStore) -> None:
     assert "Traceback" not in result.output
 
 
-def test_stats(populated: DynamoStore) -> None:
+def test_stats(populated: Store) -> None:
     s = cli_json("stats")
     assert s["jobs"] == {"PENDING": 4, "RUNNING": 1, "SUCCEEDED": 1, "FAILED": 1,
                          "CANCELLED": 0, "REJECTED": 1}
@@ -229,10 +233,10 @@ def test_tick_emf_carries_the_decision(aws: Aws, capsys: pytest.CaptureFixture[s
     c.submit_many([{"kind": "k", "payload": {}, "job_id": j} for j in ("m1", "m2", "m1")])
     sqs.send_message(QueueUrl=aws.env["LONGJOBS_QUEUE_URL"], MessageBody="[1]")
     aws.proxy.inject_runtask_failures(["RESOURCE:MEMORY because"])
-    d = wiring.dispatcher(aws.config())
-    decision = d.tick()
+    stages = wiring.for_aws(aws.config())
+    decision = stages.dispatcher.tick()
     capsys.readouterr()
-    main = publish_tick(decision, backlog=d.queue.backlog(), running_tasks=1,
+    main = publish_tick(decision, backlog=stages.queue.backlog(), running_tasks=1,
                         namespace="ops-test")
     blobs = _lines(capsys.readouterr().out)
     assert blobs[0] == main and len(blobs) == 3
@@ -255,9 +259,9 @@ def test_tick_emf_carries_the_decision(aws: Aws, capsys: pytest.CaptureFixture[s
 
 
 def test_stop_emf(capsys: pytest.CaptureFixture[str]) -> None:
-    assert publish_stop({"ignored": "stale event"}) == {}
-    blob = publish_stop({"bundle_id": "b", "stop_class": "application", "rerun": ["a"],
-                         "failed": ["c", "d"], "relaunched": True}, queue="q")
+    assert publish_stop(StopOutcome(StopResult.IGNORED, "arn", reason="stale event")) == {}
+    blob = publish_stop(StopOutcome(StopResult.SETTLED, "arn", "b", StopClass.APPLICATION,
+                                    rerun=["a"], failed=["c", "d"], relaunched=True), queue="q")
     assert _lines(capsys.readouterr().out) == [blob]
     cw = blob["_aws"]["CloudWatchMetrics"][0]
     assert cw["Namespace"] == "longjobs"

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from dispatcher import wiring
-from dispatcher.aws.dynamodb.store import DynamoStore
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState
-from dispatcher.ports.store import Fence, JobUpdate
+from dispatcher.ports.store import Fence, JobUpdate, Store
 from tests.conftest import Aws
 from tests.helpers import client, launched
 
 
-def _launched(aws: Aws) -> tuple[DynamoStore, str, str]:
+def _launched(aws: Aws) -> tuple[Store, str, str]:
     store, bundle_id, arn = launched(aws, "rc-job")
     return store, bundle_id, arn
 
@@ -73,7 +72,7 @@ def test_a_job_past_its_timeout_is_failed_and_its_lone_task_stopped(aws: Aws) ->
     store.apply(fence, [JobUpdate("overdue", JobState.PENDING, JobState.RUNNING,
                                   attempts_delta=1, history=[{"task_arn": bundle.task_arn,
                                                               "started_at": 0.0}])])
-    store.heartbeat(fence, "overdue")
+    store.heartbeat(fence)
     decision = wiring.dispatcher(aws.config(LONGJOBS_HEARTBEAT_SECONDS="30")).tick()
     assert decision.reconcile.timed_out == ["overdue"]
     failed = store.get_job("overdue")

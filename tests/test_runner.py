@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.aws.dynamodb.store import DynamoStore
+from dispatcher.aws.dynamodb import open_store
 from dispatcher.domain.jobs import JobState
 from dispatcher.local.environment import LocalEnv
 from dispatcher.ops.client import JobClient
+from dispatcher.ports.store import Store
 from dispatcher.testing.moto import MotoEndpoint
 from dispatcher.testing.proxy import AwsProxy
 
@@ -60,24 +61,24 @@ def runs(log: Path, job_id: str) -> list[dict[str, object]]:
     return [r for r in lines if r["job_id"] == job_id]
 
 
-def checkpointed(store: DynamoStore, job_id: str) -> bool:
+def checkpointed(store: Store, job_id: str) -> bool:
     job = store.get_job(job_id)
     return job is not None and job.checkpoint is not None
 
 
-def step(store: DynamoStore, job_id: str) -> int:
+def step(store: Store, job_id: str) -> int:
     job = store.get_job(job_id)
     return int((job.checkpoint or {}).get("step", 0)) if job else 0
 
 
-def state(store: DynamoStore, job_id: str) -> JobState | None:
+def state(store: Store, job_id: str) -> JobState | None:
     job = store.get_job(job_id)
     return job.state if job else None
 
 
 def test_small_bundle_runs_each_job_once(local: tuple[LocalEnv, Path]) -> None:
     env, log = local
-    store = DynamoStore(env.cfg.table)
+    store = open_store(env.cfg.table)
     ids = JobClient().submit_many([{"kind": "echo", "payload": {"n": i}, "job_id": f"e{i}",
                                     "estimated_seconds": 0.1} for i in range(12)]
                                   + [{"kind": "nope", "payload": {}, "job_id": "unknown-kind",
@@ -97,7 +98,7 @@ def test_small_bundle_runs_each_job_once(local: tuple[LocalEnv, Path]) -> None:
 def test_sigkill_mid_job_reruns_from_checkpoint_on_the_infra_budget(
         local: tuple[LocalEnv, Path]) -> None:
     env, log = local
-    store = DynamoStore(env.cfg.table)
+    store = open_store(env.cfg.table)
     JobClient().submit("steps", {"steps": 8, "step_seconds": 0.5}, job_id="long",
                        max_attempts=1)
     wait_for(lambda: len(runs(log, "long")) == 1 and step(store, "long") >= 2)
@@ -114,7 +115,7 @@ def test_sigkill_mid_job_reruns_from_checkpoint_on_the_infra_budget(
 
 def test_poison_job_fails_after_exactly_max_attempts(local: tuple[LocalEnv, Path]) -> None:
     env, log = local
-    store = DynamoStore(env.cfg.table)
+    store = open_store(env.cfg.table)
     JobClient().submit("fail", {}, job_id="poison", max_attempts=2)
     wait_for(lambda: state(store, "poison") == JobState.FAILED, timeout=90)
     job = store.get_job("poison")
@@ -125,7 +126,7 @@ def test_poison_job_fails_after_exactly_max_attempts(local: tuple[LocalEnv, Path
 
 def test_sigterm_interrupts_and_the_rerun_resumes(local: tuple[LocalEnv, Path]) -> None:
     env, log = local
-    store = DynamoStore(env.cfg.table)
+    store = open_store(env.cfg.table)
     JobClient().submit("steps", {"steps": 8, "step_seconds": 0.5}, job_id="graceful")
     wait_for(lambda: checkpointed(store, "graceful"))
     arn = next(iter(env.launcher.tasks))
@@ -141,7 +142,7 @@ def test_sigterm_interrupts_and_the_rerun_resumes(local: tuple[LocalEnv, Path]) 
 
 def test_cancel_running_job_stops_it_at_the_next_heartbeat(local: tuple[LocalEnv, Path]) -> None:
     env, _ = local
-    store = DynamoStore(env.cfg.table)
+    store = open_store(env.cfg.table)
     client = JobClient()
     client.submit("sleepy", {"seconds": 60}, job_id="to-cancel")
     wait_for(lambda: state(store, "to-cancel") == JobState.RUNNING)
@@ -156,7 +157,7 @@ def test_cancel_running_job_stops_it_at_the_next_heartbeat(local: tuple[LocalEnv
 
 def test_job_timeout_fails_it_with_reason_timeout(local: tuple[LocalEnv, Path]) -> None:
     env, _ = local
-    store = DynamoStore(env.cfg.table)
+    store = open_store(env.cfg.table)
     JobClient().submit("sleepy", {"seconds": 60}, job_id="slow", timeout_seconds=1)
     wait_for(lambda: state(store, "slow") == JobState.FAILED, timeout=30)
     job = store.get_job("slow")
@@ -176,7 +177,7 @@ def test_a_bundle_of_50_small_jobs_costs_a_few_writes(
         "LONGJOBS_HEARTBEAT_SECONDS": "30", "LONGJOBS_ASSIGN_WAIT_SECONDS": "20"})
     try:
         env.start()
-        store = DynamoStore(env.cfg.table)
+        store = open_store(env.cfg.table)
         ids = JobClient().submit_many([{"kind": "echo", "payload": {"n": i},
                                         "job_id": f"g{i}", "estimated_seconds": 0.1}
                                        for i in range(50)])

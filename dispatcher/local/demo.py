@@ -30,15 +30,15 @@ from typing import Any
 
 import boto3
 
-from dispatcher.aws.dynamodb.codec import item_rejection
-from dispatcher.aws.dynamodb.models import Item
-from dispatcher.aws.dynamodb.store import DynamoStore
+from dispatcher.aws.dynamodb import open_store
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
 from dispatcher.local.environment import LocalEnv
 from dispatcher.local.provision import Names, register_task_definition
-from dispatcher.stages.rerun import StopOutcome
 from dispatcher.local.view import Say, Snapshot, View, make_view
 from dispatcher.ops.client import JobClient
+from dispatcher.ports.store import OperatorStore
+from dispatcher.ports.store.records import record_rejection
+from dispatcher.stages.rerun import StopOutcome
 
 HANDLERS = ("demo.sleep=dispatcher.local.demo_handlers:sleep,"
             "demo.steps=dispatcher.local.demo_handlers:steps,"
@@ -104,7 +104,7 @@ class Scenario:
     held: int = 0  # deepest backlog seen while every task slot was taken
 
     def __post_init__(self) -> None:
-        self.store = DynamoStore(self.env.cfg.table)
+        self.store = open_store(self.env.cfg.table)
         self.client = JobClient()
         p = self.plan
         first = [*p.long, p.poison, *p.small[:WAVE]]  # long jobs first: they are the long pole
@@ -131,7 +131,7 @@ class Scenario:
 
     def snapshot(self) -> Snapshot:
         backlog = self.env.stages.queue.backlog()
-        counts = {s: Item.by_status.count(f"JOB#{s}") for s in ("SUCCEEDED", "FAILED")}
+        counts = {s: self.store.count_jobs(JobState(s)) for s in ("SUCCEEDED", "FAILED")}
         decisions = list(self.env.decisions)  # the dispatcher's own decision records
         return Snapshot(
             elapsed=self.elapsed(), submitted=self.submitted,
@@ -264,11 +264,11 @@ def _read_log(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def rejections() -> list[tuple[str, str]]:
+def rejections(store: OperatorStore) -> list[tuple[str, str]]:
     """(key, reason) of every REJECTED record in the table."""
     out = []
-    for item in Item.by_status.query(f"JOB#{JobState.REJECTED}"):
-        rej = item_rejection(item)
+    for item in store.list_jobs(JobState.REJECTED, limit=None):
+        rej = record_rejection(item)
         out.append((rej.key, rej.reason))
     return out
 
@@ -291,7 +291,7 @@ def verdict(s: Scenario, records: list[dict[str, Any]]) -> tuple[bool, str, list
     raises = sum(1 for r in records if r["job_id"] == "poison" and r.get("event") == "raise")
     failed_ok = (poison is not None and poison.state == JobState.FAILED
                  and poison.attempts == POISON_ATTEMPTS == raises and done["poison"] == 0)
-    rejected = rejections()
+    rejected = rejections(store)
     absorbed = sum(d.intake.duplicates for d in list(env.decisions))
     checks = {"every good job succeeded exactly once (table and execution log)":
               len(once) == len(plan.good), "nothing lost": not lost,

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher import settings, wiring
-from dispatcher.handlers import on_task_event
 from dispatcher.aws import clients, ecs_events
 from dispatcher.aws.ecs_events import Ignored
+from dispatcher.handlers import on_task_event
 from dispatcher.local.launcher import LocalLauncher, TaskExit
 from dispatcher.local.provision import provision
 from dispatcher.settings import Config

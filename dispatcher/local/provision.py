@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dispatcher.aws.clients import endpoint_client
-from dispatcher.aws.dynamodb.models import TTL_ATTRIBUTE, Item, bind
+from dispatcher.aws.dynamodb.model import create_table
 
 DEFAULT_REGION = "us-east-1"
 # The job queue's shape, as infra/template.yaml declares it (a test keeps the two equal).
@@ -76,12 +76,7 @@ def provision(endpoint: str | None, names: Names | None = None,
                                      "maxReceiveCount": str(MAX_RECEIVE_COUNT)}),
     })["QueueUrl"]
 
-    bind(names.table, region, endpoint)
-    if not Item.exists():
-        Item.create_table(wait=True, billing_mode="PAY_PER_REQUEST")
-    ddb = endpoint_client("dynamodb", endpoint, region)
-    ddb.update_time_to_live(TableName=names.table, TimeToLiveSpecification={
-        "Enabled": True, "AttributeName": TTL_ATTRIBUTE})
+    create_table(names.table, region, endpoint)
 
     ecs = endpoint_client("ecs", endpoint, region)
     ecs.create_cluster(clusterName=names.cluster,

@@ -17,14 +17,17 @@ from pydantic import ValidationError
 
 from dispatcher import settings
 from dispatcher.aws import clients
+from dispatcher.aws.dynamodb import open_store
 from dispatcher.aws.sqs import SqsQueue
 from dispatcher.domain import message
-from dispatcher.domain.errors import InvalidMessage, JobNotFound, SubmitError
+from dispatcher.domain.errors import ConfigError, InvalidMessage, JobNotFound, SubmitError
 from dispatcher.domain.jobs import Job, Rejection
 from dispatcher.ports.queue import BATCH, Queue
+from dispatcher.ports.store import Store
 
 if TYPE_CHECKING:  # the table's model (pynamodb) loads only when a client reads
-    from dispatcher.ops.queries import DeadLetters, JobDetail, JobSummary, Registry, Stats
+    from dispatcher.ops.dead_letters import DeadLetters
+    from dispatcher.ops.queries import JobDetail, JobSummary, Registry, Stats
 
 # A SendMessageBatch request carries at most 1 MiB in total (and 10 messages).
 # https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessageBatch.html
@@ -49,7 +52,7 @@ class JobClient:
         self.allowed_kinds = allowed_kinds or cfg.allowed_kinds
         self._queue = queue or SqsQueue(clients.client("sqs", cfg), cfg.queue_url)
         self._send_tries = send_tries
-        self._store: Any = None
+        self._store: Store | None = None
 
     # -- producing ------------------------------------------------------------------------------
     def submit(self, kind: str, payload: Mapping[str, Any], *, job_id: str | None = None,
@@ -91,42 +94,39 @@ class JobClient:
         return msg.job_id, msg.model_dump_json(exclude_none=True)
 
     # -- reading --------------------------------------------------------------------------------
-    def _table(self) -> Any:
+    def _table(self) -> Store:
         if self._store is None:
-            from dispatcher.aws.dynamodb.store import DynamoStore
-
             if not self.cfg.table:
-                raise InvalidMessage("LONGJOBS_TABLE is not set; reading jobs needs the table")
-            self._store = DynamoStore(self.cfg.table, self.cfg.region, self.cfg.endpoint_url)
+                raise ConfigError("LONGJOBS_TABLE is not set; reading jobs needs the table")
+            self._store = open_store(self.cfg.table, self.cfg.region, self.cfg.endpoint_url)
         return self._store
 
     def get(self, job_id: str) -> Job | Rejection:
         job = self._table().get_job(job_id)
         if job is not None:
-            return job  # type: ignore[no-any-return]
+            return job
         rejection = self._table().get_rejection(job_id)
         if rejection is not None:
-            return rejection  # type: ignore[no-any-return]
+            return rejection
         raise JobNotFound("no such job", job_id=job_id)
 
     def cancel(self, job_id: str) -> Job:
         """A pending job is CANCELLED at once; a running one is stopped at its next heartbeat
         (the returned job then still shows RUNNING)."""
-        return self._table().cancel(job_id)  # type: ignore[no-any-return]
+        return self._table().cancel(job_id)
 
     def retry(self, job_id: str) -> Job:
         """Run a FAILED or CANCELLED job again with a fresh attempt budget."""
-        return self._table().retry(job_id)  # type: ignore[no-any-return]
+        return self._table().retry(job_id)
 
     # -- operating (dispatcher.ops.queries) ----------------------------------------------------
     def registry(self) -> Registry:
         """The typed read API over the table, with this client's queue and DLQ for stats."""
         from dispatcher.ops.queries import Registry
 
-        self._table()  # binds the table model to this client's table and endpoint
         dlq = SqsQueue(clients.client("sqs", self.cfg), self.cfg.dlq_url) if self.cfg.dlq_url \
             else None
-        return Registry(queue=self._queue, dead_letters=dlq)
+        return Registry(self._table(), queue=self._queue, dead_letters=dlq)
 
     def stats(self) -> Stats:
         """Backlog, jobs by state, running tasks by revision, launch failures and reruns."""
@@ -138,9 +138,14 @@ class JobClient:
 
     def dead_letters(self) -> DeadLetters:
         """The DLQ (LONGJOBS_DLQ_URL): peek at messages, or move them back to the job queue."""
-        from dispatcher.ops.queries import DeadLetters
+        from dispatcher.domain.errors import LongjobsError
+        from dispatcher.ops.dead_letters import DeadLetters
 
-        return DeadLetters(clients.client("sqs", self.cfg), self.cfg.dlq_url, self.cfg.queue_url)
+        if not self.cfg.dlq_url:
+            raise LongjobsError("LONGJOBS_DLQ_URL is not set; the dlq commands need the "
+                                "dead-letter queue's URL")
+        sqs = clients.client("sqs", self.cfg)
+        return DeadLetters(SqsQueue(sqs, self.cfg.dlq_url), SqsQueue(sqs, self.cfg.queue_url))
 
     # Keep `list` the last method: below it, `list[...]` in a class-level annotation would name
     # this method (mypy: "not valid as a type").

@@ -18,9 +18,9 @@ from dispatcher.domain.jobs import Job, Rejection
 from dispatcher.domain.launches import Launch
 from dispatcher.ports.launcher import Launcher, LaunchRequest, LaunchResult, TaskStatus
 from dispatcher.ports.queue import BATCH, Backlog, Queue, Received
+from dispatcher.ports.store import DispatchStore, JobUpdate, LaunchOutcome
 from dispatcher.settings import Config
 from dispatcher.stages.tick import Dispatcher
-from dispatcher.ports.store import DispatchStore, JobUpdate, LaunchOutcome
 
 READ_SECONDS = 60
 

@@ -1,10 +1,11 @@
 """The operators' read API over the job table: list, show and stats, as typed objects.
 
-Everything here reads through the ``by_status`` index (hash ``<TYPE>#<STATE>``, range ISO time),
-so the cost of a question follows the size of its answer, never the size of the table: a status
-query is one partition read newest first, "all statuses" merges the per-status queries lazily,
-and counts are COUNT queries. The CLI (``dispatcher.cli_ops``) and ``JobClient`` are thin layers
-over this module; each result has ``to_json()`` with a stable shape for scripts.
+Every read goes through the operator role of the Store port (:class:`OperatorStore`), whose
+queries use the ``by_status`` index (hash ``<TYPE>#<STATE>``, range ISO time), so the cost of a
+question follows the size of its answer, never the size of the table: a status query reads at
+most ``limit`` items newest first, "all statuses" merges the per-status answers, and counts are
+COUNT queries. The CLI (``dispatcher.cli.jobs``) and ``JobClient`` are thin layers over this
+module; each result has ``to_json()`` with a stable shape for scripts.
 """
 
 from __future__ import annotations
@@ -14,17 +15,16 @@ import itertools
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeVar
 
-from pynamodb.exceptions import DoesNotExist
-
-from dispatcher.aws.dynamodb.models import Item, iso
-from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, BundleState
 from dispatcher.domain.errors import JobNotFound, LongjobsError
 from dispatcher.domain.jobs import JobState
 from dispatcher.ports.queue import Queue
+from dispatcher.ports.store import OperatorStore
+from dispatcher.ports.store.records import iso
+from dispatcher.ports.table import Record
 
 # What `jobs show` prints of a payload, result or checkpoint: enough to recognise it, small
 # enough for a terminal (payloads may be 256 KiB).
@@ -78,7 +78,7 @@ class JobSummary(_Flat):
     reason: str | None
 
     @staticmethod
-    def from_item(item: Item) -> JobSummary:
+    def from_item(item: Record) -> JobSummary:
         rejected = item.pk.startswith("REJECT#")
         return JobSummary(
             job_id=item.pk.split("#", 1)[1] if rejected or not item.job_id else item.job_id,
@@ -181,9 +181,10 @@ def parse_status(status: str) -> JobState:
 
 @dataclass
 class Registry:
-    """Reads over the table the model is bound to (a ``DynamoStore`` binds it) and, for stats,
-    the job queue and dead-letter queue."""
+    """Reads over the job table (through the operator role of the store port) and, for
+    stats, the job queue and dead-letter queue."""
 
+    store: OperatorStore
     queue: Queue | None = None
     dead_letters: Queue | None = None
     clock: Any = field(default=time.time)
@@ -193,26 +194,20 @@ class Registry:
                   since_seconds: float | None = None, limit: int = 50) -> list[JobSummary]:
         """Newest first (by creation time, the index's range key), at most ``limit``."""
         states = [parse_status(status)] if status else list(JOB_STATES)
-        since = iso(self.clock() - since_seconds) if since_seconds is not None else None
-        # Each per-status query is already newest first and pages lazily, so merging them
-        # reads about `limit` items in total, whatever the table holds.
-        streams = [self._newest(state, since, kind, limit) for state in states]
+        since = self.clock() - since_seconds if since_seconds is not None else None
+        # Each per-status answer is newest first and at most `limit` long, so merging them
+        # reads at most `limit` items per status, whatever the table holds.
+        streams = [self.store.list_jobs(state, since=since, kind=kind, limit=limit)
+                   for state in states]
         merged = heapq.merge(*streams, key=lambda i: i.status_at or "", reverse=True)
         return [JobSummary.from_item(i) for i in itertools.islice(merged, limit)]
 
-    @staticmethod
-    def _newest(state: JobState, since: str | None, kind: str | None,
-                limit: int) -> Iterator[Item]:
-        return iter(Item.by_status.query(
-            f"JOB#{state}", Item.status_at >= since if since else None,
-            filter_condition=Item.kind == kind if kind else None,
-            scan_index_forward=False, page_size=min(max(limit, 10), 100)))
-
     # -- show -----------------------------------------------------------------------------------
     def show(self, job_id: str) -> JobDetail:
-        item = _get(f"JOB#{job_id}") or _get(f"REJECT#{job_id}")
-        if item is None:
+        found = self.store.detail(job_id)
+        if found is None:
             raise JobNotFound("no such job", job_id=job_id)
+        item, bundle = found
         summary = JobSummary.from_item(item)
         if summary.state == JobState.REJECTED:
             return JobDetail(summary, None, False, None, None, None, None, [], None,
@@ -221,7 +216,7 @@ class Registry:
         attempts = [Attempt.from_history(h) for h in item.history or [] if isinstance(h, dict)]
         checkpoint, _ = clip(item.checkpoint)
         return JobDetail(summary, payload, cut, clip(item.result)[0], item.error, checkpoint,
-                         _checkpoint_at(item, attempts), attempts, _bundle(item.bundle_id),
+                         _checkpoint_at(item, attempts), attempts, _bundle(bundle),
                          item.message_id, None)
 
     # -- stats ----------------------------------------------------------------------------------
@@ -229,10 +224,10 @@ class Registry:
         t = self.clock()
         cutoff = t - HOUR  # "recent" for launch failures and reruns
         return Stats(at=t, backlog=self._backlog(),
-                     jobs={str(s): Item.by_status.count(f"JOB#{s}") for s in JOB_STATES},
-                     running_by_revision=_running_by_revision(),
-                     launch_failures_last_hour=_launch_failures(cutoff),
-                     reruns_last_hour=_reruns(cutoff))
+                     jobs={str(s): self.store.count_jobs(s) for s in JOB_STATES},
+                     running_by_revision=self._running_by_revision(),
+                     launch_failures_last_hour=self._launch_failures(cutoff),
+                     reruns_last_hour=self._reruns(cutoff))
 
     def _backlog(self) -> BacklogStats | None:
         if self.queue is None:
@@ -241,25 +236,49 @@ class Registry:
         dead = self.dead_letters.backlog().visible if self.dead_letters else None
         return BacklogStats(b.visible, b.in_flight, b.delayed, None, dead)
 
+    def _running_by_revision(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for bundle in self.store.active_bundles():
+            rev = out.setdefault(bundle.task_definition or "unknown", {})
+            rev[str(bundle.state)] = rev.get(str(bundle.state), 0) + 1
+        return dict(sorted(out.items()))
 
-def _get(pk: str) -> Item | None:
-    try:
-        return Item.get(pk, consistent_read=True)
-    except DoesNotExist:
-        return None
+    def _launch_failures(self, cutoff: float) -> dict[str, int]:
+        """Bundles waiting for a relaunch after RunTask refused them within the window, by
+        reason (first word, as in the tick's decision record)."""
+        reasons: Counter[str] = Counter()
+        for bundle in self.store.launch_failed_since(cutoff):
+            reasons[(bundle.last_failure or "unknown").split(" ", 1)[0]] += 1
+        return dict(reasons)
+
+    def _reruns(self, cutoff: float) -> dict[str, int]:
+        """Jobs rerun in the window, by stop class. A rerun relaunches the job's bundle
+        (attempt > 1) and moves its index time, so only bundles touched in the window are
+        read, then their jobs."""
+        job_ids = [j for b in self.store.relaunched_since(cutoff) for j in b.job_ids]
+        classes: Counter[str] = Counter()
+        for job in self.store.job_records(list(dict.fromkeys(job_ids))):
+            recent = [h.get("stop_class") for h in job.history or []
+                      if isinstance(h, dict) and h.get("stop_class")
+                      and float(h.get("stopped_at") or 0) >= cutoff]
+            if recent:
+                classes[str(recent[-1])] += 1
+            elif int(job.infra_attempts or 0) > 0 and float(job.updated_at or 0) >= cutoff:
+                classes["infrastructure"] += 1  # stopped before it started: no history entry
+        return dict(classes)
 
 
-def _bundle(bundle_id: str | None) -> dict[str, Any] | None:
-    item = _get(f"BUNDLE#{bundle_id}") if bundle_id else None
+def _bundle(item: Record | None) -> dict[str, Any] | None:
     if item is None:
         return None
-    return {"bundle_id": bundle_id, "state": item.state, "attempt": int(item.attempt or 0),
-            "task_arn": item.task_arn, "task_definition": item.task_definition,
-            "heartbeat_at": _opt(iso, item.heartbeat_at), "launch_failures":
-            int(item.launch_failures or 0), "last_failure": item.last_failure}
+    return {"bundle_id": item.pk.split("#", 1)[1], "state": item.state,
+            "attempt": int(item.attempt or 0), "task_arn": item.task_arn,
+            "task_definition": item.task_definition,
+            "heartbeat_at": _opt(iso, item.heartbeat_at),
+            "launch_failures": int(item.launch_failures or 0), "last_failure": item.last_failure}
 
 
-def _checkpoint_at(item: Item, attempts: list[Attempt]) -> float | None:
+def _checkpoint_at(item: Record, attempts: list[Attempt]) -> float | None:
     """The table keeps no checkpoint time. While a job runs, its item is written only by its
     start and its checkpoints, so a write after the current attempt started is a checkpoint."""
     if item.checkpoint is None or item.state != JobState.RUNNING or not attempts:
@@ -268,131 +287,3 @@ def _checkpoint_at(item: Item, attempts: list[Attempt]) -> float | None:
     if started is not None and item.updated_at is not None and item.updated_at > started:
         return float(item.updated_at)
     return None
-
-
-def _running_by_revision() -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for state in ACTIVE_BUNDLE_STATES:
-        for item in Item.by_status.query(f"BUNDLE#{state}"):
-            rev = out.setdefault(item.task_definition or "unknown", {})
-            rev[str(state)] = rev.get(str(state), 0) + 1
-    return dict(sorted(out.items()))
-
-
-def _launch_failures(cutoff: float) -> dict[str, int]:
-    """Bundles waiting for a relaunch after RunTask refused them within the window, by reason
-    (first word, as in the tick's decision record)."""
-    reasons: Counter[str] = Counter()
-    for item in Item.by_status.query(f"BUNDLE#{BundleState.PENDING}", filter_condition=(
-            Item.updated_at >= cutoff) & (Item.launch_failures > 0) & Item.last_failure.exists()):
-        reasons[(item.last_failure or "unknown").split(" ", 1)[0]] += 1
-    return dict(reasons)
-
-
-def _reruns(cutoff: float) -> dict[str, int]:
-    """Jobs rerun in the window, by stop class. A rerun relaunches the job's bundle (attempt > 1)
-    and moves its index time, so only bundles touched in the window are read, then their jobs."""
-    job_ids: list[str] = []
-    for state in BundleState:
-        rows = Item.by_status.query(f"BUNDLE#{state}", Item.status_at >= iso(cutoff),
-                                    filter_condition=Item.attempt > 1)
-        job_ids.extend(j for item in rows for j in item.job_ids or [])
-    classes: Counter[str] = Counter()
-    keys = list(dict.fromkeys(f"JOB#{j}" for j in job_ids))
-    for start in range(0, len(keys), 100):
-        for job in Item.batch_get(keys[start:start + 100]):
-            recent = [h.get("stop_class") for h in job.history or []
-                      if isinstance(h, dict) and h.get("stop_class")
-                      and float(h.get("stopped_at") or 0) >= cutoff]
-            if recent:
-                classes[str(recent[-1])] += 1
-            elif int(job.infra_attempts or 0) > 0 and float(job.updated_at or 0) >= cutoff:
-                classes["infrastructure"] += 1  # stopped before it started: no history entry
-    return dict(classes)
-
-
-@dataclass(frozen=True)
-class DeadLetter(_Flat):
-    message_id: str
-    sent_at: float | None
-    receive_count: int
-    job_id: str | None
-    kind: str | None
-    body: str
-    body_truncated: bool
-
-
-class DeadLetters:
-    """The job queue's dead-letter queue: messages SQS moved there after ``maxReceiveCount``
-    receives (a dispatcher that kept crashing on them, or kept failing to record them)."""
-
-    def __init__(self, sqs: Any, dlq_url: str, queue_url: str) -> None:
-        if not dlq_url:
-            raise LongjobsError("LONGJOBS_DLQ_URL is not set; the dlq commands need the "
-                                "dead-letter queue's URL")
-        self._sqs, self.url, self.queue_url = sqs, dlq_url, queue_url
-
-    def _receive(self, n: int, visibility: int) -> list[dict[str, Any]]:
-        return list(self._sqs.receive_message(
-            QueueUrl=self.url, MaxNumberOfMessages=max(1, min(n, 10)), WaitTimeSeconds=0,
-            VisibilityTimeout=visibility, MessageAttributeNames=["All"],
-            MessageSystemAttributeNames=["SentTimestamp", "ApproximateReceiveCount"],
-        ).get("Messages", []))
-
-    def peek(self, limit: int = 10) -> list[DeadLetter]:
-        """Look without taking: receive with VisibilityTimeout=0, so the messages stay visible.
-
-        Receiving still increments each message's ApproximateReceiveCount (SQS has no
-        read-only peek); the DLQ has no redrive policy of its own, so this moves nothing.
-        """
-        seen: dict[str, DeadLetter] = {}
-        for _ in range(max(1, limit) * 2):  # visibility 0: later receives may repeat messages
-            fresh = [m for m in self._receive(limit - len(seen), 0) if m["MessageId"] not in seen]
-            seen.update((m["MessageId"], _dead_letter(m)) for m in fresh)
-            if not fresh or len(seen) >= limit:
-                break
-        return list(seen.values())[:limit]
-
-    def redrive(self, limit: int = 100) -> tuple[int, dict[str, str]]:
-        """Move up to ``limit`` messages back to the job queue: send, then delete, 10 at a time.
-
-        A crash between the two leaves a copy in both queues; the dispatcher's de-duplication on
-        ``job_id`` makes that one job. Returns (moved, {message_id: reason} of those not moved);
-        messages that could not be sent reappear in the DLQ after 30 s.
-        """
-        moved, failed = 0, dict[str, str]()
-        while moved + len(failed) < limit:
-            batch = [m for m in self._receive(limit - moved - len(failed), 30)
-                     if m["MessageId"] not in failed]
-            if not batch:
-                break
-            resp = self._sqs.send_message_batch(QueueUrl=self.queue_url, Entries=[
-                {"Id": str(n), "MessageBody": m.get("Body", ""),
-                 **({"MessageAttributes": m["MessageAttributes"]} if m.get("MessageAttributes")
-                    else {})} for n, m in enumerate(batch)])
-            for f in resp.get("Failed", []):
-                failed[batch[int(f["Id"])]["MessageId"]] = f"{f.get('Code')}: {f.get('Message')}"
-            sent = [batch[int(ok["Id"])] for ok in resp.get("Successful", [])]
-            if not sent:
-                continue
-            resp = self._sqs.delete_message_batch(QueueUrl=self.url, Entries=[
-                {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(sent)])
-            moved += len(sent)
-            for f in resp.get("Failed", []):  # sent, still here: a later redrive duplicates it
-                failed[sent[int(f["Id"])]["MessageId"]] = f"not deleted: {f.get('Code')}"
-        return moved, failed
-
-
-def _dead_letter(m: dict[str, Any]) -> DeadLetter:
-    try:
-        data = json.loads(m.get("Body", ""))
-    except ValueError:
-        data = None
-    fields_ = data if isinstance(data, dict) else {}
-    job_id, kind = (v if isinstance(v, str) else None
-                    for v in (fields_.get("job_id"), fields_.get("kind")))
-    text, cut = clip(m.get("Body", ""))
-    sent = m.get("Attributes", {}).get("SentTimestamp")
-    return DeadLetter(m["MessageId"], int(sent) / 1000 if sent else None,
-                      int(m.get("Attributes", {}).get("ApproximateReceiveCount", 0)), job_id,
-                      kind, text or "", cut)

@@ -16,76 +16,22 @@ attribute, or one of another type, makes ``Eq``/``In``/``Lt``/``Le``/``Gt``/``Ge
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher.domain.errors import LongjobsError
+from dispatcher.ports.record import (
+    ATTRIBUTES,
+    JSON_ATTRIBUTES,
+    LIST_ATTRIBUTES,
+    NUMBER_ATTRIBUTES,
+    Record,
+)
 
 # TransactWriteItems: at most 100 actions and 4 MB in total, no two actions on the same item.
 # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
 MAX_TRANSACTION_ITEMS = 100
 MAX_TRANSACTION_BYTES = 4 * 1024 * 1024
-
-
-@dataclass
-class Record:
-    """One item of the single table. Attributes an item type does not use stay None (and are
-    not stored). Names are the table's attribute names."""
-
-    pk: str
-    status_key: str | None = None  # by_status index hash key: <TYPE>#<STATE>
-    status_at: str | None = None  # by_status index range key: ISO-8601 UTC
-    expires_at: float | None = None  # TTL
-    state: str | None = None
-    created_at: float | None = None
-    updated_at: float | None = None
-    # job
-    kind: str | None = None
-    payload: Any = None
-    bundle_id: str | None = None
-    estimated_seconds: float | None = None
-    max_attempts: float | None = None
-    timeout_seconds: float | None = None
-    attempts: float | None = None
-    infra_attempts: float | None = None
-    enqueued_at: float | None = None
-    message_id: str | None = None
-    reason: str | None = None
-    result: Any = None
-    error: Any = None
-    history: Any = None
-    checkpoint: Any = None
-    job_id: str | None = None
-    body: str | None = None
-    # bundle
-    job_ids: list[str] | None = None
-    attempt: float | None = None
-    launch_id: str | None = None
-    task_arn: str | None = None
-    task_definition: str | None = None
-    next_attempt_at: float | None = None
-    launch_failures: float | None = None
-    last_failure: str | None = None
-    heartbeat_at: float | None = None
-    cancel_jobs: list[str] | None = None
-    # launch
-    bundle_ids: list[str] | None = None
-    task_arns: list[str] | None = None
-    # lease
-    owner: str | None = None
-    lease_until: float | None = None
-
-    def present(self) -> dict[str, Any]:
-        """The attributes that are set (what the table stores)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if getattr(self, f.name) is not None}
-
-
-ATTRIBUTES: frozenset[str] = frozenset(f.name for f in fields(Record))
-JSON_ATTRIBUTES = frozenset({"payload", "result", "error", "history", "checkpoint"})
-LIST_ATTRIBUTES = frozenset({"job_ids", "cancel_jobs", "bundle_ids", "task_arns"})
-NUMBER_ATTRIBUTES = frozenset(
-    f.name for f in fields(Record) if f.type == "float | None")
 
 
 def _attr(name: str) -> None:
@@ -357,3 +303,10 @@ class Table(ABC):
     @abstractmethod
     def clear(self) -> None:
         """Delete every item (tests)."""
+
+
+__all__ = ["ATTRIBUTES", "JSON_ATTRIBUTES", "LIST_ATTRIBUTES", "MAX_TRANSACTION_BYTES",
+           "MAX_TRANSACTION_ITEMS", "NUMBER_ATTRIBUTES", "Absent", "Action", "Add", "And",
+           "Append", "Check", "Condition", "ConditionFailed", "Delete", "Eq", "Exists", "Ge",
+           "Gt", "Has", "In", "InvalidTransaction", "Le", "Lt", "Op", "Or", "Put", "Record",
+           "Remove", "Set", "Table", "TransactionCancelled", "Update"]

@@ -114,4 +114,5 @@ class Reconciler:
                       if j.job_id != job.job_id and j.bundle_id == bundle.bundle_id
                       and j.state not in TERMINAL_JOB_STATES]
             if not others:
-                self._launcher.stop(bundle.task_arn, f"{USER_STOP_PREFIX} job {job.job_id} timed out")
+                self._launcher.stop(bundle.task_arn,
+                                    f"{USER_STOP_PREFIX} job {job.job_id} timed out")

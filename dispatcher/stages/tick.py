@@ -14,12 +14,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dispatcher.ports.launcher import Launcher
-from dispatcher.ports.queue import Queue
 from dispatcher.ports.store import DispatchStore
 from dispatcher.stages.admit import Intake, IntakeStats
 from dispatcher.stages.launch import Launches, LaunchStats
-from dispatcher.stages.reconcile import Reconciler, ReconcileStats
 from dispatcher.stages.policy import TickPolicy
+from dispatcher.stages.reconcile import Reconciler, ReconcileStats
 
 log = logging.getLogger(__name__)
 

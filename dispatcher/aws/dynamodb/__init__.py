@@ -1,2 +1,17 @@
-"""Persistence: ``base`` is the Store port, ``dynamodb`` the pynamodb adapter, ``models`` the
-table's one item model (single-table design)."""
+"""The DynamoDB adapter of the table port (:mod:`.table`) and its pynamodb model (:mod:`.model`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dispatcher.aws.dynamodb.table import DynamoTable
+from dispatcher.ports.store import Store
+
+
+def open_store(table: str, region: str | None = None, host: str | None = None,
+               clock: Callable[[], float] | None = None) -> Store:
+    """The full Store on a DynamoDB table (``host``: an endpoint URL, e.g. moto's)."""
+    return Store(DynamoTable(table, region, host), clock)
+
+
+__all__ = ["DynamoTable", "open_store"]

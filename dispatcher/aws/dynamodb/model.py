@@ -59,7 +59,8 @@ def _make(table: str, region: str | None, host: str | None, n: int) -> type[Mode
         "Meta": index_meta, "status_key": UnicodeAttribute(hash_key=True),
         "status_at": UnicodeAttribute(range_key=True)})
     attrs: dict[str, Any] = {name: _attribute(name) for name in ATTRIBUTES if name not in KEYS}
-    attrs.update(__module__=__name__, Meta=type("Meta", (), meta), pk=UnicodeAttribute(hash_key=True),
+    attrs.update(__module__=__name__, Meta=type("Meta", (), meta),
+                 pk=UnicodeAttribute(hash_key=True),
                  status_key=UnicodeAttribute(null=True), status_at=UnicodeAttribute(null=True),
                  by_status=index_cls())
     return type(f"Item{n}", (Model,), attrs)

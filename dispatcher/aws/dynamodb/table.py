@@ -196,7 +196,6 @@ class DynamoTable(Table):
         create_table(self.name, self.region, self.host)
 
     def clear(self) -> None:
-        with self._errors():
-            with self.model.batch_write() as batch:
-                for item in self.model.scan(attributes_to_get=["pk"]):
-                    batch.delete(item)
+        with self._errors(), self.model.batch_write() as batch:
+            for item in self.model.scan(attributes_to_get=["pk"]):
+                batch.delete(item)

@@ -1,0 +1,67 @@
+"""The single table's item, as the table port reads and writes it (no pynamodb here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass
+class Record:
+    """One item of the single table. Attributes an item type does not use stay None (and are
+    not stored). Names are the table's attribute names."""
+
+    pk: str
+    status_key: str | None = None  # by_status index hash key: <TYPE>#<STATE>
+    status_at: str | None = None  # by_status index range key: ISO-8601 UTC
+    expires_at: float | None = None  # TTL
+    state: str | None = None
+    created_at: float | None = None
+    updated_at: float | None = None
+    # job
+    kind: str | None = None
+    payload: Any = None
+    bundle_id: str | None = None
+    estimated_seconds: float | None = None
+    max_attempts: float | None = None
+    timeout_seconds: float | None = None
+    attempts: float | None = None
+    infra_attempts: float | None = None
+    enqueued_at: float | None = None
+    message_id: str | None = None
+    reason: str | None = None
+    result: Any = None
+    error: Any = None
+    history: Any = None
+    checkpoint: Any = None
+    job_id: str | None = None
+    body: str | None = None
+    # bundle
+    job_ids: list[str] | None = None
+    attempt: float | None = None
+    launch_id: str | None = None
+    task_arn: str | None = None
+    task_definition: str | None = None
+    next_attempt_at: float | None = None
+    launch_failures: float | None = None
+    last_failure: str | None = None
+    heartbeat_at: float | None = None
+    cancel_jobs: list[str] | None = None
+    # launch
+    bundle_ids: list[str] | None = None
+    task_arns: list[str] | None = None
+    # lease
+    owner: str | None = None
+    lease_until: float | None = None
+
+    def present(self) -> dict[str, Any]:
+        """The attributes that are set (what the table stores)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) is not None}
+
+
+ATTRIBUTES: frozenset[str] = frozenset(f.name for f in fields(Record))
+JSON_ATTRIBUTES = frozenset({"payload", "result", "error", "history", "checkpoint"})
+LIST_ATTRIBUTES = frozenset({"job_ids", "cancel_jobs", "bundle_ids", "task_arns"})
+NUMBER_ATTRIBUTES = frozenset(
+    f.name for f in fields(Record) if f.type == "float | None")

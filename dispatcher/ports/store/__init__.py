@@ -1,0 +1,24 @@
+"""The Store port: the job table's policy, in the roles that use it.
+
+The roles (:class:`DispatchStore`, :class:`RunnerStore`, :class:`OperatorStore`, and
+:class:`Store` for callers that need everything) hold the rules: which states may change to
+which, the fences, the conditions, the keys and the codec. They run on a
+:class:`dispatcher.ports.table.Table`, whose adapters (DynamoDB, the in-memory twin) implement
+only primitives, so the rules exist once and both backends obey them.
+"""
+
+from __future__ import annotations
+
+from dispatcher.ports.store.base import Reads
+from dispatcher.ports.store.dispatch import DispatchStore
+from dispatcher.ports.store.operator import OperatorStore
+from dispatcher.ports.store.runner import RunnerStore
+from dispatcher.ports.store.values import Fence, JobUpdate, LaunchOutcome
+
+
+class Store(DispatchStore, RunnerStore, OperatorStore):
+    """Every role on one table."""
+
+
+__all__ = ["DispatchStore", "Fence", "JobUpdate", "LaunchOutcome", "OperatorStore", "Reads",
+           "RunnerStore", "Store"]

@@ -1,0 +1,85 @@
+"""What every Store role shares: the table, the clock, the reads, and the write helpers that
+turn a lost condition into a ``ConflictError`` saying what was lost."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle
+from dispatcher.domain.errors import ConflictError
+from dispatcher.domain.jobs import Job, Rejection, now
+from dispatcher.ports.store import records as r
+from dispatcher.ports.table import (
+    Action,
+    ConditionFailed,
+    Delete,
+    Op,
+    Put,
+    Record,
+    Set,
+    Table,
+    TransactionCancelled,
+    Update,
+)
+
+
+def status(status_key: str, t: float, at: float | None = None) -> list[Action]:
+    """The actions of a state change: state, index keys (``at``, default ``t``), updated_at."""
+    return [Set("state", r.ident(status_key)), Set("status_key", status_key),
+            Set("status_at", r.iso(t if at is None else at)), Set("updated_at", t)]
+
+
+class Reads:
+    """Reads every role needs (strongly consistent, except the index queries)."""
+
+    def __init__(self, table: Table, clock: Callable[[], float] | None = None) -> None:
+        self.table = table
+        self.clock: Callable[[], float] = clock or now
+
+    # -- write helpers --------------------------------------------------------------------------
+    def _transact(self, ops: list[Op], lost: str, job_id: str | None = None) -> None:
+        """One transaction; a failed condition becomes ConflictError(lost). A cancellation for
+        another reason (TransactionConflict, throttling) is re-raised as it is."""
+        try:
+            self.table.transact(ops)
+        except TransactionCancelled as exc:
+            if exc.failed_conditions():
+                raise ConflictError(lost, job_id=job_id) from None
+            raise
+
+    def _write(self, op: Put | Update | Delete, lost: str,
+               job_id: str | None = None) -> Record | None:
+        try:
+            return self.table.write(op)
+        except ConditionFailed:
+            raise ConflictError(lost, job_id=job_id) from None
+
+    # -- reads ----------------------------------------------------------------------------------
+    def get_job(self, job_id: str) -> Job | None:
+        rec = self.table.get(r.job_key(job_id))
+        return r.record_job(rec) if rec else None
+
+    def get_jobs(self, job_ids: list[str]) -> list[Job]:
+        """The jobs that exist, in the order asked."""
+        found = {rec.pk: rec for rec in self.table.get_many([r.job_key(j) for j in job_ids])}
+        return [r.record_job(found[r.job_key(j)]) for j in dict.fromkeys(job_ids)
+                if r.job_key(j) in found]
+
+    def get_bundle(self, bundle_id: str) -> Bundle | None:
+        rec = self.table.get(r.bundle_key(bundle_id))
+        return r.record_bundle(rec) if rec else None
+
+    def bundle_for_task(self, task_arn: str) -> Bundle | None:
+        """The bundle a task was assigned, read strongly consistent (the runner polls this)."""
+        pointer = self.table.get(r.task_key(task_arn))
+        return self.get_bundle(pointer.bundle_id) if pointer and pointer.bundle_id else None
+
+    def get_rejection(self, key: str) -> Rejection | None:
+        rec = self.table.get(r.rejection_key(key))
+        return r.record_rejection(rec) if rec else None
+
+    def active_bundles(self) -> list[Bundle]:
+        """Bundles launched (or being launched) and not finished: the running-task count, and
+        the candidates reconciliation checks against ECS."""
+        return [r.record_bundle(rec) for s in ACTIVE_BUNDLE_STATES
+                for rec in self.table.query(r.bundle_status(s))]

@@ -1,0 +1,234 @@
+"""The dispatcher's role: lease, admission, launches, stopped tasks, overdue jobs.
+
+Every state change is a conditional write: the item must still be in the state the writer read
+(plus the fence: attempt, task ARN, launch id), and :mod:`dispatcher.domain.lifecycle` must allow
+the transition. A writer with a stale view loses the write instead of overwriting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from dispatcher.domain import lifecycle
+from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.jobs import Job, JobState, Rejection
+from dispatcher.domain.launches import Launch, LaunchState
+from dispatcher.ports.store import records as r
+from dispatcher.ports.store.base import Reads, status
+from dispatcher.ports.store.runner import bundle_actions, job_updates
+from dispatcher.ports.store.values import JobUpdate, LaunchOutcome
+from dispatcher.ports.table import (
+    MAX_TRANSACTION_BYTES,
+    MAX_TRANSACTION_ITEMS,
+    Absent,
+    Add,
+    And,
+    Condition,
+    ConditionFailed,
+    Delete,
+    Eq,
+    Lt,
+    Op,
+    Or,
+    Put,
+    Record,
+    Remove,
+    Set,
+    TransactionCancelled,
+    Update,
+)
+
+# A recording transaction stays under TransactWriteItems' 4 MB (MAX_TRANSACTION_BYTES), with
+# room for attribute overhead (item_bytes() is an estimate).
+# https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
+MAX_RECORD_BYTES = MAX_TRANSACTION_BYTES - 694_304  # 3,500,000
+POINTER_TTL_SECONDS = 30 * 86400
+LAUNCH_TTL_SECONDS = 7 * 86400
+
+
+class DispatchStore(Reads):
+    """What the tick and the task-event handler ask of the table (the dry run wraps this)."""
+
+    # -- lease ----------------------------------------------------------------------------------
+    def acquire_lease(self, owner: str, seconds: float) -> bool:
+        """Take the single dispatcher lease unless another live owner holds it."""
+        t = self.clock()
+        rec = Record(r.LEASE_KEY, owner=owner, lease_until=t + seconds, updated_at=t)
+        free = Or(Absent(), Lt("lease_until", t), Eq("owner", owner))
+        try:
+            self.table.write(Put(rec, free))
+        except ConditionFailed:
+            return False
+        return True
+
+    def release_lease(self, owner: str) -> None:
+        """Give the lease back early (only if we still own it)."""
+        with contextlib.suppress(ConditionFailed):  # a lost lease is the next owner's
+            self.table.write(Delete(r.LEASE_KEY, Eq("owner", owner)))
+
+    # -- admission ------------------------------------------------------------------------------
+    def due_bundles(self, limit: int, at: float) -> list[Bundle]:
+        """PENDING bundles whose backoff has passed, oldest due first."""
+        if limit <= 0:
+            return []
+        rows = self.table.query(r.bundle_status(BundleState.PENDING), at_most=r.iso(at),
+                                limit=limit)
+        return [r.record_bundle(rec) for rec in rows]
+
+    def orphaned_launches(self, older_than: float) -> list[Launch]:
+        """Launches recorded before RunTask and never finished (their tick crashed)."""
+        rows = self.table.query(r.launch_status(LaunchState.STARTING),
+                                at_most=r.iso(older_than))
+        return [r.record_launch(rec) for rec in rows]
+
+    def record(self, bundles: list[Bundle], jobs: list[Job]) -> set[str]:
+        """Write bundles and their jobs atomically per bundle; return ids that already existed.
+
+        Duplicates are left out (their bundles shrink or vanish); nothing existing is touched.
+        """
+        by_id = {j.job_id: j for j in jobs}
+        duplicates: set[str] = set()
+        for group in _pack(bundles, by_id):
+            self._record_group(group, by_id, duplicates)
+        return duplicates
+
+    def _record_group(self, group: list[Bundle], by_id: dict[str, Job],
+                      duplicates: set[str]) -> None:
+        while group:
+            puts: list[tuple[str, str]] = []  # (type, id) in transaction order
+            ops: list[Op] = []
+            for bundle in group:
+                ops.append(Put(r.bundle_record(bundle), Absent()))
+                puts.append(("bundle", bundle.bundle_id))
+                for job_id in bundle.job_ids:
+                    ops.append(Put(r.job_record(by_id[job_id]), Absent()))
+                    puts.append(("job", job_id))
+            try:
+                self.table.transact(ops)
+                return
+            except TransactionCancelled as exc:
+                taken = exc.failed_conditions()
+                if not taken:
+                    raise
+            # Some items exist already: duplicate jobs (or, after a lost response, our own
+            # bundle and jobs). Leave them out and write the rest.
+            for index in taken:
+                kind, ident = puts[index]
+                if kind == "job":
+                    duplicates.add(ident)
+                else:
+                    duplicates.update(next(b.job_ids for b in group if b.bundle_id == ident))
+            for bundle in group:
+                bundle.job_ids = [j for j in bundle.job_ids if j not in duplicates]
+            dropped = {b.bundle_id for b in group if not b.job_ids}
+            dropped |= {ident for i, (kind, ident) in enumerate(puts)
+                        if kind == "bundle" and i in taken}
+            group = [b for b in group if b.bundle_id not in dropped]
+            for bundle in group:
+                bundle.estimated_seconds = sum(by_id[j].estimated_seconds or 0
+                                               for j in bundle.job_ids)
+
+    def reject(self, rejections: list[Rejection]) -> None:
+        """Keep malformed messages as REJECTED records; idempotent for a redelivered message."""
+        for rej in rejections:
+            same = Or(Absent(), Eq("message_id", rej.message_id))
+            try:
+                self.table.write(Put(r.rejection_record(rej, r.rejection_key(rej.key)), same))
+            except ConditionFailed:
+                # Another message was rejected under this job id: keep both.
+                self.table.write(Put(r.rejection_record(
+                    rej, r.rejection_key(rej.key, rej.message_id))))
+
+    # -- launching ------------------------------------------------------------------------------
+    def begin_launch(self, launch: Launch, bundles: list[Bundle]) -> None:
+        """Record the launch and move its bundles PENDING -> LAUNCHING (attempt + 1), atomically."""
+        t = self.clock()
+        ops: list[Op] = [Put(r.launch_record(launch), Absent())]
+        for b in bundles:
+            lifecycle.check_bundle(b.bundle_id, b.state, BundleState.LAUNCHING)
+            ops.append(Update(r.bundle_key(b.bundle_id), [
+                *status(r.bundle_status(BundleState.LAUNCHING), t),
+                Set("attempt", b.attempt + 1), Set("launch_id", launch.launch_id),
+                Set("task_definition", launch.task_definition)],
+                And(Eq("state", str(b.state)), Eq("attempt", b.attempt))))
+        self._transact(ops, f"launch {launch.launch_id}: a bundle changed under us "
+                       "(already launched by someone else?)")
+        for b in bundles:
+            b.state, b.attempt, b.launch_id = BundleState.LAUNCHING, b.attempt + 1, launch.launch_id
+            b.task_definition = launch.task_definition
+
+    def finish_launch(self, launch: Launch, outcome: LaunchOutcome,
+                      retry_at: dict[str, float]) -> None:
+        """Assign task ARNs (LAUNCHING -> LAUNCHED, plus TASK# pointers) and put failed bundles
+        back to PENDING with their backoff; mark the launch DONE. One transaction."""
+        t = self.clock()
+        mine = And(Eq("state", str(BundleState.LAUNCHING)), Eq("launch_id", launch.launch_id))
+        ops: list[Op] = [Update(r.launch_key(launch.launch_id), [
+            *status(r.launch_status(LaunchState.DONE), t),
+            Set("task_arns", [arn for _, arn in outcome.assigned]),
+            Set("expires_at", int(t + LAUNCH_TTL_SECONDS))],
+            Eq("state", str(LaunchState.STARTING)))]
+        for bundle_id, arn in outcome.assigned:
+            lifecycle.check_bundle(bundle_id, BundleState.LAUNCHING, BundleState.LAUNCHED)
+            ops.append(Update(r.bundle_key(bundle_id), [
+                *status(r.bundle_status(BundleState.LAUNCHED), t), Set("task_arn", arn)], mine))
+            ops.append(Put(Record(r.task_key(arn), bundle_id=bundle_id,
+                                  launch_id=launch.launch_id, created_at=t,
+                                  expires_at=int(t + POINTER_TTL_SECONDS))))
+        for bundle_id, reason in outcome.failed:
+            lifecycle.check_bundle(bundle_id, BundleState.LAUNCHING, BundleState.PENDING)
+            due = retry_at[bundle_id]
+            ops.append(Update(r.bundle_key(bundle_id), [
+                *status(r.bundle_status(BundleState.PENDING), t, at=due),
+                Set("next_attempt_at", due), Add("launch_failures", 1),
+                Set("last_failure", reason[:1000]), Remove("launch_id")], mine))
+        self._transact(ops, f"launch {launch.launch_id} was finished already")
+
+    # -- stopped tasks and overdue jobs ---------------------------------------------------------
+    def settle(self, bundle: Bundle, updates: list[JobUpdate], target: BundleState,
+               retry_at: float | None = None) -> None:
+        """Requeue or close a stopped task's bundle, with its jobs, only if nobody moved it
+        since it was read (the fence is the state, attempt and task ARN read)."""
+        lifecycle.check_bundle(bundle.bundle_id, bundle.state, target)
+        t = self.clock()
+        conds: list[Condition] = [Eq("state", str(bundle.state)), Eq("attempt", bundle.attempt)]
+        if bundle.task_arn:
+            conds.append(Eq("task_arn", bundle.task_arn))
+        ops: list[Op] = [Update(r.bundle_key(bundle.bundle_id),
+                                bundle_actions(target, t, retry_at), And(*conds))]
+        ops += job_updates(updates, bundle.bundle_id, t)  # a bundle has at most 99 jobs
+        self._transact(ops, f"bundle {bundle.bundle_id} changed since the stop event was read; "
+                       "nothing written")
+        bundle.state = target
+
+    def running_jobs(self) -> list[Job]:
+        return [r.record_job(rec) for rec in self.table.query(r.job_status(JobState.RUNNING))]
+
+    def fail_overdue(self, job: Job, reason: str) -> None:
+        """RUNNING -> FAILED for a job past its timeout whose runner did not stop it
+        (conditional: still that run)."""
+        lifecycle.check_job(job.job_id, JobState.RUNNING, JobState.FAILED)
+        t = self.clock()
+        self._write(Update(r.job_key(job.job_id), [
+            Set("state", str(JobState.FAILED)), Set("status_key", r.job_status(JobState.FAILED)),
+            Set("updated_at", t), Set("reason", reason),
+            Set("error", {"type": "Timeout", "message": reason})],
+            And(Eq("state", str(JobState.RUNNING)), Eq("attempts", job.attempts),
+                Eq("bundle_id", job.bundle_id or ""))), "job moved on", job_id=job.job_id)
+
+
+def _pack(bundles: list[Bundle], by_id: dict[str, Job]) -> list[list[Bundle]]:
+    """Group bundles into transactions: a bundle and all its jobs always share one."""
+    groups: list[list[Bundle]] = []
+    items = size = 0
+    for bundle in bundles:
+        b_items = 1 + len(bundle.job_ids)
+        b_size = 1024 + sum(by_id[j].item_bytes() for j in bundle.job_ids)
+        if not groups or items + b_items > MAX_TRANSACTION_ITEMS or \
+                size + b_size > MAX_RECORD_BYTES:
+            groups.append([])
+            items = size = 0
+        groups[-1].append(bundle)
+        items += b_items
+        size += b_size
+    return groups

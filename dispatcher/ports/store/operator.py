@@ -1,0 +1,149 @@
+"""The operators' role: cancel, retry, and the reads behind ``jobs list/show/stats``.
+
+A pending job whose bundle has not been launched is cancelled at once; one that sits in an
+active bundle gets a cancel *request* on its bundle, which the task's runner reads at its next
+heartbeat and honours cooperatively (only the runner writes the jobs of a running bundle).
+The reads return table records (:class:`dispatcher.ports.table.Record`): the operator views in
+:mod:`dispatcher.ops.queries` show attributes the domain objects do not carry.
+"""
+
+from __future__ import annotations
+
+from dispatcher.domain import lifecycle
+from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
+from dispatcher.domain.errors import ConflictError, JobNotFound, LongjobsError
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState, new_id
+from dispatcher.ports.store import records as r
+from dispatcher.ports.store.base import Reads, status
+from dispatcher.ports.table import (
+    Absent,
+    And,
+    Append,
+    Check,
+    Eq,
+    Ge,
+    Gt,
+    Has,
+    In,
+    Op,
+    Put,
+    Record,
+    Set,
+    Update,
+)
+
+TRIES = 3
+
+
+class OperatorStore(Reads):
+    """Operator actions and queries."""
+
+    # -- actions --------------------------------------------------------------------------------
+    def _job(self, job_id: str) -> Job:
+        job = self.get_job(job_id)
+        if job is None:
+            raise JobNotFound("no such job", job_id=job_id)
+        return job
+
+    def cancel(self, job_id: str) -> Job:
+        """Cancel now if not started, else request it from the job's running task."""
+        for _ in range(TRIES):
+            job = self._job(job_id)
+            if job.state in TERMINAL_JOB_STATES:
+                raise LongjobsError(f"job is already {job.state}; nothing to cancel",
+                                    job_id=job_id)
+            bundle = self.get_bundle(job.bundle_id) if job.bundle_id else None
+            try:
+                if job.state == JobState.PENDING and (bundle is None
+                                                      or bundle.state == BundleState.PENDING):
+                    self._cancel_now(job, bundle)
+                else:
+                    self._request_cancel(job, bundle)
+                return self._job(job_id)
+            except ConflictError:
+                continue  # the job or its bundle moved on: look again
+        raise ConflictError("job kept changing while cancelling; try again", job_id=job_id)
+
+    def _cancel_now(self, job: Job, bundle: Bundle | None) -> None:
+        lifecycle.check_job(job.job_id, job.state, JobState.CANCELLED)
+        t = self.clock()
+        others = [] if bundle is None else [
+            j for j in self.get_jobs(bundle.job_ids)
+            if j.job_id != job.job_id and j.bundle_id == bundle.bundle_id]
+        ops: list[Op] = [Update(r.job_key(job.job_id), [
+            Set("state", str(JobState.CANCELLED)),
+            Set("status_key", r.job_status(JobState.CANCELLED)), Set("updated_at", t),
+            Set("reason", "cancelled on request before it started")],
+            Eq("state", str(JobState.PENDING)))]
+        if bundle is not None:
+            cond = And(Eq("state", str(BundleState.PENDING)), Eq("attempt", bundle.attempt))
+            if all(j.state in TERMINAL_JOB_STATES for j in others):  # the last one: close it
+                lifecycle.check_bundle(bundle.bundle_id, bundle.state, BundleState.DONE)
+                ops.append(Update(r.bundle_key(bundle.bundle_id),
+                                  status(r.bundle_status(BundleState.DONE), t), cond))
+            else:
+                ops.append(Check(r.bundle_key(bundle.bundle_id), cond))
+        self._transact(ops, "changed while cancelling", job_id=job.job_id)
+
+    def _request_cancel(self, job: Job, bundle: Bundle | None) -> None:
+        if bundle is None:
+            raise LongjobsError("job has no bundle to stop", job_id=job.job_id)
+        self._write(Update(r.bundle_key(bundle.bundle_id), [Append("cancel_jobs", [job.job_id])],
+                           In("state", [str(s) for s in ACTIVE_BUNDLE_STATES])),
+                    "bundle changed", job_id=job.job_id)
+
+    def retry(self, job_id: str) -> Job:
+        """FAILED or CANCELLED -> PENDING with a fresh budget, in a new bundle."""
+        job = self._job(job_id)
+        if job.state not in (JobState.FAILED, JobState.CANCELLED):
+            raise LongjobsError(f"only FAILED or CANCELLED jobs can be retried, not {job.state}",
+                                job_id=job_id)
+        lifecycle.check_job(job_id, job.state, JobState.PENDING)
+        t = self.clock()
+        bundle = Bundle(bundle_id=new_id(), job_ids=[job_id],
+                        estimated_seconds=job.estimated_seconds or 0.0, next_attempt_at=t,
+                        created_at=t)
+        self._transact([
+            Put(r.bundle_record(bundle), Absent()),
+            Update(r.job_key(job_id), [
+                Set("state", str(JobState.PENDING)),
+                Set("status_key", r.job_status(JobState.PENDING)), Set("updated_at", t),
+                Set("attempts", 0), Set("infra_attempts", 0), Set("bundle_id", bundle.bundle_id),
+                Set("reason", f"retried on request after {job.state}")],
+                Eq("state", str(job.state)))],
+            "job changed while retrying; try again", job_id=job_id)
+        return self._job(job_id)
+
+    # -- queries --------------------------------------------------------------------------------
+    def list_jobs(self, state: JobState, *, since: float | None = None,
+                  kind: str | None = None, limit: int | None = 50) -> list[Record]:
+        """Jobs (or REJECTED records) in ``state``, newest first by creation time."""
+        return self.table.query(r.job_status(state),
+                                at_least=r.iso(since) if since is not None else None,
+                                where=Eq("kind", kind) if kind else None, limit=limit,
+                                newest_first=True)
+
+    def detail(self, job_id: str) -> tuple[Record, Record | None] | None:
+        """A job's record (or its REJECTED record) and its bundle's record."""
+        rec = self.table.get(r.job_key(job_id)) or self.table.get(r.rejection_key(job_id))
+        if rec is None:
+            return None
+        bundle = self.table.get(r.bundle_key(rec.bundle_id)) if rec.bundle_id else None
+        return rec, bundle
+
+    def count_jobs(self, state: JobState) -> int:
+        return self.table.count(r.job_status(state))
+
+    def job_records(self, job_ids: list[str]) -> list[Record]:
+        return self.table.get_many([r.job_key(j) for j in job_ids])
+
+    def launch_failed_since(self, cutoff: float) -> list[Bundle]:
+        """PENDING bundles that RunTask refused, changed since ``cutoff``."""
+        return [r.record_bundle(rec) for rec in self.table.query(
+            r.bundle_status(BundleState.PENDING), where=And(
+                Ge("updated_at", cutoff), Gt("launch_failures", 0), Has("last_failure")))]
+
+    def relaunched_since(self, cutoff: float) -> list[Bundle]:
+        """Bundles launched more than once whose state changed since ``cutoff``."""
+        return [r.record_bundle(rec) for state in BundleState for rec in self.table.query(
+            r.bundle_status(state), at_least=r.iso(cutoff), where=Gt("attempt", 1))]

@@ -1,0 +1,155 @@
+"""Keys and the codec: domain objects <-> table records, in one place so both stay in step.
+
+Key prefixes: ``JOB#<job_id>``, ``REJECT#<job_id or message_id>``, ``BUNDLE#<id>``,
+``LAUNCH#<id>``, ``TASK#<task arn>`` (points a task at its bundle), ``LEASE#dispatcher``. Index
+keys: ``status_key`` = ``<TYPE>#<STATE>``, ``status_at`` = ISO-8601 UTC time.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.jobs import Job, JobState, Rejection
+from dispatcher.domain.launches import Launch, LaunchState
+from dispatcher.ports.table import Record
+
+LEASE_KEY = "LEASE#dispatcher"
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def job_key(job_id: str) -> str:
+    return f"JOB#{job_id}"
+
+
+def rejection_key(key: str, message_id: str | None = None) -> str:
+    return f"REJECT#{key}#{message_id}" if message_id else f"REJECT#{key}"
+
+
+def bundle_key(bundle_id: str) -> str:
+    return f"BUNDLE#{bundle_id}"
+
+
+def launch_key(launch_id: str) -> str:
+    return f"LAUNCH#{launch_id}"
+
+
+def task_key(task_arn: str) -> str:
+    return f"TASK#{task_arn}"
+
+
+def job_status(state: JobState | str) -> str:
+    return f"JOB#{state}"
+
+
+def bundle_status(state: BundleState | str) -> str:
+    return f"BUNDLE#{state}"
+
+
+def launch_status(state: LaunchState | str) -> str:
+    return f"LAUNCH#{state}"
+
+
+def ident(pk: str) -> str:
+    """The id part of a key (``JOB#abc`` -> ``abc``)."""
+    return pk.split("#", 1)[1]
+
+
+def _num(value: Any, default: float = 0) -> float:
+    return float(value) if value is not None else default
+
+
+def _int(value: Any, default: int = 0) -> int:
+    return int(value) if value is not None else default
+
+
+def _state(rec: Record) -> str:
+    if rec.state is None:
+        raise ValueError(f"item {rec.pk} has no state")
+    return rec.state
+
+
+def job_record(job: Job) -> Record:
+    return Record(
+        job_key(job.job_id), status_key=job_status(job.state), status_at=iso(job.created_at),
+        state=str(job.state), job_id=job.job_id, kind=job.kind, payload=job.payload,
+        bundle_id=job.bundle_id, estimated_seconds=job.estimated_seconds,
+        max_attempts=job.max_attempts, timeout_seconds=job.timeout_seconds,
+        attempts=job.attempts, infra_attempts=job.infra_attempts, created_at=job.created_at,
+        updated_at=job.created_at, enqueued_at=job.enqueued_at, message_id=job.message_id,
+        reason=job.reason, result=job.result, error=job.error, history=job.history or None,
+        checkpoint=job.checkpoint,
+    )
+
+
+def record_job(rec: Record) -> Job:
+    return Job(
+        job_id=rec.job_id or ident(rec.pk), kind=rec.kind or "",
+        payload=rec.payload or {}, state=JobState(_state(rec)), bundle_id=rec.bundle_id,
+        estimated_seconds=rec.estimated_seconds, max_attempts=_int(rec.max_attempts, 3),
+        timeout_seconds=rec.timeout_seconds, attempts=_int(rec.attempts),
+        infra_attempts=_int(rec.infra_attempts), created_at=_num(rec.created_at),
+        enqueued_at=rec.enqueued_at, message_id=rec.message_id, reason=rec.reason,
+        result=rec.result, error=rec.error, history=list(rec.history or []),
+        checkpoint=rec.checkpoint,
+    )
+
+
+def bundle_record(bundle: Bundle) -> Record:
+    at = bundle.next_attempt_at if bundle.state == BundleState.PENDING else bundle.created_at
+    return Record(
+        bundle_key(bundle.bundle_id), status_key=bundle_status(bundle.state),
+        status_at=iso(at), state=str(bundle.state), job_ids=list(bundle.job_ids),
+        estimated_seconds=bundle.estimated_seconds, attempt=bundle.attempt,
+        launch_id=bundle.launch_id, task_arn=bundle.task_arn,
+        task_definition=bundle.task_definition, next_attempt_at=bundle.next_attempt_at,
+        launch_failures=bundle.launch_failures, last_failure=bundle.last_failure,
+        created_at=bundle.created_at, updated_at=bundle.created_at,
+    )
+
+
+def record_bundle(rec: Record) -> Bundle:
+    return Bundle(
+        bundle_id=ident(rec.pk), job_ids=list(rec.job_ids or []),
+        state=BundleState(_state(rec)), estimated_seconds=_num(rec.estimated_seconds),
+        attempt=_int(rec.attempt), launch_id=rec.launch_id, task_arn=rec.task_arn,
+        task_definition=rec.task_definition, next_attempt_at=_num(rec.next_attempt_at),
+        launch_failures=_int(rec.launch_failures), last_failure=rec.last_failure,
+        created_at=_num(rec.created_at), updated_at=_num(rec.updated_at),
+        heartbeat_at=rec.heartbeat_at,
+    )
+
+
+def launch_record(launch: Launch) -> Record:
+    return Record(
+        launch_key(launch.launch_id), status_key=launch_status(launch.state),
+        status_at=iso(launch.created_at), state=str(launch.state),
+        bundle_ids=list(launch.bundle_ids), task_definition=launch.task_definition,
+        created_at=launch.created_at, updated_at=launch.created_at,
+    )
+
+
+def record_launch(rec: Record) -> Launch:
+    return Launch(
+        launch_id=ident(rec.pk), bundle_ids=list(rec.bundle_ids or []),
+        task_definition=rec.task_definition or "", state=LaunchState(_state(rec)),
+        created_at=_num(rec.created_at), task_arns=list(rec.task_arns or []),
+    )
+
+
+def rejection_record(rej: Rejection, pk: str) -> Record:
+    return Record(
+        pk, status_key=job_status(JobState.REJECTED), status_at=iso(rej.created_at),
+        state=str(JobState.REJECTED), job_id=rej.job_id, message_id=rej.message_id,
+        reason=rej.reason, body=rej.body, created_at=rej.created_at, updated_at=rej.created_at,
+    )
+
+
+def record_rejection(rec: Record) -> Rejection:
+    return Rejection(key=ident(rec.pk), message_id=rec.message_id or "",
+                     reason=rec.reason or "", body=rec.body or "", job_id=rec.job_id,
+                     created_at=_num(rec.created_at))

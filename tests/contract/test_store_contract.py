@@ -1,0 +1,242 @@
+"""The Store roles' contract on both tables: the policy lives once in the port, so the same
+calls must have the same outcomes on the twin and on DynamoDB (moto): recording with
+duplicates, the claim fence, fenced results, cancel and retry, the dispatcher lease."""
+
+from __future__ import annotations
+
+import pytest
+
+from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.errors import ConflictError, IllegalTransition, LongjobsError
+from dispatcher.domain.jobs import Job, JobState, Rejection
+from dispatcher.domain.launches import Launch
+from dispatcher.ports.store import Fence, JobUpdate, LaunchOutcome, Store
+from tests.contract.tables import BACKENDS, Clock, make_store, make_table
+
+T0 = 1_700_000_000.0
+
+
+@pytest.fixture(params=BACKENDS)
+def env(request: pytest.FixtureRequest) -> tuple[Store, Clock]:
+    clock = Clock(T0)
+    return make_store(make_table(request), clock), clock
+
+
+def _jobs(*ids: str, bundle_id: str) -> list[Job]:
+    return [Job(job_id=i, kind="k", payload={"i": i}, bundle_id=bundle_id, created_at=T0,
+                estimated_seconds=1.0) for i in ids]
+
+
+def _record(store: Store, bundle_id: str, *ids: str) -> Bundle:
+    bundle = Bundle(bundle_id=bundle_id, job_ids=list(ids), next_attempt_at=T0, created_at=T0)
+    assert store.record([bundle], _jobs(*ids, bundle_id=bundle_id)) == set()
+    return bundle
+
+
+def _launch(store: Store, bundle: Bundle, arn: str) -> Fence:
+    launch = Launch(launch_id=f"L-{bundle.bundle_id}", bundle_ids=[bundle.bundle_id],
+                    task_definition="fam:1", created_at=T0)
+    store.begin_launch(launch, [bundle])
+    store.finish_launch(launch, LaunchOutcome(assigned=[(bundle.bundle_id, arn)]), {})
+    return Fence(bundle.bundle_id, bundle.attempt, arn)
+
+
+def test_record_leaves_duplicates_out(env: tuple[Store, Clock]) -> None:
+    store, _ = env
+    _record(store, "b1", "j1", "j2")
+    b2 = Bundle(bundle_id="b2", job_ids=["j2", "j3"], created_at=T0, next_attempt_at=T0)
+    b3 = Bundle(bundle_id="b3", job_ids=["j1"], created_at=T0, next_attempt_at=T0)
+    dup = store.record([b2, b3], _jobs("j2", "j3", bundle_id="b2") + _jobs("j1", bundle_id="b3"))
+    assert dup == {"j1", "j2"}
+    assert b2.job_ids == ["j3"] and store.get_bundle("b3") is None
+    got = store.get_bundle("b2")
+    assert got is not None and got.job_ids == ["j3"] and got.state == BundleState.PENDING
+    j2 = store.get_job("j2")
+    assert j2 is not None and j2.bundle_id == "b1"  # the existing job is untouched
+    assert [j.job_id for j in store.get_jobs(["j3", "nope", "j1"])] == ["j3", "j1"]
+    # A repeat of the same record (a lost response) writes nothing new.
+    again = Bundle(bundle_id="b1", job_ids=["j1", "j2"], created_at=T0, next_attempt_at=T0)
+    assert store.record([again], _jobs("j1", "j2", bundle_id="b1")) == {"j1", "j2"}
+
+
+def test_reject_is_idempotent_per_message(env: tuple[Store, Clock]) -> None:
+    store, _ = env
+    store.reject([Rejection(key="bad", message_id="m1", reason="not JSON", body="{",
+                            created_at=T0)])
+    store.reject([Rejection(key="bad", message_id="m1", reason="not JSON", body="{",
+                            created_at=T0)])
+    store.reject([Rejection(key="bad", message_id="m2", reason="other", body="x",
+                            created_at=T0)])
+    first = store.get_rejection("bad")
+    assert first is not None and first.message_id == "m1"
+    second = store.get_rejection("bad#m2")
+    assert second is not None and second.reason == "other"
+    assert len(store.list_jobs(JobState.REJECTED)) == 2
+
+
+def test_launch_claim_fence_and_pointer(env: tuple[Store, Clock]) -> None:
+    store, _ = env
+    bundle = _record(store, "b1", "j1")
+    assert [b.bundle_id for b in store.due_bundles(10, T0)] == ["b1"]
+    fence = _launch(store, bundle, "arn:task/1")
+    assert store.due_bundles(10, T0) == []
+    assert [b.bundle_id for b in store.active_bundles()] == ["b1"]
+    pointed = store.bundle_for_task("arn:task/1")
+    assert pointed is not None and pointed.state == BundleState.LAUNCHED
+    assert pointed.attempt == 1
+    with pytest.raises(ConflictError):  # a stale or duplicate task loses
+        store.claim(Fence("b1", 1, "arn:task/other"))
+    with pytest.raises(ConflictError):
+        store.claim(Fence("b1", 0, "arn:task/1"))
+    claimed = store.claim(fence)
+    assert claimed.state == BundleState.RUNNING and claimed.heartbeat_at == T0
+    with pytest.raises(ConflictError):  # claimed once only
+        store.claim(fence)
+    with pytest.raises(ConflictError):  # the same launch cannot be begun twice
+        store.begin_launch(Launch("L-b1", ["b1"], "fam:1", created_at=T0),
+                           [Bundle(bundle_id="b1", job_ids=["j1"])])
+
+
+def test_apply_with_a_lost_fence_writes_nothing(env: tuple[Store, Clock]) -> None:
+    store, clock = env
+    fence = _launch(store, _record(store, "b1", "j1", "j2"), "arn:task/1")
+    store.claim(fence)
+    clock.t += 5
+    store.apply(fence, [JobUpdate("j1", JobState.PENDING, JobState.SUCCEEDED,
+                                  via=JobState.RUNNING, attempts_delta=1, result={"ok": 1})])
+    j1 = store.get_job("j1")
+    assert j1 is not None and (j1.state, j1.attempts, j1.result) == (
+        JobState.SUCCEEDED, 1, {"ok": 1})
+    stale = Fence("b1", fence.attempt, "arn:task/stale")
+    with pytest.raises(ConflictError):
+        store.apply(stale, [JobUpdate("j2", JobState.PENDING, JobState.RUNNING)])
+    with pytest.raises(ConflictError):
+        store.heartbeat(stale)
+    with pytest.raises(ConflictError):
+        store.save_checkpoint(stale, "j2", {"step": 1})
+    j2 = store.get_job("j2")
+    assert j2 is not None and j2.state == JobState.PENDING
+    with pytest.raises(IllegalTransition):
+        store.apply(fence, [JobUpdate("j1", JobState.SUCCEEDED, JobState.RUNNING)])
+    store.apply(fence, [JobUpdate("j2", JobState.PENDING, JobState.RUNNING)])
+    store.save_checkpoint(fence, "j2", {"step": 1})
+    store.apply(fence, [JobUpdate("j2", JobState.RUNNING, JobState.FAILED, reason="boom")],
+                bundle_to=BundleState.DONE)
+    j2 = store.get_job("j2")
+    assert j2 is not None and (j2.state, j2.checkpoint, j2.reason) == (
+        JobState.FAILED, {"step": 1}, "boom")
+    done = store.get_bundle("b1")
+    assert done is not None and done.state == BundleState.DONE
+
+
+def test_settle_requeues_only_the_bundle_it_read(env: tuple[Store, Clock]) -> None:
+    store, clock = env
+    fence = _launch(store, _record(store, "b1", "j1"), "arn:task/1")
+    store.claim(fence)
+    store.apply(fence, [JobUpdate("j1", JobState.PENDING, JobState.RUNNING, attempts_delta=1)])
+    read = store.get_bundle("b1")
+    assert read is not None
+    stale = Bundle(**{**read.__dict__, "task_arn": "arn:task/old"})
+    with pytest.raises(ConflictError):
+        store.settle(stale, [], BundleState.PENDING, retry_at=T0)
+    store.settle(read, [JobUpdate("j1", JobState.RUNNING, JobState.PENDING, attempts_delta=-1)],
+                 BundleState.PENDING, retry_at=T0 + 30)
+    assert store.due_bundles(10, T0 + 29) == []
+    due = store.due_bundles(10, T0 + 30)
+    assert [b.bundle_id for b in due] == ["b1"] and due[0].launch_id is None
+    j1 = store.get_job("j1")
+    assert j1 is not None and (j1.state, j1.attempts) == (JobState.PENDING, 0)
+    clock.t += 1
+
+
+def test_finish_launch_failures_back_off(env: tuple[Store, Clock]) -> None:
+    store, _ = env
+    b = _record(store, "b1", "j1")
+    launch = Launch("L1", ["b1"], "fam:1", created_at=T0)
+    store.begin_launch(launch, [b])
+    assert [x.launch_id for x in store.orphaned_launches(T0)] == ["L1"]
+    store.finish_launch(launch, LaunchOutcome(failed=[("b1", "RESOURCE:CPU short")]),
+                        {"b1": T0 + 60})
+    assert store.orphaned_launches(T0 + 3600) == []
+    got = store.get_bundle("b1")
+    assert got is not None and (got.state, got.launch_failures, got.last_failure) == (
+        BundleState.PENDING, 1, "RESOURCE:CPU short")
+    assert store.due_bundles(10, T0) == []
+    with pytest.raises(ConflictError):
+        store.finish_launch(launch, LaunchOutcome(failed=[("b1", "again")]), {"b1": T0})
+
+
+def test_cancel_pending_now_and_running_by_request(env: tuple[Store, Clock]) -> None:
+    store, _ = env
+    _record(store, "b1", "j1", "j2")
+    cancelled = store.cancel("j1")
+    assert cancelled.state == JobState.CANCELLED
+    b1 = store.get_bundle("b1")
+    assert b1 is not None and b1.state == BundleState.PENDING  # j2 still waits in it
+    assert store.cancel("j2").state == JobState.CANCELLED
+    b1 = store.get_bundle("b1")
+    assert b1 is not None and b1.state == BundleState.DONE  # the last one closed it
+    with pytest.raises(LongjobsError):
+        store.cancel("j2")
+
+    fence = _launch(store, _record(store, "b2", "j3", "j4"), "arn:task/2")
+    store.claim(fence)
+    assert store.cancel("j3").state == JobState.PENDING  # requested, not yet honoured
+    store.cancel("j4")
+    assert store.heartbeat(fence) == {"j3", "j4"}
+
+
+def test_retry_runs_a_failed_job_in_a_new_bundle(env: tuple[Store, Clock]) -> None:
+    store, _ = env
+    _record(store, "b1", "j1")
+    with pytest.raises(LongjobsError):
+        store.retry("j1")  # PENDING: nothing to retry
+    store.cancel("j1")
+    job = store.retry("j1")
+    assert job.state == JobState.PENDING and job.bundle_id not in (None, "b1")
+    assert job.attempts == 0
+    fresh = store.get_bundle(job.bundle_id or "")
+    assert fresh is not None and fresh.job_ids == ["j1"]
+    with pytest.raises(LongjobsError):
+        store.retry("nope")
+
+
+def test_lease_is_exclusive_until_it_expires(env: tuple[Store, Clock]) -> None:
+    store, clock = env
+    assert store.acquire_lease("a", 60)
+    assert not store.acquire_lease("b", 60)
+    assert store.acquire_lease("a", 60)  # the owner renews
+    store.release_lease("b")  # not b's: nothing happens
+    assert not store.acquire_lease("b", 60)
+    clock.t += 61
+    assert store.acquire_lease("b", 60)  # expired: taken over
+    store.release_lease("b")
+    assert store.acquire_lease("a", 60)
+
+
+def test_fail_overdue_only_the_run_it_read(env: tuple[Store, Clock]) -> None:
+    store, _ = env
+    fence = _launch(store, _record(store, "b1", "j1"), "arn:task/1")
+    store.claim(fence)
+    store.apply(fence, [JobUpdate("j1", JobState.PENDING, JobState.RUNNING, attempts_delta=1)])
+    running = store.running_jobs()
+    assert [j.job_id for j in running] == ["j1"]
+    stale = Job(**{**running[0].__dict__, "attempts": 0})
+    with pytest.raises(ConflictError):
+        store.fail_overdue(stale, "late")
+    store.fail_overdue(running[0], "past its timeout")
+    j1 = store.get_job("j1")
+    assert j1 is not None and j1.state == JobState.FAILED and j1.error == {
+        "type": "Timeout", "message": "past its timeout"}
+
+
+def test_operator_queries(env: tuple[Store, Clock]) -> None:
+    store, _ = env
+    _record(store, "b1", "j1", "j2")
+    assert store.count_jobs(JobState.PENDING) == 2
+    assert len(store.list_jobs(JobState.PENDING, kind="k", limit=1)) == 1
+    assert store.list_jobs(JobState.PENDING, kind="other") == []
+    found = store.detail("j1")
+    assert found is not None and found[0].job_id == "j1" and found[1] is not None
+    assert found[1].pk == "BUNDLE#b1"
+    assert store.detail("nope") is None
