@@ -4,6 +4,15 @@ Every state change in longjobs is a conditional write: the Store roles
 (:mod:`dispatcher.ports.store`) check the transition here first, then build the write's
 condition (the item must still be in the state the writer believes it is in, plus any fence).
 A writer with a stale view loses the write instead of overwriting someone else's decision.
+
+Budgets. Every task stop that leads to a rerun charges a budget, so no job can be relaunched
+forever: the job that was running when its task stopped spends one of its ``max_attempts``
+(application: its code ended the process), or the infrastructure budget
+(``LONGJOBS_MAX_INFRA_ATTEMPTS``: Spot, host loss, a task that never claimed its bundle, a stop
+nobody asked for). When no job was recorded running (a bundle's starts are buffered), the first
+unfinished job of the bundle is charged the infrastructure budget, and the bundle's next task
+writes every start at once, so a job that kills its task is identified from its second launch
+on and fails within ``max_attempts`` + 1 launches. A user stop (cancel, timeout) reruns nothing.
 """
 
 from __future__ import annotations

@@ -113,6 +113,9 @@ def classify(stop: TaskStop, *, claimed: bool, job_was_running: bool) -> StopCla
         if stop.requested_by_longjobs:
             return StopClass.USER
         return StopClass.INFRASTRUCTURE  # an operator or a drain stopped it, not the job
-    if job_was_running and stop.exit_code not in (None, 0):
+    if job_was_running and stop.exit_code is not None:
+        # The runner exits only after recording its running job (a result, or an interrupted
+        # job given back after SIGTERM). A job still RUNNING when its container exited means the
+        # job's own code ended the process: a crash, an OOM kill (137), or os._exit(0).
         return StopClass.APPLICATION
     return StopClass.INFRASTRUCTURE

@@ -74,14 +74,25 @@ class Reruns:
 
     def decide(self, stop: TaskStop, bundle: Bundle,
                jobs: list[Job]) -> tuple[StopClass, list[JobUpdate], list[str]]:
+        """Every stop that leads to a rerun charges a budget (see dispatcher.domain.lifecycle):
+        the job that was running (an application attempt), else the infrastructure budget of
+        the jobs it interrupted. A claimed bundle with no job recorded RUNNING (its starts were
+        buffered) charges the first unfinished job, the one its task was at or about to run."""
+        mine = [j for j in jobs if j.bundle_id == bundle.bundle_id
+                and j.state not in TERMINAL_JOB_STATES]
+        running = [j for j in mine if j.state == JobState.RUNNING]
         cls = classify(stop, claimed=bundle.state != BundleState.LAUNCHED,
-                       job_was_running=any(j.state == JobState.RUNNING for j in jobs))
+                       job_was_running=bool(running))
+        unattributed = bundle.state == BundleState.RUNNING and not running and bool(mine)
+        charged = {j.job_id for j in running}
+        if bundle.state == BundleState.LAUNCHED:
+            charged = {j.job_id for j in mine}  # never claimed: each job lost a launch
+        elif unattributed:
+            charged = {mine[0].job_id}
         t = self._clock()
         why = stop.describe()
         updates, rerun = [], []
-        for job in jobs:
-            if job.state in TERMINAL_JOB_STATES or job.bundle_id != bundle.bundle_id:
-                continue  # finished, or retried into another bundle
+        for job in mine:
             u = JobUpdate(job.job_id, job.state, JobState.PENDING,
                           history=_history(job, stop, cls, t) if job.state == JobState.RUNNING
                           else None)
@@ -91,7 +102,7 @@ class Reruns:
                 if job.attempts >= job.max_attempts:
                     u.target, u.reason = JobState.FAILED, f"out of attempts; last {why}"
                     u.error = {"type": "TaskStopped", "message": why}
-            elif job.state == JobState.RUNNING or bundle.state == BundleState.LAUNCHED:
+            elif job.job_id in charged:
                 # Infrastructure: give the attempt back, spend the infrastructure budget.
                 u.attempts_delta = -1 if job.state == JobState.RUNNING else 0
                 u.infra_delta = 1

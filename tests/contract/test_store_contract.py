@@ -88,7 +88,7 @@ def test_launch_claim_fence_and_pointer(env: tuple[Store, Clock]) -> None:
         store.claim(Fence("b1", 1, "arn:task/other"))
     with pytest.raises(ConflictError):
         store.claim(Fence("b1", 0, "arn:task/1"))
-    claimed = store.claim(fence)
+    claimed = store.claim(fence).bundle
     assert claimed.state == BundleState.RUNNING and claimed.heartbeat_at == T0
     with pytest.raises(ConflictError):  # claimed once only
         store.claim(fence)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dispatcher.ports.store.base import Reads
 from dispatcher.ports.store.dispatch import DispatchStore
 from dispatcher.ports.store.operator import OperatorStore
-from dispatcher.ports.store.runner import RunnerStore
+from dispatcher.ports.store.runner import Claim, RunnerStore
 from dispatcher.ports.store.values import Fence, JobUpdate, LaunchOutcome
 
 
@@ -20,5 +20,5 @@ class Store(DispatchStore, RunnerStore, OperatorStore):
     """Every role on one table."""
 
 
-__all__ = ["DispatchStore", "Fence", "JobUpdate", "LaunchOutcome", "OperatorStore", "Reads",
-           "RunnerStore", "Store"]
+__all__ = ["Claim", "DispatchStore", "Fence", "JobUpdate", "LaunchOutcome", "OperatorStore",
+           "Reads", "RunnerStore", "Store"]

@@ -1,0 +1,151 @@
+"""The job runner's worker in-process, on the in-memory table twin: what it writes when a
+handler is hostile or the table refuses part of a write (issue 10: defects 2, 6, 7, 8, 9)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from dispatcher import settings
+from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.jobs import Job, JobState
+from dispatcher.domain.launches import Launch
+from dispatcher.ports.store import LaunchOutcome, Store
+from dispatcher.ports.store import records as r
+from dispatcher.ports.table import Op, Set, TransactionCancelled, Update
+from dispatcher.testing.memory_table import MemoryTable
+from job_runner import executor
+from job_runner.kinds import Registry
+from job_runner.worker import Worker
+
+ARN = "arn:aws:ecs:us-east-1:000000000000:task/longjobs/t1"
+CFG = settings.load("runner", {"LONGJOBS_TABLE": "t", "LONGJOBS_FLUSH_SECONDS": "3600",
+                               "LONGJOBS_HEARTBEAT_SECONDS": "3600",
+                               "LONGJOBS_ASSIGN_WAIT_SECONDS": "1"})
+
+
+class ConflictOnce(MemoryTable):
+    """DynamoDB cancels a transaction that collides with another request on one of its items
+    (TransactionConflict); moto never does. The first transaction here is cancelled so."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conflicts = 0
+        self.armed = False
+
+    def _transact(self, ops: list[Op]) -> None:
+        if self.armed and self.conflicts == 0:
+            self.conflicts += 1
+            raise TransactionCancelled(["TransactionConflict"] + [None] * (len(ops) - 1))
+        super()._transact(ops)
+
+
+def launched(store: Store, jobs: list[Job], bundle_id: str = "b1", arn: str = ARN) -> Bundle:
+    """A bundle recorded and launched on ARN, as the tick leaves it for its runner."""
+    bundle = Bundle(bundle_id, [j.job_id for j in jobs])
+    for j in jobs:
+        j.bundle_id = bundle_id
+    store.record([bundle], jobs)
+    launch = Launch(f"L-{bundle_id}", [bundle_id], "longjobs-worker:1")
+    store.begin_launch(launch, [bundle])
+    store.finish_launch(launch, LaunchOutcome(assigned=[(bundle_id, arn)]), {})
+    return bundle
+
+
+def small(job_id: str, kind: str = "ok", **extra: Any) -> Job:
+    return Job(job_id=job_id, kind=kind, payload={}, estimated_seconds=0.1, **extra)
+
+
+def worker(store: Store, handlers: dict[str, Callable[..., Any]]) -> Worker:
+    return Worker(CFG, store, Registry(handlers), ARN)
+
+
+def state(store: Store, job_id: str) -> JobState:
+    job = store.get_job(job_id)
+    assert job is not None
+    return job.state
+
+
+def test_a_cancel_requested_before_the_claim_is_honoured() -> None:
+    store = Store(MemoryTable())
+    launched(store, [small("a"), small("b")])
+    store.cancel("b")  # its bundle is LAUNCHED: a request the runner must read at its claim
+    ran: list[str] = []
+    worker(store, {"ok": lambda p, ctx: ran.append(ctx.job_id)}).run()
+    assert ran == ["a"]
+    b = store.get_job("b")
+    assert b is not None and b.state == JobState.CANCELLED and "before it started" in (b.reason
+                                                                                       or "")
+    assert state(store, "a") == JobState.SUCCEEDED
+
+
+def test_a_refused_result_does_not_throw_away_its_bundle_mates() -> None:
+    table = MemoryTable()
+    store = Store(table)
+    launched(store, [small("a"), small("b", "b"), small("c")])
+
+    def b(payload: dict[str, Any], ctx: Any) -> None:
+        # Meanwhile, job "a" (finished, its result buffered) is moved on by someone else.
+        table.write(Update(r.job_key("a"), [Set("state", "FAILED"),
+                                            Set("status_key", r.job_status("FAILED"))]))
+
+    worker(store, {"ok": lambda p, ctx: "done", "b": b}).run()
+    assert state(store, "a") == JobState.FAILED  # the other writer's decision stands
+    assert state(store, "b") == state(store, "c") == JobState.SUCCEEDED
+    bundle = store.get_bundle("b1")
+    assert bundle is not None and bundle.state == BundleState.DONE
+
+
+def test_a_transaction_conflict_is_retried_not_taken_for_a_lost_claim() -> None:
+    table = ConflictOnce()
+    store = Store(table)
+    launched(store, [small("a"), small("b")])
+    table.armed = True
+    worker(store, {"ok": lambda p, ctx: "done"}).run()
+    assert table.conflicts == 1
+    assert state(store, "a") == state(store, "b") == JobState.SUCCEEDED
+
+
+def test_a_lone_job_records_its_start_at_once_and_a_bundled_one_does_not() -> None:
+    store = Store(MemoryTable())
+    seen: dict[str, JobState] = {}
+
+    def look(payload: dict[str, Any], ctx: Any) -> None:
+        seen[ctx.job_id] = state(store, ctx.job_id)
+
+    # A bundle of one job (a long job, or the only small one): a crash must charge it.
+    launched(store, [Job(job_id="long", kind="look", payload={}, estimated_seconds=30)])
+    worker(store, {"look": look}).run()
+    # Bundled small jobs: starts are buffered with their results (one write for the group).
+    launched(store, [small("s1", "look"), small("s2", "look")], bundle_id="b2",
+             arn=ARN.replace("t1", "t2"))
+    Worker(CFG, store, Registry({"look": look}), ARN.replace("t1", "t2")).run()
+    assert seen["long"] == JobState.RUNNING
+    assert seen["s1"] == seen["s2"] == JobState.PENDING
+
+
+def test_a_handler_that_ignores_its_timeout_ends_the_task(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """It is recorded FAILED (timeout) and nothing else runs in this task: the process ends
+    (main exits) and the stop event reruns its bundle-mates, so two runs never overlap."""
+    monkeypatch.setattr(executor, "TIMEOUT_GRACE_SECONDS", 0.2)
+    store = Store(MemoryTable())
+    launched(store, [small("stubborn", "stubborn", timeout_seconds=0.2), small("next")])
+    release = threading.Event()
+
+    def stubborn(payload: dict[str, Any], ctx: Any) -> None:
+        release.wait(30)  # ignores ctx.cancelled()
+
+    try:
+        worker(store, {"stubborn": stubborn, "ok": lambda p, ctx: "done"}).run()
+        job = store.get_job("stubborn")
+        assert job is not None and job.state == JobState.FAILED and job.reason == "timeout"
+        assert state(store, "next") == JobState.PENDING  # not started beside it
+        bundle = store.get_bundle("b1")
+        assert bundle is not None and bundle.state == BundleState.RUNNING  # the stop reruns
+    finally:
+        release.set()
+
