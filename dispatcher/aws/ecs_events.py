@@ -48,11 +48,14 @@ class TaskDetail(BaseModel):
     containers: list[Container] = Field(default_factory=list)
 
 
-class TaskEvent(BaseModel):
+class Envelope(BaseModel):
+    """The EventBridge envelope; ``detail`` is read as a TaskDetail only once the detail-type
+    says it is one (other ECS events, e.g. Container Instance State Change, have no taskArn)."""
+
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
     source: str = "aws.ecs"
     detail_type: str = Field(default=DETAIL_TYPE, alias="detail-type")
-    detail: TaskDetail
+    detail: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -79,14 +82,15 @@ def parse(event: Mapping[str, Any], container: str) -> TaskStop | Ignored:
     stop is found by the tick's reconciliation.
     """
     try:
-        parsed = TaskEvent.model_validate(event)
+        envelope = Envelope.model_validate(event)
+        if envelope.detail_type != DETAIL_TYPE:
+            return Ignored(f"detail-type {envelope.detail_type!r}")
+        detail = TaskDetail.model_validate(envelope.detail)
     except ValidationError as exc:
         return Ignored(MALFORMED, str(exc)[:500])
-    if parsed.detail_type != DETAIL_TYPE:
-        return Ignored(f"detail-type {parsed.detail_type!r}")
-    if LastStatus.parse(parsed.detail.lastStatus) != LastStatus.STOPPED:
-        return Ignored(f"lastStatus {parsed.detail.lastStatus}")
-    return _to_stop(parsed.detail, container)
+    if LastStatus.parse(detail.lastStatus) != LastStatus.STOPPED:
+        return Ignored(f"lastStatus {detail.lastStatus}")
+    return _to_stop(detail, container)
 
 
 def _to_stop(d: TaskDetail, container: str) -> TaskStop:
