@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +13,13 @@ from dispatcher.domain.jobs import Job, JobState
 
 MAX_RESULT_BYTES = 64 * 1024
 TRACEBACK_CHARS = 4000
+LOG_MESSAGE_CHARS = 200
+
+# What can carry a payload's values inside an error message: quoted strings, pydantic's
+# input_value=..., and key=value / key: value pairs.
+_QUOTED = re.compile("'[^']*'|\"[^\"]*\"")
+_INPUT_VALUE = re.compile(r"input_value=.*?(?=, input_type=|\]|$)")
+_ASSIGNED = re.compile(r"(\w+)([=:])\s*[^\s,;)\]}]+")
 
 
 @dataclass
@@ -62,3 +70,21 @@ def raised(job: Job, exc: BaseException, *, attempts: int, retry_any: bool,
         return Outcome(JobState.FAILED, error=err,
                        reason=f"failed after {attempts} attempts: {type(exc).__name__}: {exc}")
     return Outcome(JobState.FAILED, error=err, reason=f"{type(exc).__name__}: {exc}")
+
+
+def redact(message: str) -> str:
+    """A message fit for logs: values removed, at most LOG_MESSAGE_CHARS characters."""
+    text = _INPUT_VALUE.sub("input_value=…", message)
+    text = _QUOTED.sub("'…'", text)
+    text = _ASSIGNED.sub(lambda m: f"{m.group(1)}{m.group(2)}…", text)
+    return text[:LOG_MESSAGE_CHARS]
+
+
+def log_fields(outcome: Outcome) -> dict[str, Any]:
+    """What the runner logs about a finished job: its state, and for an error its type and a
+    redacted message (the job record keeps the full error)."""
+    fields: dict[str, Any] = {"state": str(outcome.target)}
+    if outcome.error:
+        fields["error_type"] = outcome.error.get("type")
+        fields["error"] = redact(str(outcome.error.get("message", "")))
+    return fields

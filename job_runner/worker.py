@@ -1,6 +1,12 @@
 """The job runner: find my bundle, claim it, run its jobs, heartbeat, record results.
 
-Every write carries the claim's fence; a runner that loses it stops writing and exits 0.
+Every write carries the claim's fence; a runner that loses it stops writing and exits 0. The
+handler itself runs in :mod:`job_runner.executor`; what it returns or raises becomes the job's
+next state in :mod:`job_runner.outcome`; the writes are grouped in :mod:`job_runner.writes`.
+
+A handler that outlives its cancellation (timeout, cancel, SIGTERM) is recorded, and then the
+process ends: a thread cannot be killed, and a job must never run twice at once, so nothing else
+runs in this task; the stop event reruns the rest of the bundle elsewhere.
 """
 
 from __future__ import annotations
@@ -14,7 +20,6 @@ import threading
 import time
 import urllib.request
 from types import FrameType
-from typing import Any
 
 from aws_lambda_powertools import Logger
 
@@ -26,16 +31,14 @@ from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.ports.store import Fence, RunnerStore
 from dispatcher.settings import Config
 from job_runner.context import JobContext
+from job_runner.executor import Executor, Signals
 from job_runner.kinds import Registry
-from job_runner.outcome import Outcome, error_of, raised, succeeded
+from job_runner.outcome import Outcome, error_of, log_fields
 from job_runner.writes import Writes
 
 # JSON lines with task_arn / bundle_id / job_id on every line (payloads are never logged).
 # Its level is LONGJOBS_LOG_LEVEL, set in main() once the settings are loaded.
 log = Logger(service="longjobs-runner", logger_handler=logging.StreamHandler(sys.stderr))
-# Fargate sends SIGKILL 120 s after SIGTERM at most (stopTimeout); finish well inside it.
-STOP_GRACE_SECONDS = 90.0
-TIMEOUT_GRACE_SECONDS = 5.0
 
 
 def task_arn(cfg: Config | None = None) -> str:
@@ -64,6 +67,10 @@ class Worker:
         self.lost = threading.Event()
         self.cancel_requested: set[str] = set()
         self.ctx: JobContext | None = None
+        self.executor = Executor(Signals(cancel_requested=self.cancel_requested.__contains__,
+                                         stopping=self.stopping.is_set,
+                                         claim_lost=self.lost.is_set),
+                                 retry_any_exception=cfg.retry_any_exception)
 
     def find_bundle(self) -> Bundle | None:
         deadline = time.monotonic() + self.cfg.assign_wait_seconds
@@ -94,48 +101,57 @@ class Worker:
         log.append_keys(bundle_id=bundle.bundle_id, attempt=bundle.attempt)
         fence = Fence(bundle.bundle_id, bundle.attempt, self.arn)
         try:
-            self.store.claim(fence)
+            claim = self.store.claim(fence)
         except ConflictError as exc:
             log.warning("%s; exiting without running anything", exc.reason)
             return 0
-        writes = Writes(self.store, fence, bundle.task_definition or "", self.cfg.flush_seconds)
+        self.cancel_requested |= claim.cancel_requested
+        # A bundle of one job, or any rerun (its last task stopped early): write every start
+        # and result at once, so the next stop is charged to the job that ran (see writes).
+        writes = Writes(self.store, fence, bundle.task_definition or "", self.cfg.flush_seconds,
+                        write_through=bundle.attempt > 1 or len(bundle.job_ids) == 1)
         beat = threading.Thread(target=self._heartbeat, args=(fence,), daemon=True)
         beat.start()
         try:
-            jobs = self.store.get_jobs(bundle.job_ids)
-            for job in jobs:
-                if self.stopping.is_set() or self.lost.is_set():
-                    break
-                if job.state != JobState.PENDING or job.bundle_id != bundle.bundle_id:
-                    continue  # finished, or retried into another bundle
-                if job.job_id in self.cancel_requested:
-                    writes.finish(job, Outcome(JobState.CANCELLED, reason="cancelled on request"),
-                                  started=False)
-                    continue
-                self._run_job(job, writes)
-            if self.lost.is_set():
-                return 0
-            left = [j for j in jobs if j.state not in TERMINAL_JOB_STATES
-                    and j.bundle_id == bundle.bundle_id]
-            retry = writes.retrying or bool(left)
-            if self.stopping.is_set():
-                writes.flush()  # the stop event reruns what is left
-            else:
-                writes.flush(BundleState.PENDING if retry else BundleState.DONE)
+            self._run_jobs(bundle, writes)
         except ConflictError as exc:
             log.warning("lost the claim: %s; exiting without further writes", exc.reason)
         finally:
             self.stopping.set()
         return 0
 
-    def _run_job(self, job: Job, writes: Writes) -> None:
+    def _run_jobs(self, bundle: Bundle, writes: Writes) -> None:
+        jobs = self.store.get_jobs(bundle.job_ids)
+        abandoned = False
+        for job in jobs:
+            if self.stopping.is_set() or self.lost.is_set() or abandoned:
+                break
+            if job.state != JobState.PENDING or job.bundle_id != bundle.bundle_id:
+                continue  # finished, or retried into another bundle
+            if job.job_id in self.cancel_requested:
+                job.state = JobState.CANCELLED
+                writes.finish(job, Outcome(JobState.CANCELLED, reason="cancelled on request "
+                                           "before it started"), started=False)
+                continue
+            abandoned = self._run_job(job, writes)
+        if self.lost.is_set():
+            return
+        if self.stopping.is_set() or abandoned:
+            writes.flush()  # the bundle stays RUNNING: the stop event reruns what is left
+            return
+        left = [j for j in jobs if j.state not in TERMINAL_JOB_STATES
+                and j.bundle_id == bundle.bundle_id and j.job_id not in writes.refused]
+        writes.flush(BundleState.PENDING if writes.retrying or left else BundleState.DONE)
+
+    def _run_job(self, job: Job, writes: Writes) -> bool:
+        """Run one job and record it; True if its handler was abandoned still running."""
         attempt = job.attempts + 1
         log.append_keys(job_id=job.job_id, kind=job.kind)
         ctx = JobContext(job.job_id, attempt, job.checkpoint,
                          lambda s: self._checkpoint(writes, job, s), log)
         self.ctx = ctx
-        writes.start(job, long=not (job.estimated_seconds is not None
-                                    and job.estimated_seconds <= 60))
+        writes.start(job)
+        abandoned = False
         try:
             handler = self.registry.get(job.kind)
         except LongjobsError as exc:
@@ -148,50 +164,22 @@ class Worker:
                                   f"handler registered (known: {known})",
                                   error={"type": "UnknownKind", "message": job.kind})
             else:
-                outcome = self._execute(job, handler, ctx, attempt)
+                execution = self.executor.execute(job, handler, ctx, attempt)
+                outcome, abandoned = execution.outcome, execution.abandoned
         self.ctx = None
         job.state = outcome.target
         writes.finish(job, outcome, started=True)
-        log.info("job finished", extra={"state": str(outcome.target), "reason": outcome.reason})
+        # The record keeps the whole error; the log gets its type and a redacted, bounded
+        # message (handler errors can quote payload values).
+        report = log.info if outcome.target == JobState.SUCCEEDED else log.warning
+        report("job finished", extra=log_fields(outcome))
+        if abandoned:
+            log.error("the handler ignored its cancellation and still runs; ending the task "
+                      "so that it cannot overlap a rerun", extra=log_fields(outcome))
         log.remove_keys(["job_id", "kind"])
+        return abandoned
 
-    def _execute(self, job: Job, handler: Any, ctx: JobContext, attempt: int) -> Outcome:
-        box: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                box["value"] = handler(dict(job.payload), ctx)
-            except BaseException as exc:  # the job's failure, recorded, never the runner's
-                box["error"] = exc
-
-        thread = threading.Thread(target=target, daemon=True, name=f"job-{job.job_id}")
-        thread.start()
-        deadline = time.monotonic() + job.timeout_seconds if job.timeout_seconds else None
-        grace_until: float | None = None
-        while thread.is_alive():
-            thread.join(0.1)
-            if job.job_id in self.cancel_requested:
-                ctx.cancel("cancelled")
-            if self.lost.is_set():
-                ctx.cancel("claim lost")
-            if deadline and time.monotonic() > deadline:
-                ctx.cancel("timeout")
-            if ctx.cancelled() and grace_until is None:
-                grace = STOP_GRACE_SECONDS if self.stopping.is_set() else TIMEOUT_GRACE_SECONDS
-                grace_until = time.monotonic() + grace
-            if grace_until and time.monotonic() > grace_until and thread.is_alive():
-                # The handler ignores cancellation: record it, then end the process (a thread
-                # cannot be killed); the stop event reruns the rest of the bundle.
-                return raised(job, TimeoutError(ctx.cancel_reason or "did not stop"),
-                              attempts=attempt, retry_any=False,
-                              cancel_reason=ctx.cancel_reason or "interrupted")
-        if "error" in box:
-            exc = box["error"]
-            return raised(job, exc, attempts=attempt, retry_any=self.cfg.retry_any_exception,
-                          cancel_reason=ctx.cancel_reason if ctx.cancelled() else None)
-        return succeeded(job, box.get("value"))
-
-    def _checkpoint(self, writes: Writes, job: Job, state: dict[str, Any]) -> None:
+    def _checkpoint(self, writes: Writes, job: Job, state: dict[str, object]) -> None:
         writes.flush()
         self.store.save_checkpoint(writes.fence, job.job_id, state)
 
@@ -204,13 +192,17 @@ class Worker:
                 self.lost.set()
                 return
             except Exception as exc:  # a missed beat is retried at the next interval
-                log.warning("heartbeat failed: %r", exc)
+                log.warning("heartbeat failed: %s", type(exc).__name__)
 
 
 def main() -> int:
     try:
         cfg = settings.load("runner")
         log.setLevel(cfg.log_level)
+        # Modules of the runner log through the standard tree; give it the same JSON handler.
+        tree = logging.getLogger("job_runner")
+        tree.addHandler(log.registered_handler)
+        tree.propagate = False
         arn = task_arn(cfg)
         store = open_store(cfg.table, cfg.region, cfg.endpoint_url)
         registry = Registry.load(cfg.handlers)
@@ -225,4 +217,5 @@ def main() -> int:
         print(f"job_runner: {error_of(exc)['traceback']}", file=sys.stderr)
         return 1
     sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(code)  # do not wait for a handler thread that ignored its cancellation

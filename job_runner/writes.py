@@ -1,12 +1,17 @@
 """Grouped, fenced writes of one bundle's job starts and results.
 
-Long jobs record their start at once (a crash must charge the right job); small jobs' starts
-and results are flushed together every few seconds, so a bundle of 50 small jobs costs a couple
-of transactions, not 100 calls.
+By default the starts and results of a bundle's small jobs are flushed together every few
+seconds, so a bundle of 50 small jobs costs a couple of transactions, not 100 calls. In
+write-through mode every start and every result is written at once, so a crash charges the job
+that was running and loses no finished result. The worker uses it for a bundle of one job (a
+long job records its start at once) and for every rerun of a bundle, since a rerun follows a
+stop (a crash, a kill, Spot) and the next one must be attributable: a bundled job that kills
+its task is charged from its second launch on, and fails within ``max_attempts`` + 1 launches.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -15,24 +20,30 @@ from dispatcher.domain.jobs import Job, JobState
 from dispatcher.ports.store import Fence, JobUpdate, RunnerStore
 from job_runner.outcome import Outcome
 
+log = logging.getLogger(__name__)
+
 # A bundle's failed-and-retryable jobs wait this long (doubling per attempt) before a rerun.
 RETRY_BASE_SECONDS = 2.0
 RETRY_MAX_SECONDS = 300.0
+# A flush is one transaction of at most 98 job updates (plus the fence).
+FLUSH_AT_JOBS = 98
 
 
 class Writes:
     def __init__(self, store: RunnerStore, fence: Fence, task_definition: str,
-                 flush_seconds: float) -> None:
+                 flush_seconds: float, *, write_through: bool = False) -> None:
         self.store = store
         self.fence = fence
         self.task_definition = task_definition
         self.flush_seconds = flush_seconds
+        self.write_through = write_through
         self.pending: dict[str, JobUpdate] = {}
+        self.refused: set[str] = set()  # jobs whose update the table refused (moved on)
         self.retrying = False
         self.retry_at = 0.0
         self._last = time.monotonic()
 
-    def start(self, job: Job, *, long: bool) -> None:
+    def start(self, job: Job) -> None:
         job.history.append({"attempt": job.attempts + 1, "task_arn": self.fence.task_arn,
                             "task_definition": self.task_definition,
                             "started_at": time.time()})
@@ -40,7 +51,7 @@ class Writes:
         job.state = JobState.RUNNING
         self.pending[job.job_id] = JobUpdate(job.job_id, JobState.PENDING, JobState.RUNNING,
                                              attempts_delta=1, history=list(job.history))
-        if long:
+        if self.write_through:
             self.flush()
 
     def finish(self, job: Job, outcome: Outcome, *, started: bool) -> None:
@@ -64,13 +75,20 @@ class Writes:
             self.retrying = True
             delay = min(RETRY_BASE_SECONDS * 2 ** max(job.attempts - 1, 0), RETRY_MAX_SECONDS)
             self.retry_at = max(self.retry_at, time.time() + delay)
-        if time.monotonic() - self._last >= self.flush_seconds or len(self.pending) >= 98:
+        if self.write_through or len(self.pending) >= FLUSH_AT_JOBS \
+                or time.monotonic() - self._last >= self.flush_seconds:
             self.flush()
 
     def flush(self, bundle_to: BundleState | None = None) -> None:
+        """Write what is pending. A job the table refuses (it moved on meanwhile: failed as
+        overdue, cancelled) is dropped alone; its bundle-mates' results are written."""
         if not self.pending and bundle_to is None:
             return
         retry_at = self.retry_at if bundle_to == BundleState.PENDING and self.retry_at else None
-        self.store.apply(self.fence, list(self.pending.values()), bundle_to, retry_at)
+        refused = self.store.apply(self.fence, list(self.pending.values()), bundle_to, retry_at)
+        if refused:
+            log.warning("the table refused some job updates (the jobs moved on meanwhile)",
+                        extra={"job_ids": sorted(refused)})
+            self.refused |= refused
         self.pending.clear()
         self._last = time.monotonic()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from typing import Any
 
@@ -46,3 +47,22 @@ def sleepy(payload: dict[str, Any], ctx: JobContext) -> None:
         if ctx.cancelled():
             ctx.raise_if_cancelled()
         time.sleep(0.1)
+
+
+def suicide(payload: dict[str, Any], ctx: JobContext) -> None:
+    """A hostile handler: kills its own process, as a segfault or the OOM killer would."""
+    _record(ctx, "run")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def exit_zero(payload: dict[str, Any], ctx: JobContext) -> None:
+    """A hostile handler: ends the process with a clean exit code, mid-bundle."""
+    _record(ctx, "run")
+    os._exit(0)
+
+
+def stubborn(payload: dict[str, Any], ctx: JobContext) -> None:
+    """A hostile handler: ignores its cancellation (timeout, cancel, SIGTERM) and sleeps on."""
+    _record(ctx, "run", at=time.time())
+    time.sleep(payload.get("seconds", 30))
+    _record(ctx, "finished", at=time.time())

@@ -22,7 +22,8 @@ from dispatcher.testing.moto import MotoEndpoint
 from dispatcher.testing.proxy import AwsProxy
 
 HANDLERS = ("echo=tests.handlers:echo,fail=tests.handlers:fail,steps=tests.handlers:steps,"
-            "sleepy=tests.handlers:sleepy")
+            "sleepy=tests.handlers:sleepy,suicide=tests.handlers:suicide,"
+            "exit_zero=tests.handlers:exit_zero,stubborn=tests.handlers:stubborn")
 
 
 @pytest.fixture
@@ -217,3 +218,47 @@ def test_a_runner_without_an_assignment_exits_without_running(
                          capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 2 and "LONGJOBS_TABLE is not set" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize(("kind", "max_attempts"), [("suicide", 2), ("exit_zero", 1)])
+def test_a_job_that_ends_its_task_fails_within_its_budget_and_spares_its_bundle(
+        local: tuple[LocalEnv, Path], kind: str, max_attempts: int) -> None:
+    """Issue 10, defect 1: bundled with 10 small jobs, a handler that SIGKILLs (or os._exit(0)s)
+    its own process ends FAILED after max_attempts, naming the stop, within max_attempts + 1
+    launches; the 10 others succeed, none run more than twice."""
+    env, log = local
+    store = open_store(env.cfg.table)
+    mates = [f"mate-{i}" for i in range(10)]
+    jobs: list[dict[str, object]] = [{"kind": "echo", "payload": {"n": i}, "job_id": j,
+                                      "estimated_seconds": 0.1} for i, j in enumerate(mates)]
+    jobs.insert(5, {"kind": kind, "payload": {}, "job_id": "killer", "estimated_seconds": 0.1,
+                    "max_attempts": max_attempts})
+    JobClient().submit_many(jobs)
+    wait_for(lambda: state(store, "killer") == JobState.FAILED, timeout=120)
+    wait_for(lambda: all(state(store, j) == JobState.SUCCEEDED for j in mates), timeout=60)
+    killer = store.get_job("killer")
+    assert killer is not None and "out of attempts" in (killer.reason or "")
+    assert "EssentialContainerExited" in (killer.reason or "")
+    assert killer.attempts == max_attempts
+    assert len(runs(log, "killer")) <= max_attempts + 1  # one run per launch of its bundle
+    assert all(1 <= len(runs(log, j)) <= 2 for j in mates)  # at-least-once, not a loop
+
+
+def test_a_handler_ignoring_its_timeout_ends_its_task_before_a_retry_runs(
+        local: tuple[LocalEnv, Path]) -> None:
+    """Issue 10, defect 2: the job is recorded FAILED (timeout) and its process ends, so a
+    retry can never run beside the first, still-sleeping run."""
+    env, log = local
+    store = open_store(env.cfg.table)
+    client = JobClient()
+    client.submit("stubborn", {"seconds": 60}, job_id="stubborn", timeout_seconds=1)
+    wait_for(lambda: state(store, "stubborn") == JobState.FAILED, timeout=60)
+    arn = next(iter(env.launcher.tasks))
+    wait_for(lambda: env.launcher.tasks[arn].exit is not None, timeout=30)
+    ended = time.time()
+    client.retry("stubborn")
+    wait_for(lambda: len(runs(log, "stubborn")) == 2, timeout=60)
+    first, second = runs(log, "stubborn")
+    assert float(str(second["at"])) >= ended  # the first run's process had ended
+    assert first["pid"] != second["pid"]
+    assert not [r for r in runs(log, "stubborn") if r["event"] == "finished"]

@@ -9,10 +9,11 @@ Budgets. Every task stop that leads to a rerun charges a budget, so no job can b
 forever: the job that was running when its task stopped spends one of its ``max_attempts``
 (application: its code ended the process), or the infrastructure budget
 (``LONGJOBS_MAX_INFRA_ATTEMPTS``: Spot, host loss, a task that never claimed its bundle, a stop
-nobody asked for). When no job was recorded running (a bundle's starts are buffered), the first
-unfinished job of the bundle is charged the infrastructure budget, and the bundle's next task
-writes every start at once, so a job that kills its task is identified from its second launch
-on and fails within ``max_attempts`` + 1 launches. A user stop (cancel, timeout) reruns nothing.
+nobody asked for). A bundle's first task buffers its jobs' starts and results, so a stop may
+find no job recorded running: then nobody is charged, and every later task of that bundle writes
+each start and result at once, so its stops are charged to the job that ran (or, between jobs,
+to the first unfinished one). A job that kills its task thus fails within ``max_attempts`` + 1
+launches, and its bundle-mates are not charged. A user stop (cancel, timeout) reruns nothing.
 """
 
 from __future__ import annotations

@@ -76,18 +76,27 @@ class Reruns:
                jobs: list[Job]) -> tuple[StopClass, list[JobUpdate], list[str]]:
         """Every stop that leads to a rerun charges a budget (see dispatcher.domain.lifecycle):
         the job that was running (an application attempt), else the infrastructure budget of
-        the jobs it interrupted. A claimed bundle with no job recorded RUNNING (its starts were
-        buffered) charges the first unfinished job, the one its task was at or about to run."""
+        the jobs it interrupted. A claimed bundle with no job recorded RUNNING and nothing
+        recorded by its task charges, from its second launch on, its first unfinished job."""
         mine = [j for j in jobs if j.bundle_id == bundle.bundle_id
                 and j.state not in TERMINAL_JOB_STATES]
         running = [j for j in mine if j.state == JobState.RUNNING]
         cls = classify(stop, claimed=bundle.state != BundleState.LAUNCHED,
                        job_was_running=bool(running))
-        unattributed = bundle.state == BundleState.RUNNING and not running and bool(mine)
+        # The runner records a job it gave back (SIGTERM) with this task in its history; then
+        # the stop is already accounted for. Otherwise nothing this task did was recorded.
+        recorded = any(j.history and j.history[-1].get("task_arn") == stop.task_arn
+                       for j in mine)
+        unattributed = bundle.state == BundleState.RUNNING and bool(mine) and not running \
+            and not recorded
         charged = {j.job_id for j in running}
         if bundle.state == BundleState.LAUNCHED:
             charged = {j.job_id for j in mine}  # never claimed: each job lost a launch
-        elif unattributed:
+        elif unattributed and bundle.attempt > 1:
+            # This task wrote every start and result at once (a rerun): its first unfinished
+            # job is the one it was at or about to run. On a first launch starts and results
+            # were buffered, so finished bundle-mates look unfinished too: charge nobody, and
+            # let the rerun (which writes through) attribute the next stop.
             charged = {mine[0].job_id}
         t = self._clock()
         why = stop.describe()

@@ -7,10 +7,13 @@ state of a newer attempt.
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import JobState
 from dispatcher.ports.store import records as r
 from dispatcher.ports.store.base import Reads, status
@@ -27,8 +30,15 @@ from dispatcher.ports.table import (
     Op,
     Remove,
     Set,
+    TransactionCancelled,
     Update,
 )
+
+# Transactions cancelled by a concurrent request on one of their items (TransactionConflict:
+# e.g. an operator's cancel request landing on the bundle item) are retried this many times.
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html
+CONFLICT_TRIES = 5
+CONFLICT_BACKOFF_SECONDS = 0.05
 
 # One transaction: the fence check or the bundle's update, plus the job updates, with room to
 # spare: at most 100 actions per TransactWriteItems (see dispatcher.ports.table).
@@ -79,11 +89,22 @@ def bundle_actions(target: BundleState, t: float, retry_at: float | None) -> lis
     return actions
 
 
+@dataclass(frozen=True)
+class Claim:
+    """A claimed bundle, and the cancellations requested before its task claimed it."""
+
+    bundle: Bundle
+    cancel_requested: frozenset[str]
+
+
 class RunnerStore(Reads):
     """A running bundle's writes, each fenced by the claim (the job runner)."""
 
-    def claim(self, fence: Fence) -> Bundle:
-        """LAUNCHED -> RUNNING for exactly this task and attempt; ConflictError if lost."""
+    def claim(self, fence: Fence) -> Claim:
+        """LAUNCHED -> RUNNING for exactly this task and attempt; ConflictError if lost.
+
+        The update returns the bundle as written, with the cancel requests an operator made
+        while it waited for its task, so a cancel before the job starts is not lost."""
         t = self.clock()
         rec = self._write(Update(r.bundle_key(fence.bundle_id), [
             *bundle_actions(BundleState.RUNNING, t, None), Set("heartbeat_at", t)],
@@ -91,7 +112,7 @@ class RunnerStore(Reads):
             f"task {fence.task_arn} lost the claim of bundle {fence.bundle_id} "
             f"attempt {fence.attempt}")
         assert rec is not None  # an Update returns the item
-        return r.record_bundle(rec)
+        return Claim(r.record_bundle(rec), frozenset(rec.cancel_jobs or ()))
 
     def heartbeat(self, fence: Fence) -> set[str]:
         """Prove liveness; return the job ids whose cancellation was requested."""
@@ -101,23 +122,51 @@ class RunnerStore(Reads):
         return set(rec.cancel_jobs or ()) if rec else set()
 
     def apply(self, fence: Fence, updates: list[JobUpdate],
-              bundle_to: BundleState | None = None, retry_at: float | None = None) -> None:
+              bundle_to: BundleState | None = None, retry_at: float | None = None) -> set[str]:
         """Job results, grouped: one transaction per 98 jobs, each checking the fence; the
-        last one also moves the bundle to ``bundle_to``."""
+        last one also moves the bundle to ``bundle_to``.
+
+        A refused job (its item moved on: failed as overdue, cancelled, retried elsewhere)
+        is left out and the rest written again; its id is returned. Only a lost fence raises
+        ConflictError: then nothing of this task may be written any more."""
         t = self.clock()
         chunks = [updates[i:i + JOBS_PER_TRANSACTION]
                   for i in range(0, len(updates), JOBS_PER_TRANSACTION)] or [[]]
-        key = r.bundle_key(fence.bundle_id)
+        refused: set[str] = set()
         for n, chunk in enumerate(chunks):
-            ops: list[Op]
-            if n == len(chunks) - 1 and bundle_to is not None:
+            last = n == len(chunks) - 1
+            if last and bundle_to is not None:
                 lifecycle.check_bundle(fence.bundle_id, BundleState.RUNNING, bundle_to)
-                ops = [Update(key, bundle_actions(bundle_to, t, retry_at), fenced(fence))]
-            else:
-                ops = [Check(key, fenced(fence))]
-            self._transact(ops + job_updates(chunk, fence.bundle_id, t),
-                           f"task {fence.task_arn} lost bundle {fence.bundle_id}; "
-                           "its results were not written")
+            refused |= self._apply_chunk(fence, chunk, bundle_to if last else None, retry_at, t)
+        return refused
+
+    def _apply_chunk(self, fence: Fence, chunk: list[JobUpdate], bundle_to: BundleState | None,
+                     retry_at: float | None, t: float) -> set[str]:
+        key = r.bundle_key(fence.bundle_id)
+        head: Op = Update(key, bundle_actions(bundle_to, t, retry_at), fenced(fence)) \
+            if bundle_to is not None else Check(key, fenced(fence))
+        refused: set[str] = set()
+        for attempt in range(CONFLICT_TRIES):
+            if not chunk and bundle_to is None:
+                return refused
+            try:
+                self.table.transact([head, *job_updates(chunk, fence.bundle_id, t)])
+                return refused
+            except TransactionCancelled as exc:
+                failed = exc.failed_conditions()
+                if 0 in failed:  # the fence: a newer attempt owns the bundle
+                    raise ConflictError(f"task {fence.task_arn} lost bundle "
+                                        f"{fence.bundle_id}; its results were not written") \
+                        from None
+                if failed:
+                    refused |= {chunk[i - 1].job_id for i in failed}
+                    chunk = [u for i, u in enumerate(chunk, start=1) if i not in failed]
+                    continue
+                if attempt + 1 == CONFLICT_TRIES or not any(
+                        reason == "TransactionConflict" for reason in exc.reasons):
+                    raise
+                time.sleep(CONFLICT_BACKOFF_SECONDS * 2 ** attempt)
+        return refused
 
     def save_checkpoint(self, fence: Fence, job_id: str, checkpoint: dict[str, Any]) -> None:
         """Persist a running job's progress, fenced like every other write of its task."""
