@@ -137,15 +137,20 @@ def jobs_cancel(job_id: Annotated[str, typer.Argument(help="The job id.")],
 
 @jobs_app.command("retry")
 def jobs_retry(job_id: Annotated[str, typer.Argument(help="The job id.")],
+               from_scratch: Annotated[bool, typer.Option(
+                   "--from-scratch", help="Drop the job's checkpoint: the rerun starts over "
+                   "instead of resuming.")] = False,
                as_json: JsonOpt = False) -> None:
-    """Run a FAILED or CANCELLED job again, with a fresh attempt budget, in a new bundle."""
-    job = guarded(lambda: client().retry(job_id))
+    """Run a FAILED or CANCELLED job again, with a fresh attempt budget, in a new bundle.
+    It resumes from its last checkpoint unless --from-scratch."""
+    job = guarded(lambda: client().retry(job_id, from_scratch=from_scratch))
     if as_json:
         print_json({"job_id": job.job_id, "state": str(job.state),
-                     "bundle_id": job.bundle_id})
+                     "bundle_id": job.bundle_id, "checkpoint": job.checkpoint})
     else:
+        resume = " from its checkpoint" if job.checkpoint is not None else ""
         typer.echo(f"{job.job_id}: {job.state} in bundle {job.bundle_id}; the next tick "
-                   "launches it")
+                   f"launches it{resume}")
 
 
 # -- stats ----------------------------------------------------------------------------------------

@@ -51,13 +51,19 @@ def local(
     typer.echo("# longjobs local is running; Ctrl-C stops it and its tasks", err=True)
 
     def on_term(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C: no task process left behind
+        raise KeyboardInterrupt  # SIGTERM/SIGHUP clean up like Ctrl-C: no task left behind
 
-    signal.signal(signal.SIGTERM, on_term)
+    # SIGHUP: the terminal closed. Without this the process dies and its runners (in their
+    # own sessions) run on, detached.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_term)
     try:
         while True:
             time.sleep(1)
     except KeyboardInterrupt:
         pass
     finally:
+        # A second Ctrl-C (or the terminal's SIGHUP after it) must not abort the cleanup.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
         env.stop()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ from dispatcher.stages.rerun import StopOutcome
 from dispatcher.stages.tick import Decision
 
 log = logging.getLogger("longjobs.local")
+KEEP = 1000
 DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
                      "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
 
@@ -32,8 +34,9 @@ class LocalEnv:
     endpoint: str | None = None
     output: int | None = None
     env: dict[str, str] = field(default_factory=dict)
-    events: list[StopOutcome | Ignored] = field(default_factory=list)
-    decisions: list[Decision] = field(default_factory=list)
+    # The latest task stops and tick decisions (bounded: `longjobs local` runs for days).
+    events: deque[StopOutcome | Ignored] = field(default_factory=lambda: deque(maxlen=KEEP))
+    decisions: deque[Decision] = field(default_factory=lambda: deque(maxlen=KEEP))
 
     def start(self) -> LocalEnv:
         for k, v in DUMMY_CREDENTIALS.items():

@@ -115,9 +115,10 @@ class JobClient:
         (the returned job then still shows RUNNING)."""
         return self._table().cancel(job_id)
 
-    def retry(self, job_id: str) -> Job:
-        """Run a FAILED or CANCELLED job again with a fresh attempt budget."""
-        return self._table().retry(job_id)
+    def retry(self, job_id: str, *, from_scratch: bool = False) -> Job:
+        """Run a FAILED or CANCELLED job again with a fresh attempt budget. It resumes from
+        its last checkpoint unless ``from_scratch``."""
+        return self._table().retry(job_id, from_scratch=from_scratch)
 
     # -- operating (dispatcher.ops.queries) ----------------------------------------------------
     def registry(self) -> Registry:

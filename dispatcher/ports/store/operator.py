@@ -28,6 +28,7 @@ from dispatcher.ports.table import (
     Op,
     Put,
     Record,
+    Remove,
     Set,
     Update,
 )
@@ -42,6 +43,10 @@ class OperatorStore(Reads):
     def _job(self, job_id: str) -> Job:
         job = self.get_job(job_id)
         if job is None:
+            rejected = self.get_rejection(job_id)
+            if rejected is not None:  # `jobs show` displays it: say what it is
+                raise LongjobsError(f"was REJECTED, never admitted ({rejected.reason}); fix "
+                                    "the message and submit it again", job_id=job_id)
             raise JobNotFound("no such job", job_id=job_id)
         return job
 
@@ -92,8 +97,11 @@ class OperatorStore(Reads):
                            In("state", [str(s) for s in ACTIVE_BUNDLE_STATES])),
                     "bundle changed", job_id=job.job_id)
 
-    def retry(self, job_id: str) -> Job:
-        """FAILED or CANCELLED -> PENDING with a fresh budget, in a new bundle."""
+    def retry(self, job_id: str, *, from_scratch: bool = False) -> Job:
+        """FAILED or CANCELLED -> PENDING with a fresh budget, in a new bundle.
+
+        The rerun resumes from the job's last checkpoint (the handler sees it as
+        ``ctx.last_checkpoint``), as a rerun after a crash does; ``from_scratch`` drops it."""
         job = self._job(job_id)
         if job.state not in (JobState.FAILED, JobState.CANCELLED):
             raise LongjobsError(f"only FAILED or CANCELLED jobs can be retried, not {job.state}",
@@ -109,7 +117,9 @@ class OperatorStore(Reads):
                 Set("state", str(JobState.PENDING)),
                 Set("status_key", r.job_status(JobState.PENDING)), Set("updated_at", t),
                 Set("attempts", 0), Set("infra_attempts", 0), Set("bundle_id", bundle.bundle_id),
-                Set("reason", f"retried on request after {job.state}")],
+                Set("reason", f"retried on request after {job.state}"
+                    + (" from scratch" if from_scratch else "")),
+                *([Remove("checkpoint")] if from_scratch else [])],
                 Eq("state", str(job.state)))],
             "job changed while retrying; try again", job_id=job_id)
         return self._job(job_id)

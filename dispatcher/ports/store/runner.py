@@ -70,6 +70,8 @@ def job_actions(u: JobUpdate, t: float) -> list[Action]:
         actions.append(Set("error", u.error))
     if u.reason is not None:
         actions.append(Set("reason", u.reason[:2000]))
+    elif u.target == JobState.SUCCEEDED:
+        actions.append(Remove("reason"))  # an earlier attempt's reason no longer applies
     return actions
 
 
