@@ -41,7 +41,10 @@ clean:
 
 # `sam build` (infra/template.yaml, BuildMethod: makefile) packages both functions with this:
 # the wheel without extras, so no CLI (typer, rich) and no local mode (moto) in the Lambda package.
+# --no-compile: pip would otherwise write bytecode for the host's Python (not 3.12) into the
+# package, which the Lambda runtime cannot use and which only makes the package bigger.
 build-DispatcherFunction build-TaskEventFunction:
 	W=$$(mktemp -d) && python3 -m pip wheel -q --no-deps -w "$$W" . && \
-	python3 -m pip install -q --target "$(ARTIFACTS_DIR)" --platform manylinux2014_x86_64 \
-	  --implementation cp --python-version 3.12 --only-binary=:all: "$$W"/*.whl && rm -rf "$$W"
+	python3 -m pip install -q --no-compile --target "$(ARTIFACTS_DIR)" \
+	  --platform manylinux2014_x86_64 --implementation cp --python-version 3.12 \
+	  --only-binary=:all: "$$W"/*.whl && rm -rf "$$W"

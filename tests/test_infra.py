@@ -13,6 +13,7 @@ import copy
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -162,6 +163,11 @@ def test_every_checkov_suppression_is_justified(template: dict[str, Any]) -> Non
 @pytest.fixture(scope="module")
 def expanded(template: dict[str, Any]) -> dict[str, Any]:
     """The template after the SAM transform, as CloudFormation would receive it."""
+    return sam_expand(template)
+
+
+def sam_expand(template: dict[str, Any]) -> dict[str, Any]:
+    """The SAM transform, offline (tests/test_permissions.py evaluates its policies too)."""
     sam = copy.deepcopy(template)
     # The translator only accepts code that is already uploaded; `sam build`/`package` does that
     # for the local CodeUri ("..") in a real deploy.
@@ -395,6 +401,133 @@ def test_iam_is_least_privilege(expanded: dict[str, Any]) -> None:
             assert not any(a.endswith("*") for a in as_list(statement["Action"])), statement
     worker = policy_statements(expanded, "WorkerTaskRole")
     assert {a.split(":")[0] for s in worker for a in as_list(s["Action"])} == {"dynamodb"}
+
+
+def test_task_event_role_can_relaunch_as_the_dispatcher_does(expanded: dict[str, Any]) -> None:
+    """Issue 10 item 4: a rerun relaunches at once, so the task-event role needs the launch
+    permissions (RunTask, tag on create, the task definition, PassRole) with the same scoping
+    as the dispatcher's. tests/test_permissions.py checks them against recorded behaviour."""
+    def launch_grants(role: str) -> dict[str, dict[str, Any]]:
+        wanted = {"ecs:RunTask", "ecs:TagResource", "ecs:DescribeTaskDefinition", "iam:PassRole"}
+        return {a: {k: v for k, v in s.items() if k != "Sid"}
+                for s in policy_statements(expanded, role)
+                for a in as_list(s["Action"]) if a in wanted}
+
+    task_event = launch_grants("TaskEventFunctionRole")
+    assert set(task_event) == {"ecs:RunTask", "ecs:TagResource", "ecs:DescribeTaskDefinition",
+                               "iam:PassRole"}
+    assert task_event == launch_grants("DispatcherFunctionRole")
+    assert task_event["ecs:TagResource"]["Condition"] == {
+        "StringEquals": {"ecs:CreateAction": "RunTask"}}
+    assert task_event["iam:PassRole"]["Condition"] == {
+        "StringEquals": {"iam:PassedToService": "ecs-tasks.amazonaws.com"}}
+
+
+def queue_policies(template: dict[str, Any], queue: str) -> list[dict[str, Any]]:
+    return [s for r in resources(template, "AWS::SQS::QueuePolicy").values()
+            if {"Ref": queue} in r["Properties"]["Queues"]
+            for s in r["Properties"]["PolicyDocument"]["Statement"]]
+
+
+@pytest.mark.parametrize("queue", ["JobQueue", "JobDeadLetterQueue", "EventDeadLetterQueue"])
+def test_every_queue_is_tls_only_and_retained(template: dict[str, Any], queue: str) -> None:
+    """Issue 10 item 17: the dead-letter queues get the job queue's TLS-only deny, and no
+    queue (with jobs or dead letters in it) is deleted with the stack or on replacement."""
+    resource = template["Resources"][queue]
+    assert resource["DeletionPolicy"] == "Retain"
+    assert resource["UpdateReplacePolicy"] == "Retain"
+    tls = [s for s in queue_policies(template, queue) if s["Effect"] == "Deny"
+           and s.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}}]
+    assert len(tls) == 1, f"{queue} has no TLS-only deny"
+    assert tls[0]["Principal"] == "*" and tls[0]["Action"] == "sqs:*"
+    assert tls[0]["Resource"] == {"Fn::GetAtt": [queue, "Arn"]}
+
+
+def test_scheduler_role_is_bound_to_this_account(expanded: dict[str, Any]) -> None:
+    """Issue 10 item 17: the role the tick's schedule assumes takes the confused-deputy
+    conditions of the EventBridge Scheduler guide (aws:SourceAccount, aws:SourceArn)."""
+    res = expanded["Resources"]
+    (schedule,) = [r["Properties"] for r in res.values() if r["Type"] == "AWS::Scheduler::Schedule"]
+    assert schedule["Target"]["RoleArn"] == {"Fn::GetAtt": ["DispatcherTickRole", "Arn"]}
+    assert not any(name.endswith("TickRole") and name != "DispatcherTickRole" for name in res), (
+        "SAM still generates a schedule role of its own")
+    role = res["DispatcherTickRole"]["Properties"]
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "scheduler.amazonaws.com"}
+    assert trust["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+    assert "schedule-group/default" in trust["Condition"]["ArnLike"]["aws:SourceArn"]["Fn::Sub"]
+    (statement,) = policy_statements(expanded, "DispatcherTickRole")
+    assert statement["Action"] == "lambda:InvokeFunction"
+    assert statement["Resource"] == {"Fn::GetAtt": ["DispatcherFunction", "Arn"]}
+
+
+def test_worker_container_runs_an_init_process(template: dict[str, Any]) -> None:
+    """Issue 10 item 18: PID 1 forwards signals and reaps handlers' child processes."""
+    (task,) = resources(template, "AWS::ECS::TaskDefinition").values()
+    (container,) = task["Properties"]["ContainerDefinitions"]
+    assert container["LinuxParameters"]["InitProcessEnabled"] is True
+
+
+def makefile_target(name: str) -> str:
+    lines = (ROOT / "Makefile").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split(":")[0].split() == name.split())
+    body = []
+    for line in lines[start + 1:]:
+        if not line.startswith("\t"):
+            break
+        body.append(line)
+    return "\n".join(body)
+
+
+def test_lambda_build_writes_no_bytecode_for_the_host_python() -> None:
+    """Issue 10 item 18: pip install --target compiles .pyc for the interpreter running pip
+    (the host's), which the python3.12 runtime cannot use; the package must not carry them."""
+    recipe = makefile_target("build-DispatcherFunction build-TaskEventFunction")
+    install = recipe[recipe.index("pip install"):]
+    assert "--no-compile" in install
+    assert "--python-version 3.12" in install
+    assert "--only-binary=:all:" in install
+
+
+def dockerfile_stages() -> list[list[str]]:
+    """The Dockerfile's instructions (comments and continuations folded), split per stage."""
+    text = (ROOT / "infra" / "worker" / "Dockerfile").read_text()
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    instructions = " ".join(lines).replace("\\ ", " ")
+    stages: list[list[str]] = []
+    for word in re.split(r"\s(?=(?:FROM|RUN|COPY|ENV|ARG|WORKDIR|USER|CMD|ENTRYPOINT)\s)",
+                         instructions):
+        if word.startswith("FROM "):
+            stages.append([])
+        if stages:
+            stages[-1].append(word.strip())
+    return stages
+
+
+def test_worker_image_can_install_git_handlers_and_ships_without_git() -> None:
+    """Issue 10 item 18: HANDLERS may be a git+https URL, so the build stage has git; the
+    runtime stage only copies the installed environment (no git, no build tools)."""
+    build, runtime = dockerfile_stages()
+    assert build[0].startswith("FROM python:") and build[0].endswith(" AS build")
+    assert any("apt-get install" in i and " git" in i for i in build)
+    assert any("pip install \"$HANDLERS\"" in i for i in build)
+    assert not any("git" in i for i in runtime), runtime
+    assert not any("pip install" in i for i in runtime), runtime
+    assert any(i.startswith("COPY --from=build /opt/venv") for i in runtime)
+    assert runtime[-1] == 'CMD ["python", "-m", "job_runner"]'
+    assert any(i.startswith("USER ") and "root" not in i for i in runtime)
+
+
+def test_deploy_policy_grants_what_the_readme_lists(expanded: dict[str, Any]) -> None:
+    """`longjobs deploy` needs what README "Shipping new job code" lists; the template offers
+    it as a managed policy for the CI role (tests/test_permissions.py checks it in use)."""
+    policy = expanded["Resources"]["DeployPolicy"]["Properties"]["PolicyDocument"]
+    actions = {a for s in policy["Statement"] for a in as_list(s["Action"])}
+    assert actions == {"ecs:DescribeTaskDefinition", "ecs:RegisterTaskDefinition",
+                       "ecs:TagResource", "iam:PassRole"}
+    readme = (ROOT / "README.md").read_text()
+    assert all(f"`{a}`" in readme for a in actions)
+    assert "DeployPolicyArn" in expanded["Outputs"]
 
 
 def test_alarms_cover_backlog_dead_letters_errors_and_silence(template: dict[str, Any]) -> None:

@@ -16,10 +16,13 @@ import threading
 import urllib.parse
 import uuid
 from collections import Counter, deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["AwsProxy"]
+__all__ = ["AwsProxy", "RecordedCall"]
 
 RUNTASK = "ecs.RunTask"
 _MAX_RUNTASK_COUNT = 10
@@ -40,6 +43,63 @@ _SCOPE = re.compile(r"Credential=[^/,]+/\d{8}/([^/,]+)/([^/,]+)/aws4_request")
 
 # status, headers, body
 Response = tuple[int, list[tuple[str, str]], bytes]
+
+# Request fields that name what a call acts on (kept by :meth:`AwsProxy.recording`); payloads,
+# message bodies and item values are dropped so a recording stays small.
+_TARGET_FIELDS = frozenset({
+    "QueueUrl", "QueueName", "TableName", "IndexName",
+    "cluster", "taskDefinition", "task", "tasks", "family", "taskRoleArn", "executionRoleArn",
+    "resourceArn", "include",
+})
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """One AWS request made while a component label was set (see :meth:`AwsProxy.recording`).
+
+    ``target`` holds the request fields that name resources (queue URL, table and index names,
+    cluster, task definition, task ARNs, roles), plus: ``TransactItems`` as ``[kind, table]``
+    pairs (``Put``, ``Update``, ``Delete``, ``ConditionCheck``, ``Get``), ``RequestItems`` as the
+    list of table names, ``tags`` as the number of tags sent, and the role ARNs of
+    ``overrides``.
+    """
+
+    component: str
+    operation: str  # service.Operation, as counted
+    target: dict[str, Any]
+
+
+def _target(body: bytes, path: str, content_type: str) -> dict[str, Any]:
+    """The resource-naming fields of a request (JSON body, or query/form parameters)."""
+    params: dict[str, Any] = {}
+    if "x-www-form-urlencoded" in content_type or not body:
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
+        if body:
+            query.update(urllib.parse.parse_qs(body.decode("utf-8", "replace")))
+        params = {k: v[0] for k, v in query.items()}
+    else:
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            parsed = None
+        params = parsed if isinstance(parsed, dict) else {}
+    target = {k: v for k, v in params.items() if k in _TARGET_FIELDS}
+    items = params.get("TransactItems")
+    if isinstance(items, list):
+        target["TransactItems"] = [[kind, spec.get("TableName")] for item in items
+                                   if isinstance(item, dict)
+                                   for kind, spec in item.items() if isinstance(spec, dict)]
+    requests = params.get("RequestItems")
+    if isinstance(requests, dict):
+        target["RequestItems"] = sorted(requests)
+    tags = params.get("tags")
+    if isinstance(tags, list):
+        target["tags"] = len(tags)
+    overrides = params.get("overrides")
+    if isinstance(overrides, dict):
+        target["overrides"] = {k: v for k, v in overrides.items()
+                               if k in ("taskRoleArn", "executionRoleArn")}
+    return target
 
 
 def _json_response(status: int, payload: dict[str, Any], error_type: str | None = None) -> Response:
@@ -76,6 +136,8 @@ class AwsProxy:
         self._token_locks: dict[str, threading.Lock] = {}
         self.runtask_requests: list[dict[str, Any]] = []
         self.runtask_forwarded = 0
+        self._component: str | None = None
+        self._recorded: list[RecordedCall] = []
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -126,6 +188,30 @@ class AwsProxy:
         with self._lock:
             self._counts.clear()
 
+    @contextmanager
+    def recording(self, component: str) -> Iterator[None]:
+        """Record every request received meanwhile as made by ``component``.
+
+        The label is the proxy's, not a thread's: it covers a subprocess (the job runner) too,
+        so run one component at a time while recording. Nothing is recorded without a label.
+        """
+        with self._lock:
+            previous, self._component = self._component, component
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._component = previous
+
+    def recorded(self) -> list[RecordedCall]:
+        """The calls recorded under component labels so far (a copy), oldest first."""
+        with self._lock:
+            return list(self._recorded)
+
+    def clear_recorded(self) -> None:
+        with self._lock:
+            self._recorded.clear()
+
     def inject_runtask_failures(self, reasons: list[str]) -> None:
         """Make the next RunTask report ``reasons`` in ``failures[]`` instead of starting tasks.
 
@@ -168,6 +254,14 @@ class AwsProxy:
                 parsed = None
             request = parsed if isinstance(parsed, dict) else None
         with self._lock:
+            component = self._component
+        record = None
+        if component is not None and operation is not None:
+            content_type = next((v for k, v in headers if k.lower() == "content-type"), "")
+            record = RecordedCall(component, operation, _target(body, path, content_type))
+        with self._lock:
+            if record is not None:
+                self._recorded.append(record)
             if operation is not None:
                 self._counts[operation] += 1
             if request is not None:

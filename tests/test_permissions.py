@@ -1,0 +1,457 @@
+"""Permissions checked against behaviour (issue 10).
+
+Each component runs against moto through the proxy, which records every AWS request it makes
+(:meth:`AwsProxy.recording`): the dispatcher's tick (``handlers.dispatch``), the task-event
+function (``handlers.task_event``, a finished task and a rerun), the job runner
+(``python -m job_runner`` as a subprocess) and ``longjobs deploy`` (``register_revision``).
+Each request is mapped to the IAM authorizations AWS performs for it (the action, the resource
+ARN and the condition keys with static values, including the implicit ones: ``ecs:TagResource``
+for tags on RunTask/RegisterTaskDefinition, ``iam:PassRole`` for the task definition's roles,
+one item action per transaction item), and a small evaluator checks the component's policy in
+``infra/template.yaml`` (after the SAM transform) allows each of them.
+
+An AWS call added without its permission fails ``test_every_call_is_allowed``; a statement
+whose removal would go unnoticed fails ``test_removing_a_statement_is_caught``; grants no call
+uses are listed (a warning) by ``test_unexercised_grants_are_listed``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+import pytest
+from samtranslator.yaml_helper import yaml_parse
+
+from dispatcher import handlers
+from dispatcher.aws import ecs_events
+from dispatcher.aws.clients import endpoint_client
+from dispatcher.aws.dynamodb import open_store
+from dispatcher.local.provision import Names, provision
+from dispatcher.ops.client import JobClient
+from dispatcher.ops.deploy import register_revision
+from dispatcher.testing.moto import MotoEndpoint
+from dispatcher.testing.proxy import AwsProxy, RecordedCall
+from tests.conftest import BASE_ENV
+from tests.test_infra import TEMPLATE, sam_expand
+
+ROOT = Path(__file__).resolve().parent.parent
+REGION = "us-east-1"
+ACCOUNT = "123456789012"  # moto's account
+NAMES = Names()
+CLUSTER_ARN = f"arn:aws:ecs:{REGION}:{ACCOUNT}:cluster/{NAMES.cluster}"
+TABLE_ARN = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{NAMES.table}"
+QUEUE_ARN = f"arn:aws:sqs:{REGION}:{ACCOUNT}:{NAMES.queue}"
+TASK_ROLE = f"arn:aws:iam::{ACCOUNT}:role/longjobs-WorkerTaskRole-abc"
+EXECUTION_ROLE = f"arn:aws:iam::{ACCOUNT}:role/longjobs-WorkerExecutionRole-abc"
+ECS_TASKS = "ecs-tasks.amazonaws.com"
+
+# component label -> the template resource holding its policy
+COMPONENTS = {
+    "dispatcher": "DispatcherFunctionRole",
+    "task-event": "TaskEventFunctionRole",
+    "runner": "WorkerTaskRole",
+    "deploy": "DeployPolicy",
+}
+# The functions whose every statement must be needed (the proof that the test has teeth).
+PROVEN = {"dispatcher": "DispatcherFunction", "task-event": "TaskEventFunction"}
+
+# What the template's intrinsics resolve to in the moto environment the components run in.
+REFS = {"AWS::Region": REGION, "AWS::AccountId": ACCOUNT, "AWS::Partition": "aws",
+        "TaskFamily": NAMES.family, "Cluster": NAMES.cluster, "JobTable": NAMES.table}
+ATTRS = {"Cluster.Arn": CLUSTER_ARN, "JobTable.Arn": TABLE_ARN, "JobQueue.Arn": QUEUE_ARN,
+         "WorkerTaskRole.Arn": TASK_ROLE, "WorkerExecutionRole.Arn": EXECUTION_ROLE,
+         "EventDeadLetterQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:longjobs-events-dlq"}
+
+
+# ------------------------------------------------------------------------------ the evaluator
+
+
+@dataclass(frozen=True)
+class Auth:
+    """One authorization AWS performs for a request: action, resource, request context."""
+
+    action: str
+    resource: str
+    context: tuple[tuple[str, str], ...] = ()
+    operation: str = ""
+
+    def __str__(self) -> str:
+        ctx = "".join(f" {k}={v}" for k, v in self.context)
+        return f"{self.action} on {self.resource}{ctx} (from {self.operation})"
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def resolve(value: Any) -> Any:
+    """Evaluate Ref / Fn::GetAtt / Fn::Sub with the fake deployed values above."""
+    if isinstance(value, list):
+        return [resolve(v) for v in value]
+    if isinstance(value, str):
+        return value
+    if "Ref" in value:
+        return REFS[value["Ref"]]
+    if "Fn::GetAtt" in value:
+        return ATTRS[".".join(value["Fn::GetAtt"])]
+    if "Fn::Sub" in value:
+        text = value["Fn::Sub"]
+        assert isinstance(text, str), f"only the one-argument Fn::Sub is supported: {value}"
+        return re.sub(r"\$\{([^}]+)\}",
+                      lambda m: ATTRS[m.group(1)] if "." in m.group(1) else REFS[m.group(1)],
+                      text)
+    return {k: resolve(v) for k, v in value.items()}
+
+
+_OPERATORS: dict[str, Callable[[str, str], bool]] = {
+    "StringEquals": lambda actual, wanted: actual == wanted,
+    "StringLike": fnmatchcase,
+    "ArnEquals": lambda actual, wanted: actual == wanted,
+    "ArnLike": fnmatchcase,
+    "Bool": lambda actual, wanted: actual.lower() == str(wanted).lower(),
+}
+
+
+def conditions_hold(condition: dict[str, Any], context: dict[str, str]) -> bool:
+    """All operators and keys must hold; a key the request does not carry fails its test."""
+    for operator, tests in resolve(condition).items():
+        if operator not in _OPERATORS:
+            raise NotImplementedError(f"condition operator {operator} (extend the evaluator)")
+        for key, wanted in tests.items():
+            actual = context.get(key)
+            if actual is None or not any(_OPERATORS[operator](actual, w) for w in as_list(wanted)):
+                return False
+    return True
+
+
+def matches(statement: dict[str, Any], auth: Auth, action: str | None = None) -> bool:
+    actions = [action] if action else as_list(statement["Action"])
+    return (any(fnmatchcase(auth.action.lower(), a.lower()) for a in actions)
+            and any(fnmatchcase(auth.resource, r) for r in as_list(resolve(statement["Resource"])))
+            and conditions_hold(statement.get("Condition", {}), dict(auth.context)))
+
+
+def allowed(statements: list[dict[str, Any]], auth: Auth) -> bool:
+    """IAM's verdict for identity policies alone: an explicit Deny wins, else any Allow."""
+    if any(s["Effect"] == "Deny" and matches(s, auth) for s in statements):
+        return False
+    return any(s["Effect"] == "Allow" and matches(s, auth) for s in statements)
+
+
+# ---------------------------------------------------------------------- requests -> IAM actions
+
+# IAM authorizes each item of a transaction with the item's own action.
+_ITEM_ACTIONS = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",
+                 "ConditionCheck": "ConditionCheckItem", "Get": "GetItem"}
+# Batch SQS operations are authorized as their single-message actions.
+_SQS_ACTIONS = {"SendMessageBatch": "SendMessage", "DeleteMessageBatch": "DeleteMessage",
+                "ChangeMessageVisibilityBatch": "ChangeMessageVisibility"}
+
+
+def _queue_arn(target: dict[str, Any]) -> str:
+    if "QueueUrl" in target:
+        account, name = str(target["QueueUrl"]).rstrip("/").split("/")[-2:]
+        return f"arn:aws:sqs:{REGION}:{account}:{name}"
+    return f"arn:aws:sqs:{REGION}:{ACCOUNT}:{target.get('QueueName', '*')}"
+
+
+def _table_arn(table: str, index: str | None = None) -> str:
+    arn = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{table}"
+    return f"{arn}/index/{index}" if index else arn
+
+
+def _cluster(target: dict[str, Any]) -> tuple[str, str]:
+    """(name, ARN) of the request's cluster."""
+    cluster = str(target.get("cluster") or "default")
+    name = cluster.rsplit("/", 1)[-1]
+    return name, f"arn:aws:ecs:{REGION}:{ACCOUNT}:cluster/{name}"
+
+
+def _task_arn(task: str, cluster_name: str) -> str:
+    return task if task.startswith("arn:") else (
+        f"arn:aws:ecs:{REGION}:{ACCOUNT}:task/{cluster_name}/{task}")
+
+
+def _task_definition_arn(td: str) -> str:
+    return td if td.startswith("arn:") else (
+        f"arn:aws:ecs:{REGION}:{ACCOUNT}:task-definition/{td}")
+
+
+def _pass_roles(roles: list[Any], operation: str) -> list[Auth]:
+    return [Auth("iam:PassRole", str(r), (("iam:PassedToService", ECS_TASKS),), operation)
+            for r in roles if r]
+
+
+def authorizations(call: RecordedCall,
+                   task_definition_roles: Callable[[str], list[str]]) -> list[Auth]:
+    """The IAM authorizations AWS performs for one recorded request."""
+    service, op = call.operation.split(".", 1)
+    t = call.target
+    if service == "dynamodb":
+        if "TransactItems" in t:
+            return [Auth(f"dynamodb:{_ITEM_ACTIONS[kind]}", _table_arn(table),
+                         operation=call.operation) for kind, table in t["TransactItems"]]
+        if "RequestItems" in t:
+            return [Auth(f"dynamodb:{op}", _table_arn(table), operation=call.operation)
+                    for table in t["RequestItems"]]
+        return [Auth(f"dynamodb:{op}", _table_arn(t["TableName"], t.get("IndexName")),
+                     operation=call.operation)]
+    if service == "sqs":
+        return [Auth(f"sqs:{_SQS_ACTIONS.get(op, op)}", _queue_arn(t), operation=call.operation)]
+    if service == "ecs":
+        name, cluster_arn = _cluster(t)
+        in_cluster = (("ecs:cluster", cluster_arn),)
+        if op == "RunTask":
+            td = str(t["taskDefinition"])
+            auths = [Auth("ecs:RunTask", _task_definition_arn(td), in_cluster, call.operation)]
+            if t.get("tags"):
+                auths.append(Auth("ecs:TagResource", _task_arn("new-task", name),
+                                  (("ecs:CreateAction", "RunTask"),), call.operation))
+            overrides = t.get("overrides", {})
+            roles = task_definition_roles(td)
+            roles = [overrides.get("taskRoleArn") or roles[0],
+                     overrides.get("executionRoleArn") or roles[1]]
+            return auths + _pass_roles(roles, call.operation)
+        if op in ("DescribeTasks", "StopTask"):
+            tasks = t.get("tasks") or [t.get("task")]
+            return [Auth(f"ecs:{op}", _task_arn(str(task), name), in_cluster, call.operation)
+                    for task in tasks]
+        if op == "RegisterTaskDefinition":
+            auths = [Auth("ecs:RegisterTaskDefinition", "*", operation=call.operation)]
+            if t.get("tags"):
+                auths.append(Auth("ecs:TagResource",
+                                  _task_definition_arn(f"{t['family']}:new-revision"),
+                                  (("ecs:CreateAction", "RegisterTaskDefinition"),),
+                                  call.operation))
+            return auths + _pass_roles([t.get("taskRoleArn"), t.get("executionRoleArn")],
+                                       call.operation)
+        if op == "DescribeTaskDefinition":
+            return [Auth("ecs:DescribeTaskDefinition", "*", operation=call.operation)]
+    # Anything else: the same-named action on every resource; only a "*" grant allows it.
+    return [Auth(f"{service}:{op}", "*", operation=call.operation)]
+
+
+# ------------------------------------------------------------------------- the components run
+
+
+class _Context:
+    def get_remaining_time_in_millis(self) -> int:
+        return 50_000
+
+
+@dataclass
+class Exercise:
+    calls: list[RecordedCall]
+    roles: dict[str, list[str]] = field(default_factory=dict)  # task definition -> roles
+
+    def task_definition_roles(self, td: str) -> list[str]:
+        key = td.rsplit("/", 1)[-1]
+        assert key in self.roles, f"RunTask of an unknown task definition {td}"
+        return self.roles[key]
+
+    def auths(self, component: str) -> list[Auth]:
+        return [a for c in self.calls if c.component == component
+                for a in authorizations(c, self.task_definition_roles)]
+
+
+def _run_runner(env: dict[str, str], task_arn: str, launch_id: str, log: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "job_runner"],
+        env={**env, "LONGJOBS_TASK_ARN": task_arn, "LONGJOBS_LAUNCH_ID": launch_id,
+             "LONGJOBS_HANDLERS": "echo=tests.handlers:echo",
+             "LONGJOBS_TEST_LOG": str(log), "PYTHONPATH": str(ROOT),
+             "LONGJOBS_HEARTBEAT_SECONDS": "1", "LONGJOBS_FLUSH_SECONDS": "0.2",
+             "LONGJOBS_ASSIGN_WAIT_SECONDS": "10"},
+        capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture(scope="module")
+def exercise(moto_server: MotoEndpoint, proxy: AwsProxy,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exercise]:
+    """Run every component once, each under its label, and keep what the proxy recorded."""
+    moto_server.reset()
+    moto_server.pin_ecs_tasks()
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in BASE_ENV.items():
+            mp.setenv(k, v)
+        mp.setenv("AWS_ENDPOINT_URL", proxy.url)
+        env = {**provision(proxy.url), "LONGJOBS_LAUNCH_RECOVERY_SECONDS": "0",
+               "LONGJOBS_LAUNCH_BACKOFF_SECONDS": "0"}
+        for k, v in env.items():
+            mp.setenv(k, v)
+        # The worker revision as the template registers it: with the task and execution roles
+        # (RunTask passes them) and a tag (deploy carries tags over).
+        ecs = endpoint_client("ecs", proxy.url, REGION)
+        current = ecs.describe_task_definition(taskDefinition=NAMES.family)["taskDefinition"]
+        registered = ecs.register_task_definition(
+            family=NAMES.family, taskRoleArn=TASK_ROLE, executionRoleArn=EXECUTION_ROLE,
+            networkMode="awsvpc", requiresCompatibilities=["FARGATE"], cpu="256", memory="512",
+            containerDefinitions=current["containerDefinitions"],
+            tags=[{"key": "app", "value": "longjobs"}])["taskDefinition"]
+        roles = {registered["taskDefinitionArn"].rsplit("/", 1)[-1]: [TASK_ROLE, EXECUTION_ROLE]}
+        proxy.clear_recorded()
+
+        # Producers (not a component of the stack): small jobs share a bundle, long ones don't.
+        JobClient().submit_many(
+            [{"kind": "echo", "payload": {"n": i}, "job_id": f"small{i}",
+              "estimated_seconds": 0.1} for i in range(2)]
+            + [{"kind": "echo", "payload": {}, "job_id": name, "estimated_seconds": 3600}
+               for name in ("spot", "stuck")])
+        endpoint_client("sqs", proxy.url, REGION).send_message(
+            QueueUrl=env["LONGJOBS_QUEUE_URL"], MessageBody='{"kind": "oops"')
+
+        with proxy.recording("dispatcher"):
+            handlers.dispatch({}, _Context())
+        store = open_store(env["LONGJOBS_TABLE"])
+
+        def task_of(job_id: str) -> tuple[str, str]:
+            job = store.get_job(job_id)
+            assert job is not None and job.bundle_id
+            bundle = store.get_bundle(job.bundle_id)
+            assert bundle is not None and bundle.task_arn and bundle.launch_id
+            return bundle.task_arn, bundle.launch_id
+
+        small_arn, small_launch = task_of("small0")
+        with proxy.recording("runner"):
+            _run_runner(dict(os.environ), small_arn, small_launch,
+                        tmp_path_factory.mktemp("runner") / "log.jsonl")
+
+        with proxy.recording("task-event"):
+            finished = handlers.task_event(ecs_events.sample_event(
+                small_arn, stop_code="EssentialContainerExited", exit_code=0,
+                cluster_arn=CLUSTER_ARN), None)
+            rerun = handlers.task_event(ecs_events.sample_event(
+                task_of("spot")[0], stop_code="SpotInterruption", exit_code=143,
+                cluster_arn=CLUSTER_ARN), None)
+        assert finished.get("succeeded") == ["small0", "small1"], finished
+        assert rerun.get("relaunched") is True, rerun
+
+        # A second tick reconciles: the unclaimed tasks still RUNNING are stopped as stuck.
+        mp.setenv("LONGJOBS_START_TIMEOUT_SECONDS", "0")
+        with proxy.recording("dispatcher"):
+            second = handlers.dispatch({}, _Context())
+        assert second["reconcile"]["stuck_stopped"] >= 1, second
+
+        with proxy.recording("deploy"):
+            register_revision(endpoint_client("ecs", proxy.url, REGION), NAMES.family,
+                              "registry.example/longjobs-worker:2")
+        yield Exercise(proxy.recorded(), roles)
+        proxy.clear_recorded()
+
+
+# ---------------------------------------------------------------------------- the template side
+
+
+@pytest.fixture(scope="module")
+def expanded() -> dict[str, Any]:
+    return sam_expand(yaml_parse(TEMPLATE.read_text()))
+
+
+def policy(expanded: dict[str, Any], component: str) -> list[dict[str, Any]]:
+    """The statements of a component's role (all inline policies) or managed policy."""
+    props = expanded["Resources"][COMPONENTS[component]]["Properties"]
+    documents = ([props["PolicyDocument"]] if "PolicyDocument" in props
+                 else [p["PolicyDocument"] for p in props.get("Policies", [])])
+    return [s for d in documents for s in d["Statement"]]
+
+
+def denied(expanded: dict[str, Any], exercise: Exercise, component: str,
+           statements: list[dict[str, Any]] | None = None) -> list[str]:
+    statements = policy(expanded, component) if statements is None else statements
+    return sorted({str(a) for a in exercise.auths(component) if not allowed(statements, a)})
+
+
+def _function_sids(function: str) -> list[str]:
+    """The Sids of the statements the template writes for a function (at collection time).
+
+    The transformed role holds more (SAM adds the dead-letter queue's sqs:SendMessage, which
+    Lambda itself uses); the proof is about the statements written here.
+    """
+    template = yaml_parse(TEMPLATE.read_text())
+    policies = template["Resources"][function]["Properties"]["Policies"]
+    sids = [st.get("Sid", "") for p in policies for st in p["Statement"]]
+    assert all(sids) and len(set(sids)) == len(sids), f"{function}: give each statement a Sid"
+    return sids
+
+
+# ------------------------------------------------------------------------------------ the tests
+
+
+@pytest.mark.parametrize("component", sorted(COMPONENTS))
+def test_every_call_is_allowed(expanded: dict[str, Any], exercise: Exercise,
+                               component: str) -> None:
+    auths = exercise.auths(component)
+    assert auths, f"the scenario made no AWS call as {component}"
+    assert denied(expanded, exercise, component) == [], (
+        f"{COMPONENTS[component]} does not allow what {component} does")
+
+
+@pytest.mark.parametrize(("component", "sid"), [
+    (component, sid) for component, function in sorted(PROVEN.items())
+    for sid in _function_sids(function)])
+def test_removing_a_statement_is_caught(expanded: dict[str, Any], exercise: Exercise,
+                                        component: str, sid: str) -> None:
+    """The proof that the check has teeth: without any one statement, some call is denied."""
+    statements = policy(expanded, component)
+    rest = [s for s in statements if s.get("Sid") != sid]
+    assert len(rest) == len(statements) - 1
+    assert denied(expanded, exercise, component, rest), (
+        f"removing {sid} from {COMPONENTS[component]} went unnoticed: either no test "
+        "exercises it (exercise it) or nothing needs it (drop it)")
+
+
+def test_a_call_without_its_permission_fails(expanded: dict[str, Any]) -> None:
+    """A new AWS call made by a component without a grant is reported (the failure mode)."""
+    new = Exercise([RecordedCall("task-event", "sqs.SendMessageBatch",
+                                 {"QueueUrl": f"https://sqs/{ACCOUNT}/{NAMES.queue}"}),
+                    RecordedCall("runner", "ecs.StopTask",
+                                 {"cluster": NAMES.cluster, "task": "abc"}),
+                    RecordedCall("dispatcher", "dynamodb.Scan", {"TableName": NAMES.table})])
+    assert denied(expanded, new, "task-event") == [
+        f"sqs:SendMessage on {QUEUE_ARN} (from sqs.SendMessageBatch)"]
+    assert len(denied(expanded, new, "runner")) == 1
+    assert len(denied(expanded, new, "dispatcher")) == 1
+
+
+def permission_matrix(exercise: Exercise) -> dict[str, list[str]]:
+    return {c: sorted({a.action for a in exercise.auths(c)}) for c in sorted(COMPONENTS)}
+
+
+def unexercised(expanded: dict[str, Any], exercise: Exercise) -> list[str]:
+    """Granted (statement, action) pairs that no recorded call needed."""
+    unused = []
+    for component in sorted(COMPONENTS):
+        auths = exercise.auths(component)
+        for i, statement in enumerate(policy(expanded, component)):
+            if statement["Effect"] != "Allow":
+                continue
+            for action in as_list(statement["Action"]):
+                if not any(matches(statement, a, action) for a in auths):
+                    unused.append(f"{COMPONENTS[component]} "
+                                  f"{statement.get('Sid', f'statement {i}')}: {action}")
+    return unused
+
+
+def test_unexercised_grants_are_listed(expanded: dict[str, Any], exercise: Exercise,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Not a failure: a grant no test exercises is listed, to be exercised or dropped."""
+    matrix = permission_matrix(exercise)
+    unused = unexercised(expanded, exercise)
+    with capsys.disabled():
+        print("\npermission matrix (component -> IAM actions performed):")
+        for component, actions in matrix.items():
+            print(f"  {component}: {', '.join(actions)}")
+    if unused:
+        warnings.warn("granted but not exercised by any test:\n  " + "\n  ".join(unused),
+                      stacklevel=1)
+    assert all(matrix.values())
