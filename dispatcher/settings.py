@@ -138,6 +138,10 @@ class Config(BaseModel):
     capacity_strategy: Annotated[Strategy, Env(
         "LONGJOBS_CAPACITY_STRATEGY", "Capacity-provider strategy as provider:weight[:base],"
         "... (e.g. FARGATE_SPOT:4,FARGATE:1:1); empty means launch type FARGATE.")] = ()
+    spot_fallback: Annotated[bool, Env(
+        "LONGJOBS_SPOT_FALLBACK", "true: bundles that FARGATE_SPOT has no capacity for are "
+        "relaunched at once on on-demand FARGATE (only with a strategy that uses "
+        "FARGATE_SPOT); false: they wait for their backoff like any launch failure.")] = True
     max_running_tasks: Annotated[int, Field(ge=1), Env(
         "LONGJOBS_MAX_RUNNING_TASKS", "Admission limit: bundles launched and not finished.")
     ] = 10

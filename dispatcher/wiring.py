@@ -53,9 +53,10 @@ def build(cfg: Config, *, queue: Queue, store: DispatchStore, launcher: Launcher
     """Wire the given adapters to the stages, each stage receiving its own collaborators."""
     logs.configure()
     bundling = BundlePolicy(cfg.bundle_max_jobs, cfg.bundle_max_seconds, cfg.small_job_seconds)
+    uses_spot = any(p.provider == "FARGATE_SPOT" for p in cfg.capacity_strategy)
     launches = Launches(store, launcher, LaunchPolicy(
         cfg.launch_recovery_seconds, cfg.launch_backoff_seconds,
-        cfg.launch_backoff_max_seconds), clock)
+        cfg.launch_backoff_max_seconds, spot_fallback=cfg.spot_fallback and uses_spot), clock)
     reruns = Reruns(store, launcher, launches, RerunPolicy(cfg.max_infra_attempts), clock)
     reconciler = Reconciler(store, launcher, reruns, ReconcilePolicy(
         cfg.start_timeout_seconds, cfg.heartbeat_seconds), clock)

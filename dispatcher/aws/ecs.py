@@ -166,7 +166,7 @@ class EcsLauncher(Launcher):
                 "assignPublicIp": t.assign_public_ip,
             }},
         }
-        if t.capacity_strategy:
+        if t.capacity_strategy and not request.on_demand:
             params["capacityProviderStrategy"] = [
                 {"capacityProvider": p.provider, "weight": p.weight, "base": p.base}
                 for p in t.capacity_strategy]

@@ -29,6 +29,7 @@ class Launch:
     state: LaunchState = LaunchState.STARTING
     created_at: float = field(default_factory=now)
     task_arns: list[str] = field(default_factory=list)
+    on_demand: bool = False  # the Spot fallback: launch type FARGATE whatever the strategy
 
     @property
     def client_token(self) -> str:

@@ -99,6 +99,7 @@ def tick_blobs(decision: Decision, *, backlog: Backlog | None, running_tasks: in
         ("JobsDeduplicated", MetricUnit.Count, intake.duplicates),
         ("BundlesLaunched", MetricUnit.Count, launch.bundles_launched),
         ("LaunchFailures", MetricUnit.Count, failures),
+        ("SpotFallbacks", MetricUnit.Count, launch.spot_fallbacks),
         ("RunningTasks", MetricUnit.Count, running_tasks),
         ("TickDurationMs", MetricUnit.Milliseconds, decision.elapsed_ms),
     ]

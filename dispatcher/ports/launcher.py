@@ -31,6 +31,9 @@ class LaunchRequest:
     started_by: str
     env: dict[str, str] = field(default_factory=dict)  # container environment overrides
     tags: dict[str, str] = field(default_factory=dict)
+    # On-demand capacity only (launch type FARGATE), whatever the configured strategy: the
+    # fallback for bundles Fargate Spot had no capacity for.
+    on_demand: bool = False
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,10 @@ from dispatcher.stages.policy import LaunchPolicy
 
 log = logging.getLogger(__name__)
 
+# How RunTask's failures[] reason starts when Fargate (Spot or on-demand) has no capacity.
+# https://repost.aws/knowledge-center/ecs-fargate-runtask-capacity
+NO_CAPACITY = "Capacity is unavailable"
+
 
 @dataclass
 class LaunchStats:
@@ -38,6 +42,7 @@ class LaunchStats:
     recovered: int = 0
     left_for_recovery: int = 0
     conflicts: int = 0
+    spot_fallbacks: int = 0  # bundles relaunched on on-demand FARGATE after Spot had none
     failures: Counter[str] = field(default_factory=Counter)
 
 
@@ -51,6 +56,7 @@ def request_for(launch: Launch) -> LaunchRequest:
         started_by=f"longjobs/{launch.launch_id[:24]}",
         env={"LONGJOBS_LAUNCH_ID": launch.launch_id},
         tags={"longjobs:launch": launch.launch_id},
+        on_demand=launch.on_demand,
     )
 
 
@@ -64,10 +70,11 @@ class Launches:
         self._policy = policy
         self._clock = clock
 
-    def launch(self, bundles: list[Bundle], task_definition: str, stats: LaunchStats) -> None:
+    def launch(self, bundles: list[Bundle], task_definition: str, stats: LaunchStats, *,
+               on_demand: bool = False) -> None:
         for start in range(0, len(bundles), MAX_TASKS_PER_CALL):
             group = bundles[start:start + MAX_TASKS_PER_CALL]
-            launch = self._begin(group, task_definition, stats)
+            launch = self._begin(group, task_definition, stats, on_demand)
             if launch is not None:
                 self._run(launch, {b.bundle_id: b.launch_failures for b in group}, stats)
 
@@ -84,13 +91,13 @@ class Launches:
                 failures[bundle_id] = b.launch_failures if b else 0
             self._run(launch, failures, stats)
 
-    def _begin(self, group: list[Bundle], task_definition: str,
-               stats: LaunchStats) -> Launch | None:
+    def _begin(self, group: list[Bundle], task_definition: str, stats: LaunchStats,
+               on_demand: bool = False) -> Launch | None:
         for _ in range(2):
             if not group:
                 return None
             launch = Launch(Launch.make_id(group), [b.bundle_id for b in group], task_definition,
-                            created_at=self._clock())
+                            created_at=self._clock(), on_demand=on_demand)
             try:
                 self._store.begin_launch(launch, group)
                 return launch
@@ -114,7 +121,7 @@ class Launches:
             # Leave the launch STARTING; recovery repeats the call with the same clientToken.
             stats.left_for_recovery += 1
             log.error("RunTask outcome unknown; left for recovery",
-                         extra={"launch_id": launch.launch_id, "error": repr(exc)})
+                      extra={"launch_id": launch.launch_id, "error": repr(exc)})
             return
         outcome = LaunchOutcome()
         for index, bundle_id in enumerate(launch.bundle_ids):
@@ -135,9 +142,23 @@ class Launches:
         stats.bundles_launched += len(outcome.assigned)
         if outcome.failed:
             log.warning("tasks not started; bundles back to PENDING with backoff",
-                           extra={"launch_id": launch.launch_id,
-                                  "failed": [{"bundle_id": b, "reason": r}
-                                             for b, r in outcome.failed]})
+                        extra={"launch_id": launch.launch_id,
+                               "failed": [{"bundle_id": b, "reason": r}
+                                          for b, r in outcome.failed]})
+            if self._policy.spot_fallback and not launch.on_demand:
+                self._fall_back(launch, [b for b, r in outcome.failed
+                                         if r.startswith(NO_CAPACITY)], stats)
+
+    def _fall_back(self, launch: Launch, bundle_ids: list[str], stats: LaunchStats) -> None:
+        """Bundles Spot had no capacity for are relaunched at once on on-demand FARGATE (a new
+        attempt, so a new clientToken), instead of waiting for their backoff."""
+        bundles = [b for b in (self._store.get_bundle(i) for i in bundle_ids)
+                   if b is not None and b.state == BundleState.PENDING]
+        if bundles:
+            stats.spot_fallbacks += len(bundles)
+            log.warning("no Spot capacity: relaunching on on-demand FARGATE",
+                        extra={"bundle_ids": [b.bundle_id for b in bundles]})
+            self.launch(bundles, launch.task_definition, stats, on_demand=True)
 
     def _backoff(self, previous_failures: int) -> float:
         base = self._policy.backoff_seconds * (2 ** min(previous_failures, 16))

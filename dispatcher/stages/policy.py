@@ -27,6 +27,9 @@ class LaunchPolicy:
     recovery_seconds: float = 60.0  # age after which an unfinished launch is retried
     backoff_seconds: float = 30.0  # first backoff after RunTask failures[]; doubles per failure
     backoff_max_seconds: float = 900.0
+    # Relaunch bundles Fargate Spot had no capacity for at once, on on-demand FARGATE (set
+    # only when the capacity strategy uses FARGATE_SPOT and LONGJOBS_SPOT_FALLBACK is on).
+    spot_fallback: bool = False
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,11 @@ class MemoryTask:
         return TaskStatus(self.task_arn, self.last_status, self.stop_code,
                           self.stopped_reason, self.exit_code)
 
+# RunTask's failures[] reason when Fargate has no capacity for a task.
+# https://repost.aws/knowledge-center/ecs-fargate-runtask-capacity
+SPOT_CAPACITY_REASON = ("Capacity is unavailable at this time. Please try again later or in a "
+                        "different availability zone")
+
 
 class MemoryLauncher(Launcher):
     def __init__(self, *, family: str = "longjobs-worker", cluster: str = "longjobs",
@@ -77,6 +82,7 @@ class MemoryLauncher(Launcher):
         self._revisions: dict[int, bool] = {}  # revision: ACTIVE
         self._tokens: dict[str, tuple[LaunchRequest, LaunchResult]] = {}
         self._failures: deque[str] = deque()
+        self._spot_capacity = True
         self.tasks: dict[str, MemoryTask] = {}
         self.requests: list[LaunchRequest] = []  # every run() call, repeats and refusals too
         self.stops: list[tuple[str, str]] = []  # every stop() call: (task_arn, reason)
@@ -110,6 +116,12 @@ class MemoryLauncher(Launcher):
         (a call with ``count`` n consumes up to n of them), e.g. ``RESOURCE:MEMORY``."""
         with self._lock:
             self._failures.extend(reasons)
+
+    def set_spot_capacity(self, available: bool) -> None:
+        """Model a Spot strategy whose Spot capacity ran out: every task of a request that is
+        not ``on_demand`` fails with ECS's capacity reason until it is available again."""
+        with self._lock:
+            self._spot_capacity = available
 
     def set_status(self, task_arn: str, status: LastStatus) -> None:
         """Move a task along its lifecycle (PROVISIONING, RUNNING, ...) without stopping it."""
@@ -147,6 +159,10 @@ class MemoryLauncher(Launcher):
                     or int(revision) not in self._revisions:
                 raise LaunchError("RunTask rejected: ClientException: task definition "
                                   f"{request.task_definition!r} not found")
+            if not self._spot_capacity and not request.on_demand:
+                result = LaunchResult([], [SPOT_CAPACITY_REASON] * request.count)
+                self._tokens[request.client_token] = (request, result)
+                return result
             failures = [self._failures.popleft()
                         for _ in range(min(request.count, len(self._failures)))]
             arns = [self._start(request) for _ in range(request.count - len(failures))]
