@@ -18,6 +18,7 @@ from dispatcher.local.provision import provision
 from dispatcher.settings import Config
 from dispatcher.testing.moto import MotoEndpoint, start_moto
 from dispatcher.testing.proxy import AwsProxy
+from tests.twins import twins  # noqa: F401  (the in-memory pipeline fixture)
 
 logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
 

@@ -1,4 +1,8 @@
-"""The dispatch path end to end: SQS -> job table -> RunTask, against moto over HTTP."""
+"""The dispatch path end to end: queue -> job table -> launcher, in-process on the twins.
+
+What only the ECS adapter does (the RunTask request's shape, throttling retries, revision
+resolution on ECS) is in ``tests/test_ecs_launcher.py``, on moto.
+"""
 
 from __future__ import annotations
 
@@ -6,106 +10,97 @@ import json
 
 import pytest
 
-from dispatcher import wiring
-from dispatcher.aws.dynamodb import open_store
 from dispatcher.domain.bundles import BundleState
-from dispatcher.ops.client import JobClient
 from dispatcher.testing.workload import mixed_jobs, run_until_drained, submit_in_waves
-from tests.conftest import Aws
-from tests.helpers import client, ecs_tasks, queue_counts, s, table_items
+from tests.twins import FAMILY, Twins
 
 
-def _dispatcher(aws: Aws, **overrides: str):  # type: ignore[no-untyped-def]
-    return wiring.dispatcher(aws.config(**overrides))
-
-
-def _check_converged(aws: Aws, job_ids: list[str], *, max_jobs: int = 50) -> None:
+def _check_converged(twins: Twins, job_ids: list[str], *, max_jobs: int = 50) -> None:
     """Every job recorded once, queue empty, every bundle launched once on its own task."""
-    url = aws.proxy.url
-    jobs = table_items(url, aws.env["LONGJOBS_TABLE"], "JOB#")
-    assert sorted(s(i, "job_id") for i in jobs) == sorted(job_ids)
-    assert queue_counts(url, aws.env["LONGJOBS_QUEUE_URL"]) == (0, 0)
-    bundles = table_items(url, aws.env["LONGJOBS_TABLE"], "BUNDLE#")
-    in_bundles = [j for b in bundles for j in s(b, "job_ids")]
+    assert sorted(j.job_id for j in twins.jobs()) == sorted(job_ids)
+    assert twins.queue_counts() == (0, 0)
+    bundles = twins.bundles()
+    in_bundles = [j for b in bundles for j in b.job_ids]
     assert sorted(in_bundles) == sorted(job_ids)  # each job in exactly one bundle
-    assert all(len(s(b, "job_ids")) <= max_jobs for b in bundles)
-    assert {s(b, "state") for b in bundles} == {BundleState.LAUNCHED}
-    arns = [s(b, "task_arn") for b in bundles]
+    assert all(len(b.job_ids) <= max_jobs for b in bundles)
+    assert {b.state for b in bundles} == {BundleState.LAUNCHED}
+    arns = [b.task_arn for b in bundles]
     assert len(set(arns)) == len(bundles)
-    assert sorted(ecs_tasks(url, aws.env["LONGJOBS_CLUSTER"])) == sorted(arns)
+    assert sorted(twins.task_arns()) == sorted(arns)  # type: ignore[type-var]
 
 
-def test_mixed_jobs_recorded_once_bundled_and_launched(aws: Aws) -> None:
-    d = _dispatcher(aws, LONGJOBS_MAX_RUNNING_TASKS="500", LONGJOBS_BUNDLE_MAX_JOBS="20",
-                    LONGJOBS_BUNDLE_MAX_SECONDS="120")
+def test_mixed_jobs_recorded_once_bundled_and_launched(twins: Twins) -> None:
+    d = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="500", LONGJOBS_BUNDLE_MAX_JOBS="20",
+                     LONGJOBS_BUNDLE_MAX_SECONDS="120").dispatcher
     jobs = mixed_jobs(240)
-    submit_in_waves(JobClient(), d, jobs, wave=80)
-    _check_converged(aws, [j["job_id"] for j in jobs], max_jobs=20)
+    submit_in_waves(twins.client(), d, jobs, wave=80)
+    _check_converged(twins, [j["job_id"] for j in jobs], max_jobs=20)
 
-    bundles = table_items(aws.proxy.url, aws.env["LONGJOBS_TABLE"], "BUNDLE#")
+    bundles = twins.bundles()
     small = {j["job_id"] for j in jobs if (j["estimated_seconds"] or 1e9) <= 60}
     for b in bundles:
-        members = s(b, "job_ids")
-        if len(members) > 1:  # only small jobs share a bundle, within the seconds limit
-            assert set(members) <= small
-            assert s(b, "estimated_seconds") <= 120
-    assert sum(1 for b in bundles if set(s(b, "job_ids")) - small) == len(jobs) - len(small)
+        if len(b.job_ids) > 1:  # only small jobs share a bundle, within the seconds limit
+            assert set(b.job_ids) <= small
+            assert b.estimated_seconds <= 120
+    assert sum(1 for b in bundles if set(b.job_ids) - small) == len(jobs) - len(small)
 
-    requests = aws.proxy.runtask_requests
-    assert requests and all(1 <= r["count"] <= 10 for r in requests)
-    assert {r["taskDefinition"] for r in requests} == {"longjobs-worker:1"}
+    # The launch stage's requests (their ECS form is checked in test_ecs_launcher.py).
+    requests = twins.launcher.requests
+    assert requests and all(1 <= r.count <= 10 for r in requests)
+    assert {r.task_definition for r in requests} == {f"{FAMILY}:1"}
     for r in requests:
-        override = r["overrides"]["containerOverrides"][0]
-        assert override["name"] == "worker"
-        assert [e["name"] for e in override["environment"]] == ["LONGJOBS_LAUNCH_ID"]
-        assert r["clientToken"].startswith("lj-")
-        assert r["networkConfiguration"]["awsvpcConfiguration"]["subnets"]
-    assert {s(b, "task_definition") for b in bundles} == {"longjobs-worker:1"}
+        assert list(r.env) == ["LONGJOBS_LAUNCH_ID"]
+        assert r.client_token.startswith("lj-")
+    assert len({r.client_token for r in requests}) == len(requests)
+    assert sum(r.count for r in requests) == len(bundles)
+    assert {b.task_definition for b in bundles} == {f"{FAMILY}:1"}
 
 
-def test_admission_keeps_backlog_in_sqs(aws: Aws) -> None:
-    d = _dispatcher(aws, LONGJOBS_MAX_RUNNING_TASKS="3")
-    JobClient().submit_many([{"kind": "k", "payload": {}, "job_id": f"long-{i}",
-                              "estimated_seconds": 3600} for i in range(8)])
+def test_admission_keeps_backlog_in_sqs(twins: Twins) -> None:
+    d = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="3").dispatcher
+    twins.client().submit_many([{"kind": "k", "payload": {}, "job_id": f"long-{i}",
+                                 "estimated_seconds": 3600} for i in range(8)])
     decision = d.tick()
     assert decision.capacity == 3 and decision.launch.bundles_launched == 3
-    assert len(table_items(aws.proxy.url, aws.env["LONGJOBS_TABLE"], "JOB#")) == 3
-    visible, in_flight = queue_counts(aws.proxy.url, aws.env["LONGJOBS_QUEUE_URL"])
+    assert len(twins.jobs()) == 3
+    assert len(twins.launcher.tasks) == 3
+    visible, in_flight = twins.queue_counts()
     assert visible + in_flight == 5  # released, not deleted: SQS is the backlog
     again = d.tick()
     assert again.capacity == 0 and again.intake.received == 0
+    assert len(twins.jobs()) == 3
 
 
-def test_new_revision_is_pinned_on_later_launches(aws: Aws) -> None:
-    from dispatcher.local.provision import Names, register_task_definition
-
-    d = _dispatcher(aws)
-    JobClient().submit("k", {}, job_id="before-deploy")
+def test_new_revision_is_pinned_on_later_launches(twins: Twins) -> None:
+    d = twins.stages().dispatcher
+    c = twins.client()
+    c.submit("k", {}, job_id="before-deploy")
     d.tick()
-    register_task_definition(client("ecs", aws.proxy.url), Names(), image="worker:v2")
-    JobClient().submit("k", {}, job_id="after-deploy")
+    assert twins.launcher.register_task_definition() == f"{FAMILY}:2"  # a deploy
+    c.submit("k", {}, job_id="after-deploy")
     d.tick()
-    store = open_store(aws.env["LONGJOBS_TABLE"])
     revisions = {}
     for job_id in ("before-deploy", "after-deploy"):
-        job = store.get_job(job_id)
+        job = twins.job(job_id)
         assert job is not None and job.bundle_id
-        bundle = store.get_bundle(job.bundle_id)
+        bundle = twins.bundle(job.bundle_id)
         assert bundle is not None
         revisions[job_id] = bundle.task_definition
-    assert revisions == {"before-deploy": "longjobs-worker:1", "after-deploy": "longjobs-worker:2"}
+    assert revisions == {"before-deploy": f"{FAMILY}:1", "after-deploy": f"{FAMILY}:2"}
+    assert [r.task_definition for r in twins.launcher.requests] == [f"{FAMILY}:1",
+                                                                     f"{FAMILY}:2"]
 
 
-def test_duplicate_deliveries_and_producer_retries_make_one_job(aws: Aws) -> None:
-    d = _dispatcher(aws)
-    c = JobClient()
+def test_duplicate_deliveries_and_producer_retries_make_one_job(twins: Twins) -> None:
+    d = twins.stages().dispatcher
+    c = twins.client()
     for _ in range(3):  # a producer retrying
         c.submit("k", {"n": 1}, job_id="same-job", estimated_seconds=5)
     d.tick()
     c.submit("k", {"n": 1}, job_id="same-job", estimated_seconds=5)  # a late redelivery
     decision = d.tick()
     assert decision.intake.duplicates == 1 and decision.intake.admitted == 0
-    _check_converged(aws, ["same-job"])
+    _check_converged(twins, ["same-job"])
 
 
 MALFORMED = {
@@ -124,70 +119,71 @@ MALFORMED = {
 }
 
 
-def test_malformed_messages_are_rejected_with_reasons(aws: Aws) -> None:
-    d = _dispatcher(aws, LONGJOBS_ALLOWED_KINDS="k")
-    c = JobClient()
-    sqs = client("sqs", aws.proxy.url)
+def test_malformed_messages_are_rejected_with_reasons(twins: Twins) -> None:
+    d = twins.stages(LONGJOBS_ALLOWED_KINDS="k").dispatcher
+    c = twins.client()
     c.submit("k", {}, job_id="good-before")
-    for body, _ in MALFORMED.values():
-        sqs.send_message(QueueUrl=aws.env["LONGJOBS_QUEUE_URL"], MessageBody=body)
+    # Straight onto the queue, as a producer not using JobClient would.
+    twins.queue.send([(f"raw{n}", body) for n, (body, _) in enumerate(MALFORMED.values())])
     c.submit("k", {}, job_id="good-after")
     run_until_drained(d)
-    _check_converged(aws, ["good-before", "good-after"])
-    rejected = table_items(aws.proxy.url, aws.env["LONGJOBS_TABLE"], "REJECT#")
+    _check_converged(twins, ["good-before", "good-after"])
+    rejected = twins.rejections()
     assert len(rejected) == len(MALFORMED)
-    reasons = [s(r, "reason") for r in rejected]
+    reasons = [rec.reason or "" for rec in rejected]
     for name, (_, expected) in MALFORMED.items():
         assert any(expected in r for r in reasons), (name, reasons)
-    for r in rejected:
-        assert s(r, "state") == "REJECTED" and s(r, "body")
-        assert len(s(r, "body").encode()) <= 4096
-    keys = {r["pk"]["S"] for r in rejected}
+    for rec in rejected:
+        assert rec.state == "REJECTED" and rec.body
+        assert len(rec.body.encode()) <= 4096
+    keys = {rec.pk for rec in rejected}
     assert {"REJECT#bad-1", "REJECT#bad-5"} <= keys  # keyed by job id when readable
 
 
-def test_runtask_failures_go_back_to_pending_and_launch_later(aws: Aws) -> None:
-    d = _dispatcher(aws)
-    aws.proxy.inject_runtask_failures(["RESOURCE:MEMORY", "Capacity is unavailable"])
-    JobClient().submit_many([{"kind": "k", "payload": {}, "job_id": f"j{i}"} for i in range(5)])
+def test_runtask_failures_go_back_to_pending_and_launch_later(twins: Twins) -> None:
+    d = twins.stages().dispatcher
+    twins.launcher.inject_failures(["RESOURCE:MEMORY", "Capacity is unavailable"])
+    twins.client().submit_many([{"kind": "k", "payload": {}, "job_id": f"j{i}"}
+                                for i in range(5)])
     first = d.tick()
     assert first.launch.bundles_launched == 3
     assert dict(first.launch.failures) == {"RESOURCE:MEMORY": 1, "Capacity": 1}
-    bundles = table_items(aws.proxy.url, aws.env["LONGJOBS_TABLE"], "BUNDLE#")
-    pending = [b for b in bundles if s(b, "state") == "PENDING"]
-    assert sorted(s(b, "last_failure") for b in pending) == [
+    assert len(twins.launcher.tasks) == 3
+    pending = [b for b in twins.bundles() if b.state == BundleState.PENDING]
+    assert sorted(b.last_failure or "" for b in pending) == [
         "Capacity is unavailable", "RESOURCE:MEMORY"]
-    assert all(s(b, "launch_failures") == 1 for b in pending)
+    assert all(b.launch_failures == 1 for b in pending)
     second = d.tick()
     assert second.due_bundles == 2 and second.launch.bundles_launched == 2
-    _check_converged(aws, [f"j{i}" for i in range(5)])
+    _check_converged(twins, [f"j{i}" for i in range(5)])
 
 
-def test_backoff_holds_failed_bundles_until_due(aws: Aws) -> None:
-    d = _dispatcher(aws, LONGJOBS_LAUNCH_BACKOFF_SECONDS="3600")
-    aws.proxy.inject_runtask_failures(["RESOURCE:CPU"])
-    JobClient().submit("k", {}, job_id="held")
+def test_backoff_holds_failed_bundles_until_due(twins: Twins) -> None:
+    d = twins.stages(LONGJOBS_LAUNCH_BACKOFF_SECONDS="3600").dispatcher
+    twins.launcher.inject_failures(["RESOURCE:CPU"])
+    twins.client().submit("k", {}, job_id="held")
     d.tick()
     assert d.tick().due_bundles == 0  # not due for an hour
-
-
-def test_throttled_runtask_is_retried_with_the_same_token(aws: Aws) -> None:
-    d = _dispatcher(aws)
-    aws.proxy.inject_throttle(2)
-    JobClient().submit_many([{"kind": "k", "payload": {}, "job_id": f"t{i}"} for i in range(3)])
-    decision = d.tick()
-    assert decision.launch.bundles_launched == 3
-    tokens = [r["clientToken"] for r in aws.proxy.runtask_requests]
-    assert len(tokens) == 3 and len(set(tokens)) == 1
-    _check_converged(aws, ["t0", "t1", "t2"])
+    assert twins.launcher.tasks == {}
+    twins.clock.advance(3600)  # the backoff (jittered to 0.5..1x) has passed
+    later = d.tick()
+    assert later.due_bundles == 1 and later.launch.bundles_launched == 1
+    _check_converged(twins, ["held"])
 
 
 @pytest.mark.parametrize("lease_holder_seconds", [600])
-def test_a_held_lease_skips_the_tick(aws: Aws, lease_holder_seconds: int) -> None:
-    store = open_store(aws.env["LONGJOBS_TABLE"])
-    assert store.acquire_lease("someone-else", lease_holder_seconds)
-    JobClient().submit("k", {}, job_id="waits")
-    decision = _dispatcher(aws).tick()
+def test_a_held_lease_skips_the_tick(twins: Twins, lease_holder_seconds: int) -> None:
+    assert twins.store.acquire_lease("someone-else", lease_holder_seconds)
+    twins.client().submit("k", {}, job_id="waits")
+    decision = twins.stages().dispatcher.tick()
     assert decision.skipped and decision.intake.received == 0
-    store.release_lease("someone-else")
-    assert _dispatcher(aws).tick().launch.bundles_launched == 1
+    assert twins.jobs() == [] and twins.queue_counts() == (1, 0)
+    twins.store.release_lease("someone-else")
+    assert twins.stages().dispatcher.tick().launch.bundles_launched == 1
+
+
+def test_an_expired_lease_does_not_block_the_tick(twins: Twins) -> None:
+    assert twins.store.acquire_lease("crashed-tick", 600)
+    twins.client().submit("k", {}, job_id="after-crash")
+    twins.clock.advance(601)  # its holder crashed and never released it
+    assert twins.stages().dispatcher.tick().launch.bundles_launched == 1

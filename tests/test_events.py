@@ -1,4 +1,7 @@
-"""Task-state events: duplicates and reordering are harmless; stale tasks cannot write."""
+"""Task-state events: duplicates and reordering are harmless; stale tasks cannot write.
+
+In-process on the twins: the handler's parse-and-act (``on_task_event``) on the real stages.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +9,21 @@ from typing import Any
 
 import pytest
 
-from dispatcher import wiring
 from dispatcher.aws import ecs_events
-from dispatcher.aws.dynamodb import open_store
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import JobState
 from dispatcher.handlers import on_task_event
-from dispatcher.ops.client import JobClient
-from dispatcher.ports.store import Fence, JobUpdate, Store
-from dispatcher.settings import Config
 from dispatcher.stages.rerun import StopResult
-from tests.conftest import Aws
-from tests.helpers import launched
+from dispatcher.wiring import Stages
+from tests.twins import Twins
+
+CONTAINER = "worker"
 
 
-def _handle(event: dict[str, Any], cfg: Config) -> dict[str, Any]:
+def _handle(event: dict[str, Any], stages: Stages) -> dict[str, Any]:
     """The task-event handler's work as a dict: ``{"ignored": reason}`` when nothing changed."""
-    out = on_task_event(event, cfg.container, wiring.reruns(cfg))
+    out = on_task_event(event, CONTAINER, stages.reruns)
     if isinstance(out, ecs_events.Ignored):
         return {"ignored": out.reason}
     result = out.as_dict()
@@ -32,45 +32,53 @@ def _handle(event: dict[str, Any], cfg: Config) -> dict[str, Any]:
     return result
 
 
-def _launched(aws: Aws) -> tuple[Store, str, str]:
-    store, bundle_id, arn = launched(aws, "ev-job")
-    return store, bundle_id, arn
-
-
-def test_malformed_and_running_events_are_ignored(aws: Aws) -> None:
-    cfg = aws.config()
-    assert _handle({"detail": {"nope": 1}}, cfg) == {"ignored": "malformed event"}
-    _, _, arn = _launched(aws)
+def test_malformed_and_running_events_are_ignored(twins: Twins) -> None:
+    stages = twins.stages()
+    assert twins.config().container == CONTAINER
+    assert _handle({"detail": {"nope": 1}}, stages) == {"ignored": "malformed event"}
+    _, arn = twins.launched("ev-job")
+    before = twins.table.snapshot()
     notice = ecs_events.sample_event(arn, last_status="RUNNING", stop_code="TerminationNotice")
-    assert _handle(notice, cfg) == {"ignored": "lastStatus RUNNING"}
+    assert _handle(notice, stages) == {"ignored": "lastStatus RUNNING"}
+    assert twins.table.snapshot() == before
+    assert len(twins.launcher.requests) == 1
 
 
-def test_stop_before_claim_reruns_at_once_and_duplicates_are_ignored(aws: Aws) -> None:
-    cfg = aws.config()
-    store, bundle_id, arn = _launched(aws)
+def test_stop_before_claim_reruns_at_once_and_duplicates_are_ignored(twins: Twins) -> None:
+    stages = twins.stages()
+    bundle_id, arn = twins.launched("ev-job")
+    twins.launcher.stop_task(arn, "TaskFailedToStart",
+                             "Timeout waiting for network interface provisioning", None)
     stopped = ecs_events.sample_event(arn, stop_code="TaskFailedToStart",
-                                  reason="Timeout waiting for network interface provisioning")
+                                      reason="Timeout waiting for network interface provisioning")
     stopped["detail"]["containers"] = []  # how TaskFailedToStart can arrive
-    first = _handle(stopped, cfg)
+    first = _handle(stopped, stages)
     assert first["stop_class"] == "infrastructure" and first["relaunched"] is True
-    bundle = store.get_bundle(bundle_id)
+    bundle = twins.bundle(bundle_id)
     assert bundle is not None and bundle.state == BundleState.LAUNCHED
     assert bundle.attempt == 2 and bundle.task_arn != arn
-    job = store.get_job("ev-job")
+    assert bundle.task_arn in twins.launcher.running()
+    job = twins.job("ev-job")
     assert job is not None and job.infra_attempts == 1 and job.attempts == 0
     # The same event again, and an older one arriving late: no effect on the new attempt.
-    assert "ignored" in _handle(stopped, cfg)
+    assert "ignored" in _handle(stopped, stages)
     older = ecs_events.sample_event(arn, stop_code="EssentialContainerExited", exit_code=1,
-                                version=1)
-    assert "ignored" in _handle(older, cfg)
-    after = store.get_bundle(bundle_id)
+                                    version=1)
+    assert "ignored" in _handle(older, stages)
+    after = twins.bundle(bundle_id)
     assert after is not None and (after.attempt, after.task_arn) == (2, bundle.task_arn)
+    assert len(twins.launcher.tasks) == 2  # one relaunch, not one per event
+    job = twins.job("ev-job")
+    assert job is not None and (job.infra_attempts, job.attempts) == (1, 0)
 
 
-def test_a_stale_task_cannot_write(aws: Aws) -> None:
-    cfg = aws.config()
-    store, bundle_id, arn = _launched(aws)
-    _handle(ecs_events.sample_event(arn, stop_code="SpotInterruption"), cfg)
+def test_a_stale_task_cannot_write(twins: Twins) -> None:
+    from dispatcher.ports.store import Fence, JobUpdate
+
+    stages = twins.stages()
+    bundle_id, arn = twins.launched("ev-job")
+    _handle(ecs_events.sample_event(arn, stop_code="SpotInterruption"), stages)
+    store = twins.store
     stale = Fence(bundle_id, 1, arn)
     with pytest.raises(ConflictError):
         store.claim(stale)
@@ -81,23 +89,27 @@ def test_a_stale_task_cannot_write(aws: Aws) -> None:
                                       via=JobState.RUNNING)])
     with pytest.raises(ConflictError):
         store.save_checkpoint(stale, "ev-job", {"step": 1})
-    job = store.get_job("ev-job")
+    job = twins.job("ev-job")
     assert job is not None and job.state == JobState.PENDING and job.checkpoint is None
+    bundle = twins.bundle(bundle_id)
+    assert bundle is not None and bundle.attempt == 2 and bundle.heartbeat_at is None
 
 
-def test_cancel_of_an_unlaunched_job_is_immediate_and_closes_its_bundle(aws: Aws) -> None:
-    aws.proxy.inject_runtask_failures(["RESOURCE:MEMORY"])
-    client = JobClient()
+def test_cancel_of_an_unlaunched_job_is_immediate_and_closes_its_bundle(twins: Twins) -> None:
+    twins.launcher.inject_failures(["RESOURCE:MEMORY"])
+    client = twins.client()
     client.submit("k", {}, job_id="unlaunched")
-    wiring.dispatcher(aws.config(LONGJOBS_LAUNCH_BACKOFF_SECONDS="3600")).tick()
-    store = open_store(aws.env["LONGJOBS_TABLE"])
+    twins.stages(LONGJOBS_LAUNCH_BACKOFF_SECONDS="3600").dispatcher.tick()
     job = client.cancel("unlaunched")
     assert job.state == JobState.CANCELLED
     assert job.bundle_id
-    bundle = store.get_bundle(job.bundle_id)
+    stored = twins.job("unlaunched")
+    assert stored is not None and stored.state == JobState.CANCELLED
+    bundle = twins.bundle(job.bundle_id)
     assert bundle is not None and bundle.state == BundleState.DONE
     with pytest.raises(Exception, match="already CANCELLED"):
         client.cancel("unlaunched")
     again = client.retry("unlaunched")
     assert again.state == JobState.PENDING and again.bundle_id != job.bundle_id
-    assert wiring.dispatcher(aws.config()).tick().due_bundles == 1
+    assert twins.stages().dispatcher.tick().due_bundles == 1
+    assert len(twins.launcher.tasks) == 1

@@ -1,12 +1,11 @@
 """Property: random interleavings of launches, claims, job writes and (duplicated, reordered,
 stale) stop events never reach an illegal state, never lose a job, and never have two live
-attempts of one job. Runs against the real store (moto over HTTP) and the real rerun logic."""
+attempts of one job. Runs the real store policy and rerun logic in-process on the twins (a fresh
+table, launcher and clock per example), so it runs many examples and shrinks what it finds."""
 
 from __future__ import annotations
 
 import contextlib
-import itertools
-import time
 
 import pytest
 from hypothesis import HealthCheck, Phase
@@ -14,55 +13,52 @@ from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from dispatcher import settings, wiring
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.domain.stops import TaskStop
 from dispatcher.ports.store import Fence, JobUpdate
 from dispatcher.stages.launch import LaunchStats
-from tests.conftest import Aws
+from tests.twins import Twins
 
 STOP_CODES = ["EssentialContainerExited", "SpotInterruption", "TaskFailedToStart",
               "UserInitiated", None]
-_ids = itertools.count()
 
 
 @pytest.fixture
-def machine(aws: Aws) -> type[RuleBasedStateMachine]:
-    cfg = settings.load("dispatcher", {**aws.env, "LONGJOBS_MAX_INFRA_ATTEMPTS": "3"})
-
+def machine() -> type[RuleBasedStateMachine]:
     class Lifecycle(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
-            n = next(_ids)
-            self.store = wiring.store(cfg)
-            self.launcher = wiring.launcher(cfg)
-            self.reruns = wiring.reruns(cfg, self.launcher)
-            self.launches = self.reruns.launches
-            self.job_ids = [f"p{n}-a", f"p{n}-b"]
-            self.bundle_id = f"bundle-{n}-{time.time_ns()}"
+            twins = Twins()  # a fresh world per example: replays (and shrinking) are exact
+            stages = twins.stages(LONGJOBS_MAX_INFRA_ATTEMPTS="3")
+            self.store = twins.store
+            self.launcher = twins.launcher
+            self.reruns = stages.reruns
+            self.launches = self.reruns._launches  # wiring.Stages does not expose Launches
+            self.job_ids = ["p-a", "p-b"]
+            self.bundle_id = "bundle-p"
             jobs = [Job(job_id=j, kind="k", payload={}, bundle_id=self.bundle_id,
                         max_attempts=2) for j in self.job_ids]
             self.store.record([Bundle(self.bundle_id, list(self.job_ids))], jobs)
             self.tasks: dict[str, int] = {}  # task ARN -> the attempt it was launched for
             self.order: list[str] = []  # launch order: draws index it, so replays are stable
 
-        def bundle(self) -> Bundle:
+        def current(self) -> Bundle:
             b = self.store.get_bundle(self.bundle_id)
             assert b is not None
             return b
 
         @rule()
         def launch(self) -> None:
-            b = self.bundle()
+            b = self.current()
             if b.state == BundleState.PENDING:
                 self.launches.launch([b], self.launcher.resolve_task_definition(),
                                      LaunchStats())
                 self._track()
 
         def _track(self) -> None:
-            b = self.bundle()
+            b = self.current()
             if b.task_arn and b.task_arn not in self.tasks:
                 self.tasks[b.task_arn] = b.attempt
                 self.order.append(b.task_arn)
@@ -109,7 +105,7 @@ def machine(aws: Aws) -> type[RuleBasedStateMachine]:
 
         @invariant()
         def consistent(self) -> None:
-            b = self.bundle()
+            b = self.current()
             jobs = self.store.get_jobs(self.job_ids)
             assert len(jobs) == len(self.job_ids)  # never lost
             for job in jobs:
@@ -128,9 +124,10 @@ def machine(aws: Aws) -> type[RuleBasedStateMachine]:
 
 
 def test_lifecycle_interleavings(machine: type[RuleBasedStateMachine]) -> None:
-    # No shrinking: the store is external state, so a shrunk replay is not the same run; a
-    # failure is reported as found (it still fails the test).
-    runner = hyp_settings(max_examples=12, stateful_step_count=14, deadline=None,
-                      phases=[Phase.generate], suppress_health_check=list(HealthCheck),
-                      print_blob=True)(machine).TestCase
+    # Each example starts from a fresh in-memory world, so a failure replays exactly and
+    # shrinks to a minimal sequence of steps.
+    runner = hyp_settings(max_examples=300, stateful_step_count=30, deadline=None,
+                          phases=[Phase.explicit, Phase.generate, Phase.shrink],
+                          suppress_health_check=list(HealthCheck),
+                          print_blob=True)(machine).TestCase
     runner().runTest()

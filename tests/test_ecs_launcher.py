@@ -1,0 +1,80 @@
+"""What only the ECS adapter (``EcsLauncher``) does, on moto behind the proxy: the RunTask
+request's shape, a throttled RunTask retried with the same clientToken, revision resolution.
+
+The rest of the dispatch path runs in-process on the twins (``tests/test_dispatch.py``).
+"""
+
+from __future__ import annotations
+
+from dispatcher import wiring
+from dispatcher.aws.dynamodb import open_store
+from dispatcher.ops.client import JobClient
+from dispatcher.testing.workload import run_until_drained
+from tests.conftest import Aws
+from tests.helpers import client, ecs_tasks, queue_counts, s, table_items
+
+
+def _check_launched(aws: Aws, job_ids: list[str]) -> None:
+    """Every job in a bundle launched on its own task, which ECS knows; queue empty."""
+    url = aws.proxy.url
+    bundles = table_items(url, aws.env["LONGJOBS_TABLE"], "BUNDLE#")
+    assert sorted(j for b in bundles for j in s(b, "job_ids")) == sorted(job_ids)
+    assert {s(b, "state") for b in bundles} == {"LAUNCHED"}
+    arns = [s(b, "task_arn") for b in bundles]
+    assert len(set(arns)) == len(bundles)
+    assert sorted(ecs_tasks(url, aws.env["LONGJOBS_CLUSTER"])) == sorted(arns)
+    assert queue_counts(url, aws.env["LONGJOBS_QUEUE_URL"]) == (0, 0)
+
+
+def test_runtask_request_shape(aws: Aws) -> None:
+    d = wiring.dispatcher(aws.config(LONGJOBS_MAX_RUNNING_TASKS="50"))
+    job_ids = [f"shape-{i}" for i in range(12)]  # alone each: two RunTask calls (10 + 2)
+    JobClient().submit_many([{"kind": "k", "payload": {}, "job_id": j,
+                              "estimated_seconds": 3600} for j in job_ids])
+    run_until_drained(d)
+    _check_launched(aws, job_ids)
+
+    requests = aws.proxy.runtask_requests
+    assert sorted(int(r["count"]) for r in requests) == [2, 10]
+    assert {r["taskDefinition"] for r in requests} == {"longjobs-worker:1"}
+    for r in requests:
+        override = r["overrides"]["containerOverrides"][0]
+        assert override["name"] == "worker"
+        assert [e["name"] for e in override["environment"]] == ["LONGJOBS_LAUNCH_ID"]
+        assert r["clientToken"].startswith("lj-")
+        assert r["networkConfiguration"]["awsvpcConfiguration"]["subnets"]
+    bundles = table_items(aws.proxy.url, aws.env["LONGJOBS_TABLE"], "BUNDLE#")
+    assert {s(b, "task_definition") for b in bundles} == {"longjobs-worker:1"}
+
+
+def test_new_revision_is_resolved_and_pinned_on_later_launches(aws: Aws) -> None:
+    from dispatcher.local.provision import Names, register_task_definition
+
+    d = wiring.dispatcher(aws.config())
+    JobClient().submit("k", {}, job_id="before-deploy")
+    d.tick()
+    register_task_definition(client("ecs", aws.proxy.url), Names(), image="worker:v2")
+    JobClient().submit("k", {}, job_id="after-deploy")
+    d.tick()
+    store = open_store(aws.env["LONGJOBS_TABLE"])
+    revisions = {}
+    for job_id in ("before-deploy", "after-deploy"):
+        job = store.get_job(job_id)
+        assert job is not None and job.bundle_id
+        bundle = store.get_bundle(job.bundle_id)
+        assert bundle is not None
+        revisions[job_id] = bundle.task_definition
+    assert revisions == {"before-deploy": "longjobs-worker:1", "after-deploy": "longjobs-worker:2"}
+    assert [r["taskDefinition"] for r in aws.proxy.runtask_requests] == [
+        "longjobs-worker:1", "longjobs-worker:2"]
+
+
+def test_throttled_runtask_is_retried_with_the_same_token(aws: Aws) -> None:
+    d = wiring.dispatcher(aws.config())
+    aws.proxy.inject_throttle(2)
+    JobClient().submit_many([{"kind": "k", "payload": {}, "job_id": f"t{i}"} for i in range(3)])
+    decision = d.tick()
+    assert decision.launch.bundles_launched == 3
+    tokens = [r["clientToken"] for r in aws.proxy.runtask_requests]
+    assert len(tokens) == 3 and len(set(tokens)) == 1
+    _check_launched(aws, ["t0", "t1", "t2"])
