@@ -43,6 +43,7 @@ class Stages:
 
     dispatcher: Dispatcher
     reruns: Reruns
+    launches: Launches
     queue: Queue
     store: DispatchStore
     launcher: Launcher
@@ -64,7 +65,7 @@ def build(cfg: Config, *, queue: Queue, store: DispatchStore, launcher: Launcher
     tick = Dispatcher(store, launcher, intake, launches, reconciler,
                       TickPolicy(cfg.max_running_tasks, cfg.tick_seconds, cfg.lease_seconds),
                       clock=clock)
-    return Stages(tick, reruns, queue, store, launcher)
+    return Stages(tick, reruns, launches, queue, store, launcher)
 
 
 def store(cfg: Config) -> DispatchStore:

@@ -35,7 +35,7 @@ def machine() -> type[RuleBasedStateMachine]:
             self.store = twins.store
             self.launcher = twins.launcher
             self.reruns = stages.reruns
-            self.launches = self.reruns._launches  # wiring.Stages does not expose Launches
+            self.launches = stages.launches
             self.job_ids = ["p-a", "p-b"]
             self.bundle_id = "bundle-p"
             jobs = [Job(job_id=j, kind="k", payload={}, bundle_id=self.bundle_id,

@@ -69,7 +69,7 @@ class Twins:
         self.clock = FakeClock(t)
         self.table = MemoryTable()
         self.store = Store(self.table, clock=self.clock)
-        self.queue = MemoryQueue()
+        self.queue = MemoryQueue(clock=self.clock)
         self.launcher = MemoryLauncher(family=FAMILY, cluster=CLUSTER, clock=self.clock)
 
     # -- wiring ---------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Callable
 
 from dispatcher.ports.queue import BATCH, Backlog, Queue, Received
 
@@ -12,7 +13,9 @@ from dispatcher.ports.queue import BATCH, Backlog, Queue, Received
 class MemoryQueue(Queue):
     """In-memory queue with visibility timeouts: a redelivery happens if a message isn't deleted."""
 
-    def __init__(self, visibility_seconds: float = 30.0) -> None:
+    def __init__(self, visibility_seconds: float = 30.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._messages: dict[str, tuple[str, float, float, int]] = {}  # id: body, sent, vis, n
@@ -21,12 +24,12 @@ class MemoryQueue(Queue):
     def send(self, entries: list[tuple[str, str]]) -> dict[str, str]:
         with self._lock:
             for _, body in entries:
-                self._messages[f"m{next(self._ids)}"] = (body, time.time(), 0.0, 0)
+                self._messages[f"m{next(self._ids)}"] = (body, self._clock(), 0.0, 0)
         return {}
 
     def receive(self, max_messages: int = BATCH,
                 visibility_timeout: int | None = None) -> list[Received]:
-        t, out = time.time(), list[Received]()
+        t, out = self._clock(), list[Received]()
         hide = self.visibility_seconds if visibility_timeout is None else visibility_timeout
         with self._lock:
             for mid, (body, sent, visible_at, n) in list(self._messages.items()):
@@ -51,7 +54,7 @@ class MemoryQueue(Queue):
                     self._messages[m.message_id] = (body, sent, 0.0, n)
 
     def backlog(self) -> Backlog:
-        t = time.time()
+        t = self._clock()
         with self._lock:
             visible = sum(1 for _, _, v, _ in self._messages.values() if v <= t)
             return Backlog(visible, len(self._messages) - visible, 0)
