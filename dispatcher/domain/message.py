@@ -7,6 +7,7 @@ other languages validate against the same definition the dispatcher enforces.
 from __future__ import annotations
 
 import json
+import math
 import re
 from functools import cached_property
 from typing import Any, Literal
@@ -25,8 +26,46 @@ MAX_PAYLOAD_BYTES = 256 * 1024
 # How much of a rejected body is kept on its REJECTED record.
 REJECTED_BODY_BYTES = 4 * 1024
 
-_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}$")
-_KIND = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+# Matched with fullmatch: ``$`` would also accept a trailing newline.
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}")
+_KIND = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+# Time fields are stored as DynamoDB numbers, which hold 38 significant digits with a magnitude
+# of 0 or between 1E-130 and 9.9999999999999999999999999999999999999E+125; anything else (and
+# NaN/Infinity, which Python's json accepts and other producers send) fails the item's write.
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.NamingRulesDataTypes.html
+# The schema's bounds sit far inside that range: a job longer than MAX_SECONDS (~116 days) is
+# a mistake, and a time limit below MIN_TIMEOUT_SECONDS (1 ms) cannot be enforced.
+MAX_SECONDS = 1e7
+MIN_TIMEOUT_SECONDS = 0.001
+MIN_ESTIMATE_SECONDS = 0.001  # a non-zero estimate below this is rejected (send 0)
+# Payload nesting deeper than this is refused (json and the encoder recurse per level).
+MAX_PAYLOAD_DEPTH = 64
+
+
+def compact_json(value: Any) -> str:
+    """The one JSON encoding of payloads and other JSON attributes, as stored in the table and
+    as measured against the size limits: no spaces, ASCII (non-ASCII characters escaped, so a
+    lone surrogate cannot break UTF-8 encoding and len() is the byte size). NaN/Infinity are
+    written as Python writes them (a handler's result may hold one and must still be stored);
+    payloads never do, the schema refuses them."""
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _check_json_value(value: Any) -> None:
+    """Refuse what the table cannot store as JSON: non-finite numbers anywhere, and nesting
+    deeper than MAX_PAYLOAD_DEPTH. Iterative, so hostile depth cannot exhaust the stack."""
+    stack: list[tuple[Any, str, int]] = [(value, "payload", 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"{where}: {item} is not a finite number (NaN and Infinity are "
+                             "not JSON)")
+        if isinstance(item, dict | list):
+            if depth >= MAX_PAYLOAD_DEPTH:
+                raise ValueError(f"{where}: nested deeper than {MAX_PAYLOAD_DEPTH} levels")
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            stack.extend((v, f"{where}.{k}", depth + 1) for k, v in pairs)
 
 
 class JobMessage(BaseModel):
@@ -40,32 +79,51 @@ class JobMessage(BaseModel):
                         "[A-Za-z0-9._:@/+=-].")
     kind: str = Field(description="Which handler runs the job.")
     payload: dict[str, Any] = Field(description="Arguments for the handler (a JSON object).")
-    estimated_seconds: float | None = Field(default=None, ge=0, description="Producer's estimate; "
-                                            "small jobs are bundled, unknown runs alone.")
+    estimated_seconds: float | None = Field(
+        default=None, ge=0, le=MAX_SECONDS, allow_inf_nan=False,
+        description="Producer's estimate in seconds (0, or 0.001 to 1e7); small jobs are "
+        "bundled, unknown runs alone.")
     max_attempts: int = Field(default=3, ge=1, le=100, description="Application attempts before "
                               "the job is FAILED (infrastructure stops do not count).")
-    timeout_seconds: float | None = Field(default=None, gt=0, description="Per-job time limit.")
+    timeout_seconds: float | None = Field(
+        default=None, ge=MIN_TIMEOUT_SECONDS, le=MAX_SECONDS, allow_inf_nan=False,
+        description="Per-job time limit in seconds (0.001 to 1e7).")
 
     @field_validator("job_id")
     @classmethod
     def _job_id(cls, value: str) -> str:
-        if not _JOB_ID.match(value):
+        if not _JOB_ID.fullmatch(value):
             raise ValueError("job_id must be 1-128 chars of [A-Za-z0-9._:@/+=-]")
         return value
 
     @field_validator("kind")
     @classmethod
     def _kind(cls, value: str) -> str:
-        if not _KIND.match(value):
+        if not _KIND.fullmatch(value):
             raise ValueError("kind must be 1-128 chars of [A-Za-z0-9._:-]")
         return value
 
+    @field_validator("estimated_seconds")
+    @classmethod
+    def _estimate(cls, value: float | None) -> float | None:
+        if value is not None and 0 < value < MIN_ESTIMATE_SECONDS:
+            raise ValueError(f"a non-zero estimate must be at least {MIN_ESTIMATE_SECONDS} s "
+                             "(send 0 for an instant job)")
+        return value
+
+    @field_validator("payload")
+    @classmethod
+    def _payload(cls, value: dict[str, Any]) -> dict[str, Any]:
+        _check_json_value(value)
+        return value
+
     def payload_json(self) -> str:
-        return json.dumps(self.payload, separators=(",", ":"), sort_keys=True)
+        """The payload exactly as the table stores it (see :func:`compact_json`)."""
+        return compact_json(self.payload)
 
     @cached_property
     def payload_bytes(self) -> int:
-        """Serialised size, computed once: validation, bundling and transaction packing use it."""
+        """Stored size, computed once: validation, bundling and transaction packing use it."""
         return len(self.payload_json().encode())
 
 
@@ -90,6 +148,10 @@ def parse(body: str, allowed_kinds: tuple[str, ...] = ()) -> JobMessage:
         data = json.loads(body)
     except json.JSONDecodeError as exc:
         raise InvalidMessage(f"not JSON: {exc.msg} at position {exc.pos}") from None
+    except RecursionError:
+        raise InvalidMessage("JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise InvalidMessage(f"not acceptable JSON: {str(exc)[:200]}") from None
     if not isinstance(data, dict):
         raise InvalidMessage(f"not a JSON object but {type(data).__name__}")
     try:
@@ -97,7 +159,7 @@ def parse(body: str, allowed_kinds: tuple[str, ...] = ()) -> JobMessage:
     except ValidationError as exc:
         # Keep the job id if one is readable, so the REJECTED record can be found by it.
         job_id = data.get("job_id")
-        readable = job_id if isinstance(job_id, str) and _JOB_ID.match(job_id) else None
+        readable = job_id if isinstance(job_id, str) and _JOB_ID.fullmatch(job_id) else None
         raise InvalidMessage(describe_errors(exc), job_id=readable) from None
     check(msg, allowed_kinds)
     return msg

@@ -1,8 +1,9 @@
 """Intake: drain the queue into recorded jobs, never deleting a message before it is recorded.
 
 Each received message ends in exactly one of: a recorded job (deleted), a duplicate of a job
-already recorded (deleted), a REJECTED record with its reason (deleted), or back in the queue
-because capacity ran out (released, still backlog).
+already recorded (deleted), a REJECTED record with its reason (deleted; also for a valid message
+whose item the table refused), or back in the queue because capacity ran out (released, still
+backlog).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from dispatcher.domain import message
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.errors import InvalidMessage
-from dispatcher.domain.jobs import Job, Rejection
+from dispatcher.domain.jobs import Job, JobState, Rejection
 from dispatcher.ports.queue import BATCH, Queue, Received
 from dispatcher.ports.store import DispatchStore
 from dispatcher.stages.bundle import Bundler
@@ -98,8 +99,12 @@ class Intake:
             stats.rejections.extend({"key": r.key, "reason": r.reason} for r in rejections)
         bundles = bundler.bundles()
         duplicates = self._store.record(bundles, list(jobs.values())) if bundles else set()
+        # A job the table refused was recorded REJECTED by the store (it hurts only itself).
+        refused = [j for j in jobs.values() if j.state == JobState.REJECTED]
         stats.duplicates += len(duplicates)
-        stats.admitted += len(jobs) - len(duplicates)
+        stats.rejected += len(refused)
+        stats.rejections.extend({"key": j.job_id, "reason": j.reason or ""} for j in refused)
+        stats.admitted += len(jobs) - len(duplicates) - len(refused)
         if leftover:
             self._queue.release(leftover)
             stats.released += len(leftover)

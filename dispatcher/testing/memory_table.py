@@ -3,19 +3,24 @@
 Conditions as DynamoDB evaluates them (a missing attribute, or one of another type, compares
 false), Update that creates a missing item and returns the new one, all-or-nothing transactions
 with per-item cancellation reasons, the by_status index ordered by ``status_at`` (ties by
-``pk``). Values are copied in and out (JSON attributes through JSON, as DynamoDB stores them),
-so a caller cannot change stored state by mutating what it passed or got. Thread-safe.
-``tests/contract`` runs the same suite on this and on the DynamoDB adapter.
+``pk``). Values are copied in and out (JSON attributes through the adapter's compact JSON, as
+DynamoDB stores them), so a caller cannot change stored state by mutating what it passed or got.
+DynamoDB's limits are enforced as the adapter reports them: an item over 400 KB (JSON attributes
+counted as their stored compact string), a number attribute outside DynamoDB's range (or
+NaN/Infinity) -> :class:`InvalidTransaction`, before any condition is evaluated, and nothing is
+written. Thread-safe. ``tests/contract`` runs the same suite on this and on the DynamoDB adapter.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 import threading
 from dataclasses import replace
 from typing import Any
 
+from dispatcher.domain.message import compact_json
 from dispatcher.ports.table import (
     JSON_ATTRIBUTES,
     Absent,
@@ -33,6 +38,7 @@ from dispatcher.ports.table import (
     Gt,
     Has,
     In,
+    InvalidTransaction,
     Le,
     Lt,
     Op,
@@ -46,13 +52,50 @@ from dispatcher.ports.table import (
     Update,
 )
 
+# DynamoDB's limits. An item: at most 400 KB, attribute names included.
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html
+# A number: 0, or a magnitude from 1E-130 to 9.9999999999999999999999999999999999999E+125.
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.NamingRulesDataTypes.html
+MAX_ITEM_BYTES = 400 * 1024
+MIN_NUMBER = 1e-130
+MAX_NUMBER = 9.9999999999999999999999999999999999999e125
+
+
+def _check_number(attr: str, value: float) -> None:
+    if not math.isfinite(value):
+        raise InvalidTransaction(f"{attr}: {value} cannot be converted to a numeric value")
+    if value != 0 and not MIN_NUMBER <= abs(value) <= MAX_NUMBER:
+        raise InvalidTransaction(f"{attr}: number {value} is outside DynamoDB's range")
+
+
+def _value_bytes(attr: str, value: Any) -> int:
+    """A stored value's size as DynamoDB counts it (numbers: an upper estimate)."""
+    if attr in JSON_ATTRIBUTES:
+        return len(compact_json(value))  # ASCII: characters are bytes
+    if isinstance(value, str):
+        return len(value.encode())
+    if isinstance(value, list):
+        return 3 + sum(1 + _value_bytes("", v) for v in value)
+    return len(str(value)) if isinstance(value, int | float) else 1
+
+
+def _check_item(rec: Record) -> None:
+    size = sum(len(k.encode()) + _value_bytes(k, v) for k, v in rec.present().items())
+    if size > MAX_ITEM_BYTES:
+        raise InvalidTransaction(f"{rec.pk}: item size has exceeded the maximum allowed size "
+                                 f"({size} > {MAX_ITEM_BYTES} bytes)")
+
 
 def _store_value(attr: str, value: Any) -> Any:
     if value is None:
         return None
     if attr in JSON_ATTRIBUTES:
-        return json.loads(json.dumps(value))
+        try:
+            return json.loads(compact_json(value))
+        except (TypeError, ValueError) as exc:  # the adapter refuses them alike
+            raise InvalidTransaction(f"{attr}: {exc}") from None
     if isinstance(value, bool | int | float) and not isinstance(value, bool):
+        _check_number(attr, value)
         return value
     if isinstance(value, str):
         return str(value)  # a StrEnum is stored as its plain value
@@ -113,7 +156,10 @@ def _apply(rec: Record, actions: tuple[Action, ...]) -> Record:
         if isinstance(a, Set):
             setattr(out, a.attr, _store_value(a.attr, a.value))
         elif isinstance(a, Add):
-            setattr(out, a.attr, (getattr(out, a.attr) or 0) + a.number)
+            _check_number(a.attr, a.number)
+            total = (getattr(out, a.attr) or 0) + a.number
+            _check_number(a.attr, total)
+            setattr(out, a.attr, total)
         elif isinstance(a, Remove):
             setattr(out, a.attr, None)
         elif isinstance(a, Append):
@@ -169,17 +215,21 @@ class MemoryTable(Table):
             return len(self._select(status_key, None, at_least, where))
 
     def _after(self, op: Op) -> Record | None:
-        """The item after ``op`` (None: deleted), or ConditionFailed."""
+        """The item after ``op`` (None: deleted), or ConditionFailed, or InvalidTransaction for
+        an item DynamoDB would refuse (checked first: it refuses such a request outright)."""
         current = self._items.get(op.pk)
+        after: Record | None = current  # Check
+        if isinstance(op, Put):
+            after = _copy_in(op.record)
+        elif isinstance(op, Update):
+            after = _apply(current or Record(op.pk), op.actions)
+        elif isinstance(op, Delete):
+            after = None
+        if after is not None and not isinstance(op, Check):
+            _check_item(after)
         if not evaluate(op.condition, current):
             raise ConditionFailed(op.pk)
-        if isinstance(op, Put):
-            return _copy_in(op.record)
-        if isinstance(op, Update):
-            return _apply(current or Record(op.pk), op.actions)
-        if isinstance(op, Delete):
-            return None
-        return current  # Check
+        return after
 
     def _set(self, pk: str, rec: Record | None) -> None:
         if rec is None:

@@ -234,3 +234,105 @@ def test_a_missing_table_is_a_readable_error(aws: object) -> None:
         DynamoTable("no-such-table").get("J#1")
     with pytest.raises(ResourceMissing):
         DynamoTable("no-such-table").transact([Put(_item("J#1"))])
+
+
+# -- DynamoDB's limits (issue 10 items 3 and 5): both refuse alike, with InvalidTransaction ----
+# An item is at most 400 KB; a number is 0 or has a magnitude from 1E-130 to
+# 9.9999999999999999999999999999999999999E+125 (NaN/Infinity are not numbers).
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.NamingRulesDataTypes.html
+_ZEROS = [0] * 150_000  # compact JSON: 300,001 bytes; with ", " separators: 450,000
+
+
+def test_json_attributes_are_stored_compactly(table: Table) -> None:
+    table.write(Put(_item("J#1", payload={"xs": _ZEROS})))
+    table.transact([Put(_item("J#2", payload={"xs": _ZEROS})),
+                    Update("J#3", [Set("result", {"xs": _ZEROS})])])
+    for pk, attr in [("J#1", "payload"), ("J#2", "payload"), ("J#3", "result")]:
+        got = table.get(pk)
+        assert got is not None and getattr(got, attr) == {"xs": _ZEROS}
+
+
+@pytest.mark.parametrize("record", [
+    _item("L#1", body="x" * 420_000),
+    _item("L#1", payload={"s": "x" * 420_000}),
+    _item("L#1", estimated_seconds=1e300),
+    _item("L#1", estimated_seconds=-1e300),
+    _item("L#1", timeout_seconds=1e-200),
+    _item("L#1", estimated_seconds=float("inf")),
+    _item("L#1", estimated_seconds=float("nan")),
+    _item("L#1", payload={"x": {1, 2}}),
+], ids=["size-string", "size-json", "overflow", "negative-overflow", "underflow", "inf",
+        "nan", "not-json"])
+def test_an_item_dynamodb_refuses_is_refused_alike(table: Table, record: Record) -> None:
+    table.write(Put(_item("L#0", state="kept")))
+    with pytest.raises(InvalidTransaction):
+        table.write(Put(record))
+    with pytest.raises(InvalidTransaction):
+        table.transact([Put(record), Put(_item("L#2", state="x"))])
+    # refused before any condition is evaluated (the store's probe relies on it)
+    with pytest.raises(InvalidTransaction):
+        table.write(Put(record, Exists()))
+    with pytest.raises(InvalidTransaction):
+        table.transact([Put(record, Absent()), Check("L#never", Exists())])
+    assert table.get("L#1") is None and table.get("L#2") is None
+    assert table.get("L#0").state == "kept"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("action", [Set("estimated_seconds", 1e300),
+                                    Set("timeout_seconds", 1e-131),
+                                    Set("attempt", float("inf")),
+                                    Set("result", {"v": object()}),
+                                    Set("reason", "x" * 420_000)],
+                         ids=["overflow", "underflow", "inf", "not-json", "size"])
+def test_an_update_dynamodb_refuses_is_refused_alike(table: Table, action: Set) -> None:
+    table.write(Put(_item("U#1", state="P", attempt=1)))
+    with pytest.raises(InvalidTransaction):
+        table.write(Update("U#1", [action]))
+    with pytest.raises(InvalidTransaction):
+        table.transact([Update("U#1", [action])])
+    got = table.get("U#1")
+    assert got is not None and (got.state, got.attempt, got.reason) == ("P", 1, None)
+
+
+def test_numbers_inside_json_attributes_are_characters_of_a_string(table: Table) -> None:
+    # out of DynamoDB's number range, even NaN/Infinity (a handler's result may hold one)
+    doc = {"big": 1e300, "tiny": 1e-300, "inf": float("inf"), "nan": float("nan")}
+    table.write(Put(_item("JN#1", payload=doc)))
+    table.transact([Update("JN#2", [Set("result", doc)])])
+    for pk, attr in [("JN#1", "payload"), ("JN#2", "result")]:
+        got = getattr(table.get(pk), attr)
+        assert (got["big"], got["tiny"], got["inf"]) == (1e300, 1e-300, float("inf"))
+        assert got["nan"] != got["nan"]  # NaN
+
+
+def test_numbers_at_the_edges_of_the_range_are_stored(table: Table) -> None:
+    table.write(Put(_item("N#1", estimated_seconds=9.9e125, timeout_seconds=1.5e-130,
+                          attempt=0, lease_until=-9.9e125)))
+    got = table.get("N#1")
+    assert got is not None
+    assert (got.estimated_seconds, got.timeout_seconds, got.attempt, got.lease_until) == (
+        9.9e125, 1.5e-130, 0, -9.9e125)
+
+
+def test_a_valid_item_with_a_failed_check_is_only_cancelled(table: Table) -> None:
+    with pytest.raises(TransactionCancelled) as caught:
+        table.transact([Put(_item("P#1", payload={"ok": 1}), Absent()),
+                        Check("P#never", Exists())])
+    assert caught.value.reasons == [None, "ConditionalCheckFailed"]
+    assert table.get("P#1") is None
+
+
+def test_reasons_follow_the_ops_order_whatever_their_types(table: Table) -> None:
+    # pynamodb sends checks, deletes, puts, updates in that order; reasons still follow ours
+    for pk in ("O#1", "O#2", "O#4"):
+        table.write(Put(_item(pk, state="a")))
+    with pytest.raises(TransactionCancelled) as caught:
+        table.transact([Update("O#1", [Set("state", "b")], Eq("state", "zzz")),
+                        Put(_item("O#3", state="c")),
+                        Delete("O#2", Eq("state", "a")),
+                        Check("O#4", Exists())])
+    assert caught.value.reasons == ["ConditionalCheckFailed", None, None, None]
+    with pytest.raises(TransactionCancelled) as caught:
+        table.transact([Put(_item("O#3", state="c")), Check("O#5", Exists())])
+    assert caught.value.reasons == [None, "ConditionalCheckFailed"]
+    assert table.get("O#3") is None and table.get("O#2") is not None

@@ -20,16 +20,43 @@ from pynamodb.attributes import JSONAttribute, ListAttribute, NumberAttribute, U
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
 from pynamodb.models import Model
 
-from dispatcher.ports.table import ATTRIBUTES, JSON_ATTRIBUTES, LIST_ATTRIBUTES, NUMBER_ATTRIBUTES
+from dispatcher.domain.message import compact_json
+from dispatcher.ports.table import (
+    ATTRIBUTES,
+    JSON_ATTRIBUTES,
+    LIST_ATTRIBUTES,
+    NUMBER_ATTRIBUTES,
+    InvalidTransaction,
+)
 
 STATUS_INDEX = "by_status"
 TTL_ATTRIBUTE = "expires_at"
 KEYS = ("pk", "status_key", "status_at")
 
 
+class CompactJSONAttribute(JSONAttribute):
+    """A JSON document in a string attribute, written compactly.
+
+    pynamodb's JSONAttribute writes ``json.dumps(value)`` with ``", "`` and ``": "`` separators
+    (a 262,142-byte payload became 393,207 bytes), so a payload could pass the size check and
+    still exceed DynamoDB's 400 KB item limit. This writes :func:`compact_json`, the encoding the
+    size checks measure. Numbers inside are characters of a string, so DynamoDB's number range
+    does not apply to them (payloads are stored this way; the schema still refuses NaN/Infinity
+    in them, for readers in other languages).
+    """
+
+    def serialize(self, value: Any) -> str | None:
+        if value is None:
+            return None
+        try:
+            return compact_json(value)
+        except (TypeError, ValueError) as exc:  # not JSON-serialisable, or circular
+            raise InvalidTransaction(f"{self.attr_name}: {exc}") from None
+
+
 def _attribute(name: str) -> Any:
     if name in JSON_ATTRIBUTES:
-        return JSONAttribute(null=True)
+        return CompactJSONAttribute(null=True)
     if name in LIST_ATTRIBUTES:
         return ListAttribute(of=UnicodeAttribute, null=True)
     if name in NUMBER_ATTRIBUTES:

@@ -3,12 +3,17 @@
 Conditions and actions of :mod:`dispatcher.ports.table` become pynamodb expressions; pynamodb's
 errors become the port's errors here and nowhere else: a failed condition ->
 :class:`ConditionFailed`, a cancelled transaction -> :class:`TransactionCancelled` with the
-per-item reasons, a missing table -> :class:`ResourceMissing`.
+per-item reasons, a missing table -> :class:`ResourceMissing`, and an item DynamoDB refuses
+(``ValidationException``: over 400 KB, a number out of range or not a number; in a transaction
+also a ``ValidationError`` cancellation reason) -> :class:`InvalidTransaction`, for single
+writes too, as the twin does. DynamoDB reports an invalid item sometimes for the whole request
+and sometimes per item, so the port does not promise which item it was.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import operator
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,6 +42,7 @@ from dispatcher.ports.table import (
     Gt,
     Has,
     In,
+    InvalidTransaction,
     Le,
     Lt,
     Op,
@@ -51,6 +57,21 @@ from dispatcher.ports.table import (
 )
 
 _NAMES = tuple(f.name for f in fields(Record))
+_INVALID = ("ValidationException", "ValidationError")  # request-level code, cancellation reason
+# A DynamoDB number is 0 or has a magnitude from 1E-130 to 9.99...9E+125 (38 digits):
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.NamingRulesDataTypes.html
+# DynamoDB refuses others with a ValidationException; moto does only for PutItem, so the adapter
+# checks every number it sends itself (the same check, and the same error, as the twin).
+_MIN_NUMBER, _MAX_NUMBER = 1e-130, 9.9999999999999999999999999999999999999e125
+
+
+def _number(attr: str, value: Any) -> Any:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise InvalidTransaction(f"{attr}: {value} cannot be converted to a numeric value")
+        if value != 0 and not _MIN_NUMBER <= abs(value) <= _MAX_NUMBER:
+            raise InvalidTransaction(f"{attr}: number {value} is outside DynamoDB's range")
+    return value
 _COMPARE: dict[type, Callable[[Any, Any], Any]] = {
     Eq: operator.eq, Lt: operator.lt, Le: operator.le, Gt: operator.gt, Ge: operator.ge}
 
@@ -85,9 +106,9 @@ class DynamoTable(Table):
     def _action(self, a: Action) -> Any:
         attr = getattr(self.model, a.attr)  # type: ignore[attr-defined]
         if isinstance(a, Set):
-            return attr.remove() if a.value is None else attr.set(a.value)
+            return attr.remove() if a.value is None else attr.set(_number(a.attr, a.value))
         if isinstance(a, Add):
-            return attr.add(a.number)
+            return attr.add(_number(a.attr, a.number))
         if isinstance(a, Remove):
             return attr.remove()
         if isinstance(a, Append):
@@ -95,27 +116,48 @@ class DynamoTable(Table):
         raise TypeError(f"unknown action {a!r}")
 
     def _item(self, record: Record) -> Any:
-        return self.model(record.pk, **{k: v for k, v in record.present().items() if k != "pk"})
+        return self.model(record.pk, **{k: _number(k, v) for k, v in record.present().items()
+                                        if k != "pk"})
 
     @staticmethod
     def _record(item: Any) -> Record:
         return Record(**{name: getattr(item, name) for name in _NAMES})
 
     @contextmanager
-    def _errors(self, pk: str = "") -> Iterator[None]:
+    def _errors(self, pk: str = "", sent: list[int] | None = None) -> Iterator[None]:
+        """Map pynamodb's errors to the port's; ``sent``: the position in the caller's ops of
+        each transaction item in the order pynamodb sent them (it groups them by type)."""
         try:
             yield
         except TransactWriteError as exc:
             if exc.cause_response_code == "TransactionCanceledException":
-                raise TransactionCancelled([r.code if r is not None else None
-                                            for r in exc.cancellation_reasons or []]) from None
+                got = [r.code if r is not None else None
+                       for r in exc.cancellation_reasons or []]
+                reasons = got
+                if sent is not None and len(sent) == len(got):
+                    reasons = [None] * len(got)
+                    for code, position in zip(got, sent, strict=True):
+                        reasons[position] = code
+                invalid = [i for i, code in enumerate(reasons) if code in _INVALID]
+                if invalid:
+                    raise InvalidTransaction(f"DynamoDB refused item(s) at {invalid}: "
+                                             f"{exc.cause_response_message}") from None
+                raise TransactionCancelled(reasons) from None
+            self._invalid(exc)
             self._missing(exc)
             raise
         except PynamoDBException as exc:
             if exc.cause_response_code == "ConditionalCheckFailedException":
                 raise ConditionFailed(pk) from None
+            self._invalid(exc)
             self._missing(exc)
             raise
+
+    @staticmethod
+    def _invalid(exc: PynamoDBException) -> None:
+        if exc.cause_response_code == "ValidationException":
+            raise InvalidTransaction(f"DynamoDB refused the item: "
+                                     f"{exc.cause_response_message}") from None
 
     def _missing(self, exc: PynamoDBException) -> None:
         if exc.cause_response_code == "ResourceNotFoundException":
@@ -179,7 +221,11 @@ class DynamoTable(Table):
             return self._record(item)
 
     def _transact(self, ops: list[Op]) -> None:
-        with self._errors(), TransactWrite(connection=self._conn) as tx:
+        # pynamodb sends condition checks, then deletes, puts and updates, whatever the order
+        # they were added in; DynamoDB's cancellation reasons follow the order sent.
+        sent = [i for kind in (Check, Delete, Put, Update)
+                for i, op in enumerate(ops) if isinstance(op, kind)]
+        with self._errors(sent=sent), TransactWrite(connection=self._conn) as tx:
             for op in ops:
                 cond = self._cond(op.condition)
                 if isinstance(op, Put):

@@ -8,6 +8,7 @@ the transition. A writer with a stale view loses the write instead of overwritin
 from __future__ import annotations
 
 import contextlib
+import json
 
 from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import Bundle, BundleState
@@ -23,10 +24,13 @@ from dispatcher.ports.table import (
     Absent,
     Add,
     And,
+    Check,
     Condition,
     ConditionFailed,
     Delete,
     Eq,
+    Exists,
+    InvalidTransaction,
     Lt,
     Op,
     Or,
@@ -42,6 +46,8 @@ from dispatcher.ports.table import (
 # room for attribute overhead (item_bytes() is an estimate).
 # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
 MAX_RECORD_BYTES = MAX_TRANSACTION_BYTES - 694_304  # 3,500,000
+# A key no item ever has: a probe transaction checks it exists, so it never writes anything.
+PROBE_KEY = "PROBE#never"
 POINTER_TTL_SECONDS = 30 * 86400
 LAUNCH_TTL_SECONDS = 7 * 86400
 
@@ -85,15 +91,79 @@ class DispatchStore(Reads):
         """Write bundles and their jobs atomically per bundle; return ids that already existed.
 
         Duplicates are left out (their bundles shrink or vanish); nothing existing is touched.
+        A job whose item the table refuses although the message passed validation (DynamoDB's
+        ValidationException) hurts only itself: it leaves its bundle, its bundle-mates are
+        written without it, and it is recorded REJECTED with the table's reason; its ``state``
+        becomes REJECTED and its ``reason`` says why, so the caller can count it.
         """
         by_id = {j.job_id: j for j in jobs}
         duplicates: set[str] = set()
         for group in _pack(bundles, by_id):
-            self._record_group(group, by_id, duplicates)
+            try:
+                self._record_group(group, by_id, duplicates)
+            except InvalidTransaction:
+                if len(group) == 1:
+                    raise
+                for bundle in group:  # find the bundle: one transaction each
+                    self._record_group([bundle], by_id, duplicates)
         return duplicates
 
     def _record_group(self, group: list[Bundle], by_id: dict[str, Job],
                       duplicates: set[str]) -> None:
+        try:
+            self._record_tx(group, by_id, duplicates)
+        except InvalidTransaction:
+            if len(group) != 1:
+                raise
+            refused = self._refused_jobs(group[0], by_id, duplicates)
+            if not refused:
+                raise  # not a job's item (a bug, or the bundle item itself): fail loudly
+            self._reject_refused(refused, by_id)
+            bundle = group[0]
+            bundle.job_ids = [j for j in bundle.job_ids if j not in refused]
+            bundle.estimated_seconds = sum(by_id[j].estimated_seconds or 0
+                                           for j in bundle.job_ids)
+            if bundle.job_ids:
+                self._record_tx(group, by_id, duplicates)
+
+    def _refused_jobs(self, bundle: Bundle, by_id: dict[str, Job],
+                      duplicates: set[str]) -> dict[str, str]:
+        """The jobs of ``bundle`` whose item the table refuses, with its reason. Each is probed
+        in a transaction that cannot commit (it also checks that PROBE_KEY exists): the table
+        refuses an invalid item before it evaluates any condition."""
+        refused: dict[str, str] = {}
+        for job_id in bundle.job_ids:
+            if job_id in duplicates:
+                continue
+            try:
+                self.table.transact([Put(r.job_record(by_id[job_id]), Absent()),
+                                     Check(PROBE_KEY, Exists())])
+            except InvalidTransaction as exc:
+                refused[job_id] = str(exc)
+            except TransactionCancelled:
+                pass  # only the conditions failed: the item itself is fine
+        return refused
+
+    def _reject_refused(self, refused: dict[str, str], by_id: dict[str, Job]) -> None:
+        """Record refused jobs as REJECTED. Their message body is not at hand: the record keeps
+        the job's fields without the payload (whose size is given)."""
+        rejections = []
+        for job_id, why in refused.items():
+            job = by_id[job_id]
+            reason = f"the table refused the job's item: {why}"[:1000]
+            job.state, job.reason = JobState.REJECTED, reason
+            body = json.dumps({
+                "job_id": job.job_id, "kind": job.kind,
+                "estimated_seconds": job.estimated_seconds,
+                "timeout_seconds": job.timeout_seconds, "max_attempts": job.max_attempts,
+                "payload_bytes": job.payload_bytes}, separators=(",", ":"))
+            rejections.append(Rejection(key=job_id, message_id=job.message_id or job_id,
+                                        reason=reason, body=body, job_id=job_id,
+                                        created_at=job.created_at))
+        self.reject(rejections)
+
+    def _record_tx(self, group: list[Bundle], by_id: dict[str, Job],
+                   duplicates: set[str]) -> None:
         while group:
             puts: list[tuple[str, str]] = []  # (type, id) in transaction order
             ops: list[Op] = []
