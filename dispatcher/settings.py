@@ -142,6 +142,10 @@ class Config(BaseModel):
         "LONGJOBS_SPOT_FALLBACK", "true: bundles that FARGATE_SPOT has no capacity for are "
         "relaunched at once on on-demand FARGATE (only with a strategy that uses "
         "FARGATE_SPOT); false: they wait for their backoff like any launch failure.")] = True
+    retention_days: Annotated[float, Field(ge=0), Env(
+        "LONGJOBS_RETENTION_DAYS", "Days a finished job (SUCCEEDED, FAILED, CANCELLED, "
+        "REJECTED) stays in the table before DynamoDB's TTL deletes it; 0 keeps it forever.",
+        ALL_ROLES)] = 30.0
     max_running_tasks: Annotated[int, Field(ge=1), Env(
         "LONGJOBS_MAX_RUNNING_TASKS", "Admission limit: bundles launched and not finished.")
     ] = 10

@@ -69,7 +69,8 @@ def build(cfg: Config, *, queue: Queue, store: DispatchStore, launcher: Launcher
 
 
 def store(cfg: Config) -> DispatchStore:
-    return open_store(cfg.table, region=cfg.region, host=cfg.endpoint_url)
+    return open_store(cfg.table, region=cfg.region, host=cfg.endpoint_url,
+                      retention_days=cfg.retention_days)
 
 
 def queue(cfg: Config) -> SqsQueue:

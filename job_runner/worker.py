@@ -204,7 +204,8 @@ def main() -> int:
         tree.addHandler(log.registered_handler)
         tree.propagate = False
         arn = task_arn(cfg)
-        store = open_store(cfg.table, cfg.region, cfg.endpoint_url)
+        store = open_store(cfg.table, cfg.region, cfg.endpoint_url,
+                           retention_days=cfg.retention_days)
         registry = Registry.load(cfg.handlers)
     except LongjobsError as exc:
         print(f"job_runner: {exc}", file=sys.stderr)

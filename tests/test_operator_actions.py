@@ -49,3 +49,37 @@ def test_cancel_and_retry_of_a_rejected_message_say_what_it_is() -> None:
     with pytest.raises(JobNotFound):
         store.cancel("nope")
 
+
+
+def _expires(store: Store, pk: str) -> float | None:
+    rec = store.table.get(pk)
+    assert rec is not None
+    return rec.expires_at
+
+
+def test_finished_jobs_expire_after_the_retention_and_a_retry_keeps_them() -> None:
+    """Issue 10, defect 13: terminal jobs, REJECTED records and DONE bundles get the TTL
+    attribute (LONGJOBS_RETENTION_DAYS); a retried job loses it; 0 keeps everything."""
+    t = 1_700_000_000.0
+    store = Store(MemoryTable(), clock=lambda: t, retention_days=2)
+    launched(store, [small("a"), small("b", "boom")])
+    store.reject([Rejection(key="bad", message_id="m", reason="not JSON", body="{",
+                            created_at=t)])
+
+    def boom(payload: object, ctx: object) -> None:
+        raise ValueError("no")
+
+    store.table.write(Update(r.job_key("b"), [Set("max_attempts", 1)]))
+    Worker(CFG, store, Registry({"ok": lambda p, ctx: "done", "boom": boom}), ARN).run()
+    two_days = int(t + 2 * 86400)
+    assert _expires(store, r.job_key("a")) == two_days  # SUCCEEDED
+    assert _expires(store, r.job_key("b")) == two_days  # FAILED
+    assert _expires(store, r.bundle_key("b1")) == two_days  # DONE
+    assert _expires(store, r.rejection_key("bad")) == two_days
+    store.retry("b")
+    assert _expires(store, r.job_key("b")) is None  # PENDING again: kept
+
+    keep = Store(MemoryTable(), clock=lambda: t, retention_days=0)
+    launched(keep, [small("c")])
+    Worker(CFG, keep, Registry({"ok": lambda p, ctx: "done"}), ARN).run()
+    assert _expires(keep, r.job_key("c")) is None

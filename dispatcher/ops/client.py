@@ -98,7 +98,8 @@ class JobClient:
         if self._store is None:
             if not self.cfg.table:
                 raise ConfigError("LONGJOBS_TABLE is not set; reading jobs needs the table")
-            self._store = open_store(self.cfg.table, self.cfg.region, self.cfg.endpoint_url)
+            self._store = open_store(self.cfg.table, self.cfg.region, self.cfg.endpoint_url,
+                                     retention_days=self.cfg.retention_days)
         return self._store
 
     def get(self, job_id: str) -> Job | Rejection:

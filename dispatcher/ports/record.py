@@ -50,6 +50,7 @@ class Record:
     # launch
     bundle_ids: list[str] | None = None
     task_arns: list[str] | None = None
+    on_demand: str | None = None  # "true": the Spot fallback's launch type FARGATE
     # lease
     owner: str | None = None
     lease_until: float | None = None

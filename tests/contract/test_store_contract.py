@@ -240,3 +240,16 @@ def test_operator_queries(env: tuple[Store, Clock]) -> None:
     assert found is not None and found[0].job_id == "j1" and found[1] is not None
     assert found[1].pk == "BUNDLE#b1"
     assert store.detail("nope") is None
+
+
+def test_an_on_demand_launch_is_recorded_as_such(env: tuple[Store, Clock]) -> None:
+    """Recovery repeats a launch byte for byte (its clientToken): the Spot fallback's launch
+    type must survive in the launch record."""
+    store, _ = env
+    store.record([Bundle("od", ["od-1"])], [Job(job_id="od-1", kind="k", payload={},
+                                                bundle_id="od")])
+    bundle = store.get_bundle("od")
+    assert bundle is not None
+    store.begin_launch(Launch("L-od", ["od"], "fam:1", created_at=T0, on_demand=True), [bundle])
+    (orphan,) = store.orphaned_launches(older_than=T0 + 1)
+    assert orphan.on_demand is True

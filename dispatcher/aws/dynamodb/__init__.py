@@ -6,12 +6,14 @@ from collections.abc import Callable
 
 from dispatcher.aws.dynamodb.table import DynamoTable
 from dispatcher.ports.store import Store
+from dispatcher.ports.store.base import DEFAULT_RETENTION_DAYS
 
 
 def open_store(table: str, region: str | None = None, host: str | None = None,
-               clock: Callable[[], float] | None = None) -> Store:
+               clock: Callable[[], float] | None = None, *,
+               retention_days: float = DEFAULT_RETENTION_DAYS) -> Store:
     """The full Store on a DynamoDB table (``host``: an endpoint URL, e.g. moto's)."""
-    return Store(DynamoTable(table, region, host), clock)
+    return Store(DynamoTable(table, region, host), clock, retention_days=retention_days)
 
 
 __all__ = ["DynamoTable", "open_store"]

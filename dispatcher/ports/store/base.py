@@ -22,6 +22,9 @@ from dispatcher.ports.table import (
     Update,
 )
 
+# LONGJOBS_RETENTION_DAYS's default: how long finished jobs stay queryable.
+DEFAULT_RETENTION_DAYS = 30.0
+
 
 def status(status_key: str, t: float, at: float | None = None) -> list[Action]:
     """The actions of a state change: state, index keys (``at``, default ``t``), updated_at."""
@@ -32,9 +35,22 @@ def status(status_key: str, t: float, at: float | None = None) -> list[Action]:
 class Reads:
     """Reads every role needs (strongly consistent, except the index queries)."""
 
-    def __init__(self, table: Table, clock: Callable[[], float] | None = None) -> None:
+    def __init__(self, table: Table, clock: Callable[[], float] | None = None, *,
+                 retention_days: float = DEFAULT_RETENTION_DAYS) -> None:
         self.table = table
         self.clock: Callable[[], float] = clock or now
+        self.retention_days = retention_days
+
+    def _expiry(self, t: float) -> int | None:
+        """``expires_at`` of an item that reaches its end now (a terminal job, a REJECTED
+        record, a DONE bundle): DynamoDB's TTL deletes it after the retention period. None
+        (kept forever) when the retention is 0."""
+        return int(t + self.retention_days * 86400) if self.retention_days > 0 else None
+
+    def _expires(self, t: float) -> list[Action]:
+        """The action setting ``expires_at`` (none when items are kept forever)."""
+        expires_at = self._expiry(t)
+        return [] if expires_at is None else [Set("expires_at", expires_at)]
 
     # -- write helpers --------------------------------------------------------------------------
     def _transact(self, ops: list[Op], lost: str, job_id: str | None = None) -> None:

@@ -202,12 +202,14 @@ class DispatchStore(Reads):
         """Keep malformed messages as REJECTED records; idempotent for a redelivered message."""
         for rej in rejections:
             same = Or(Absent(), Eq("message_id", rej.message_id))
+            expires_at = self._expiry(rej.created_at)
             try:
-                self.table.write(Put(r.rejection_record(rej, r.rejection_key(rej.key)), same))
+                self.table.write(Put(r.rejection_record(rej, r.rejection_key(rej.key),
+                                                        expires_at), same))
             except ConditionFailed:
                 # Another message was rejected under this job id: keep both.
                 self.table.write(Put(r.rejection_record(
-                    rej, r.rejection_key(rej.key, rej.message_id))))
+                    rej, r.rejection_key(rej.key, rej.message_id), expires_at)))
 
     # -- launching ------------------------------------------------------------------------------
     def begin_launch(self, launch: Launch, bundles: list[Bundle]) -> None:
@@ -264,9 +266,10 @@ class DispatchStore(Reads):
         conds: list[Condition] = [Eq("state", str(bundle.state)), Eq("attempt", bundle.attempt)]
         if bundle.task_arn:
             conds.append(Eq("task_arn", bundle.task_arn))
+        expires_at = self._expiry(t)
         ops: list[Op] = [Update(r.bundle_key(bundle.bundle_id),
-                                bundle_actions(target, t, retry_at), And(*conds))]
-        ops += job_updates(updates, bundle.bundle_id, t)  # a bundle has at most 99 jobs
+                                bundle_actions(target, t, retry_at, expires_at), And(*conds))]
+        ops += job_updates(updates, bundle.bundle_id, t, expires_at)  # at most 99 jobs
         self._transact(ops, f"bundle {bundle.bundle_id} changed since the stop event was read; "
                        "nothing written")
         bundle.state = target
@@ -282,7 +285,8 @@ class DispatchStore(Reads):
         self._write(Update(r.job_key(job.job_id), [
             Set("state", str(JobState.FAILED)), Set("status_key", r.job_status(JobState.FAILED)),
             Set("updated_at", t), Set("reason", reason),
-            Set("error", {"type": "Timeout", "message": reason})],
+            Set("error", {"type": "Timeout", "message": reason}),
+            *self._expires(t)],
             And(Eq("state", str(JobState.RUNNING)), Eq("attempts", job.attempts),
                 Eq("bundle_id", job.bundle_id or ""))), "job moved on", job_id=job.job_id)
 

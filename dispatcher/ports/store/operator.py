@@ -78,14 +78,15 @@ class OperatorStore(Reads):
         ops: list[Op] = [Update(r.job_key(job.job_id), [
             Set("state", str(JobState.CANCELLED)),
             Set("status_key", r.job_status(JobState.CANCELLED)), Set("updated_at", t),
-            Set("reason", "cancelled on request before it started")],
+            Set("reason", "cancelled on request before it started"), *self._expires(t)],
             Eq("state", str(JobState.PENDING)))]
         if bundle is not None:
             cond = And(Eq("state", str(BundleState.PENDING)), Eq("attempt", bundle.attempt))
             if all(j.state in TERMINAL_JOB_STATES for j in others):  # the last one: close it
                 lifecycle.check_bundle(bundle.bundle_id, bundle.state, BundleState.DONE)
                 ops.append(Update(r.bundle_key(bundle.bundle_id),
-                                  status(r.bundle_status(BundleState.DONE), t), cond))
+                                  [*status(r.bundle_status(BundleState.DONE), t),
+                                   *self._expires(t)], cond))
             else:
                 ops.append(Check(r.bundle_key(bundle.bundle_id), cond))
         self._transact(ops, "changed while cancelling", job_id=job.job_id)
@@ -119,7 +120,7 @@ class OperatorStore(Reads):
                 Set("attempts", 0), Set("infra_attempts", 0), Set("bundle_id", bundle.bundle_id),
                 Set("reason", f"retried on request after {job.state}"
                     + (" from scratch" if from_scratch else "")),
-                *([Remove("checkpoint")] if from_scratch else [])],
+                Remove("expires_at"), *([Remove("checkpoint")] if from_scratch else [])],
                 Eq("state", str(job.state)))],
             "job changed while retrying; try again", job_id=job_id)
         return self._job(job_id)

@@ -130,6 +130,7 @@ def launch_record(launch: Launch) -> Record:
         status_at=iso(launch.created_at), state=str(launch.state),
         bundle_ids=list(launch.bundle_ids), task_definition=launch.task_definition,
         created_at=launch.created_at, updated_at=launch.created_at,
+        on_demand="true" if launch.on_demand else None,
     )
 
 
@@ -138,14 +139,16 @@ def record_launch(rec: Record) -> Launch:
         launch_id=ident(rec.pk), bundle_ids=list(rec.bundle_ids or []),
         task_definition=rec.task_definition or "", state=LaunchState(_state(rec)),
         created_at=_num(rec.created_at), task_arns=list(rec.task_arns or []),
+        on_demand=rec.on_demand == "true",
     )
 
 
-def rejection_record(rej: Rejection, pk: str) -> Record:
+def rejection_record(rej: Rejection, pk: str, expires_at: int | None = None) -> Record:
     return Record(
         pk, status_key=job_status(JobState.REJECTED), status_at=iso(rej.created_at),
         state=str(JobState.REJECTED), job_id=rej.job_id, message_id=rej.message_id,
         reason=rej.reason, body=rej.body, created_at=rej.created_at, updated_at=rej.created_at,
+        expires_at=expires_at,
     )
 
 

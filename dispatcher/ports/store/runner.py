@@ -14,7 +14,7 @@ from typing import Any
 from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError
-from dispatcher.domain.jobs import JobState
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
 from dispatcher.ports.store import records as r
 from dispatcher.ports.store.base import Reads, status
 from dispatcher.ports.store.values import Fence, JobUpdate
@@ -50,7 +50,8 @@ def fenced(f: Fence, states: tuple[BundleState, ...] = (BundleState.RUNNING,)) -
                In("state", [str(s) for s in states]))
 
 
-def job_actions(u: JobUpdate, t: float) -> list[Action]:
+def job_actions(u: JobUpdate, t: float, expires_at: int | None = None) -> list[Action]:
+    """The actions of one job update; a job reaching a terminal state gets ``expires_at``."""
     if u.via is not None:
         lifecycle.check_job(u.job_id, u.source, u.via)
         lifecycle.check_job(u.job_id, u.via, u.target)
@@ -72,22 +73,28 @@ def job_actions(u: JobUpdate, t: float) -> list[Action]:
         actions.append(Set("reason", u.reason[:2000]))
     elif u.target == JobState.SUCCEEDED:
         actions.append(Remove("reason"))  # an earlier attempt's reason no longer applies
+    if expires_at is not None and u.target in TERMINAL_JOB_STATES:
+        actions.append(Set("expires_at", expires_at))
     return actions
 
 
-def job_updates(updates: list[JobUpdate], bundle_id: str, t: float) -> list[Op]:
+def job_updates(updates: list[JobUpdate], bundle_id: str, t: float,
+                expires_at: int | None = None) -> list[Op]:
     """Each job changes only from the state it was read in, and only within its own bundle
     (a retried job moved to another bundle is not ours any more)."""
-    return [Update(r.job_key(u.job_id), job_actions(u, t),
+    return [Update(r.job_key(u.job_id), job_actions(u, t, expires_at),
                    And(Eq("state", str(u.source)), Eq("bundle_id", bundle_id)))
             for u in updates]
 
 
-def bundle_actions(target: BundleState, t: float, retry_at: float | None) -> list[Action]:
+def bundle_actions(target: BundleState, t: float, retry_at: float | None,
+                   expires_at: int | None = None) -> list[Action]:
     at = retry_at if retry_at is not None else t
     actions = status(r.bundle_status(target), t, at=at)
     if target == BundleState.PENDING:
         actions += [Set("next_attempt_at", at), Remove("launch_id")]
+    if target == BundleState.DONE and expires_at is not None:
+        actions.append(Set("expires_at", expires_at))
     return actions
 
 
@@ -145,14 +152,16 @@ class RunnerStore(Reads):
     def _apply_chunk(self, fence: Fence, chunk: list[JobUpdate], bundle_to: BundleState | None,
                      retry_at: float | None, t: float) -> set[str]:
         key = r.bundle_key(fence.bundle_id)
-        head: Op = Update(key, bundle_actions(bundle_to, t, retry_at), fenced(fence)) \
+        expires_at = self._expiry(t)
+        head: Op = Update(key, bundle_actions(bundle_to, t, retry_at, expires_at),
+                          fenced(fence)) \
             if bundle_to is not None else Check(key, fenced(fence))
         refused: set[str] = set()
         for attempt in range(CONFLICT_TRIES):
             if not chunk and bundle_to is None:
                 return refused
             try:
-                self.table.transact([head, *job_updates(chunk, fence.bundle_id, t)])
+                self.table.transact([head, *job_updates(chunk, fence.bundle_id, t, expires_at)])
                 return refused
             except TransactionCancelled as exc:
                 failed = exc.failed_conditions()
