@@ -62,3 +62,20 @@ def launched(aws: Any, job_id: str, **submit: Any) -> tuple[Any, str, str]:
     bundle = store.get_bundle(job.bundle_id)
     assert bundle is not None and bundle.task_arn
     return store, bundle.bundle_id, bundle.task_arn
+
+
+def check_converged(aws: Any, job_ids: list[str], *, max_jobs: int = 50) -> None:
+    """On the real table, queue and cluster: every job recorded once, the queue empty, every
+    bundle launched once on its own task."""
+    url = aws.proxy.url
+    jobs = table_items(url, aws.env["LONGJOBS_TABLE"], "JOB#")
+    assert sorted(s(i, "job_id") for i in jobs) == sorted(job_ids)
+    assert queue_counts(url, aws.env["LONGJOBS_QUEUE_URL"]) == (0, 0)
+    bundles = table_items(url, aws.env["LONGJOBS_TABLE"], "BUNDLE#")
+    in_bundles = [j for b in bundles for j in s(b, "job_ids")]
+    assert sorted(in_bundles) == sorted(job_ids)  # each job in exactly one bundle
+    assert all(len(s(b, "job_ids")) <= max_jobs for b in bundles)
+    assert {s(b, "state") for b in bundles} == {"LAUNCHED"}
+    arns = [s(b, "task_arn") for b in bundles]
+    assert len(set(arns)) == len(bundles)
+    assert sorted(ecs_tasks(url, aws.env["LONGJOBS_CLUSTER"])) == sorted(arns)

@@ -16,8 +16,7 @@ from dispatcher.aws.dynamodb import open_store
 from dispatcher.ops.client import JobClient
 from dispatcher.testing.workload import run_until_drained
 from tests.conftest import Aws
-from tests.helpers import client, ecs_tasks
-from tests.test_dispatch import _check_converged
+from tests.helpers import check_converged, client, ecs_tasks
 
 JOBS = [f"crash-{i}" for i in range(5)]
 # (operation, calls of it to let through first) — the tick's order of effects for 5 long jobs:
@@ -48,7 +47,7 @@ def eventually(check: Callable[[], None], timeout: float = 60.0) -> None:
 
 def _tick_and_check(aws: Aws) -> None:
     run_until_drained(wiring.dispatcher(aws.config()))
-    _check_converged(aws, JOBS)
+    check_converged(aws, JOBS)
 
 
 @pytest.mark.parametrize("point", list(CRASH_POINTS))
