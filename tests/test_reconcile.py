@@ -11,6 +11,7 @@ from dispatcher.domain.jobs import JobState
 from dispatcher.domain.stops import LastStatus
 from dispatcher.ports.launcher import TaskStatus
 from dispatcher.ports.store import Fence, JobUpdate
+from dispatcher.stages.rerun import StopOutcome, StopResult
 from tests.twins import Twins
 
 
@@ -86,3 +87,19 @@ def test_a_job_past_its_timeout_is_failed_and_its_lone_task_stopped(twins: Twins
     failed = twins.job("overdue")
     assert failed is not None and failed.state == JobState.FAILED and failed.reason == "timeout"
     assert _task_status(twins, arn) == LastStatus.STOPPED
+
+
+def test_an_ignored_reconciled_stop_frees_no_capacity(twins: Twins,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 10, defect 10: a stopped task whose stop changes nothing (stale: its bundle moved
+    on meanwhile) must not count as a freed slot, or admission overshoots the limit."""
+    _, arn = twins.launched("held")
+    twins.launcher.stop(arn, "host failure")  # its event is lost
+    twins.client().submit("k", {}, job_id="waiting")
+    stages = twins.stages(LONGJOBS_START_TIMEOUT_SECONDS="0", LONGJOBS_MAX_RUNNING_TASKS="1")
+    monkeypatch.setattr(stages.reruns, "on_stop", lambda stop: StopOutcome(
+        StopResult.IGNORED, stop.task_arn, reason="stale event: bundle moved on"))
+    decision = stages.dispatcher.tick()
+    assert decision.reconcile.stopped_found == 1
+    assert decision.active_bundles == 1 and decision.capacity == 0
+    assert decision.intake.admitted == 0 and twins.job("waiting") is None

@@ -149,3 +149,28 @@ def test_a_handler_that_ignores_its_timeout_ends_the_task(
     finally:
         release.set()
 
+
+
+def test_handler_errors_reach_the_logs_redacted_and_the_record_whole(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 10, defect 11: a pydantic ValidationError quotes the payload's values; the log
+    line gets the error's type and a redacted message, the job record keeps the detail."""
+    from pydantic import BaseModel
+
+    class Params(BaseModel):
+        retries: int
+
+    def validate(payload: dict[str, Any], ctx: Any) -> None:
+        Params.model_validate(payload)
+
+    store = Store(MemoryTable())
+    job = Job(job_id="leaky", kind="validate", payload={"retries": "api_key=sk-SECRET-123"},
+              estimated_seconds=5, max_attempts=1)
+    launched(store, [job])
+    worker(store, {"validate": validate}).run()
+    (finished,) = [rec for rec in caplog.records if rec.getMessage() == "job finished"]
+    assert finished.__dict__["error_type"] == "ValidationError"
+    assert "SECRET" not in str(finished.__dict__) and "SECRET" not in caplog.text
+    recorded = store.get_job("leaky")
+    assert recorded is not None and recorded.state == JobState.FAILED
+    assert "SECRET" in str(recorded.error)  # the record keeps what an operator needs

@@ -1,0 +1,63 @@
+"""`longjobs local` as a user runs it: closing its terminal (SIGHUP) stops it and its task
+processes instead of leaving runners behind, detached (issue 10, defect 16)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _wait(pred: object, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():  # type: ignore[operator]
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_sighup_stops_local_mode_and_its_runners(tmp_path: Path) -> None:
+    log = tmp_path / "executions.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LONGJOBS_", "AWS_"))}
+    env.update(PYTHONPATH=str(ROOT), LONGJOBS_TEST_LOG=str(log),
+               LONGJOBS_HANDLERS="sleepy=tests.handlers:sleepy", POWERTOOLS_LOG_LEVEL="WARNING")
+    local = subprocess.Popen([sys.executable, "-m", "dispatcher.cli.entry", "local",
+                              "--tick-seconds", "0.5"], env=env, cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             stdin=subprocess.DEVNULL, text=True)
+    try:
+        assert local.stdout is not None
+        exports = {}
+        for line in local.stdout:  # one export line per setting, then it runs
+            name, _, value = line.removeprefix("export ").strip().partition("=")
+            exports[name] = value
+            if name == "LONGJOBS_TASK_FAMILY":
+                break
+        client_env = {**env, **exports}
+        subprocess.run([sys.executable, "-m", "dispatcher.cli.entry", "submit", "sleepy",
+                        "--payload", '{"seconds": 120}', "--job-id", "held"],
+                       env=client_env, cwd=ROOT, check=True, capture_output=True, timeout=60)
+        assert _wait(lambda: log.exists() and log.read_text().strip(), 60), "no runner started"
+        runner = json.loads(log.read_text().splitlines()[0])["pid"]
+        assert _alive(runner)
+        local.send_signal(signal.SIGHUP)  # the terminal closed
+        assert local.wait(timeout=60) == 0
+        assert _wait(lambda: not _alive(runner), 30), "the runner outlived local mode"
+    finally:
+        if local.poll() is None:
+            local.kill()
