@@ -24,7 +24,8 @@ def dispatch(event: dict[str, Any], context: Any) -> dict[str, Any]:
         remaining = getattr(context, "get_remaining_time_in_millis", None)
         decision = stages.dispatcher.tick(remaining)
     except LongjobsError as exc:
-        # A readable line in the logs (and the Errors metric) instead of a stack trace.
+        # One readable line first; re-raising marks the invocation failed (the Errors metric
+        # and its alarm), and the next scheduled tick starts over from the table.
         logger.error("tick failed", extra={"reason": exc.reason, "error": type(exc).__name__})
         raise
     # TickCompleted is the heartbeat the "dispatcher stopped" alarm watches (missing = breach).
@@ -49,8 +50,15 @@ def on_task_event(event: dict[str, Any], container: str, reruns: Reruns) -> Stop
 
 def task_event(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """ECS "Task State Change" events from EventBridge: reruns of tasks that stopped early."""
-    cfg = settings.load("dispatcher")
-    outcome = on_task_event(event, cfg.container, wiring.for_aws(cfg).reruns)
+    try:
+        cfg = settings.load("dispatcher")
+        outcome = on_task_event(event, cfg.container, wiring.for_aws(cfg).reruns)
+    except LongjobsError as exc:
+        # One readable line; re-raising lets EventBridge retry the event, and the tick's
+        # reconciliation catches up if every retry fails.
+        logger.error("task event failed", extra={"reason": exc.reason,
+                                                 "error": type(exc).__name__})
+        raise
     if isinstance(outcome, Ignored):
         return {"result": "ignored", "reason": outcome.reason}
     metrics.publish_stop(outcome, queue=cfg.queue_url, namespace=cfg.metrics_namespace or None)

@@ -93,6 +93,3 @@ def for_aws(cfg: Config, launch_with: Launcher | None = None) -> Stages:
 def dispatcher(cfg: Config, launch_with: Launcher | None = None) -> Dispatcher:
     return for_aws(cfg, launch_with).dispatcher
 
-
-def reruns(cfg: Config, launch_with: Launcher | None = None) -> Reruns:
-    return for_aws(cfg, launch_with).reruns

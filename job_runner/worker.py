@@ -26,8 +26,9 @@ from aws_lambda_powertools import Logger
 from dispatcher import settings
 from dispatcher.aws.dynamodb import open_store
 from dispatcher.domain.bundles import Bundle, BundleState
-from dispatcher.domain.errors import ConflictError, LongjobsError
+from dispatcher.domain.errors import ConflictError, Interrupted, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
+from dispatcher.domain.stops import RUNNER_FAILED_EXIT
 from dispatcher.ports.store import Fence, RunnerStore
 from dispatcher.settings import Config
 from job_runner.context import JobContext
@@ -105,9 +106,11 @@ class Worker:
         except ConflictError as exc:
             log.warning("%s; exiting without running anything", exc.reason)
             return 0
+        bundle = claim.bundle  # as claimed: RUNNING, with this task's fence
         self.cancel_requested |= claim.cancel_requested
-        # A bundle of one job, or any rerun (its last task stopped early): write every start
-        # and result at once, so the next stop is charged to the job that ran (see writes).
+        # A bundle of one job, or any later launch of a bundle (after a stop, a launch failure
+        # or a retry): write every start and result at once, so a stop is charged to the job
+        # that ran (see job_runner.writes and dispatcher.domain.lifecycle).
         writes = Writes(self.store, fence, bundle.task_definition or "", self.cfg.flush_seconds,
                         write_through=bundle.attempt > 1 or len(bundle.job_ids) == 1)
         beat = threading.Thread(target=self._heartbeat, args=(fence,), daemon=True)
@@ -148,7 +151,7 @@ class Worker:
         attempt = job.attempts + 1
         log.append_keys(job_id=job.job_id, kind=job.kind)
         ctx = JobContext(job.job_id, attempt, job.checkpoint,
-                         lambda s: self._checkpoint(writes, job, s), log)
+                         lambda state: self._checkpoint(writes, job, ctx, state), log)
         self.ctx = ctx
         writes.start(job)
         abandoned = False
@@ -179,7 +182,11 @@ class Worker:
         log.remove_keys(["job_id", "kind"])
         return abandoned
 
-    def _checkpoint(self, writes: Writes, job: Job, state: dict[str, object]) -> None:
+    def _checkpoint(self, writes: Writes, job: Job, ctx: JobContext,
+                    state: dict[str, object]) -> None:
+        if self.ctx is not ctx:  # an abandoned handler, still running: its outcome is recorded
+            raise Interrupted("this run was abandoned; its checkpoint is not written",
+                              job_id=job.job_id)
         writes.flush()
         self.store.save_checkpoint(writes.fence, job.job_id, state)
 
@@ -215,8 +222,11 @@ def main() -> int:
     try:
         code = worker.run()
     except Exception as exc:
+        # The runner failed itself (e.g. a write still refused after retries): its exit code
+        # tells the stop handler that the running job is not to blame (infrastructure).
         print(f"job_runner: {error_of(exc)['traceback']}", file=sys.stderr)
-        return 1
+        sys.stderr.flush()
+        os._exit(RUNNER_FAILED_EXIT)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # do not wait for a handler thread that ignored its cancellation

@@ -12,6 +12,7 @@ its task is charged from its second launch on, and fails within ``max_attempts``
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -42,8 +43,25 @@ class Writes:
         self.retrying = False
         self.retry_at = 0.0
         self._last = time.monotonic()
+        # The handler thread flushes too (a checkpoint writes what is pending first), and an
+        # abandoned handler may still checkpoint while the worker records its outcome.
+        self._lock = threading.RLock()
 
     def start(self, job: Job) -> None:
+        with self._lock:
+            self._start(job)
+
+    def finish(self, job: Job, outcome: Outcome, *, started: bool) -> None:
+        with self._lock:
+            self._finish(job, outcome, started=started)
+
+    def flush(self, bundle_to: BundleState | None = None) -> None:
+        """Write what is pending. A job the table refuses (it moved on meanwhile: failed as
+        overdue, cancelled) is dropped alone; its bundle-mates' results are written."""
+        with self._lock:
+            self._flush(bundle_to)
+
+    def _start(self, job: Job) -> None:
         job.history.append({"attempt": job.attempts + 1, "task_arn": self.fence.task_arn,
                             "task_definition": self.task_definition,
                             "started_at": time.time()})
@@ -52,9 +70,9 @@ class Writes:
         self.pending[job.job_id] = JobUpdate(job.job_id, JobState.PENDING, JobState.RUNNING,
                                              attempts_delta=1, history=list(job.history))
         if self.write_through:
-            self.flush()
+            self._flush()
 
-    def finish(self, job: Job, outcome: Outcome, *, started: bool) -> None:
+    def _finish(self, job: Job, outcome: Outcome, *, started: bool) -> None:
         if started and job.history:
             job.history[-1].update({"ended_at": time.time(), "outcome": str(outcome.target),
                                     "reason": outcome.reason})
@@ -77,11 +95,9 @@ class Writes:
             self.retry_at = max(self.retry_at, time.time() + delay)
         if self.write_through or len(self.pending) >= FLUSH_AT_JOBS \
                 or time.monotonic() - self._last >= self.flush_seconds:
-            self.flush()
+            self._flush()
 
-    def flush(self, bundle_to: BundleState | None = None) -> None:
-        """Write what is pending. A job the table refuses (it moved on meanwhile: failed as
-        overdue, cancelled) is dropped alone; its bundle-mates' results are written."""
+    def _flush(self, bundle_to: BundleState | None = None) -> None:
         if not self.pending and bundle_to is None:
             return
         retry_at = self.retry_at if bundle_to == BundleState.PENDING and self.retry_at else None

@@ -25,6 +25,7 @@ from dispatcher.aws import ecs_events
 from dispatcher.aws.ecs_events import Ignored
 from dispatcher.domain.stops import (
     INFRA_STOP_CODES,
+    RUNNER_FAILED_EXIT,
     USER_STOP_PREFIX,
     StopClass,
     StopCode,
@@ -305,3 +306,12 @@ def test_task_arn_from_the_environment(metadata_endpoint: tuple[str, list[str]],
     monkeypatch.delenv("LONGJOBS_TASK_ARN", raising=False)
     monkeypatch.setenv("ECS_CONTAINER_METADATA_URI_V4", base)
     assert task_arn() == PUBLISHED_TASK_ARN
+
+
+def test_the_runners_own_failure_is_infrastructure_even_with_a_job_running() -> None:
+    # The runner exits with RUNNER_FAILED_EXIT when a write of its own failed after retries:
+    # the job it was running is not to blame, and gets its attempt back.
+    stop = ecs_events.parse(stopped("EssentialContainerExited", exit_code=RUNNER_FAILED_EXIT),
+                            WORKER)
+    assert isinstance(stop, TaskStop)
+    assert classify(stop, claimed=True, job_was_running=True) == StopClass.INFRASTRUCTURE

@@ -97,7 +97,7 @@ def populated(aws: Aws) -> Store:
     spot = _start(store, "spot-1")
     on_task_event(ecs_events.sample_event(spot.task_arn, stop_code="SpotInterruption",
                                           reason="Your Spot Task was interrupted."),
-                  cfg.container, wiring.reruns(cfg))
+                  cfg.container, wiring.for_aws(cfg).reruns)
     time.sleep(0.01)  # distinct creation times, as above
     aws.proxy.inject_runtask_failures(["RESOURCE:MEMORY"])
     c.submit("resize", {}, job_id="new-1")
@@ -267,4 +267,4 @@ def test_stop_emf(capsys: pytest.CaptureFixture[str]) -> None:
     assert cw["Namespace"] == "longjobs"
     assert cw["Dimensions"] == [["service", "Queue", "StopClass"], ["service", "Queue"]]
     assert blob["StopClass"] == "application" and blob["Queue"] == "q"
-    assert _values(blob) == {"Reruns": 1, "JobsFailed": 2}
+    assert _values(blob) == {"Reruns": 1, "JobsFailed": 2, "SpotFallbacks": 0}

@@ -16,7 +16,7 @@ from dispatcher.domain.jobs import Job
 from dispatcher.local.launcher import LocalLauncher, TaskExit
 from dispatcher.ports.launcher import LaunchRequest
 from dispatcher.stages.bundle import Bundler
-from dispatcher.testing.memory_queue import MemoryQueue as StubQueue
+from dispatcher.testing.memory_queue import MemoryQueue
 
 CFG = settings.load("dispatcher", {
     "LONGJOBS_QUEUE_URL": "q", "LONGJOBS_TABLE": "t", "LONGJOBS_CLUSTER": "c",
@@ -47,7 +47,7 @@ def test_bundles_respect_every_limit(estimates: list[float | None], capacity: in
 
 
 def test_stub_queue_redelivers_what_was_not_deleted() -> None:
-    q = StubQueue(visibility_seconds=0.0)
+    q = MemoryQueue(visibility_seconds=0.0)
     q.send([("a", "1"), ("b", "2")])
     first = q.receive()
     assert [m.body for m in first] == ["1", "2"]

@@ -107,12 +107,11 @@ def _domain_error(exc: ClientError, operation: str, target: EcsTarget) -> Longjo
 
 
 class EcsLauncher(Launcher):
-    """``ecs`` is a boto3 ECS client. ``target`` is an :class:`EcsTarget`; a settings ``Config``
-    is still accepted (converted with ``EcsTarget.from_config``) while callers move over."""
+    """``ecs`` is a boto3 ECS client; ``target`` says where and how tasks run."""
 
-    def __init__(self, ecs: Any, target: EcsTarget | Config, *, max_tries: int = 6) -> None:
+    def __init__(self, ecs: Any, target: EcsTarget, *, max_tries: int = 6) -> None:
         self._ecs = ecs
-        self._target = target if isinstance(target, EcsTarget) else EcsTarget.from_config(target)
+        self._target = target
         self._pacer = Pacer(self._target.runtask_per_second)
         self._max_tries = max_tries
 

@@ -33,16 +33,8 @@ class ConflictError(LongjobsError):
     """A conditional write lost: somebody else changed the item first (a fence or a race)."""
 
 
-class DuplicateJob(ConflictError):
-    """A job with this id is already recorded; the new delivery is a duplicate."""
-
-
 class JobNotFound(LongjobsError):
     """No job with this id exists in the table."""
-
-
-class LeaseHeld(LongjobsError):
-    """Another dispatcher tick holds the lease; this one must not run."""
 
 
 class ResourceMissing(LongjobsError):

@@ -6,8 +6,10 @@ classified because they spend different budgets:
 
 - infrastructure (Spot, host failure, never started, never claimed, a stop longjobs did not ask
   for): rerun without spending the job's ``max_attempts``; a separate, larger budget is spent;
-- application (non-zero exit, OOM 137, while a job ran): spend one of the job's attempts;
-- user (a stop longjobs requested for a cancel or a timeout): no rerun.
+- application (the container exited while a job was recorded running: a crash, OOM 137, even
+  os._exit(0)): spend one of the job's attempts;
+- user (a StopTask longjobs made itself: a job past its timeout that its runner did not stop):
+  no rerun.
 
 Stop codes: https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_Task.html (stopCode).
 """
@@ -36,6 +38,12 @@ INFRA_STOP_CODES = frozenset({StopCode.SPOT_INTERRUPTION, StopCode.TERMINATION_N
 # StopTask reasons longjobs gives for a cancel or timeout start with this, so its own stops are
 # recognisable; they are never rerun.
 USER_STOP_PREFIX = "longjobs:"
+
+
+# The job runner's exit code when it failed itself (a write it could not make, after retries),
+# not because of a job: such a stop is infrastructure even with a job recorded RUNNING.
+# 75 is EX_TEMPFAIL in sysexits.h.
+RUNNER_FAILED_EXIT = 75
 
 
 class StopClass(StrEnum):
@@ -113,9 +121,10 @@ def classify(stop: TaskStop, *, claimed: bool, job_was_running: bool) -> StopCla
         if stop.requested_by_longjobs:
             return StopClass.USER
         return StopClass.INFRASTRUCTURE  # an operator or a drain stopped it, not the job
-    if job_was_running and stop.exit_code is not None:
+    if job_was_running and stop.exit_code not in (None, RUNNER_FAILED_EXIT):
         # The runner exits only after recording its running job (a result, or an interrupted
-        # job given back after SIGTERM). A job still RUNNING when its container exited means the
-        # job's own code ended the process: a crash, an OOM kill (137), or os._exit(0).
+        # job given back after SIGTERM), or with RUNNER_FAILED_EXIT when it failed itself. A
+        # job still RUNNING when its container exited otherwise means the job's own code ended
+        # the process: a crash, an OOM kill (137), or os._exit(0).
         return StopClass.APPLICATION
     return StopClass.INFRASTRUCTURE

@@ -141,7 +141,8 @@ def stop_blob(outcome: StopOutcome, *, queue: str | None = None,
     if outcome.result == StopResult.IGNORED or outcome.stop_class is None:
         return {}
     return emf([("Reruns", MetricUnit.Count, len(outcome.rerun)),
-                ("JobsFailed", MetricUnit.Count, len(outcome.failed))],
+                ("JobsFailed", MetricUnit.Count, len(outcome.failed)),
+                ("SpotFallbacks", MetricUnit.Count, outcome.spot_fallbacks)],
                {**dims, "StopClass": str(outcome.stop_class)}, namespace=namespace,
                totals={"service": service(), **dims})
 

@@ -9,19 +9,23 @@ on that task ARN and attempt (the store's settle is conditional on it).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from dispatcher.domain.bundles import Bundle, BundleState
-from dispatcher.domain.errors import ConflictError
+from dispatcher.domain.errors import ConflictError, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.domain.stops import StopClass, TaskStop, classify
 from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.store import DispatchStore, JobUpdate
+from dispatcher.ports.table import TransactionCancelled
 from dispatcher.stages.launch import Launches, LaunchStats
 from dispatcher.stages.policy import RerunPolicy
+
+log = logging.getLogger(__name__)
 
 
 class StopResult(StrEnum):
@@ -42,6 +46,7 @@ class StopOutcome:
     failed: list[str] = field(default_factory=list)  # job ids that ended FAILED
     succeeded: list[str] = field(default_factory=list)  # FINISHED only
     relaunched: bool = False
+    spot_fallbacks: int = 0  # the relaunch went to on-demand FARGATE (no Spot capacity)
     reason: str | None = None  # why it was ignored
 
     def as_dict(self) -> dict[str, Any]:
@@ -150,12 +155,20 @@ class Reruns:
         target = BundleState.PENDING if rerun else BundleState.DONE
         try:
             self._store.settle(bundle, updates, target, retry_at=self._clock())
-        except ConflictError as exc:
+        except (ConflictError, TransactionCancelled) as exc:
+            # Someone else is moving this bundle (another event, the tick): nothing was written;
+            # reconciliation looks again if it still needs handling.
             return StopOutcome(StopResult.IGNORED, arn, bundle.bundle_id, reason=exc.reason)
         out = StopOutcome(StopResult.SETTLED, arn, bundle.bundle_id, cls, rerun=rerun,
                           failed=[u.job_id for u in updates if u.target == JobState.FAILED])
         if rerun:
             stats = LaunchStats()
-            self._launches.launch([bundle], self._launcher.resolve_task_definition(), stats)
+            try:
+                self._launches.launch([bundle], self._launcher.resolve_task_definition(), stats)
+            except LongjobsError as exc:
+                # The bundle is PENDING and due now: the next tick launches it.
+                log.warning("immediate relaunch failed; the next tick launches the bundle",
+                            extra={"bundle_id": bundle.bundle_id, "reason": exc.reason})
             out.relaunched = stats.bundles_launched == 1
+            out.spot_fallbacks = stats.spot_fallbacks
         return out

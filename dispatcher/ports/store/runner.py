@@ -157,9 +157,8 @@ class RunnerStore(Reads):
                           fenced(fence)) \
             if bundle_to is not None else Check(key, fenced(fence))
         refused: set[str] = set()
-        for attempt in range(CONFLICT_TRIES):
-            if not chunk and bundle_to is None:
-                return refused
+        conflicts = 0
+        while chunk or bundle_to is not None:
             try:
                 self.table.transact([head, *job_updates(chunk, fence.bundle_id, t, expires_at)])
                 return refused
@@ -169,23 +168,33 @@ class RunnerStore(Reads):
                     raise ConflictError(f"task {fence.task_arn} lost bundle "
                                         f"{fence.bundle_id}; its results were not written") \
                         from None
-                if failed:
+                if failed:  # those jobs moved on: write the others (the list only shrinks)
                     refused |= {chunk[i - 1].job_id for i in failed}
                     chunk = [u for i, u in enumerate(chunk, start=1) if i not in failed]
                     continue
-                if attempt + 1 == CONFLICT_TRIES or not any(
+                conflicts += 1
+                if conflicts == CONFLICT_TRIES or not any(
                         reason == "TransactionConflict" for reason in exc.reasons):
                     raise
-                time.sleep(CONFLICT_BACKOFF_SECONDS * 2 ** attempt)
+                time.sleep(CONFLICT_BACKOFF_SECONDS * 2 ** (conflicts - 1))
         return refused
 
     def save_checkpoint(self, fence: Fence, job_id: str, checkpoint: dict[str, Any]) -> None:
         """Persist a running job's progress, fenced like every other write of its task."""
-        self._transact([
-            Check(r.bundle_key(fence.bundle_id), fenced(fence)),
-            Update(r.job_key(job_id), [Set("checkpoint", checkpoint),
-                                       Set("updated_at", self.clock())],
-                   And(Eq("state", str(JobState.RUNNING)), Eq("bundle_id", fence.bundle_id)))],
-            f"task {fence.task_arn} lost bundle {fence.bundle_id}; checkpoint not written",
-            job_id=job_id)
-
+        try:
+            self.table.transact([
+                Check(r.bundle_key(fence.bundle_id), fenced(fence)),
+                Update(r.job_key(job_id), [Set("checkpoint", checkpoint),
+                                           Set("updated_at", self.clock())],
+                       And(Eq("state", str(JobState.RUNNING)),
+                           Eq("bundle_id", fence.bundle_id)))])
+        except TransactionCancelled as exc:
+            failed = exc.failed_conditions()
+            if 0 in failed:
+                raise ConflictError(f"task {fence.task_arn} lost bundle {fence.bundle_id}; "
+                                    "checkpoint not written", job_id=job_id) from None
+            if failed:
+                raise ConflictError("the job is no longer running here (cancelled, failed "
+                                    "or retried meanwhile); checkpoint not written",
+                                    job_id=job_id) from None
+            raise
