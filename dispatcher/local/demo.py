@@ -51,7 +51,7 @@ POISON_ATTEMPTS = 3
 
 
 @dataclass
-class Plan:
+class Script:
     """The whole scenario, derived from the seed before anything runs."""
 
     small: list[dict[str, Any]]
@@ -66,7 +66,7 @@ class Plan:
         return [j["job_id"] for j in self.long + self.small]
 
 
-def make_plan(small: int, long: int, seed: int, long_seconds: tuple[int, int]) -> Plan:
+def make_script(small: int, long: int, seed: int, long_seconds: tuple[int, int]) -> Script:
     rng = random.Random(seed)
     smalls: list[dict[str, Any]] = []
     for i in range(small):
@@ -85,7 +85,7 @@ def make_plan(small: int, long: int, seed: int, long_seconds: tuple[int, int]) -
     deploy_at = max(1, kill_at - rng.randint(2, 4))
     poison: dict[str, Any] = {"kind": "demo.poison", "job_id": "poison", "payload": {},
                               "max_attempts": POISON_ATTEMPTS, "estimated_seconds": 0.1}
-    return Plan(smalls, longs, poison, target["job_id"], deploy_at, kill_at)
+    return Script(smalls, longs, poison, target["job_id"], deploy_at, kill_at)
 
 
 @dataclass
@@ -93,7 +93,7 @@ class Scenario:
     """Drives the run from the demo's thread: feeds waves, deploys, kills, measures."""
 
     env: LocalEnv
-    plan: Plan
+    plan: Script
     view: View
     started: float = field(default_factory=time.monotonic)
     waves: list[list[dict[str, Any]]] = field(default_factory=list)
@@ -201,7 +201,7 @@ def run(*, small: int = 500, long: int = 4, seed: int = 1, max_running: int = 6,
 
     ``say`` captures plain output (tests); without it a terminal gets the live table.
     """
-    plan = make_plan(small, long, seed, long_seconds)
+    plan = make_script(small, long, seed, long_seconds)
     workdir = Path(tempfile.mkdtemp(prefix="longjobs-demo-"))
     log = workdir / "executions.jsonl"
     settings = {"LONGJOBS_HANDLERS": HANDLERS, "LONGJOBS_DEMO_LOG": str(log),
