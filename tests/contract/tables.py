@@ -2,23 +2,30 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import pytest
 
 from dispatcher.aws.dynamodb import DynamoTable
+from dispatcher.aws.dynamodb.model import create_table
 from dispatcher.ports.store import Store
 from dispatcher.ports.table import Table
 from dispatcher.testing.memory_table import MemoryTable
 
 BACKENDS = ["memory", "dynamodb"]
+_tables = itertools.count()
 
 
 def make_table(request: pytest.FixtureRequest) -> Table:
+    """The twin, or a fresh table of its own on the session's moto server: creating one is
+    much cheaper than resetting and provisioning the whole environment for every case."""
     if request.param == "memory":
         return MemoryTable()
-    aws = request.getfixturevalue("aws")  # moto behind the proxy, table provisioned
-    return DynamoTable(aws.env["LONGJOBS_TABLE"])
+    moto = request.getfixturevalue("moto_server")
+    name = f"contract-{next(_tables)}"
+    create_table(name, "us-east-1", moto.url)
+    return DynamoTable(name, "us-east-1", moto.url)
 
 
 class Clock:
