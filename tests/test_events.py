@@ -13,7 +13,9 @@ from dispatcher.aws import ecs_events
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import JobState
+from dispatcher.domain.stops import TaskStop
 from dispatcher.handlers import on_task_event
+from dispatcher.ports.store import Fence, JobUpdate
 from dispatcher.stages.rerun import StopResult
 from dispatcher.wiring import Stages
 from tests.twins import Twins
@@ -113,3 +115,48 @@ def test_cancel_of_an_unlaunched_job_is_immediate_and_closes_its_bundle(twins: T
     assert again.state == JobState.PENDING and again.bundle_id != job.bundle_id
     assert twins.stages().dispatcher.tick().due_bundles == 1
     assert len(twins.launcher.tasks) == 1
+
+
+def _second_launch_with(twins: Twins, finished_first: bool) -> tuple[str, str]:
+    """A two-job bundle on its second launch (write-through), claimed, whose task then exits
+    0 with no job RUNNING; ``finished_first``: its first job was recorded finished by it."""
+    twins.client().submit_many([{"kind": "k", "payload": {}, "job_id": j,
+                                 "estimated_seconds": 1} for j in ("first", "second")])
+    stages = twins.stages()
+    stages.dispatcher.tick()
+    job = twins.job("first")
+    assert job is not None and job.bundle_id
+    bundle = twins.bundle(job.bundle_id)
+    assert bundle is not None and bundle.task_arn
+    twins.store.claim(Fence(bundle.bundle_id, bundle.attempt, bundle.task_arn))
+    # Spot takes the first task between jobs, its results buffered: nobody is charged.
+    twins.launcher.stop_task(bundle.task_arn, "SpotInterruption", "spot", None)
+    stages.reruns.on_stop(TaskStop(bundle.task_arn, "SpotInterruption", "spot", None))
+    bundle = twins.bundle(job.bundle_id)
+    assert bundle is not None and bundle.attempt == 2 and bundle.task_arn
+    fence = Fence(bundle.bundle_id, bundle.attempt, bundle.task_arn)
+    twins.store.claim(fence)
+    if finished_first:
+        twins.store.apply(fence, [JobUpdate("first", JobState.PENDING, JobState.SUCCEEDED,
+                                            via=JobState.RUNNING, attempts_delta=1,
+                                            history=[{"task_arn": bundle.task_arn}])])
+    stages.reruns.on_stop(TaskStop(bundle.task_arn, "EssentialContainerExited",
+                                   "Essential container in task exited", 0))
+    return bundle.bundle_id, bundle.task_arn
+
+
+@pytest.mark.parametrize("finished_first", [False, True])
+def test_a_later_launch_that_stops_with_no_culprit_costs_a_budget_unless_it_made_progress(
+        twins: Twins, finished_first: bool) -> None:
+    """Every rerun is bounded: from a bundle's second launch on (every start and result
+    written at once), a stop with no job RUNNING charges the first unfinished job's
+    infrastructure budget, unless the task recorded progress (a job of the bundle finished
+    there), e.g. after a handler it abandoned ended the task."""
+    _second_launch_with(twins, finished_first)
+    first, second = twins.job("first"), twins.job("second")
+    assert first is not None and second is not None and second.state == JobState.PENDING
+    assert second.infra_attempts == 0
+    if finished_first:
+        assert first.state == JobState.SUCCEEDED and first.infra_attempts == 0
+    else:
+        assert first.state == JobState.PENDING and first.infra_attempts == 1

@@ -82,16 +82,18 @@ class Reruns:
         """Every stop that leads to a rerun charges a budget (see dispatcher.domain.lifecycle):
         the job that was running (an application attempt), else the infrastructure budget of
         the jobs it interrupted. A claimed bundle with no job recorded RUNNING and nothing
-        recorded by its task charges, from its second launch on, its first unfinished job."""
+        recorded by its task charges, from its second launch on, its first unfinished job: each
+        rerun then either follows progress (a job of the bundle finished) or costs a budget."""
         mine = [j for j in jobs if j.bundle_id == bundle.bundle_id
                 and j.state not in TERMINAL_JOB_STATES]
         running = [j for j in mine if j.state == JobState.RUNNING]
         cls = classify(stop, claimed=bundle.state != BundleState.LAUNCHED,
                        job_was_running=bool(running))
-        # The runner records a job it gave back (SIGTERM) with this task in its history; then
-        # the stop is already accounted for. Otherwise nothing this task did was recorded.
+        # A job of this bundle whose last attempt is this task (finished, given back after
+        # SIGTERM, or abandoned still running) shows the task made progress or accounted for
+        # its stop; only a task that recorded nothing at all leaves the stop unattributed.
         recorded = any(j.history and j.history[-1].get("task_arn") == stop.task_arn
-                       for j in mine)
+                       for j in jobs if j.bundle_id == bundle.bundle_id)
         unattributed = bundle.state == BundleState.RUNNING and bool(mine) and not running \
             and not recorded
         charged = {j.job_id for j in running}
