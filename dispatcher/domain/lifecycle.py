@@ -5,15 +5,16 @@ Every state change in longjobs is a conditional write: the Store roles
 condition (the item must still be in the state the writer believes it is in, plus any fence).
 A writer with a stale view loses the write instead of overwriting someone else's decision.
 
-Budgets. Every task stop that leads to a rerun charges a budget, so no job can be relaunched
-forever: the job that was running when its task stopped spends one of its ``max_attempts``
-(application: its code ended the process), or the infrastructure budget
-(``LONGJOBS_MAX_INFRA_ATTEMPTS``: Spot, host loss, a task that never claimed its bundle, a stop
-nobody asked for). A bundle's first task buffers its jobs' starts and results, so a stop may
-find no job recorded running: then nobody is charged, and every later task of that bundle writes
-each start and result at once, so its stops are charged to the job that ran (or, between jobs,
-to the first unfinished one). A job that kills its task thus fails within ``max_attempts`` + 1
-launches, and its bundle-mates are not charged. A user stop (cancel, timeout) reruns nothing.
+Budgets. No job can be relaunched forever: a task stop that leads to a rerun charges the job
+that was running when its task stopped one of its ``max_attempts`` (application: its code ended
+the process), or the infrastructure budget (``LONGJOBS_MAX_INFRA_ATTEMPTS``: Spot, host loss, a
+task that never claimed its bundle, a stop nobody asked for). A bundle's first task buffers its
+jobs' starts and results, so a stop may find no job recorded running: then nobody is charged,
+and every later task of that bundle writes each start and result at once, so its stops are
+charged to the job that ran; a later task that stopped with no job running and recorded nothing
+at all charges its first unfinished job. A job that kills its task thus fails within
+``max_attempts`` + 1 launches, and its bundle-mates are not charged. A user stop (a timeout
+longjobs enforced with StopTask) reruns nothing.
 """
 
 from __future__ import annotations
