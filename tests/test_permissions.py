@@ -125,7 +125,8 @@ def conditions_hold(condition: dict[str, Any], context: dict[str, str]) -> bool:
     """All operators and keys must hold; a key the request does not carry fails its test."""
     for operator, tests in resolve(condition).items():
         if operator not in _OPERATORS:
-            raise NotImplementedError(f"condition operator {operator} (extend the evaluator)")
+            raise AssertionError(f"the template uses condition operator {operator}, which "
+                                 "this evaluator does not model: add it to _OPERATORS")
         for key, wanted in tests.items():
             actual = context.get(key)
             if actual is None or not any(_OPERATORS[operator](actual, w) for w in as_list(wanted)):

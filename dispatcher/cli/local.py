@@ -40,7 +40,6 @@ def local(
     _need_local_extra("local")
     import os
     import signal
-    import time
 
     from dispatcher.local.environment import LocalEnv
 
@@ -59,7 +58,7 @@ def local(
         signal.signal(sig, on_term)
     try:
         while True:
-            time.sleep(1)
+            signal.pause()  # until Ctrl-C, SIGTERM or SIGHUP
     except KeyboardInterrupt:
         pass
     finally:
