@@ -46,10 +46,9 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from dispatcher.domain.errors import ConfigError
 
-# DynamoDB's TransactWriteItems takes at most 100 actions; a bundle and all its jobs are written in
-# one transaction, so a bundle holds at most 99 jobs.
-# https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
-MAX_BUNDLE_JOBS = 99
+# A bundle is recorded in as many transactions as it needs (see dispatcher.ports.store.dispatch);
+# this cap bounds what one runner holds and one recording writes.
+MAX_BUNDLE_JOBS = 100_000
 ALL_ROLES = ("dispatcher", "client", "runner")
 
 
@@ -102,7 +101,36 @@ def _one_of(*allowed: str) -> AfterValidator:
     return AfterValidator(check)
 
 
+def _limits(value: Any) -> Any:
+    """``kind=n,kind=n`` -> {kind: n}."""
+    if not isinstance(value, str):
+        return value
+    out: dict[str, int] = {}
+    for part in _split(value):
+        kind, sep, n = part.partition("=")
+        if not sep or not kind.strip() or not n.strip().isdigit() or int(n) < 1:
+            raise ValueError(f"{part!r} is not kind=n with n >= 1")
+        out[kind.strip()] = int(n)
+    return out
+
+
+def _seconds_range(value: Any) -> Any:
+    """``a`` or ``a-b`` (seconds) -> (a, b)."""
+    if not isinstance(value, str):
+        return value
+    low, _, high = value.partition("-")
+    try:
+        pair = (float(low), float(high or low))
+    except ValueError:
+        raise ValueError(f"{value!r} is not seconds or min-max seconds") from None
+    if not 0 <= pair[0] <= pair[1]:
+        raise ValueError(f"{value!r}: need 0 <= min <= max")
+    return pair
+
+
 Names = Annotated[tuple[str, ...], BeforeValidator(_split)]
+Limits = Annotated[dict[str, int], BeforeValidator(_limits)]
+SecondsRange = Annotated[tuple[float, float], BeforeValidator(_seconds_range)]
 Strategy = Annotated[tuple[CapacityProvider, ...], BeforeValidator(_strategy)]
 
 
@@ -150,9 +178,19 @@ class Config(BaseModel):
         "LONGJOBS_MAX_RUNNING_TASKS", "Admission limit: bundles launched and not finished.")
     ] = 10
     bundle_max_jobs: Annotated[int, Field(ge=1, le=MAX_BUNDLE_JOBS), Env(
-        "LONGJOBS_BUNDLE_MAX_JOBS", f"Most jobs in one bundle (1..{MAX_BUNDLE_JOBS}).")] = 50
+        "LONGJOBS_BUNDLE_MAX_JOBS", f"Most jobs in one bundle (1..{MAX_BUNDLE_JOBS}); bounds "
+        "what one runner holds.")] = 10_000
     bundle_max_seconds: Annotated[int, Field(ge=1), Env(
-        "LONGJOBS_BUNDLE_MAX_SECONDS", "Most estimated seconds of work in one bundle.")] = 900
+        "LONGJOBS_BUNDLE_MAX_SECONDS", "Most seconds one task spends on a bundle: a bundle "
+        "holds small jobs worth this many seconds at LONGJOBS_TASK_CONCURRENCY in parallel "
+        "(900 s at 20 in parallel of 2 s jobs is 9,000 jobs).")] = 900
+    task_concurrency: Annotated[int, Field(ge=1, le=1000), Env(
+        "LONGJOBS_TASK_CONCURRENCY", "Jobs a task runs at once (plain handlers in a thread "
+        "pool, async handlers on one event loop); the dispatcher sizes bundles by it.",
+        ("dispatcher", "runner"))] = 1
+    task_kind_concurrency: Annotated[Limits, Env(
+        "LONGJOBS_TASK_KIND_CONCURRENCY", "Per-kind cap within one task as kind=n,... (e.g. "
+        "report=2); a kind at its cap does not hold up other kinds.", ("runner",))] = {}
     small_job_seconds: Annotated[int, Field(ge=0), Env(
         "LONGJOBS_SMALL_JOB_SECONDS", "Jobs estimated at or under this many seconds are "
         "bundled; others (and jobs with no estimate) run alone.")] = 60
@@ -162,7 +200,17 @@ class Config(BaseModel):
     launcher: Annotated[str, _one_of("ecs", "local"), Env(
         "LONGJOBS_LAUNCHER", "ecs (RunTask) or local (tasks as local processes).")] = "ecs"
     tick_seconds: Annotated[float, Field(gt=0), Env(
-        "LONGJOBS_TICK_SECONDS", "Time budget of one tick when not inside Lambda.")] = 50.0
+        "LONGJOBS_TICK_SECONDS", "Time budget of one tick when not inside Lambda (inside "
+        "Lambda: the invocation's remaining time less LONGJOBS_TICK_RESERVE_SECONDS).")] = 50.0
+    tick_reserve_seconds: Annotated[float, Field(ge=0), Env(
+        "LONGJOBS_TICK_RESERVE_SECONDS", "Lambda time kept back from the drain to record, "
+        "delete and launch what it admitted.")] = 30.0
+    tick_concurrency: Annotated[int, Field(ge=1, le=64), Env(
+        "LONGJOBS_TICK_CONCURRENCY", "AWS calls the tick keeps in flight while it receives, "
+        "records and deletes.")] = 8
+    hold_seconds: Annotated[int, Field(ge=30, le=43200), Env(
+        "LONGJOBS_HOLD_SECONDS", "Visibility timeout the tick receives messages with; it "
+        "records and deletes each message within half of it.")] = 300
     lease_seconds: Annotated[int, Field(ge=1), Env(
         "LONGJOBS_LEASE_SECONDS", "Expiry of the tick lease; longer than any tick can run.")
     ] = 300
@@ -173,6 +221,18 @@ class Config(BaseModel):
         "LONGJOBS_LAUNCH_BACKOFF_MAX_SECONDS", "Cap of that backoff.")] = 900
     runtask_per_second: Annotated[float, Field(gt=0, le=20), Env(
         "LONGJOBS_RUNTASK_PER_SECOND", "Pace of RunTask calls (Fargate allows 20/s).")] = 20.0
+    task_launch_burst: Annotated[int, Field(ge=1), Env(
+        "LONGJOBS_TASK_LAUNCH_BURST", "Fargate task launches allowed at once per capacity "
+        "provider (the token bucket's size).")] = 100
+    task_launch_per_second: Annotated[float, Field(gt=0), Env(
+        "LONGJOBS_TASK_LAUNCH_PER_SECOND", "Fargate task launches per second per capacity "
+        "provider, sustained (the bucket's refill).")] = 20.0
+    local_start_seconds: Annotated[SecondsRange, Env(
+        "LONGJOBS_LOCAL_START_SECONDS", "Local mode: modelled Fargate start latency of a task, "
+        "as seconds or min-max (Fargate: 30-60).")] = (0.0, 0.0)
+    local_capacity_errors: Annotated[float, Field(ge=0, le=1), Env(
+        "LONGJOBS_LOCAL_CAPACITY_ERRORS", "Local mode: share of tasks that RunTask reports as "
+        "not started for lack of capacity (as Fargate Spot does).")] = 0.0
     launch_recovery_seconds: Annotated[int, Field(ge=0), Env(
         "LONGJOBS_LAUNCH_RECOVERY_SECONDS", "Age after which a launch left unfinished by a "
         "crashed tick is retried with its original clientToken.")] = 60

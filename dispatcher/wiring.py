@@ -53,17 +53,24 @@ def build(cfg: Config, *, queue: Queue, store: DispatchStore, launcher: Launcher
           clock: Callable[[], float] = time.time) -> Stages:
     """Wire the given adapters to the stages, each stage receiving its own collaborators."""
     logs.configure()
-    bundling = BundlePolicy(cfg.bundle_max_jobs, cfg.bundle_max_seconds, cfg.small_job_seconds)
+    bundling = BundlePolicy(cfg.bundle_max_jobs, cfg.bundle_max_seconds, cfg.small_job_seconds,
+                            cfg.task_concurrency)
     uses_spot = any(p.provider == "FARGATE_SPOT" for p in cfg.capacity_strategy)
     launches = Launches(store, launcher, LaunchPolicy(
         cfg.launch_recovery_seconds, cfg.launch_backoff_seconds,
-        cfg.launch_backoff_max_seconds, spot_fallback=cfg.spot_fallback and uses_spot), clock)
+        cfg.launch_backoff_max_seconds, spot_fallback=cfg.spot_fallback and uses_spot,
+        runtask_per_second=cfg.runtask_per_second, task_launch_burst=cfg.task_launch_burst,
+        task_launch_per_second=cfg.task_launch_per_second,
+        capacity_providers=tuple(p.provider for p in cfg.capacity_strategy) or ("FARGATE",)),
+        clock)
     reruns = Reruns(store, launcher, launches, RerunPolicy(cfg.max_infra_attempts), clock)
     reconciler = Reconciler(store, launcher, reruns, ReconcilePolicy(
         cfg.start_timeout_seconds, cfg.heartbeat_seconds), clock)
     intake = Intake(queue, store, AdmitPolicy(cfg.allowed_kinds, bundling), clock)
     tick = Dispatcher(store, launcher, intake, launches, reconciler,
-                      TickPolicy(cfg.max_running_tasks, cfg.tick_seconds, cfg.lease_seconds),
+                      TickPolicy(cfg.max_running_tasks, cfg.tick_seconds, cfg.lease_seconds,
+                                 cfg.tick_reserve_seconds, cfg.tick_concurrency,
+                                 cfg.hold_seconds),
                       clock=clock)
     return Stages(tick, reruns, launches, queue, store, launcher)
 

@@ -63,7 +63,9 @@ def test_config_is_frozen() -> None:
 @pytest.mark.parametrize(("env", "named"), [
     ({"LONGJOBS_MAX_RUNNING_TASKS": "ten"}, "LONGJOBS_MAX_RUNNING_TASKS='ten' is invalid"),
     ({"LONGJOBS_MAX_RUNNING_TASKS": "0"}, "LONGJOBS_MAX_RUNNING_TASKS='0' is invalid"),
-    ({"LONGJOBS_BUNDLE_MAX_JOBS": "100"}, "LONGJOBS_BUNDLE_MAX_JOBS='100' is invalid"),
+    ({"LONGJOBS_BUNDLE_MAX_JOBS": "100001"}, "LONGJOBS_BUNDLE_MAX_JOBS='100001' is invalid"),
+    ({"LONGJOBS_TASK_KIND_CONCURRENCY": "report"},
+     "LONGJOBS_TASK_KIND_CONCURRENCY='report' is invalid"),
     ({"LONGJOBS_LAUNCHER": "k8s"}, "LONGJOBS_LAUNCHER='k8s' is invalid: must be 'ecs' or"),
     ({"LONGJOBS_CAPACITY_STRATEGY": "FARGATE:x"}, "'FARGATE:x' is not provider:weight"),
     ({"LONGJOBS_RUNTASK_PER_SECOND": "50"}, "LONGJOBS_RUNTASK_PER_SECOND='50' is invalid"),

@@ -47,6 +47,8 @@ class Record:
     last_failure: str | None = None
     heartbeat_at: float | None = None
     cancel_jobs: list[str] | None = None
+    running_jobs: list[str] | None = None  # as of the last heartbeat
+    pages: float | None = None  # a bundle recorded in pages: how many (BUNDLE#<id>#PAGE#<n>)
     # launch
     bundle_ids: list[str] | None = None
     task_arns: list[str] | None = None
@@ -63,6 +65,7 @@ class Record:
 
 ATTRIBUTES: frozenset[str] = frozenset(f.name for f in fields(Record))
 JSON_ATTRIBUTES = frozenset({"payload", "result", "error", "history", "checkpoint"})
-LIST_ATTRIBUTES = frozenset({"job_ids", "cancel_jobs", "bundle_ids", "task_arns"})
+LIST_ATTRIBUTES = frozenset({"job_ids", "cancel_jobs", "running_jobs", "bundle_ids",
+                             "task_arns"})
 NUMBER_ATTRIBUTES = frozenset(
     f.name for f in fields(Record) if f.type == "float | None")

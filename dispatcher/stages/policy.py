@@ -11,9 +11,15 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class BundlePolicy:
-    bundle_max_jobs: int = 50
-    bundle_max_seconds: float = 900.0
+    bundle_max_jobs: int = 10_000
+    bundle_max_seconds: float = 900.0  # of one task's time, at task_concurrency in parallel
     small_job_seconds: float = 60.0
+    task_concurrency: int = 1  # jobs a task runs at once
+
+    @property
+    def max_work_seconds(self) -> float:
+        """Estimated job-seconds one bundle may hold."""
+        return self.bundle_max_seconds * self.task_concurrency
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,13 @@ class LaunchPolicy:
     # Relaunch bundles Fargate Spot had no capacity for at once, on on-demand FARGATE (set
     # only when the capacity strategy uses FARGATE_SPOT and LONGJOBS_SPOT_FALLBACK is on).
     spot_fallback: bool = False
+    # Fargate's two launch limits: RunTask calls per second, and task launches per capacity
+    # provider (a token bucket: burst, then a sustained rate).
+    runtask_per_second: float = 20.0
+    task_launch_burst: int = 100
+    task_launch_per_second: float = 20.0
+    # The capacity providers a launch may draw tasks from ("FARGATE" when no strategy is set).
+    capacity_providers: tuple[str, ...] = ("FARGATE",)
 
 
 @dataclass(frozen=True)
@@ -46,5 +59,8 @@ class ReconcilePolicy:
 @dataclass(frozen=True)
 class TickPolicy:
     max_running_tasks: int = 10
-    tick_seconds: float = 50.0
+    tick_seconds: float = 50.0  # budget outside Lambda
     lease_seconds: float = 300.0
+    reserve_seconds: float = 30.0  # Lambda time kept back from the drain
+    concurrency: int = 8  # AWS calls in flight while receiving, recording, deleting
+    hold_seconds: float = 300.0  # visibility timeout of received messages

@@ -8,13 +8,14 @@ state of a newer attempt.
 from __future__ import annotations
 
 import time
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError
-from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.ports.store import records as r
 from dispatcher.ports.store.base import Reads, status
 from dispatcher.ports.store.values import Fence, JobUpdate
@@ -43,6 +44,9 @@ CONFLICT_BACKOFF_SECONDS = 0.05
 # One transaction: the fence check or the bundle's update, plus the job updates, with room to
 # spare: at most 100 actions per TransactWriteItems (see dispatcher.ports.table).
 JOBS_PER_TRANSACTION = MAX_TRANSACTION_ITEMS - 2
+# BatchGetItem reads at most 100 items per call.
+# https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
+JOB_PAGE = 100
 
 
 def fenced(f: Fence, states: tuple[BundleState, ...] = (BundleState.RUNNING,)) -> Condition:
@@ -123,12 +127,21 @@ class RunnerStore(Reads):
         assert rec is not None  # an Update returns the item
         return Claim(r.record_bundle(rec), frozenset(rec.cancel_jobs or ()))
 
-    def heartbeat(self, fence: Fence) -> set[str]:
-        """Prove liveness; return the job ids whose cancellation was requested."""
-        rec = self._write(Update(r.bundle_key(fence.bundle_id),
-                                 [Set("heartbeat_at", self.clock())], fenced(fence)),
+    def heartbeat(self, fence: Fence, running: Collection[str] = ()) -> set[str]:
+        """Prove liveness and say which jobs run now (``running_jobs`` on the bundle, for
+        operators); return the job ids whose cancellation was requested."""
+        actions: list[Action] = [Set("heartbeat_at", self.clock())]
+        actions.append(Set("running_jobs", sorted(running)) if running
+                       else Remove("running_jobs"))
+        rec = self._write(Update(r.bundle_key(fence.bundle_id), actions, fenced(fence)),
                           f"task {fence.task_arn} lost bundle {fence.bundle_id}")
         return set(rec.cancel_jobs or ()) if rec else set()
+
+    def bundle_jobs(self, bundle: Bundle, page_size: int = JOB_PAGE) -> Iterator[list[Job]]:
+        """The bundle's jobs, a page at a time, in bundle order: a runner holds one page of a
+        9,000-job bundle, not all of it."""
+        for start in range(0, len(bundle.job_ids), page_size):
+            yield self.get_jobs(bundle.job_ids[start:start + page_size])
 
     def apply(self, fence: Fence, updates: list[JobUpdate],
               bundle_to: BundleState | None = None, retry_at: float | None = None) -> set[str]:
