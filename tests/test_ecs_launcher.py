@@ -1,14 +1,24 @@
 """What only the ECS adapter (``EcsLauncher``) does, on moto behind the proxy: the RunTask
-request's shape, a throttled RunTask retried with the same clientToken, revision resolution.
+request's shape, a throttled RunTask retried with the same clientToken (and ``RateExceeded``
+once every try was throttled), revision resolution.
 
 The rest of the dispatch path runs in-process on the twins (``tests/test_dispatch.py``).
 """
 
 from __future__ import annotations
 
+from dataclasses import fields
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
 from dispatcher import wiring
 from dispatcher.aws.dynamodb import open_store
+from dispatcher.aws.ecs import EcsLauncher, EcsTarget
+from dispatcher.domain.errors import LongjobsError
 from dispatcher.ops.client import JobClient
+from dispatcher.ports.launcher import LaunchRequest, RateExceeded
 from dispatcher.testing.workload import run_until_drained
 from tests.conftest import Aws
 from tests.helpers import client, ecs_tasks, queue_counts, s, table_items
@@ -28,14 +38,16 @@ def _check_launched(aws: Aws, job_ids: list[str]) -> None:
 
 def test_runtask_request_shape(aws: Aws) -> None:
     d = wiring.dispatcher(aws.config(LONGJOBS_MAX_RUNNING_TASKS="50"))
-    job_ids = [f"shape-{i}" for i in range(12)]  # alone each: two RunTask calls (10 + 2)
+    job_ids = [f"shape-{i}" for i in range(12)]  # alone each: 12 tasks, <= 10 per RunTask
     JobClient().submit_many([{"kind": "k", "payload": {}, "job_id": j,
                               "estimated_seconds": 3600} for j in job_ids])
     run_until_drained(d)
     _check_launched(aws, job_ids)
 
     requests = aws.proxy.runtask_requests
-    assert sorted(int(r["count"]) for r in requests) == [2, 10]
+    # How the tick groups bundles into calls is its own business (tests/test_dispatch.py).
+    counts = [int(r["count"]) for r in requests]
+    assert sum(counts) == 12 and all(1 <= c <= 10 for c in counts)
     assert {r["taskDefinition"] for r in requests} == {"longjobs-worker:1"}
     for r in requests:
         override = r["overrides"]["containerOverrides"][0]
@@ -76,5 +88,35 @@ def test_throttled_runtask_is_retried_with_the_same_token(aws: Aws) -> None:
     decision = d.tick()
     assert decision.launch.bundles_launched == 3
     tokens = [r["clientToken"] for r in aws.proxy.runtask_requests]
-    assert len(tokens) == 3 and len(set(tokens)) == 1
+    # Two throttled attempts, then the same call again with its token; no other call repeats.
+    assert tokens[:3] == [tokens[0]] * 3
+    assert len(set(tokens)) == len(tokens) - 2
     _check_launched(aws, ["t0", "t1", "t2"])
+
+
+class _ThrottledEcs:
+    """A boto3 ECS client stand-in whose RunTask is always throttled."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def run_task(self, **params: Any) -> dict[str, Any]:
+        self.calls += 1
+        raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"},
+                           "ResponseMetadata": {"HTTPStatusCode": 400}}, "RunTask")
+
+
+def test_runtask_throttled_on_every_try_raises_rate_exceeded() -> None:
+    """Retried first; then RateExceeded, which the launch stage leaves for recovery (ECS does
+    not promise that a throttled call started nothing)."""
+    ecs = _ThrottledEcs()
+    launcher = EcsLauncher(ecs, EcsTarget("c", "f"), max_tries=2)
+    with pytest.raises(RateExceeded, match="ThrottlingException: Rate exceeded"):
+        launcher.run(LaunchRequest("f:1", 1, "tok", "s"))
+    assert ecs.calls == 2
+    assert not issubclass(RateExceeded, LongjobsError)  # not a definite refusal
+
+
+def test_the_adapter_does_not_pace_runtask_itself() -> None:
+    """Pacing is the launch stage's (LaunchPacer), for every launcher alike."""
+    assert "runtask_per_second" not in {f.name for f in fields(EcsTarget)}

@@ -1,9 +1,14 @@
-"""The ECS adapter of the Launcher port: RunTask with a pinned revision, a deterministic
-clientToken and pacing; DescribeTasks and StopTask normalized to the port's values.
+"""The ECS adapter of the Launcher port: RunTask with a pinned revision and a deterministic
+clientToken; DescribeTasks and StopTask normalized to the port's values.
+
+RunTask is not paced here: the launch stage paces every launcher by Fargate's limits
+(``dispatcher.ports.launcher.LaunchPacer``).
 
 ECS ``ClientError``s become domain errors in one place (:func:`_domain_error`): a definite
-refusal is ``LaunchError`` or ``ResourceMissing``; throttling and 5xx are retried and, if they
-persist, re-raised as they are (the outcome is unknown; the caller retries with the same token).
+refusal is ``LaunchError`` or ``ResourceMissing``; throttling and 5xx are retried. A RunTask
+throttled on every try becomes ``RateExceeded`` (ECS's ``ThrottlingException: Rate exceeded``);
+anything else that persists is re-raised as it is. Either way the outcome is unknown and the
+caller retries with the same token.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from dispatcher.ports.launcher import (
     Launcher,
     LaunchRequest,
     LaunchResult,
-    Pacer,
+    RateExceeded,
     TaskStatus,
 )
 
@@ -66,15 +71,13 @@ class EcsTarget:
     security_groups: tuple[str, ...] = ()
     assign_public_ip: str = "DISABLED"
     capacity_strategy: tuple[CapacityShare, ...] = ()  # empty: launchType FARGATE
-    runtask_per_second: float = 20.0
 
     @classmethod
     def from_config(cls, cfg: Config) -> EcsTarget:
         return cls(cfg.cluster, cfg.task_family, cfg.container, tuple(cfg.subnets),
                    tuple(cfg.security_groups), cfg.assign_public_ip,
                    tuple(CapacityShare(p.provider, p.weight, p.base)
-                         for p in cfg.capacity_strategy),
-                   cfg.runtask_per_second)
+                         for p in cfg.capacity_strategy))
 
 
 def _transient(exc: BaseException) -> bool:
@@ -112,7 +115,6 @@ class EcsLauncher(Launcher):
     def __init__(self, ecs: Any, target: EcsTarget, *, max_tries: int = 6) -> None:
         self._ecs = ecs
         self._target = target
-        self._pacer = Pacer(self._target.runtask_per_second)
         self._max_tries = max_tries
 
     @property
@@ -124,8 +126,6 @@ class EcsLauncher(Launcher):
         """One ECS call; transient errors retried if ``retried``; refusals as domain errors."""
 
         def once() -> Any:
-            if operation == "RunTask":
-                self._pacer.wait()
             return getattr(self._ecs, method)(**params)
 
         call = retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(self._max_tries),
@@ -134,6 +134,10 @@ class EcsLauncher(Launcher):
         try:
             return call()
         except ClientError as exc:
+            if operation == "RunTask" and _code(exc) in _THROTTLING:
+                # https://docs.aws.amazon.com/AmazonECS/latest/APIReference/request-throttling.html
+                raise RateExceeded(f"{operation}: {_code(exc)}: "
+                                   f"{exc.response.get('Error', {}).get('Message', '')}") from exc
             error = _domain_error(exc, operation, self._target)
             if error is None:
                 raise

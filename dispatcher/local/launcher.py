@@ -1,14 +1,16 @@
 """The local adapter: each task is a ``python -m job_runner`` process on this machine.
 
 It keeps the ECS contract the dispatcher relies on (10 per call, clientToken idempotency,
-``failures[]`` for tasks not started) so the same pipeline runs unchanged, and reports each
-process exit so local mode can turn it into an "ECS Task State Change" event.
+``failures[]`` for tasks not started) so the same pipeline runs unchanged, models what Fargate
+adds (start latency, capacity errors, the two launch rate limits: see :class:`LocalLauncher`),
+and reports each task's stop so local mode can turn it into an "ECS Task State Change" event.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -20,26 +22,30 @@ from dataclasses import dataclass
 from typing import Any
 
 from dispatcher.domain.errors import LaunchError
-from dispatcher.domain.stops import LastStatus
+from dispatcher.domain.stops import LastStatus, StopCode
 from dispatcher.ports.launcher import (
+    CAPACITY_UNAVAILABLE,
     MAX_TASKS_PER_CALL,
     Launcher,
+    LaunchLimits,
     LaunchRequest,
     LaunchResult,
     TaskStatus,
+    split_tasks,
 )
 from dispatcher.settings import Config
 
 # Fargate gives a container up to 120 s between SIGTERM and SIGKILL (stopTimeout).
 STOP_TIMEOUT_SECONDS = 120.0
+MAX_REASON = 255  # StopTask's reason limit
 
 
 @dataclass(frozen=True)
 class TaskExit:
     task_arn: str
     task_definition: str
-    exit_code: int
-    started_at: float
+    exit_code: int | None  # None: the container never ran (stopped before it started)
+    started_at: float | None  # None: never started
     stopped_at: float
     stop_code: str  # EssentialContainerExited, UserInitiated, ...
     stopped_reason: str
@@ -50,19 +56,49 @@ class TaskExit:
 class _Task:
     arn: str
     request: LaunchRequest
-    process: subprocess.Popen[bytes]
-    started_at: float
+    created_at: float  # time.monotonic() of the RunTask
+    start_delay: float  # modelled Fargate start latency (provisioning, image pull)
+    process: subprocess.Popen[bytes] | None = None  # None until the task starts
+    started_at: float | None = None
     stop_reason: str | None = None
     lost_as: str | None = None  # stop code of a simulated infrastructure loss
     exit: TaskExit | None = None
     watcher: threading.Thread | None = None
+    timer: threading.Timer | None = None
+
+    @property
+    def gone(self) -> bool:
+        if self.exit is not None:
+            return True
+        return self.process is not None and self.process.poll() is not None
 
 
 class LocalLauncher(Launcher):
+    """Fargate, modelled with local processes (every part configurable in ``cfg``):
+
+    - start latency: a task is PROVISIONING, then PENDING, for a delay drawn from
+      ``cfg.local_start_seconds`` (min, max) before its process starts; a task stopped or lost
+      before then never starts and ends STOPPED (``UserInitiated`` with the given reason, or
+      the loss's stop code) with no exit code;
+    - capacity: each task of a request that is not ``on_demand`` is, with probability
+      ``cfg.local_capacity_errors``, reported in ``failures`` with Fargate's reason
+      (``CAPACITY_UNAVAILABLE``) instead of started (``seed`` makes the draws reproducible);
+    - rate limits (``enforce_limits``, on by default): RunTask calls over
+      ``cfg.runtask_per_second`` (a bucket of that size, as AWS's "burst and sustained"), or
+      tasks over a capacity provider's bucket (``cfg.task_launch_burst`` refilled at
+      ``cfg.task_launch_per_second``, FARGATE and FARGATE_SPOT apart; the tasks a call asks
+      for are spread over ``cfg.capacity_strategy`` as ECS spreads them) are refused with
+      ``RateExceeded``, ECS's ThrottlingException, and start nothing.
+      https://docs.aws.amazon.com/AmazonECS/latest/developerguide/throttling.html
+    """
+
     def __init__(self, cfg: Config, *, env: dict[str, str] | None = None,
                  on_exit: Callable[[TaskExit], None] | None = None, ecs: Any = None,
                  region: str = "us-east-1", stop_timeout: float = STOP_TIMEOUT_SECONDS,
-                 output: int | None = None) -> None:
+                 output: int | None = None, seed: int | None = None,
+                 enforce_limits: bool = True,
+                 clock: Callable[[], float] = time.monotonic,
+                 command: list[str] | None = None) -> None:
         self._cfg = cfg
         self._env = dict(os.environ if env is None else env)
         self._on_exit = on_exit
@@ -70,10 +106,22 @@ class LocalLauncher(Launcher):
         self._region = region
         self._stop_timeout = stop_timeout
         self._output = output
-        self._lock = threading.Lock()
+        self._command = command or [sys.executable, "-m", "job_runner"]
+        self._rng = random.Random(seed)
+        self._clock = clock
+        self._limits = LaunchLimits(
+            runtask_per_second=cfg.runtask_per_second, task_launch_burst=cfg.task_launch_burst,
+            task_launch_per_second=cfg.task_launch_per_second, clock=clock) \
+            if enforce_limits else None
+        self._strategy = tuple((p.provider, p.weight, p.base) for p in cfg.capacity_strategy)
+        self._lock = threading.RLock()
         self._tokens: dict[str, tuple[LaunchRequest, LaunchResult]] = {}
         self._injected: list[str] = []
         self.tasks: dict[str, _Task] = {}
+
+    @property
+    def limits(self) -> LaunchLimits | None:
+        return self._limits
 
     # -- ECS semantics ---------------------------------------------------------------------------
     def resolve_task_definition(self) -> str:
@@ -88,44 +136,72 @@ class LocalLauncher(Launcher):
             self._injected.extend(reasons)
 
     def run(self, request: LaunchRequest) -> LaunchResult:
-        if not 1 <= request.count <= MAX_TASKS_PER_CALL:
-            raise LaunchError(f"RunTask count must be 1..{MAX_TASKS_PER_CALL}, "
-                              f"not {request.count}")
         with self._lock:
+            # Throttling is decided first, before the request is even looked at.
+            now = self._limits.call() if self._limits is not None else self._clock()
+            if not 1 <= request.count <= MAX_TASKS_PER_CALL:
+                raise LaunchError(f"RunTask count must be 1..{MAX_TASKS_PER_CALL}, "
+                                  f"not {request.count}")
             seen = self._tokens.get(request.client_token)
             if seen is not None:
                 if seen[0] != request:
                     raise LaunchError("clientToken reused with different parameters "
                                       "(ConflictException)")
                 return seen[1]
+            if self._limits is not None:
+                self._limits.tasks(split_tasks(request.count,
+                                               () if request.on_demand else self._strategy),
+                                   now)
             failures = self._injected[:request.count]
             del self._injected[:request.count]
-            arns = [self._start(request) for _ in range(request.count - len(failures))]
+            share = 0.0 if request.on_demand else self._cfg.local_capacity_errors
+            starts = 0
+            for _ in range(request.count - len(failures)):
+                if share and self._rng.random() < share:
+                    failures.append(CAPACITY_UNAVAILABLE)
+                else:
+                    starts += 1
+            arns = [self._create(request) for _ in range(starts)]
             result = LaunchResult(arns, failures)
             self._tokens[request.client_token] = (request, result)
             return result
 
-    def _start(self, request: LaunchRequest) -> str:
+    def _create(self, request: LaunchRequest) -> str:
         arn = (f"arn:aws:ecs:{self._region}:000000000000:task/{self._cfg.cluster}/"
                f"{uuid.uuid4().hex}")
-        env = {**self._env, **request.env, "LONGJOBS_TASK_ARN": arn,
-               "LONGJOBS_TASK_DEFINITION": request.task_definition}
-        proc = subprocess.Popen([sys.executable, "-m", "job_runner"], env=env,
-                                stdout=self._output, stderr=self._output,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        task = _Task(arn, request, proc, time.time())
+        low, high = self._cfg.local_start_seconds
+        delay = self._rng.uniform(low, high) if high > 0 else 0.0
+        task = _Task(arn, request, time.monotonic(), delay)
         self.tasks[arn] = task
-        task.watcher = threading.Thread(target=self._watch, args=(task,), daemon=True,
-                                        name=f"task-{arn[-8:]}")
-        task.watcher.start()
+        if delay > 0:
+            task.timer = threading.Timer(delay, self._start, (task,))
+            task.timer.daemon = True  # never keeps the dispatcher's process alive by itself
+            task.timer.start()
+        else:
+            self._start(task)
         return arn
 
+    def _start(self, task: _Task) -> None:
+        with self._lock:
+            if task.exit is not None:  # stopped or lost while it was provisioning
+                return
+            env = {**self._env, **task.request.env, "LONGJOBS_TASK_ARN": task.arn,
+                   "LONGJOBS_TASK_DEFINITION": task.request.task_definition}
+            task.process = subprocess.Popen(self._command, env=env, stdout=self._output,
+                                            stderr=self._output, stdin=subprocess.DEVNULL,
+                                            start_new_session=True)
+            task.started_at = time.time()
+            task.watcher = threading.Thread(target=self._watch, args=(task,), daemon=True,
+                                            name=f"task-{task.arn[-8:]}")
+            task.watcher.start()
+
     def _watch(self, task: _Task) -> None:
+        assert task.process is not None
         code = task.process.wait()
         if task.lost_as is not None:
             stop_code, reason = task.lost_as, "task lost with its host (simulated: SIGKILL)"
         elif task.stop_reason is not None:
-            stop_code, reason = "UserInitiated", task.stop_reason
+            stop_code, reason = StopCode.USER_INITIATED.value, task.stop_reason
         else:
             stop_code, reason = "EssentialContainerExited", "Essential container in task exited"
         task.exit = TaskExit(task.arn, task.request.task_definition,
@@ -134,25 +210,52 @@ class LocalLauncher(Launcher):
         if self._on_exit is not None:
             self._on_exit(task.exit)
 
+    def _never_started(self, task: _Task, stop_code: str, reason: str) -> TaskExit | None:
+        """Stop a task still provisioning (under the lock): it never starts. Returns its exit
+        to report, or None if it has already started or stopped."""
+        if task.process is not None or task.exit is not None:
+            return None
+        if task.timer is not None:
+            task.timer.cancel()
+        task.exit = TaskExit(task.arn, task.request.task_definition, None, None, time.time(),
+                             stop_code, reason, task.request.started_by)
+        return task.exit
+
+    def _report(self, exit: TaskExit | None) -> None:
+        if exit is not None and self._on_exit is not None:
+            self._on_exit(exit)
+
     def describe(self, task_arns: list[str]) -> list[TaskStatus]:
         out = []
         for arn in task_arns:
             task = self.tasks.get(arn)
             if task is None:
                 out.append(TaskStatus(arn, LastStatus.MISSING))
-            elif task.exit is None:
-                out.append(TaskStatus(arn, LastStatus.RUNNING))
-            else:
+            elif task.exit is not None:
                 out.append(TaskStatus(arn, LastStatus.STOPPED, task.exit.stop_code,
                                       task.exit.stopped_reason, task.exit.exit_code))
+            elif task.process is None:  # provisioning, then pending (image pull)
+                waited = time.monotonic() - task.created_at
+                out.append(TaskStatus(arn, LastStatus.PROVISIONING
+                                      if waited < task.start_delay / 2 else LastStatus.PENDING))
+            else:
+                out.append(TaskStatus(arn, LastStatus.RUNNING))
         return out
 
     def stop(self, task_arn: str, reason: str) -> None:
-        """Like StopTask: SIGTERM now, SIGKILL after the stop timeout."""
+        """Like StopTask: SIGTERM now, SIGKILL after the stop timeout; a task not started yet
+        never starts and stops at once (UserInitiated, no exit code)."""
         task = self.tasks.get(task_arn)
-        if task is None or task.process.poll() is not None:
+        if task is None:
             return
-        task.stop_reason = reason
+        with self._lock:
+            exit = self._never_started(task, StopCode.USER_INITIATED.value, reason[:MAX_REASON])
+        if exit is not None:
+            self._report(exit)
+            return
+        if task.process is None or task.process.poll() is not None:
+            return
+        task.stop_reason = reason[:MAX_REASON]
         _signal(task.process, signal.SIGTERM)
         timer = threading.Timer(self._stop_timeout, _signal, (task.process, signal.SIGKILL))
         timer.daemon = True  # never keeps the dispatcher's process alive by itself
@@ -161,21 +264,39 @@ class LocalLauncher(Launcher):
     def kill(self, task_arn: str, stop_code: str = "SpotInterruption") -> None:
         """SIGKILL, as the loss of the task's host would (tests and the demo use it)."""
         task = self.tasks.get(task_arn)
-        if task is not None:
+        if task is None:
+            return
+        with self._lock:
+            exit = self._never_started(task, stop_code, "task lost with its host (simulated)")
+        if exit is not None:
+            self._report(exit)
+            return
+        if task.process is not None:
             task.lost_as = stop_code
             _signal(task.process, signal.SIGKILL)
 
     def running(self) -> list[str]:
-        return [a for a, t in self.tasks.items() if t.process.poll() is None]
+        """Tasks not yet gone: provisioning, pending or running."""
+        return [a for a, t in list(self.tasks.items()) if not t.gone]
 
     def shutdown(self, grace: float = 10.0) -> None:
-        """Stop every task: SIGTERM, then SIGKILL whatever outlives the grace period."""
-        live = [t for t in self.tasks.values() if t.process.poll() is None]
+        """Stop every task: tasks not started never start; SIGTERM, then SIGKILL whatever
+        outlives the grace period."""
+        with self._lock:
+            never = [e for t in list(self.tasks.values())
+                     if (e := self._never_started(t, StopCode.USER_INITIATED.value,
+                                                  "local environment shutting down"))]
+        for exit in never:
+            self._report(exit)
+        live = [t for t in self.tasks.values()
+                if t.process is not None and t.process.poll() is None]
         for t in live:
             t.stop_reason = t.stop_reason or "local environment shutting down"
+            assert t.process is not None
             _signal(t.process, signal.SIGTERM)
         deadline = time.time() + grace
         for t in live:
+            assert t.process is not None
             try:
                 t.process.wait(timeout=max(0.1, deadline - time.time()))
             except subprocess.TimeoutExpired:

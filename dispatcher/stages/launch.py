@@ -11,6 +11,11 @@ clientToken discipline. The order of effects is what makes a crash harmless:
 
 A crash between 1 and 3 leaves the Launch STARTING; the next tick repeats 2 and 3 with the
 recorded parameters, which ECS answers with the tasks it already started.
+
+Every RunTask is paced (:class:`~dispatcher.ports.launcher.LaunchPacer`) by Fargate's two
+limits, whatever the launcher: RunTask calls per second, and task launches per capacity
+provider (a token bucket each for FARGATE and FARGATE_SPOT).
+https://docs.aws.amazon.com/AmazonECS/latest/developerguide/throttling.html
 """
 
 from __future__ import annotations
@@ -24,7 +29,14 @@ from dataclasses import dataclass, field
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, LaunchError, ResourceMissing
 from dispatcher.domain.launches import Launch
-from dispatcher.ports.launcher import MAX_TASKS_PER_CALL, Launcher, LaunchRequest
+from dispatcher.ports.launcher import (
+    MAX_TASKS_PER_CALL,
+    Launcher,
+    LaunchPacer,
+    LaunchRequest,
+    RateExceeded,
+    providers_for,
+)
 from dispatcher.ports.store import DispatchStore, LaunchOutcome
 from dispatcher.stages.policy import LaunchPolicy
 
@@ -43,6 +55,8 @@ class LaunchStats:
     left_for_recovery: int = 0
     conflicts: int = 0
     spot_fallbacks: int = 0  # bundles relaunched on on-demand FARGATE after Spot had none
+    paced_seconds: float = 0.0  # waited for Fargate's launch limits before RunTask calls
+    throttled: int = 0  # RunTask calls refused with ThrottlingException (left for recovery)
     failures: Counter[str] = field(default_factory=Counter)
 
 
@@ -60,15 +74,31 @@ def request_for(launch: Launch) -> LaunchRequest:
     )
 
 
+def pacer_for(policy: LaunchPolicy) -> LaunchPacer:
+    """A pacer on the real (monotonic) clock with the policy's limits."""
+    return LaunchPacer(runtask_per_second=policy.runtask_per_second,
+                       task_launch_burst=policy.task_launch_burst,
+                       task_launch_per_second=policy.task_launch_per_second)
+
+
 class Launches:
-    """Record, RunTask, assign: the one launch path of the tick and of immediate reruns."""
+    """Record, RunTask, assign: the one launch path of the tick and of immediate reruns.
+
+    Each RunTask first waits on ``pacer`` (default: :func:`pacer_for` the policy) for one call
+    token and ``count`` task tokens of every capacity provider the request may draw from: only
+    FARGATE for an ``on_demand`` request, else each of ``policy.capacity_providers``. A
+    strategy splits a call's tasks between its providers by base and weight, which the stage
+    does not model: it charges the full count to each provider, which is conservative (never
+    over a bucket, sometimes slower than needed for a mixed strategy).
+    """
 
     def __init__(self, store: DispatchStore, launcher: Launcher, policy: LaunchPolicy,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], pacer: LaunchPacer | None = None) -> None:
         self._store = store
         self._launcher = launcher
         self._policy = policy
         self._clock = clock
+        self._pacer = pacer if pacer is not None else pacer_for(policy)
 
     def launch(self, bundles: list[Bundle], task_definition: str, stats: LaunchStats, *,
                on_demand: bool = False) -> None:
@@ -109,13 +139,25 @@ class Launches:
         return None
 
     def _run(self, launch: Launch, launch_failures: dict[str, int], stats: LaunchStats) -> None:
+        request = request_for(launch)
+        stats.paced_seconds += self._pacer.acquire(
+            request.count, providers_for(request.on_demand, self._policy.capacity_providers))
         stats.runtask_calls += 1
         try:
-            result = self._launcher.run(request_for(launch))
+            result = self._launcher.run(request)
             arns, reasons = result.task_arns, result.failures
         except (LaunchError, ResourceMissing) as exc:
             # A definite refusal: nothing started. Back to PENDING with the reason.
             arns, reasons = [], [exc.reason]
+        except RateExceeded as exc:
+            # Throttled despite the pacing (another process of the account launched too):
+            # AWS does not promise that nothing started, so as for any unknown outcome the
+            # launch stays STARTING and recovery repeats it with the same clientToken.
+            stats.throttled += 1
+            stats.left_for_recovery += 1
+            log.warning("RunTask throttled; left for recovery",
+                        extra={"launch_id": launch.launch_id, "error": exc.reason})
+            return
         except Exception as exc:
             # Unknown outcome (timeout, crash, 5xx after retries): tasks may have started.
             # Leave the launch STARTING; recovery repeats the call with the same clientToken.

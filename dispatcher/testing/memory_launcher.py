@@ -13,7 +13,14 @@ What it promises, each checked against ``EcsLauncher`` on moto behind ``AwsProxy
 - DescribeTasks answers MISSING for an ARN it does not know;
 - StopTask leaves the task STOPPED with stop code ``UserInitiated`` and the given reason;
 - task definition revisions: ``register_task_definition()`` adds one, resolve returns the
-  latest ACTIVE one.
+  latest ACTIVE one;
+- ``inject_throttle(n)``: the next n calls raise ``RateExceeded`` (ThrottlingException), as
+  the ECS adapter does when every retry of a RunTask was throttled;
+- optionally (``limits``, off by default) Fargate's two launch limits, enforced as ECS does: a
+  RunTask over the call rate or over a capacity provider's task bucket raises
+  ``RateExceeded`` (ThrottlingException) and starts nothing. Tasks are charged to providers
+  as ``capacity_strategy`` (provider, weight, base) spreads them; on-demand requests and an
+  empty strategy charge FARGATE only.
 
 Tests drive tasks with :meth:`set_status` and :meth:`stop_task` (a stop with any stop code,
 reason and exit code: a Spot interruption, an OOM kill, a clean exit) and assert on
@@ -33,11 +40,15 @@ from dataclasses import dataclass
 from dispatcher.domain.errors import LaunchError, ResourceMissing
 from dispatcher.domain.stops import LastStatus, StopCode
 from dispatcher.ports.launcher import (
+    CAPACITY_UNAVAILABLE,
     MAX_TASKS_PER_CALL,
     Launcher,
+    LaunchLimits,
     LaunchRequest,
     LaunchResult,
+    RateExceeded,
     TaskStatus,
+    split_tasks,
 )
 
 __all__ = ["MemoryLauncher", "MemoryTask"]
@@ -64,16 +75,18 @@ class MemoryTask:
 
 # RunTask's failures[] reason when Fargate has no capacity for a task.
 # https://repost.aws/knowledge-center/ecs-fargate-runtask-capacity
-SPOT_CAPACITY_REASON = ("Capacity is unavailable at this time. Please try again later or in a "
-                        "different availability zone")
+SPOT_CAPACITY_REASON = CAPACITY_UNAVAILABLE
 
 
 class MemoryLauncher(Launcher):
     def __init__(self, *, family: str = "longjobs-worker", cluster: str = "longjobs",
                  region: str = "us-east-1", account: str = "000000000000",
                  initial_status: LastStatus = LastStatus.RUNNING, revisions: int = 1,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, limits: LaunchLimits | None = None,
+                 capacity_strategy: tuple[tuple[str, int, int], ...] = ()) -> None:
         self.family, self.cluster = family, cluster
+        self._limits = limits
+        self._strategy = capacity_strategy
         self._arn_prefix = f"arn:aws:ecs:{region}:{account}:task/{cluster}/"
         self._initial = initial_status
         self._clock = clock
@@ -82,9 +95,12 @@ class MemoryLauncher(Launcher):
         self._revisions: dict[int, bool] = {}  # revision: ACTIVE
         self._tokens: dict[str, tuple[LaunchRequest, LaunchResult]] = {}
         self._failures: deque[str] = deque()
+        self._throttles = 0
         self._spot_capacity = True
         self.tasks: dict[str, MemoryTask] = {}
         self.requests: list[LaunchRequest] = []  # every run() call, repeats and refusals too
+        # (time, provider, tasks) of every launch charged to a provider (with ``limits`` only)
+        self.launches: list[tuple[float, str, int]] = []
         self.stops: list[tuple[str, str]] = []  # every stop() call: (task_arn, reason)
         for _ in range(revisions):
             self.register_task_definition()
@@ -117,6 +133,16 @@ class MemoryLauncher(Launcher):
         with self._lock:
             self._failures.extend(reasons)
 
+    def inject_throttle(self, times: int) -> None:
+        """The next ``times`` run() calls are refused with ``RateExceeded`` (ECS's
+        ThrottlingException) and start nothing, whatever ``limits`` says."""
+        with self._lock:
+            self._throttles += times
+
+    @property
+    def limits(self) -> LaunchLimits | None:
+        return self._limits
+
     def set_spot_capacity(self, available: bool) -> None:
         """Model a Spot strategy whose Spot capacity ran out: every task of a request that is
         not ``on_demand`` fails with ECS's capacity reason until it is available again."""
@@ -145,6 +171,10 @@ class MemoryLauncher(Launcher):
     def run(self, request: LaunchRequest) -> LaunchResult:
         with self._lock:
             self.requests.append(request)
+            if self._throttles > 0:
+                self._throttles -= 1
+                raise RateExceeded("ThrottlingException: Rate exceeded (injected)")
+            now = self._limits.call() if self._limits is not None else 0.0
             if not 1 <= request.count <= MAX_TASKS_PER_CALL:
                 raise LaunchError(f"RunTask rejected: InvalidParameterException: count must be "
                                   f"1..{MAX_TASKS_PER_CALL}, not {request.count}")
@@ -159,6 +189,11 @@ class MemoryLauncher(Launcher):
                     or int(revision) not in self._revisions:
                 raise LaunchError("RunTask rejected: ClientException: task definition "
                                   f"{request.task_definition!r} not found")
+            if self._limits is not None:
+                per_provider = split_tasks(request.count,
+                                           () if request.on_demand else self._strategy)
+                self._limits.tasks(per_provider, now)
+                self.launches.extend((now, p, n) for p, n in per_provider.items())
             if not self._spot_capacity and not request.on_demand:
                 result = LaunchResult([], [SPOT_CAPACITY_REASON] * request.count)
                 self._tokens[request.client_token] = (request, result)

@@ -20,7 +20,7 @@ from botocore.config import Config
 from dispatcher.aws.ecs import EcsLauncher, EcsTarget
 from dispatcher.domain.errors import LaunchError
 from dispatcher.domain.stops import LastStatus, StopCode
-from dispatcher.ports.launcher import MAX_TASKS_PER_CALL, Launcher, LaunchRequest
+from dispatcher.ports.launcher import MAX_TASKS_PER_CALL, Launcher, LaunchRequest, RateExceeded
 from dispatcher.testing.memory_launcher import MemoryLauncher
 
 RETRY_ONCE = Config(retries={"max_attempts": 1, "mode": "standard"})
@@ -32,6 +32,7 @@ class Harness:
     inject_failures: Callable[[list[str]], None]
     started: Callable[[], int]  # tasks really started so far
     register_revision: Callable[[], str]  # family:revision of a new ACTIVE revision
+    throttle: Callable[[int], None]  # the next n run() calls are throttled on every try
     # The proxy's clientToken cache lives as long as the test session: tokens are per test.
     token_prefix: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
 
@@ -39,7 +40,7 @@ class Harness:
 def _memory() -> Harness:
     launcher = MemoryLauncher()
     return Harness(launcher, launcher.inject_failures, lambda: len(launcher.tasks),
-                   launcher.register_task_definition)
+                   launcher.register_task_definition, launcher.inject_throttle)
 
 
 def _stop_codes_on(ecs: Any) -> None:
@@ -81,8 +82,12 @@ def _ecs(aws: Any) -> Harness:
         )["taskDefinition"]["taskDefinitionArn"]
         return str(arn).rsplit("/", 1)[-1]
 
-    return Harness(EcsLauncher(ecs, target, max_tries=2), aws.proxy.inject_runtask_failures,
-                   started, register_revision)
+    # Each of the adapter's tries is two HTTP attempts: RETRY_ONCE's max_attempts counts the
+    # retries after the first (botocore's legacy meaning of the key).
+    tries = 2
+    attempts = tries * 2
+    return Harness(EcsLauncher(ecs, target, max_tries=tries), aws.proxy.inject_runtask_failures,
+                   started, register_revision, lambda n: aws.proxy.inject_throttle(n * attempts))
 
 
 @pytest.fixture(params=["memory", "ecs"])
@@ -149,6 +154,20 @@ def test_placement_failures_come_back_as_failures_with_their_reasons(harness: Ha
     harness.inject_failures([capacity, capacity])
     none = harness.launcher.run(_request(harness, 2, token="t2"))
     assert none.task_arns == [] and none.failures == [capacity, capacity]
+    assert harness.started() == 2
+
+
+def test_a_throttled_runtask_raises_rate_exceeded_and_its_token_works_later(
+        harness: Harness) -> None:
+    """ThrottlingException on every try: ``RateExceeded`` (an unknown outcome to the port,
+    not a ``LaunchError``); the same clientToken, repeated later, starts the tasks once."""
+    harness.throttle(1)
+    with pytest.raises(RateExceeded, match="ThrottlingException"):
+        harness.launcher.run(_request(harness, 2, token="throttled"))
+    assert harness.started() == 0
+    first = harness.launcher.run(_request(harness, 2, token="throttled"))
+    assert len(first.task_arns) == 2
+    assert harness.launcher.run(_request(harness, 2, token="throttled")) == first
     assert harness.started() == 2
 
 
