@@ -1,4 +1,9 @@
-"""What a handler gets besides its payload: identity, a logger, cancellation and checkpoints."""
+"""What a handler gets besides its payload: identity, a logger, cancellation and checkpoints.
+
+Each running job has its own context, so jobs running at once in one task are cancelled (or
+time out) one by one. ``checkpoint`` writes to the table from the caller's thread: an
+``async def`` handler that checkpoints often may call it through ``asyncio.to_thread``.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +29,12 @@ class JobContext:
     def cancelled(self) -> bool:
         """True once the task is stopping, the job was cancelled or timed out: wrap up."""
         return self._cancel.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Sleep up to ``timeout`` seconds, waking as soon as the job is cancelled; True if it
+        is. (It blocks its thread: an ``async def`` handler awaits instead and gets
+        ``asyncio.CancelledError`` when cancelled.)"""
+        return self._cancel.wait(timeout)
 
     def raise_if_cancelled(self) -> None:
         if self._cancel.is_set():

@@ -1,21 +1,31 @@
-"""Running one handler: in a thread, with its timeout, cancellation and a bounded grace.
+"""Running one handler: in a thread or on the event loop, with its timeout, cancellation and a
+bounded grace.
 
-A handler is hostile until proven otherwise: it may raise anything, return junk, hang, or ignore
-its cancellation. Whatever it does, :meth:`Executor.execute` returns an :class:`Outcome` within
-the job's timeout plus a grace period; a handler still running after that is reported as
-``abandoned`` so the worker records it and ends the process (a thread cannot be killed).
+A handler is hostile until proven otherwise: it may raise anything, return junk, hang, block the
+event loop, or ignore its cancellation. Whatever it does, :meth:`Executor.execute` returns an
+:class:`Outcome` within the job's timeout plus a grace period; a handler still running after
+that is reported as ``abandoned`` so the worker records it and ends the process (a thread cannot
+be killed).
+
+A plain handler runs in a thread of its own. An ``async def`` handler runs as an asyncio task on
+the task's one event loop (:mod:`job_runner.loop`), started on first use; its cancellation (a
+timeout, a cancel request, SIGTERM, a lost claim) sets ``ctx.cancelled()`` and cancels that
+task. Either way the caller's thread watches the job, so several jobs run at once by calling
+:meth:`Executor.execute` from several threads: each job's timeout and cancellation are its own.
 """
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from dispatcher.domain.jobs import Job
 from job_runner.context import JobContext
+from job_runner.loop import EventLoop, is_async
 from job_runner.outcome import Outcome, raised, succeeded
 
 # How long a cancelled handler gets to return before it is abandoned: after a timeout or a
@@ -40,27 +50,59 @@ class Execution:
     abandoned: bool = False  # the handler outlived its grace and is still running
 
 
+class _Run(Protocol):
+    done: threading.Event
+    value: Any
+    error: BaseException | None
+
+    def cancel(self) -> None: ...
+
+
+class _ThreadRun:
+    """A plain handler in a thread of its own (``cancel`` cannot stop it: ctx says so)."""
+
+    def __init__(self, job: Job, handler: Callable[..., Any], ctx: JobContext,
+                 context: contextvars.Context) -> None:
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+        def target() -> None:
+            try:
+                self.value = handler(dict(job.payload), ctx)
+            except BaseException as exc:  # the job's failure, recorded, never the runner's
+                self.error = exc
+            finally:
+                self.done.set()
+
+        threading.Thread(target=context.run, args=(target,), daemon=True,
+                         name=f"job-{job.job_id}").start()
+
+    def cancel(self) -> None:
+        pass
+
+
 class Executor:
     def __init__(self, signals: Signals, *, retry_any_exception: bool) -> None:
         self._signals = signals
         self._retry_any = retry_any_exception
+        self.loop = EventLoop()  # started by the first async handler only
+
+    def close(self) -> None:
+        self.loop.close()
 
     def execute(self, job: Job, handler: Callable[..., Any], ctx: JobContext,
                 attempt: int) -> Execution:
-        box: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                box["value"] = handler(dict(job.payload), ctx)
-            except BaseException as exc:  # the job's failure, recorded, never the runner's
-                box["error"] = exc
-
-        thread = threading.Thread(target=target, daemon=True, name=f"job-{job.job_id}")
-        thread.start()
+        # The handler runs with this thread's context: the job's log keys follow it.
+        context = contextvars.copy_context()
+        run: _Run
+        if is_async(handler):
+            run = self.loop.submit(lambda: handler(dict(job.payload), ctx), context)
+        else:
+            run = _ThreadRun(job, handler, ctx, context)
         deadline = time.monotonic() + job.timeout_seconds if job.timeout_seconds else None
         grace_until: float | None = None
-        while thread.is_alive():
-            thread.join(POLL_SECONDS)
+        while not run.done.wait(POLL_SECONDS):
             if self._signals.cancel_requested(job.job_id):
                 ctx.cancel("cancelled")
             if self._signals.claim_lost():
@@ -68,17 +110,18 @@ class Executor:
             if deadline and time.monotonic() > deadline:
                 ctx.cancel("timeout")
             if ctx.cancelled() and grace_until is None:
+                run.cancel()  # an async handler's task; a thread only sees ctx.cancelled()
                 grace = STOP_GRACE_SECONDS if self._signals.stopping() else \
                     TIMEOUT_GRACE_SECONDS
                 grace_until = time.monotonic() + grace
-            if grace_until and time.monotonic() > grace_until and thread.is_alive():
+            if grace_until and time.monotonic() > grace_until and not run.done.is_set():
                 outcome = raised(job, TimeoutError(ctx.cancel_reason or "did not stop"),
                                  attempts=attempt, retry_any=False,
                                  cancel_reason=ctx.cancel_reason or "interrupted")
                 return Execution(outcome, abandoned=True)
-        if "error" in box:
-            return Execution(raised(job, box["error"], attempts=attempt,
+        if run.error is not None:
+            return Execution(raised(job, run.error, attempts=attempt,
                                     retry_any=self._retry_any,
                                     cancel_reason=ctx.cancel_reason if ctx.cancelled()
                                     else None))
-        return Execution(succeeded(job, box.get("value")))
+        return Execution(succeeded(job, run.value))

@@ -1,8 +1,13 @@
-"""Which callable runs a job of a given kind: entry points first, then LONGJOBS_HANDLERS."""
+"""Which callable runs a job of a given kind: entry points first, then LONGJOBS_HANDLERS.
+
+A handler is a plain function (run in a thread) or an ``async def`` one (run on the task's
+event loop); see :mod:`job_runner.executor`.
+"""
 
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
@@ -32,6 +37,7 @@ class Registry:
     def __init__(self, handlers: dict[str, Handler] | None = None) -> None:
         self._handlers = dict(handlers or {})
         self._lazy: dict[str, str] = {}
+        self._lock = threading.Lock()  # jobs running at once look up their handlers at once
 
     @classmethod
     def load(cls, specs: tuple[str, ...]) -> Registry:
@@ -47,9 +53,10 @@ class Registry:
 
     def get(self, kind: str) -> Handler | None:
         """The handler, imported on first use so one broken module fails only its own jobs."""
-        if kind not in self._handlers and kind in self._lazy:
-            self._handlers[kind] = _resolve(self._lazy.pop(kind))
-        return self._handlers.get(kind)
+        with self._lock:
+            if kind not in self._handlers and kind in self._lazy:
+                self._handlers[kind] = _resolve(self._lazy.pop(kind))
+            return self._handlers.get(kind)
 
     def kinds(self) -> list[str]:
         return sorted({*self._handlers, *self._lazy})

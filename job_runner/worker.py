@@ -4,9 +4,29 @@ Every write carries the claim's fence; a runner that loses it stops writing and 
 handler itself runs in :mod:`job_runner.executor`; what it returns or raises becomes the job's
 next state in :mod:`job_runner.outcome`; the writes are grouped in :mod:`job_runner.writes`.
 
-A handler that outlives its cancellation (timeout, cancel, SIGTERM) is recorded, and then the
-process ends: a thread cannot be killed, and a job must never run twice at once, so nothing else
-runs in this task; the stop event reruns the rest of the bundle elsewhere.
+Up to ``LONGJOBS_TASK_CONCURRENCY`` jobs run at once (1, the default, runs them one after the
+other). The main thread is the scheduler: it reads the bundle a page at a time and starts its
+jobs in bundle order (:mod:`job_runner.schedule`), skipping ahead past a kind at its
+``LONGJOBS_TASK_KIND_CONCURRENCY`` cap. Each started job gets a slot thread that runs it through
+the executor (a plain handler in a thread of its own, an ``async def`` one as a task on the
+task's one event loop) and records it; all slots share the bundle's grouped writes and fence.
+Each running job has its own :class:`JobContext` (``Worker.running``): a timeout or a cancel
+request stops that job only; the heartbeat reports the running job ids on the bundle item.
+
+Ways to stop taking jobs:
+
+- SIGTERM: every running job is cancelled (each gets STOP_GRACE_SECONDS), nothing new starts,
+  what finished is written and the bundle stays RUNNING; the stop event reruns the rest.
+- A handler that outlives its cancellation (timeout, cancel, SIGTERM) is recorded with its
+  outcome, and nothing new starts: a thread cannot be killed, and a job must never run twice at
+  once. The other running jobs finish (each within its own timeout and grace) and are recorded,
+  the writes are flushed, the bundle stays RUNNING, and :func:`main` ends the process
+  (``os._exit``) without waiting for the abandoned handler; the stop event reruns the rest of
+  the bundle elsewhere.
+- A lost claim (the heartbeat or a write finds a newer attempt owning the bundle): every running
+  job is cancelled ("claim lost") and nothing more is written.
+- Any other failed write or read: nothing new starts, the running jobs finish, and the error is
+  raised; :func:`main` exits with RUNNER_FAILED_EXIT (the runner failed, not a job).
 """
 
 from __future__ import annotations
@@ -19,6 +39,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections import Counter
 from types import FrameType
 
 from aws_lambda_powertools import Logger
@@ -32,9 +53,10 @@ from dispatcher.domain.stops import RUNNER_FAILED_EXIT
 from dispatcher.ports.store import Fence, RunnerStore
 from dispatcher.settings import Config
 from job_runner.context import JobContext
-from job_runner.executor import Executor, Signals
+from job_runner.executor import POLL_SECONDS, Executor, Signals
 from job_runner.kinds import Registry
 from job_runner.outcome import Outcome, error_of, log_fields
+from job_runner.schedule import Plan
 from job_runner.writes import Writes
 
 # JSON lines with task_arn / bundle_id / job_id on every line (payloads are never logged).
@@ -64,10 +86,20 @@ class Worker:
         self.store = store
         self.registry = registry
         self.arn = arn
-        self.stopping = threading.Event()
-        self.lost = threading.Event()
+        self.stopping = threading.Event()  # SIGTERM (or the run is over): start nothing more
+        self.lost = threading.Event()  # a newer attempt owns the bundle: write nothing more
+        self.abandoned = threading.Event()  # a handler outlived its grace: start nothing more
         self.cancel_requested: set[str] = set()
-        self.ctx: JobContext | None = None
+        # The live run of each job whose handler runs now: its cancellation, and the only
+        # context whose checkpoints are written. Changed under _changed; read without it by
+        # the heartbeat and on SIGTERM (a signal handler must not wait for a lock).
+        self.running: dict[str, JobContext] = {}
+        self._changed = threading.Condition()
+        self._slots = 0  # jobs started and not yet recorded (at most task_concurrency)
+        self._kinds: Counter[str] = Counter()  # the same, by kind
+        self._ended = 0  # slots freed so far: the scheduler waits for it to move
+        self._left: set[str] = set()  # jobs of the bundle not finished by this run
+        self._failure: Exception | None = None  # a write failed in a slot: re-raised by run
         self.executor = Executor(Signals(cancel_requested=self.cancel_requested.__contains__,
                                          stopping=self.stopping.is_set,
                                          claim_lost=self.lost.is_set),
@@ -85,10 +117,10 @@ class Worker:
         return None
 
     def on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        log.warning("SIGTERM: finishing the current job cooperatively, taking no new ones")
-        self.stopping.set()
-        if self.ctx is not None:
-            self.ctx.cancel("task stopping (SIGTERM)")
+        log.warning("SIGTERM: cancelling the running jobs cooperatively, taking no new ones")
+        self.stopping.set()  # before the look at running: a job started meanwhile sees it
+        for ctx in list(self.running.values()):
+            ctx.cancel("task stopping (SIGTERM)")
 
     def run(self) -> int:
         log.append_keys(task_arn=self.arn)
@@ -121,38 +153,110 @@ class Worker:
             log.warning("lost the claim: %s; exiting without further writes", exc.reason)
         finally:
             self.stopping.set()
+            self.executor.close()
         return 0
 
     def _run_jobs(self, bundle: Bundle, writes: Writes) -> None:
-        jobs = self.store.get_jobs(bundle.job_ids)
-        abandoned = False
-        for job in jobs:
-            if self.stopping.is_set() or self.lost.is_set() or abandoned:
-                break
+        try:
+            self._start_jobs(bundle, writes)
+        except Exception as exc:  # a write or a read failed: start nothing more
+            self._fail(exc)
+        self._wait_idle()  # each running job ends within its timeout and grace
+        if self._failure is not None:
+            raise self._failure  # ConflictError: the claim is lost; else the runner failed
+        if self.lost.is_set():
+            return
+        if self.stopping.is_set() or self.abandoned.is_set():
+            writes.flush()  # the bundle stays RUNNING: the stop event reruns what is left
+            return
+        left = self._left - writes.refused
+        writes.flush(BundleState.PENDING if writes.retrying or left else BundleState.DONE)
+
+    def _halted(self) -> bool:
+        return self.stopping.is_set() or self.lost.is_set() or self.abandoned.is_set() \
+            or self._failure is not None
+
+    def _at_cap(self, kind: str) -> bool:
+        cap = self.cfg.task_kind_concurrency.get(kind)
+        return cap is not None and self._kinds[kind] >= max(cap, 1)
+
+    def _start_jobs(self, bundle: Bundle, writes: Writes) -> None:
+        """Start the bundle's jobs in order, up to task_concurrency at once, until the bundle
+        is exhausted or the task stops taking jobs."""
+        plan = Plan(self.store.bundle_jobs(bundle), self.store.get_jobs)
+        while True:
+            with self._changed:
+                while self._slots >= self.cfg.task_concurrency and not self._halted():
+                    self._changed.wait(POLL_SECONDS)
+                ended = self._ended
+            if self._halted():
+                return
+            job = plan.next(self._at_cap)
+            if job is None:
+                if plan.exhausted:
+                    return
+                with self._changed:  # all that is left is of kinds at their cap
+                    while self._ended == ended and not self._halted():
+                        self._changed.wait(POLL_SECONDS)
+                continue
             if job.state != JobState.PENDING or job.bundle_id != bundle.bundle_id:
+                if job.bundle_id == bundle.bundle_id and job.state not in TERMINAL_JOB_STATES:
+                    self._left.add(job.job_id)
                 continue  # finished, or retried into another bundle
             if job.job_id in self.cancel_requested:
                 job.state = JobState.CANCELLED
                 writes.finish(job, Outcome(JobState.CANCELLED, reason="cancelled on request "
                                            "before it started"), started=False)
                 continue
-            abandoned = self._run_job(job, writes)
-        if self.lost.is_set():
-            return
-        if self.stopping.is_set() or abandoned:
-            writes.flush()  # the bundle stays RUNNING: the stop event reruns what is left
-            return
-        left = [j for j in jobs if j.state not in TERMINAL_JOB_STATES
-                and j.bundle_id == bundle.bundle_id and j.job_id not in writes.refused]
-        writes.flush(BundleState.PENDING if writes.retrying or left else BundleState.DONE)
+            self._start(job, writes)
 
-    def _run_job(self, job: Job, writes: Writes) -> bool:
-        """Run one job and record it; True if its handler was abandoned still running."""
-        attempt = job.attempts + 1
-        log.append_keys(job_id=job.job_id, kind=job.kind)
-        ctx = JobContext(job.job_id, attempt, job.checkpoint,
+    def _start(self, job: Job, writes: Writes) -> None:
+        ctx = JobContext(job.job_id, job.attempts + 1, job.checkpoint,
                          lambda state: self._checkpoint(writes, job, ctx, state), log)
-        self.ctx = ctx
+        with self._changed:
+            self.running[job.job_id] = ctx
+            self._slots += 1
+            self._kinds[job.kind] += 1
+        if self.stopping.is_set():  # SIGTERM meanwhile, perhaps before it could see ctx
+            self._release(job, ctx)
+            return
+        threading.Thread(target=self._slot, args=(job, ctx, writes), daemon=True,
+                         name=f"slot-{job.job_id}").start()
+
+    def _slot(self, job: Job, ctx: JobContext, writes: Writes) -> None:
+        log.thread_safe_append_keys(job_id=job.job_id, kind=job.kind)
+        try:
+            self._run_job(job, ctx, writes)
+        except Exception as exc:  # a write failed: the runner's failure, not the job's
+            self._fail(exc)
+        finally:
+            self._release(job, ctx)
+            log.thread_safe_remove_keys(["job_id", "kind"])
+
+    def _release(self, job: Job, ctx: JobContext) -> None:
+        with self._changed:
+            if self.running.get(job.job_id) is ctx:
+                del self.running[job.job_id]
+            self._slots -= 1
+            self._kinds[job.kind] -= 1
+            self._ended += 1
+            self._changed.notify_all()
+
+    def _fail(self, exc: Exception) -> None:
+        with self._changed:
+            if self._failure is None:
+                self._failure = exc
+            if isinstance(exc, ConflictError):
+                self.lost.set()  # the running jobs are cancelled ("claim lost")
+            self._changed.notify_all()
+
+    def _wait_idle(self) -> None:
+        with self._changed:
+            while self._slots:
+                self._changed.wait(POLL_SECONDS)
+
+    def _run_job(self, job: Job, ctx: JobContext, writes: Writes) -> bool:
+        """Run one job and record it; True if its handler was abandoned still running."""
         writes.start(job)
         abandoned = False
         try:
@@ -167,24 +271,33 @@ class Worker:
                                   f"handler registered (known: {known})",
                                   error={"type": "UnknownKind", "message": job.kind})
             else:
-                execution = self.executor.execute(job, handler, ctx, attempt)
+                execution = self.executor.execute(job, handler, ctx, ctx.attempt)
                 outcome, abandoned = execution.outcome, execution.abandoned
-        self.ctx = None
+                if abandoned:
+                    self.abandoned.set()  # at once: no job may start beside it from now on
+        with self._changed:  # no longer the live run: its checkpoints are refused
+            if self.running.get(job.job_id) is ctx:
+                del self.running[job.job_id]
         job.state = outcome.target
+        if outcome.target not in TERMINAL_JOB_STATES:
+            self._left.add(job.job_id)
+        if self.lost.is_set():
+            return abandoned  # a newer attempt owns the bundle: nothing more is written
         writes.finish(job, outcome, started=True)
         # The record keeps the whole error; the log gets its type and a redacted, bounded
         # message (handler errors can quote payload values).
         report = log.info if outcome.target == JobState.SUCCEEDED else log.warning
         report("job finished", extra=log_fields(outcome))
         if abandoned:
-            log.error("the handler ignored its cancellation and still runs; ending the task "
-                      "so that it cannot overlap a rerun", extra=log_fields(outcome))
-        log.remove_keys(["job_id", "kind"])
+            log.error("the handler ignored its cancellation and still runs; taking no new "
+                      "jobs, and ending the task once the others are recorded, so that it "
+                      "cannot overlap a rerun", extra=log_fields(outcome))
         return abandoned
 
     def _checkpoint(self, writes: Writes, job: Job, ctx: JobContext,
                     state: dict[str, object]) -> None:
-        if self.ctx is not ctx:  # an abandoned handler, still running: its outcome is recorded
+        if self.running.get(job.job_id) is not ctx:  # an abandoned handler, still running:
+            # its outcome is recorded
             raise Interrupted("this run was abandoned; its checkpoint is not written",
                               job_id=job.job_id)
         writes.flush()
@@ -192,8 +305,10 @@ class Worker:
 
     def _heartbeat(self, fence: Fence) -> None:
         while not self.stopping.wait(self.cfg.heartbeat_seconds):
+            with self._changed:
+                running = list(self.running)
             try:
-                self.cancel_requested |= self.store.heartbeat(fence)
+                self.cancel_requested |= self.store.heartbeat(fence, running=running)
             except ConflictError:
                 log.warning("heartbeat found the claim lost; stopping")
                 self.lost.set()

@@ -7,6 +7,9 @@ that was running and loses no finished result. The worker uses it for a bundle o
 long job records its start at once) and for every rerun of a bundle, since a rerun follows a
 stop (a crash, a kill, Spot) and the next one must be attributable: a bundled job that kills
 its task is charged from its second launch on, and fails within ``max_attempts`` + 1 launches.
+
+Jobs running at once in one task (LONGJOBS_TASK_CONCURRENCY) share one ``Writes``: their starts
+and results join the same groups, every call is under one lock.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ class Writes:
         self.retrying = False
         self.retry_at = 0.0
         self._last = time.monotonic()
-        # The handler thread flushes too (a checkpoint writes what is pending first), and an
+        # Each running job's slot thread records into it, a handler flushes too (a checkpoint
+        # writes what is pending first, from the handler's thread or the event loop's), and an
         # abandoned handler may still checkpoint while the worker records its outcome.
         self._lock = threading.RLock()
 

@@ -3,10 +3,13 @@ $LONGJOBS_TEST_LOG, an independent record of executions (so "ran once" is checke
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
+import threading
 import time
+from collections import Counter
 from typing import Any
 
 from job_runner import JobContext
@@ -66,3 +69,34 @@ def stubborn(payload: dict[str, Any], ctx: JobContext) -> None:
     _record(ctx, "run", at=time.time())
     time.sleep(payload.get("seconds", 30))
     _record(ctx, "finished", at=time.time())
+
+
+_barriers: dict[str, threading.Barrier] = {}
+_barriers_lock = threading.Lock()
+_arrived: Counter[str] = Counter()  # touched on the event loop's thread only
+
+
+def meet(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Concurrency-aware: returns once ``party`` jobs of its ``group`` run at once in this
+    process; fails (BrokenBarrierError) if they never do within ``wait`` seconds."""
+    with _barriers_lock:
+        barrier = _barriers.setdefault(payload["group"], threading.Barrier(
+            payload["party"], timeout=payload.get("wait", 30)))
+    barrier.wait()
+    _record(ctx, "met", thread=threading.current_thread().name)
+    return {"met": payload["party"]}
+
+
+async def ameet(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Async and concurrency-aware: returns once ``party`` jobs of its ``group`` have arrived on
+    this process's event loop; fails if they never do within ``wait`` seconds."""
+    group = payload["group"]
+    _arrived[group] += 1
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + payload.get("wait", 30)
+    while _arrived[group] < payload["party"]:
+        if loop.time() > give_up:
+            raise TimeoutError(f"only {_arrived[group]} of {payload['party']} arrived")
+        await asyncio.sleep(0.01)
+    _record(ctx, "met", thread=threading.current_thread().name, loop=id(loop))
+    return {"met": payload["party"]}
