@@ -208,7 +208,7 @@ class Config(BaseModel):
     tick_concurrency: Annotated[int, Field(ge=1, le=64), Env(
         "LONGJOBS_TICK_CONCURRENCY", "AWS calls the tick keeps in flight while it receives, "
         "records and deletes.")] = 8
-    hold_seconds: Annotated[int, Field(ge=30, le=43200), Env(
+    hold_seconds: Annotated[int, Field(ge=2, le=43200), Env(
         "LONGJOBS_HOLD_SECONDS", "Visibility timeout the tick receives messages with; it "
         "records and deletes each message within half of it.")] = 300
     lease_seconds: Annotated[int, Field(ge=1), Env(

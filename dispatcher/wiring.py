@@ -18,7 +18,7 @@ from dispatcher.aws.dynamodb import open_store
 from dispatcher.aws.ecs import EcsLauncher, EcsTarget
 from dispatcher.aws.sqs import SqsQueue
 from dispatcher.domain.errors import ConfigError
-from dispatcher.ports.launcher import Launcher
+from dispatcher.ports.launcher import Launcher, LaunchPacer
 from dispatcher.ports.queue import Queue
 from dispatcher.ports.store import DispatchStore
 from dispatcher.settings import Config
@@ -50,8 +50,11 @@ class Stages:
 
 
 def build(cfg: Config, *, queue: Queue, store: DispatchStore, launcher: Launcher,
-          clock: Callable[[], float] = time.time) -> Stages:
-    """Wire the given adapters to the stages, each stage receiving its own collaborators."""
+          clock: Callable[[], float] = time.time, pacer: LaunchPacer | None = None) -> Stages:
+    """Wire the given adapters to the stages, each stage receiving its own collaborators.
+
+    ``pacer`` replaces the launch pacer built from the settings (the twins and the dry run
+    simulate its waits instead of sleeping)."""
     logs.configure()
     bundling = BundlePolicy(cfg.bundle_max_jobs, cfg.bundle_max_seconds, cfg.small_job_seconds,
                             cfg.task_concurrency)
@@ -62,11 +65,12 @@ def build(cfg: Config, *, queue: Queue, store: DispatchStore, launcher: Launcher
         runtask_per_second=cfg.runtask_per_second, task_launch_burst=cfg.task_launch_burst,
         task_launch_per_second=cfg.task_launch_per_second,
         capacity_providers=tuple(p.provider for p in cfg.capacity_strategy) or ("FARGATE",)),
-        clock)
+        clock, pacer=pacer)
     reruns = Reruns(store, launcher, launches, RerunPolicy(cfg.max_infra_attempts), clock)
     reconciler = Reconciler(store, launcher, reruns, ReconcilePolicy(
         cfg.start_timeout_seconds, cfg.heartbeat_seconds), clock)
-    intake = Intake(queue, store, AdmitPolicy(cfg.allowed_kinds, bundling), clock)
+    intake = Intake(queue, store, AdmitPolicy(cfg.allowed_kinds, bundling), clock,
+                    concurrency=cfg.tick_concurrency, hold_seconds=cfg.hold_seconds)
     tick = Dispatcher(store, launcher, intake, launches, reconciler,
                       TickPolicy(cfg.max_running_tasks, cfg.tick_seconds, cfg.lease_seconds,
                                  cfg.tick_reserve_seconds, cfg.tick_concurrency,

@@ -15,7 +15,7 @@ CASES = {
     "missing-family": ({"LONGJOBS_TASK_FAMILY": "no-such-family"}, "no-such-family"),
     "bad-number": ({"LONGJOBS_MAX_RUNNING_TASKS": "ten"}, "LONGJOBS_MAX_RUNNING_TASKS"),
     "bad-launcher": ({"LONGJOBS_LAUNCHER": "k8s"}, "LONGJOBS_LAUNCHER"),
-    "bundle-too-big": ({"LONGJOBS_BUNDLE_MAX_JOBS": "500"}, "LONGJOBS_BUNDLE_MAX_JOBS"),
+    "bundle-too-big": ({"LONGJOBS_BUNDLE_MAX_JOBS": "500000"}, "LONGJOBS_BUNDLE_MAX_JOBS"),
     "unreachable": ({"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}, "error:"),
 }
 

@@ -16,7 +16,7 @@ from dispatcher.aws.dynamodb import open_store
 from dispatcher.ops.client import JobClient
 from dispatcher.testing.workload import run_until_drained
 from tests.conftest import Aws
-from tests.helpers import check_converged, client, ecs_tasks
+from tests.helpers import check_converged, ecs_tasks
 
 JOBS = [f"crash-{i}" for i in range(5)]
 # (operation, calls of it to let through first) — the tick's order of effects for 5 long jobs:
@@ -45,21 +45,22 @@ def eventually(check: Callable[[], None], timeout: float = 60.0) -> None:
             time.sleep(0.2)
 
 
+# The tick receives with this visibility timeout: undeleted messages come back after it.
+HOLD = {"LONGJOBS_HOLD_SECONDS": "2"}
+
+
 def _tick_and_check(aws: Aws) -> None:
-    run_until_drained(wiring.dispatcher(aws.config()))
+    run_until_drained(wiring.dispatcher(aws.config(**HOLD)))
     check_converged(aws, JOBS)
 
 
 @pytest.mark.parametrize("point", list(CRASH_POINTS))
 def test_crash_after_each_step_converges(aws: Aws, point: str) -> None:
-    sqs = client("sqs", aws.proxy.url)
-    sqs.set_queue_attributes(QueueUrl=aws.env["LONGJOBS_QUEUE_URL"],
-                             Attributes={"VisibilityTimeout": "2"})
     JobClient().submit_many([{"kind": "k", "payload": {}, "job_id": j} for j in JOBS])
     operation, skip = CRASH_POINTS[point]
     aws.proxy.inject_error(operation, after_forward=True, skip=skip)
     try:
-        wiring.dispatcher(aws.config()).tick()
+        wiring.dispatcher(aws.config(**HOLD)).tick()
     except Exception as exc:  # the crash: whatever the step raised ends this tick
         code = getattr(exc, "cause_response_code", None) or repr(exc)
         assert "InjectedCrash" in code

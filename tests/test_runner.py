@@ -23,7 +23,8 @@ from dispatcher.testing.proxy import AwsProxy
 
 HANDLERS = ("echo=tests.handlers:echo,fail=tests.handlers:fail,steps=tests.handlers:steps,"
             "sleepy=tests.handlers:sleepy,suicide=tests.handlers:suicide,"
-            "exit_zero=tests.handlers:exit_zero,stubborn=tests.handlers:stubborn")
+            "exit_zero=tests.handlers:exit_zero,stubborn=tests.handlers:stubborn,"
+            "meet=tests.handlers:meet,ameet=tests.handlers:ameet")
 
 
 @pytest.fixture
@@ -93,7 +94,8 @@ def test_small_bundle_runs_each_job_once(local: tuple[LocalEnv, Path]) -> None:
     unknown = store.get_job("unknown-kind")
     assert unknown is not None and unknown.state == JobState.FAILED
     assert "unknown kind 'nope'" in (unknown.reason or "")
-    assert len(env.launcher.tasks) == 1  # one bundle, one task
+    # Bundled: the 13 share tasks (the backlog is spread over the free slots, 2 or more each).
+    assert len(env.launcher.tasks) <= 7
 
 
 def test_sigkill_mid_job_reruns_from_checkpoint_on_the_infra_budget(
@@ -175,7 +177,8 @@ def test_a_bundle_of_50_small_jobs_costs_a_few_writes(
     saved = dict(os.environ)
     env = LocalEnv(endpoint=proxy.url, tick_seconds=3600, settings={
         "LONGJOBS_HANDLERS": HANDLERS, "LONGJOBS_FLUSH_SECONDS": "5",
-        "LONGJOBS_HEARTBEAT_SECONDS": "30", "LONGJOBS_ASSIGN_WAIT_SECONDS": "20"})
+        "LONGJOBS_HEARTBEAT_SECONDS": "30", "LONGJOBS_ASSIGN_WAIT_SECONDS": "20",
+        "LONGJOBS_MAX_RUNNING_TASKS": "1"})  # one slot: the 50 in one bundle
     try:
         env.start()
         store = open_store(env.cfg.table)
@@ -262,3 +265,42 @@ def test_a_handler_ignoring_its_timeout_ends_its_task_before_a_retry_runs(
     assert float(str(second["at"])) >= ended  # the first run's process had ended
     assert first["pid"] != second["pid"]
     assert not [r for r in runs(log, "stubborn") if r["event"] == "finished"]
+
+
+def test_a_task_runs_plain_and_async_jobs_at_once(
+        moto_server: MotoEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LONGJOBS_TASK_CONCURRENCY=8 in a real runner process: 4 plain handlers that return only
+    once all 4 run at once (each in a thread of its own), and 4 async ones that return only
+    once all 4 await on the task's one event loop."""
+    moto_server.reset()
+    log = tmp_path / "executions.jsonl"
+    monkeypatch.setenv("LONGJOBS_TEST_LOG", str(log))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "WARNING")
+    saved = dict(os.environ)
+    env = LocalEnv(endpoint=moto_server.url, tick_seconds=3600, settings={
+        "LONGJOBS_HANDLERS": HANDLERS, "LONGJOBS_TASK_CONCURRENCY": "8",
+        "LONGJOBS_MAX_RUNNING_TASKS": "1", "LONGJOBS_FLUSH_SECONDS": "5",
+        "LONGJOBS_HEARTBEAT_SECONDS": "30", "LONGJOBS_ASSIGN_WAIT_SECONDS": "20"})
+    try:
+        env.start()
+        store = open_store(env.cfg.table)
+        ids = JobClient().submit_many(
+            [{"kind": kind, "payload": {"group": kind, "party": 4}, "job_id": f"{kind}{i}",
+              "estimated_seconds": 0.1} for i in range(4) for kind in ("meet", "ameet")])
+        env.tick()
+        (arn,) = env.launcher.tasks  # one bundle, one task
+        wait_for(lambda: env.launcher.tasks[arn].exit is not None)
+        ended = env.launcher.tasks[arn].exit
+        assert ended is not None and ended.exit_code == 0
+        assert all(state(store, i) == JobState.SUCCEEDED for i in ids)
+    finally:
+        env.stop()
+        os.environ.clear()
+        os.environ.update(saved)
+    met = [r for i in ids for r in runs(log, i)]
+    assert len(met) == 8 and len({r["pid"] for r in met}) == 1
+    plain = [r for r in met if str(r["job_id"]).startswith("meet")]
+    aio = [r for r in met if str(r["job_id"]).startswith("ameet")]
+    assert len({r["thread"] for r in plain}) == 4  # a thread each
+    assert {r["thread"] for r in aio} == {"job-loop"} and len({r["loop"] for r in aio}) == 1

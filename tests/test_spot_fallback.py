@@ -35,7 +35,12 @@ def test_no_spot_capacity_relaunches_on_demand_at_once() -> None:
     stages, launcher, decision = tick_without_spot()
     assert decision.launch.spot_fallbacks == 3
     assert decision.launch.bundles_launched == 3
-    assert [r.on_demand for r in launcher.requests] == [False, True]
+    # Each Spot request that found no capacity is followed by its on-demand fallback (the
+    # tick launches bundles as they are recorded, so the 3 may take one call or several).
+    spot = [r for r in launcher.requests if not r.on_demand]
+    fallback = [r for r in launcher.requests if r.on_demand]
+    assert sum(r.count for r in spot) == sum(r.count for r in fallback) == 3
+    assert launcher.requests[0].on_demand is False
     for job_id in ("j0", "j1", "j2"):
         job = stages.store.get_job(job_id)
         assert job is not None and job.bundle_id
@@ -53,4 +58,4 @@ def test_the_switch_or_a_strategy_without_spot_means_no_fallback(
     _, launcher, decision = tick_without_spot(**overrides)
     assert decision.launch.spot_fallbacks == 0
     assert decision.launch.bundles_launched == 0
-    assert [r.on_demand for r in launcher.requests] == [False]
+    assert {r.on_demand for r in launcher.requests} == {False}

@@ -16,31 +16,40 @@ from dispatcher.domain.jobs import Job
 from dispatcher.local.launcher import LocalLauncher, TaskExit
 from dispatcher.ports.launcher import LaunchRequest
 from dispatcher.stages.bundle import Bundler
+from dispatcher.stages.policy import BundlePolicy
 from dispatcher.testing.memory_queue import MemoryQueue
 
 CFG = settings.load("dispatcher", {
     "LONGJOBS_QUEUE_URL": "q", "LONGJOBS_TABLE": "t", "LONGJOBS_CLUSTER": "c",
-    "LONGJOBS_TASK_FAMILY": "f", "LONGJOBS_LAUNCHER": "local", "LONGJOBS_BUNDLE_MAX_JOBS": "5",
-    "LONGJOBS_BUNDLE_MAX_SECONDS": "20", "LONGJOBS_SMALL_JOB_SECONDS": "10"})
+    "LONGJOBS_TASK_FAMILY": "f", "LONGJOBS_LAUNCHER": "local"})
+
+
+# 5 jobs, 10 s of a task's time at 2 in parallel (20 s of work), small at <= 10 s.
+POLICY = BundlePolicy(bundle_max_jobs=5, bundle_max_seconds=10, small_job_seconds=10,
+                      task_concurrency=2)
 
 
 @hyp_settings(max_examples=200, deadline=None)
 @given(estimates=st.lists(st.one_of(st.none(), st.floats(0, 100)), max_size=60),
-       capacity=st.integers(0, 12))
-def test_bundles_respect_every_limit(estimates: list[float | None], capacity: int) -> None:
-    bundler = Bundler(CFG, capacity)
+       capacity=st.integers(0, 12), target=st.one_of(st.none(), st.integers(1, 8)))
+def test_bundles_respect_every_limit(estimates: list[float | None], capacity: int,
+                                     target: int | None) -> None:
+    bundler = Bundler(POLICY, capacity, target)
     jobs = [Job(job_id=f"j{i}", kind="k", payload={}, estimated_seconds=e)
             for i, e in enumerate(estimates)]
     taken = [j for j in jobs if bundler.offer(j)]
-    bundles = bundler.bundles()
+    bundler.close()
+    bundles = bundler.take_closed()
     assert len(bundles) <= capacity
     assert sorted(j for b in bundles for j in b.job_ids) == sorted(j.job_id for j in taken)
     by_id = {j.job_id: j for j in jobs}
     for b in bundles:
         assert 1 <= len(b.job_ids) <= 5
-        if len(b.job_ids) > 1:  # only small jobs share, within the seconds limit
+        if len(b.job_ids) > 1:  # only small jobs share, within the work limit
             assert all(bundler.is_small(by_id[j]) for j in b.job_ids)
             assert sum(by_id[j].estimated_seconds or 0 for j in b.job_ids) <= 20
+    if target is not None:  # the even share, except in the last slot (it takes the rest)
+        assert sum(1 for b in bundles if len(b.job_ids) > target) <= 1
     for j in jobs:
         if j not in taken:  # refused only when no bundle could take it
             assert len(bundles) == capacity

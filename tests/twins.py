@@ -16,6 +16,7 @@ from dispatcher import settings, wiring
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import Job
 from dispatcher.ops.client import JobClient
+from dispatcher.ports.launcher import LaunchPacer
 from dispatcher.ports.store import Store
 from dispatcher.ports.store import records as r
 from dispatcher.ports.table import Record
@@ -81,7 +82,8 @@ class Twins:
 
     def stages(self, **overrides: str) -> wiring.Stages:
         return wiring.build(self.config(**overrides), queue=self.queue, store=self.store,
-                            launcher=self.launcher, clock=self.clock)
+                            launcher=self.launcher, clock=self.clock,
+                            pacer=LaunchPacer.simulated())
 
     def client(self, **kwargs: Any) -> JobClient:
         c = JobClient(queue_url=ENV["LONGJOBS_QUEUE_URL"], table_name=ENV["LONGJOBS_TABLE"],
@@ -114,7 +116,11 @@ class Twins:
         return r.record_job(rec) if rec else None
 
     def bundles(self) -> list[Bundle]:
-        return [r.record_bundle(rec) for rec in self.items("BUNDLE#")]
+        """Every bundle, with its job ids (read from its pages if it has any)."""
+        out = [r.record_bundle(rec) for rec in self.items("BUNDLE#")]
+        for b in out:
+            b.job_ids = self.store.job_ids_of(b)
+        return out
 
     def bundle(self, bundle_id: str) -> Bundle | None:
         rec = self.table.snapshot().get(r.bundle_key(bundle_id))

@@ -9,6 +9,9 @@ from dispatcher.domain.jobs import now
 
 
 class BundleState(StrEnum):
+    # Being written in several transactions (a bundle of more than ~98 jobs); never launched
+    # in this state. Its last transaction commits it to PENDING.
+    RECORDING = "RECORDING"
     PENDING = "PENDING"  # waiting for a launch (new, capacity failure or rerun)
     LAUNCHING = "LAUNCHING"  # a Launch owns it; RunTask may or may not have happened
     LAUNCHED = "LAUNCHED"  # has a task ARN; the task has not claimed it yet
@@ -21,7 +24,7 @@ ACTIVE_BUNDLE_STATES = (BundleState.LAUNCHING, BundleState.LAUNCHED, BundleState
 
 @dataclass
 class Bundle:
-    """The unit of launch: one task runs one bundle, in order."""
+    """The unit of launch: one task runs one bundle's jobs (``task_concurrency`` at once)."""
 
     bundle_id: str
     job_ids: list[str]
@@ -37,5 +40,9 @@ class Bundle:
     created_at: float = field(default_factory=now)
     updated_at: float = 0.0  # when it entered its current state
     heartbeat_at: float | None = None
+    # A bundle too large for one transaction keeps its job ids in this many page items
+    # (PAGE#<bundle_id>#<n>) instead of on the bundle item (DynamoDB items stop at 400 KB).
+    pages: int = 0
+    running_jobs: list[str] = field(default_factory=list)  # as of the last heartbeat
 
 

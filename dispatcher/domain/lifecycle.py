@@ -5,6 +5,9 @@ Every state change in longjobs is a conditional write: the Store roles
 condition (the item must still be in the state the writer believes it is in, plus any fence).
 A writer with a stale view loses the write instead of overwriting someone else's decision.
 
+A bundle too large for one transaction is written RECORDING first and committed to PENDING by
+its last transaction; only PENDING bundles are launched, so a recording cut short never runs.
+
 Budgets. No job can be relaunched forever: a task stop that leads to a rerun charges the job
 that was running when its task stopped one of its ``max_attempts`` (application: its code ended
 the process), or the infrastructure budget (``LONGJOBS_MAX_INFRA_ATTEMPTS``: Spot, host loss, a
@@ -35,6 +38,7 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 }
 
 BUNDLE_TRANSITIONS: dict[BundleState, frozenset[BundleState]] = {
+    B.RECORDING: frozenset({B.PENDING, B.DONE}),  # committed (DONE: every job a duplicate)
     B.PENDING: frozenset({B.LAUNCHING, B.DONE}),
     B.LAUNCHING: frozenset({B.LAUNCHED, B.PENDING}),
     B.LAUNCHED: frozenset({B.RUNNING, B.PENDING, B.DONE}),

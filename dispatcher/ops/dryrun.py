@@ -16,7 +16,13 @@ from dispatcher import wiring
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.jobs import Job, Rejection
 from dispatcher.domain.launches import Launch
-from dispatcher.ports.launcher import Launcher, LaunchRequest, LaunchResult, TaskStatus
+from dispatcher.ports.launcher import (
+    Launcher,
+    LaunchPacer,
+    LaunchRequest,
+    LaunchResult,
+    TaskStatus,
+)
 from dispatcher.ports.queue import BATCH, Backlog, Queue, Received
 from dispatcher.ports.store import DispatchStore, JobUpdate, LaunchOutcome
 from dispatcher.settings import Config
@@ -89,6 +95,12 @@ class DryRunStore(DispatchStore):
 
     def orphaned_launches(self, older_than: float) -> list[Launch]:
         return self._inner.orphaned_launches(older_than)
+
+    def recover_recordings(self) -> list[Bundle]:
+        return []  # commits nothing: a crashed tick's RECORDING bundles wait for a real tick
+
+    def job_ids_of(self, bundle: Bundle) -> list[str]:
+        return self._inner.job_ids_of(bundle)
 
     def record(self, bundles: list[Bundle], jobs: list[Job]) -> set[str]:
         existing = {j.job_id for j in self._inner.get_jobs([j.job_id for j in jobs])}
@@ -167,5 +179,11 @@ def dry_run(cfg: Config) -> tuple[Dispatcher, Plan]:
     plan = Plan()
     stages = wiring.build(cfg, queue=DryRunQueue(wiring.queue(cfg), plan),
                           store=DryRunStore(wiring.store(cfg), plan),
-                          launcher=DryRunLauncher(wiring.launcher(cfg), plan))
+                          launcher=DryRunLauncher(wiring.launcher(cfg), plan),
+                          # Starts nothing, so waits for nothing: paced_seconds still shows
+                          # what a real launch would have waited.
+                          pacer=LaunchPacer.simulated(
+                              runtask_per_second=cfg.runtask_per_second,
+                              task_launch_burst=cfg.task_launch_burst,
+                              task_launch_per_second=cfg.task_launch_per_second))
     return stages.dispatcher, plan

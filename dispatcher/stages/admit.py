@@ -3,23 +3,44 @@
 Each received message ends in exactly one of: a recorded job (deleted), a duplicate of a job
 already recorded (deleted), a REJECTED record with its reason (deleted; also for a valid message
 whose item the table refused), or back in the queue because capacity ran out (released, still
-backlog).
+backlog). A message whose bundle could not be recorded is neither deleted nor released: it is
+delivered again once its visibility timeout ends, and its job, if part of it was written, is a
+duplicate then.
+
+The drain is a pipeline with a bounded number of AWS calls in flight (``concurrency``): receives
+run ahead while the main thread validates and bundles; each bundle is recorded and its messages
+deleted on the pool as soon as it closes, and handed to ``on_recorded`` (the tick launches it)
+while the drain goes on. Messages are received with the ``hold_seconds`` visibility timeout and
+a bundle is closed once its oldest message was held for half of it, so every message is recorded
+and deleted long before it could be delivered again. Memory is bounded by the open and in-flight
+bundles, not by the depth of the queue.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import time
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from typing import Any
 
 from dispatcher.domain import message
-from dispatcher.domain.bundles import Bundle
+from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import InvalidMessage
 from dispatcher.domain.jobs import Job, JobState, Rejection
 from dispatcher.ports.queue import BATCH, Queue, Received
 from dispatcher.ports.store import DispatchStore
 from dispatcher.stages.bundle import Bundler
 from dispatcher.stages.policy import AdmitPolicy
+
+log = logging.getLogger(__name__)
+
+# SQS short polling samples a subset of its servers, so one empty receive does not prove the
+# queue empty; this many in a row do.
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-short-and-long-polling.html
+EMPTY_RECEIVES = 3
 
 
 @dataclass
@@ -30,6 +51,9 @@ class IntakeStats:
     duplicates: int = 0
     released: int = 0
     delete_failures: int = 0
+    record_failures: int = 0  # bundles left for redelivery (their messages kept)
+    bundles_recorded: int = 0
+    target_jobs: int = 0  # the even share of the backlog per bundle
     oldest_sent_at: float | None = None
     rejections: list[dict[str, str]] = field(default_factory=list)
 
@@ -48,67 +72,211 @@ def to_rejection(exc: InvalidMessage, received: Received, at: float) -> Rejectio
                      reason=exc.reason, body=body, job_id=exc.job_id, created_at=at)
 
 
+@dataclass
+class _Held:
+    """An open or recording bundle's jobs and the messages to delete once it is recorded."""
+
+    jobs: list[Job] = field(default_factory=list)
+    messages: list[Received] = field(default_factory=list)
+    since: float = field(default_factory=time.monotonic)  # its oldest message's receipt
+
+
+@dataclass
+class _Recorded:
+    bundle: Bundle | None = None
+    duplicates: int = 0
+    refused: list[Job] = field(default_factory=list)
+    rejections: list[Rejection] = field(default_factory=list)
+    delete_failures: int = 0
+
+
 class Intake:
     def __init__(self, queue: Queue, store: DispatchStore, policy: AdmitPolicy,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, *, concurrency: int = 8,
+                 hold_seconds: float = 300.0) -> None:
         self._policy = policy
         self._queue = queue
         self._store = store
         self._clock = clock
+        self._concurrency = max(2, concurrency)
+        self._hold = hold_seconds
 
-    def drain(self, capacity: int, deadline: float, stats: IntakeStats) -> list[Bundle]:
-        bundler = Bundler(self._policy.bundling, capacity)
-        jobs: dict[str, Job] = {}
-        done: list[Received] = []  # to delete once their outcome is recorded
-        leftover: list[Received] = []
-        rejections: list[Rejection] = []
-        while capacity > 0 and not bundler.full and time.monotonic() < deadline:
-            batch = self._queue.receive(BATCH)
-            if not batch:
-                break
-            stats.received += len(batch)
-            taken = 0
-            for received in batch:
-                if received.sent_at is not None:
-                    stats.oldest_sent_at = min(stats.oldest_sent_at or received.sent_at,
-                                               received.sent_at)
-                try:
-                    msg = message.parse(received.body, self._policy.allowed_kinds)
-                except InvalidMessage as exc:
-                    rejections.append(to_rejection(exc, received, self._clock()))
-                    done.append(received)
-                    continue
-                if msg.job_id in jobs:  # the same job twice in one tick
-                    stats.duplicates += 1
-                    done.append(received)
-                    continue
-                job = to_job(msg, received, self._clock())
-                if bundler.offer(job):
-                    jobs[job.job_id] = job
-                    done.append(received)
-                    taken += 1
-                else:
-                    leftover.append(received)
-            if taken == 0 and leftover:
-                break
-        # Record first, delete last: a crash in between only causes redeliveries, which the
-        # conditional writes turn into duplicates.
+    def target_jobs(self, capacity: int) -> int:
+        """Jobs per bundle that spread the visible backlog evenly over ``capacity`` tasks (at
+        least a task's worth of parallel jobs)."""
+        visible = self._queue.backlog().visible
+        return max(self._policy.bundling.task_concurrency, math.ceil(visible / max(1, capacity)))
+
+    def drain(self, capacity: int, deadline: float, stats: IntakeStats,
+              on_recorded: Callable[[list[Bundle]], None] | None = None) -> list[Bundle]:
+        """Admit up to ``capacity`` bundles of work before ``deadline`` (monotonic); return
+        the bundles recorded, each also passed to ``on_recorded`` as soon as it is."""
+        if capacity <= 0:
+            return []
+        stats.target_jobs = self.target_jobs(capacity)
+        run = _Drain(self, Bundler(self._policy.bundling, capacity, stats.target_jobs),
+                     deadline, stats, on_recorded or (lambda bundles: None))
+        with ThreadPoolExecutor(self._concurrency, thread_name_prefix="intake") as pool:
+            return run.run(pool)
+
+    # -- work done on the pool ------------------------------------------------------------------
+    def receive(self) -> list[Received]:
+        return self._queue.receive(BATCH, visibility_timeout=int(self._hold))
+
+    def record(self, bundle: Bundle, held: _Held) -> _Recorded:
+        """Record a bundle, then delete its messages (never before)."""
+        duplicates = self._store.record([bundle], held.jobs)
+        out = _Recorded(bundle, len(duplicates),
+                        [j for j in held.jobs if j.state == JobState.REJECTED])
+        out.delete_failures = self.delete(held.messages)
+        return out
+
+    def reject(self, rejections: list[Rejection], messages: list[Received]) -> _Recorded:
         if rejections:
             self._store.reject(rejections)
-            stats.rejected += len(rejections)
-            stats.rejections.extend({"key": r.key, "reason": r.reason} for r in rejections)
-        bundles = bundler.bundles()
-        duplicates = self._store.record(bundles, list(jobs.values())) if bundles else set()
-        # A job the table refused was recorded REJECTED by the store (it hurts only itself).
-        refused = [j for j in jobs.values() if j.state == JobState.REJECTED]
-        stats.duplicates += len(duplicates)
-        stats.rejected += len(refused)
-        stats.rejections.extend({"key": j.job_id, "reason": j.reason or ""} for j in refused)
-        stats.admitted += len(jobs) - len(duplicates) - len(refused)
+        return _Recorded(rejections=rejections, delete_failures=self.delete(messages))
+
+    def delete(self, messages: list[Received]) -> int:
+        return sum(len(self._queue.delete(messages[i:i + BATCH]))
+                   for i in range(0, len(messages), BATCH))
+
+    def release(self, messages: list[Received]) -> _Recorded:
+        for i in range(0, len(messages), BATCH):
+            self._queue.release(messages[i:i + BATCH])
+        return _Recorded()
+
+
+class _Drain:
+    """One drain's state, touched only by the thread that runs it; the pool's work returns
+    results that this thread applies."""
+
+    def __init__(self, intake: Intake, bundler: Bundler, deadline: float, stats: IntakeStats,
+                 on_recorded: Callable[[list[Bundle]], None]) -> None:
+        self.intake = intake
+        self.bundler = bundler
+        self.deadline = deadline
+        self.stats = stats
+        self.on_recorded = on_recorded
+        self.held: dict[str, _Held] = {}  # bundle id -> jobs and messages, until recorded
+        self.admitted: set[str] = set()  # job ids admitted by this drain
+        self.recorded: list[Bundle] = []
+        self.receiving = False  # still receiving
+        self.empty = 0
+
+    def run(self, pool: ThreadPoolExecutor) -> list[Bundle]:
+        receives: set[Future[list[Received]]] = set()
+        work: set[Future[_Recorded]] = set()
+        self.receiving = True
+        ahead = max(1, self.intake._concurrency // 2)
+        while True:
+            if self.receiving and (self.bundler.full or time.monotonic() >= self.deadline):
+                self.receiving = False
+            while self.receiving and len(receives) < ahead:
+                receives.add(pool.submit(self.intake.receive))
+            if not receives:
+                self.bundler.close()  # nothing more is coming: record what is open
+            self._close_held_too_long()
+            work |= {pool.submit(self.intake.record, b, self.held[b.bundle_id])
+                     for b in self.bundler.take_closed()}
+            if not receives and not work:
+                break
+            pending: list[Future[Any]] = [*receives, *work]
+            wait(pending, return_when=FIRST_COMPLETED)
+            for r in [f for f in receives if f.done()]:
+                receives.discard(r)
+                work |= self._admit(pool, r)
+            for w in [f for f in work if f.done()]:
+                work.discard(w)
+                self._recorded(w)
+        return self.recorded
+
+    def _close_held_too_long(self) -> None:
+        b = self.bundler.open_bundle
+        if b is not None and time.monotonic() - self.held[b.bundle_id].since \
+                >= self.intake._hold / 2:
+            self.bundler.close()
+
+    def _admit(self, pool: ThreadPoolExecutor,
+               f: Future[list[Received]]) -> set[Future[_Recorded]]:
+        """Validate and bundle one received batch; return the work it starts."""
+        try:
+            batch = f.result()
+        except Exception as exc:  # stop receiving; what was admitted is still recorded
+            log.error("receive failed; the drain stops here", extra={"error": repr(exc)})
+            self.receiving = False
+            return set()
+        if not batch:
+            self.empty += 1
+            self.receiving = self.receiving and self.empty < EMPTY_RECEIVES
+            return set()
+        self.empty = 0
+        stats, now = self.stats, self.intake._clock()
+        stats.received += len(batch)
+        rejections: list[Rejection] = []
+        finished: list[Received] = []  # rejected, or duplicates of a recorded job: delete now
+        leftover: list[Received] = []
+        for received in batch:
+            if received.sent_at is not None:
+                stats.oldest_sent_at = min(stats.oldest_sent_at or received.sent_at,
+                                           received.sent_at)
+            try:
+                msg = message.parse(received.body, self.intake._policy.allowed_kinds)
+            except InvalidMessage as exc:
+                rejections.append(to_rejection(exc, received, now))
+                finished.append(received)
+                continue
+            if msg.job_id in self.admitted:  # the same job twice in one drain: the first
+                stats.duplicates += 1      # message stays until its job is recorded
+                finished.append(received)
+                continue
+            job = to_job(msg, received, now)
+            if self.bundler.offer(job):
+                assert job.bundle_id is not None
+                self.admitted.add(job.job_id)
+                held = self.held.setdefault(job.bundle_id, _Held())
+                held.jobs.append(job)
+                held.messages.append(received)
+            else:
+                leftover.append(received)
         if leftover:
-            self._queue.release(leftover)
+            # Every slot is taken: stop here rather than receive (and count toward the DLQ's
+            # maxReceiveCount) messages that go straight back.
+            self.receiving = False
+        out: set[Future[_Recorded]] = set()
+        if rejections or finished:
+            out.add(pool.submit(self.intake.reject, rejections, finished))
+        if leftover:
             stats.released += len(leftover)
-        for start in range(0, len(done), BATCH):
-            failed = self._queue.delete(done[start:start + BATCH])
-            stats.delete_failures += len(failed)
-        return [b for b in bundles if b.job_ids]
+            out.add(pool.submit(self.intake.release, leftover))
+        return out
+
+    def _recorded(self, f: Future[_Recorded]) -> None:
+        stats = self.stats
+        try:
+            result = f.result()
+        except Exception as exc:
+            # Nothing of it is deleted: its messages come back after the hold and are
+            # recorded then (what was written of it becomes duplicates, or is committed by
+            # the next tick's recovery of RECORDING bundles).
+            stats.record_failures += 1
+            log.error("recording a bundle failed; its messages are kept for redelivery",
+                      extra={"error": repr(exc)})
+            return
+        stats.delete_failures += result.delete_failures
+        if result.rejections:
+            stats.rejected += len(result.rejections)
+            stats.rejections.extend({"key": r.key, "reason": r.reason}
+                                    for r in result.rejections)
+        bundle = result.bundle
+        if bundle is None:
+            return
+        held = self.held.pop(bundle.bundle_id)
+        stats.duplicates += result.duplicates
+        stats.rejected += len(result.refused)
+        stats.rejections.extend({"key": j.job_id, "reason": j.reason or ""}
+                                for j in result.refused)
+        stats.admitted += len(held.jobs) - result.duplicates - len(result.refused)
+        if bundle.job_ids and bundle.state != BundleState.DONE:
+            stats.bundles_recorded += 1
+            self.recorded.append(bundle)
+            self.on_recorded([bundle])

@@ -110,7 +110,7 @@ class Reconciler:
             bundle = by_id.get(job.bundle_id or "")
             if bundle is None or not bundle.task_arn:
                 continue
-            others = [j for j in self._store.get_jobs(bundle.job_ids)
+            others = [j for j in self._store.get_jobs(self._store.job_ids_of(bundle))
                       if j.job_id != job.job_id and j.bundle_id == bundle.bundle_id
                       and j.state not in TERMINAL_JOB_STATES]
             if not others:

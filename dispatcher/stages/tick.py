@@ -2,17 +2,25 @@
 
 One tick is one Lambda invocation (``dispatcher.handlers.dispatch``). It owns no state between
 invocations: everything it needs to resume after a crash is in the table.
+
+Inside Lambda the tick drains while work and time remain: its budget is the invocation's
+remaining time less ``reserve_seconds`` (the template's Timeout sets how long that can be);
+elsewhere it is ``tick_seconds``. Bundles are launched as soon as they are recorded, on a launch
+thread of their own, while the drain goes on; the tick returns once every launch is done.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dispatcher.domain.bundles import Bundle
 from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.store import DispatchStore
 from dispatcher.stages.admit import Intake, IntakeStats
@@ -22,8 +30,10 @@ from dispatcher.stages.reconcile import Reconciler, ReconcileStats
 
 log = logging.getLogger(__name__)
 
-# Time kept back from the drain for recording and launching.
+# Outside Lambda: time kept back from the drain for recording and launching.
 LAUNCH_RESERVE_SECONDS = 5.0
+# The lease outlives the longest tick by this much.
+LEASE_MARGIN_SECONDS = 60.0
 
 
 @dataclass
@@ -37,6 +47,7 @@ class Decision:
     active_bundles: int = 0
     capacity: int = 0
     due_bundles: int = 0
+    recovered_recordings: int = 0
     new_bundles: int = 0
     capacity_left: int = 0
     intake: IntakeStats = field(default_factory=IntakeStats)
@@ -65,20 +76,28 @@ class Dispatcher:
         self._policy = policy
         self._clock = clock
 
+    def budget(self, remaining_ms: Callable[[], int] | None) -> float:
+        """Seconds this tick may drain for."""
+        if remaining_ms is not None:
+            return max(0.0, remaining_ms() / 1000 - self._policy.reserve_seconds)
+        return max(0.0, self._policy.tick_seconds - LAUNCH_RESERVE_SECONDS)
+
     def tick(self, remaining_ms: Callable[[], int] | None = None) -> Decision:
         started = time.monotonic()
-        budget = float(self._policy.tick_seconds)
-        if remaining_ms is not None:
-            budget = min(budget, remaining_ms() / 1000 - LAUNCH_RESERVE_SECONDS)
+        budget = self.budget(remaining_ms)
         decision = Decision(tick_id=uuid.uuid4().hex[:12],
                             max_running_tasks=self._policy.max_running_tasks)
         owner = f"tick-{decision.tick_id}"
-        if not self._store.acquire_lease(owner, self._policy.lease_seconds):
+        # The lease outlasts this tick however long it drains: a RECORDING bundle found by the
+        # next lease holder is then surely a crashed tick's.
+        lease = max(self._policy.lease_seconds,
+                    budget + self._policy.reserve_seconds + LEASE_MARGIN_SECONDS)
+        if not self._store.acquire_lease(owner, lease):
             decision.skipped = "another tick holds the lease"
             log.info("tick skipped", extra=decision.as_dict())
             return decision
         try:
-            self._run(decision, started + budget - LAUNCH_RESERVE_SECONDS)
+            self._run(decision, started + budget)
         finally:
             self._store.release_lease(owner)
             decision.elapsed_ms = int((time.monotonic() - started) * 1000)
@@ -90,6 +109,7 @@ class Dispatcher:
         # revision is recorded on the bundle, which is how a deploy shows up per job.
         d.task_definition = self._launcher.resolve_task_definition()
         self._launches.recover(d.launch)
+        d.recovered_recordings = len(self._store.recover_recordings())
         active = self._store.active_bundles()
         self._reconciler.run(active, d.reconcile)
         self._reconciler.timeouts(active, d.reconcile)
@@ -98,7 +118,50 @@ class Dispatcher:
         d.capacity = max(0, self._policy.max_running_tasks - d.active_bundles)
         due = self._store.due_bundles(d.capacity, self._clock())
         d.due_bundles = len(due)
-        new = self._intake.drain(d.capacity - len(due), drain_deadline, d.intake)
-        d.new_bundles = len(new)
-        self._launches.launch(due + new, d.task_definition, d.launch)
+        with _LaunchQueue(self._launches, d.task_definition, d.launch) as launch:
+            if due:
+                launch(due)
+            new = self._intake.drain(d.capacity - len(due), drain_deadline, d.intake, launch)
+            d.new_bundles = len(new)
         d.capacity_left = d.capacity - d.launch.bundles_launched
+
+
+class _LaunchQueue:
+    """Bundles handed over while the drain goes on, launched by one thread of their own: in
+    order and paced, and the drain never waits on RunTask. Bundles that arrive while a launch
+    is under way are launched together next (up to 10 per RunTask call). The stats are written
+    by that thread only and read after it is joined; its failure is the tick's."""
+
+    def __init__(self, launches: Launches, task_definition: str, stats: LaunchStats) -> None:
+        self._launches = launches
+        self._td = task_definition
+        self._stats = stats
+        self._lock = threading.Lock()
+        self._waiting: list[Bundle] = []
+        self._busy: Future[None] | None = None
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="launch")
+        self._done: list[Future[None]] = []
+
+    def __call__(self, bundles: list[Bundle]) -> None:
+        with self._lock:
+            self._waiting += bundles
+            if self._busy is None:
+                self._busy = self._pool.submit(self._run)
+                self._done.append(self._busy)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                take, self._waiting = self._waiting, []
+                if not take:
+                    self._busy = None
+                    return
+            self._launches.launch(take, self._td, self._stats)
+
+    def __enter__(self) -> _LaunchQueue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown(wait=True)
+        for f in self._done:
+            f.result()

@@ -82,8 +82,24 @@ class Reads:
                 if r.job_key(j) in found]
 
     def get_bundle(self, bundle_id: str) -> Bundle | None:
+        """The bundle with all its job ids (read from its pages if it has any)."""
         rec = self.table.get(r.bundle_key(bundle_id))
-        return r.record_bundle(rec) if rec else None
+        if rec is None:
+            return None
+        bundle = r.record_bundle(rec)
+        bundle.job_ids = self.job_ids_of(bundle)
+        return bundle
+
+    def job_ids_of(self, bundle: Bundle) -> list[str]:
+        """A bundle's job ids in bundle order. A paged bundle read from the status index has
+        none on its item: they are read from its pages (one BatchGetItem per 100 pages). A
+        page that is missing was never written (its transaction did not commit): its jobs
+        were not recorded in this bundle."""
+        if not bundle.pages or bundle.job_ids:
+            return list(bundle.job_ids)
+        keys = [r.page_key(bundle.bundle_id, n) for n in range(bundle.pages)]
+        found = {rec.pk: rec for rec in self.table.get_many(keys)}
+        return [j for k in keys if k in found for j in found[k].job_ids or ()]
 
     def bundle_for_task(self, task_arn: str) -> Bundle | None:
         """The bundle a task was assigned, read strongly consistent (the runner polls this)."""

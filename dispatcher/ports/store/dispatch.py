@@ -12,11 +12,12 @@ import json
 
 from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import Job, JobState, Rejection
 from dispatcher.domain.launches import Launch, LaunchState
 from dispatcher.ports.store import records as r
 from dispatcher.ports.store.base import Reads, status
-from dispatcher.ports.store.runner import bundle_actions, job_updates
+from dispatcher.ports.store.runner import JOBS_PER_TRANSACTION, bundle_actions, job_updates
 from dispatcher.ports.store.values import JobUpdate, LaunchOutcome
 from dispatcher.ports.table import (
     MAX_TRANSACTION_BYTES,
@@ -50,6 +51,11 @@ MAX_RECORD_BYTES = MAX_TRANSACTION_BYTES - 694_304  # 3,500,000
 PROBE_KEY = "PROBE#never"
 POINTER_TTL_SECONDS = 30 * 86400
 LAUNCH_TTL_SECONDS = 7 * 86400
+# A page of a large bundle: one transaction holds the page, its jobs and the bundle's own write.
+PAGE_JOBS = MAX_TRANSACTION_ITEMS - 2
+# Pages outlive the retention period by this much (a bundle may wait for capacity or a retry
+# long after it was recorded); with retention 0 they are kept forever, like everything else.
+PAGE_GRACE_DAYS = 90.0
 
 
 class DispatchStore(Reads):
@@ -88,7 +94,11 @@ class DispatchStore(Reads):
         return [r.record_launch(rec) for rec in rows]
 
     def record(self, bundles: list[Bundle], jobs: list[Job]) -> set[str]:
-        """Write bundles and their jobs atomically per bundle; return ids that already existed.
+        """Write bundles and their jobs; return the ids that already existed.
+
+        A bundle that fits one transaction is written atomically with its jobs (several such
+        bundles share a transaction). A larger one is written in pages (:meth:`_record_paged`):
+        it is launchable only once its last transaction commits it.
 
         Duplicates are left out (their bundles shrink or vanish); nothing existing is touched.
         A job whose item the table refuses although the message passed validation (DynamoDB's
@@ -98,7 +108,11 @@ class DispatchStore(Reads):
         """
         by_id = {j.job_id: j for j in jobs}
         duplicates: set[str] = set()
-        for group in _pack(bundles, by_id):
+        one = [b for b in bundles if _fits_one(b, by_id)]
+        for bundle in bundles:
+            if not _fits_one(bundle, by_id):
+                self._record_paged(bundle, by_id, duplicates)
+        for group in _pack(one, by_id):
             try:
                 self._record_group(group, by_id, duplicates)
             except InvalidTransaction:
@@ -198,6 +212,97 @@ class DispatchStore(Reads):
                 bundle.estimated_seconds = sum(by_id[j].estimated_seconds or 0
                                                for j in bundle.job_ids)
 
+    def _record_paged(self, bundle: Bundle, by_id: dict[str, Job],
+                      duplicates: set[str]) -> None:
+        """Record a large bundle in as many transactions as it needs, the commit last.
+
+        Transaction 0 puts the bundle as RECORDING (never launched: it is not PENDING), page 0
+        and its jobs; each next one a page and its jobs; the last also commits the bundle to
+        PENDING (or DONE when every job was a duplicate). Each page and its jobs commit
+        together, so after a crash part-way the pages that exist name exactly the jobs that
+        were recorded: :meth:`recover_recordings` commits the bundle with them, and the
+        messages of the rest (never deleted: the caller deletes only after this returns) are
+        delivered again and recorded anew. Nothing is lost and no job is in two bundles.
+        """
+        t = self.clock()
+        chunks = _chunks(bundle.job_ids, by_id)
+        bundle.pages, bundle.state = len(chunks), BundleState.RECORDING
+        expires_at = self._expiry(t + PAGE_GRACE_DAYS * 86400)
+        kept: list[str] = []
+        for n, chunk in enumerate(chunks):
+            first, last = n == 0, n == len(chunks) - 1
+            while True:
+                est = sum(by_id[j].estimated_seconds or 0 for j in chunk)
+                ops: list[Op] = []
+                if first:
+                    head = Bundle(**{**vars(bundle), "job_ids": []})
+                    if last:  # one page after all (a few very large jobs): commit at once
+                        head.state = BundleState.PENDING if chunk else BundleState.DONE
+                    ops.append(Put(r.bundle_record(head), Absent()))
+                ops.append(Put(r.page_record(bundle.bundle_id, n, chunk, est, t, expires_at),
+                               Absent()))
+                ops += [Put(r.job_record(by_id[j]), Absent()) for j in chunk]
+                if last and not first:
+                    total = sum(by_id[j].estimated_seconds or 0 for j in kept + chunk)
+                    ops.append(self._commit(bundle.bundle_id, bool(kept or chunk), total, t))
+                try:
+                    self.table.transact(ops)
+                    break
+                except InvalidTransaction:
+                    # A job item the table refuses hurts only itself (see record()).
+                    refused = self._refused_jobs(Bundle(bundle.bundle_id, chunk), by_id,
+                                                 duplicates)
+                    if not refused:
+                        raise
+                    self._reject_refused(refused, by_id)
+                    taken = set(refused)
+                except TransactionCancelled as exc:
+                    failed = exc.failed_conditions()
+                    jobs_from = 2 if first else 1
+                    taken = {chunk[i - jobs_from] for i in failed
+                             if jobs_from <= i < jobs_from + len(chunk)}
+                    if not taken:
+                        raise  # the bundle or page exists, or the commit lost: not ours to fix
+                    duplicates |= taken
+                chunk = [j for j in chunk if j not in taken]
+            kept += chunk
+        bundle.job_ids = kept
+        bundle.estimated_seconds = sum(by_id[j].estimated_seconds or 0 for j in kept)
+        bundle.state = BundleState.PENDING if kept else BundleState.DONE
+
+    def _commit(self, bundle_id: str, has_jobs: bool, estimated_seconds: float,
+                t: float) -> Update:
+        """RECORDING -> PENDING (due now), or DONE when the bundle kept no job."""
+        target = BundleState.PENDING if has_jobs else BundleState.DONE
+        lifecycle.check_bundle(bundle_id, BundleState.RECORDING, target)
+        return Update(r.bundle_key(bundle_id), [
+            *bundle_actions(target, t, None, self._expiry(t)),
+            Set("estimated_seconds", estimated_seconds)],
+            Eq("state", str(BundleState.RECORDING)))
+
+    def recover_recordings(self) -> list[Bundle]:
+        """Commit the bundles a crashed tick left RECORDING, with the pages it wrote.
+
+        Called by the tick holding the lease, so no other recording is in progress."""
+        t = self.clock()
+        done = []
+        for rec in self.table.query(r.bundle_status(BundleState.RECORDING)):
+            bundle = r.record_bundle(rec)
+            keys = [r.page_key(bundle.bundle_id, n) for n in range(bundle.pages)]
+            pages = self.table.get_many(keys)
+            bundle.job_ids = [j for k in keys for p in pages if p.pk == k
+                              for j in p.job_ids or ()]
+            est = sum(p.estimated_seconds or 0 for p in pages)
+            try:
+                self._transact([self._commit(bundle.bundle_id, bool(bundle.job_ids), est, t)],
+                               f"bundle {bundle.bundle_id} was committed meanwhile")
+            except ConflictError:
+                continue
+            bundle.state = BundleState.PENDING if bundle.job_ids else BundleState.DONE
+            bundle.estimated_seconds = est
+            done.append(bundle)
+        return done
+
     def reject(self, rejections: list[Rejection]) -> None:
         """Keep malformed messages as REJECTED records; idempotent for a redelivered message."""
         for rej in rejections:
@@ -260,18 +365,28 @@ class DispatchStore(Reads):
     def settle(self, bundle: Bundle, updates: list[JobUpdate], target: BundleState,
                retry_at: float | None = None) -> None:
         """Requeue or close a stopped task's bundle, with its jobs, only if nobody moved it
-        since it was read (the fence is the state, attempt and task ARN read)."""
+        since it was read (the fence is the state, attempt and task ARN read).
+
+        Up to 98 job updates share the bundle's transaction. A large bundle's updates take
+        several, each checking the fence, the bundle's own update last: a crash in between
+        leaves the bundle where it was, and the stop is handled again (the event is retried,
+        reconciliation looks again) from the jobs as they are then. A job may then be charged
+        an infrastructure attempt twice; none is lost or left without a bundle to run it."""
         lifecycle.check_bundle(bundle.bundle_id, bundle.state, target)
         t = self.clock()
         conds: list[Condition] = [Eq("state", str(bundle.state)), Eq("attempt", bundle.attempt)]
         if bundle.task_arn:
             conds.append(Eq("task_arn", bundle.task_arn))
         expires_at = self._expiry(t)
-        ops: list[Op] = [Update(r.bundle_key(bundle.bundle_id),
-                                bundle_actions(target, t, retry_at, expires_at), And(*conds))]
-        ops += job_updates(updates, bundle.bundle_id, t, expires_at)  # at most 99 jobs
-        self._transact(ops, f"bundle {bundle.bundle_id} changed since the stop event was read; "
-                       "nothing written")
+        key = r.bundle_key(bundle.bundle_id)
+        chunks = [updates[i:i + JOBS_PER_TRANSACTION]
+                  for i in range(0, len(updates), JOBS_PER_TRANSACTION)] or [[]]
+        for n, chunk in enumerate(chunks):
+            head: Op = Update(key, bundle_actions(target, t, retry_at, expires_at), And(*conds)) \
+                if n == len(chunks) - 1 else Check(key, And(*conds))
+            self._transact([head, *job_updates(chunk, bundle.bundle_id, t, expires_at)],
+                           f"bundle {bundle.bundle_id} changed since the stop event was read; "
+                           "nothing more written")
         bundle.state = target
 
     def running_jobs(self) -> list[Job]:
@@ -289,6 +404,26 @@ class DispatchStore(Reads):
             *self._expires(t)],
             And(Eq("state", str(JobState.RUNNING)), Eq("attempts", job.attempts),
                 Eq("bundle_id", job.bundle_id or ""))), "job moved on", job_id=job.job_id)
+
+
+def _fits_one(bundle: Bundle, by_id: dict[str, Job]) -> bool:
+    """A bundle and its jobs fit one transaction."""
+    return 1 + len(bundle.job_ids) <= MAX_TRANSACTION_ITEMS and \
+        1024 + sum(by_id[j].item_bytes() for j in bundle.job_ids) <= MAX_RECORD_BYTES
+
+
+def _chunks(job_ids: list[str], by_id: dict[str, Job]) -> list[list[str]]:
+    """A large bundle's job ids cut into pages that each fit one transaction."""
+    chunks: list[list[str]] = [[]]
+    size = 0
+    for job_id in job_ids:
+        item = by_id[job_id].item_bytes()
+        if len(chunks[-1]) >= PAGE_JOBS or size + item > MAX_RECORD_BYTES - 64_000:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(job_id)
+        size += item
+    return chunks
 
 
 def _pack(bundles: list[Bundle], by_id: dict[str, Job]) -> list[list[Bundle]]:

@@ -1,7 +1,8 @@
 """Keys and the codec: domain objects <-> table records, in one place so both stay in step.
 
 Key prefixes: ``JOB#<job_id>``, ``REJECT#<job_id or message_id>``, ``BUNDLE#<id>``,
-``LAUNCH#<id>``, ``TASK#<task arn>`` (points a task at its bundle), ``LEASE#dispatcher``. Index
+``PAGE#<bundle id>#<n>`` (the job ids of a bundle recorded in pages), ``LAUNCH#<id>``,
+``TASK#<task arn>`` (points a task at its bundle), ``LEASE#dispatcher``. Index
 keys: ``status_key`` = ``<TYPE>#<STATE>``, ``status_at`` = ISO-8601 UTC time.
 """
 
@@ -32,6 +33,10 @@ def rejection_key(key: str, message_id: str | None = None) -> str:
 
 def bundle_key(bundle_id: str) -> str:
     return f"BUNDLE#{bundle_id}"
+
+
+def page_key(bundle_id: str, n: int) -> str:
+    return f"PAGE#{bundle_id}#{n}"
 
 
 def launch_key(launch_id: str) -> str:
@@ -103,7 +108,8 @@ def bundle_record(bundle: Bundle) -> Record:
     at = bundle.next_attempt_at if bundle.state == BundleState.PENDING else bundle.created_at
     return Record(
         bundle_key(bundle.bundle_id), status_key=bundle_status(bundle.state),
-        status_at=iso(at), state=str(bundle.state), job_ids=list(bundle.job_ids),
+        status_at=iso(at), state=str(bundle.state),
+        job_ids=None if bundle.pages else list(bundle.job_ids), pages=bundle.pages or None,
         estimated_seconds=bundle.estimated_seconds, attempt=bundle.attempt,
         launch_id=bundle.launch_id, task_arn=bundle.task_arn,
         task_definition=bundle.task_definition, next_attempt_at=bundle.next_attempt_at,
@@ -120,8 +126,17 @@ def record_bundle(rec: Record) -> Bundle:
         task_definition=rec.task_definition, next_attempt_at=_num(rec.next_attempt_at),
         launch_failures=_int(rec.launch_failures), last_failure=rec.last_failure,
         created_at=_num(rec.created_at), updated_at=_num(rec.updated_at),
-        heartbeat_at=rec.heartbeat_at,
+        heartbeat_at=rec.heartbeat_at, pages=_int(rec.pages),
+        running_jobs=list(rec.running_jobs or []),
     )
+
+
+def page_record(bundle_id: str, n: int, job_ids: list[str], estimated_seconds: float,
+                created_at: float, expires_at: int | None) -> Record:
+    """One page of a bundle's job ids (at most one transaction's worth of jobs)."""
+    return Record(page_key(bundle_id, n), bundle_id=bundle_id, job_ids=job_ids or None,
+                  estimated_seconds=estimated_seconds, created_at=created_at,
+                  expires_at=expires_at)
 
 
 def launch_record(launch: Launch) -> Record:

@@ -1,0 +1,163 @@
+"""Bundles sized by work, recorded in pages with a commit last (issue 11, item 2), on the twins.
+
+A crash is injected right after a chosen transaction commits: the table applies it and then the
+caller gets an error, as if the process died on the way back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dispatcher.domain.bundles import BundleState
+from dispatcher.ports.store import records as r
+from dispatcher.ports.table import Op
+from dispatcher.testing.memory_table import MemoryTable
+from tests.twins import Twins
+
+HOLD = 60  # LONGJOBS_HOLD_SECONDS: undeleted messages are delivered again after it
+
+
+class CrashAfter(MemoryTable):
+    """Commits the ``n``-th transaction (0-based), then fails its caller once."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n, self.calls = n, 0
+
+    def _transact(self, ops: list[Op]) -> None:
+        super()._transact(ops)
+        self.calls += 1
+        if self.calls - 1 == self.n:
+            raise RuntimeError("InjectedCrash: the process died after this commit")
+
+
+def small_jobs(n: int, seconds: float = 2.0, prefix: str = "j") -> list[dict[str, Any]]:
+    return [{"kind": "k", "payload": {"i": i}, "job_id": f"{prefix}-{i:05d}",
+             "estimated_seconds": seconds} for i in range(n)]
+
+
+def settings(**extra: str) -> dict[str, str]:
+    return {"LONGJOBS_HOLD_SECONDS": str(HOLD), **extra}
+
+
+def drain(twins: Twins, ticks: int = 10, **env: str) -> None:
+    """Tick, letting held messages come back between ticks, until nothing is left."""
+    d = twins.stages(**settings(**env)).dispatcher
+    for _ in range(ticks):
+        d.tick()
+        if twins.queue_counts() == (0, 0) and not [
+                b for b in twins.bundles() if b.state in (BundleState.PENDING,
+                                                          BundleState.RECORDING)]:
+            return
+        twins.clock.advance(HOLD + 1)
+    raise AssertionError("not drained")
+
+
+def check_converged(twins: Twins, job_ids: list[str]) -> None:
+    """Every job recorded once and in exactly one bundle; each bundle committed and launched
+    once, on a task of its own; the queue empty."""
+    assert sorted(j.job_id for j in twins.jobs()) == sorted(job_ids)
+    assert twins.queue_counts() == (0, 0)
+    bundles = twins.bundles()
+    in_bundles = [j for b in bundles for j in b.job_ids]
+    assert sorted(in_bundles) == sorted(job_ids)
+    assert {b.state for b in bundles} == {BundleState.LAUNCHED}
+    assert all(b.attempt == 1 for b in bundles)
+    arns = sorted(b.task_arn or "" for b in bundles)
+    assert len(set(arns)) == len(bundles)
+    assert sorted(twins.task_arns()) == arns
+    for job in twins.jobs():
+        owner = [b.bundle_id for b in bundles if job.job_id in b.job_ids]
+        assert owner == [job.bundle_id]
+
+
+def test_a_bundle_holds_its_seconds_of_work_at_the_tasks_concurrency(twins: Twins) -> None:
+    # 10 s of a task's time at 20 in parallel is 200 s of work: 100 jobs of 2 s.
+    jobs = small_jobs(250)
+    twins.client().submit_many(jobs)
+    twins.stages(**settings(LONGJOBS_TASK_CONCURRENCY="20", LONGJOBS_BUNDLE_MAX_SECONDS="10",
+                            LONGJOBS_MAX_RUNNING_TASKS="1")).dispatcher.tick()
+    (bundle,) = twins.bundles()
+    assert len(bundle.job_ids) == 100 and bundle.estimated_seconds == 200
+    assert twins.queue_counts()[0] == 150  # the rest waits in the queue for a free slot
+
+
+def test_a_backlog_is_spread_evenly_over_the_free_task_slots(twins: Twins) -> None:
+    jobs = small_jobs(300)
+    twins.client().submit_many(jobs)
+    twins.stages(**settings(LONGJOBS_TASK_CONCURRENCY="5",
+                            LONGJOBS_MAX_RUNNING_TASKS="6")).dispatcher.tick()
+    assert sorted(len(b.job_ids) for b in twins.bundles()) == [50] * 6
+    assert twins.queue_counts() == (0, 0)
+    assert len(twins.task_arns()) == 6
+
+
+def test_a_large_bundle_is_recorded_in_pages_and_read_back_whole(twins: Twins) -> None:
+    jobs = small_jobs(250)
+    twins.client().submit_many(jobs)
+    twins.stages(**settings(LONGJOBS_TASK_CONCURRENCY="50",
+                            LONGJOBS_MAX_RUNNING_TASKS="1")).dispatcher.tick()
+    (item,) = twins.items("BUNDLE#")
+    assert item.job_ids is None and item.pages == 3  # 98 + 98 + 54 ids, in page items
+    assert [p.pk for p in twins.items("PAGE#")] == [
+        r.page_key(r.ident(item.pk), n) for n in range(3)]
+    bundle = twins.store.get_bundle(r.ident(item.pk))
+    assert bundle is not None and bundle.state == BundleState.LAUNCHED
+    assert sorted(bundle.job_ids) == [j["job_id"] for j in jobs]  # whole
+    pages = list(twins.store.bundle_jobs(bundle))  # what the runner reads, a page at a time
+    assert [len(p) for p in pages] == [100, 100, 50]
+    assert [j.job_id for p in pages for j in p] == bundle.job_ids  # in bundle order
+    check_converged(twins, [j["job_id"] for j in jobs])
+
+
+@pytest.mark.parametrize("crash_after", [0, 1, 2], ids=["first", "middle", "commit"])
+def test_a_crash_after_any_recording_transaction_converges(crash_after: int) -> None:
+    twins = Twins()
+    twins.table = CrashAfter(crash_after)
+    twins.store.table = twins.table
+    jobs = small_jobs(250)
+    twins.client().submit_many(jobs)
+    env = {"LONGJOBS_TASK_CONCURRENCY": "50", "LONGJOBS_MAX_RUNNING_TASKS": "1"}
+    twins.stages(**settings(**env)).dispatcher.tick()
+    # The crash left the messages undeleted and, unless it hit the commit, the bundle
+    # RECORDING: nothing of it was launched.
+    assert twins.launcher.requests == []
+    states = {b.state for b in twins.bundles()}
+    assert states == ({BundleState.PENDING} if crash_after == 2 else {BundleState.RECORDING})
+    drain(twins, LONGJOBS_MAX_RUNNING_TASKS="5", LONGJOBS_TASK_CONCURRENCY="50")
+    check_converged(twins, [j["job_id"] for j in jobs])
+
+
+def test_duplicates_inside_a_paged_bundle_are_left_out(twins: Twins) -> None:
+    first = small_jobs(20)
+    twins.client().submit_many(first)
+    twins.stages(**settings(LONGJOBS_MAX_RUNNING_TASKS="1")).dispatcher.tick()
+    # The same 20 again among 230 new ones: one paged bundle of the 230 new ones.
+    everything = small_jobs(250)
+    twins.client().submit_many(everything)
+    d = twins.stages(**settings(LONGJOBS_TASK_CONCURRENCY="50",
+                                LONGJOBS_MAX_RUNNING_TASKS="2")).dispatcher.tick()
+    assert d.intake.duplicates == 20 and d.intake.admitted == 230
+    check_converged(twins, [j["job_id"] for j in everything])
+
+
+def test_settling_a_large_bundle_writes_every_job(twins: Twins) -> None:
+    """A stop that touches more jobs than one transaction holds (a task that never claimed
+    its bundle charges each job a launch) is written in chunks, the bundle's update last."""
+    jobs = small_jobs(250)
+    twins.client().submit_many(jobs)
+    stages = twins.stages(**settings(LONGJOBS_TASK_CONCURRENCY="50",
+                                     LONGJOBS_MAX_RUNNING_TASKS="1"))
+    stages.dispatcher.tick()
+    (arn,) = twins.task_arns()
+    twins.launcher.stop_task(arn, code="TaskFailedToStart", reason="CannotPullContainerError")
+    from dispatcher.domain.stops import TaskStop
+
+    outcome = stages.reruns.on_stop(TaskStop(arn, "TaskFailedToStart",
+                                             "CannotPullContainerError", None))
+    assert len(outcome.rerun) == 250
+    assert all(j.infra_attempts == 1 for j in twins.jobs())
+    (bundle,) = twins.bundles()
+    assert bundle.attempt == 2  # relaunched at once
