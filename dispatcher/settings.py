@@ -142,6 +142,20 @@ class Config(BaseModel):
     queue_url: Annotated[str, Env(
         "LONGJOBS_QUEUE_URL", "URL of the SQS job queue.",
         ("dispatcher", "client"), required=True)] = ""
+    high_queue_url: Annotated[str, Env(
+        "LONGJOBS_HIGH_QUEUE_URL", "URL of the high-priority job queue; empty: priority high "
+        "goes to LONGJOBS_QUEUE_URL.", ("dispatcher", "client"))] = ""
+    low_queue_url: Annotated[str, Env(
+        "LONGJOBS_LOW_QUEUE_URL", "URL of the low-priority job queue; empty: priority low goes "
+        "to LONGJOBS_QUEUE_URL.", ("dispatcher", "client"))] = ""
+    priority_weights: Annotated[Limits, Env(
+        "LONGJOBS_PRIORITY_WEIGHTS", "Share of the free task slots each backlogged priority is "
+        "guaranteed (at least one each), as high=n,normal=n,low=n; the higher priority takes "
+        "the rest first.")] = {"high": 6, "normal": 3, "low": 1}
+    kind_limits: Annotated[Limits, Env(
+        "LONGJOBS_KIND_LIMITS", "Most jobs of a kind running at once across all tasks, as "
+        "kind=n,... (e.g. report=10,resize=50); a kind at its limit waits in the table "
+        "without holding up other kinds.")] = {}
     dlq_url: Annotated[str, Env(
         "LONGJOBS_DLQ_URL", "URL of the job queue's dead-letter queue (operators' dlq commands).",
         ("dispatcher", "client"))] = ""

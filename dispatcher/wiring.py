@@ -18,6 +18,7 @@ from dispatcher.aws.dynamodb import open_store
 from dispatcher.aws.ecs import EcsLauncher, EcsTarget
 from dispatcher.aws.sqs import SqsQueue
 from dispatcher.domain.errors import ConfigError
+from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.ports.launcher import Launcher, LaunchPacer
 from dispatcher.ports.queue import Queue
 from dispatcher.ports.store import DispatchStore
@@ -44,17 +45,21 @@ class Stages:
     dispatcher: Dispatcher
     reruns: Reruns
     launches: Launches
-    queue: Queue
+    queue: Queue  # priority normal's (LONGJOBS_QUEUE_URL)
     store: DispatchStore
     launcher: Launcher
+    queues: dict[Priority, Queue]  # one per priority level (several may be the same queue)
 
 
 def build(cfg: Config, *, queue: Queue, store: DispatchStore, launcher: Launcher,
-          clock: Callable[[], float] = time.time, pacer: LaunchPacer | None = None) -> Stages:
+          clock: Callable[[], float] = time.time, pacer: LaunchPacer | None = None,
+          priority_queues: dict[Priority, Queue] | None = None) -> Stages:
     """Wire the given adapters to the stages, each stage receiving its own collaborators.
 
+    ``queue`` serves priority normal and any level ``priority_queues`` does not name.
     ``pacer`` replaces the launch pacer built from the settings (the twins and the dry run
     simulate its waits instead of sleeping)."""
+    queues = {p: (priority_queues or {}).get(p, queue) for p in PRIORITY_ORDER}
     logs.configure()
     bundling = BundlePolicy(cfg.bundle_max_jobs, cfg.bundle_max_seconds, cfg.small_job_seconds,
                             cfg.task_concurrency)
@@ -76,7 +81,7 @@ def build(cfg: Config, *, queue: Queue, store: DispatchStore, launcher: Launcher
                                  cfg.tick_reserve_seconds, cfg.tick_concurrency,
                                  cfg.hold_seconds),
                       clock=clock)
-    return Stages(tick, reruns, launches, queue, store, launcher)
+    return Stages(tick, reruns, launches, queue, store, launcher, queues)
 
 
 def store(cfg: Config) -> DispatchStore:
@@ -86,6 +91,13 @@ def store(cfg: Config) -> DispatchStore:
 
 def queue(cfg: Config) -> SqsQueue:
     return SqsQueue(clients.client("sqs", cfg), cfg.queue_url)
+
+
+def priority_queues(cfg: Config) -> dict[Priority, Queue]:
+    """The high and low queues the settings name (unnamed levels share the normal queue)."""
+    sqs = clients.client("sqs", cfg)
+    urls = {Priority.HIGH: cfg.high_queue_url, Priority.LOW: cfg.low_queue_url}
+    return {p: SqsQueue(sqs, url) for p, url in urls.items() if url}
 
 
 def launcher(cfg: Config) -> Launcher:
@@ -98,7 +110,7 @@ def launcher(cfg: Config) -> Launcher:
 def for_aws(cfg: Config, launch_with: Launcher | None = None) -> Stages:
     """The stages on the AWS adapters the settings name (``launch_with`` replaces ECS)."""
     return build(cfg, queue=queue(cfg), store=store(cfg),
-                 launcher=launch_with or launcher(cfg))
+                 launcher=launch_with or launcher(cfg), priority_queues=priority_queues(cfg))
 
 
 def dispatcher(cfg: Config, launch_with: Launcher | None = None) -> Dispatcher:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from dispatcher.domain.jobs import now
+from dispatcher.domain.jobs import Priority, Resources, now
 
 
 class BundleState(StrEnum):
@@ -44,5 +44,11 @@ class Bundle:
     # (PAGE#<bundle_id>#<n>) instead of on the bundle item (DynamoDB items stop at 400 KB).
     pages: int = 0
     running_jobs: list[str] = field(default_factory=list)  # as of the last heartbeat
+    priority: Priority = Priority.NORMAL  # of all its jobs
+    resources: Resources = field(default_factory=Resources)  # of all its jobs: launch overrides
+    # Set when every job is of one kind that has a limit (LONGJOBS_KIND_LIMITS): the bundle
+    # then counts ``slots`` (jobs it can run at once) against that kind's limit while active.
+    kind: str | None = None
+    slots: int = 0
 
 

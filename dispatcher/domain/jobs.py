@@ -27,6 +27,39 @@ TERMINAL_JOB_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
                        JobState.REJECTED)
 
 
+class Priority(StrEnum):
+    """A job's priority: each level has its own queue; see dispatcher.stages.admit."""
+
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
+
+
+PRIORITY_ORDER = (Priority.HIGH, Priority.NORMAL, Priority.LOW)
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Task-level cpu (units, 1024 = 1 vCPU), memory (MiB) and ephemeral storage (GiB) a job
+    asks for; None leaves the task definition's value. Jobs share a task only if equal."""
+
+    cpu: int | None = None
+    memory: int | None = None
+    ephemeral_storage: int | None = None
+
+    @property
+    def default(self) -> bool:
+        return self.cpu is None and self.memory is None and self.ephemeral_storage is None
+
+    def describe(self) -> str:
+        if self.default:
+            return "the task definition's size"
+        parts = [f"cpu {self.cpu}" if self.cpu else "", f"memory {self.memory} MiB"
+                 if self.memory else "", f"storage {self.ephemeral_storage} GiB"
+                 if self.ephemeral_storage else ""]
+        return ", ".join(p for p in parts if p)
+
+
 def now() -> float:
     return time.time()
 
@@ -56,6 +89,14 @@ class Job:
     history: list[dict[str, Any]] = field(default_factory=list)
     checkpoint: dict[str, Any] | None = None
     payload_bytes: int = 0  # serialised size when admitted (not stored)
+    priority: Priority = Priority.NORMAL
+    not_before: float | None = None  # scheduled: not launched before this UTC epoch time
+    resources: Resources = field(default_factory=Resources)
+
+    def scheduled(self, at: float) -> bool:
+        """Waiting for its ``not_before`` (shown to operators as SCHEDULED)."""
+        return self.state == JobState.PENDING and self.not_before is not None \
+            and self.not_before > at
 
     def item_bytes(self) -> int:
         """Upper estimate of its table item, for bundle and transaction size limits."""

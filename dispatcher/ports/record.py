@@ -36,6 +36,11 @@ class Record:
     checkpoint: Any = None
     job_id: str | None = None
     body: str | None = None
+    priority: str | None = None  # jobs and bundles
+    not_before: float | None = None
+    cpu: float | None = None  # jobs and bundles: the resource class
+    memory: float | None = None
+    ephemeral_storage: float | None = None
     # bundle
     job_ids: list[str] | None = None
     attempt: float | None = None
@@ -48,7 +53,8 @@ class Record:
     heartbeat_at: float | None = None
     cancel_jobs: list[str] | None = None
     running_jobs: list[str] | None = None  # as of the last heartbeat
-    pages: float | None = None  # a bundle recorded in pages: how many (BUNDLE#<id>#PAGE#<n>)
+    pages: float | None = None  # a bundle recorded in pages: how many (PAGE#<id>#<n>)
+    slots: float | None = None  # a single-kind bundle of a limited kind: jobs it runs at once
     # launch
     bundle_ids: list[str] | None = None
     task_arns: list[str] | None = None

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dispatcher.domain.bundles import Bundle, BundleState
-from dispatcher.domain.jobs import Job, JobState, Rejection
+from dispatcher.domain.jobs import Job, JobState, Priority, Rejection, Resources
 from dispatcher.domain.launches import Launch, LaunchState
 from dispatcher.ports.table import Record
 
@@ -87,8 +87,21 @@ def job_record(job: Job) -> Record:
         attempts=job.attempts, infra_attempts=job.infra_attempts, created_at=job.created_at,
         updated_at=job.created_at, enqueued_at=job.enqueued_at, message_id=job.message_id,
         reason=job.reason, result=job.result, error=job.error, history=job.history or None,
-        checkpoint=job.checkpoint,
+        checkpoint=job.checkpoint, not_before=job.not_before,
+        priority=None if job.priority == Priority.NORMAL else str(job.priority),
+        **_resources(job.resources),
     )
+
+
+def _resources(res: Resources) -> dict[str, Any]:
+    return {"cpu": res.cpu, "memory": res.memory, "ephemeral_storage": res.ephemeral_storage}
+
+
+def record_resources(rec: Record) -> Resources:
+    return Resources(cpu=None if rec.cpu is None else int(rec.cpu),
+                     memory=None if rec.memory is None else int(rec.memory),
+                     ephemeral_storage=None if rec.ephemeral_storage is None
+                     else int(rec.ephemeral_storage))
 
 
 def record_job(rec: Record) -> Job:
@@ -100,7 +113,8 @@ def record_job(rec: Record) -> Job:
         infra_attempts=_int(rec.infra_attempts), created_at=_num(rec.created_at),
         enqueued_at=rec.enqueued_at, message_id=rec.message_id, reason=rec.reason,
         result=rec.result, error=rec.error, history=list(rec.history or []),
-        checkpoint=rec.checkpoint,
+        checkpoint=rec.checkpoint, not_before=rec.not_before,
+        priority=Priority(rec.priority or Priority.NORMAL), resources=record_resources(rec),
     )
 
 
@@ -115,6 +129,8 @@ def bundle_record(bundle: Bundle) -> Record:
         task_definition=bundle.task_definition, next_attempt_at=bundle.next_attempt_at,
         launch_failures=bundle.launch_failures, last_failure=bundle.last_failure,
         created_at=bundle.created_at, updated_at=bundle.created_at,
+        priority=None if bundle.priority == Priority.NORMAL else str(bundle.priority),
+        kind=bundle.kind, slots=bundle.slots or None, **_resources(bundle.resources),
     )
 
 
@@ -128,6 +144,8 @@ def record_bundle(rec: Record) -> Bundle:
         created_at=_num(rec.created_at), updated_at=_num(rec.updated_at),
         heartbeat_at=rec.heartbeat_at, pages=_int(rec.pages),
         running_jobs=list(rec.running_jobs or []),
+        priority=Priority(rec.priority or Priority.NORMAL), resources=record_resources(rec),
+        kind=rec.kind, slots=_int(rec.slots),
     )
 
 
