@@ -182,11 +182,14 @@ class Worker:
 
     def _start_jobs(self, bundle: Bundle, writes: Writes) -> None:
         """Start the bundle's jobs in order, up to task_concurrency at once, until the bundle
-        is exhausted or the task stops taking jobs."""
+        is exhausted or the task stops taking jobs. A bundle of a kind with a limit across
+        tasks (LONGJOBS_KIND_LIMITS) runs at most its ``slots`` at once: what the dispatcher
+        counted against that limit when it launched it."""
         plan = Plan(self.store.bundle_jobs(bundle), self.store.get_jobs)
+        concurrency = min(self.cfg.task_concurrency, bundle.slots or self.cfg.task_concurrency)
         while True:
             with self._changed:
-                while self._slots >= self.cfg.task_concurrency and not self._halted():
+                while self._slots >= concurrency and not self._halted():
                     self._changed.wait(POLL_SECONDS)
                 ended = self._ended
             if self._halted():

@@ -50,6 +50,8 @@ def test_runtask_request_shape(aws: Aws) -> None:
     assert sum(counts) == 12 and all(1 <= c <= 10 for c in counts)
     assert {r["taskDefinition"] for r in requests} == {"longjobs-worker:1"}
     for r in requests:
+        # Jobs that ask for no size: no task-level cpu/memory/ephemeralStorage overrides.
+        assert set(r["overrides"]) == {"containerOverrides"}
         override = r["overrides"]["containerOverrides"][0]
         assert override["name"] == "worker"
         assert [e["name"] for e in override["environment"]] == ["LONGJOBS_LAUNCH_ID"]

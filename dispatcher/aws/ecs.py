@@ -25,6 +25,7 @@ from tenacity import (
 )
 
 from dispatcher.domain.errors import LaunchError, LongjobsError, ResourceMissing
+from dispatcher.domain.jobs import Resources
 from dispatcher.domain.stops import LastStatus
 from dispatcher.ports.launcher import (
     MAX_TASKS_PER_CALL,
@@ -51,6 +52,23 @@ DESCRIBE_BATCH = 100
 # StopTask's reason is cut to 255 characters.
 # https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_StopTask.html
 MAX_REASON = 255
+
+
+def task_overrides(resources: Resources) -> dict[str, Any]:
+    """RunTask's task-level overrides for a job's size: ``cpu`` and ``memory`` as strings
+    (CPU units, MiB) and ``ephemeralStorage.sizeInGiB``; none of them when not asked for,
+    so the task definition's values hold.
+    https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_TaskOverride.html
+    https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_EphemeralStorage.html
+    """
+    out: dict[str, Any] = {}
+    if resources.cpu is not None:
+        out["cpu"] = str(resources.cpu)
+    if resources.memory is not None:
+        out["memory"] = str(resources.memory)
+    if resources.ephemeral_storage is not None:
+        out["ephemeralStorage"] = {"sizeInGiB": resources.ephemeral_storage}
+    return out
 
 
 @dataclass(frozen=True)
@@ -162,7 +180,7 @@ class EcsLauncher(Launcher):
             "overrides": {"containerOverrides": [{
                 "name": t.container,
                 "environment": [{"name": k, "value": v} for k, v in sorted(request.env.items())],
-            }]},
+            }], **task_overrides(request.resources)},
             "networkConfiguration": {"awsvpcConfiguration": {
                 "subnets": list(t.subnets),
                 "securityGroups": list(t.security_groups),

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from dispatcher.domain.bundles import Bundle
-from dispatcher.domain.jobs import now
+from dispatcher.domain.jobs import Resources, now
 
 
 class LaunchState(StrEnum):
@@ -30,6 +30,9 @@ class Launch:
     created_at: float = field(default_factory=now)
     task_arns: list[str] = field(default_factory=list)
     on_demand: bool = False  # the Spot fallback: launch type FARGATE whatever the strategy
+    # Task-level size of its tasks (RunTask overrides), shared by all its bundles; recorded so
+    # a recovered launch repeats the same request under the same clientToken.
+    resources: Resources = field(default_factory=Resources)
 
     @property
     def client_token(self) -> str:

@@ -9,12 +9,24 @@ from __future__ import annotations
 import json
 import math
 import re
+from datetime import datetime
 from functools import cached_property
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
 
+from dispatcher.domain import fargate
 from dispatcher.domain.errors import InvalidMessage
+from dispatcher.domain.jobs import Priority, Resources
 
 SCHEMA_VERSION = 1
 
@@ -41,6 +53,20 @@ MIN_TIMEOUT_SECONDS = 0.001
 MIN_ESTIMATE_SECONDS = 0.001  # a non-zero estimate below this is rejected (send 0)
 # Payload nesting deeper than this is refused (json and the encoder recurse per level).
 MAX_PAYLOAD_DEPTH = 64
+# not_before, as epoch seconds: from 1970 to the last second of year 9999 (what an ISO-8601
+# time can name), well inside a DynamoDB number.
+MAX_NOT_BEFORE = 253_402_300_799.0
+_NOT_BEFORE_SHAPE = ("not_before must be epoch seconds (UTC) or an ISO-8601 time with a "
+                     "timezone, e.g. 2026-01-31T02:00:00Z")
+
+# not_before as producers may send it; the model stores epoch seconds (a float).
+_NotBefore = Annotated[float | None, WithJsonSchema({
+    "anyOf": [
+        {"type": "number", "minimum": 0, "maximum": MAX_NOT_BEFORE},
+        {"type": "string", "format": "date-time"},
+        {"type": "null"},
+    ],
+})]
 
 
 def compact_json(value: Any) -> str:
@@ -88,6 +114,29 @@ class JobMessage(BaseModel):
     timeout_seconds: float | None = Field(
         default=None, ge=MIN_TIMEOUT_SECONDS, le=MAX_SECONDS, allow_inf_nan=False,
         description="Per-job time limit in seconds (0.001 to 1e7).")
+    # Resources: a task-level size for the job's task (RunTask overrides). Absent: the task
+    # definition's. cpu and memory go together (both or neither) and must be a pair Fargate
+    # accepts (dispatcher.domain.fargate); jobs share a task only if they ask for the same.
+    cpu: fargate.CpuUnits | None = Field(
+        default=None, description="Task CPU units (1024 = 1 vCPU), with memory: one of "
+        f"{', '.join(map(str, fargate.CPU_VALUES))}. Valid pairs: {fargate.all_choices()} "
+        f"({fargate.DOC_URL}).")
+    memory: int | None = Field(
+        default=None, ge=fargate.MIN_MEMORY, le=fargate.MAX_MEMORY, validate_default=True,
+        description="Task memory in MiB, with cpu (both or neither); a size the cpu value "
+        "takes on Fargate.")
+    ephemeral_storage: int | None = Field(
+        default=None, ge=fargate.MIN_EPHEMERAL_STORAGE_GIB,
+        le=fargate.MAX_EPHEMERAL_STORAGE_GIB,
+        description="Task ephemeral storage in GiB "
+        f"({fargate.MIN_EPHEMERAL_STORAGE_GIB} to {fargate.MAX_EPHEMERAL_STORAGE_GIB}).")
+    priority: Priority = Field(
+        default=Priority.NORMAL, description="high, normal (default) or low: the queue the "
+        "producer sends it to and its share of free task slots.")
+    not_before: _NotBefore = Field(
+        default=None, ge=0, le=MAX_NOT_BEFORE, allow_inf_nan=False,
+        description="Do not start before this UTC time: epoch seconds, or an ISO-8601 time "
+        "with a timezone (e.g. 2026-01-31T02:00:00Z). Stored as epoch seconds.")
 
     @field_validator("job_id")
     @classmethod
@@ -111,6 +160,42 @@ class JobMessage(BaseModel):
                              "(send 0 for an instant job)")
         return value
 
+    @field_validator("memory")
+    @classmethod
+    def _size(cls, value: int | None, info: ValidationInfo) -> int | None:
+        """cpu and memory as a pair Fargate runs (runs even when memory is absent)."""
+        if "cpu" not in info.data:  # cpu itself was invalid: that error says enough
+            return value
+        problem = fargate.size_problem(info.data["cpu"], value)
+        if problem is not None:
+            raise PydanticCustomError("fargate_size", "{problem}", {"problem": problem})
+        return value
+
+    @field_validator("not_before", mode="before")
+    @classmethod
+    def _not_before(cls, value: Any) -> Any:
+        """An ISO-8601 time (with its timezone) or an aware datetime becomes epoch seconds;
+        numbers go on to the float checks."""
+        if isinstance(value, bool):
+            raise ValueError(_NOT_BEFORE_SHAPE)
+        if isinstance(value, str):
+            try:
+                value = datetime.fromisoformat(value)
+            except ValueError:
+                raise ValueError(_NOT_BEFORE_SHAPE) from None
+        if isinstance(value, datetime):
+            if value.tzinfo is None or value.utcoffset() is None:
+                raise ValueError(f"not_before {value.isoformat()} has no timezone: add one, "
+                                 "e.g. 2026-01-31T02:00:00Z or 2026-01-31T03:00:00+01:00")
+            return value.timestamp()
+        return value
+
+    @property
+    def resources(self) -> Resources:
+        """The task size the job asks for (``Resources()``: the task definition's)."""
+        return Resources(cpu=self.cpu, memory=self.memory,
+                         ephemeral_storage=self.ephemeral_storage)
+
     @field_validator("payload")
     @classmethod
     def _payload(cls, value: dict[str, Any]) -> dict[str, Any]:
@@ -131,6 +216,8 @@ def json_schema() -> dict[str, Any]:
     schema = JobMessage.model_json_schema()
     schema["$id"] = "https://longjobs.dev/schema/job-message-v1.json"
     schema["title"] = "longjobs job message v1"
+    # cpu and memory go together (the pair is checked against Fargate's sizes on top).
+    schema["dependentRequired"] = {"cpu": ["memory"], "memory": ["cpu"]}
     return schema
 
 

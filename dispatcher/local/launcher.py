@@ -118,6 +118,9 @@ class LocalLauncher(Launcher):
         self._tokens: dict[str, tuple[LaunchRequest, LaunchResult]] = {}
         self._injected: list[str] = []
         self.tasks: dict[str, _Task] = {}
+        # Every run() call that got past throttling (repeats and refusals too), e.g. to read
+        # the task sizes (``resources``) that were asked for; a process's size is not modelled.
+        self.requests: list[LaunchRequest] = []
 
     @property
     def limits(self) -> LaunchLimits | None:
@@ -139,6 +142,7 @@ class LocalLauncher(Launcher):
         with self._lock:
             # Throttling is decided first, before the request is even looked at.
             now = self._limits.call() if self._limits is not None else self._clock()
+            self.requests.append(request)
             if not 1 <= request.count <= MAX_TASKS_PER_CALL:
                 raise LaunchError(f"RunTask count must be 1..{MAX_TASKS_PER_CALL}, "
                                   f"not {request.count}")

@@ -11,6 +11,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -21,7 +22,7 @@ from dispatcher.aws.dynamodb import open_store
 from dispatcher.aws.sqs import SqsQueue
 from dispatcher.domain import message
 from dispatcher.domain.errors import ConfigError, InvalidMessage, JobNotFound, SubmitError
-from dispatcher.domain.jobs import Job, Rejection
+from dispatcher.domain.jobs import PRIORITY_ORDER, Job, Priority, Rejection
 from dispatcher.ports.queue import BATCH, Queue
 from dispatcher.ports.store import Store
 
@@ -35,9 +36,18 @@ MAX_BATCH_BYTES = 1024 * 1024 - 4096
 
 
 class JobClient:
+    """Submits jobs to the queue of their priority and reads the job table.
+
+    Queues: ``LONGJOBS_QUEUE_URL`` for priority normal, ``LONGJOBS_HIGH_QUEUE_URL`` and
+    ``LONGJOBS_LOW_QUEUE_URL`` for high and low (empty: the normal queue). Tests hand queues
+    in: ``queue`` (the normal one) and/or ``queues`` (per priority). Once either is given, a
+    priority ``queues`` leaves out goes to the normal queue, never to a configured URL.
+    """
+
     def __init__(self, queue_url: str | None = None, table_name: str | None = None, *,
                  endpoint_url: str | None = None, region: str | None = None,
                  allowed_kinds: tuple[str, ...] = (), queue: Queue | None = None,
+                 queues: Mapping[Priority, Queue] | None = None,
                  send_tries: int = 4) -> None:
         env: dict[str, str] = {}
         if queue_url:
@@ -50,38 +60,62 @@ class JobClient:
                                    cfg.endpoint_url, "region": region or cfg.region})
         self.cfg = cfg
         self.allowed_kinds = allowed_kinds or cfg.allowed_kinds
-        self._queue = queue or SqsQueue(clients.client("sqs", cfg), cfg.queue_url)
+        given = {Priority(p): q for p, q in (queues or {}).items()}
+        normal = queue or given.get(Priority.NORMAL)
+        if normal is None:
+            normal = SqsQueue(clients.client("sqs", cfg), cfg.queue_url)
+        self._queue = normal  # priority normal's; also the backlog stats() reports
+        urls = {Priority.HIGH: cfg.high_queue_url, Priority.LOW: cfg.low_queue_url}
+        self._queues: dict[Priority, Queue] = {}
+        for priority in PRIORITY_ORDER:
+            routed = given.get(priority)
+            if routed is None and priority != Priority.NORMAL and urls[priority] \
+                    and queue is None and not given:
+                routed = SqsQueue(clients.client("sqs", cfg), urls[priority])
+            self._queues[priority] = routed or normal
         self._send_tries = send_tries
         self._store: Store | None = None
 
     # -- producing ------------------------------------------------------------------------------
     def submit(self, kind: str, payload: Mapping[str, Any], *, job_id: str | None = None,
                estimated_seconds: float | None = None, max_attempts: int = 3,
-               timeout_seconds: float | None = None) -> str:
+               timeout_seconds: float | None = None, cpu: int | None = None,
+               memory: int | None = None, ephemeral_storage: int | None = None,
+               priority: Priority | str | None = None,
+               not_before: float | str | datetime | None = None) -> str:
+        """Enqueue one job; returns its id. ``cpu`` (units) and ``memory`` (MiB) together, a
+        pair Fargate runs, and ``ephemeral_storage`` (GiB) size its task; ``priority`` picks
+        the queue; ``not_before`` (epoch seconds, ISO-8601 with a timezone, or an aware
+        datetime) holds it until then. A bad value raises ``InvalidMessage``."""
         return self.submit_many([{
             "kind": kind, "payload": dict(payload), "job_id": job_id,
             "estimated_seconds": estimated_seconds, "max_attempts": max_attempts,
-            "timeout_seconds": timeout_seconds}])[0]
+            "timeout_seconds": timeout_seconds, "cpu": cpu, "memory": memory,
+            "ephemeral_storage": ephemeral_storage, "priority": priority,
+            "not_before": not_before}])[0]
 
     def submit_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[str]:
-        """Send jobs in batches of 10; retry partial failures; raise one error for what's left."""
+        """Send jobs in batches of 10 to the queue of each job's priority; retry partial
+        failures; raise one error for what's left. Every job is validated before any is sent."""
         bodies = [self._body(spec) for spec in jobs]
         # SQS batch entry ids allow only [A-Za-z0-9_-]; job ids allow more, so number them.
-        pending = {f"e{n}": body for n, (_, body) in enumerate(bodies)}
+        pending = {f"e{n}": (self._queues[priority], body)
+                   for n, (_, body, priority) in enumerate(bodies)}
         failed: dict[str, str] = {}
         for attempt in range(self._send_tries):
             failed = {}
-            for batch in _batches(list(pending.items())):
-                failed.update(self._queue.send(batch))
+            for queue, entries in _by_queue(pending):
+                for batch in _batches(entries):
+                    failed.update(queue.send(batch))
             pending = {k: pending[k] for k in failed}
             if not pending:
-                return [job_id for job_id, _ in bodies]
+                return [job_id for job_id, _, _ in bodies]
             time.sleep(min(2.0, 0.1 * 2 ** attempt))
         lost = {bodies[int(k[1:])][0]: reason for k, reason in failed.items()}
         raise SubmitError(f"{len(lost)} of {len(bodies)} jobs could not be enqueued: "
                           + ", ".join(sorted(lost)[:10]), failed=lost)
 
-    def _body(self, spec: Mapping[str, Any]) -> tuple[str, str]:
+    def _body(self, spec: Mapping[str, Any]) -> tuple[str, str, Priority]:
         fields = {k: v for k, v in spec.items() if v is not None}
         fields.setdefault("job_id", uuid.uuid4().hex)
         fields["schema_version"] = message.SCHEMA_VERSION
@@ -91,7 +125,11 @@ class JobClient:
             raise InvalidMessage(message.describe_errors(exc),
                                  job_id=fields.get("job_id")) from None
         message.check(msg, self.allowed_kinds)
-        return msg.job_id, msg.model_dump_json(exclude_none=True)
+        # priority normal is the default: left out, so the body stays what it was before the
+        # field existed (and what a dispatcher that does not know it yet accepts).
+        leave_out = {"priority"} if msg.priority == Priority.NORMAL else None
+        return msg.job_id, msg.model_dump_json(exclude_none=True, exclude=leave_out), \
+            msg.priority
 
     # -- reading --------------------------------------------------------------------------------
     def _table(self) -> Store:
@@ -156,6 +194,15 @@ class JobClient:
         """Jobs newest first, through the status index (never a table scan)."""
         return self.registry().list_jobs(status=status, kind=kind, since_seconds=since_seconds,
                                          limit=limit)
+
+
+def _by_queue(pending: Mapping[str, tuple[Queue, str]],
+              ) -> list[tuple[Queue, list[tuple[str, str]]]]:
+    """The pending entries grouped by their queue (one group per queue object, in order)."""
+    groups: dict[int, tuple[Queue, list[tuple[str, str]]]] = {}
+    for entry_id, (queue, body) in pending.items():
+        groups.setdefault(id(queue), (queue, []))[1].append((entry_id, body))
+    return list(groups.values())
 
 
 def _batches(entries: list[tuple[str, str]]) -> Iterable[list[tuple[str, str]]]:

@@ -31,6 +31,8 @@ from dispatcher.ports.table import Record
 DISPLAY_BYTES = 2048
 HOUR = 3600.0
 JOB_STATES: tuple[JobState, ...] = tuple(JobState)
+# Not a stored state: a PENDING job whose not_before is still ahead (see Job.scheduled).
+SCHEDULED = "SCHEDULED"
 T = TypeVar("T")
 
 
@@ -78,11 +80,16 @@ class JobSummary(_Flat):
     reason: str | None
 
     @staticmethod
-    def from_item(item: Record) -> JobSummary:
+    def from_item(item: Record, at: float | None = None) -> JobSummary:
+        """``at``: now, to show a PENDING job waiting for its not_before as SCHEDULED."""
         rejected = item.pk.startswith("REJECT#")
+        state = item.state or ""
+        if state == JobState.PENDING and at is not None and item.not_before is not None \
+                and item.not_before > at:
+            state = SCHEDULED
         return JobSummary(
             job_id=item.pk.split("#", 1)[1] if rejected or not item.job_id else item.job_id,
-            state=item.state or "", kind=None if rejected else item.kind,
+            state=state, kind=None if rejected else item.kind,
             created_at=item.created_at, updated_at=item.updated_at,
             attempts=int(item.attempts or 0),
             max_attempts=None if rejected else int(item.max_attempts or 0),
@@ -171,12 +178,15 @@ class Stats:
         }
 
 
-def parse_status(status: str) -> JobState:
+def parse_status(status: str) -> JobState | str:
+    """A stored state, or SCHEDULED (PENDING with its not_before ahead)."""
+    if status.strip().upper() == SCHEDULED:
+        return SCHEDULED
     try:
         return JobState(status.strip().upper())
     except ValueError:
         raise LongjobsError(f"unknown status {status!r}; one of "
-                            + ", ".join(JOB_STATES)) from None
+                            + ", ".join([*JOB_STATES, SCHEDULED])) from None
 
 
 @dataclass
@@ -194,13 +204,16 @@ class Registry:
                   since_seconds: float | None = None, limit: int = 50) -> list[JobSummary]:
         """Newest first (by creation time, the index's range key), at most ``limit``."""
         states = [parse_status(status)] if status else list(JOB_STATES)
-        since = self.clock() - since_seconds if since_seconds is not None else None
+        now = self.clock()
+        since = now - since_seconds if since_seconds is not None else None
         # Each per-status answer is newest first and at most `limit` long, so merging them
         # reads at most `limit` items per status, whatever the table holds.
-        streams = [self.store.list_jobs(state, since=since, kind=kind, limit=limit)
+        streams = [self.store.list_jobs(JobState.PENDING, since=since, kind=kind, limit=limit,
+                                        scheduled_after=now) if state == SCHEDULED else
+                   self.store.list_jobs(JobState(state), since=since, kind=kind, limit=limit)
                    for state in states]
         merged = heapq.merge(*streams, key=lambda i: i.status_at or "", reverse=True)
-        return [JobSummary.from_item(i) for i in itertools.islice(merged, limit)]
+        return [JobSummary.from_item(i, now) for i in itertools.islice(merged, limit)]
 
     # -- show -----------------------------------------------------------------------------------
     def show(self, job_id: str) -> JobDetail:

@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from dispatcher.domain.jobs import Resources
 from dispatcher.domain.stops import LastStatus
 
 # RunTask starts at most 10 tasks per call.
@@ -39,6 +40,9 @@ class LaunchRequest:
     # On-demand capacity only (launch type FARGATE), whatever the configured strategy: the
     # fallback for bundles Fargate Spot had no capacity for.
     on_demand: bool = False
+    # Task-level size of every task of the call (RunTask overrides apply to all its tasks);
+    # Resources(): the task definition's.
+    resources: Resources = field(default_factory=Resources)
 
 
 @dataclass(frozen=True)

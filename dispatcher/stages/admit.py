@@ -14,6 +14,13 @@ while the drain goes on. Messages are received with the ``hold_seconds`` visibil
 a bundle is closed once its oldest message was held for half of it, so every message is recorded
 and deleted long before it could be delivered again. Memory is bounded by the open and in-flight
 bundles, not by the depth of the queue.
+
+Priorities: each level (high, normal, low) has its queue, drained in that order. Every
+backlogged level is guaranteed its weight's share of the free task slots (at least one, while
+slots remain, highest first; ``LONGJOBS_PRIORITY_WEIGHTS``), and a level takes whatever the
+levels above it left: urgent work goes first, and a backlog of urgent work cannot take every
+slot from the rest. Scheduled jobs and jobs of a kind at its limit are recorded at once in
+deferred bundles (see :mod:`dispatcher.stages.bundle`) that take no slot now.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +36,7 @@ from typing import Any
 from dispatcher.domain import message
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import InvalidMessage
-from dispatcher.domain.jobs import Job, JobState, Rejection
+from dispatcher.domain.jobs import PRIORITY_ORDER, Job, JobState, Priority, Rejection
 from dispatcher.ports.queue import BATCH, Queue, Received
 from dispatcher.ports.store import DispatchStore
 from dispatcher.stages.bundle import Bundler
@@ -53,6 +60,8 @@ class IntakeStats:
     delete_failures: int = 0
     record_failures: int = 0  # bundles left for redelivery (their messages kept)
     bundles_recorded: int = 0
+    deferred_bundles: int = 0  # recorded for later: scheduled, or their kind at its limit
+    admitted_by_priority: dict[str, int] = field(default_factory=dict)
     target_jobs: int = 0  # the even share of the backlog per bundle
     oldest_sent_at: float | None = None
     rejections: list[dict[str, str]] = field(default_factory=list)
@@ -63,7 +72,22 @@ def to_job(msg: message.JobMessage, received: Received, at: float) -> Job:
                estimated_seconds=msg.estimated_seconds, max_attempts=msg.max_attempts,
                timeout_seconds=msg.timeout_seconds, created_at=at,
                enqueued_at=received.sent_at, message_id=received.message_id,
-               payload_bytes=msg.payload_bytes)
+               payload_bytes=msg.payload_bytes, priority=msg.priority,
+               not_before=msg.not_before, resources=msg.resources)
+
+
+def shares(capacity: int, backlog: Mapping[Priority, int],
+           weights: Mapping[str, int]) -> dict[Priority, int]:
+    """Task slots each priority is guaranteed: its weight's share among the backlogged levels,
+    at least one, highest first while slots remain."""
+    active = [p for p in PRIORITY_ORDER if backlog.get(p, 0) > 0]
+    total = sum(weights.get(str(p), 1) for p in active) or 1
+    out: dict[Priority, int] = {p: 0 for p in PRIORITY_ORDER}
+    left = capacity
+    for p in active:
+        out[p] = min(left, max(1, capacity * weights.get(str(p), 1) // total))
+        left -= out[p]
+    return out
 
 
 def to_rejection(exc: InvalidMessage, received: Received, at: float) -> Rejection:
@@ -91,58 +115,85 @@ class _Recorded:
 
 
 class Intake:
-    def __init__(self, queue: Queue, store: DispatchStore, policy: AdmitPolicy,
-                 clock: Callable[[], float] = time.time, *, concurrency: int = 8,
-                 hold_seconds: float = 300.0) -> None:
+    def __init__(self, queues: Queue | Mapping[Priority, Queue], store: DispatchStore,
+                 policy: AdmitPolicy, clock: Callable[[], float] = time.time, *,
+                 concurrency: int = 8, hold_seconds: float = 300.0) -> None:
+        """``queues``: the queue of each priority (one Queue serves every level)."""
         self._policy = policy
-        self._queue = queue
+        if isinstance(queues, Queue):
+            queues = {p: queues for p in PRIORITY_ORDER}
+        # Each distinct queue once, under the highest level it serves.
+        self._queues: list[tuple[Priority, Queue]] = []
+        for p in PRIORITY_ORDER:
+            if p in queues and all(queues[p] is not q for _, q in self._queues):
+                self._queues.append((p, queues[p]))
         self._store = store
         self._clock = clock
         self._concurrency = max(2, concurrency)
         self._hold = hold_seconds
 
-    def target_jobs(self, capacity: int) -> int:
-        """Jobs per bundle that spread the visible backlog evenly over ``capacity`` tasks (at
+    def target_jobs(self, visible: int, capacity: int) -> int:
+        """Jobs per bundle that spread ``visible`` messages evenly over ``capacity`` tasks (at
         least a task's worth of parallel jobs)."""
-        visible = self._queue.backlog().visible
         return max(self._policy.bundling.task_concurrency, math.ceil(visible / max(1, capacity)))
 
     def drain(self, capacity: int, deadline: float, stats: IntakeStats,
-              on_recorded: Callable[[list[Bundle]], None] | None = None) -> list[Bundle]:
-        """Admit up to ``capacity`` bundles of work before ``deadline`` (monotonic); return
-        the bundles recorded, each also passed to ``on_recorded`` as soon as it is."""
+              on_recorded: Callable[[list[Bundle]], None] | None = None, *,
+              kind_room: Mapping[str, int] | None = None) -> list[Bundle]:
+        """Admit up to ``capacity`` bundles of work before ``deadline`` (monotonic), each
+        priority's queue in turn; return the bundles recorded. Each one that can launch now is
+        also passed to ``on_recorded`` as soon as it is recorded. ``kind_room``: jobs each
+        limited kind may still start."""
         if capacity <= 0:
             return []
-        stats.target_jobs = self.target_jobs(capacity)
-        run = _Drain(self, Bundler(self._policy.bundling, capacity, stats.target_jobs),
-                     deadline, stats, on_recorded or (lambda bundles: None))
+        visible = {p: q.backlog().visible for p, q in self._queues}
+        guaranteed = shares(capacity, visible, self._policy.priority_weights)
+        room = dict(kind_room or {})
+        left, recorded = capacity, []
         with ThreadPoolExecutor(self._concurrency, thread_name_prefix="intake") as pool:
-            return run.run(pool)
+            for n, (priority, queue) in enumerate(self._queues):
+                below = sum(guaranteed[p] for p, _ in self._queues[n + 1:])
+                slots = max(0, left - below)
+                if slots == 0 or time.monotonic() >= deadline:
+                    continue
+                target = self.target_jobs(visible[priority], slots)
+                stats.target_jobs = max(stats.target_jobs, target)
+                bundler = Bundler(self._policy.bundling, slots, target, at=self._clock(),
+                                  kind_limits=self._policy.kind_limits, kind_room=room)
+                run = _Drain(self, queue, bundler, deadline, stats,
+                             on_recorded or (lambda bundles: None))
+                recorded += run.run(pool)
+                left -= bundler.opened
+                room = bundler.kind_room
+        return recorded
 
     # -- work done on the pool ------------------------------------------------------------------
-    def receive(self) -> list[Received]:
-        return self._queue.receive(BATCH, visibility_timeout=int(self._hold))
+    def receive(self, queue: Queue) -> list[Received]:
+        return queue.receive(BATCH, visibility_timeout=int(self._hold))
 
-    def record(self, bundle: Bundle, held: _Held) -> _Recorded:
+    def record(self, queue: Queue, bundle: Bundle, held: _Held) -> _Recorded:
         """Record a bundle, then delete its messages (never before)."""
         duplicates = self._store.record([bundle], held.jobs)
         out = _Recorded(bundle, len(duplicates),
                         [j for j in held.jobs if j.state == JobState.REJECTED])
-        out.delete_failures = self.delete(held.messages)
+        out.delete_failures = self.delete(queue, held.messages)
         return out
 
-    def reject(self, rejections: list[Rejection], messages: list[Received]) -> _Recorded:
+    def reject(self, queue: Queue, rejections: list[Rejection],
+               messages: list[Received]) -> _Recorded:
         if rejections:
             self._store.reject(rejections)
-        return _Recorded(rejections=rejections, delete_failures=self.delete(messages))
+        return _Recorded(rejections=rejections, delete_failures=self.delete(queue, messages))
 
-    def delete(self, messages: list[Received]) -> int:
-        return sum(len(self._queue.delete(messages[i:i + BATCH]))
+    @staticmethod
+    def delete(queue: Queue, messages: list[Received]) -> int:
+        return sum(len(queue.delete(messages[i:i + BATCH]))
                    for i in range(0, len(messages), BATCH))
 
-    def release(self, messages: list[Received]) -> _Recorded:
+    @staticmethod
+    def release(queue: Queue, messages: list[Received]) -> _Recorded:
         for i in range(0, len(messages), BATCH):
-            self._queue.release(messages[i:i + BATCH])
+            queue.release(messages[i:i + BATCH])
         return _Recorded()
 
 
@@ -150,9 +201,10 @@ class _Drain:
     """One drain's state, touched only by the thread that runs it; the pool's work returns
     results that this thread applies."""
 
-    def __init__(self, intake: Intake, bundler: Bundler, deadline: float, stats: IntakeStats,
-                 on_recorded: Callable[[list[Bundle]], None]) -> None:
+    def __init__(self, intake: Intake, queue: Queue, bundler: Bundler, deadline: float,
+                 stats: IntakeStats, on_recorded: Callable[[list[Bundle]], None]) -> None:
         self.intake = intake
+        self.queue = queue
         self.bundler = bundler
         self.deadline = deadline
         self.stats = stats
@@ -172,11 +224,11 @@ class _Drain:
             if self.receiving and (self.bundler.full or time.monotonic() >= self.deadline):
                 self.receiving = False
             while self.receiving and len(receives) < ahead:
-                receives.add(pool.submit(self.intake.receive))
+                receives.add(pool.submit(self.intake.receive, self.queue))
             if not receives:
                 self.bundler.close()  # nothing more is coming: record what is open
             self._close_held_too_long()
-            work |= {pool.submit(self.intake.record, b, self.held[b.bundle_id])
+            work |= {pool.submit(self.intake.record, self.queue, b, self.held[b.bundle_id])
                      for b in self.bundler.take_closed()}
             if not receives and not work:
                 break
@@ -191,10 +243,9 @@ class _Drain:
         return self.recorded
 
     def _close_held_too_long(self) -> None:
-        b = self.bundler.open_bundle
-        if b is not None and time.monotonic() - self.held[b.bundle_id].since \
-                >= self.intake._hold / 2:
-            self.bundler.close()
+        for b in self.bundler.open_bundles:
+            if time.monotonic() - self.held[b.bundle_id].since >= self.intake._hold / 2:
+                self.bundler.close_bundle(b.bundle_id)
 
     def _admit(self, pool: ThreadPoolExecutor,
                f: Future[list[Received]]) -> set[Future[_Recorded]]:
@@ -244,10 +295,10 @@ class _Drain:
             self.receiving = False
         out: set[Future[_Recorded]] = set()
         if rejections or finished:
-            out.add(pool.submit(self.intake.reject, rejections, finished))
+            out.add(pool.submit(self.intake.reject, self.queue, rejections, finished))
         if leftover:
             stats.released += len(leftover)
-            out.add(pool.submit(self.intake.release, leftover))
+            out.add(pool.submit(self.intake.release, self.queue, leftover))
         return out
 
     def _recorded(self, f: Future[_Recorded]) -> None:
@@ -275,8 +326,14 @@ class _Drain:
         stats.rejected += len(result.refused)
         stats.rejections.extend({"key": j.job_id, "reason": j.reason or ""}
                                 for j in result.refused)
-        stats.admitted += len(held.jobs) - result.duplicates - len(result.refused)
+        admitted = len(held.jobs) - result.duplicates - len(result.refused)
+        stats.admitted += admitted
+        by = stats.admitted_by_priority
+        by[str(bundle.priority)] = by.get(str(bundle.priority), 0) + admitted
         if bundle.job_ids and bundle.state != BundleState.DONE:
             stats.bundles_recorded += 1
             self.recorded.append(bundle)
-            self.on_recorded([bundle])
+            if bundle.bundle_id in self.bundler.deferred:
+                stats.deferred_bundles += 1  # a later tick launches it (due, kind has room)
+            else:
+                self.on_recorded([bundle])

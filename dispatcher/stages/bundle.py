@@ -6,93 +6,143 @@ jobs). With a backlog larger than the free task slots can take at once, the bund
 even (``target_jobs`` each, the backlog spread over the slots) so every task starts at once and
 ends at about the same time; the last slot takes whatever is left, up to the work limit.
 
+Only jobs of one shape share a bundle: the same priority, the same resources (a task has one
+size), the same ``not_before`` if scheduled, and one kind if that kind has a limit
+(``LONGJOBS_KIND_LIMITS``). A bundle is *deferred* when it cannot launch in this tick: it is
+scheduled for later, or its kind is at its limit. A deferred bundle is recorded (PENDING, due at
+its time) but takes no task slot now; a later tick launches it when due and when its kind has
+room.
+
 A bundle is closed as soon as it is full, so the tick records and launches it while it keeps
 draining the queue.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from dispatcher.domain.bundles import Bundle
-from dispatcher.domain.jobs import Job, new_id
+from dispatcher.domain.jobs import Job, Priority, Resources, new_id
 from dispatcher.stages.policy import BundlePolicy
 
 # Bytes of job items one bundle may hold: what the dispatcher keeps in memory per bundle it is
 # filling or recording (a bundle of more than one transaction's worth is recorded in pages).
 MAX_BUNDLE_BYTES = 16_000_000
 
+Shape = tuple[Priority, Resources, float | None, str | None]
+
 
 class Bundler:
     """Admits jobs while they fit into ``capacity`` bundles, closing each one when full.
 
-    Jobs estimated at or under the small-job threshold fill the open bundle; any other job
-    (including one with no estimate) gets a bundle of its own, closed at once.
+    Jobs estimated at or under the small-job threshold fill the open bundle of their shape; any
+    other job (including one with no estimate) gets a bundle of its own, closed at once.
+    ``kind_room``: jobs each limited kind may still start (its limit less what runs);
+    ``kind_limits``: the limits; ``at``: now, to tell scheduled jobs.
     """
 
-    def __init__(self, policy: BundlePolicy, capacity: int,
-                 target_jobs: int | None = None) -> None:
+    def __init__(self, policy: BundlePolicy, capacity: int, target_jobs: int | None = None,
+                 *, at: float = 0.0, kind_limits: Mapping[str, int] | None = None,
+                 kind_room: Mapping[str, int] | None = None) -> None:
         self._policy = policy
         self.capacity = max(0, capacity)
         self._target = target_jobs
-        self.opened = 0
+        self._at = at
+        self._limits = dict(kind_limits or {})
+        self.kind_room = dict(kind_room or {})
+        self.opened = 0  # bundles that take a task slot now
+        self.deferred: set[str] = set()  # bundle ids recorded now, launched later
         self._closed: list[Bundle] = []
-        self._open: Bundle | None = None
-        self._open_bytes = 0
+        self._open: dict[Shape, Bundle] = {}
+        self._open_bytes: dict[Shape, int] = {}
 
     def is_small(self, job: Job) -> bool:
         est = job.estimated_seconds
         return est is not None and est <= self._policy.small_job_seconds
 
-    def _limit(self) -> int:
-        """Jobs the open bundle may hold: the even share, except in the last slot."""
+    def shape(self, job: Job) -> Shape:
+        scheduled = job.not_before if job.not_before is not None \
+            and job.not_before > self._at else None
+        kind = job.kind if job.kind in self._limits else None
+        return job.priority, job.resources, scheduled, kind
+
+    def slots(self, kind: str) -> int:
+        """Jobs of a limited kind one bundle runs at once: what it counts against the limit."""
+        return max(1, min(self._policy.task_concurrency, self._limits[kind]))
+
+    def _limit(self, bundle: Bundle) -> int:
+        """Jobs a bundle may hold: the even share, except in the last slot or when deferred."""
         limit = self._policy.bundle_max_jobs
-        if self._target is not None and self.opened < self.capacity:
+        if self._target is not None and self.opened < self.capacity \
+                and bundle.bundle_id not in self.deferred:
             limit = min(limit, max(1, self._target))
         return limit
 
-    def _fits_open(self, job: Job) -> bool:
-        b = self._open
-        return (b is not None and len(b.job_ids) < self._limit()
+    def _fits(self, shape: Shape, job: Job) -> bool:
+        b = self._open.get(shape)
+        return (b is not None and len(b.job_ids) < self._limit(b)
                 and b.estimated_seconds + (job.estimated_seconds or 0)
                 <= self._policy.max_work_seconds
-                and self._open_bytes + job.item_bytes() <= MAX_BUNDLE_BYTES)
+                and self._open_bytes[shape] + job.item_bytes() <= MAX_BUNDLE_BYTES)
 
     @property
-    def open_bundle(self) -> Bundle | None:
-        return self._open
+    def open_bundles(self) -> list[Bundle]:
+        return list(self._open.values())
 
     @property
     def full(self) -> bool:
-        """No further job of any size can be admitted."""
-        return self.opened >= self.capacity and self._open is None
+        """No task slot is left: only deferred work could still be admitted."""
+        return self.opened >= self.capacity and not any(
+            b.bundle_id not in self.deferred for b in self._open.values())
 
     def offer(self, job: Job) -> bool:
         """Admit ``job`` into a bundle; False when no bundle can take it (capacity spent)."""
-        if self.is_small(job) and self._fits_open(job):
-            assert self._open is not None
-            self._add(self._open, job)
-            self._open_bytes += job.item_bytes()
-            if len(self._open.job_ids) >= self._limit():
-                self.close()
+        shape = self.shape(job)
+        if self.is_small(job) and self._fits(shape, job):
+            bundle = self._open[shape]
+            self._add(bundle, job)
+            self._open_bytes[shape] += job.item_bytes()
+            if len(bundle.job_ids) >= self._limit(bundle):
+                self.close(shape)
             return True
-        if self.opened >= self.capacity:
+        deferred = shape[2] is not None or (
+            shape[3] is not None and self.kind_room.get(shape[3], 0) < self.slots(shape[3]))
+        if not deferred and self.opened >= self.capacity:
             return False
-        self.close()
-        bundle = Bundle(bundle_id=new_id(), job_ids=[])
-        self.opened += 1
+        if self.is_small(job):
+            self.close(shape)  # a new open bundle of this shape replaces the full one
+        bundle = Bundle(bundle_id=new_id(), job_ids=[], priority=job.priority,
+                        resources=job.resources, created_at=self._at,
+                        next_attempt_at=shape[2] if shape[2] is not None else self._at)
+        if shape[3] is not None:
+            bundle.kind, bundle.slots = shape[3], self.slots(shape[3])
+        if deferred:
+            self.deferred.add(bundle.bundle_id)
+        else:
+            self.opened += 1
+            if bundle.kind is not None:
+                self.kind_room[bundle.kind] -= bundle.slots
         self._add(bundle, job)
         if self.is_small(job):
-            self._open, self._open_bytes = bundle, job.item_bytes()
-            if len(bundle.job_ids) >= self._limit():
-                self.close()
+            self._open[shape], self._open_bytes[shape] = bundle, job.item_bytes()
+            if len(bundle.job_ids) >= self._limit(bundle):
+                self.close(shape)
         else:
             self._closed.append(bundle)
         return True
 
-    def close(self) -> None:
-        """Close the open bundle (full, held long enough, or the drain ends)."""
-        if self._open is not None:
-            self._closed.append(self._open)
-            self._open, self._open_bytes = None, 0
+    def close(self, shape: Shape | None = None) -> None:
+        """Close the open bundle of ``shape`` (every open bundle if None)."""
+        for key in [shape] if shape is not None else list(self._open):
+            bundle = self._open.pop(key, None)
+            if bundle is not None:
+                self._open_bytes.pop(key, None)
+                self._closed.append(bundle)
+
+    def close_bundle(self, bundle_id: str) -> None:
+        for key, b in list(self._open.items()):
+            if b.bundle_id == bundle_id:
+                self.close(key)
 
     def take_closed(self) -> list[Bundle]:
         """The bundles closed since the last call, ready to record."""

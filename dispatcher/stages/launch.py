@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, LaunchError, ResourceMissing
+from dispatcher.domain.jobs import Resources
 from dispatcher.domain.launches import Launch
 from dispatcher.ports.launcher import (
     MAX_TASKS_PER_CALL,
@@ -71,7 +72,19 @@ def request_for(launch: Launch) -> LaunchRequest:
         env={"LONGJOBS_LAUNCH_ID": launch.launch_id},
         tags={"longjobs:launch": launch.launch_id},
         on_demand=launch.on_demand,
+        resources=launch.resources,
     )
+
+
+def calls_for(bundles: list[Bundle]) -> list[list[Bundle]]:
+    """The bundles cut into RunTask calls: grouped by ``resources`` (a call's task-level
+    overrides apply to every task it starts), then <= MAX_TASKS_PER_CALL each. Groups keep
+    the order of their first bundle, and bundles their order within a group."""
+    by_size: dict[Resources, list[Bundle]] = {}
+    for bundle in bundles:
+        by_size.setdefault(bundle.resources, []).append(bundle)
+    return [same[start:start + MAX_TASKS_PER_CALL] for same in by_size.values()
+            for start in range(0, len(same), MAX_TASKS_PER_CALL)]
 
 
 def pacer_for(policy: LaunchPolicy) -> LaunchPacer:
@@ -102,8 +115,9 @@ class Launches:
 
     def launch(self, bundles: list[Bundle], task_definition: str, stats: LaunchStats, *,
                on_demand: bool = False) -> None:
-        for start in range(0, len(bundles), MAX_TASKS_PER_CALL):
-            group = bundles[start:start + MAX_TASKS_PER_CALL]
+        """One RunTask per <=10 bundles of the same resources (a call's overrides apply to
+        all its tasks), in the order the bundles come (grouped by their first appearance)."""
+        for group in calls_for(bundles):
             launch = self._begin(group, task_definition, stats, on_demand)
             if launch is not None:
                 self._run(launch, {b.bundle_id: b.launch_failures for b in group}, stats)
@@ -127,7 +141,8 @@ class Launches:
             if not group:
                 return None
             launch = Launch(Launch.make_id(group), [b.bundle_id for b in group], task_definition,
-                            created_at=self._clock(), on_demand=on_demand)
+                            created_at=self._clock(), on_demand=on_demand,
+                            resources=group[0].resources)
             try:
                 self._store.begin_launch(launch, group)
                 return launch

@@ -6,7 +6,8 @@ Stages never read the environment or the settings module: the composition root
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,10 @@ class BundlePolicy:
 class AdmitPolicy:
     allowed_kinds: tuple[str, ...] = ()
     bundling: BundlePolicy = BundlePolicy()
+    # Share of the free task slots each backlogged priority is guaranteed (by weight).
+    priority_weights: Mapping[str, int] = field(
+        default_factory=lambda: {"high": 6, "normal": 3, "low": 1})
+    kind_limits: Mapping[str, int] = field(default_factory=dict)  # running jobs per kind
 
 
 @dataclass(frozen=True)
@@ -64,3 +69,4 @@ class TickPolicy:
     reserve_seconds: float = 30.0  # Lambda time kept back from the drain
     concurrency: int = 8  # AWS calls in flight while receiving, recording, deleting
     hold_seconds: float = 300.0  # visibility timeout of received messages
+    kind_limits: Mapping[str, int] = field(default_factory=dict)  # running jobs per kind

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dispatcher.domain.bundles import Bundle
+from dispatcher.domain.jobs import PRIORITY_ORDER
 from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.store import DispatchStore
 from dispatcher.stages.admit import Intake, IntakeStats
@@ -34,6 +35,9 @@ log = logging.getLogger(__name__)
 LAUNCH_RESERVE_SECONDS = 5.0
 # The lease outlives the longest tick by this much.
 LEASE_MARGIN_SECONDS = 60.0
+# Due bundles read beyond the free slots, so that bundles of a kind at its limit (skipped) do
+# not hide the due bundles of other kinds behind them.
+DUE_LOOKAHEAD = 200
 
 
 @dataclass
@@ -116,14 +120,45 @@ class Dispatcher:
         # Reruns started by reconciliation are active again; settled bundles are not.
         d.active_bundles = len(active) - d.reconcile.freed
         d.capacity = max(0, self._policy.max_running_tasks - d.active_bundles)
-        due = self._store.due_bundles(d.capacity, self._clock())
+        room = self._kind_room(active)
+        due = self._due(d.capacity, room)
         d.due_bundles = len(due)
         with _LaunchQueue(self._launches, d.task_definition, d.launch) as launch:
             if due:
                 launch(due)
-            new = self._intake.drain(d.capacity - len(due), drain_deadline, d.intake, launch)
+            new = self._intake.drain(d.capacity - len(due), drain_deadline, d.intake, launch,
+                                     kind_room=room)
             d.new_bundles = len(new)
         d.capacity_left = d.capacity - d.launch.bundles_launched
+
+
+    def _kind_room(self, active: list[Bundle]) -> dict[str, int]:
+        """Jobs each limited kind may still start: its limit less the slots of its active
+        bundles (each counts the jobs it can run at once)."""
+        room = dict(self._policy.kind_limits)
+        for b in active:
+            if b.kind in room:
+                room[b.kind] -= b.slots
+        return room
+
+    def _due(self, capacity: int, room: dict[str, int]) -> list[Bundle]:
+        """Due PENDING bundles to launch now: higher priority first, then oldest due; a
+        bundle of a kind without room waits (``room`` is spent by those taken)."""
+        if capacity <= 0:
+            return []
+        rank = {p: n for n, p in enumerate(PRIORITY_ORDER)}
+        found = self._store.due_bundles(capacity + DUE_LOOKAHEAD, self._clock())
+        found.sort(key=lambda b: (rank[b.priority], b.next_attempt_at))
+        due: list[Bundle] = []
+        for b in found:
+            if len(due) == capacity:
+                break
+            if b.kind in room:
+                if room[b.kind] < b.slots:
+                    continue
+                room[b.kind] -= b.slots
+            due.append(b)
+        return due
 
 
 class _LaunchQueue:

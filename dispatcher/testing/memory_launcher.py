@@ -24,8 +24,9 @@ What it promises, each checked against ``EcsLauncher`` on moto behind ``AwsProxy
 
 Tests drive tasks with :meth:`set_status` and :meth:`stop_task` (a stop with any stop code,
 reason and exit code: a Spot interruption, an OOM kill, a clean exit) and assert on
-:attr:`requests` and :attr:`stops`. Deterministic (ARNs are numbered, no clock unless given)
-and thread-safe (one lock).
+:attr:`requests` (each with the task size, ``resources``, it asked for; a repeated token with
+another size is refused like any other changed parameter) and :attr:`stops`. Deterministic
+(ARNs are numbered, no clock unless given) and thread-safe (one lock).
 """
 
 from __future__ import annotations

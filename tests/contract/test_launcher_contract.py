@@ -19,6 +19,7 @@ from botocore.config import Config
 
 from dispatcher.aws.ecs import EcsLauncher, EcsTarget
 from dispatcher.domain.errors import LaunchError
+from dispatcher.domain.jobs import Resources
 from dispatcher.domain.stops import LastStatus, StopCode
 from dispatcher.ports.launcher import MAX_TASKS_PER_CALL, Launcher, LaunchRequest, RateExceeded
 from dispatcher.testing.memory_launcher import MemoryLauncher
@@ -100,7 +101,8 @@ def harness(request: pytest.FixtureRequest) -> Harness:
 def _request(h: Harness, count: int = 2, token: str = "tok-1", **kw: Any) -> LaunchRequest:
     return LaunchRequest(h.launcher.resolve_task_definition(), count,
                          f"{h.token_prefix}-{token}", "contract",
-                         env=kw.get("env", {"LONGJOBS_BUNDLE": "b1"}), tags={"app": "longjobs"})
+                         env=kw.get("env", {"LONGJOBS_BUNDLE": "b1"}), tags={"app": "longjobs"},
+                         resources=kw.get("resources", Resources()))
 
 
 def test_run_starts_count_tasks(harness: Harness) -> None:
@@ -126,6 +128,18 @@ def test_a_client_token_reused_with_other_parameters_is_refused(harness: Harness
     harness.launcher.run(_request(harness, 2))
     with pytest.raises(LaunchError, match="ConflictException"):
         harness.launcher.run(_request(harness, 1))
+    assert harness.started() == 2
+
+
+def test_a_task_size_is_part_of_the_parameters_a_client_token_fixes(harness: Harness) -> None:
+    big = _request(harness, 2, token="sized", resources=Resources(4096, 8192, 50))
+    first = harness.launcher.run(big)
+    assert len(first.task_arns) == 2
+    assert harness.launcher.run(big) == first  # the same size: the same tasks
+    with pytest.raises(LaunchError, match="ConflictException"):
+        harness.launcher.run(_request(harness, 2, token="sized", resources=Resources(256, 512)))
+    with pytest.raises(LaunchError, match="ConflictException"):
+        harness.launcher.run(_request(harness, 2, token="sized"))  # the default size
     assert harness.started() == 2
 
 

@@ -20,6 +20,7 @@ from dispatcher.ports.table import (
     And,
     Append,
     Check,
+    Condition,
     Eq,
     Ge,
     Gt,
@@ -127,11 +128,19 @@ class OperatorStore(Reads):
 
     # -- queries --------------------------------------------------------------------------------
     def list_jobs(self, state: JobState, *, since: float | None = None,
-                  kind: str | None = None, limit: int | None = 50) -> list[Record]:
-        """Jobs (or REJECTED records) in ``state``, newest first by creation time."""
+                  kind: str | None = None, limit: int | None = 50,
+                  scheduled_after: float | None = None) -> list[Record]:
+        """Jobs (or REJECTED records) in ``state``, newest first by creation time; with
+        ``scheduled_after``, only those whose ``not_before`` is later (SCHEDULED ones)."""
+        where: list[Condition] = []
+        if kind:
+            where.append(Eq("kind", kind))
+        if scheduled_after is not None:
+            where.append(Gt("not_before", scheduled_after))
         return self.table.query(r.job_status(state),
                                 at_least=r.iso(since) if since is not None else None,
-                                where=Eq("kind", kind) if kind else None, limit=limit,
+                                where=And(*where) if len(where) > 1 else
+                                (where[0] if where else None), limit=limit,
                                 newest_first=True)
 
     def detail(self, job_id: str) -> tuple[Record, Record | None] | None:

@@ -163,7 +163,7 @@ def launch_record(launch: Launch) -> Record:
         status_at=iso(launch.created_at), state=str(launch.state),
         bundle_ids=list(launch.bundle_ids), task_definition=launch.task_definition,
         created_at=launch.created_at, updated_at=launch.created_at,
-        on_demand="true" if launch.on_demand else None,
+        on_demand="true" if launch.on_demand else None, **_resources(launch.resources),
     )
 
 
@@ -172,7 +172,7 @@ def record_launch(rec: Record) -> Launch:
         launch_id=ident(rec.pk), bundle_ids=list(rec.bundle_ids or []),
         task_definition=rec.task_definition or "", state=LaunchState(_state(rec)),
         created_at=_num(rec.created_at), task_arns=list(rec.task_arns or []),
-        on_demand=rec.on_demand == "true",
+        on_demand=rec.on_demand == "true", resources=record_resources(rec),
     )
 
 
