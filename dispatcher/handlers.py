@@ -29,9 +29,16 @@ def dispatch(event: dict[str, Any], context: Any) -> dict[str, Any]:
         logger.error("tick failed", extra={"reason": exc.reason, "error": type(exc).__name__})
         raise
     # TickCompleted is the heartbeat the "dispatcher stopped" alarm watches (missing = breach).
-    metrics.publish_tick(decision, backlog=stages.queue.backlog(),
+    # The dashboard's figures: the backlog of each priority's queue (one GetQueueAttributes per
+    # queue) and the tasks running on each revision (the active bundles, one index query per
+    # active state; nothing per job).
+    backlogs = metrics.backlogs_by_priority(stages.queues)
+    metrics.publish_tick(decision, backlog=metrics.total_backlog(backlogs.values()),
                          running_tasks=decision.active_bundles + decision.launch.bundles_launched,
-                         queue=cfg.queue_url, namespace=cfg.metrics_namespace or None)
+                         queue=cfg.queue_url, namespace=cfg.metrics_namespace or None,
+                         backlogs=backlogs,
+                         running_by_revision=metrics.tasks_by_revision(
+                             stages.store.active_bundles()))
     return decision.as_dict()
 
 

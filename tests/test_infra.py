@@ -431,7 +431,8 @@ def queue_policies(template: dict[str, Any], queue: str) -> list[dict[str, Any]]
             for s in r["Properties"]["PolicyDocument"]["Statement"]]
 
 
-@pytest.mark.parametrize("queue", ["JobQueue", "JobDeadLetterQueue", "EventDeadLetterQueue"])
+@pytest.mark.parametrize("queue", ["JobQueue", "HighJobQueue", "LowJobQueue",
+                                   "JobDeadLetterQueue", "EventDeadLetterQueue"])
 def test_every_queue_is_tls_only_and_retained(template: dict[str, Any], queue: str) -> None:
     """Issue 10 item 17: the dead-letter queues get the job queue's TLS-only deny, and no
     queue (with jobs or dead letters in it) is deleted with the stack or on replacement."""
@@ -548,8 +549,72 @@ def test_alarms_cover_backlog_dead_letters_errors_and_silence(template: dict[str
 
 
 def test_outputs_give_clients_what_they_need(template: dict[str, Any]) -> None:
-    assert {"QueueUrl", "DeadLetterQueueUrl", "TableName", "ClusterArn",
-            "TaskFamily"} <= set(template["Outputs"])
+    assert {"QueueUrl", "HighQueueUrl", "LowQueueUrl", "DeadLetterQueueUrl", "TableName",
+            "ClusterArn", "TaskFamily", "DashboardUrl"} <= set(template["Outputs"])
+
+
+# ------------------------------------------------------------------ one queue per priority (12)
+
+PRIORITY_QUEUES = {"high": "HighJobQueue", "normal": "JobQueue", "low": "LowJobQueue"}
+
+
+def _renamed(value: Any, old: str, new: str) -> Any:
+    """``value`` with every reference to resource ``old`` pointed at ``new``."""
+    return json.loads(json.dumps(value).replace(f'"{old}"', f'"{new}"'))
+
+
+@pytest.mark.parametrize("queue", ["HighJobQueue", "LowJobQueue"])
+def test_priority_queues_are_the_job_queues_twins(template: dict[str, Any], queue: str) -> None:
+    """Issue 12 item 2: each priority's queue has the job queue's properties (encryption,
+    retention, size, visibility, redrive to the same dead-letter queue) and policy (producers
+    may send, nobody else, TLS only), and is retained like it."""
+    res = template["Resources"]
+    job, other = res["JobQueue"], res[queue]
+    assert other["Properties"] == job["Properties"]
+    assert other["Properties"]["RedrivePolicy"]["deadLetterTargetArn"] == {
+        "Fn::GetAtt": ["JobDeadLetterQueue", "Arn"]}
+    for key in ("DeletionPolicy", "UpdateReplacePolicy"):
+        assert other[key] == job[key] == "Retain"
+    assert [s["id"] for s in other["Metadata"]["checkov"]["skip"]] == ["CKV_AWS_27"]
+    assert queue_policies(template, queue) == _renamed(queue_policies(template, "JobQueue"),
+                                                       "JobQueue", queue)
+
+
+def test_both_functions_get_every_priority_queue(template: dict[str, Any]) -> None:
+    variables = {"LONGJOBS_QUEUE_URL": "JobQueue", "LONGJOBS_HIGH_QUEUE_URL": "HighJobQueue",
+                 "LONGJOBS_LOW_QUEUE_URL": "LowJobQueue"}
+    for name in functions(template):
+        env = function_env(template, name)
+        assert {v: env.get(v) for v in variables} == {v: {"Ref": q} for v, q in variables.items()}
+        cfg = settings.load("dispatcher", {k: str(resolve(v, template)) for k, v in env.items()})
+        assert cfg.high_queue_url.endswith("/longjobs-HighJobQueue")
+        assert cfg.low_queue_url.endswith("/longjobs-LowJobQueue")
+    outputs = template["Outputs"]
+    assert {k: outputs[k]["Value"] for k in ("QueueUrl", "HighQueueUrl", "LowQueueUrl")} == {
+        "QueueUrl": {"Ref": "JobQueue"}, "HighQueueUrl": {"Ref": "HighJobQueue"},
+        "LowQueueUrl": {"Ref": "LowJobQueue"}}
+
+
+def test_dispatcher_drains_every_priority_queue(expanded: dict[str, Any]) -> None:
+    statements = policy_statements(expanded, "DispatcherFunctionRole")
+    (drain,) = [s for s in statements if "sqs:ReceiveMessage" in as_list(s["Action"])]
+    assert set(as_list(drain["Action"])) >= {"sqs:ReceiveMessage", "sqs:DeleteMessage",
+                                             "sqs:ChangeMessageVisibility",
+                                             "sqs:GetQueueAttributes"}
+    assert as_list(drain["Resource"]) == [{"Fn::GetAtt": [q, "Arn"]}
+                                          for q in ("JobQueue", "HighJobQueue", "LowJobQueue")]
+    # Nothing else in the stack reads the job queues.
+    for role in ("TaskEventFunctionRole", "WorkerTaskRole"):
+        assert not any(a.startswith("sqs:Receive") for s in policy_statements(expanded, role)
+                       for a in as_list(s["Action"]))
+
+
+def test_every_priority_queue_has_an_age_alarm(template: dict[str, Any]) -> None:
+    alarms = [a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()
+              if a["Properties"].get("MetricName") == "ApproximateAgeOfOldestMessage"]
+    watched = {a["Dimensions"][0]["Value"]["Fn::GetAtt"][0] for a in alarms}
+    assert watched == set(PRIORITY_QUEUES.values())
+    assert all(a["Threshold"] == {"Ref": "QueueAgeAlarmSeconds"} for a in alarms)
 
 
 # ------------------------------------------------------------------------ deploy = new revision

@@ -12,7 +12,7 @@ import sys
 
 import typer
 
-from dispatcher.cli import deploy, dispatch, dlq, jobs, local, produce
+from dispatcher.cli import deploy, dispatch, dlq, jobs, local, produce, top
 
 app = typer.Typer(name="longjobs", no_args_is_help=True, add_completion=False,
                   help="Run long batch jobs as standalone ECS tasks.")
@@ -25,6 +25,7 @@ app.add_typer(jobs.jobs_app)
 app.add_typer(dlq.dlq_app)
 app.command("stats")(jobs.stats)
 app.command()(deploy.deploy)
+app.command()(top.top)
 
 
 def main() -> None:

@@ -7,8 +7,10 @@ no Lambda context is needed (tests and local mode call these functions directly)
 
 Namespace: ``LONGJOBS_METRICS_NAMESPACE``, else ``POWERTOOLS_METRICS_NAMESPACE`` (what the SAM
 template sets), else ``longjobs``. Dimensions: ``service`` (``POWERTOOLS_SERVICE_NAME``, default
-``longjobs``) and ``Queue`` (the job queue's name); all three are read through
-:mod:`dispatcher.settings`. Plus:
+``longjobs``) and ``Queue`` (the name of the job queue, LONGJOBS_QUEUE_URL's last segment, also
+for the metrics of the other priorities' queues: it names the deployment); all three are read
+through :mod:`dispatcher.settings`. The stack's dashboard (``infra/template.yaml``) graphs these
+names, and ``tests/test_dashboard.py`` fails when either side renames one. Plus:
 
 - ``LaunchFailures`` is published twice: the total with (service, Queue), and one line per
   reason with (service, Queue, Reason); the reason is its first word as in the decision record
@@ -17,12 +19,20 @@ template sets), else ``longjobs``. Dimensions: ``service`` (``POWERTOOLS_SERVICE
   heartbeat an alarm on missing data watches, independent of the queue's name.
 - ``Reruns`` and ``JobsFailed`` (task-event handler) are published per (service, Queue,
   StopClass) and in total per (service, Queue), from one line with two dimension sets.
+- ``Backlog`` is the total in SQS over the priorities' queues with (service, Queue), and one
+  line per priority queue with (service, Queue, Priority) when the tick passes ``backlogs``
+  (a level without a queue of its own is counted in ``normal``'s).
+- ``RunningTasks`` is the total with (service, Queue), and one line per task-definition
+  revision (``family:revision``) with (service, Queue, TaskDefinition) when the tick passes
+  ``running_by_revision``.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -32,7 +42,9 @@ from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import (
 )
 
 from dispatcher import settings
-from dispatcher.ports.queue import Backlog
+from dispatcher.domain.bundles import Bundle
+from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
+from dispatcher.ports.queue import Backlog, Queue
 from dispatcher.stages.rerun import StopOutcome, StopResult
 from dispatcher.stages.tick import Decision
 
@@ -57,9 +69,35 @@ def service() -> str:
 
 
 def queue_name(queue_url: str | None = None) -> str:
-    """The queue's name, the last segment of its URL (what CloudWatch's AWS/SQS metrics use)."""
+    """The queue's name, the last segment of its URL (what CloudWatch's AWS/SQS metrics use);
+    a name is returned as it is. The ``Queue`` dimension of every metric."""
     url = queue_url if queue_url is not None else _settings().queue_url
     return url.rstrip("/").rsplit("/", 1)[-1] or "unknown"
+
+
+def backlogs_by_priority(queues: Mapping[Priority, Queue]) -> dict[str, Backlog]:
+    """The backlog of each priority that has a queue of its own (one GetQueueAttributes per
+    queue). A level served by the normal queue is left out: its messages are in normal's."""
+    normal = queues.get(Priority.NORMAL)
+    return {str(p): queues[p].backlog() for p in PRIORITY_ORDER
+            if p in queues and (p == Priority.NORMAL or queues[p] is not normal)}
+
+
+def total_backlog(backlogs: Iterable[Backlog]) -> Backlog:
+    parts = list(backlogs)
+    return Backlog(sum(b.visible for b in parts), sum(b.in_flight for b in parts),
+                   sum(b.delayed for b in parts))
+
+
+def tasks_by_revision(bundles: Iterable[Bundle]) -> dict[str, int]:
+    """Active bundles (one task each) by the revision they were launched on; a bundle being
+    launched has none yet (``unknown``)."""
+    return dict(sorted(Counter(b.task_definition or "unknown" for b in bundles).items()))
+
+
+def _in_sqs(backlog: Backlog) -> int:
+    """Everything still in SQS: waiting, being received, delayed."""
+    return backlog.visible + backlog.in_flight + backlog.delayed
 
 
 def emf(metrics: list[Metric], dimensions: dict[str, str], *, namespace: str | None = None,
@@ -86,11 +124,13 @@ def _print(blobs: list[dict[str, Any]]) -> None:
 
 def tick_blobs(decision: Decision, *, backlog: Backlog | None, running_tasks: int,
                queue: str | None = None, namespace: str | None = None,
-               now: float | None = None) -> list[dict[str, Any]]:
-    """The EMF objects of one tick: the tick's metrics, the heartbeat, then one per failure
-    reason. Metrics whose value is unknown this tick are left out rather than sent as 0."""
+               now: float | None = None, backlogs: Mapping[str, Backlog] | None = None,
+               running_by_revision: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
+    """The EMF objects of one tick: the tick's metrics, the heartbeat, one per failure reason,
+    then one per priority queue (``backlogs``) and one per revision (``running_by_revision``).
+    Metrics whose value is unknown this tick are left out rather than sent as 0."""
     t = time.time() if now is None else now
-    dims = {"Queue": queue or queue_name()}
+    dims = {"Queue": queue_name(queue or None)}
     intake, launch = decision.intake, decision.launch
     failures = sum(launch.failures.values())
     metrics: list[Metric] = [
@@ -104,8 +144,7 @@ def tick_blobs(decision: Decision, *, backlog: Backlog | None, running_tasks: in
         ("TickDurationMs", MetricUnit.Milliseconds, decision.elapsed_ms),
     ]
     if backlog is not None:  # everything still in SQS: waiting, being received, delayed
-        metrics.append(("Backlog", MetricUnit.Count,
-                        backlog.visible + backlog.in_flight + backlog.delayed))
+        metrics.append(("Backlog", MetricUnit.Count, _in_sqs(backlog)))
     oldest = intake.oldest_sent_at
     if oldest is not None:  # known only when the tick received something
         age = max(0.0, t - oldest)
@@ -117,14 +156,23 @@ def tick_blobs(decision: Decision, *, backlog: Backlog | None, running_tasks: in
     for reason, count in sorted(launch.failures.items()):
         blobs.append(emf([("LaunchFailures", MetricUnit.Count, count)],
                          {**dims, "Reason": (reason or "unknown")[:250]}, namespace=namespace))
+    for priority, b in (backlogs or {}).items():
+        blobs.append(emf([("Backlog", MetricUnit.Count, _in_sqs(b))],
+                         {**dims, "Priority": priority}, namespace=namespace))
+    for revision, count in sorted((running_by_revision or {}).items()):
+        blobs.append(emf([("RunningTasks", MetricUnit.Count, count)],
+                         {**dims, "TaskDefinition": revision[:250]}, namespace=namespace))
     return blobs
 
 
 def publish_tick(decision: Decision, *, backlog: Backlog | None, running_tasks: int,
-                 queue: str | None = None, namespace: str | None = None) -> dict[str, Any]:
+                 queue: str | None = None, namespace: str | None = None,
+                 backlogs: Mapping[str, Backlog] | None = None,
+                 running_by_revision: Mapping[str, int] | None = None) -> dict[str, Any]:
     """Print the tick's EMF lines (see :func:`tick_blobs`); return the main one."""
     blobs = tick_blobs(decision, backlog=backlog, running_tasks=running_tasks, queue=queue,
-                       namespace=namespace)
+                       namespace=namespace, backlogs=backlogs,
+                       running_by_revision=running_by_revision)
     _print(blobs)
     return blobs[0]
 
@@ -133,7 +181,7 @@ def stop_blob(outcome: StopOutcome, *, queue: str | None = None,
               namespace: str | None = None) -> dict[str, Any]:
     """The EMF object of one handled task stop (``Reruns.on_stop``'s outcome); ``{}`` for an
     ignored event (stale, duplicate, not ours), which changed nothing."""
-    dims = {"Queue": queue or queue_name()}
+    dims = {"Queue": queue_name(queue or None)}
     if outcome.result == StopResult.FINISHED:  # a task that ended normally: its results
         return emf([("JobsSucceeded", MetricUnit.Count, len(outcome.succeeded)),
                     ("JobsFailed", MetricUnit.Count, len(outcome.failed))],
