@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from dispatcher.domain.bundles import BundleState
+from dispatcher.domain.jobs import JobState
 from dispatcher.ports.store import records as r
 from dispatcher.ports.table import Op
 from dispatcher.testing.memory_table import MemoryTable
@@ -161,3 +162,26 @@ def test_settling_a_large_bundle_writes_every_job(twins: Twins) -> None:
     assert all(j.infra_attempts == 1 for j in twins.jobs())
     (bundle,) = twins.bundles()
     assert bundle.attempt == 2  # relaunched at once
+
+
+def test_the_runner_runs_every_job_of_a_paged_bundle(twins: Twins) -> None:
+    """The claim returns the bundle with its ids read from its pages: a runner that got none
+    would mark the bundle DONE with every job still PENDING."""
+    from dispatcher import settings as config
+    from job_runner.kinds import Registry
+    from job_runner.worker import Worker
+
+    jobs = small_jobs(250)
+    twins.client().submit_many(jobs)
+    twins.stages(**settings(LONGJOBS_TASK_CONCURRENCY="50",
+                            LONGJOBS_MAX_RUNNING_TASKS="1")).dispatcher.tick()
+    (arn,) = twins.task_arns()
+    cfg = config.load("runner", {"LONGJOBS_TABLE": "t", "LONGJOBS_TASK_CONCURRENCY": "20",
+                                 "LONGJOBS_HEARTBEAT_SECONDS": "3600",
+                                 "LONGJOBS_FLUSH_SECONDS": "3600"})
+    ran: list[str] = []
+    Worker(cfg, twins.store, Registry({"k": lambda p, ctx: ran.append(ctx.job_id)}), arn).run()
+    assert sorted(ran) == [j["job_id"] for j in jobs]
+    assert {j.state for j in twins.jobs()} == {JobState.SUCCEEDED}
+    (bundle,) = twins.bundles()
+    assert bundle.state == BundleState.DONE

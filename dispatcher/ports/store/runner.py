@@ -125,7 +125,9 @@ class RunnerStore(Reads):
             f"task {fence.task_arn} lost the claim of bundle {fence.bundle_id} "
             f"attempt {fence.attempt}")
         assert rec is not None  # an Update returns the item
-        return Claim(r.record_bundle(rec), frozenset(rec.cancel_jobs or ()))
+        bundle = r.record_bundle(rec)
+        bundle.job_ids = self.job_ids_of(bundle)  # a paged bundle's ids are on its pages
+        return Claim(bundle, frozenset(rec.cancel_jobs or ()))
 
     def heartbeat(self, fence: Fence, running: Collection[str] = ()) -> set[str]:
         """Prove liveness and say which jobs run now (``running_jobs`` on the bundle, for
