@@ -2,9 +2,11 @@
 PYTHON ?= python3
 VENV := .venv
 TOOLS := .venv-tools
+MINISTACK := .venv-ministack
 CHECKOV_VERSION := 3.3.30
+MINISTACK_VERSION := 1.5.33
 
-.PHONY: demo test lint docs bench clean
+.PHONY: demo test lint docs bench bench-nightly bench-backlog ministack clean
 
 # Redone whenever pyproject.toml changes.
 $(VENV): pyproject.toml
@@ -17,6 +19,14 @@ $(VENV): pyproject.toml
 $(TOOLS)/bin/checkov:
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install -q 'checkov==$(CHECKOV_VERSION)'
+
+# MiniStack (local mode's SQS for deep queues, see dispatcher/local/ministack.py) pins its own
+# botocore, so it too lives in a venv of its own (~20 s to build).
+$(MINISTACK)/bin/ministack:
+	$(PYTHON) -m venv $(MINISTACK)
+	$(MINISTACK)/bin/pip install -q 'ministack==$(MINISTACK_VERSION)'
+
+ministack: $(MINISTACK)/bin/ministack
 
 demo: $(VENV)
 	$(VENV)/bin/longjobs demo
@@ -35,6 +45,14 @@ test: $(VENV) $(TOOLS)/bin/checkov lint
 
 bench: $(VENV)
 	$(VENV)/bin/python bench/api_calls.py
+
+# The seed's nightly batch scaled down (bench/nightly.py --help); SQS on MiniStack.
+bench-nightly: $(VENV) $(MINISTACK)/bin/ministack
+	$(VENV)/bin/python bench/nightly.py $(NIGHTLY_ARGS)
+
+# The dispatcher's peak RSS admitting backlogs of 5,000 and 20,000 messages.
+bench-backlog: $(VENV) $(MINISTACK)/bin/ministack
+	$(VENV)/bin/python bench/nightly.py --backlog-only
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .pytest_cache

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import boto3
+import botocore.session
 from botocore.config import Config as BotoConfig
+from botocore.configprovider import ConfiguredEndpointProvider
 
 from dispatcher.settings import Config
 
@@ -19,12 +21,41 @@ def client(service: str, cfg: Config, *, retries: int = 4) -> Any:
     return endpoint_client(service, cfg.endpoint_url, cfg.region, retries=retries)
 
 
+def service_endpoint(service: str, session: Any = None) -> str | None:
+    """The endpoint configured for ``service`` alone, if any: ``AWS_ENDPOINT_URL_<SERVICE>``
+    (e.g. ``AWS_ENDPOINT_URL_SQS``) or a ``services`` section of the shared config file.
+
+    botocore resolves these itself, but only for a client made without an explicit
+    ``endpoint_url``; this asks the same resolver botocore uses, so the lookup (variable names,
+    service aliases, config file) stays botocore's.
+    """
+    session = session or botocore.session.get_session()
+    try:
+        scoped = session.get_scoped_config()
+    except Exception:  # a profile that does not exist: no config-file endpoints then
+        scoped = {}
+    provider = ConfiguredEndpointProvider(full_config=session.full_config,
+                                          scoped_config=scoped, client_name=service)
+    for lookup in ("_get_endpoint_url_environment_service", "_get_endpoint_url_config_service"):
+        found = getattr(provider, lookup, None)
+        url = found() if found is not None else None
+        if url:
+            return str(url)
+    return None
+
+
 def endpoint_client(service: str, endpoint: str | None, region: str | None, *,
                     retries: int = 4) -> Any:
-    """The same, before a Config exists (provisioning a fresh endpoint)."""
-    return boto3.session.Session().client(
+    """The same, before a Config exists (provisioning a fresh endpoint).
+
+    A per-service endpoint (``AWS_ENDPOINT_URL_SQS``, as boto3 documents it) wins over
+    ``endpoint``, the global ``AWS_ENDPOINT_URL``: local mode can then keep DynamoDB and ECS on
+    moto and put SQS on an emulator that handles deep queues.
+    """
+    core = botocore.session.get_session()
+    return boto3.session.Session(botocore_session=core).client(
         service,  # type: ignore[call-overload]
-        endpoint_url=endpoint,
+        endpoint_url=service_endpoint(service, core) or endpoint,
         region_name=region,
         config=BotoConfig(retries={"max_attempts": retries, "mode": "standard"},
                           connect_timeout=5, read_timeout=30),

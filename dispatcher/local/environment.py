@@ -32,6 +32,14 @@ class LocalEnv:
     settings: dict[str, str] = field(default_factory=dict)  # LONGJOBS_* overrides
     tick_seconds: float = 5.0
     endpoint: str | None = None
+    # SQS alone on another endpoint (AWS_ENDPOINT_URL_SQS for every client and task): a given
+    # URL, or with `ministack` a MiniStack process started and stopped with this environment
+    # (`make ministack`), for queues too deep for moto. Default: SQS on `endpoint` too.
+    sqs_endpoint: str | None = None
+    ministack: bool = False
+    # Extra environment for the task processes only (e.g. their own endpoint, so that a
+    # benchmark's proxy can count the runners' calls apart from the dispatcher's).
+    task_env: dict[str, str] = field(default_factory=dict)
     output: int | None = None
     env: dict[str, str] = field(default_factory=dict)
     # The latest task stops and tick decisions (bounded: `longjobs local` runs for days).
@@ -42,7 +50,14 @@ class LocalEnv:
         for k, v in DUMMY_CREDENTIALS.items():
             os.environ.setdefault(k, v)
         self._moto: Any = None
+        self._ministack: Any = None
         self.endpoint = self.endpoint or os.environ.get("AWS_ENDPOINT_URL")
+        self.sqs_endpoint = self.sqs_endpoint or os.environ.get("AWS_ENDPOINT_URL_SQS")
+        if self.ministack and not self.sqs_endpoint:
+            from dispatcher.local.ministack import start_ministack
+
+            self._ministack = start_ministack("sqs")
+            self.sqs_endpoint = self._ministack.url
         if not self.endpoint:
             from dispatcher.testing.moto import start_moto
 
@@ -51,13 +66,17 @@ class LocalEnv:
             self._moto.pin_ecs_tasks()
             self.endpoint = self._moto.url
         os.environ["AWS_ENDPOINT_URL"] = self.endpoint
+        sqs = {"AWS_ENDPOINT_URL_SQS": self.sqs_endpoint} if self.sqs_endpoint else {}
+        self._sqs_before = os.environ.get("AWS_ENDPOINT_URL_SQS")
         self.env = {**{k: os.environ[k] for k in DUMMY_CREDENTIALS}, "AWS_ENDPOINT_URL":
-                    self.endpoint, **provision(self.endpoint), "LONGJOBS_LAUNCHER": "local",
-                    **self.settings}
+                    self.endpoint, **sqs,
+                    **provision(self.endpoint, sqs_endpoint=self.sqs_endpoint),
+                    "LONGJOBS_LAUNCHER": "local", **self.settings}
         os.environ.update(self.env)
         self.cfg: Config = settings.load("dispatcher", dict(os.environ))
         self._lock = threading.Lock()
-        self.launcher = LocalLauncher(self.cfg, env=dict(os.environ), on_exit=self._on_exit,
+        self.launcher = LocalLauncher(self.cfg, env={**os.environ, **self.task_env},
+                                      on_exit=self._on_exit,
                                       ecs=clients.client("ecs", self.cfg),
                                       output=self.output)
         self.stages = wiring.for_aws(self.cfg, self.launcher)
@@ -67,7 +86,9 @@ class LocalEnv:
         return self
 
     def exports(self) -> list[str]:
-        keys = ["AWS_ENDPOINT_URL", *DUMMY_CREDENTIALS, "LONGJOBS_QUEUE_URL", "LONGJOBS_DLQ_URL",
+        keys = ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SQS", *DUMMY_CREDENTIALS,
+                "LONGJOBS_QUEUE_URL", "LONGJOBS_HIGH_QUEUE_URL", "LONGJOBS_LOW_QUEUE_URL",
+                "LONGJOBS_DLQ_URL",
                 "LONGJOBS_TABLE", "LONGJOBS_CLUSTER", "LONGJOBS_TASK_FAMILY"]
         return [f"export {k}={self.env[k]}" for k in keys if k in self.env]
 
@@ -109,6 +130,13 @@ class LocalEnv:
         self.launcher.shutdown()
         if self._moto is not None:
             self._moto.stop()
+        if self._ministack is not None:
+            self._ministack.stop()
+        # Leave no SQS endpoint of ours behind for a later environment in this process.
+        if self._sqs_before is None:
+            os.environ.pop("AWS_ENDPOINT_URL_SQS", None)
+        else:
+            os.environ["AWS_ENDPOINT_URL_SQS"] = self._sqs_before
 
     def __enter__(self) -> LocalEnv:
         return self.start()
