@@ -185,3 +185,25 @@ def test_the_runner_runs_every_job_of_a_paged_bundle(twins: Twins) -> None:
     assert {j.state for j in twins.jobs()} == {JobState.SUCCEEDED}
     (bundle,) = twins.bundles()
     assert bundle.state == BundleState.DONE
+
+
+def test_a_small_capacity_never_receives_far_beyond_it(twins: Twins) -> None:
+    """Each receive counts toward the DLQ's maxReceiveCount (5 in the template): a drain that
+    received 40 messages for 8 slots of work and put 32 back, tick after tick, would send jobs
+    to the DLQ without ever trying them. At most one batch beyond the slots is received."""
+    twins.client().submit_many(small_jobs(100))
+    stages = twins.stages(**settings(LONGJOBS_MAX_RUNNING_TASKS="1",
+                                     LONGJOBS_BUNDLE_MAX_JOBS="8"))
+    worst = 0
+    for _ in range(20):
+        d = stages.dispatcher.tick()
+        assert d.intake.released <= 9, d.intake
+        counts = [n for _, _, _, n in twins.queue._messages.values()]
+        worst = max([worst, *counts])
+        for b in twins.bundles():  # its task ends: the slot is free for the next tick
+            if b.state == BundleState.LAUNCHED:
+                twins.store.settle(b, [], BundleState.DONE)
+        if twins.queue_counts() == (0, 0):
+            break
+    assert twins.queue_counts() == (0, 0)
+    assert len(twins.jobs()) == 100 and worst <= 2

@@ -223,7 +223,10 @@ class _Drain:
         while True:
             if self.receiving and (self.bundler.full or time.monotonic() >= self.deadline):
                 self.receiving = False
-            while self.receiving and len(receives) < ahead:
+            # Receive no more than the slots can take: a message received beyond them goes back,
+            # and each receive counts toward the DLQ's maxReceiveCount (at most one batch over).
+            while self.receiving and len(receives) < ahead and (
+                    BATCH * (len(receives) + 1) <= self.bundler.room() or not receives):
                 receives.add(pool.submit(self.intake.receive, self.queue))
             if not receives:
                 self.bundler.close()  # nothing more is coming: record what is open

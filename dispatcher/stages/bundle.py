@@ -55,6 +55,8 @@ class Bundler:
         self._closed: list[Bundle] = []
         self._open: dict[Shape, Bundle] = {}
         self._open_bytes: dict[Shape, int] = {}
+        self._seen = 0  # jobs admitted, and their estimated seconds (for room())
+        self._seconds = 0.0
 
     def is_small(self, job: Job) -> bool:
         est = job.estimated_seconds
@@ -84,6 +86,17 @@ class Bundler:
                 and b.estimated_seconds + (job.estimated_seconds or 0)
                 <= self._policy.max_work_seconds
                 and self._open_bytes[shape] + job.item_bytes() <= MAX_BUNDLE_BYTES)
+
+    def room(self) -> int:
+        """Jobs the task slots left can still take at the even share (deferred work aside):
+        how many messages are worth receiving."""
+        per = min(self._target or self._policy.bundle_max_jobs, self._policy.bundle_max_jobs)
+        if self._seconds > 0:  # the work limit, at the mean estimate seen so far
+            per = min(per, int(self._policy.max_work_seconds * self._seen / self._seconds))
+        per = max(1, per)
+        free = max(0, self.capacity - self.opened) * per
+        return free + sum(max(0, min(per, self._limit(b)) - len(b.job_ids))
+                          for b in self._open.values() if b.bundle_id not in self.deferred)
 
     @property
     def open_bundles(self) -> list[Bundle]:
@@ -149,8 +162,9 @@ class Bundler:
         out, self._closed = self._closed, []
         return out
 
-    @staticmethod
-    def _add(bundle: Bundle, job: Job) -> None:
+    def _add(self, bundle: Bundle, job: Job) -> None:
+        self._seen += 1
+        self._seconds += job.estimated_seconds or 0
         bundle.job_ids.append(job.job_id)
         bundle.estimated_seconds += job.estimated_seconds or 0
         job.bundle_id = bundle.bundle_id
