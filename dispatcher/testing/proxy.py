@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import sys
 import threading
 import urllib.parse
 import uuid
@@ -115,6 +116,16 @@ def _error(error_type: str, message: str) -> Response:
     return _json_response(400, {"__type": error_type, "message": message}, error_type)
 
 
+class _Server(ThreadingHTTPServer):
+    """A client that hung up before its answer (a task process killed or done) is not an
+    error of the proxy's: that one is not printed with a traceback."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
+
+
 class AwsProxy:
     """Forward AWS API calls to ``upstream_url`` (moto), counting and perturbing them.
 
@@ -156,7 +167,7 @@ class AwsProxy:
         class Handler(_ProxyHandler):
             owner = proxy
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="aws-proxy", daemon=True
