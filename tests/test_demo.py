@@ -31,7 +31,8 @@ def test_demo_verdict_holds(monkeypatch: pytest.MonkeyPatch) -> None:
         os.environ.clear()
         os.environ.update(saved)
     text = "\n".join(lines)
-    assert verdict == ("demo: 42 jobs, 42 succeeded exactly once, 1 failed as expected, "
+    # 40 small, 2 long, 10 urgent (priority high), 8 reports (a kind limited to 2 at once).
+    assert verdict == ("demo: 60 jobs, 60 succeeded exactly once, 1 failed as expected, "
                        "1 rejected, 0 lost, 0 duplicate runs"), text
     assert ok, text
     assert any("SIGKILL task" in line for line in lines), text

@@ -47,3 +47,12 @@ def steps(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
 def poison(payload: dict[str, Any], ctx: JobContext) -> None:
     _record(ctx, event="raise")
     raise RuntimeError("poison job: always raises")
+
+
+def report(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """A job of a kind with a limit across tasks: its start and end are logged, so the verdict
+    can count how many ran at once."""
+    _record(ctx, event="start")
+    time.sleep(float(payload.get("seconds", 1.0)))
+    _record(ctx, event="done")
+    return {"slept": payload.get("seconds", 1.0)}

@@ -35,6 +35,14 @@ class Names:
         return f"{self.prefix}-jobs"
 
     @property
+    def high_queue(self) -> str:
+        return f"{self.prefix}-jobs-high"
+
+    @property
+    def low_queue(self) -> str:
+        return f"{self.prefix}-jobs-low"
+
+    @property
     def dlq(self) -> str:
         return f"{self.prefix}-jobs-dlq"
 
@@ -63,18 +71,23 @@ def register_task_definition(ecs: Any, names: Names, image: str = "longjobs-work
 
 
 def provision(endpoint: str | None, names: Names | None = None,
-              region: str = DEFAULT_REGION) -> dict[str, str]:
-    """Create everything; return the LONGJOBS_* environment a dispatcher and clients need."""
+              region: str = DEFAULT_REGION, *, sqs_endpoint: str | None = None) -> dict[str, str]:
+    """Create everything; return the LONGJOBS_* environment a dispatcher and clients need.
+
+    The queues go to ``sqs_endpoint`` when one is given (an emulator for deep queues, which
+    clients then reach through ``AWS_ENDPOINT_URL_SQS``), everything else to ``endpoint``.
+    """
     names = names or Names()
-    sqs = endpoint_client("sqs", endpoint, region)
+    sqs = endpoint_client("sqs", sqs_endpoint or endpoint, region)
     dlq_url = sqs.create_queue(QueueName=names.dlq, Attributes=DLQ_ATTRIBUTES)["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
         "Attributes"]["QueueArn"]
-    queue_url = sqs.create_queue(QueueName=names.queue, Attributes={
+    # One queue per priority, all redriving to the one dead-letter queue (as the template).
+    queue_url, high_url, low_url = (sqs.create_queue(QueueName=name, Attributes={
         **QUEUE_ATTRIBUTES,
         "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn,
                                      "maxReceiveCount": str(MAX_RECEIVE_COUNT)}),
-    })["QueueUrl"]
+    })["QueueUrl"] for name in (names.queue, names.high_queue, names.low_queue))
 
     create_table(names.table, region, endpoint)
 
@@ -87,6 +100,8 @@ def provision(endpoint: str | None, names: Names | None = None,
     subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
     return {
         "LONGJOBS_QUEUE_URL": queue_url,
+        "LONGJOBS_HIGH_QUEUE_URL": high_url,
+        "LONGJOBS_LOW_QUEUE_URL": low_url,
         "LONGJOBS_DLQ_URL": dlq_url,
         "LONGJOBS_TABLE": names.table,
         "LONGJOBS_CLUSTER": names.cluster,

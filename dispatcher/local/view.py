@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 
 from rich.console import Console
@@ -36,6 +36,9 @@ class Snapshot:
     revision: str = ""
     bundles: int = 0
     tasks: int = 0
+    by_priority: dict[str, int] = field(default_factory=dict)  # backlog per priority queue
+    report_slots: int = 0  # demo.report jobs its active bundles may run at once
+    report_limit: int = 0
 
     def rows(self) -> list[tuple[str, str]]:
         return [("elapsed", f"{self.elapsed:5.1f} s"),
@@ -46,6 +49,9 @@ class Snapshot:
                 ("succeeded", str(self.succeeded)),
                 ("failed", str(self.failed)),
                 ("reruns (task exits rerun)", str(self.reruns)),
+                ("backlog by priority", " / ".join(f"{p} {n}" for p, n in
+                                                   self.by_priority.items())),
+                ("demo.report running / limit", f"{self.report_slots} / {self.report_limit}"),
                 ("bundles launched / tasks started", f"{self.bundles} / {self.tasks}"),
                 ("task-definition revision", self.revision)]
 
