@@ -55,7 +55,7 @@ bench-backlog: $(VENV) $(MINISTACK)/bin/ministack
 	$(VENV)/bin/python bench/nightly.py --backlog-only
 
 clean:
-	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(TOOLS) $(MINISTACK) .mypy_cache .ruff_cache .pytest_cache
 
 # `sam build` (infra/template.yaml, BuildMethod: makefile) packages both functions with this:
 # the wheel without extras, so no CLI (typer, rich) and no local mode (moto) in the Lambda package.
