@@ -35,9 +35,9 @@ from dispatcher.ports.launcher import (
 )
 from dispatcher.settings import Config
 
-# A task starting within this long gets its process at once, waiting (a longer modelled start,
-# e.g. a test's "never", is not worth a process).
-WARM_WITHIN_SECONDS = 300.0
+# CPU priority of task processes (see _spawn): the lowest, since the kernel weighs threads, and
+# 60 runners of 20 threads at a middling niceness would still outweigh the dispatcher.
+TASK_NICENESS = 19
 # Fargate gives a container up to 120 s between SIGTERM and SIGKILL (stopTimeout).
 STOP_TIMEOUT_SECONDS = 120.0
 MAX_REASON = 255  # StopTask's reason limit
@@ -62,9 +62,6 @@ class _Task:
     created_at: float  # time.monotonic() of the RunTask
     start_delay: float  # modelled Fargate start latency (provisioning, image pull)
     process: subprocess.Popen[bytes] | None = None  # None until the task starts
-    # Started at once, waiting for the start time (dispatcher.local.task_process): the runner
-    # process of a task that is still provisioning.
-    warm: subprocess.Popen[bytes] | None = None
     started_at: float | None = None
     stop_reason: str | None = None
     lost_as: str | None = None  # stop code of a simulated infrastructure loss
@@ -113,9 +110,6 @@ class LocalLauncher(Launcher):
         self._stop_timeout = stop_timeout
         self._output = output
         self._command = command or [sys.executable, "-m", "job_runner"]
-        # A task with a start latency gets its runner process at once, waiting for its start
-        # time (see dispatcher.local.task_process); not with a command of the caller's.
-        self._warm = command is None
         self._rng = random.Random(seed)
         self._clock = clock
         self._limits = LaunchLimits(
@@ -187,10 +181,6 @@ class LocalLauncher(Launcher):
         task = _Task(arn, request, time.monotonic(), delay)
         self.tasks[arn] = task
         if delay > 0:
-            if self._warm and delay <= WARM_WITHIN_SECONDS:
-                task.warm = self._spawn(task, [sys.executable, "-m",
-                                               "dispatcher.local.task_process",
-                                               repr(time.time() + delay)])
             task.timer = threading.Timer(delay, self._start, (task,))
             task.timer.daemon = True  # never keeps the dispatcher's process alive by itself
             task.timer.start()
@@ -201,14 +191,18 @@ class LocalLauncher(Launcher):
     def _spawn(self, task: _Task, command: list[str]) -> subprocess.Popen[bytes]:
         env = {**self._env, **task.request.env, "LONGJOBS_TASK_ARN": task.arn,
                "LONGJOBS_TASK_DEFINITION": task.request.task_definition}
+        # Below the dispatcher and the local endpoints in CPU priority: on AWS each task has
+        # CPUs of its own, and 60 runners importing at once here would otherwise starve the
+        # admission they are waiting for.
         return subprocess.Popen(command, env=env, stdout=self._output, stderr=self._output,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=lambda: os.nice(TASK_NICENESS))
 
     def _start(self, task: _Task) -> None:
         with self._lock:
             if task.exit is not None:  # stopped or lost while it was provisioning
                 return
-            task.process = task.warm or self._spawn(task, self._command)
+            task.process = self._spawn(task, self._command)
             task.started_at = time.time()
             task.watcher = threading.Thread(target=self._watch, args=(task,), daemon=True,
                                             name=f"task-{task.arn[-8:]}")
@@ -236,9 +230,6 @@ class LocalLauncher(Launcher):
             return None
         if task.timer is not None:
             task.timer.cancel()
-        if task.warm is not None:  # its process waits for a start that never comes
-            _signal(task.warm, signal.SIGKILL)
-            task.warm.wait()
         task.exit = TaskExit(task.arn, task.request.task_definition, None, None, time.time(),
                              stop_code, reason, task.request.started_by)
         return task.exit
