@@ -350,6 +350,7 @@ def test_the_dispatch_handler_emits_the_dashboards_lines(
     sqs = client("sqs", aws.proxy.url)
     high = sqs.create_queue(QueueName="longjobs-jobs-high")["QueueUrl"]
     monkeypatch.setenv("LONGJOBS_HIGH_QUEUE_URL", high)
+    monkeypatch.delenv("LONGJOBS_LOW_QUEUE_URL", raising=False)  # low shares the normal queue
     monkeypatch.setenv("LONGJOBS_MAX_RUNNING_TASKS", "2")
     JobClient().submit_many([{"kind": "k", "payload": {}, "job_id": f"j{i}"} for i in range(3)])
     sqs.send_message(QueueUrl=high, MessageBody=json.dumps(

@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from dispatcher.local.demo import run
+from dispatcher.testing.moto import MotoEndpoint
 
 
 def _children() -> list[str]:
@@ -20,7 +21,10 @@ def _children() -> list[str]:
     return [line for line in out.splitlines() if "job_runner" in line]
 
 
-def test_demo_verdict_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_demo_verdict_holds(moto_server: MotoEndpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    # moto's backends are per process: the demo's own endpoint would otherwise start with what
+    # an earlier test left in the same-named table (active bundles take the demo's task slots).
+    moto_server.reset()
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)  # the demo starts its own endpoint
     lines: list[str] = []
     saved = dict(os.environ)

@@ -329,7 +329,8 @@ def matches(pattern: Any, event: Any) -> bool:
             key in event and matches(sub, event[key]) for key, sub in pattern.items())
     if isinstance(pattern, list):
         if any(isinstance(p, dict) for p in pattern):
-            raise NotImplementedError(f"content filters are not supported here: {pattern}")
+            raise AssertionError(f"the template now uses a content filter this matcher cannot "
+                                 f"evaluate: {pattern}")
         values = event if isinstance(event, list) else [event]
         return any(v in pattern for v in values)
     raise AssertionError(f"a pattern leaf must be a list of values, not {pattern!r}")

@@ -227,6 +227,7 @@ def test_top_on_moto(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.helpers import client
 
     sqs = client("sqs", aws.proxy.url)
+    monkeypatch.delenv("LONGJOBS_LOW_QUEUE_URL", raising=False)  # low shares the normal queue
     monkeypatch.setenv("LONGJOBS_HIGH_QUEUE_URL",
                        aws.env["LONGJOBS_QUEUE_URL"].replace("longjobs-jobs", "nope-high"))
     result = _cli("--once", code=2)
@@ -237,7 +238,8 @@ def test_top_on_moto(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LONGJOBS_HIGH_QUEUE_URL", high)
     sqs.send_message(QueueUrl=high, MessageBody=_job("h"))
     sqs.send_message(QueueUrl=aws.env["LONGJOBS_QUEUE_URL"], MessageBody=_job("n"))
-    wiring.dispatcher(aws.config(LONGJOBS_HIGH_QUEUE_URL=high)).tick()
+    wiring.dispatcher(aws.config(LONGJOBS_HIGH_QUEUE_URL=high,
+                                 LONGJOBS_LOW_QUEUE_URL="")).tick()
     sqs.send_message(QueueUrl=high, MessageBody=_job("h2"))
     out = json.loads(_cli("--json").stdout)
     assert out["queues"] == {"high": {"visible": 1, "in_flight": 0, "delayed": 0},
