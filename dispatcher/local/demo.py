@@ -44,8 +44,6 @@ HANDLERS = ("demo.sleep=dispatcher.local.demo_handlers:sleep,"
             "demo.report=dispatcher.local.demo_handlers:report")
 # A kind with a limit across tasks (LONGJOBS_KIND_LIMITS): never more running at once.
 REPORT_LIMIT = 2
-# The urgent jobs are sent with this wave, while the normal backlog is deep.
-URGENT_WAVE = 2
 # moto's SQS slows with queue depth (~170 ms a call at 500 deep), so the burst goes in waves:
 # the next wave is sent when the backlog drops under REFILL_BELOW. Admission still holds work.
 WAVE = 100
@@ -120,7 +118,6 @@ class Scenario:
         p = self.plan
         first = [*p.long, p.poison, *p.reports, *p.small[:WAVE]]  # the long pole first
         self.waves = [first] + [p.small[i:i + WAVE] for i in range(WAVE, len(p.small), WAVE)]
-        self.total_waves = len(self.waves)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -141,8 +138,11 @@ class Scenario:
         self.client.submit_many(wave)
         self.submitted += len(wave)
         self.waves_sent += 1
-        if self.plan.urgent and self.waves_sent == min(URGENT_WAVE, self.total_waves):
-            # Every small job sent and not yet recorded: the normal backlog the urgent face.
+
+    def _send_urgent(self) -> None:
+        """Sent once the deploy is done (the long jobs have their tasks by then): every small
+        job sent and not yet recorded is the normal backlog the urgent jobs face."""
+        if self.plan.urgent:
             sent = [j["job_id"] for j in self.plan.small[:self.waves_sent * WAVE]]
             recorded = {j.job_id for i in range(0, len(sent), 100)
                         for j in self.store.get_jobs(sent[i:i + 100])}
@@ -188,6 +188,8 @@ class Scenario:
             self.event("a producer retry re-sends small-0000, already admitted")
         if not self.killed:
             self._deploy_then_kill()
+        if self.deployed and not self.urgent_sent:
+            self._send_urgent()
 
     def _deploy_then_kill(self) -> None:
         job = self.store.get_job(self.plan.kill_job)
