@@ -191,7 +191,14 @@ class _LaunchQueue:
                 if not take:
                     self._busy = None
                     return
-            self._launches.launch(take, self._td, self._stats)
+            try:
+                self._launches.launch(take, self._td, self._stats)
+            except BaseException:
+                # The tick fails with it (raised at exit); until then, bundles handed over
+                # later still get a launch thread instead of waiting for the next tick.
+                with self._lock:
+                    self._busy = None
+                raise
 
     def __enter__(self) -> _LaunchQueue:
         return self
