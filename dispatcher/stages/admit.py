@@ -1,11 +1,13 @@
 """Intake: drain the queue into recorded jobs, never deleting a message before it is recorded.
 
 Each received message ends in exactly one of: a recorded job (deleted), a duplicate of a job
-already recorded (deleted), a REJECTED record with its reason (deleted; also for a valid message
-whose item the table refused), or back in the queue because capacity ran out (released, still
-backlog). A message whose bundle could not be recorded is neither deleted nor released: it is
-delivered again once its visibility timeout ends, and its job, if part of it was written, is a
-duplicate then.
+already recorded (deleted), or a REJECTED record with its reason (deleted; also for a valid
+message whose item the table refused). A valid message received after every slot was taken is
+recorded too, in a bundle that waits in the table for a later tick (see
+:meth:`dispatcher.stages.bundle.Bundler.wait`): never sent back, since every receive counts
+toward the DLQ's maxReceiveCount. A message whose bundle could not be recorded is not deleted:
+it is delivered again once its visibility timeout ends, and its job, if part of it was written,
+is a duplicate then.
 
 The drain is a pipeline with a bounded number of AWS calls in flight (``concurrency``): receives
 run ahead while the main thread validates and bundles; each bundle is recorded and its messages
@@ -56,7 +58,7 @@ class IntakeStats:
     admitted: int = 0
     rejected: int = 0
     duplicates: int = 0
-    released: int = 0
+    waiting: int = 0  # received once every slot was taken: recorded to wait for one
     delete_failures: int = 0
     record_failures: int = 0  # bundles left for redelivery (their messages kept)
     bundles_recorded: int = 0
@@ -168,8 +170,8 @@ class Intake:
         return recorded
 
     # -- work done on the pool ------------------------------------------------------------------
-    def receive(self, queue: Queue) -> list[Received]:
-        return queue.receive(BATCH, visibility_timeout=int(self._hold))
+    def receive(self, queue: Queue, max_messages: int = BATCH) -> list[Received]:
+        return queue.receive(max_messages, visibility_timeout=int(self._hold))
 
     def record(self, queue: Queue, bundle: Bundle, held: _Held) -> _Recorded:
         """Record a bundle, then delete its messages (never before)."""
@@ -189,12 +191,6 @@ class Intake:
     def delete(queue: Queue, messages: list[Received]) -> int:
         return sum(len(queue.delete(messages[i:i + BATCH]))
                    for i in range(0, len(messages), BATCH))
-
-    @staticmethod
-    def release(queue: Queue, messages: list[Received]) -> _Recorded:
-        for i in range(0, len(messages), BATCH):
-            queue.release(messages[i:i + BATCH])
-        return _Recorded()
 
 
 class _Drain:
@@ -223,11 +219,14 @@ class _Drain:
         while True:
             if self.receiving and (self.bundler.full or time.monotonic() >= self.deadline):
                 self.receiving = False
-            # Receive no more than the slots can take: a message received beyond them goes back,
-            # and each receive counts toward the DLQ's maxReceiveCount (at most one batch over).
-            while self.receiving and len(receives) < ahead and (
-                    BATCH * (len(receives) + 1) <= self.bundler.room() or not receives):
-                receives.add(pool.submit(self.intake.receive, self.queue))
+            # Receive no more than the slots can take (a short receive for the last few): what
+            # is received beyond them waits in the table rather than launch now.
+            while self.receiving and len(receives) < ahead:
+                want = min(BATCH, self.bundler.room() - BATCH * len(receives))
+                if want <= 0:
+                    self.receiving = self.receiving and bool(receives)
+                    break
+                receives.add(pool.submit(self.intake.receive, self.queue, want))
             if not receives:
                 self.bundler.close()  # nothing more is coming: record what is open
             self._close_held_too_long()
@@ -268,7 +267,6 @@ class _Drain:
         stats.received += len(batch)
         rejections: list[Rejection] = []
         finished: list[Received] = []  # rejected, or duplicates of a recorded job: delete now
-        leftover: list[Received] = []
         for received in batch:
             if received.sent_at is not None:
                 stats.oldest_sent_at = min(stats.oldest_sent_at or received.sent_at,
@@ -284,24 +282,19 @@ class _Drain:
                 finished.append(received)
                 continue
             job = to_job(msg, received, now)
-            if self.bundler.offer(job):
-                assert job.bundle_id is not None
-                self.admitted.add(job.job_id)
-                held = self.held.setdefault(job.bundle_id, _Held())
-                held.jobs.append(job)
-                held.messages.append(received)
-            else:
-                leftover.append(received)
-        if leftover:
-            # Every slot is taken: stop here rather than receive (and count toward the DLQ's
-            # maxReceiveCount) messages that go straight back.
-            self.receiving = False
+            if not self.bundler.offer(job):
+                # Every slot is taken: this one waits in the table, and the drain stops here.
+                self.bundler.wait(job)
+                stats.waiting += 1
+                self.receiving = False
+            assert job.bundle_id is not None
+            self.admitted.add(job.job_id)
+            held = self.held.setdefault(job.bundle_id, _Held())
+            held.jobs.append(job)
+            held.messages.append(received)
         out: set[Future[_Recorded]] = set()
         if rejections or finished:
             out.add(pool.submit(self.intake.reject, self.queue, rejections, finished))
-        if leftover:
-            stats.released += len(leftover)
-            out.add(pool.submit(self.intake.release, self.queue, leftover))
         return out
 
     def _recorded(self, f: Future[_Recorded]) -> None:

@@ -9,7 +9,8 @@ ends at about the same time; the last slot takes whatever is left, up to the wor
 Only jobs of one shape share a bundle: the same priority, the same resources (a task has one
 size), the same ``not_before`` if scheduled, and one kind if that kind has a limit
 (``LONGJOBS_KIND_LIMITS``). A bundle is *deferred* when it cannot launch in this tick: it is
-scheduled for later, or its kind is at its limit. A deferred bundle is recorded (PENDING, due at
+scheduled for later, its kind is at its limit, or it holds jobs received after every slot was
+taken (:meth:`Bundler.wait`). A deferred bundle is recorded (PENDING, due at
 its time) but takes no task slot now; a later tick launches it when due and when its kind has
 room.
 
@@ -55,7 +56,8 @@ class Bundler:
         self._closed: list[Bundle] = []
         self._open: dict[Shape, Bundle] = {}
         self._open_bytes: dict[Shape, int] = {}
-        self._seen = 0  # jobs admitted, and their estimated seconds (for room())
+        self._seen = 0  # jobs admitted, the small ones, their estimated seconds (room())
+        self._small_seen = 0
         self._seconds = 0.0
 
     def is_small(self, job: Job) -> bool:
@@ -89,10 +91,14 @@ class Bundler:
 
     def room(self) -> int:
         """Jobs the task slots left can still take at the even share (deferred work aside):
-        how many messages are worth receiving."""
+        how many messages are worth receiving. Until the jobs seen are mostly small, a free
+        slot counts for one job (a job that is not small takes a slot of its own), so a drain
+        with few free slots does not receive jobs that could only wait."""
         per = min(self._target or self._policy.bundle_max_jobs, self._policy.bundle_max_jobs)
         if self._seconds > 0:  # the work limit, at the mean estimate seen so far
             per = min(per, int(self._policy.max_work_seconds * self._seen / self._seconds))
+        if 2 * self._small_seen <= self._seen:
+            per = 1
         per = max(1, per)
         free = max(0, self.capacity - self.opened) * per
         return free + sum(max(0, min(per, self._limit(b)) - len(b.job_ids))
@@ -110,7 +116,19 @@ class Bundler:
 
     def offer(self, job: Job) -> bool:
         """Admit ``job`` into a bundle; False when no bundle can take it (capacity spent)."""
-        shape = self.shape(job)
+        return self._place(job, self.shape(job))
+
+    def wait(self, job: Job) -> None:
+        """Admit a job that no slot can take now into a deferred bundle due at once: it waits
+        in the table (PENDING) and a later tick launches it, before newer messages, when a slot
+        frees. Why not send its message back: each receive counts toward the DLQ's
+        maxReceiveCount, so a valid job bounced by a few busy ticks would end as a dead letter.
+        """
+        priority, resources, when, kind = self.shape(job)
+        placed = self._place(job, (priority, resources, self._at if when is None else when, kind))
+        assert placed  # a deferred shape never needs a slot
+
+    def _place(self, job: Job, shape: Shape) -> bool:
         if self.is_small(job) and self._fits(shape, job):
             bundle = self._open[shape]
             self._add(bundle, job)
@@ -164,6 +182,7 @@ class Bundler:
 
     def _add(self, bundle: Bundle, job: Job) -> None:
         self._seen += 1
+        self._small_seen += self.is_small(job)
         self._seconds += job.estimated_seconds or 0
         bundle.job_ids.append(job.job_id)
         bundle.estimated_seconds += job.estimated_seconds or 0
