@@ -159,9 +159,12 @@ def verdict(s: Run, records: list[dict[str, Any]]) -> tuple[bool, str, list[tupl
                 rows.append(("kill", f"SIGKILL {s.killed['task'][-8:]} at checkpoint "
                                      f"{s.killed['step']}; rerun started {delay:.1f} s later, "
                                      f"resumed_from {resumed[-1]}"))
-        elif revs == [old] and job.history and job.history[0].get("started_at", 0) < \
+        elif revs == [old] and job.history and \
                 s.deployed.get("at", 0) < job.history[0].get("ended_at", 0):
-            kept += 1  # running across the deploy, finished on the revision it started on
+            # Launched before the deploy (its revision is the old one: a launch resolves the
+            # current one), not done at the deploy (running, or still starting on a loaded
+            # machine), and finished on the revision it was launched with.
+            kept += 1
     if len(plan.long) > 1:
         checks["tasks running at the deploy finished on the old revision"] = kept >= 1
     rows.append(("deploy", f"{old} -> {new} at {s.deployed.get('elapsed', 0):.1f} s; "
