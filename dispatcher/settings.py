@@ -21,9 +21,10 @@ The other reads and writes of ``os.environ`` in the project are precisely these 
   :func:`load`;
 - local mode (``dispatcher/local/``), which is not deployed: ``environment.py`` puts the moto
   endpoint and dummy credentials into the process environment, ``launcher.py`` hands a copy of it
-  to task processes, and the demo's job handlers (``demo_handlers.py``) read
-  ``LONGJOBS_DEMO_LOG``, ``LONGJOBS_TASK_ARN`` and ``LONGJOBS_TASK_DEFINITION`` as any user's
-  handler code may;
+  to task processes, ``warm.py`` (warm starts) reads ``LONGJOBS_HANDLERS`` to preload handler
+  modules and gives each forked task its own environment, and the demo's job handlers
+  (``demo_handlers.py``) read ``LONGJOBS_DEMO_LOG``, ``LONGJOBS_TASK_ARN`` and
+  ``LONGJOBS_TASK_DEFINITION`` as any user's handler code may;
 - ``dispatcher/cli/local.py`` sets ``POWERTOOLS_LOG_LEVEL=WARNING`` by default for ``longjobs
   local``.
 
@@ -247,6 +248,10 @@ class Config(BaseModel):
     local_capacity_errors: Annotated[float, Field(ge=0, le=1), Env(
         "LONGJOBS_LOCAL_CAPACITY_ERRORS", "Local mode: share of tasks that RunTask reports as "
         "not started for lack of capacity (as Fargate Spot does).")] = 0.0
+    local_warm_start: Annotated[bool, Env(
+        "LONGJOBS_LOCAL_WARM_START", "Local mode: fork each task from one process that has "
+        "imported the runner, rather than start a fresh interpreter (on Fargate a task's "
+        "imports use CPUs of its own; here they would share the machine's).")] = True
     launch_recovery_seconds: Annotated[int, Field(ge=0), Env(
         "LONGJOBS_LAUNCH_RECOVERY_SECONDS", "Age after which a launch left unfinished by a "
         "crashed tick is retried with its original clientToken.")] = 60

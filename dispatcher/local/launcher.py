@@ -23,6 +23,7 @@ from typing import Any
 
 from dispatcher.domain.errors import LaunchError
 from dispatcher.domain.stops import LastStatus, StopCode
+from dispatcher.local.warm import WarmProcess, WarmStarter
 from dispatcher.ports.launcher import (
     CAPACITY_UNAVAILABLE,
     MAX_TASKS_PER_CALL,
@@ -61,7 +62,7 @@ class _Task:
     request: LaunchRequest
     created_at: float  # time.monotonic() of the RunTask
     start_delay: float  # modelled Fargate start latency (provisioning, image pull)
-    process: subprocess.Popen[bytes] | None = None  # None until the task starts
+    process: subprocess.Popen[bytes] | WarmProcess | None = None  # None until it starts
     started_at: float | None = None
     stop_reason: str | None = None
     lost_as: str | None = None  # stop code of a simulated infrastructure loss
@@ -110,6 +111,9 @@ class LocalLauncher(Launcher):
         self._stop_timeout = stop_timeout
         self._output = output
         self._command = command or [sys.executable, "-m", "job_runner"]
+        # Warm starts fork the default command's runner; a test's own command runs as given.
+        self._warm = WarmStarter(self._env, output, _lower_priority) \
+            if cfg.local_warm_start and command is None else None
         self._rng = random.Random(seed)
         self._clock = clock
         self._limits = LaunchLimits(
@@ -188,15 +192,14 @@ class LocalLauncher(Launcher):
             self._start(task)
         return arn
 
-    def _spawn(self, task: _Task, command: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(self, task: _Task, command: list[str]) -> subprocess.Popen[bytes] | WarmProcess:
         env = {**self._env, **task.request.env, "LONGJOBS_TASK_ARN": task.arn,
                "LONGJOBS_TASK_DEFINITION": task.request.task_definition}
-        # Below the dispatcher and the local endpoints in CPU priority: on AWS each task has
-        # CPUs of its own, and 60 runners importing at once here would otherwise starve the
-        # admission they are waiting for.
+        if self._warm is not None:
+            return self._warm.spawn(env)
         return subprocess.Popen(command, env=env, stdout=self._output, stderr=self._output,
                                 stdin=subprocess.DEVNULL, start_new_session=True,
-                                preexec_fn=lambda: os.nice(TASK_NICENESS))
+                                preexec_fn=_lower_priority)
 
     def _start(self, task: _Task) -> None:
         with self._lock:
@@ -318,9 +321,17 @@ class LocalLauncher(Launcher):
         for t in self.tasks.values():  # every exit report delivered before we return
             if t.watcher is not None:
                 t.watcher.join(timeout=grace)
+        if self._warm is not None:
+            self._warm.close()
 
 
-def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
+def _lower_priority() -> None:
+    """Below the dispatcher and the local endpoints in CPU priority: on AWS each task has CPUs
+    of its own, and 60 runners here would otherwise starve the admission they wait for."""
+    os.nice(TASK_NICENESS)
+
+
+def _signal(proc: subprocess.Popen[bytes] | WarmProcess, sig: int) -> None:
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)

@@ -1,0 +1,259 @@
+"""Warm starts for local tasks: one process imports the runner once and forks each task.
+
+Why: on Fargate every task has CPUs of its own, and the runner's imports (boto3, pynamodb,
+pydantic: about a second of CPU) are part of a start latency that local mode models separately
+(``LONGJOBS_LOCAL_START_SECONDS``). Here 60 tasks share the machine's cores, so 60 cold
+``python -m job_runner`` processes would spend a minute of CPU importing the same modules,
+delaying each other and the dispatcher by far more than Fargate does. A forked task runs the same
+entrypoint (:func:`job_runner.worker.main`) with its own environment, process group and exit
+status, so the dispatcher, the task-event handler and the runner see nothing different.
+
+Two sides:
+
+- :func:`serve` (``python -m dispatcher.local.warm [module:function]``) is the starter. It
+  imports the runner (and the handler modules in ``LONGJOBS_HANDLERS``), then reads one JSON
+  request per line on its standard input (``{"id": n, "env": {...}}``), forks a task for each
+  and answers ``started <id> <pid>``; it reaps its children and answers ``exited <pid> <code>``
+  (negative: killed by that signal, as :mod:`subprocess` reports it). It stays
+  single-threaded, so a fork never copies a lock held by another thread. It exits when its
+  standard input closes; running tasks keep running, as cold-started ones do when local mode
+  ends abruptly.
+- :class:`WarmStarter` runs the starter and returns :class:`WarmProcess` objects, which answer
+  ``pid``, ``poll()`` and ``wait()`` the way :class:`subprocess.Popen` does, so
+  :class:`dispatcher.local.launcher.LocalLauncher` treats both kinds of task alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from typing import IO, Any
+
+from dispatcher.domain.errors import LaunchError
+
+# Exit code of a task whose runner could not even be called (a bug here, not in a job).
+START_FAILED_EXIT = 70
+# What a task runs: ``python -m job_runner`` calls this.
+RUNNER = "job_runner.worker:main"
+
+
+class WarmProcess:
+    """A task forked by the starter: the part of :class:`subprocess.Popen` the launcher uses."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._done = threading.Event()
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._done.wait(timeout):
+            raise subprocess.TimeoutExpired(f"task process {self.pid}", timeout or 0.0)
+        assert self.returncode is not None
+        return self.returncode
+
+    def _exited(self, code: int) -> None:
+        self.returncode = code
+        self._done.set()
+
+
+class WarmStarter:
+    """Runs the starter process (lazily, and again if it dies) and forks tasks through it."""
+
+    def __init__(self, env: dict[str, str], output: int | None,
+                 preexec: Callable[[], None] | None = None, entry: str = RUNNER) -> None:
+        self._env = env
+        self._entry = entry
+        self._output = output
+        self._preexec = preexec
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._next_id = 0
+        self._pending: dict[int, tuple[threading.Event, list[int]]] = {}
+        self._live: dict[int, WarmProcess] = {}
+        self._exits: dict[int, int] = {}  # exits read before their start was (never, but safe)
+
+    def spawn(self, env: dict[str, str], timeout: float = 60.0) -> WarmProcess:
+        """Fork a task with this environment; returns once it exists."""
+        with self._lock:
+            proc = self._running()
+            self._next_id += 1
+            request_id = self._next_id
+            reply: tuple[threading.Event, list[int]] = (threading.Event(), [])
+            self._pending[request_id] = reply
+            assert proc.stdin is not None
+            try:
+                proc.stdin.write(json.dumps({"id": request_id, "env": env}).encode() + b"\n")
+                proc.stdin.flush()
+            except OSError as exc:
+                del self._pending[request_id]
+                raise LaunchError(f"local warm starter is gone: {exc}") from exc
+        if not reply[0].wait(timeout) or not reply[1]:
+            raise LaunchError("local warm starter did not fork the task")
+        return self._register(reply[1][0])
+
+    def _register(self, pid: int) -> WarmProcess:
+        with self._lock:
+            task = WarmProcess(pid)
+            code = self._exits.pop(pid, None)
+            if code is None:
+                self._live[pid] = task
+            else:
+                task._exited(code)
+            return task
+
+    def _running(self) -> subprocess.Popen[bytes]:
+        """The starter process, started on first use or after it died (under the lock)."""
+        if self._proc is not None and self._proc.poll() is None:
+            return self._proc
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "dispatcher.local.warm", self._entry], env=self._env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._output,
+            preexec_fn=self._preexec)
+        threading.Thread(target=self._read, args=(self._proc,), daemon=True,
+                         name="warm-starter").start()
+        return self._proc
+
+    def _read(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            word, a, b = [*line.decode().split(), "", "", ""][:3]
+            with self._lock:
+                if word == "started":
+                    event, out = self._pending.pop(int(a), (threading.Event(), []))
+                    out.append(int(b))
+                    event.set()
+                elif word == "exited":
+                    task = self._live.pop(int(a), None)
+                    if task is None:
+                        self._exits[int(a)] = int(b)
+                    else:
+                        task._exited(int(b))
+        # The starter is gone: its tasks' exit statuses went with it. Report them as killed
+        # rather than leave their watchers waiting forever; a request in flight fails.
+        proc.wait()
+        with self._lock:
+            for task in self._live.values():
+                task._exited(-signal.SIGKILL)
+            self._live.clear()
+            for event, _ in self._pending.values():
+                event.set()
+            self._pending.clear()
+
+    def close(self) -> None:
+        """Stop the starter (its running tasks are the launcher's to stop)."""
+        with self._lock:
+            proc, self._proc = self._proc, None
+        if proc is not None:
+            assert proc.stdin is not None
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+
+
+# -- the starter process --------------------------------------------------------------------------
+def _preload(entry: str) -> Callable[[], int]:
+    """Import the entry point (``module:function``, the runner's main unless a test gives
+    another) and the configured handler modules; returns the entry point."""
+    module, _, name = entry.partition(":")
+    main: Callable[[], int] = getattr(importlib.import_module(module), name)
+    for spec in os.environ.get("LONGJOBS_HANDLERS", "").split(","):
+        module = spec.partition("=")[2].partition(":")[0].strip()
+        if module:  # a module that fails to import fails in the task, with the runner's error
+            with contextlib.suppress(Exception):
+                importlib.import_module(module)
+    return main
+
+
+def _child(env: dict[str, str], main: Callable[[], int]) -> None:
+    """In the forked task: its own process group, environment and standard streams; then the
+    runner's entrypoint. Never returns."""
+    code = START_FAILED_EXIT
+    try:
+        os.setpgid(0, 0)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(2, 1)  # the task's output is the starter's standard error
+        os.close(devnull)
+        os.environ.clear()
+        os.environ.update(env)
+        code = main()  # exits by itself (os._exit) once its jobs are done
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else START_FAILED_EXIT
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def serve(entry: str = RUNNER) -> int:
+    """The starter's loop (see the module's docstring)."""
+    main = _preload(entry)
+    out: IO[bytes] = os.fdopen(os.dup(1), "wb", buffering=0)
+    rfd, wfd = os.pipe()
+    os.set_blocking(rfd, False)
+    os.set_blocking(wfd, False)
+    signal.set_wakeup_fd(wfd)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the selector through wfd
+    selector = selectors.DefaultSelector()
+    selector.register(0, selectors.EVENT_READ)
+    selector.register(rfd, selectors.EVENT_READ)
+    buffer, open_input = b"", True
+    while open_input:
+        for key, _ in selector.select():
+            if key.fd == rfd:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(rfd, 4096)
+                _reap(out)
+                continue
+            data = os.read(0, 65536)
+            if not data:
+                open_input = False
+                break
+            buffer += data
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                request: dict[str, Any] = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    os.close(rfd)
+                    os.close(wfd)
+                    out.close()
+                    _child(request["env"], main)
+                with contextlib.suppress(OSError):  # the child may have set it already
+                    os.setpgid(pid, pid)
+                out.write(f"started {request['id']} {pid}\n".encode())
+        _reap(out)
+    return 0
+
+
+def _reap(out: IO[bytes]) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        out.write(f"exited {pid} {os.waitstatus_to_exitcode(status)}\n".encode())
+
+
+if __name__ == "__main__":
+    sys.exit(serve(*sys.argv[1:2]))

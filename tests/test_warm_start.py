@@ -1,0 +1,99 @@
+"""Warm starts (dispatcher/local/warm.py): tasks forked from one process that imported the runner.
+
+The starter runs a stand-in entry point (:func:`task_main` below, chosen by ``entry``) so these
+tests see what a forked task gets without a table: its own environment, process group, output
+and exit status, reported as :class:`subprocess.Popen` reports them. The runner itself runs
+forked in every local-mode test (``test_local_mode``, ``test_demo``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dispatcher.local.warm import WarmStarter
+
+ENTRY = "tests.test_warm_start:task_main"
+
+
+def task_main() -> int:
+    """A task: writes its pid, group and variable to its file, then acts as TASK_ACT says."""
+    out = Path(os.environ["TASK_FILE"])
+    out.write_text(f"{os.getpid()} {os.getpgid(0)} {os.environ.get('TASK_VAR', '')} "
+                   f"{'LEAKED' in os.environ}\n")
+    print(f"task {os.environ.get('TASK_VAR')} says hello", flush=True)
+    act = os.environ.get("TASK_ACT", "exit:0")
+    if act == "sleep":
+        time.sleep(300)
+    return int(act.split(":")[1])
+
+
+@pytest.fixture
+def starter(tmp_path: Path) -> WarmStarter:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    output = os.open(tmp_path / "output.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    s = WarmStarter(env, output, entry=ENTRY)
+    yield s
+    s.close()
+    os.close(output)
+
+
+def read(path: Path, deadline: float = 30.0) -> list[str]:
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:  # the task writes it as soon as it runs
+        if path.exists() and path.read_text().endswith("\n"):
+            return path.read_text().split()
+        time.sleep(0.05)
+    raise AssertionError(f"{path} was never written")
+
+
+def test_each_task_gets_its_environment_group_and_exit_code(starter: WarmStarter,
+                                                            tmp_path: Path) -> None:
+    tasks = []
+    for i in range(3):
+        env = {"PATH": os.environ["PATH"], "TASK_FILE": str(tmp_path / f"t{i}"),
+               "TASK_VAR": f"v{i}", "TASK_ACT": f"exit:{i + 3}"}
+        tasks.append(starter.spawn(env))
+    assert [t.wait(timeout=30) for t in tasks] == [3, 4, 5]
+    pids = set()
+    for i, t in enumerate(tasks):
+        pid, group, var, leaked = read(tmp_path / f"t{i}")
+        assert (int(pid), int(group), var, leaked) == (t.pid, t.pid, f"v{i}", "False")
+        pids.add(t.pid)
+    assert len(pids) == 3
+    out = (tmp_path / "output.log").read_text()
+    assert all(f"task v{i} says hello" in out for i in range(3)), out
+
+
+def test_a_signalled_task_reports_the_signal_as_popen_does(starter: WarmStarter,
+                                                          tmp_path: Path) -> None:
+    env = {"PATH": os.environ["PATH"], "TASK_FILE": str(tmp_path / "t"), "TASK_ACT": "sleep"}
+    task = starter.spawn(env)
+    read(tmp_path / "t")
+    assert task.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        task.wait(timeout=0.2)
+    os.killpg(task.pid, signal.SIGTERM)  # what LocalLauncher.stop sends
+    assert task.wait(timeout=30) == -signal.SIGTERM
+    assert task.poll() == -signal.SIGTERM
+
+
+def test_tasks_of_a_starter_that_dies_are_reported_killed_and_a_new_one_starts(
+        starter: WarmStarter, tmp_path: Path) -> None:
+    env = {"PATH": os.environ["PATH"], "TASK_FILE": str(tmp_path / "t"), "TASK_ACT": "sleep"}
+    task = starter.spawn(env)
+    read(tmp_path / "t")
+    proc = starter._proc
+    assert proc is not None
+    proc.kill()
+    assert task.wait(timeout=30) == -signal.SIGKILL  # no watcher is left waiting forever
+    os.killpg(task.pid, signal.SIGKILL)  # the orphan itself, which nobody reaps now
+    again = starter.spawn({**env, "TASK_FILE": str(tmp_path / "u"), "TASK_ACT": "exit:0"})
+    assert again.wait(timeout=30) == 0
+    assert starter._proc is not proc
