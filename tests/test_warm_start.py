@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,7 @@ def task_main() -> int:
 
 
 @pytest.fixture
-def starter(tmp_path: Path) -> WarmStarter:
+def starter(tmp_path: Path) -> Iterator[WarmStarter]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     output = os.open(tmp_path / "output.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     s = WarmStarter(env, output, entry=ENTRY)
@@ -79,9 +80,30 @@ def test_a_signalled_task_reports_the_signal_as_popen_does(starter: WarmStarter,
     assert task.poll() is None
     with pytest.raises(subprocess.TimeoutExpired):
         task.wait(timeout=0.2)
-    os.killpg(task.pid, signal.SIGTERM)  # what LocalLauncher.stop sends
+    task.signal_group(signal.SIGTERM)  # what LocalLauncher.stop sends
     assert task.wait(timeout=30) == -signal.SIGTERM
     assert task.poll() == -signal.SIGTERM
+    task.signal_group(signal.SIGKILL)  # ended: a no-op, whoever has that pid now
+
+
+def test_the_starter_signals_only_tasks_it_has_not_reaped(starter: WarmStarter,
+                                                         tmp_path: Path) -> None:
+    """A pid is free for reuse once the starter reaps its task, which may be before the
+    launcher reads the exit: a signal for it must not reach whoever has the pid then."""
+    env = {"PATH": os.environ["PATH"], "TASK_FILE": str(tmp_path / "t"), "TASK_ACT": "exit:0"}
+    task = starter.spawn(env)
+    assert task.wait(timeout=30) == 0
+    bystander = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        task.returncode = None  # as if the launcher had not read the exit yet
+        task.pid = bystander.pid  # and the pid had gone to another process
+        task.signal_group(signal.SIGTERM)
+        spawned = starter.spawn({**env, "TASK_FILE": str(tmp_path / "u")})
+        assert spawned.wait(timeout=30) == 0  # the starter has read the signal request by now
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
 
 
 def test_tasks_of_a_starter_that_dies_are_reported_killed_and_a_new_one_starts(
@@ -93,7 +115,7 @@ def test_tasks_of_a_starter_that_dies_are_reported_killed_and_a_new_one_starts(
     assert proc is not None
     proc.kill()
     assert task.wait(timeout=30) == -signal.SIGKILL  # no watcher is left waiting forever
-    os.killpg(task.pid, signal.SIGKILL)  # the orphan itself, which nobody reaps now
+    os.killpg(task.pid, signal.SIGKILL)  # the orphan itself, which init reaps now
     again = starter.spawn({**env, "TASK_FILE": str(tmp_path / "u"), "TASK_ACT": "exit:0"})
     assert again.wait(timeout=30) == 0
     assert starter._proc is not proc

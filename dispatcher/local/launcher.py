@@ -332,6 +332,10 @@ def _lower_priority() -> None:
 
 
 def _signal(proc: subprocess.Popen[bytes] | WarmProcess, sig: int) -> None:
-    if proc.poll() is None:
+    if isinstance(proc, WarmProcess):
+        with contextlib.suppress(LaunchError):  # the starter is gone, and its tasks with it
+            proc.signal_group(sig)
+        return
+    if proc.poll() is None:  # not reaped yet (Popen reaps in poll): the pid is still ours
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)

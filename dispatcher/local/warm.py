@@ -14,7 +14,8 @@ Two sides:
   imports the runner (and the handler modules in ``LONGJOBS_HANDLERS``), then reads one JSON
   request per line on its standard input (``{"id": n, "env": {...}}``), forks a task for each
   and answers ``started <id> <pid>``; it reaps its children and answers ``exited <pid> <code>``
-  (negative: killed by that signal, as :mod:`subprocess` reports it). It stays
+  (negative: killed by that signal, as :mod:`subprocess` reports it); a request
+  ``{"signal": s, "pid": p}`` signals the process group of a task not yet reaped. It stays
   single-threaded, so a fork never copies a lock held by another thread. It exits when its
   standard input closes; running tasks keep running, as cold-started ones do when local mode
   ends abruptly.
@@ -49,10 +50,18 @@ RUNNER = "job_runner.worker:main"
 class WarmProcess:
     """A task forked by the starter: the part of :class:`subprocess.Popen` the launcher uses."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, starter: WarmStarter) -> None:
         self.pid = pid
         self.returncode: int | None = None
         self._done = threading.Event()
+        self._starter = starter
+
+    def signal_group(self, sig: int) -> None:
+        """Signal the task's process group, through the starter: only the starter knows that
+        the pid is still its unreaped child, so a signal can never reach a process that reused
+        the pid of a task that has just ended."""
+        if self.returncode is None:
+            self._starter._send({"signal": int(sig), "pid": self.pid})
 
     def poll(self) -> int | None:
         return self.returncode
@@ -87,25 +96,33 @@ class WarmStarter:
     def spawn(self, env: dict[str, str], timeout: float = 60.0) -> WarmProcess:
         """Fork a task with this environment; returns once it exists."""
         with self._lock:
-            proc = self._running()
+            self._running()
             self._next_id += 1
             request_id = self._next_id
             reply: tuple[threading.Event, list[int]] = (threading.Event(), [])
             self._pending[request_id] = reply
-            assert proc.stdin is not None
             try:
-                proc.stdin.write(json.dumps({"id": request_id, "env": env}).encode() + b"\n")
-                proc.stdin.flush()
-            except OSError as exc:
+                self._send({"id": request_id, "env": env})
+            except LaunchError:
                 del self._pending[request_id]
-                raise LaunchError(f"local warm starter is gone: {exc}") from exc
+                raise
         if not reply[0].wait(timeout) or not reply[1]:
             raise LaunchError("local warm starter did not fork the task")
         return self._register(reply[1][0])
 
+    def _send(self, request: dict[str, Any]) -> None:
+        proc = self._proc
+        if proc is None or proc.stdin is None:
+            raise LaunchError("local warm starter is not running")
+        try:
+            proc.stdin.write(json.dumps(request).encode() + b"\n")
+            proc.stdin.flush()
+        except (OSError, ValueError) as exc:
+            raise LaunchError(f"local warm starter is gone: {exc}") from exc
+
     def _register(self, pid: int) -> WarmProcess:
         with self._lock:
-            task = WarmProcess(pid)
+            task = WarmProcess(pid, self)
             code = self._exits.pop(pid, None)
             if code is None:
                 self._live[pid] = task
@@ -216,12 +233,13 @@ def serve(entry: str = RUNNER) -> int:
     selector.register(0, selectors.EVENT_READ)
     selector.register(rfd, selectors.EVENT_READ)
     buffer, open_input = b"", True
+    live: set[int] = set()  # forked and not reaped: a pid here cannot have been reused
     while open_input:
         for key, _ in selector.select():
             if key.fd == rfd:
                 with contextlib.suppress(BlockingIOError):
                     os.read(rfd, 4096)
-                _reap(out)
+                _reap(out, live)
                 continue
             data = os.read(0, 65536)
             if not data:
@@ -231,6 +249,11 @@ def serve(entry: str = RUNNER) -> int:
             while b"\n" in buffer:
                 line, buffer = buffer.split(b"\n", 1)
                 request: dict[str, Any] = json.loads(line)
+                if "signal" in request:  # reaping happens on this thread only: no race
+                    if request["pid"] in live:
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.killpg(request["pid"], request["signal"])
+                    continue
                 pid = os.fork()
                 if pid == 0:
                     os.close(rfd)
@@ -239,12 +262,13 @@ def serve(entry: str = RUNNER) -> int:
                     _child(request["env"], main)
                 with contextlib.suppress(OSError):  # the child may have set it already
                     os.setpgid(pid, pid)
+                live.add(pid)
                 out.write(f"started {request['id']} {pid}\n".encode())
-        _reap(out)
+        _reap(out, live)
     return 0
 
 
-def _reap(out: IO[bytes]) -> None:
+def _reap(out: IO[bytes], live: set[int]) -> None:
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -252,6 +276,7 @@ def _reap(out: IO[bytes]) -> None:
             return
         if pid == 0:
             return
+        live.discard(pid)
         out.write(f"exited {pid} {os.waitstatus_to_exitcode(status)}\n".encode())
 
 
