@@ -64,9 +64,11 @@ def check_components(counts: CallCounts, tasks: int) -> None:
     assert producer == {"sqs.SendMessageBatch": N // 10}
     # The dispatcher: every message received and deleted in batches of 10 (a receive that
     # comes back short or empty is extra; a batch of deletes may end short where a bundle
-    # ends); the bundles of a wave launched as each is recorded (one RunTask, or one each);
-    # the jobs recorded in transactions of up to 100 items.
-    assert N // 10 <= dispatcher["sqs.DeleteMessageBatch"] <= N // 10 + bundles, counts.table()
+    # ends, and a message delivered twice, as SQS may, is deleted on its own: moto does it
+    # under concurrent receives on a loaded machine); the bundles of a wave launched as each is
+    # recorded (one RunTask, or one each); the jobs recorded in transactions of up to 100 items.
+    assert N // 10 <= dispatcher["sqs.DeleteMessageBatch"] <= N // 10 + bundles + N // 100, \
+        counts.table()
     assert N // 10 <= dispatcher["sqs.ReceiveMessage"] <= N // 10 + 8 * (N // WAVE) * 3, \
         counts.table()
     assert N // WAVE <= dispatcher["ecs.RunTask"] <= bundles, counts.table()
