@@ -231,6 +231,42 @@ def job_records(ddb: Any, table: str) -> dict[str, tuple[str, float]]:
     return out
 
 
+def critical_path(stack: Stack, n: int, enqueued_at: float, enqueued_mono: float) -> list[str]:
+    """Where the drain's time went, for the task that finished last: when it was launched, its
+    modelled start latency, the runner's start-up to its first job, its jobs, and the wait from
+    its last job's end to the last record written. Read from the table (outside the proxies)
+    and the local launcher's own task records."""
+    from dispatcher.aws.dynamodb import open_store
+
+    store = open_store(stack.env.env["LONGJOBS_TABLE"], "us-east-1", stack.moto_url)
+    ids = [f"n{i:0{JOB_ID_WIDTH - 1}d}" for i in range(n)]
+    jobs = [j for k in range(0, n, 100) for j in store.get_jobs(ids[k:k + 100])]
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for job in jobs:
+        for h in job.history[-1:]:
+            if job.bundle_id and h.get("started_at") and h.get("ended_at"):
+                spans.setdefault(job.bundle_id, []).append(
+                    (float(h["started_at"]), float(h["ended_at"])))
+    if not spans:
+        return []
+    last = max(spans, key=lambda b: max(e for _, e in spans[b]))
+    bundle = store.get_bundle(last)
+    task = stack.env.launcher.tasks.get(bundle.task_arn or "") if bundle else None
+    if task is None or task.started_at is None:
+        return []
+    launched = task.created_at - enqueued_mono
+    first = min(s for s, _ in spans[last]) - task.started_at
+    work = max(e for _, e in spans[last]) - min(s for s, _ in spans[last])
+    ends = sorted(e for _, e in (x for v in spans.values() for x in v))
+    return [f"critical path (the task that finished last, {len(spans[last])} jobs): launched "
+            f"+{launched:.1f} s, modelled start {task.start_delay:.1f} s, runner start-up to "
+            f"its first job {first:.1f} s, its jobs {work:.1f} s, last job ended "
+            f"+{ends[-1] - enqueued_at:.1f} s",
+            f"job ends: median +{ends[len(ends) // 2] - enqueued_at:.1f} s, 99th percentile "
+            f"+{ends[int(len(ends) * 0.99)] - enqueued_at:.1f} s, last "
+            f"+{ends[-1] - enqueued_at:.1f} s"]
+
+
 class Ticker:
     """Ticks the dispatcher every ``interval`` seconds (after the previous tick ends)."""
 
@@ -325,6 +361,7 @@ def nightly(args: argparse.Namespace) -> int:
         calls = stack.calls()
         tasks_made = list(stack.env.launcher.tasks.values())
         decisions = list(stack.env.decisions)
+        path = critical_path(stack, n, enqueued_at, enqueued_mono)
         moto_rss = vm_hwm_kib(stack.moto.pid)
         ms_rss = vm_hwm_kib(stack.ministack.process.pid) if stack.ministack else 0
     finally:
@@ -366,6 +403,8 @@ def nightly(args: argparse.Namespace) -> int:
               f"{last:.1f} s after enqueueing ended")
     else:
         print(f"launched: {len(tasks_made)} tasks")
+    for line in path:
+        print(line)
     busy = [x for x in decisions if x.intake.received or x.launch.bundles_launched]
     for x in busy[:args.show_ticks]:
         print(f"  tick {x.tick_id}: {x.elapsed_ms / 1000:.1f} s, received "
