@@ -9,7 +9,11 @@ stop (a crash, a kill, Spot) and the next one must be attributable: a bundled jo
 its task is charged from its second launch on, and fails within ``max_attempts`` + 1 launches.
 
 Jobs running at once in one task (LONGJOBS_TASK_CONCURRENCY) share one ``Writes``: their starts
-and results join the same groups, every call is under one lock.
+and results join the same groups. Two locks: recording (the pending updates) and flushing (one
+transaction at a time, in order). A flush takes the pending updates and writes them outside the
+recording lock, so the other jobs record their starts and results meanwhile instead of waiting
+on the table: with 20 jobs ending at once, a slot never waits for another job's write. A flush
+waits for the one before it, so a job's start is always written before its result.
 """
 
 from __future__ import annotations
@@ -49,21 +53,45 @@ class Writes:
         # Each running job's slot thread records into it, a handler flushes too (a checkpoint
         # writes what is pending first, from the handler's thread or the event loop's), and an
         # abandoned handler may still checkpoint while the worker records its outcome.
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()  # the pending updates
+        self._flushing = threading.Lock()  # one flush at a time, in order; taken first
 
     def start(self, job: Job) -> None:
         with self._lock:
             self._start(job)
+            due = self.write_through
+        if due:
+            self.flush()
 
     def finish(self, job: Job, outcome: Outcome, *, started: bool) -> None:
         with self._lock:
             self._finish(job, outcome, started=started)
+            due = self.write_through or len(self.pending) >= FLUSH_AT_JOBS \
+                or time.monotonic() - self._last >= self.flush_seconds
+            if due:
+                self._last = time.monotonic()  # this thread flushes: the others need not
+        if due:
+            self.flush()
 
     def flush(self, bundle_to: BundleState | None = None) -> None:
-        """Write what is pending. A job the table refuses (it moved on meanwhile: failed as
-        overdue, cancelled) is dropped alone; its bundle-mates' results are written."""
-        with self._lock:
-            self._flush(bundle_to)
+        """Write what is pending (after any flush under way). A job the table refuses (it
+        moved on meanwhile: failed as overdue, cancelled) is dropped alone; its bundle-mates'
+        results are written. If the write fails, the error is the runner's: it stops."""
+        with self._flushing:
+            with self._lock:
+                if not self.pending and bundle_to is None:
+                    return
+                updates = list(self.pending.values())
+                self.pending.clear()
+                retry_at = self.retry_at \
+                    if bundle_to == BundleState.PENDING and self.retry_at else None
+            refused = self.store.apply(self.fence, updates, bundle_to, retry_at)
+            with self._lock:
+                if refused:
+                    log.warning("the table refused some job updates (the jobs moved on "
+                                "meanwhile)", extra={"job_ids": sorted(refused)})
+                    self.refused |= refused
+                self._last = time.monotonic()
 
     def _start(self, job: Job) -> None:
         job.history.append({"attempt": job.attempts + 1, "task_arn": self.fence.task_arn,
@@ -73,8 +101,6 @@ class Writes:
         job.state = JobState.RUNNING
         self.pending[job.job_id] = JobUpdate(job.job_id, JobState.PENDING, JobState.RUNNING,
                                              attempts_delta=1, history=list(job.history))
-        if self.write_through:
-            self._flush()
 
     def _finish(self, job: Job, outcome: Outcome, *, started: bool) -> None:
         if started and job.history:
@@ -97,18 +123,3 @@ class Writes:
             self.retrying = True
             delay = min(RETRY_BASE_SECONDS * 2 ** max(job.attempts - 1, 0), RETRY_MAX_SECONDS)
             self.retry_at = max(self.retry_at, time.time() + delay)
-        if self.write_through or len(self.pending) >= FLUSH_AT_JOBS \
-                or time.monotonic() - self._last >= self.flush_seconds:
-            self._flush()
-
-    def _flush(self, bundle_to: BundleState | None = None) -> None:
-        if not self.pending and bundle_to is None:
-            return
-        retry_at = self.retry_at if bundle_to == BundleState.PENDING and self.retry_at else None
-        refused = self.store.apply(self.fence, list(self.pending.values()), bundle_to, retry_at)
-        if refused:
-            log.warning("the table refused some job updates (the jobs moved on meanwhile)",
-                        extra={"job_ids": sorted(refused)})
-            self.refused |= refused
-        self.pending.clear()
-        self._last = time.monotonic()
