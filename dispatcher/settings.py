@@ -21,10 +21,9 @@ The other reads and writes of ``os.environ`` in the project are precisely these 
   :func:`load`;
 - local mode (``dispatcher/local/``), which is not deployed: ``environment.py`` puts the moto
   endpoint and dummy credentials into the process environment, ``launcher.py`` hands a copy of it
-  to task processes, ``warm.py`` (warm starts) reads ``LONGJOBS_HANDLERS`` to preload handler
-  modules and gives each forked task its own environment, and the demo's job handlers
-  (``demo_handlers.py``) read ``LONGJOBS_DEMO_LOG``, ``LONGJOBS_TASK_ARN`` and
-  ``LONGJOBS_TASK_DEFINITION`` as any user's handler code may;
+  to task processes, ``warm.py`` (warm starts) gives each forked task its own environment,
+  and the demo's job handlers (``demo_handlers.py``) read ``LONGJOBS_DEMO_LOG``,
+  ``LONGJOBS_TASK_ARN`` and ``LONGJOBS_TASK_DEFINITION`` as any user's handler code may;
 - ``dispatcher/cli/local.py`` sets ``POWERTOOLS_LOG_LEVEL=WARNING`` by default for ``longjobs
   local``.
 

@@ -81,10 +81,11 @@ def state(store: Store, job_id: str) -> JobState | None:
 def test_small_bundle_runs_each_job_once(local: tuple[LocalEnv, Path]) -> None:
     env, log = local
     store = open_store(env.cfg.table)
-    ids = JobClient().submit_many([{"kind": "echo", "payload": {"n": i}, "job_id": f"e{i}",
-                                    "estimated_seconds": 0.1} for i in range(12)]
-                                  + [{"kind": "nope", "payload": {}, "job_id": "unknown-kind",
-                                      "estimated_seconds": 0.1}])
+    with env.paused():  # one tick sees the burst whole (it is sent in two batches)
+        ids = JobClient().submit_many([{"kind": "echo", "payload": {"n": i}, "job_id": f"e{i}",
+                                        "estimated_seconds": 0.1} for i in range(12)]
+                                      + [{"kind": "nope", "payload": {}, "job_id": "unknown-kind",
+                                          "estimated_seconds": 0.1}])
     wait_for(lambda: all(state(store, i) in (JobState.SUCCEEDED, JobState.FAILED)
                          for i in ids))
     for i in range(12):

@@ -4,10 +4,12 @@ as local processes, and each task exit fed to the production task-event handler 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,6 +93,12 @@ class LocalEnv:
                 "LONGJOBS_DLQ_URL",
                 "LONGJOBS_TABLE", "LONGJOBS_CLUSTER", "LONGJOBS_TASK_FAMILY"]
         return [f"export {k}={self.env[k]}" for k in keys if k in self.env]
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No tick runs inside the block (e.g. so that one tick sees a whole burst)."""
+        with self._lock:
+            yield
 
     def tick(self) -> Decision:
         with self._lock:

@@ -11,7 +11,7 @@ status, so the dispatcher, the task-event handler and the runner see nothing dif
 Two sides:
 
 - :func:`serve` (``python -m dispatcher.local.warm [module:function]``) is the starter. It
-  imports the runner (and the handler modules in ``LONGJOBS_HANDLERS``), then reads one JSON
+  imports the runner (not the handler modules: each task imports those), then reads one JSON
   request per line on its standard input (``{"id": n, "env": {...}}``), forks a task for each
   and answers ``started <id> <pid>``; it reaps its children and answers ``exited <pid> <code>``
   (negative: killed by that signal, as :mod:`subprocess` reports it); a request
@@ -183,14 +183,10 @@ class WarmStarter:
 # -- the starter process --------------------------------------------------------------------------
 def _preload(entry: str) -> Callable[[], int]:
     """Import the entry point (``module:function``, the runner's main unless a test gives
-    another) and the configured handler modules; returns the entry point."""
+    another), and with it the runner's libraries. Handler modules are not preloaded: each task
+    imports them, so an edit to a handler reaches the next task, as with a cold start."""
     module, _, name = entry.partition(":")
     main: Callable[[], int] = getattr(importlib.import_module(module), name)
-    for spec in os.environ.get("LONGJOBS_HANDLERS", "").split(","):
-        module = spec.partition("=")[2].partition(":")[0].strip()
-        if module:  # a module that fails to import fails in the task, with the runner's error
-            with contextlib.suppress(Exception):
-                importlib.import_module(module)
     return main
 
 
