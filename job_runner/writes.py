@@ -10,10 +10,12 @@ its task is charged from its second launch on, and fails within ``max_attempts``
 
 Jobs running at once in one task (LONGJOBS_TASK_CONCURRENCY) share one ``Writes``: their starts
 and results join the same groups. Two locks: recording (the pending updates) and flushing (one
-transaction at a time, in order). A flush takes the pending updates and writes them outside the
+flush at a time, in order). A flush takes the pending updates and writes them outside the
 recording lock, so the other jobs record their starts and results meanwhile instead of waiting
-on the table: with 20 jobs ending at once, a slot never waits for another job's write. A flush
-waits for the one before it, so a job's start is always written before its result.
+on the table; a grouped flush that falls due while another is under way is left to a later one,
+so with 20 jobs ending at once no slot waits for another job's write. An explicit flush (a
+checkpoint, the bundle's end) and write-through wait for the flush under way, so a job's start
+is always written before its result.
 """
 
 from __future__ import annotations
@@ -66,32 +68,41 @@ class Writes:
     def finish(self, job: Job, outcome: Outcome, *, started: bool) -> None:
         with self._lock:
             self._finish(job, outcome, started=started)
-            due = self.write_through or len(self.pending) >= FLUSH_AT_JOBS \
+            due = len(self.pending) >= FLUSH_AT_JOBS \
                 or time.monotonic() - self._last >= self.flush_seconds
-            if due:
-                self._last = time.monotonic()  # this thread flushes: the others need not
-        if due:
+        if self.write_through:
             self.flush()
+        elif due and self._flushing.acquire(blocking=False):
+            # Grouped: if a flush is under way, what is pending now goes with a later one
+            # (the next due result, or the bundle's last flush) rather than wait for it.
+            try:
+                self._write(None)
+            finally:
+                self._flushing.release()
 
     def flush(self, bundle_to: BundleState | None = None) -> None:
         """Write what is pending (after any flush under way). A job the table refuses (it
         moved on meanwhile: failed as overdue, cancelled) is dropped alone; its bundle-mates'
         results are written. If the write fails, the error is the runner's: it stops."""
         with self._flushing:
-            with self._lock:
-                if not self.pending and bundle_to is None:
-                    return
-                updates = list(self.pending.values())
-                self.pending.clear()
-                retry_at = self.retry_at \
-                    if bundle_to == BundleState.PENDING and self.retry_at else None
-            refused = self.store.apply(self.fence, updates, bundle_to, retry_at)
-            with self._lock:
-                if refused:
-                    log.warning("the table refused some job updates (the jobs moved on "
-                                "meanwhile)", extra={"job_ids": sorted(refused)})
-                    self.refused |= refused
-                self._last = time.monotonic()
+            self._write(bundle_to)
+
+    def _write(self, bundle_to: BundleState | None) -> None:
+        """One flush (``_flushing`` held): take what is pending, write it outside the lock."""
+        with self._lock:
+            if not self.pending and bundle_to is None:
+                return
+            updates = list(self.pending.values())
+            self.pending.clear()
+            retry_at = self.retry_at if bundle_to == BundleState.PENDING and self.retry_at \
+                else None
+        refused = self.store.apply(self.fence, updates, bundle_to, retry_at)
+        with self._lock:
+            if refused:
+                log.warning("the table refused some job updates (the jobs moved on meanwhile)",
+                            extra={"job_ids": sorted(refused)})
+                self.refused |= refused
+            self._last = time.monotonic()
 
     def _start(self, job: Job) -> None:
         job.history.append({"attempt": job.attempts + 1, "task_arn": self.fence.task_arn,

@@ -1,0 +1,95 @@
+"""job_runner/writes.py: a flush under way never holds up the other jobs' starts and results.
+
+The store here is a stand-in that blocks inside ``apply`` until the test lets it go, so the
+tests see what happens while a transaction is in flight: counts and orderings, no timings.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from dispatcher.domain.bundles import BundleState
+from dispatcher.domain.jobs import Job, JobState
+from dispatcher.ports.store import Fence, JobUpdate
+from job_runner.outcome import Outcome
+from job_runner.writes import Writes
+
+
+class BlockingStore:
+    """Records every apply; the first one blocks until ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.applied: list[list[JobUpdate]] = []
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def apply(self, fence: Fence, updates: list[JobUpdate],
+              bundle_to: BundleState | None = None, retry_at: float | None = None) -> set[str]:
+        if not self.applied and not self.release.is_set():
+            self.entered.set()
+            assert self.release.wait(30), "the test never released the first flush"
+        self.applied.append(list(updates))
+        return set()
+
+
+def job(i: int) -> Job:
+    return Job(job_id=f"j{i}", kind="k", payload={}, bundle_id="b")
+
+
+def writes(store: Any, flush_seconds: float = 0.0) -> Writes:
+    return Writes(store, Fence("b", 1, "arn:task"), "family:1", flush_seconds)
+
+
+def test_jobs_record_while_another_jobs_flush_is_in_flight() -> None:
+    store = BlockingStore()
+    w = writes(store)
+    first = job(0)
+    w.start(first)
+    flusher = threading.Thread(target=w.finish, args=(first, Outcome(JobState.SUCCEEDED)),
+                               kwargs={"started": True})
+    flusher.start()  # flush_seconds 0: this finish flushes, and blocks in the table
+    assert store.entered.wait(30)
+    # Meanwhile 19 more jobs start and end: none waits for the flush under way.
+    done = threading.Event()
+
+    def others() -> None:
+        for i in range(1, 20):
+            j = job(i)
+            w.start(j)
+            w.finish(j, Outcome(JobState.SUCCEEDED), started=True)
+        done.set()
+
+    threading.Thread(target=others).start()
+    assert done.wait(30), "recording waited for the flush in flight"
+    assert len(store.applied) == 0  # still in flight
+    store.release.set()
+    flusher.join(30)
+    w.flush(BundleState.DONE)
+    ids = [u.job_id for batch in store.applied for u in batch]
+    assert sorted(ids) == sorted(f"j{i}" for i in range(20)) and len(ids) == 20
+
+
+def test_a_start_in_flight_is_written_before_its_result() -> None:
+    """The start goes out in one flush, the result is recorded meanwhile: the result's flush
+    waits for the start's, and the result is an update from RUNNING."""
+    store = BlockingStore()
+    w = writes(store, flush_seconds=3600)
+    j = job(1)
+    w.start(j)
+    flusher = threading.Thread(target=w.flush)
+    flusher.start()
+    assert store.entered.wait(30)
+    w.finish(j, Outcome(JobState.SUCCEEDED), started=True)  # recorded, not flushed
+    second = threading.Thread(target=w.flush)
+    second.start()
+    second.join(0.2)
+    assert second.is_alive() and len(store.applied) == 0  # waits behind the first flush
+    store.release.set()
+    flusher.join(30)
+    second.join(30)
+    (start,), (result,) = store.applied
+    assert (start.job_id, start.source, start.target) == ("j1", JobState.PENDING,
+                                                          JobState.RUNNING)
+    assert (result.job_id, result.source, result.target) == ("j1", JobState.RUNNING,
+                                                             JobState.SUCCEEDED)
