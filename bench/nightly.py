@@ -258,10 +258,16 @@ def critical_path(stack: Stack, n: int, enqueued_at: float, enqueued_mono: float
     first = min(s for s, _ in spans[last]) - task.started_at
     work = max(e for _, e in spans[last]) - min(s for s, _ in spans[last])
     ends = sorted(e for _, e in (x for v in spans.values() for x in v))
+    waves = sorted(spans[last])
+    c = max(1, int(stack.env.cfg.task_concurrency))
+    groups = [waves[k:k + c] for k in range(0, len(waves), c)]
+    starts = ", ".join(f"{g[0][0] - task.started_at:.0f}-{g[-1][0] - task.started_at:.0f}"
+                       for g in groups)
     return [f"critical path (the task that finished last, {len(spans[last])} jobs): launched "
             f"+{launched:.1f} s, modelled start {task.start_delay:.1f} s, runner start-up to "
             f"its first job {first:.1f} s, its jobs {work:.1f} s, last job ended "
             f"+{ends[-1] - enqueued_at:.1f} s",
+            f"  its jobs started, {c} at a time (s after its process started): {starts}",
             f"job ends: median +{ends[len(ends) // 2] - enqueued_at:.1f} s, 99th percentile "
             f"+{ends[int(len(ends) * 0.99)] - enqueued_at:.1f} s, last "
             f"+{ends[-1] - enqueued_at:.1f} s"]
