@@ -73,6 +73,13 @@ def vm_hwm_kib(pid: int | str = "self", field: str = "VmHWM") -> int:
     return 0
 
 
+def cpu_seconds(pid: int | str = "self", children: bool = False) -> float:
+    """CPU time (user + system) of a process, or of its reaped children, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    first = 13 if children else 11  # cutime, cstime (fields 16-17) or utime, stime (14-15)
+    return (int(fields[first]) + int(fields[first + 1])) / os.sysconf("SC_CLK_TCK")
+
+
 def vm_rss_kib(pid: int | str = "self") -> int:
     return vm_hwm_kib(pid, "VmRSS")
 
@@ -336,6 +343,9 @@ def nightly(args: argparse.Namespace) -> int:
     try:
         print(f"setup: {time.time() - t0:.1f} s", flush=True)
         rss_before = vm_hwm_kib()
+        cpu_before = {"moto": cpu_seconds(stack.moto.pid), "this process": cpu_seconds(),
+                      "MiniStack": cpu_seconds(stack.ministack.process.pid)
+                      if stack.ministack is not None else 0.0}
         t = time.time()
         enqueue(stack, n, d)
         enqueued_at, enqueued_mono = time.time(), time.monotonic()
@@ -368,6 +378,12 @@ def nightly(args: argparse.Namespace) -> int:
         tasks_made = list(stack.env.launcher.tasks.values())
         decisions = list(stack.env.decisions)
         path = critical_path(stack, n, enqueued_at, enqueued_mono)
+        starter = stack.env.launcher.warm.pid if stack.env.launcher.warm else None
+        cpu = {"moto": cpu_seconds(stack.moto.pid) - cpu_before["moto"],
+               "this process": cpu_seconds() - cpu_before["this process"],
+               "tasks": cpu_seconds(starter, children=True) if starter else float("nan")}
+        if stack.ministack is not None:
+            cpu["MiniStack"] = cpu_seconds(stack.ministack.process.pid) - cpu_before["MiniStack"]
         moto_rss = vm_hwm_kib(stack.moto.pid)
         ms_rss = vm_hwm_kib(stack.ministack.process.pid) if stack.ministack else 0
     finally:
@@ -423,6 +439,8 @@ def nightly(args: argparse.Namespace) -> int:
     print(f"peak RSS (VmHWM) of this process (dispatcher + producer + proxies): "
           f"{rss_after / 1024:.0f} MiB (before enqueueing {rss_before / 1024:.0f} MiB); "
           f"moto {moto_rss / 1024:.0f} MiB, MiniStack {ms_rss / 1024:.0f} MiB")
+    print(f"CPU seconds from enqueueing to the end (2 cores x {drain:.0f} s = {2 * drain:.0f} "
+          "available): " + ", ".join(f"{k} {v:.0f}" for k, v in cpu.items()))
     total = sum(sum(cnt.values()) for cnt in calls.values())
     parts = ", ".join(f"{k} {sum(v.values()) / n:.3f}" for k, v in calls.items())
     print(f"AWS calls per job: {total / n:.3f} end to end ({parts})")

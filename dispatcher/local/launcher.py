@@ -112,7 +112,8 @@ class LocalLauncher(Launcher):
         self._output = output
         self._command = command or [sys.executable, "-m", "job_runner"]
         # Warm starts fork the default command's runner; a test's own command runs as given.
-        self._warm = WarmStarter(self._env, output, _lower_priority) \
+        # (Public for the nightly bench, which reads the starter's children's CPU time.)
+        self.warm = WarmStarter(self._env, output, _lower_priority) \
             if cfg.local_warm_start and command is None else None
         self._rng = random.Random(seed)
         self._clock = clock
@@ -195,8 +196,8 @@ class LocalLauncher(Launcher):
     def _spawn(self, task: _Task, command: list[str]) -> subprocess.Popen[bytes] | WarmProcess:
         env = {**self._env, **task.request.env, "LONGJOBS_TASK_ARN": task.arn,
                "LONGJOBS_TASK_DEFINITION": task.request.task_definition}
-        if self._warm is not None:
-            return self._warm.spawn(env)
+        if self.warm is not None:
+            return self.warm.spawn(env)
         return subprocess.Popen(command, env=env, stdout=self._output, stderr=self._output,
                                 stdin=subprocess.DEVNULL, start_new_session=True,
                                 preexec_fn=_lower_priority)
@@ -321,8 +322,8 @@ class LocalLauncher(Launcher):
         for t in self.tasks.values():  # every exit report delivered before we return
             if t.watcher is not None:
                 t.watcher.join(timeout=grace)
-        if self._warm is not None:
-            self._warm.close()
+        if self.warm is not None:
+            self.warm.close()
 
 
 def _lower_priority() -> None:

@@ -93,6 +93,12 @@ class WarmStarter:
         self._live: dict[int, WarmProcess] = {}
         self._exits: dict[int, int] = {}  # exits read before their start was (never, but safe)
 
+    @property
+    def pid(self) -> int | None:
+        """The starter's pid (its reaped tasks' CPU time is its children's), if it runs."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
     def spawn(self, env: dict[str, str], timeout: float = 60.0) -> WarmProcess:
         """Fork a task with this environment; returns once it exists."""
         with self._lock:
