@@ -61,7 +61,7 @@ class WarmProcess:
         the pid is still its unreaped child, so a signal can never reach a process that reused
         the pid of a task that has just ended."""
         if self.returncode is None:
-            self._starter._send({"signal": int(sig), "pid": self.pid})
+            self._starter.signal(self.pid, sig)
 
     def poll(self) -> int | None:
         return self.returncode
@@ -90,7 +90,7 @@ class WarmStarter:
         self._proc: subprocess.Popen[bytes] | None = None
         self._next_id = 0
         self._pending: dict[int, tuple[threading.Event, list[int]]] = {}
-        self._live: dict[int, WarmProcess] = {}
+        self._live: dict[int, tuple[subprocess.Popen[bytes], WarmProcess]] = {}  # by pid
         self._exits: dict[int, int] = {}  # exits read before their start was (never, but safe)
 
     @property
@@ -102,7 +102,7 @@ class WarmStarter:
     def spawn(self, env: dict[str, str], timeout: float = 60.0) -> WarmProcess:
         """Fork a task with this environment; returns once it exists."""
         with self._lock:
-            self._running()
+            proc = self._running()
             self._next_id += 1
             request_id = self._next_id
             reply: tuple[threading.Event, list[int]] = (threading.Event(), [])
@@ -114,9 +114,15 @@ class WarmStarter:
                 raise
         if not reply[0].wait(timeout) or not reply[1]:
             raise LaunchError("local warm starter did not fork the task")
-        return self._register(reply[1][0])
+        return self._register(reply[1][0], proc)
+
+    def signal(self, pid: int, sig: int) -> None:
+        """Ask the starter to signal the process group of its task ``pid`` if not reaped."""
+        with self._lock:
+            self._send({"signal": int(sig), "pid": pid})
 
     def _send(self, request: dict[str, Any]) -> None:
+        """Write one request line (under the lock)."""
         proc = self._proc
         if proc is None or proc.stdin is None:
             raise LaunchError("local warm starter is not running")
@@ -126,12 +132,12 @@ class WarmStarter:
         except (OSError, ValueError) as exc:
             raise LaunchError(f"local warm starter is gone: {exc}") from exc
 
-    def _register(self, pid: int) -> WarmProcess:
+    def _register(self, pid: int, proc: subprocess.Popen[bytes]) -> WarmProcess:
         with self._lock:
             task = WarmProcess(pid, self)
             code = self._exits.pop(pid, None)
             if code is None:
-                self._live[pid] = task
+                self._live[pid] = (proc, task)
             else:
                 task._exited(code)
             return task
@@ -158,21 +164,24 @@ class WarmStarter:
                     out.append(int(b))
                     event.set()
                 elif word == "exited":
-                    task = self._live.pop(int(a), None)
-                    if task is None:
+                    live = self._live.pop(int(a), None)
+                    if live is None:
                         self._exits[int(a)] = int(b)
                     else:
-                        task._exited(int(b))
-        # The starter is gone: its tasks' exit statuses went with it. Report them as killed
-        # rather than leave their watchers waiting forever; a request in flight fails.
+                        live[1]._exited(int(b))
+        # This starter is gone: its tasks' exit statuses went with it. Report them as killed
+        # rather than leave their watchers waiting forever; a request in flight fails. (A new
+        # starter's tasks are not this one's.)
         proc.wait()
         with self._lock:
-            for task in self._live.values():
-                task._exited(-signal.SIGKILL)
-            self._live.clear()
-            for event, _ in self._pending.values():
-                event.set()
-            self._pending.clear()
+            for pid, (owner, task) in list(self._live.items()):
+                if owner is proc:
+                    task._exited(-signal.SIGKILL)
+                    del self._live[pid]
+            if self._proc is proc or self._proc is None:
+                for event, _ in self._pending.values():
+                    event.set()
+                self._pending.clear()
 
     def close(self) -> None:
         """Stop the starter (its running tasks are the launcher's to stop)."""
