@@ -1,4 +1,6 @@
-"""The local adapter: each task is a ``python -m job_runner`` process on this machine.
+"""The local adapter: each task is a runner process on this machine (forked from a warm starter
+that imported the runner, :mod:`dispatcher.local.warm`, or ``python -m job_runner`` with
+``LONGJOBS_LOCAL_WARM_START=false``).
 
 It keeps the ECS contract the dispatcher relies on (10 per call, clientToken idempotency,
 ``failures[]`` for tasks not started) so the same pipeline runs unchanged, models what Fargate
