@@ -91,7 +91,9 @@ class WarmStarter:
         self._next_id = 0
         self._pending: dict[int, tuple[threading.Event, list[int]]] = {}
         self._live: dict[int, tuple[subprocess.Popen[bytes], WarmProcess]] = {}  # by pid
-        self._exits: dict[int, int] = {}  # exits read before their start was (never, but safe)
+        # Exits the reader saw before spawn() registered the task: a task can end before the
+        # thread that forked it gets the lock back.
+        self._exits: dict[int, int] = {}
 
     @property
     def pid(self) -> int | None:

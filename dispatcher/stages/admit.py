@@ -224,7 +224,7 @@ class _Drain:
             while self.receiving and len(receives) < ahead:
                 want = min(BATCH, self.bundler.room() - BATCH * len(receives))
                 if want <= 0:
-                    self.receiving = self.receiving and bool(receives)
+                    self.receiving = bool(receives)  # none in flight: no room left at all
                     break
                 receives.add(pool.submit(self.intake.receive, self.queue, want))
             if not receives:
