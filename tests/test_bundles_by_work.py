@@ -12,6 +12,7 @@ import pytest
 
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState
+from dispatcher.domain.stops import TaskStop
 from dispatcher.ports.store import records as r
 from dispatcher.ports.table import Op
 from dispatcher.testing.memory_table import MemoryTable
@@ -154,14 +155,39 @@ def test_settling_a_large_bundle_writes_every_job(twins: Twins) -> None:
     stages.dispatcher.tick()
     (arn,) = twins.task_arns()
     twins.launcher.stop_task(arn, code="TaskFailedToStart", reason="CannotPullContainerError")
-    from dispatcher.domain.stops import TaskStop
-
     outcome = stages.reruns.on_stop(TaskStop(arn, "TaskFailedToStart",
                                              "CannotPullContainerError", None))
     assert len(outcome.rerun) == 250
     assert all(j.infra_attempts == 1 for j in twins.jobs())
     (bundle,) = twins.bundles()
     assert bundle.attempt == 2  # relaunched at once
+
+
+def test_a_crash_part_way_through_a_large_settle_charges_each_job_once() -> None:
+    """A settle in several transactions that dies after the first is handled again from the
+    jobs as they are then; the jobs the first transaction charged are not charged again."""
+    twins = Twins()
+    twins.table = crashing = CrashAfter(10**9)
+    twins.store.table = crashing
+    jobs = small_jobs(250)
+    twins.client().submit_many(jobs)
+    stages = twins.stages(**settings(LONGJOBS_TASK_CONCURRENCY="50",
+                                     LONGJOBS_MAX_RUNNING_TASKS="1"))
+    stages.dispatcher.tick()
+    (arn,) = twins.task_arns()
+    twins.launcher.stop_task(arn, code="TaskFailedToStart", reason="CannotPullContainerError")
+    stop = TaskStop(arn, "TaskFailedToStart", "CannotPullContainerError", None)
+    crashing.n = crashing.calls  # the settle's first transaction commits, then the crash
+    with pytest.raises(RuntimeError, match="InjectedCrash"):
+        stages.reruns.on_stop(stop)
+    charged = [j for j in twins.jobs() if j.infra_attempts == 1]
+    assert 0 < len(charged) < 250  # part-way: the bundle itself is still on the stopped task
+    (bundle,) = twins.bundles()
+    assert bundle.state == BundleState.LAUNCHED and bundle.task_arn == arn
+    outcome = stages.reruns.on_stop(stop)  # the event retried
+    assert len(outcome.rerun) == 250 and outcome.relaunched
+    assert sorted(j.infra_attempts for j in twins.jobs()) == [1] * 250
+    assert {j.state for j in twins.jobs()} == {JobState.PENDING}
 
 
 def test_the_runner_runs_every_job_of_a_paged_bundle(twins: Twins) -> None:

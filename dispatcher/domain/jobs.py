@@ -88,6 +88,9 @@ class Job:
     error: dict[str, Any] | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
     checkpoint: dict[str, Any] | None = None
+    # The task whose stop last requeued or failed this job: a settle interrupted part-way is
+    # handled again, and a job it already settled is not charged a second time for that stop.
+    settled_by: str | None = None
     payload_bytes: int = 0  # serialised size when admitted (not stored)
     priority: Priority = Priority.NORMAL
     not_before: float | None = None  # scheduled: not launched before this UTC epoch time

@@ -34,6 +34,7 @@ class Record:
     error: Any = None
     history: Any = None
     checkpoint: Any = None
+    settled_by: str | None = None  # job: the task whose stop last settled it (rerun stage)
     job_id: str | None = None
     body: str | None = None
     priority: str | None = None  # jobs and bundles

@@ -83,17 +83,26 @@ class Reruns:
         the job that was running (an application attempt), else the infrastructure budget of
         the jobs it interrupted. A claimed bundle with no job recorded RUNNING and nothing
         recorded by its task charges, from its second launch on, its first unfinished job: each
-        rerun then either follows progress (a job of the bundle finished) or costs a budget."""
-        mine = [j for j in jobs if j.bundle_id == bundle.bundle_id
-                and j.state not in TERMINAL_JOB_STATES]
+        rerun then either follows progress (a job of the bundle finished) or costs a budget.
+
+        A large bundle's settle takes several transactions; one that died part-way is handled
+        again from the jobs as they are then. The jobs it settled carry this task's ARN
+        (``settled_by``): they are charged nothing more, and one that was running at the stop
+        (its history entry carries the stop) still counts as running for the stop's class."""
+        ours = [j for j in jobs if j.bundle_id == bundle.bundle_id]
+        settled = {j.job_id for j in ours if j.settled_by == stop.task_arn}
+        mine = [j for j in ours if j.state not in TERMINAL_JOB_STATES]
         running = [j for j in mine if j.state == JobState.RUNNING]
+        was_running = bool(running) or any(
+            j.job_id in settled and j.history and j.history[-1].get("task_arn") == stop.task_arn
+            and "stop_class" in j.history[-1] for j in ours)
         cls = classify(stop, claimed=bundle.state != BundleState.LAUNCHED,
-                       job_was_running=bool(running))
+                       job_was_running=was_running)
         # A job of this bundle whose last attempt is this task (finished, given back after
         # SIGTERM, or abandoned still running) shows the task made progress or accounted for
         # its stop; only a task that recorded nothing at all leaves the stop unattributed.
         recorded = any(j.history and j.history[-1].get("task_arn") == stop.task_arn
-                       for j in jobs if j.bundle_id == bundle.bundle_id)
+                       for j in ours)
         unattributed = bundle.state == BundleState.RUNNING and bool(mine) and not running \
             and not recorded
         charged = {j.job_id for j in running}
@@ -109,9 +118,12 @@ class Reruns:
         why = stop.describe()
         updates, rerun = [], []
         for job in mine:
+            if job.job_id in settled:
+                rerun.append(job.job_id)  # requeued by this stop's earlier, interrupted settle
+                continue
             u = JobUpdate(job.job_id, job.state, JobState.PENDING,
                           history=_history(job, stop, cls, t) if job.state == JobState.RUNNING
-                          else None)
+                          else None, settled_by=stop.task_arn)
             if cls == StopClass.USER:
                 u.target, u.reason = JobState.CANCELLED, f"stopped by longjobs: {why}"
             elif job.state == JobState.RUNNING and cls == StopClass.APPLICATION:

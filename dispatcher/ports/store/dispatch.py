@@ -370,8 +370,9 @@ class DispatchStore(Reads):
         Up to 98 job updates share the bundle's transaction. A large bundle's updates take
         several, each checking the fence, the bundle's own update last: a crash in between
         leaves the bundle where it was, and the stop is handled again (the event is retried,
-        reconciliation looks again) from the jobs as they are then. A job may then be charged
-        an infrastructure attempt twice; none is lost or left without a bundle to run it."""
+        reconciliation looks again) from the jobs as they are then. Each job update carries
+        the stop's task ARN (``settled_by``), so the jobs already settled are charged nothing
+        more (``Reruns.decide``); none is lost or left without a bundle to run it."""
         lifecycle.check_bundle(bundle.bundle_id, bundle.state, target)
         t = self.clock()
         conds: list[Condition] = [Eq("state", str(bundle.state)), Eq("attempt", bundle.attempt)]

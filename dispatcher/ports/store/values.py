@@ -39,3 +39,4 @@ class JobUpdate:
     result: Any = None
     error: dict[str, Any] | None = None
     reason: str | None = None
+    settled_by: str | None = None  # a stop's settle: the stopped task's ARN (Job.settled_by)
