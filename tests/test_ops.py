@@ -191,9 +191,18 @@ def test_dlq_list_and_redrive(aws: Aws) -> None:
                                         "kind", "body", "body_truncated"}
     assert "dead-" in cli("dlq", "list").stdout
     assert cli_json("dlq", "redrive", "--limit", "11") == {"moved": 11, "failed": {}}
-    assert cli("dlq", "redrive").stdout.strip() == "moved 1 message(s) to the job queue"
+    assert cli("dlq", "redrive").stdout.strip() == "moved 1 message(s) back to their job queues"
+    # An urgent dead letter goes back to the high-priority queue, not behind the normal backlog.
+    high = aws.env["LONGJOBS_HIGH_QUEUE_URL"]
+    sqs.send_message(QueueUrl=dlq, MessageBody=json.dumps(
+        {"schema_version": 1, "job_id": "dead-urgent", "kind": "k", "payload": {},
+         "priority": "high"}))
+    assert cli_json("dlq", "redrive") == {"moved": 1, "failed": {}}
+    got = sqs.receive_message(QueueUrl=high, VisibilityTimeout=0).get("Messages", [])
+    assert [json.loads(m["Body"])["job_id"] for m in got] == ["dead-urgent"]
     decision = wiring.dispatcher(aws.config()).tick()
     assert decision.intake.admitted == 10  # capacity 10; the rest waits in SQS
+    assert decision.intake.admitted_by_priority.get("high") == 1  # the urgent one first
     attrs = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["All"])["Attributes"]
     assert int(attrs["ApproximateNumberOfMessages"]) == 0
     assert queue != dlq

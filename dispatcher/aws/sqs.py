@@ -7,7 +7,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from dispatcher.domain.errors import ResourceMissing
-from dispatcher.ports.queue import BATCH, Backlog, Queue, Received
+from dispatcher.ports.queue import BATCH, Backlog, Queue, Received, check_batch
 
 
 class SqsQueue(Queue):
@@ -25,6 +25,7 @@ class SqsQueue(Queue):
             raise
 
     def send(self, entries: list[tuple[str, str]]) -> dict[str, str]:
+        check_batch(entries)
         resp = self._call("send_message_batch",
                           Entries=[{"Id": i, "MessageBody": b} for i, b in entries])
         return {f["Id"]: f"{f.get('Code')}: {f.get('Message', '')}"

@@ -42,12 +42,13 @@ def dlq_list(limit: Annotated[int, typer.Option(min=1, max=1000)] = 10,
 @dlq_app.command("redrive")
 def dlq_redrive(limit: Annotated[int, typer.Option(min=1, max=100_000)] = 100,
                 as_json: JsonOpt = False) -> None:
-    """Move dead letters back to the job queue (send, then delete; 10 at a time)."""
+    """Move dead letters back to the queue of their priority (send, then delete; 10 at a
+    time). A body that names no priority, or cannot be read, goes to the normal queue."""
     moved, failed = guarded(lambda: client().dead_letters().redrive(limit))
     if as_json:
         print_json({"moved": moved, "failed": failed})
     else:
-        typer.echo(f"moved {moved} message(s) to the job queue"
+        typer.echo(f"moved {moved} message(s) back to their job queues"
                    + (f"; {len(failed)} not moved: " + "; ".join(
                        f"{k}: {v}" for k, v in list(failed.items())[:5]) if failed else ""))
     if failed:

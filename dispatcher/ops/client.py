@@ -23,17 +23,12 @@ from dispatcher.aws.sqs import SqsQueue
 from dispatcher.domain import message
 from dispatcher.domain.errors import ConfigError, InvalidMessage, JobNotFound, SubmitError
 from dispatcher.domain.jobs import PRIORITY_ORDER, Job, Priority, Rejection
-from dispatcher.ports.queue import BATCH, Queue
+from dispatcher.ports.queue import Queue, send_all
 from dispatcher.ports.store import Store
 
 if TYPE_CHECKING:  # the table's model (pynamodb) loads only when a client reads
     from dispatcher.ops.dead_letters import DeadLetters
     from dispatcher.ops.queries import JobDetail, JobSummary, Registry, Stats
-
-# A SendMessageBatch request carries at most 1 MiB in total (and 10 messages).
-# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessageBatch.html
-MAX_BATCH_BYTES = 1024 * 1024 - 4096
-
 
 class JobClient:
     """Submits jobs to the queue of their priority and reads the job table.
@@ -103,10 +98,7 @@ class JobClient:
                    for n, (_, body, priority) in enumerate(bodies)}
         failed: dict[str, str] = {}
         for attempt in range(self._send_tries):
-            failed = {}
-            for queue, entries in _by_queue(pending):
-                for batch in _batches(entries):
-                    failed.update(queue.send(batch))
+            failed = send_all((queue, k, body) for k, (queue, body) in pending.items())
             pending = {k: pending[k] for k in failed}
             if not pending:
                 return [job_id for job_id, _, _ in bodies]
@@ -177,7 +169,7 @@ class JobClient:
         return self.registry().show(job_id)
 
     def dead_letters(self) -> DeadLetters:
-        """The DLQ (LONGJOBS_DLQ_URL): peek at messages, or move them back to the job queue."""
+        """The DLQ (LONGJOBS_DLQ_URL): peek at messages, or move them back to their queues."""
         from dispatcher.domain.errors import LongjobsError
         from dispatcher.ops.dead_letters import DeadLetters
 
@@ -185,7 +177,7 @@ class JobClient:
             raise LongjobsError("LONGJOBS_DLQ_URL is not set; the dlq commands need the "
                                 "dead-letter queue's URL")
         sqs = clients.client("sqs", self.cfg)
-        return DeadLetters(SqsQueue(sqs, self.cfg.dlq_url), SqsQueue(sqs, self.cfg.queue_url))
+        return DeadLetters(SqsQueue(sqs, self.cfg.dlq_url), self._queue, self._queues)
 
     # Keep `list` the last method: below it, `list[...]` in a class-level annotation would name
     # this method (mypy: "not valid as a type").
@@ -194,26 +186,3 @@ class JobClient:
         """Jobs newest first, through the status index (never a table scan)."""
         return self.registry().list_jobs(status=status, kind=kind, since_seconds=since_seconds,
                                          limit=limit)
-
-
-def _by_queue(pending: Mapping[str, tuple[Queue, str]],
-              ) -> list[tuple[Queue, list[tuple[str, str]]]]:
-    """The pending entries grouped by their queue (one group per queue object, in order)."""
-    groups: dict[int, tuple[Queue, list[tuple[str, str]]]] = {}
-    for entry_id, (queue, body) in pending.items():
-        groups.setdefault(id(queue), (queue, []))[1].append((entry_id, body))
-    return list(groups.values())
-
-
-def _batches(entries: list[tuple[str, str]]) -> Iterable[list[tuple[str, str]]]:
-    batch: list[tuple[str, str]] = []
-    size = 0
-    for entry_id, body in entries:
-        n = len(body.encode())
-        if batch and (len(batch) == BATCH or size + n > MAX_BATCH_BYTES):
-            yield batch
-            batch, size = [], 0
-        batch.append((entry_id, body))
-        size += n
-    if batch:
-        yield batch

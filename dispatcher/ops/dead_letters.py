@@ -7,11 +7,13 @@ production, ``MemoryQueue`` in tests), so no SQS batching is redone here.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
-from dispatcher.ports.queue import BATCH, Queue, Received
+from dispatcher.domain.jobs import Priority
+from dispatcher.ports.queue import BATCH, Queue, Received, send_all
 
 # Bodies are shown cut to this many bytes (the full body stays in the queue).
 DISPLAY_BYTES = 2048
@@ -39,11 +41,27 @@ class DeadLetter:
 
 
 class DeadLetters:
-    """The job queue's dead-letter queue: messages SQS moved there after ``maxReceiveCount``
-    receives (a dispatcher that kept crashing on them, or kept failing to record them)."""
+    """The job queues' dead-letter queue: messages SQS moved there after ``maxReceiveCount``
+    receives (a dispatcher that kept crashing on them, or kept failing to record them).
 
-    def __init__(self, dlq: Queue, job_queue: Queue) -> None:
+    The three priority queues share it (infra/template.yaml), so a redrive sends each message
+    to the queue of the priority its body names (``queues``); a body without one, or one that
+    cannot be read, goes to ``job_queue`` (priority normal), where admission rejects it with a
+    reason if it is malformed."""
+
+    def __init__(self, dlq: Queue, job_queue: Queue,
+                 queues: Mapping[Priority, Queue] | None = None) -> None:
         self.dlq, self.job_queue = dlq, job_queue
+        self.queues = dict(queues or {})
+
+    def queue_for(self, body: str) -> Queue:
+        """The queue a dead letter goes back to: that of the priority its body names."""
+        name = _fields(body).get("priority")
+        try:
+            priority = Priority(name) if isinstance(name, str) else Priority.NORMAL
+        except ValueError:
+            priority = Priority.NORMAL
+        return self.queues.get(priority, self.job_queue)
 
     def peek(self, limit: int = 10) -> list[DeadLetter]:
         """Look without taking: receive with a visibility timeout of 0, so messages stay visible.
@@ -62,7 +80,8 @@ class DeadLetters:
         return list(seen.values())[:limit]
 
     def redrive(self, limit: int = 100) -> tuple[int, dict[str, str]]:
-        """Move up to ``limit`` messages back to the job queue: send, then delete, 10 at a time.
+        """Move up to ``limit`` messages back to the queue of their priority: send, then
+        delete, 10 at a time.
 
         A crash between the two leaves a copy in both queues; the dispatcher's de-duplication on
         ``job_id`` makes that one job. Returns (moved, {message_id: reason} of those not moved);
@@ -75,7 +94,8 @@ class DeadLetters:
                      if m.message_id not in failed]
             if not batch:
                 break
-            not_sent = self.job_queue.send([(str(n), m.body) for n, m in enumerate(batch)])
+            not_sent = send_all((self.queue_for(m.body), str(n), m.body)
+                                for n, m in enumerate(batch))
             for entry_id, reason in not_sent.items():
                 failed[batch[int(entry_id)].message_id] = reason
             sent = [m for n, m in enumerate(batch) if str(n) not in not_sent]
@@ -88,12 +108,17 @@ class DeadLetters:
         return moved, failed
 
 
-def _dead_letter(m: Received) -> DeadLetter:
+def _fields(body: str) -> dict[str, Any]:
+    """A message body's top-level fields, or none if it is not a JSON object."""
     try:
-        data = json.loads(m.body)
+        data = json.loads(body)
     except ValueError:
-        data = None
-    fields_ = data if isinstance(data, dict) else {}
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _dead_letter(m: Received) -> DeadLetter:
+    fields_ = _fields(m.body)
     job_id, kind = (v if isinstance(v, str) else None
                     for v in (fields_.get("job_id"), fields_.get("kind")))
     raw = m.body.encode()

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from dispatcher.ports.queue import BATCH, Backlog, Queue, Received
+from dispatcher.ports.queue import BATCH, Backlog, Queue, Received, check_batch
 
 
 class MemoryQueue(Queue):
@@ -22,6 +22,7 @@ class MemoryQueue(Queue):
         self.visibility_seconds = visibility_seconds
 
     def send(self, entries: list[tuple[str, str]]) -> dict[str, str]:
+        check_batch(entries)
         with self._lock:
             for _, body in entries:
                 self._messages[f"m{next(self._ids)}"] = (body, self._clock(), 0.0, 0)

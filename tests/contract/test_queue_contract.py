@@ -16,15 +16,17 @@ import pytest
 from botocore.config import Config
 
 from dispatcher.aws.sqs import SqsQueue
+from dispatcher.domain.errors import LongjobsError
+from dispatcher.domain.jobs import Priority
 from dispatcher.ops.dead_letters import DeadLetters
-from dispatcher.ports.queue import Queue, Received
+from dispatcher.ports.queue import MAX_BATCH_BYTES, Queue, Received, send_all
 from dispatcher.testing.memory_queue import MemoryQueue
 
 RETRY_ONCE = Config(retries={"max_attempts": 1, "mode": "standard"})
 # The provisioned queue hides a received message for 300 s; MemoryQueue gets the same default.
 DEFAULT_VISIBILITY = 300
 
-QueueFactory = Callable[[str], Queue]  # "jobs" or "dlq" -> a fresh, empty queue
+QueueFactory = Callable[[str], Queue]  # "jobs", "high", "low" or "dlq" -> a fresh, empty queue
 
 
 @pytest.fixture(params=["memory", "sqs"])
@@ -34,7 +36,8 @@ def queues(request: pytest.FixtureRequest) -> QueueFactory:
         return lambda name: made.setdefault(name, MemoryQueue(DEFAULT_VISIBILITY))
     aws: Any = request.getfixturevalue("aws")
     sqs = boto3.client("sqs", config=RETRY_ONCE)
-    urls = {"jobs": aws.env["LONGJOBS_QUEUE_URL"], "dlq": aws.env["LONGJOBS_DLQ_URL"]}
+    urls = {"jobs": aws.env["LONGJOBS_QUEUE_URL"], "dlq": aws.env["LONGJOBS_DLQ_URL"],
+            "high": aws.env["LONGJOBS_HIGH_QUEUE_URL"], "low": aws.env["LONGJOBS_LOW_QUEUE_URL"]}
     return lambda name: SqsQueue(sqs, urls[name])
 
 
@@ -166,3 +169,46 @@ def test_dead_letters_redrive_respects_the_limit(queues: QueueFactory) -> None:
     moved, failed = DeadLetters(dlq, jobs).redrive(limit=3)
     assert (moved, failed) == (3, {})
     assert len(_drain(jobs)) == 3
+
+
+def test_dead_letters_redrive_returns_each_message_to_its_prioritys_queue(
+        queues: QueueFactory) -> None:
+    """The three priority queues share one DLQ: a redriven urgent job must not wait behind the
+    normal backlog. A body naming no priority, or one that cannot be read, goes to normal."""
+    dlq, normal, high, low = queues("dlq"), queues("jobs"), queues("high"), queues("low")
+    body = {p: json.dumps({"job_id": f"j-{p}", "kind": "k", "priority": p})
+            for p in ("high", "low", "normal", "urgent")}
+    plain = json.dumps({"job_id": "j-plain", "kind": "k"})
+    _send(dlq, [*body.values(), plain, "not json", "[1, 2]"])
+    letters = DeadLetters(dlq, normal, {Priority.HIGH: high, Priority.LOW: low})
+    assert letters.redrive(limit=100) == (7, {})
+    assert [m.body for m in _drain(high)] == [body["high"]]
+    assert [m.body for m in _drain(low)] == [body["low"]]
+    assert sorted(m.body for m in _drain(normal)) == sorted(
+        [body["normal"], body["urgent"], plain, "not json", "[1, 2]"])
+    assert dlq.backlog().visible == 0 and dlq.backlog().in_flight == 0
+
+
+def test_dead_letters_redrive_moves_large_messages_within_the_batch_limit(
+        queues: QueueFactory) -> None:
+    """Ten bodies of 200 KiB are 2 MiB: over SendMessageBatch's 1 MiB, so several calls."""
+    dlq, jobs = queues("dlq"), queues("jobs")
+    bodies = [json.dumps({"job_id": f"big-{i}", "kind": "k", "payload": {"x": str(i) * 200_000}})
+              for i in range(10)]
+    for b in bodies:
+        _send(dlq, [b])
+    assert DeadLetters(dlq, jobs).redrive(limit=100) == (10, {})
+    assert sorted(m.body for m in _drain(jobs)) == sorted(bodies)
+
+
+def test_a_batch_over_the_limits_is_refused_before_any_send(queues: QueueFactory) -> None:
+    q = queues("jobs")
+    with pytest.raises(LongjobsError, match="limits"):
+        q.send([(str(n), "x") for n in range(11)])
+    with pytest.raises(LongjobsError, match="limits"):
+        q.send([("a", "x" * (MAX_BATCH_BYTES // 2)), ("b", "y" * (MAX_BATCH_BYTES // 2 + 1))])
+    assert q.backlog().visible == 0
+    # send_all cuts the same entries into batches that fit.
+    assert send_all([(q, "a", "x" * (MAX_BATCH_BYTES // 2)),
+                     (q, "b", "y" * (MAX_BATCH_BYTES // 2 + 1))]) == {}
+    assert len(_drain(q)) == 2
