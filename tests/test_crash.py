@@ -31,7 +31,7 @@ CRASH_POINTS = {
 }
 
 
-def eventually(check: Callable[[], None], timeout: float = 60.0) -> None:
+def eventually(check: Callable[[], None], timeout: float = 120.0) -> None:
     """Retry ``check`` until it stops raising AssertionError: wait on the condition, not a
     fixed time (a loaded machine makes fixed sleeps flaky)."""
     deadline = time.monotonic() + timeout

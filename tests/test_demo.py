@@ -29,8 +29,10 @@ def test_demo_verdict_holds(moto_server: MotoEndpoint, monkeypatch: pytest.Monke
     lines: list[str] = []
     saved = dict(os.environ)
     try:
+        # The timeout only guards against a hang (about 40 s alone, longer beside three other
+        # test workers on two cores): the verdict is checked, not how fast it came.
         ok, verdict = run(small=40, long=2, seed=3, max_running=3, bundle_jobs=8,
-                          long_seconds=(6, 7), timeout=60, say=lines.append)
+                          long_seconds=(6, 7), timeout=300, say=lines.append)
     finally:  # local mode exports its settings to the process environment
         os.environ.clear()
         os.environ.update(saved)
