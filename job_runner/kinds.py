@@ -26,8 +26,10 @@ def _resolve(spec: str) -> Handler:
         obj: Any = importlib.import_module(module)
         for part in attr.split("."):
             obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"handler {spec!r} cannot be imported: {exc}") from None
+    except Exception as exc:  # ImportError, AttributeError, or whatever the module raises
+        # as it is imported (a SyntaxError, a RuntimeError at import time): its jobs' error
+        raise ConfigError(f"handler {spec!r} cannot be imported: "
+                          f"{type(exc).__name__}: {exc}") from None
     if not callable(obj):
         raise ConfigError(f"handler {spec!r} is not callable")
     return obj  # type: ignore[no-any-return]
@@ -37,6 +39,7 @@ class Registry:
     def __init__(self, handlers: dict[str, Handler] | None = None) -> None:
         self._handlers = dict(handlers or {})
         self._lazy: dict[str, str] = {}
+        self._broken: dict[str, str] = {}  # kinds whose module failed to import: why
         self._lock = threading.Lock()  # jobs running at once look up their handlers at once
 
     @classmethod
@@ -52,11 +55,20 @@ class Registry:
         return reg
 
     def get(self, kind: str) -> Handler | None:
-        """The handler, imported on first use so one broken module fails only its own jobs."""
+        """The handler, imported on first use so one broken module fails only its own jobs:
+        each of them gets the import's ConfigError (the failure is remembered, not retried)."""
         with self._lock:
+            if kind in self._broken:
+                raise ConfigError(self._broken[kind])
             if kind not in self._handlers and kind in self._lazy:
-                self._handlers[kind] = _resolve(self._lazy.pop(kind))
+                try:
+                    self._handlers[kind] = _resolve(self._lazy[kind])
+                except ConfigError as exc:
+                    self._broken[kind] = exc.reason
+                    raise
+                finally:
+                    self._lazy.pop(kind, None)
             return self._handlers.get(kind)
 
     def kinds(self) -> list[str]:
-        return sorted({*self._handlers, *self._lazy})
+        return sorted({*self._handlers, *self._lazy, *self._broken})

@@ -31,18 +31,32 @@ class Outcome:
     interrupted: bool = False  # give the attempt back: infrastructure, not the job
 
 
+def text_of(exc: BaseException) -> str:
+    """``str(exc)``, or a stand-in when the exception's own ``__str__`` raises (a handler's
+    exception is as hostile as the handler)."""
+    try:
+        return str(exc)
+    except Exception as inner:  # whatever it raises, the job is still recorded
+        return f"<{type(exc).__name__}: str() raised {type(inner).__name__}>"
+
+
 def error_of(exc: BaseException) -> dict[str, Any]:
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return {"type": type(exc).__name__, "message": str(exc)[:2000],
+    try:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except Exception:  # formatting calls the exception's __str__ too
+        tb = f"{type(exc).__name__}: (traceback could not be formatted)"
+    return {"type": type(exc).__name__, "message": text_of(exc)[:2000],
             "traceback": tb[-TRACEBACK_CHARS:]}
 
 
 def succeeded(job: Job, value: Any) -> Outcome:
     try:
         size = len(json.dumps(value).encode())
-    except (TypeError, ValueError) as exc:
-        return Outcome(JobState.FAILED, reason=f"result is not JSON: {exc}",
-                       error={"type": "InvalidResult", "message": str(exc)})
+    except Exception as exc:  # TypeError, ValueError, RecursionError, a broken
+        # __iter__ or __float__...: any result that cannot be stored fails its job, not the task
+        why = f"{type(exc).__name__}: {text_of(exc)}"[:500]
+        return Outcome(JobState.FAILED, reason=f"result is not JSON: {why}",
+                       error={"type": "InvalidResult", "message": why})
     if size > MAX_RESULT_BYTES:
         return Outcome(JobState.FAILED, reason=f"result too large: {size} bytes > "
                        f"{MAX_RESULT_BYTES}", error={"type": "InvalidResult",
@@ -62,14 +76,15 @@ def raised(job: Job, exc: BaseException, *, attempts: int, retry_any: bool,
         return Outcome(JobState.PENDING, error=err, reason=f"interrupted: {cancel_reason}",
                        interrupted=True)
     if isinstance(exc, PermanentError):
-        return Outcome(JobState.FAILED, error=err, reason=f"permanent error: {exc}")
+        return Outcome(JobState.FAILED, error=err, reason=f"permanent error: {err['message']}")
     if isinstance(exc, RetryableError) or retry_any:
         if attempts < job.max_attempts:
             return Outcome(JobState.PENDING, error=err,
-                           reason=f"attempt {attempts} of {job.max_attempts} failed: {exc}")
-        return Outcome(JobState.FAILED, error=err,
-                       reason=f"failed after {attempts} attempts: {type(exc).__name__}: {exc}")
-    return Outcome(JobState.FAILED, error=err, reason=f"{type(exc).__name__}: {exc}")
+                           reason=f"attempt {attempts} of {job.max_attempts} failed: "
+                                  f"{err['message']}")
+        return Outcome(JobState.FAILED, error=err, reason=f"failed after {attempts} attempts: "
+                                                          f"{err['type']}: {err['message']}")
+    return Outcome(JobState.FAILED, error=err, reason=f"{err['type']}: {err['message']}")
 
 
 def redact(message: str) -> str:
