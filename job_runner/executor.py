@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from dispatcher.domain.errors import Interrupted
 from dispatcher.domain.jobs import Job
 from job_runner.context import JobContext
 from job_runner.loop import EventLoop, is_async
@@ -74,7 +75,8 @@ class _ThreadRun:
 
         def target() -> None:
             try:
-                self.value = handler(dict(job.payload), ctx)
+                value = handler(dict(job.payload), ctx)
+                self.value = (value, ctx.cancelled())
             except BaseException as exc:  # the job's failure, recorded, never the runner's
                 self.error = exc
             finally:
@@ -101,8 +103,14 @@ class Executor:
         # The handler runs with this thread's context: the job's log keys follow it.
         context = contextvars.copy_context()
         run: _Run
+        # Either way the run's value is (the handler's value, whether it was already told to
+        # stop when it returned): a return after ctx.cancelled() is not a success.
         if is_async(handler):
-            run = self.loop.submit(lambda: handler(dict(job.payload), ctx), context)
+            async def noted() -> tuple[Any, bool]:
+                value = await handler(dict(job.payload), ctx)
+                return value, ctx.cancelled()
+
+            run = self.loop.submit(noted, context)
         else:
             run = _ThreadRun(job, handler, ctx, context)
         deadline = time.monotonic() + job.timeout_seconds if job.timeout_seconds else None
@@ -130,7 +138,17 @@ class Executor:
                                     retry_any=self._retry_any,
                                     cancel_reason=ctx.cancel_reason if ctx.cancelled()
                                     else None))
-        return Execution(succeeded(job, run.value))
+        value, late = run.value
+        if late:
+            # It returned after it was told to stop: whether it finished its work or wrapped up
+            # part-way cannot be told, so the stop's cause decides (interrupted: rerun from its
+            # checkpoint; cancelled; timed out) and the value is not kept as a result.
+            reason = ctx.cancel_reason or "interrupted"
+            return Execution(raised(job, Interrupted(
+                f"the handler returned after it was stopped ({reason}); its return value is "
+                "not kept", job_id=job.job_id), attempts=attempt, retry_any=False,
+                cancel_reason=reason))
+        return Execution(succeeded(job, value))
 
 
 def _watch(deadline: float | None, grace_until: float | None) -> float:
