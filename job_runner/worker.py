@@ -76,8 +76,13 @@ def task_arn(cfg: Config | None = None) -> str:
     if not base:
         raise LongjobsError("cannot find this task's ARN: neither ECS_CONTAINER_METADATA_URI_V4 "
                             "nor LONGJOBS_TASK_ARN is set")
-    with urllib.request.urlopen(f"{base}/task", timeout=5) as resp:  # noqa: S310
-        return str(json.loads(resp.read())["TaskARN"])
+    try:
+        with urllib.request.urlopen(f"{base}/task", timeout=5) as resp:  # noqa: S310
+            return str(json.loads(resp.read())["TaskARN"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # URLError and timeouts are
+        # OSErrors; a body that is not JSON, or has no TaskARN, the others
+        raise LongjobsError(f"cannot read this task's ARN from the ECS metadata endpoint "
+                            f"{base}/task: {type(exc).__name__}: {exc}") from None
 
 
 class Worker:
@@ -143,12 +148,16 @@ class Worker:
         # A bundle of one job, or any later launch of a bundle (after a stop, a launch failure
         # or a retry): write every start and result at once, so a stop is charged to the job
         # that ran (see job_runner.writes and dispatcher.domain.lifecycle).
+        # A failed write, whichever thread made it (a slot, the flusher, a handler's
+        # checkpoint), is the runner's failure: it starts no more jobs and exits.
         writes = Writes(self.store, fence, bundle.task_definition or "", self.cfg.flush_seconds,
-                        write_through=bundle.attempt > 1 or len(bundle.job_ids) == 1)
+                        write_through=bundle.attempt > 1 or len(bundle.job_ids) == 1,
+                        on_error=self._fail)
         beat = threading.Thread(target=self._heartbeat, args=(fence,), daemon=True)
         beat.start()
         try:
-            self._run_jobs(bundle, writes)
+            with writes:
+                self._run_jobs(bundle, writes)
         except ConflictError as exc:
             log.warning("lost the claim: %s; exiting without further writes", exc.reason)
         finally:

@@ -1,21 +1,24 @@
 """Grouped, fenced writes of one bundle's job starts and results.
 
-By default the starts and results of a bundle's small jobs are flushed together every few
-seconds, so a bundle of 50 small jobs costs a couple of transactions, not 100 calls. In
-write-through mode every start and every result is written at once, so a crash charges the job
-that was running and loses no finished result. The worker uses it for a bundle of one job (a
-long job records its start at once) and for every rerun of a bundle, since a rerun follows a
-stop (a crash, a kill, Spot) and the next one must be attributable: a bundled job that kills
-its task is charged from its second launch on, and fails within ``max_attempts`` + 1 launches.
+By default the starts and results of a bundle's small jobs are written together: a flusher
+thread writes what is pending ``flush_seconds`` after the oldest unwritten result was recorded
+(or at once when 98 updates are pending), so a bundle of 50 small jobs costs a couple of
+transactions, not 100 calls, and no result waits longer than that to be written. Starts wait
+for the next flush: a start and a result written together are one update. In write-through
+mode every start and every result is written at once, so a crash charges the job that was
+running and loses no finished result. The worker uses it for a bundle of one job (a long job
+records its start at once) and for every rerun of a bundle, since a rerun follows a stop (a
+crash, a kill, Spot) and the next one must be attributable: a bundled job that kills its task
+is charged from its second launch on, and fails within ``max_attempts`` + 1 launches.
 
 Jobs running at once in one task (LONGJOBS_TASK_CONCURRENCY) share one ``Writes``: their starts
 and results join the same groups. Two locks: recording (the pending updates) and flushing (one
 flush at a time, in order). A flush takes the pending updates and writes them outside the
-recording lock, so the other jobs record their starts and results meanwhile instead of waiting
-on the table; a grouped flush that falls due while another is under way is left to a later one,
-so with 20 jobs ending at once no slot waits for another job's write. An explicit flush (a
-checkpoint, the bundle's end) and write-through wait for the flush under way, so a job's start
-is always written before its result.
+recording lock, so the jobs go on recording their starts and results meanwhile; grouped flushes
+are the flusher's, so a job's slot never waits for a write. An explicit flush (a checkpoint,
+the bundle's end) and write-through wait for the flush under way, so a job's start is always
+written before its result. A write that fails is reported to ``on_error`` whichever thread made
+it (the worker stops: the updates it held are not written, and the stop event reruns the jobs).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from types import TracebackType
 from typing import Any
 
 from dispatcher.domain.bundles import BundleState
@@ -37,11 +42,17 @@ RETRY_BASE_SECONDS = 2.0
 RETRY_MAX_SECONDS = 300.0
 # A flush is one transaction of at most 98 job updates (plus the fence).
 FLUSH_AT_JOBS = 98
+# close() waits this long for the flusher to end (it ends at once unless a write is under way,
+# and a write is bounded by the AWS client's own timeouts).
+CLOSE_WAIT_SECONDS = 60.0
 
 
 class Writes:
+    """Use as a context manager: entering starts the flusher (grouped mode), leaving stops it."""
+
     def __init__(self, store: RunnerStore, fence: Fence, task_definition: str,
-                 flush_seconds: float, *, write_through: bool = False) -> None:
+                 flush_seconds: float, *, write_through: bool = False,
+                 on_error: Callable[[Exception], None] | None = None) -> None:
         self.store = store
         self.fence = fence
         self.task_definition = task_definition
@@ -51,34 +62,46 @@ class Writes:
         self.refused: set[str] = set()  # jobs whose update the table refused (moved on)
         self.retrying = False
         self.retry_at = 0.0
-        self._last = time.monotonic()
+        self._on_error = on_error
         # Each running job's slot thread records into it, a handler flushes too (a checkpoint
         # writes what is pending first, from the handler's thread or the event loop's), and an
         # abandoned handler may still checkpoint while the worker records its outcome.
         self._lock = threading.Lock()  # the pending updates
         self._flushing = threading.Lock()  # one flush at a time, in order; taken first
+        self._due = threading.Condition(self._lock)  # wakes the flusher
+        self._oldest: float | None = None  # when the oldest unwritten result was recorded
+        self._closed = False
+        self._flusher: threading.Thread | None = None
+
+    def __enter__(self) -> Writes:
+        if not self.write_through:
+            self._flusher = threading.Thread(target=self._flush_when_due, daemon=True,
+                                             name="flusher")
+            self._flusher.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        with self._lock:
+            self._closed = True
+            self._due.notify_all()
+        if self._flusher is not None:
+            self._flusher.join(CLOSE_WAIT_SECONDS)
 
     def start(self, job: Job) -> None:
         with self._lock:
             self._start(job)
-            due = self.write_through
-        if due:
+        if self.write_through:
             self.flush()
 
     def finish(self, job: Job, outcome: Outcome, *, started: bool) -> None:
         with self._lock:
             self._finish(job, outcome, started=started)
-            due = len(self.pending) >= FLUSH_AT_JOBS \
-                or time.monotonic() - self._last >= self.flush_seconds
+            if self._oldest is None or len(self.pending) >= FLUSH_AT_JOBS:
+                self._oldest = self._oldest or time.monotonic()
+                self._due.notify()  # the flusher learns its deadline, or flushes now
         if self.write_through:
             self.flush()
-        elif due and self._flushing.acquire(blocking=False):
-            # Grouped: if a flush is under way, what is pending now goes with a later one
-            # (the next due result, or the bundle's last flush) rather than wait for it.
-            try:
-                self._write(None)
-            finally:
-                self._flushing.release()
 
     def flush(self, bundle_to: BundleState | None = None) -> None:
         """Write what is pending (after any flush under way). A job the table refuses (it
@@ -87,6 +110,29 @@ class Writes:
         with self._flushing:
             self._write(bundle_to)
 
+    def _flush_when_due(self) -> None:
+        """The flusher thread: a grouped flush whenever one falls due, until closed."""
+        while True:
+            with self._lock:
+                while not self._closed and (wait := self._until_due()) != 0.0:
+                    self._due.wait(wait)
+                if self._closed:
+                    return
+            with self._flushing:
+                try:
+                    self._write(None)
+                except Exception:  # reported to on_error by _write: the runner stops
+                    return
+
+    def _until_due(self) -> float | None:
+        """Seconds until a grouped flush is due (0: now; None: no result is pending). Under
+        ``_lock``."""
+        if not self.pending or self._oldest is None:
+            return None
+        if len(self.pending) >= FLUSH_AT_JOBS:
+            return 0.0
+        return max(0.0, self._oldest + self.flush_seconds - time.monotonic())
+
     def _write(self, bundle_to: BundleState | None) -> None:
         """One flush (``_flushing`` held): take what is pending, write it outside the lock."""
         with self._lock:
@@ -94,15 +140,20 @@ class Writes:
                 return
             updates = list(self.pending.values())
             self.pending.clear()
+            self._oldest = None
             retry_at = self.retry_at if bundle_to == BundleState.PENDING and self.retry_at \
                 else None
-        refused = self.store.apply(self.fence, updates, bundle_to, retry_at)
-        with self._lock:
-            if refused:
-                log.warning("the table refused some job updates (the jobs moved on meanwhile)",
-                            extra={"job_ids": sorted(refused)})
+        try:
+            refused = self.store.apply(self.fence, updates, bundle_to, retry_at)
+        except Exception as exc:
+            if self._on_error is not None:
+                self._on_error(exc)
+            raise
+        if refused:
+            log.warning("the table refused some job updates (the jobs moved on meanwhile)",
+                        extra={"job_ids": sorted(refused)})
+            with self._lock:
                 self.refused |= refused
-            self._last = time.monotonic()
 
     def _start(self, job: Job) -> None:
         job.history.append({"attempt": job.attempts + 1, "task_arn": self.fence.task_arn,

@@ -1,12 +1,15 @@
-"""job_runner/writes.py: a flush under way never holds up the other jobs' starts and results.
+"""job_runner/writes.py: a flush under way never holds up the other jobs' starts and results,
+and a result is written within flush_seconds even when no other job finishes.
 
 The store here is a stand-in that blocks inside ``apply`` until the test lets it go, so the
-tests see what happens while a transaction is in flight: counts and orderings, no timings.
+tests see what happens while a transaction is in flight: counts and orderings, no timings
+(a wait on a condition has a deadline that only guards against a hang).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from dispatcher.domain.bundles import BundleState
@@ -37,37 +40,76 @@ def job(i: int) -> Job:
     return Job(job_id=f"j{i}", kind="k", payload={}, bundle_id="b")
 
 
-def writes(store: Any, flush_seconds: float = 0.0) -> Writes:
-    return Writes(store, Fence("b", 1, "arn:task"), "family:1", flush_seconds)
+def writes(store: Any, flush_seconds: float = 0.0, **kwargs: Any) -> Writes:
+    return Writes(store, Fence("b", 1, "arn:task"), "family:1", flush_seconds, **kwargs)
 
 
 def test_jobs_record_while_another_jobs_flush_is_in_flight() -> None:
     store = BlockingStore()
-    w = writes(store)
-    first = job(0)
-    w.start(first)
-    flusher = threading.Thread(target=w.finish, args=(first, Outcome(JobState.SUCCEEDED)),
-                               kwargs={"started": True})
-    flusher.start()  # flush_seconds 0: this finish flushes, and blocks in the table
-    assert store.entered.wait(30)
-    # Meanwhile 19 more jobs start and end: none waits for the flush under way.
-    done = threading.Event()
+    with writes(store) as w:
+        first = job(0)
+        w.start(first)
+        # flush_seconds 0: the flusher writes this result at once, and blocks in the table.
+        w.finish(first, Outcome(JobState.SUCCEEDED), started=True)
+        assert store.entered.wait(30)
+        # Meanwhile 19 more jobs start and end: none waits for the flush under way.
+        done = threading.Event()
 
-    def others() -> None:
-        for i in range(1, 20):
-            j = job(i)
-            w.start(j)
-            w.finish(j, Outcome(JobState.SUCCEEDED), started=True)
-        done.set()
+        def others() -> None:
+            for i in range(1, 20):
+                j = job(i)
+                w.start(j)
+                w.finish(j, Outcome(JobState.SUCCEEDED), started=True)
+            done.set()
 
-    threading.Thread(target=others).start()
-    assert done.wait(30), "recording waited for the flush in flight"
-    assert len(store.applied) == 0  # still in flight
-    store.release.set()
-    flusher.join(30)
-    w.flush(BundleState.DONE)
+        threading.Thread(target=others).start()
+        assert done.wait(30), "recording waited for the flush in flight"
+        assert len(store.applied) == 0  # still in flight
+        store.release.set()
+        w.flush(BundleState.DONE)
     ids = [u.job_id for batch in store.applied for u in batch]
     assert sorted(ids) == sorted(f"j{i}" for i in range(20)) and len(ids) == 20
+
+
+def test_a_result_is_written_within_flush_seconds_while_its_bundle_mate_runs() -> None:
+    """No other job finishes, no checkpoint, no bundle end: the flusher writes the result on
+    its own, with the start of the job still running."""
+    store = BlockingStore()
+    store.release.set()  # nothing blocks here
+    with writes(store, flush_seconds=0.05) as w:
+        fast, slow = job(1), job(2)
+        w.start(fast)
+        w.start(slow)
+        w.finish(fast, Outcome(JobState.SUCCEEDED, result=1), started=True)
+        deadline = time.monotonic() + 30
+        while not store.applied and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (flushed,) = store.applied
+        by_id = {u.job_id: u for u in flushed}
+        assert (by_id["j1"].target, by_id["j1"].result) == (JobState.SUCCEEDED, 1)
+        assert (by_id["j2"].source, by_id["j2"].target) == (JobState.PENDING, JobState.RUNNING)
+        assert not w.pending
+
+
+def test_a_failed_grouped_write_is_reported_and_nothing_more_is_written() -> None:
+    class Failing(BlockingStore):
+        def apply(self, *args: Any, **kwargs: Any) -> set[str]:
+            raise RuntimeError("InjectedFailure")
+
+    store = Failing()
+    errors: list[Exception] = []
+    reported = threading.Event()
+
+    def on_error(exc: Exception) -> None:
+        errors.append(exc)
+        reported.set()
+
+    with writes(store, on_error=on_error) as w:
+        j = job(1)
+        w.start(j)
+        w.finish(j, Outcome(JobState.SUCCEEDED), started=True)
+        assert reported.wait(30), "the flusher's failure never reached the worker"
+    assert [str(e) for e in errors] == ["InjectedFailure"]
 
 
 def test_a_start_in_flight_is_written_before_its_result() -> None:
