@@ -3,6 +3,7 @@ handler is hostile or the table refuses part of a write (issue 10: defects 2, 6,
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -174,3 +175,133 @@ def test_handler_errors_reach_the_logs_redacted_and_the_record_whole(
     recorded = store.get_job("leaky")
     assert recorded is not None and recorded.state == JobState.FAILED
     assert "SECRET" in str(recorded.error)  # the record keeps what an operator needs
+
+
+class FailOnce(MemoryTable):
+    """Once armed, the next transaction fails as a throttled or unreachable table would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+
+    def _transact(self, ops: list[Op]) -> None:
+        if self.armed:
+            self.armed = False
+            raise RuntimeError("InjectedFailure: the table did not answer")
+        super()._transact(ops)
+
+
+def test_a_checkpoint_whose_write_fails_stops_the_runner_not_just_the_handler() -> None:
+    """The checkpoint flushes what is pending first (a's result, b's start). If that write
+    fails and the handler swallows the error, the runner must still stop with the bundle
+    RUNNING (so the stop reruns both), never mark it DONE over jobs left PENDING."""
+    table = FailOnce()
+    store = Store(table)
+    launched(store, [small("a"), small("b", "saves")])
+
+    def saves(payload: dict[str, Any], ctx: Any) -> str:
+        with contextlib.suppress(RuntimeError):  # a careless handler
+            ctx.checkpoint({"step": 1})
+        return "done"
+
+    table.armed = True
+    with pytest.raises(RuntimeError, match="InjectedFailure"):
+        worker(store, {"ok": lambda p, ctx: "done", "saves": saves}).run()
+    bundle = store.get_bundle("b1")
+    assert bundle is not None and bundle.state == BundleState.RUNNING
+    assert state(store, "a") == state(store, "b") == JobState.PENDING  # the rerun runs both
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ is broken too")
+
+
+def test_junk_results_and_broken_exceptions_fail_their_job_not_the_task() -> None:
+    store = Store(MemoryTable())
+    deep: list[Any] = []
+    for _ in range(100_000):  # json.dumps raises RecursionError, not TypeError or ValueError
+        deep = [deep]
+
+    def unprintable(payload: dict[str, Any], ctx: Any) -> None:
+        raise Unprintable
+
+    launched(store, [small("deep", "deep"), small("unprintable", "unprintable", max_attempts=1),
+                     small("ok")])
+    worker(store, {"deep": lambda p, ctx: deep, "unprintable": unprintable,
+                   "ok": lambda p, ctx: "done"}).run()
+    deep_job, broken, ok = (store.get_job(i) for i in ("deep", "unprintable", "ok"))
+    assert deep_job is not None and deep_job.state == JobState.FAILED
+    assert "RecursionError" in (deep_job.reason or "")
+    assert broken is not None and broken.state == JobState.FAILED
+    assert "str() raised RuntimeError" in (broken.reason or "")
+    assert ok is not None and ok.state == JobState.SUCCEEDED
+
+
+def test_a_module_that_raises_on_import_fails_each_of_its_jobs_alike(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "explodes_on_import.py").write_text(
+        "raise RuntimeError('missing API key at import time')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    store = Store(MemoryTable())
+    launched(store, [small("x1", "bad"), small("x2", "bad"), small("fine")])
+    registry = Registry.load(("bad=explodes_on_import:run",))
+    registry._handlers["ok"] = lambda p, ctx: "done"
+    Worker(CFG, store, registry, ARN).run()
+    for job_id in ("x1", "x2"):
+        job = store.get_job(job_id)
+        assert job is not None and job.state == JobState.FAILED
+        assert job.error is not None and job.error["type"] == "HandlerImportError"
+        assert "RuntimeError: missing API key" in (job.reason or "")
+    assert state(store, "fine") == JobState.SUCCEEDED
+
+
+@pytest.mark.parametrize(("stop", "expected", "reason"), [
+    ("timeout", JobState.FAILED, "timeout"),
+    ("cancel", JobState.CANCELLED, "cancelled on request"),
+])
+def test_a_handler_that_returns_after_it_was_stopped_is_not_a_success(
+        stop: str, expected: JobState, reason: str) -> None:
+    """ctx.cancelled() says "wrap up"; a handler that then returns normally may have done
+    part of its work, so the stop's cause decides its state, not the return."""
+    store = Store(MemoryTable())
+    extra = {"timeout_seconds": 0.3} if stop == "timeout" else {}
+    launched(store, [Job(job_id="quits", kind="quits", payload={}, estimated_seconds=30,
+                         **extra)])
+    w = worker(store, {})
+
+    def quits(payload: dict[str, Any], ctx: Any) -> str:
+        if stop == "cancel":
+            w.cancel_requested.add(ctx.job_id)  # as a heartbeat would learn of it
+        ctx.wait(30)  # returns as soon as the job is stopped
+        return "half done"
+
+    w.registry = Registry({"quits": quits})
+    w.run()
+    job = store.get_job("quits")
+    assert job is not None and job.state == expected and job.reason == reason
+    assert job.result is None and job.error is not None
+    assert "returned after it was stopped" in job.error["message"]
+
+
+def test_an_unreadable_task_metadata_endpoint_is_a_clear_error() -> None:
+    from dispatcher.domain.errors import LongjobsError
+    from job_runner.worker import task_arn
+
+    cfg = settings.load("runner", {"LONGJOBS_TABLE": "t",
+                                   "ECS_CONTAINER_METADATA_URI_V4": "http://127.0.0.1:9/v4"})
+    with pytest.raises(LongjobsError, match="cannot read this task's ARN"):
+        task_arn(cfg)
+
+
+def test_large_results_are_written_within_the_transaction_byte_limit() -> None:
+    """98 results of 60 KB are 5.9 MB: over TransactWriteItems' 4 MB (the twin refuses such a
+    transaction as DynamoDB does), so the flush takes two."""
+    table = MemoryTable()
+    store = Store(table)
+    jobs = [small(f"big-{i:02d}") for i in range(98)]
+    launched(store, jobs)
+    worker(store, {"ok": lambda p, ctx: "x" * 60_000}).run()
+    assert {state(store, j.job_id) for j in jobs} == {JobState.SUCCEEDED}
+    bundle = store.get_bundle("b1")
+    assert bundle is not None and bundle.state == BundleState.DONE

@@ -8,7 +8,8 @@ DynamoDB stores them), so a caller cannot change stored state by mutating what i
 DynamoDB's limits are enforced as the adapter reports them: an item over 400 KB (JSON attributes
 counted as their stored compact string), a number attribute outside DynamoDB's range (or
 NaN/Infinity) -> :class:`InvalidTransaction`, before any condition is evaluated, and nothing is
-written. Thread-safe. ``tests/contract`` runs the same suite on this and on the DynamoDB adapter.
+written; so is a transaction whose items add up to over 4 MB (which moto lets through).
+Thread-safe. ``tests/contract`` runs the same suite on this and on the DynamoDB adapter.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from dispatcher.domain.message import compact_json
 from dispatcher.ports.table import (
     JSON_ATTRIBUTES,
+    MAX_TRANSACTION_BYTES,
     Absent,
     Action,
     Add,
@@ -79,8 +81,12 @@ def _value_bytes(attr: str, value: Any) -> int:
     return len(str(value)) if isinstance(value, int | float) else 1
 
 
+def _item_bytes(rec: Record) -> int:
+    return sum(len(k.encode()) + _value_bytes(k, v) for k, v in rec.present().items())
+
+
 def _check_item(rec: Record) -> None:
-    size = sum(len(k.encode()) + _value_bytes(k, v) for k, v in rec.present().items())
+    size = _item_bytes(rec)
     if size > MAX_ITEM_BYTES:
         raise InvalidTransaction(f"{rec.pk}: item size has exceeded the maximum allowed size "
                                  f"({size} > {MAX_ITEM_BYTES} bytes)")
@@ -254,6 +260,13 @@ class MemoryTable(Table):
                 except ConditionFailed:
                     results.append(None)
                     reasons.append("ConditionalCheckFailed")
+            # "The aggregate size of the items in the transaction cannot exceed 4 MB" (moto
+            # does not check it). https://docs.aws.amazon.com/amazondynamodb/latest/
+            # developerguide/transaction-apis.html
+            size = sum(_item_bytes(rec) for rec in results if rec is not None)
+            if size > MAX_TRANSACTION_BYTES:
+                raise InvalidTransaction(f"the transaction's items are {size} bytes; at most "
+                                         f"{MAX_TRANSACTION_BYTES}")
             if any(reasons):
                 raise TransactionCancelled(reasons)
             for op, after in zip(ops, results, strict=True):

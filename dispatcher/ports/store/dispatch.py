@@ -17,10 +17,14 @@ from dispatcher.domain.jobs import Job, JobState, Rejection
 from dispatcher.domain.launches import Launch, LaunchState
 from dispatcher.ports.store import records as r
 from dispatcher.ports.store.base import Reads, status
-from dispatcher.ports.store.runner import JOBS_PER_TRANSACTION, bundle_actions, job_updates
+from dispatcher.ports.store.runner import (
+    UPDATES_BYTES,
+    bundle_actions,
+    job_updates,
+    update_chunks,
+)
 from dispatcher.ports.store.values import JobUpdate, LaunchOutcome
 from dispatcher.ports.table import (
-    MAX_TRANSACTION_BYTES,
     MAX_TRANSACTION_ITEMS,
     Absent,
     Add,
@@ -46,7 +50,7 @@ from dispatcher.ports.table import (
 # A recording transaction stays under TransactWriteItems' 4 MB (MAX_TRANSACTION_BYTES), with
 # room for attribute overhead (item_bytes() is an estimate).
 # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
-MAX_RECORD_BYTES = MAX_TRANSACTION_BYTES - 694_304  # 3,500,000
+MAX_RECORD_BYTES = UPDATES_BYTES  # 3,500,000: the runner's results keep to the same
 # A key no item ever has: a probe transaction checks it exists, so it never writes anything.
 PROBE_KEY = "PROBE#never"
 POINTER_TTL_SECONDS = 30 * 86400
@@ -367,8 +371,8 @@ class DispatchStore(Reads):
         """Requeue or close a stopped task's bundle, with its jobs, only if nobody moved it
         since it was read (the fence is the state, attempt and task ARN read).
 
-        Up to 98 job updates share the bundle's transaction. A large bundle's updates take
-        several, each checking the fence, the bundle's own update last: a crash in between
+        Up to 98 job updates (3.5 MB) share the bundle's transaction. A large bundle's updates
+        take several, each checking the fence, the bundle's own update last: a crash in between
         leaves the bundle where it was, and the stop is handled again (the event is retried,
         reconciliation looks again) from the jobs as they are then. Each job update carries
         the stop's task ARN (``settled_by``), so the jobs already settled are charged nothing
@@ -380,8 +384,7 @@ class DispatchStore(Reads):
             conds.append(Eq("task_arn", bundle.task_arn))
         expires_at = self._expiry(t)
         key = r.bundle_key(bundle.bundle_id)
-        chunks = [updates[i:i + JOBS_PER_TRANSACTION]
-                  for i in range(0, len(updates), JOBS_PER_TRANSACTION)] or [[]]
+        chunks = update_chunks(updates)
         for n, chunk in enumerate(chunks):
             head: Op = Update(key, bundle_actions(target, t, retry_at, expires_at), And(*conds)) \
                 if n == len(chunks) - 1 else Check(key, And(*conds))

@@ -7,6 +7,7 @@ state of a newer attempt.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from dispatcher.ports.store import records as r
 from dispatcher.ports.store.base import Reads, status
 from dispatcher.ports.store.values import Fence, JobUpdate
 from dispatcher.ports.table import (
+    MAX_TRANSACTION_BYTES,
     MAX_TRANSACTION_ITEMS,
     Action,
     Add,
@@ -44,6 +46,10 @@ CONFLICT_BACKOFF_SECONDS = 0.05
 # One transaction: the fence check or the bundle's update, plus the job updates, with room to
 # spare: at most 100 actions per TransactWriteItems (see dispatcher.ports.table).
 JOBS_PER_TRANSACTION = MAX_TRANSACTION_ITEMS - 2
+# ... and under TransactWriteItems' 4 MB in all, with room for names and the other attributes:
+# 98 results of up to 64 KB each would be 6 MB.
+# https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
+UPDATES_BYTES = MAX_TRANSACTION_BYTES - 694_304  # 3,500,000
 # BatchGetItem reads at most 100 items per call.
 # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
 JOB_PAGE = 100
@@ -82,6 +88,29 @@ def job_actions(u: JobUpdate, t: float, expires_at: int | None = None) -> list[A
     if expires_at is not None and u.target in TERMINAL_JOB_STATES:
         actions.append(Set("expires_at", expires_at))
     return actions
+
+
+def update_bytes(u: JobUpdate) -> int:
+    """An upper estimate of what one job update writes (its JSON values, and 1 KB for the
+    rest: keys, states, numbers, the reason)."""
+    values = [v for v in (u.result, u.error, u.history) if v is not None]
+    return 1024 + (len(json.dumps(values, default=str)) if values else 0) + \
+        len((u.reason or "").encode())
+
+
+def update_chunks(updates: list[JobUpdate]) -> list[list[JobUpdate]]:
+    """Job updates cut into transactions' worth: at most JOBS_PER_TRANSACTION and
+    UPDATES_BYTES each, in order; at least one (empty) chunk, for the bundle's own write."""
+    chunks: list[list[JobUpdate]] = [[]]
+    size = 0
+    for u in updates:
+        n = update_bytes(u)
+        if chunks[-1] and (len(chunks[-1]) >= JOBS_PER_TRANSACTION or size + n > UPDATES_BYTES):
+            chunks.append([])
+            size = 0
+        chunks[-1].append(u)
+        size += n
+    return chunks
 
 
 def job_updates(updates: list[JobUpdate], bundle_id: str, t: float,
@@ -149,15 +178,15 @@ class RunnerStore(Reads):
 
     def apply(self, fence: Fence, updates: list[JobUpdate],
               bundle_to: BundleState | None = None, retry_at: float | None = None) -> set[str]:
-        """Job results, grouped: one transaction per 98 jobs, each checking the fence; the
-        last one also moves the bundle to ``bundle_to``.
+        """Job results, grouped: one transaction per 98 jobs or 3.5 MB of updates
+        (:func:`update_chunks`), each checking the fence; the last one also moves the bundle
+        to ``bundle_to``.
 
         A refused job (its item moved on: failed as overdue, cancelled, retried elsewhere)
         is left out and the rest written again; its id is returned. Only a lost fence raises
         ConflictError: then nothing of this task may be written any more."""
         t = self.clock()
-        chunks = [updates[i:i + JOBS_PER_TRANSACTION]
-                  for i in range(0, len(updates), JOBS_PER_TRANSACTION)] or [[]]
+        chunks = update_chunks(updates)
         refused: set[str] = set()
         for n, chunk in enumerate(chunks):
             last = n == len(chunks) - 1
