@@ -258,6 +258,48 @@ def test_a_job_that_ends_its_task_fails_within_its_budget_and_spares_its_bundle(
     assert all(1 <= len(runs(log, j)) <= 2 for j in mates)  # at-least-once, not a loop
 
 
+def test_a_killer_among_concurrent_jobs_spends_only_its_own_budget(
+        moto_server: MotoEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 000: one job that crashes its task never costs more than its own budget. Four jobs
+    run at once; one kills the process. Its mates, with a single attempt each, must not be
+    failed for it: a crash with several jobs running charges none of them an attempt and
+    reruns the bundle one job at a time, where the next crash names the killer."""
+    moto_server.reset()
+    log = tmp_path / "executions.jsonl"
+    monkeypatch.setenv("LONGJOBS_TEST_LOG", str(log))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "WARNING")
+    saved = dict(os.environ)
+    env = LocalEnv(endpoint=moto_server.url, tick_seconds=0.5, settings={
+        "LONGJOBS_HANDLERS": HANDLERS, "LONGJOBS_TASK_CONCURRENCY": "4",
+        "LONGJOBS_MAX_RUNNING_TASKS": "1", "LONGJOBS_FLUSH_SECONDS": "0.5",
+        "LONGJOBS_HEARTBEAT_SECONDS": "1", "LONGJOBS_LAUNCH_BACKOFF_SECONDS": "0",
+        "LONGJOBS_ASSIGN_WAIT_SECONDS": "20"})
+    mates = [f"mate-{i}" for i in range(3)]
+    try:
+        env.start()
+        store = open_store(env.cfg.table)
+        with env.paused():  # one bundle of all four
+            JobClient().submit_many(
+                [{"kind": "sleepy", "payload": {"seconds": 1}, "job_id": j, "max_attempts": 1,
+                  "estimated_seconds": 0.1} for j in mates]
+                + [{"kind": "suicide", "payload": {}, "job_id": "killer", "max_attempts": 2,
+                    "estimated_seconds": 0.1}])
+        wait_for(lambda: state(store, "killer") == JobState.FAILED
+                 and all(state(store, j) == JobState.SUCCEEDED for j in mates))
+    finally:
+        env.stop()
+        os.environ.clear()
+        os.environ.update(saved)
+    killer = store.get_job("killer")
+    assert killer is not None and killer.attempts == 2 and "out of attempts" in (
+        killer.reason or "")
+    # Launches of its bundle: the first (buffered: nobody can be blamed), at most one crash
+    # with several running (nobody blamed, serial from then on), then one per attempt.
+    assert len(runs(log, "killer")) <= 2 + 2
+    assert all(1 <= len([r for r in runs(log, j) if r["event"] == "run"]) <= 3 for j in mates)
+
+
 def test_a_handler_ignoring_its_timeout_ends_its_task_before_a_retry_runs(
         local: tuple[LocalEnv, Path]) -> None:
     """Issue 10, defect 2: the job is recorded FAILED (timeout) and its process ends, so a

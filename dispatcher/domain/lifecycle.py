@@ -15,9 +15,14 @@ task that never claimed its bundle, a stop nobody asked for). A bundle's first t
 jobs' starts and results, so a stop may find no job recorded running: then nobody is charged,
 and every later task of that bundle writes each start and result at once, so its stops are
 charged to the job that ran; a later task that stopped with no job running and recorded nothing
-at all charges its first unfinished job. A job that kills its task thus fails within
-``max_attempts`` + 1 launches, and its bundle-mates are not charged. A user stop (a timeout
-longjobs enforced with StopTask) reruns nothing.
+at all charges its first unfinished job. If several jobs were recorded running (a task runs
+jobs at once), the one that ended the process cannot be named: each is charged the
+infrastructure budget instead, and the bundle reruns one job at a time from then on, so the next
+such stop names it. A job that kills its task thus fails within ``max_attempts`` + 2 launches
+(+ 1 at one job at a time), and its bundle-mates spend no attempt. However a job was
+interrupted (a runner gives a job back after SIGTERM and counts it itself), it is never rerun
+past its infrastructure budget. A user stop (a timeout longjobs enforced with StopTask) reruns
+nothing.
 """
 
 from __future__ import annotations

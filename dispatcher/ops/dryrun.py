@@ -142,8 +142,8 @@ class DryRunStore(DispatchStore):
         return self._inner.get_rejection(key)
 
     def settle(self, bundle: Bundle, updates: list[JobUpdate], target: BundleState,
-               retry_at: float | None = None) -> None:
-        self._plan.would("settle", bundle_id=bundle.bundle_id, to=str(target),
+               retry_at: float | None = None, *, serial: bool = False) -> None:
+        self._plan.would("settle", bundle_id=bundle.bundle_id, to=str(target), serial=serial,
                          jobs=[{**asdict(u), "source": str(u.source), "target": str(u.target)}
                                for u in updates])
         bundle.state = target

@@ -68,6 +68,18 @@ def _history(job: Job, stop: TaskStop, cls: StopClass, at: float) -> list[dict[s
     return history
 
 
+@dataclass
+class Decision:
+    """What a stop does to its bundle's jobs (:meth:`Reruns.decide`)."""
+
+    stop_class: StopClass
+    updates: list[JobUpdate]
+    rerun: list[str]  # job ids back to PENDING
+    # Several jobs were running when the task died of one of them: rerun the bundle one job
+    # at a time (its ``slots`` set to 1), so that the next such stop names the job.
+    serial: bool = False
+
+
 class Reruns:
     def __init__(self, store: DispatchStore, launcher: Launcher, launches: Launches,
                  policy: RerunPolicy, clock: Callable[[], float]) -> None:
@@ -77,13 +89,18 @@ class Reruns:
         self._policy = policy
         self._clock = clock
 
-    def decide(self, stop: TaskStop, bundle: Bundle,
-               jobs: list[Job]) -> tuple[StopClass, list[JobUpdate], list[str]]:
+    def decide(self, stop: TaskStop, bundle: Bundle, jobs: list[Job]) -> Decision:
         """Every stop that leads to a rerun charges a budget (see dispatcher.domain.lifecycle):
         the job that was running (an application attempt), else the infrastructure budget of
-        the jobs it interrupted. A claimed bundle with no job recorded RUNNING and nothing
-        recorded by its task charges, from its second launch on, its first unfinished job: each
-        rerun then either follows progress (a job of the bundle finished) or costs a budget.
+        the jobs it interrupted. If several jobs were running (a task running jobs at once)
+        when its process ended, which of them ended it cannot be told: each is charged the
+        infrastructure budget, not an attempt, and the bundle reruns serially so that the next
+        such stop names the job. A job is never rerun past its infrastructure budget, however
+        it was interrupted (a runner that gave a job back after SIGTERM counted it already).
+
+        A claimed bundle with no job recorded RUNNING and nothing recorded by its task charges,
+        from its second launch on, its first unfinished job: each rerun then either follows
+        progress (a job of the bundle finished) or costs a budget.
 
         A large bundle's settle takes several transactions; one that died part-way is handled
         again from the jobs as they are then. The jobs it settled carry this task's ARN
@@ -106,6 +123,8 @@ class Reruns:
         unattributed = bundle.state == BundleState.RUNNING and bool(mine) and not running \
             and not recorded
         charged = {j.job_id for j in running}
+        # One of several running jobs ended the process: blame none of them, serialize.
+        ambiguous = cls == StopClass.APPLICATION and len(running) > 1
         if bundle.state == BundleState.LAUNCHED:
             charged = {j.job_id for j in mine}  # never claimed: each job lost a launch
         elif unattributed and bundle.attempt > 1:
@@ -126,7 +145,8 @@ class Reruns:
                           else None, settled_by=stop.task_arn)
             if cls == StopClass.USER:
                 u.target, u.reason = JobState.CANCELLED, f"stopped by longjobs: {why}"
-            elif job.state == JobState.RUNNING and cls == StopClass.APPLICATION:
+            elif job.state == JobState.RUNNING and cls == StopClass.APPLICATION \
+                    and not ambiguous:
                 if job.attempts >= job.max_attempts:
                     u.target, u.reason = JobState.FAILED, f"out of attempts; last {why}"
                     u.error = {"type": "TaskStopped", "message": why}
@@ -134,8 +154,10 @@ class Reruns:
                 # Infrastructure: give the attempt back, spend the infrastructure budget.
                 u.attempts_delta = -1 if job.state == JobState.RUNNING else 0
                 u.infra_delta = 1
-                if job.infra_attempts + 1 > self._policy.max_infra_attempts:
-                    u.target, u.reason = JobState.FAILED, f"infrastructure budget spent; {why}"
+            if u.target == JobState.PENDING and \
+                    job.infra_attempts + u.infra_delta > self._policy.max_infra_attempts:
+                u.target, u.reason = JobState.FAILED, f"infrastructure budget spent; {why}"
+                u.error = {"type": "TaskStopped", "message": why}
             if u.target == u.source and u.attempts_delta == 0 and u.infra_delta == 0 \
                     and u.history is None:
                 rerun.append(job.job_id)  # untouched PENDING job: it just reruns
@@ -143,7 +165,7 @@ class Reruns:
             updates.append(u)
             if u.target == JobState.PENDING:
                 rerun.append(job.job_id)
-        return cls, updates, rerun
+        return Decision(cls, updates, rerun, serial=ambiguous and bool(rerun))
 
     def on_stop(self, stop: TaskStop) -> StopOutcome:
         arn = stop.task_arn
@@ -165,10 +187,12 @@ class Reruns:
                                reason=f"stale event: bundle {bundle.bundle_id} is "
                                       f"{bundle.state} on attempt {bundle.attempt}")
         jobs = self._store.get_jobs(bundle.job_ids)
-        cls, updates, rerun = self.decide(stop, bundle, jobs)
+        decision = self.decide(stop, bundle, jobs)
+        cls, updates, rerun = decision.stop_class, decision.updates, decision.rerun
         target = BundleState.PENDING if rerun else BundleState.DONE
         try:
-            self._store.settle(bundle, updates, target, retry_at=self._clock())
+            self._store.settle(bundle, updates, target, retry_at=self._clock(),
+                               serial=decision.serial)
         except (ConflictError, TransactionCancelled) as exc:
             # Someone else is moving this bundle (another event, the tick): nothing was written;
             # reconciliation looks again if it still needs handling.

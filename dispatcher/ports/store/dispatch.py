@@ -367,9 +367,10 @@ class DispatchStore(Reads):
 
     # -- stopped tasks and overdue jobs ---------------------------------------------------------
     def settle(self, bundle: Bundle, updates: list[JobUpdate], target: BundleState,
-               retry_at: float | None = None) -> None:
+               retry_at: float | None = None, *, serial: bool = False) -> None:
         """Requeue or close a stopped task's bundle, with its jobs, only if nobody moved it
-        since it was read (the fence is the state, attempt and task ARN read).
+        since it was read (the fence is the state, attempt and task ARN read). ``serial``:
+        its next tasks run one job at a time (``slots`` 1).
 
         Up to 98 job updates (3.5 MB) share the bundle's transaction. A large bundle's updates
         take several, each checking the fence, the bundle's own update last: a crash in between
@@ -384,13 +385,18 @@ class DispatchStore(Reads):
             conds.append(Eq("task_arn", bundle.task_arn))
         expires_at = self._expiry(t)
         key = r.bundle_key(bundle.bundle_id)
+        actions = bundle_actions(target, t, retry_at, expires_at)
+        if serial and target == BundleState.PENDING:
+            actions.append(Set("slots", 1))
         chunks = update_chunks(updates)
         for n, chunk in enumerate(chunks):
-            head: Op = Update(key, bundle_actions(target, t, retry_at, expires_at), And(*conds)) \
+            head: Op = Update(key, actions, And(*conds)) \
                 if n == len(chunks) - 1 else Check(key, And(*conds))
             self._transact([head, *job_updates(chunk, bundle.bundle_id, t, expires_at)],
                            f"bundle {bundle.bundle_id} changed since the stop event was read; "
                            "nothing more written")
+        if serial and target == BundleState.PENDING:
+            bundle.slots = 1
         bundle.state = target
 
     def running_jobs(self) -> list[Job]:
