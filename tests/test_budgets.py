@@ -35,14 +35,15 @@ def test_a_job_interrupted_again_and_again_fails_when_its_infrastructure_budget_
     stages = tw.stages(LONGJOBS_MAX_INFRA_ATTEMPTS="2")
     bundle_id, arn = tw.launched("j1", estimated_seconds=5000)
     stops = 0
+    started = threading.Event()
+
+    def handler(payload: dict[str, Any], ctx: JobContext) -> None:
+        started.set()
+        ctx.wait(30)
+        ctx.raise_if_cancelled()
+
     while True:
-        started = threading.Event()
-
-        def handler(payload: dict[str, Any], ctx: JobContext) -> None:
-            started.set()
-            ctx.wait(30)
-            ctx.raise_if_cancelled()
-
+        started.clear()
         worker = Worker(RUNNER, tw.store, Registry({"k": handler}), arn)
         run = threading.Thread(target=worker.run)
         run.start()
