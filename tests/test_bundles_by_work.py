@@ -6,6 +6,7 @@ caller gets an error, as if the process died on the way back.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -265,3 +266,32 @@ def test_jobs_received_beyond_the_free_slots_wait_in_the_table_in_order(twins: T
     assert waiting >= 5  # the overflow happened, and was recorded
     assert twins.queue_counts() == (0, 0) and received == 35
     assert sorted(launched) == sorted(j["job_id"] for j in jobs)
+
+
+@pytest.mark.parametrize("crash_after", [None, 0], ids=["whole", "recovered"])
+def test_a_scheduled_bundle_in_pages_waits_for_its_time(crash_after: int | None) -> None:
+    """150 jobs scheduled a day ahead need a paged bundle; its commit (or the recovery of a
+    recording cut short) must keep it due then, not now."""
+    twins = Twins()
+    if crash_after is not None:
+        twins.table = CrashAfter(crash_after)
+        twins.store.table = twins.table
+    when = twins.clock() + 86_400
+    twins.client().submit_many([{**j, "not_before": when} for j in small_jobs(150)])
+    stages = twins.stages(**settings())
+    for _ in range(3):  # the crash, then redelivery and the recovery of the recording
+        with contextlib.suppress(RuntimeError):
+            stages.dispatcher.tick()
+        twins.clock.advance(HOLD + 1)
+    bundles = twins.bundles()
+    assert any(b.pages for b in bundles)  # a recovered recording keeps only its first page:
+    # the rest of the jobs, redelivered, make a second bundle
+    assert sorted(j for b in bundles for j in b.job_ids) == sorted(
+        j["job_id"] for j in small_jobs(150))
+    for bundle in bundles:
+        assert bundle.state == BundleState.PENDING
+        assert bundle.next_attempt_at == pytest.approx(when)
+    assert twins.task_arns() == []
+    twins.clock.set(when + 1)
+    stages.dispatcher.tick()
+    assert len(twins.task_arns()) == len(bundles)

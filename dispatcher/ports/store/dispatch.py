@@ -248,7 +248,7 @@ class DispatchStore(Reads):
                 ops += [Put(r.job_record(by_id[j]), Absent()) for j in chunk]
                 if last and not first:
                     total = sum(by_id[j].estimated_seconds or 0 for j in kept + chunk)
-                    ops.append(self._commit(bundle.bundle_id, bool(kept or chunk), total, t))
+                    ops.append(self._commit(bundle, bool(kept or chunk), total, t))
                 try:
                     self.table.transact(ops)
                     break
@@ -274,13 +274,15 @@ class DispatchStore(Reads):
         bundle.estimated_seconds = sum(by_id[j].estimated_seconds or 0 for j in kept)
         bundle.state = BundleState.PENDING if kept else BundleState.DONE
 
-    def _commit(self, bundle_id: str, has_jobs: bool, estimated_seconds: float,
+    def _commit(self, bundle: Bundle, has_jobs: bool, estimated_seconds: float,
                 t: float) -> Update:
-        """RECORDING -> PENDING (due now), or DONE when the bundle kept no job."""
+        """RECORDING -> PENDING, due when the bundle was to be due (a scheduled bundle keeps
+        its ``not_before``; others are due now), or DONE when the bundle kept no job."""
         target = BundleState.PENDING if has_jobs else BundleState.DONE
-        lifecycle.check_bundle(bundle_id, BundleState.RECORDING, target)
-        return Update(r.bundle_key(bundle_id), [
-            *bundle_actions(target, t, None, self._expiry(t)),
+        lifecycle.check_bundle(bundle.bundle_id, BundleState.RECORDING, target)
+        due = max(t, bundle.next_attempt_at or 0.0)
+        return Update(r.bundle_key(bundle.bundle_id), [
+            *bundle_actions(target, t, due, self._expiry(t)),
             Set("estimated_seconds", estimated_seconds)],
             Eq("state", str(BundleState.RECORDING)))
 
@@ -298,7 +300,7 @@ class DispatchStore(Reads):
                               for j in p.job_ids or ()]
             est = sum(p.estimated_seconds or 0 for p in pages)
             try:
-                self._transact([self._commit(bundle.bundle_id, bool(bundle.job_ids), est, t)],
+                self._transact([self._commit(bundle, bool(bundle.job_ids), est, t)],
                                f"bundle {bundle.bundle_id} was committed meanwhile")
             except ConflictError:
                 continue
