@@ -7,10 +7,14 @@ resolution on ECS) is in ``tests/test_ecs_launcher.py``, on moto.
 from __future__ import annotations
 
 import json
+import threading
+from typing import Any
 
 import pytest
 
 from dispatcher.domain.bundles import BundleState
+from dispatcher.ports.queue import Received
+from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.testing.workload import mixed_jobs, run_until_drained, submit_in_waves
 from tests.twins import FAMILY, Twins
 
@@ -187,3 +191,47 @@ def test_an_expired_lease_does_not_block_the_tick(twins: Twins) -> None:
     twins.client().submit("k", {}, job_id="after-crash")
     twins.clock.advance(601)  # its holder crashed and never released it
     assert twins.stages().dispatcher.tick().launch.bundles_launched == 1
+
+
+class _RedeliveringQueue(MemoryQueue):
+    """SQS standard is at-least-once: once drained, it delivers the last message again
+    (same message id, a new receipt handle)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.last: Received | None = None
+        self.redelivered = threading.Event()
+
+    def receive(self, max_messages: int = 10,
+                visibility_timeout: int | None = None) -> list[Received]:
+        out = super().receive(max_messages, visibility_timeout)
+        if out:
+            self.last = out[-1]
+        elif self.last is not None and not self.redelivered.is_set():
+            m = self.last
+            out = [Received(m.message_id, m.receipt_handle + "-again", m.body, m.sent_at, 2)]
+            self.redelivered.set()
+        return out
+
+
+def test_a_redelivery_in_the_same_drain_is_not_deleted_before_its_first_copy_is_recorded(
+        twins: Twins) -> None:
+    """If the duplicate were deleted at once and the first copy's recording then failed,
+    the message would be gone with no job, no rejection and no dead letter."""
+    queue = twins.queue = _RedeliveringQueue(clock=twins.clock)
+    twins.client().submit("k", {}, job_id="j1", estimated_seconds=1)
+    record = twins.store.record
+
+    def failing_record(*args: Any) -> Any:
+        assert queue.redelivered.wait(30)  # received again while this recording is under way
+        raise RuntimeError("InjectedFailure: DynamoDB throttled after retries")
+
+    twins.store.record = failing_record  # type: ignore[method-assign]
+    stages = twins.stages()
+    decision = stages.dispatcher.tick()
+    assert decision.intake.record_failures == 1 and decision.intake.duplicates == 1
+    assert twins.queue_counts() == (0, 1)  # still there, hidden until its hold ends
+    twins.store.record = record  # type: ignore[method-assign]
+    twins.clock.advance(3600)
+    stages.dispatcher.tick()
+    assert twins.job("j1") is not None and twins.queue_counts() == (0, 0)

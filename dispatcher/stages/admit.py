@@ -206,7 +206,7 @@ class _Drain:
         self.stats = stats
         self.on_recorded = on_recorded
         self.held: dict[str, _Held] = {}  # bundle id -> jobs and messages, until recorded
-        self.admitted: set[str] = set()  # job ids admitted by this drain
+        self.admitted: dict[str, str] = {}  # job ids admitted by this drain: their bundle
         self.recorded: list[Bundle] = []
         self.receiving = False  # still receiving
         self.empty = 0
@@ -277,9 +277,16 @@ class _Drain:
                 rejections.append(to_rejection(exc, received, now))
                 finished.append(received)
                 continue
-            if msg.job_id in self.admitted:  # the same job twice in one drain: the first
-                stats.duplicates += 1      # message stays until its job is recorded
-                finished.append(received)
+            first = self.admitted.get(msg.job_id)
+            if first is not None:  # the same job twice in one drain (a redelivery, a resend)
+                stats.duplicates += 1
+                if first in self.held:
+                    # Its first copy is not recorded yet: this one is deleted with it, once it
+                    # is, and comes back with it if the recording fails (deleted now, it would
+                    # leave nothing if that recording then failed).
+                    self.held[first].messages.append(received)
+                else:
+                    finished.append(received)
                 continue
             job = to_job(msg, received, now)
             if not self.bundler.offer(job):
@@ -288,7 +295,7 @@ class _Drain:
                 stats.waiting += 1
                 self.receiving = False
             assert job.bundle_id is not None
-            self.admitted.add(job.job_id)
+            self.admitted[job.job_id] = job.bundle_id
             held = self.held.setdefault(job.bundle_id, _Held())
             held.jobs.append(job)
             held.messages.append(received)
