@@ -115,6 +115,28 @@ def test_no_kind_exceeds_its_limit_while_another_kind_keeps_launching(shapes: Sh
     assert {b.state for b in shapes.bundles()} == {BundleState.DONE}
 
 
+def test_a_deep_backlog_of_a_kind_at_its_limit_does_not_hide_other_due_bundles(
+        shapes: Shapes) -> None:
+    """300 reports limited to 1 at a time wait in the table as deferred bundles, more than a
+    tick reads past its free slots. A job of another kind that falls due later (scheduled)
+    must still be found and launched, not left behind them."""
+    shapes.send(shapes.queue, [{"kind": "report", "job_id": f"report-{i}",
+                                "estimated_seconds": 100} for i in range(300)])
+    d = shapes.stages(LONGJOBS_KIND_LIMITS="report=1", LONGJOBS_MAX_RUNNING_TASKS="5").dispatcher
+    for _ in range(3):
+        d.tick()
+        shapes.clock.advance(60)
+    assert len([b for b in shapes.bundles() if b.state == BundleState.PENDING]) > 200
+    shapes.send(shapes.queue, [{"kind": "other", "job_id": "other",
+                                "not_before": shapes.clock() + 30}])
+    d.tick()  # recorded, scheduled
+    assert "other" not in shapes.launched_jobs()
+    shapes.clock.advance(60)
+    d.tick()
+    assert "other" in shapes.launched_jobs()
+    assert len([j for j in shapes.launched_jobs() if j.startswith("report")]) == 1
+
+
 def test_a_job_scheduled_an_hour_ahead_waits_then_launches_when_due(shapes: Shapes) -> None:
     due = shapes.clock() + 3600
     shapes.send(shapes.queue, [{"kind": "k", "job_id": "later", "not_before": due},

@@ -9,6 +9,7 @@ it by hand, not on a schedule.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import asdict
 from typing import Any
 
@@ -90,8 +91,9 @@ class DryRunStore(DispatchStore):
     def active_bundles(self) -> list[Bundle]:
         return self._inner.active_bundles()
 
-    def due_bundles(self, limit: int, at: float) -> list[Bundle]:
-        return self._inner.due_bundles(limit, at)
+    def due_bundles(self, limit: int, at: float,
+                    full_kinds: Collection[str] = ()) -> list[Bundle]:
+        return self._inner.due_bundles(limit, at, full_kinds)
 
     def orphaned_launches(self, older_than: float) -> list[Launch]:
         return self._inner.orphaned_launches(older_than)

@@ -65,6 +65,16 @@ class Has(Condition):
 
 
 @dataclass(frozen=True)
+class Lacks(Condition):
+    """The attribute is not set on the item (attribute_not_exists)."""
+
+    attr: str
+
+    def __post_init__(self) -> None:
+        _attr(self.attr)
+
+
+@dataclass(frozen=True)
 class _Compare(Condition):
     attr: str
     value: Any
@@ -308,5 +318,5 @@ class Table(ABC):
 __all__ = ["ATTRIBUTES", "JSON_ATTRIBUTES", "LIST_ATTRIBUTES", "MAX_TRANSACTION_BYTES",
            "MAX_TRANSACTION_ITEMS", "NUMBER_ATTRIBUTES", "Absent", "Action", "Add", "And",
            "Append", "Check", "Condition", "ConditionFailed", "Delete", "Eq", "Exists", "Ge",
-           "Gt", "Has", "In", "InvalidTransaction", "Le", "Lt", "Op", "Or", "Put", "Record",
-           "Remove", "Set", "Table", "TransactionCancelled", "Update"]
+           "Gt", "Has", "In", "InvalidTransaction", "Lacks", "Le", "Lt", "Op", "Or", "Put",
+           "Record", "Remove", "Set", "Table", "TransactionCancelled", "Update"]

@@ -35,8 +35,9 @@ log = logging.getLogger(__name__)
 LAUNCH_RESERVE_SECONDS = 5.0
 # The lease outlives the longest tick by this much.
 LEASE_MARGIN_SECONDS = 60.0
-# Due bundles read beyond the free slots, so that bundles of a kind at its limit (skipped) do
-# not hide the due bundles of other kinds behind them.
+# Due bundles read beyond the free slots, so that bundles of a kind with a little room, but not
+# enough for them (skipped), do not hide the due bundles of other kinds behind them; those of a
+# kind with no room at all are left out of the read.
 DUE_LOOKAHEAD = 200
 
 
@@ -147,7 +148,8 @@ class Dispatcher:
         if capacity <= 0:
             return []
         rank = {p: n for n, p in enumerate(PRIORITY_ORDER)}
-        found = self._store.due_bundles(capacity + DUE_LOOKAHEAD, self._clock())
+        full = {kind for kind, left in room.items() if left <= 0}
+        found = self._store.due_bundles(capacity + DUE_LOOKAHEAD, self._clock(), full)
         found.sort(key=lambda b: (rank[b.priority], b.next_attempt_at))
         due: list[Bundle] = []
         for b in found:

@@ -41,6 +41,7 @@ from dispatcher.ports.table import (
     Has,
     In,
     InvalidTransaction,
+    Lacks,
     Le,
     Lt,
     Op,
@@ -137,6 +138,8 @@ def evaluate(cond: Condition | None, rec: Record | None) -> bool:
     stored = getattr(rec, cond.attr) if rec is not None else None  # type: ignore[attr-defined]
     if isinstance(cond, Has):
         return stored is not None
+    if isinstance(cond, Lacks):
+        return stored is None
     if isinstance(cond, In):
         return any(_compare(stored, v) is not None and stored == v for v in cond.values)
     pair = _compare(stored, cond.value)  # type: ignore[attr-defined]

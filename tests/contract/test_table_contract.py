@@ -22,6 +22,7 @@ from dispatcher.ports.table import (
     Has,
     In,
     InvalidTransaction,
+    Lacks,
     Le,
     Lt,
     Or,
@@ -116,7 +117,8 @@ def test_conditional_delete(table: Table) -> None:
     (Lt("attempt", 2), True), (Lt("attempt", 1), False), (Le("attempt", 1), True),
     (Gt("attempt", 0), True), (Gt("attempt", 1), False), (Ge("attempt", 1), True),
     (Lt("lease_until", 5), False),  # missing attribute compares false
-    (Has("state"), True), (Has("kind"), False),
+    (Has("state"), True), (Has("kind"), False), (Lacks("kind"), True), (Lacks("state"), False),
+    (Lt("state", "Q"), True), (Gt("state", "P"), False),  # strings compare too
     (And(Eq("state", "P"), Eq("attempt", 1)), True), (And(Eq("state", "P"), Eq("attempt", 2)),
                                                         False),
     (Or(Eq("state", "Q"), Eq("attempt", 1)), True), (Or(Absent(), Eq("attempt", 2)), False),
@@ -199,6 +201,11 @@ def test_query_order_limit_and_range(table: Table) -> None:
     assert table.count("BUNDLE#PENDING") == 4
     assert table.count("BUNDLE#PENDING", at_least="2024-01-03") == 2
     assert table.count("BUNDLE#PENDING", where=Eq("kind", "a")) == 2
+    # Every kind but "a", or none (the due-bundle read's filter: the port has no inequality).
+    table.write(Put(_item("B#n", status_key="BUNDLE#PENDING", status_at="2024-01-05")))
+    not_a = Or(Lacks("kind"), And(Or(Lt("kind", "a"), Gt("kind", "a"))))
+    assert pks(table.query("BUNDLE#PENDING", where=not_a)) == ["B#2", "B#0", "B#n"]
+    assert pks(table.query("BUNDLE#PENDING", where=not_a, limit=2)) == ["B#2", "B#0"]
 
 
 def test_get_many_skips_missing_and_duplicates(table: Table) -> None:

@@ -43,6 +43,7 @@ from dispatcher.ports.table import (
     Has,
     In,
     InvalidTransaction,
+    Lacks,
     Le,
     Lt,
     Op,
@@ -94,6 +95,8 @@ class DynamoTable(Table):
             return m.pk.does_not_exist()
         if isinstance(c, Has):
             return getattr(m, c.attr).exists()
+        if isinstance(c, Lacks):
+            return getattr(m, c.attr).does_not_exist()
         if type(c) in _COMPARE:
             return _COMPARE[type(c)](getattr(m, c.attr), c.value)  # type: ignore[attr-defined]
         if isinstance(c, In):

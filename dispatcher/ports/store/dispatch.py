@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Collection
 
 from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import Bundle, BundleState
@@ -35,7 +36,9 @@ from dispatcher.ports.table import (
     Delete,
     Eq,
     Exists,
+    Gt,
     InvalidTransaction,
+    Lacks,
     Lt,
     Op,
     Or,
@@ -83,12 +86,19 @@ class DispatchStore(Reads):
             self.table.write(Delete(r.LEASE_KEY, Eq("owner", owner)))
 
     # -- admission ------------------------------------------------------------------------------
-    def due_bundles(self, limit: int, at: float) -> list[Bundle]:
-        """PENDING bundles whose backoff has passed, oldest due first."""
+    def due_bundles(self, limit: int, at: float,
+                    full_kinds: Collection[str] = ()) -> list[Bundle]:
+        """PENDING bundles whose backoff has passed, oldest due first, leaving out those of
+        ``full_kinds`` (limited kinds with no room: a backlog of them, deferred in the table,
+        would otherwise fill every read and hide the due bundles of other kinds)."""
         if limit <= 0:
             return []
+        # kind <> k, as the port has no inequality: k's bundles are neither below nor above it;
+        # a bundle without a kind (not of a limited kind) always passes.
+        where = Or(Lacks("kind"), And(*(Or(Lt("kind", k), Gt("kind", k))
+                                         for k in sorted(full_kinds)))) if full_kinds else None
         rows = self.table.query(r.bundle_status(BundleState.PENDING), at_most=r.iso(at),
-                                limit=limit)
+                                limit=limit, where=where)
         return [r.record_bundle(rec) for rec in rows]
 
     def orphaned_launches(self, older_than: float) -> list[Launch]:
