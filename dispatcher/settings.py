@@ -258,8 +258,9 @@ class Config(BaseModel):
         "LONGJOBS_MAX_INFRA_ATTEMPTS", "Reruns after infrastructure stops (Spot, host "
         "failure, never started) before a job fails; separate from a job's max_attempts.")] = 10
     start_timeout_seconds: Annotated[int, Field(ge=0), Env(
-        "LONGJOBS_START_TIMEOUT_SECONDS", "A launched task that has not claimed its bundle "
-        "after this long is checked with DescribeTasks.")] = 600
+        "LONGJOBS_START_TIMEOUT_SECONDS", "A launched task still running without having "
+        "claimed its bundle after this long is stopped and its bundle rerun (one already "
+        "stopped is found a minute after its launch).")] = 600
     heartbeat_seconds: Annotated[float, Field(gt=0), Env(
         "LONGJOBS_HEARTBEAT_SECONDS", "Runner heartbeat interval; a bundle silent for 4 "
         "intervals is checked and, if its task still runs, stopped and rerun.",

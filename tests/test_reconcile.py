@@ -67,11 +67,27 @@ def test_healthy_tasks_are_left_alone(twins: Twins, monkeypatch: pytest.MonkeyPa
         return describe(task_arns)
 
     monkeypatch.setattr(twins.launcher, "describe", counting)
-    twins.clock.advance(599)
-    decision = twins.stages().dispatcher.tick()  # start timeout 600 s not reached
+    twins.clock.advance(59)
+    decision = twins.stages().dispatcher.tick()  # not yet looked at
     assert decision.reconcile.checked == 0
     assert calls == []  # no DescribeTasks
+    twins.clock.advance(540)  # 599 s: looked at, alive, within its start timeout of 600 s
+    decision = twins.stages().dispatcher.tick()
+    assert decision.reconcile.checked == 1 and len(calls) == 1
+    assert decision.reconcile.stopped_found == decision.reconcile.stuck_stopped == 0
     assert twins.launcher.stops == []
+
+
+def test_a_task_gone_before_its_claim_is_found_a_minute_after_launch(twins: Twins) -> None:
+    """Not only after the start timeout (600 s): e.g. a launch recovered after a crashed tick,
+    whose tasks gave up waiting for their assignment long before it came."""
+    bundle_id, arn = twins.launched("rc-job")
+    twins.launcher.stop(arn, "gave up waiting for its assignment")  # its event is lost
+    twins.clock.advance(61)
+    decision = twins.stages().dispatcher.tick()
+    assert decision.reconcile.stopped_found == 1
+    bundle = twins.bundle(bundle_id)
+    assert bundle is not None and bundle.attempt == 2 and bundle.task_arn != arn
 
 
 def test_a_job_past_its_timeout_is_failed_and_its_lone_task_stopped(twins: Twins) -> None:

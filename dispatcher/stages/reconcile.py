@@ -1,12 +1,14 @@
 """Reconciliation, every tick: events can be lost, and DescribeTasks forgets stopped tasks after
 about an hour, so the table is checked against ECS instead of trusting the event stream.
 
-Suspects are bundles launched but not claimed within the start timeout, and running bundles
+Suspects are bundles launched but not claimed a minute after their launch, and running bundles
 whose heartbeat is older than four intervals. Their tasks are described (<=100 per call): a task
-that is STOPPED or unknown to ECS is handled exactly as its STOPPED event would be; one that ECS
-still reports running but that stopped heartbeating is stopped (StopTask), and rerun once it has
-stopped (its event, or the next tick's look), so two runs of a job never overlap: a task that
-only seems dead may still be finishing a handler.
+that is STOPPED or unknown to ECS is handled exactly as its STOPPED event would be (a launch
+recovered after a crashed tick may find its tasks long gone: they waited for an assignment that
+came too late); one that ECS reports running but that never claimed its bundle within the start
+timeout, or that stopped heartbeating, is stopped (StopTask), and rerun once it has stopped (its
+event, or the next tick's look), so two runs of a job never overlap: a task that only seems dead
+may still be finishing a handler.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from dispatcher.stages.rerun import Reruns, StopOutcome, StopResult
 log = logging.getLogger(__name__)
 
 HEARTBEAT_MISSES = 4
+# A launched bundle's task is looked at this long after its launch if it has not claimed it
+# (Fargate starts a task in about 30-60 s); it is stopped only after the start timeout.
+LOOK_AFTER_SECONDS = 60.0
 # The runner fails a job at its timeout itself; the tick steps in only after this much more.
 TIMEOUT_MARGIN_SECONDS = 5.0
 # Not USER_STOP_PREFIX: that marks a stop longjobs asked for (cancel/timeout), never rerun.
@@ -60,10 +65,10 @@ class Reconciler:
 
     def suspects(self, active: list[Bundle]) -> list[Bundle]:
         t = self._clock()
-        unclaimed = t - self._policy.start_timeout_seconds
+        look = t - min(LOOK_AFTER_SECONDS, self._policy.start_timeout_seconds)
         silent = t - HEARTBEAT_MISSES * self._policy.heartbeat_seconds
         return [b for b in active if b.task_arn and (
-            (b.state == BundleState.LAUNCHED and b.updated_at <= unclaimed)
+            (b.state == BundleState.LAUNCHED and b.updated_at <= look)
             or (b.state == BundleState.RUNNING and (b.heartbeat_at or 0) < silent))]
 
     def run(self, active: list[Bundle], stats: ReconcileStats) -> None:
@@ -72,6 +77,7 @@ class Reconciler:
             return
         stats.checked += len(suspects)
         by_arn: dict[str, Bundle] = {b.task_arn: b for b in suspects if b.task_arn}
+        unclaimed = self._clock() - self._policy.start_timeout_seconds
         for status in self._launcher.describe(list(by_arn)):
             bundle = by_arn[status.task_arn]
             if status.last_status.gone:
@@ -81,6 +87,8 @@ class Reconciler:
                     StopCode.TASK_FAILED_TO_START if never_known else None),
                     status.stopped_reason or f"found {status.last_status} by reconciliation "
                     "(its event was lost)", status.exit_code)
+            elif bundle.state == BundleState.LAUNCHED and bundle.updated_at > unclaimed:
+                continue  # alive and not claimed yet: within its start timeout
             elif status.last_status == LastStatus.RUNNING or bundle.state == BundleState.RUNNING:
                 stats.stuck_stopped += 1
                 self._launcher.stop(status.task_arn, STUCK_REASON)
