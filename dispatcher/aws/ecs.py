@@ -41,7 +41,11 @@ if TYPE_CHECKING:  # only for EcsTarget.from_config; the adapter never reads set
 
 _THROTTLING = {"ThrottlingException", "Throttling", "TooManyRequestsException",
                "RequestLimitExceeded"}
-# Error codes that mean "this request was refused; nothing was started".
+# Error codes that mean "this request was refused; nothing was started by it". One exception:
+# ConflictException says the clientToken was used before with other parameters (the network or
+# capacity settings changed between a crashed tick and its recovery), so the first request's
+# tasks may be running. They have no bundle assigned: each waits LONGJOBS_ASSIGN_WAIT_SECONDS
+# and exits without running anything, while the bundles are launched anew.
 _REFUSED = {"ClientException", "InvalidParameterException", "AccessDeniedException",
             "PlatformUnknownException", "PlatformTaskDefinitionIncompatibilityException",
             "UnsupportedFeatureException", "ConflictException", "BlockedException"}
