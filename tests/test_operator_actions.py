@@ -83,3 +83,34 @@ def test_finished_jobs_expire_after_the_retention_and_a_retry_keeps_them() -> No
     launched(keep, [small("c")])
     Worker(CFG, keep, Registry({"ok": lambda p, ctx: "done"}), ARN).run()
     assert _expires(keep, r.job_key("c")) is None
+
+
+def test_a_retry_keeps_the_jobs_size_priority_kind_limit_and_schedule() -> None:
+    """The retry's bundle of one is launched as the job was admitted: its task size (an 8 GiB
+    job must not rerun in the default 2 GiB), its priority, its kind's limit, its not_before."""
+    from tests.twins import Twins
+
+    tw = Twins()
+    stages = tw.stages(LONGJOBS_KIND_LIMITS="report=1")
+    later = tw.clock() + 3600
+    client = tw.client()
+    client.submit("report", {}, job_id="big", cpu=4096, memory=8192, priority="high")
+    client.submit("report", {}, job_id="later", not_before=later)
+    stages.dispatcher.tick()
+    for job_id in ("big", "later"):
+        tw.table.write(Update(r.job_key(job_id), [Set("state", "FAILED"),
+                                                  Set("status_key", r.job_status("FAILED"))]))
+    first = next(b for b in tw.bundles() if "big" in b.job_ids)
+    tw.table.write(Update(r.bundle_key(first.bundle_id),  # its task ended
+                          [Set("state", "DONE"), Set("status_key", r.bundle_status("DONE"))]))
+    big, scheduled = tw.store.retry("big"), tw.store.retry("later")
+    retried = tw.bundle(big.bundle_id or "")
+    assert retried is not None and retried.bundle_id != first.bundle_id
+    assert (retried.resources.cpu, retried.resources.memory) == (4096, 8192)
+    assert (str(retried.priority), retried.kind, retried.slots) == ("high", "report", 1)
+    waiting = tw.bundle(scheduled.bundle_id or "")
+    assert waiting is not None and waiting.next_attempt_at == later
+    requests = len(tw.launcher.requests)
+    stages.dispatcher.tick()
+    (request,) = tw.launcher.requests[requests:]  # the big one only: "later" is not due
+    assert (request.resources.cpu, request.resources.memory) == (4096, 8192)

@@ -46,8 +46,9 @@ class Bundle:
     running_jobs: list[str] = field(default_factory=list)  # as of the last heartbeat
     priority: Priority = Priority.NORMAL  # of all its jobs
     resources: Resources = field(default_factory=Resources)  # of all its jobs: launch overrides
-    # Set when every job is of one kind that has a limit (LONGJOBS_KIND_LIMITS): the bundle
-    # then counts ``slots`` (jobs it can run at once) against that kind's limit while active.
+    # Set when every job is of one kind that has a limit (LONGJOBS_KIND_LIMITS), and on the
+    # bundle of one job a retry makes: the bundle then counts ``slots`` (jobs it can run at
+    # once) against that kind's limit while active, if the kind has one.
     kind: str | None = None
     slots: int = 0
 

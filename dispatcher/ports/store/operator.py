@@ -110,9 +110,14 @@ class OperatorStore(Reads):
                                 job_id=job_id)
         lifecycle.check_job(job_id, job.state, JobState.PENDING)
         t = self.clock()
+        # The job's own bundle of one: its priority, task size and schedule, as it was
+        # admitted with; its kind, so that it counts its one slot against the kind's limit
+        # if the kind has one (the tick counts only limited kinds).
         bundle = Bundle(bundle_id=new_id(), job_ids=[job_id],
-                        estimated_seconds=job.estimated_seconds or 0.0, next_attempt_at=t,
-                        created_at=t)
+                        estimated_seconds=job.estimated_seconds or 0.0,
+                        next_attempt_at=max(t, job.not_before or 0.0), created_at=t,
+                        priority=job.priority, resources=job.resources, kind=job.kind,
+                        slots=1)
         self._transact([
             Put(r.bundle_record(bundle), Absent()),
             Update(r.job_key(job_id), [
