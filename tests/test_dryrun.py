@@ -44,6 +44,20 @@ def test_dry_run_reports_the_plan_and_writes_nothing(aws: Aws) -> None:
     assert aws.proxy.counts()["dynamodb.TransactWriteItems"] == 0
 
 
+def test_dry_run_reads_the_priority_queues_too_and_puts_their_messages_back(aws: Aws) -> None:
+    JobClient().submit_many([{"kind": "k", "payload": {}, "job_id": f"urgent-{i}",
+                              "estimated_seconds": 1, "priority": "high"} for i in range(2)]
+                            + [{"kind": "k", "payload": {}, "job_id": "later",
+                                "estimated_seconds": 1, "priority": "low"}])
+    result = CliRunner().invoke(app, ["dispatch", "--once", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output[result.output.index("{"):])
+    assert out["decision"]["intake"]["received"] == 3
+    assert out["decision"]["intake"]["admitted_by_priority"] == {"high": 2, "low": 1}
+    for url in ("LONGJOBS_HIGH_QUEUE_URL", "LONGJOBS_LOW_QUEUE_URL"):  # visible again
+        assert queue_counts(aws.proxy.url, aws.env[url])[0] > 0
+
+
 def test_deploy_registers_a_revision_and_running_tasks_keep_theirs(aws: Aws) -> None:
     from dispatcher import wiring
 

@@ -1,10 +1,10 @@
 """Dry run: the tick decides everything and writes nothing.
 
 Middleware around the three ports (as dramatiq wraps its broker): reads go through, every write
-is recorded as what it *would* have been. The queue is read with a zero visibility timeout so
-messages are hidden only while the dry tick reads them and made visible again right after
-(``Plan.finish``); each read still counts as a receive toward the DLQ's maxReceiveCount, so run
-it by hand, not on a schedule.
+is recorded as what it *would* have been. The queues (normal, and high and low if configured)
+are read with a 60 s visibility timeout, so messages are hidden only while the dry tick reads
+them, and are made visible again right after (``Plan.finish``); each read still counts as a
+receive toward the DLQ's maxReceiveCount, so run it by hand, not on a schedule.
 """
 
 from __future__ import annotations
@@ -37,14 +37,13 @@ class Plan:
 
     def __init__(self) -> None:
         self.actions: list[dict[str, Any]] = []
-        self.received: list[Received] = []
-        self.queue: Queue | None = None
+        self.received: list[tuple[Queue, list[Received]]] = []  # each read, with its queue
 
     def finish(self) -> None:
-        """Put every message the dry tick read back in the queue, visible at once."""
-        if self.queue is not None:
-            for start in range(0, len(self.received), BATCH):
-                self.queue.release(self.received[start:start + BATCH])
+        """Put every message the dry tick read back in its queue, visible at once."""
+        for queue, batch in self.received:
+            for start in range(0, len(batch), BATCH):
+                queue.release(batch[start:start + BATCH])
         self.received.clear()
 
     def would(self, action: str, **details: Any) -> None:
@@ -54,7 +53,6 @@ class Plan:
 class DryRunQueue(Queue):
     def __init__(self, inner: Queue, plan: Plan) -> None:
         self._inner, self._plan = inner, plan
-        plan.queue = inner
 
     def send(self, entries: list[tuple[str, str]]) -> dict[str, str]:
         self._plan.would("send", messages=len(entries))
@@ -64,7 +62,7 @@ class DryRunQueue(Queue):
                 visibility_timeout: int | None = None) -> list[Received]:
         # Hidden while the dry tick reads on (so it sees past the first 10), restored after.
         batch = self._inner.receive(max_messages, visibility_timeout=READ_SECONDS)
-        self._plan.received.extend(batch)
+        self._plan.received.append((self._inner, batch))
         return batch
 
     def delete(self, messages: list[Received]) -> dict[str, str]:
@@ -180,6 +178,8 @@ def dry_run(cfg: Config) -> tuple[Dispatcher, Plan]:
     """A dispatcher whose tick writes nothing and reports what it would have done."""
     plan = Plan()
     stages = wiring.build(cfg, queue=DryRunQueue(wiring.queue(cfg), plan),
+                          priority_queues={p: DryRunQueue(q, plan)
+                                           for p, q in wiring.priority_queues(cfg).items()},
                           store=DryRunStore(wiring.store(cfg), plan),
                           launcher=DryRunLauncher(wiring.launcher(cfg), plan),
                           # Starts nothing, so waits for nothing: paced_seconds still shows
