@@ -177,6 +177,10 @@ def test_stats(populated: Store) -> None:
                             "oldest_age_seconds": None, "dead_letters": 0}
     text = cli("stats").stdout
     assert "longjobs-worker:1" in text and "RESOURCE:MEMORY=1" in text
+    # The backlog is every priority's queue, not the normal one's alone.
+    JobClient().submit_many([{"kind": "k", "payload": {}, "priority": p}
+                             for p in ("high", "normal", "low", "low")])
+    assert cli_json("stats")["backlog"]["visible"] == 4
 
 
 def test_dlq_list_and_redrive(aws: Aws) -> None:
@@ -214,6 +218,8 @@ def test_errors_are_one_line(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
     result = cli("jobs", "list", "--status", "DONE", code=2)
     assert result.stderr.startswith("error: unknown status 'DONE'")
     assert cli("jobs", "list", "--since", "soon", code=2).stderr.count("\n") == 1
+    assert cli("jobs", "list", "--since", "800000d", code=2).stderr == (
+        "error: --since '800000d' is longer than 100 years\n")
     monkeypatch.setenv("LONGJOBS_DLQ_URL", "")
     assert "LONGJOBS_DLQ_URL is not set" in cli("dlq", "list", code=2).stderr
     monkeypatch.delenv("LONGJOBS_TABLE")

@@ -18,6 +18,7 @@ from dispatcher.cli import top as top_cli
 from dispatcher.cli.app import app
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState, Priority
+from dispatcher.ops.queries import Registry
 from dispatcher.ops.top import KindRow, QueueRow, Top
 from dispatcher.ports.launcher import LaunchPacer
 from dispatcher.ports.queue import Backlog
@@ -137,6 +138,21 @@ def test_the_window_bounds_recent_activity(world: World) -> None:
     assert snap.running_tasks == 3 and snap.bundles["PENDING"] == 2
     assert snap.dispatch_lag_seconds == 440
     assert world.top(window_seconds=3600).snapshot().admitted_total == 7
+    # A span reaching before 1970 means "everything", not a date error.
+    assert world.top(window_seconds=1e12).snapshot().admitted_total == 7
+    assert len(Registry(world.twins.store, clock=world.twins.clock).list_jobs(
+        since_seconds=1e12, limit=100)) == 8
+
+
+def test_a_scheduled_bundle_waits_from_its_time_not_its_recording(twins: Twins) -> None:
+    twins.client().submit("k", {}, job_id="tomorrow", not_before=twins.clock() + 86_400)
+    stages = twins.stages()
+    stages.dispatcher.tick()  # recorded in a bundle due tomorrow
+    top = Top(twins.store, queue=twins.queue, clock=twins.clock, queues=stages.queues)
+    assert top.snapshot().waiting_bundles == 0  # not due yet: not waiting
+    twins.clock.advance(86_405)  # due 5 s ago, no tick since
+    snap = top.snapshot()
+    assert snap.waiting_bundles == 1 and snap.dispatch_lag_seconds == pytest.approx(5)
 
 
 def test_levels_without_a_queue_of_their_own(twins: Twins) -> None:
@@ -213,7 +229,8 @@ def test_live_view_refreshes_until_interrupted(world: World,
 
 def test_errors_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     result = _cli("--once", "--window", "soon", code=2)
-    assert result.stderr == "error: --window 'soon' is not a duration like 1m, 5m or 1h\n"
+    assert result.stderr == ("error: --window 'soon' is not a duration like 1m, 5m or 1h "
+                             "(at most 100 years)\n")
     monkeypatch.setenv("LONGJOBS_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/1/q")
     monkeypatch.delenv("LONGJOBS_TABLE", raising=False)
     result = _cli("--once", code=2)

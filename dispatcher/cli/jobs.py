@@ -29,6 +29,7 @@ jobs_app = typer.Typer(name="jobs", no_args_is_help=True,
                        help="List, inspect, cancel and retry jobs.")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_DURATION_SECONDS = 100 * 365 * 86400
 
 
 def parse_duration(text: str) -> float:
@@ -36,7 +37,10 @@ def parse_duration(text: str) -> float:
     match = _DURATION.match(text)
     if not match:
         raise LongjobsError(f"--since {text!r} is not a duration like 15m, 2h or 1d")
-    return float(match.group(1)) * _UNITS[match.group(2)]
+    seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if seconds > MAX_DURATION_SECONDS:
+        raise LongjobsError(f"--since {text!r} is longer than 100 years")
+    return seconds
 
 
 # -- jobs -----------------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ def top(
     try:
         window_seconds = parse_duration(window)
     except LongjobsError:
-        fail(f"--window {window!r} is not a duration like 1m, 5m or 1h")
+        fail(f"--window {window!r} is not a duration like 1m, 5m or 1h (at most 100 years)")
     if window_seconds <= 0:
         fail("--window must be longer than 0 seconds")
     view = guarded(lambda: source(window_seconds))

@@ -49,7 +49,8 @@ class JobClient:
             env["LONGJOBS_QUEUE_URL"] = queue_url
         if table_name:
             env["LONGJOBS_TABLE"] = table_name
-        cfg = settings.load("client", {**os.environ, **env})
+        # Sending needs only the queues: the table is checked when a read first needs it.
+        cfg = settings.load("client", {**os.environ, **env}, later=frozenset({"LONGJOBS_TABLE"}))
         if endpoint_url or region:
             cfg = settings.Config(**{**cfg.__dict__, "endpoint_url": endpoint_url or
                                    cfg.endpoint_url, "region": region or cfg.region})
@@ -83,7 +84,9 @@ class JobClient:
         the queue; ``not_before`` (epoch seconds, ISO-8601 with a timezone, or an aware
         datetime) holds it until then. A bad value raises ``InvalidMessage``."""
         return self.submit_many([{
-            "kind": kind, "payload": dict(payload), "job_id": job_id,
+            # Not a mapping: left for the schema to refuse with a readable reason.
+            "kind": kind, "payload": dict(payload) if isinstance(payload, Mapping) else payload,
+            "job_id": job_id,
             "estimated_seconds": estimated_seconds, "max_attempts": max_attempts,
             "timeout_seconds": timeout_seconds, "cpu": cpu, "memory": memory,
             "ephemeral_storage": ephemeral_storage, "priority": priority,
@@ -127,7 +130,8 @@ class JobClient:
     def _table(self) -> Store:
         if self._store is None:
             if not self.cfg.table:
-                raise ConfigError("LONGJOBS_TABLE is not set; reading jobs needs the table")
+                raise ConfigError("invalid configuration: LONGJOBS_TABLE is not set (reading "
+                                  "jobs needs the job table's name; sending them does not)")
             self._store = open_store(self.cfg.table, self.cfg.region, self.cfg.endpoint_url,
                                      retention_days=self.cfg.retention_days)
         return self._store
@@ -153,12 +157,14 @@ class JobClient:
 
     # -- operating (dispatcher.ops.queries) ----------------------------------------------------
     def registry(self) -> Registry:
-        """The typed read API over the table, with this client's queue and DLQ for stats."""
+        """The typed read API over the table, with this client's queues and DLQ for stats (its
+        backlog counts every priority's queue)."""
         from dispatcher.ops.queries import Registry
 
         dlq = SqsQueue(clients.client("sqs", self.cfg), self.cfg.dlq_url) if self.cfg.dlq_url \
             else None
-        return Registry(self._table(), queue=self._queue, dead_letters=dlq)
+        others = tuple({id(q): q for q in self._queues.values() if q is not self._queue}.values())
+        return Registry(self._table(), queue=self._queue, dead_letters=dlq, other_queues=others)
 
     def stats(self) -> Stats:
         """Backlog, jobs by state, running tasks by revision, launch failures and reruns."""

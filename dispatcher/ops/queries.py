@@ -192,11 +192,13 @@ def parse_status(status: str) -> JobState | str:
 @dataclass
 class Registry:
     """Reads over the job table (through the operator role of the store port) and, for
-    stats, the job queue and dead-letter queue."""
+    stats, the job queues and the dead-letter queue."""
 
     store: OperatorStore
     queue: Queue | None = None
     dead_letters: Queue | None = None
+    # The high and low queues, where they are queues of their own: stats' backlog is the sum.
+    other_queues: tuple[Queue, ...] = ()
     clock: Any = field(default=time.time)
 
     # -- list -----------------------------------------------------------------------------------
@@ -205,7 +207,8 @@ class Registry:
         """Newest first (by creation time, the index's range key), at most ``limit``."""
         states = [parse_status(status)] if status else list(JOB_STATES)
         now = self.clock()
-        since = now - since_seconds if since_seconds is not None else None
+        # A span longer than the epoch means everything (a date before 1970 has no ISO form).
+        since = max(0.0, now - since_seconds) if since_seconds is not None else None
         # Each per-status answer is newest first and at most `limit` long, so merging them
         # reads at most `limit` items per status, whatever the table holds.
         streams = [self.store.list_jobs(JobState.PENDING, since=since, kind=kind, limit=limit,
@@ -245,9 +248,10 @@ class Registry:
     def _backlog(self) -> BacklogStats | None:
         if self.queue is None:
             return None
-        b = self.queue.backlog()
+        parts = [q.backlog() for q in (self.queue, *self.other_queues)]
         dead = self.dead_letters.backlog().visible if self.dead_letters else None
-        return BacklogStats(b.visible, b.in_flight, b.delayed, None, dead)
+        return BacklogStats(sum(b.visible for b in parts), sum(b.in_flight for b in parts),
+                            sum(b.delayed for b in parts), None, dead)
 
     def _running_by_revision(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}

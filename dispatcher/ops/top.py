@@ -123,7 +123,7 @@ class Top(Registry):
 
     def snapshot(self) -> Snapshot:
         t = self.clock()
-        cutoff = t - self.window_seconds
+        cutoff = max(0.0, t - self.window_seconds)  # a window longer than the epoch: all
         active = self.store.active_bundles()
         admitted, rejected = self._admitted(cutoff)
         lag, waiting = self._dispatch_lag(t)
@@ -171,7 +171,10 @@ class Top(Registry):
                    if b.next_attempt_at <= t or b.launch_failures > 0]
         if not waiting:
             return None, 0
-        since = min(b.updated_at or b.created_at for b in waiting)
+        # A scheduled bundle waits from its not_before, not from when it was recorded.
+        since = min(b.updated_at or b.created_at if b.launch_failures
+                    else max(b.updated_at or b.created_at, b.next_attempt_at)
+                    for b in waiting)
         return max(0.0, t - since), len(waiting)
 
     def _kinds(self, active: list[Bundle]) -> list[KindRow]:
