@@ -319,11 +319,14 @@ def required(role: str) -> list[str]:
     return [s.name for s in SETTINGS if s.required and role in s.roles]
 
 
-def load(role: str = "dispatcher", env: Mapping[str, str] | None = None) -> Config:
+def load(role: str = "dispatcher", env: Mapping[str, str] | None = None, *,
+         later: frozenset[str] = frozenset()) -> Config:
     """Parse and validate the settings; raise one ConfigError naming every bad variable.
 
     ``role`` selects which required variables must be set (see :func:`required`); a role that
-    declares none (``metrics``, ``task``) only parses and validates what is set.
+    declares none (``metrics``, ``task``) only parses and validates what is set. ``later``
+    names required variables the caller checks itself when it first needs them (a producer
+    sends jobs without the job table's name).
     """
     env = os.environ if env is None else env
     values: dict[str, str] = {}
@@ -336,7 +339,7 @@ def load(role: str = "dispatcher", env: Mapping[str, str] | None = None) -> Conf
         if value:
             values[attr] = value
             raw[attr] = (name, value)
-        elif setting.required and role in setting.roles:
+        elif setting.required and role in setting.roles and setting.name not in later:
             problems.append(f"{setting.name} is not set ({setting.meaning})")
     try:
         cfg = Config.model_validate(values)

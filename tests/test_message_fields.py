@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -308,3 +309,37 @@ def test_submit_refuses_a_bad_size_in_one_line(cli_queues: dict[Priority, Memory
     assert len(lines) == 1 and lines[0].startswith("error: "), result.output
     assert expected in lines[0]
     assert all(q.backlog().visible == 0 for q in cli_queues.values())
+
+
+@pytest.mark.parametrize(("payload", "says"), [
+    ({"when": datetime(2026, 1, 1, tzinfo=UTC)}, "payload.when: a datetime is not JSON"),
+    ({"amount": Decimal("1.5")}, "payload.amount: a Decimal is not JSON"),
+    ({"tags": {"a", "b"}}, "payload.tags: a set is not JSON"),
+    ({"raw": b"\x00"}, "payload.raw: a bytes is not JSON"),
+    ({"nested": [{"at": object()}]}, "payload.nested.0.at: a object is not JSON"),
+    ({"nested": {(1, 2): "tuple key"}}, "payload.nested: a key of type tuple is not JSON"),
+    ({(1, 2): "tuple key"}, "payload.(1, 2).[key]: Input should be a valid string"),
+    (None, "payload: Field required"),
+])
+def test_a_payload_value_that_is_not_json_is_a_clear_error_before_sending(
+        payload: Any, says: str) -> None:
+    queue = MemoryQueue()
+    with pytest.raises(InvalidMessage) as info:
+        _client(queue=queue).submit("k", payload, job_id="j-1")
+    assert says in info.value.reason and info.value.job_id == "j-1"
+    assert queue.backlog().visible == 0
+
+
+def test_a_producer_sends_without_the_table_and_reads_ask_for_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Producers hold sqs:SendMessage only: the job table's name is needed to read, not to
+    send."""
+    from dispatcher.domain.errors import ConfigError
+
+    monkeypatch.delenv("LONGJOBS_TABLE", raising=False)
+    queue = MemoryQueue()
+    client = JobClient(queue_url=ENV["LONGJOBS_QUEUE_URL"], region="us-east-1", queue=queue)
+    assert client.submit("k", {"n": 1}, job_id="sent") == "sent"
+    assert [b["job_id"] for b in _bodies(queue)] == ["sent"]
+    with pytest.raises(ConfigError, match="LONGJOBS_TABLE is not set"):
+        client.get("sent")
