@@ -146,18 +146,23 @@ def test_duplicates_inside_a_paged_bundle_are_left_out(twins: Twins) -> None:
     check_converged(twins, [j["job_id"] for j in everything])
 
 
-def test_settling_a_large_bundle_writes_every_job(twins: Twins) -> None:
-    """A stop that touches more jobs than one transaction holds (a task that never claimed
-    its bundle charges each job a launch) is written in chunks, the bundle's update last."""
-    jobs = small_jobs(250)
-    twins.client().submit_many(jobs)
+def never_started(twins: Twins) -> tuple[Any, TaskStop]:
+    """250 jobs in one launched bundle whose task failed to start (each job lost a launch:
+    more job updates than one transaction holds). Returns the stages and the stop."""
+    twins.client().submit_many(small_jobs(250))
     stages = twins.stages(**settings(LONGJOBS_TASK_CONCURRENCY="50",
                                      LONGJOBS_MAX_RUNNING_TASKS="1"))
     stages.dispatcher.tick()
     (arn,) = twins.task_arns()
     twins.launcher.stop_task(arn, code="TaskFailedToStart", reason="CannotPullContainerError")
-    outcome = stages.reruns.on_stop(TaskStop(arn, "TaskFailedToStart",
-                                             "CannotPullContainerError", None))
+    return stages, TaskStop(arn, "TaskFailedToStart", "CannotPullContainerError", None)
+
+
+def test_settling_a_large_bundle_writes_every_job(twins: Twins) -> None:
+    """A stop that touches more jobs than one transaction holds (a task that never claimed
+    its bundle charges each job a launch) is written in chunks, the bundle's update last."""
+    stages, stop = never_started(twins)
+    outcome = stages.reruns.on_stop(stop)
     assert len(outcome.rerun) == 250
     assert all(j.infra_attempts == 1 for j in twins.jobs())
     (bundle,) = twins.bundles()
@@ -170,14 +175,8 @@ def test_a_crash_part_way_through_a_large_settle_charges_each_job_once() -> None
     twins = Twins()
     twins.table = crashing = CrashAfter(10**9)
     twins.store.table = crashing
-    jobs = small_jobs(250)
-    twins.client().submit_many(jobs)
-    stages = twins.stages(**settings(LONGJOBS_TASK_CONCURRENCY="50",
-                                     LONGJOBS_MAX_RUNNING_TASKS="1"))
-    stages.dispatcher.tick()
-    (arn,) = twins.task_arns()
-    twins.launcher.stop_task(arn, code="TaskFailedToStart", reason="CannotPullContainerError")
-    stop = TaskStop(arn, "TaskFailedToStart", "CannotPullContainerError", None)
+    stages, stop = never_started(twins)
+    arn = stop.task_arn
     crashing.n = crashing.calls  # the settle's first transaction commits, then the crash
     with pytest.raises(RuntimeError, match="InjectedCrash"):
         stages.reruns.on_stop(stop)

@@ -3,6 +3,7 @@ production task-event handler as ECS "Task State Change" events (local mode)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -47,6 +48,30 @@ def local(moto_server: MotoEndpoint, tmp_path: Path,
     env.start()
     yield env, log
     env.stop()
+
+
+@contextlib.contextmanager
+def own_local(moto_server: MotoEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+              tick_seconds: float, endpoint: str | None = None,
+              **settings: str) -> Iterator[tuple[LocalEnv, Path]]:
+    """Local mode with this test's own settings (the ``local`` fixture's are fixed), on
+    moto or on ``endpoint`` (a proxy in front of it); the process environment local mode
+    exports is restored after."""
+    moto_server.reset()
+    log = tmp_path / "executions.jsonl"
+    monkeypatch.setenv("LONGJOBS_TEST_LOG", str(log))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "WARNING")
+    saved = dict(os.environ)
+    env = LocalEnv(endpoint=endpoint or moto_server.url, tick_seconds=tick_seconds,
+                   settings={"LONGJOBS_HANDLERS": HANDLERS, **settings})
+    try:
+        env.start()
+        yield env, log
+    finally:
+        env.stop()
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def wait_for(pred: Callable[[], bool], timeout: float = 120.0) -> None:
@@ -182,16 +207,10 @@ def test_a_bundle_of_50_small_jobs_costs_a_few_writes(
         moto_server: MotoEndpoint, proxy: AwsProxy, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Grouped writes: starts and results of small jobs share transactions."""
-    moto_server.reset()
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
-    monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "WARNING")
-    saved = dict(os.environ)
-    env = LocalEnv(endpoint=proxy.url, tick_seconds=3600, settings={
-        "LONGJOBS_HANDLERS": HANDLERS, "LONGJOBS_FLUSH_SECONDS": "5",
-        "LONGJOBS_HEARTBEAT_SECONDS": "30", "LONGJOBS_ASSIGN_WAIT_SECONDS": "20",
-        "LONGJOBS_MAX_RUNNING_TASKS": "1"})  # one slot: the 50 in one bundle
-    try:
-        env.start()
+    with own_local(moto_server, tmp_path, monkeypatch, 3600, endpoint=proxy.url,
+                   LONGJOBS_FLUSH_SECONDS="5", LONGJOBS_HEARTBEAT_SECONDS="30",
+                   LONGJOBS_ASSIGN_WAIT_SECONDS="20",
+                   LONGJOBS_MAX_RUNNING_TASKS="1") as (env, _):  # one slot: 50 in one bundle
         store = open_store(env.cfg.table)
         ids = JobClient().submit_many([{"kind": "echo", "payload": {"n": i},
                                         "job_id": f"g{i}", "estimated_seconds": 0.1}
@@ -203,10 +222,6 @@ def test_a_bundle_of_50_small_jobs_costs_a_few_writes(
         wait_for(lambda: len(env.events) == 1)
         counts = proxy.counts()
         assert all(state(store, i) == JobState.SUCCEEDED for i in ids)
-    finally:
-        env.stop()
-        os.environ.clear()
-        os.environ.update(saved)
     writes = {k: v for k, v in counts.items()
               if k.split(".")[1] in ("TransactWriteItems", "UpdateItem", "PutItem")}
     assert sum(writes.values()) <= 6, counts  # claim + 1-3 grouped flushes (+ a heartbeat)
@@ -264,20 +279,11 @@ def test_a_killer_among_concurrent_jobs_spends_only_its_own_budget(
     run at once; one kills the process. Its mates, with a single attempt each, must not be
     failed for it: a crash with several jobs running charges none of them an attempt and
     reruns the bundle one job at a time, where the next crash names the killer."""
-    moto_server.reset()
-    log = tmp_path / "executions.jsonl"
-    monkeypatch.setenv("LONGJOBS_TEST_LOG", str(log))
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
-    monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "WARNING")
-    saved = dict(os.environ)
-    env = LocalEnv(endpoint=moto_server.url, tick_seconds=0.5, settings={
-        "LONGJOBS_HANDLERS": HANDLERS, "LONGJOBS_TASK_CONCURRENCY": "4",
-        "LONGJOBS_MAX_RUNNING_TASKS": "1", "LONGJOBS_FLUSH_SECONDS": "0.5",
-        "LONGJOBS_HEARTBEAT_SECONDS": "1", "LONGJOBS_LAUNCH_BACKOFF_SECONDS": "0",
-        "LONGJOBS_ASSIGN_WAIT_SECONDS": "20"})
     mates = [f"mate-{i}" for i in range(3)]
-    try:
-        env.start()
+    with own_local(moto_server, tmp_path, monkeypatch, 0.5, LONGJOBS_TASK_CONCURRENCY="4",
+                   LONGJOBS_MAX_RUNNING_TASKS="1", LONGJOBS_FLUSH_SECONDS="0.5",
+                   LONGJOBS_HEARTBEAT_SECONDS="1", LONGJOBS_LAUNCH_BACKOFF_SECONDS="0",
+                   LONGJOBS_ASSIGN_WAIT_SECONDS="20") as (env, log):
         store = open_store(env.cfg.table)
         with env.paused():  # one bundle of all four
             JobClient().submit_many(
@@ -287,10 +293,6 @@ def test_a_killer_among_concurrent_jobs_spends_only_its_own_budget(
                     "estimated_seconds": 0.1}])
         wait_for(lambda: state(store, "killer") == JobState.FAILED
                  and all(state(store, j) == JobState.SUCCEEDED for j in mates))
-    finally:
-        env.stop()
-        os.environ.clear()
-        os.environ.update(saved)
     killer = store.get_job("killer")
     assert killer is not None and killer.attempts == 2 and "out of attempts" in (
         killer.reason or "")
@@ -325,18 +327,10 @@ def test_a_task_runs_plain_and_async_jobs_at_once(
     """LONGJOBS_TASK_CONCURRENCY=8 in a real runner process: 4 plain handlers that return only
     once all 4 run at once (each in a thread of its own), and 4 async ones that return only
     once all 4 await on the task's one event loop."""
-    moto_server.reset()
-    log = tmp_path / "executions.jsonl"
-    monkeypatch.setenv("LONGJOBS_TEST_LOG", str(log))
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
-    monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "WARNING")
-    saved = dict(os.environ)
-    env = LocalEnv(endpoint=moto_server.url, tick_seconds=3600, settings={
-        "LONGJOBS_HANDLERS": HANDLERS, "LONGJOBS_TASK_CONCURRENCY": "8",
-        "LONGJOBS_MAX_RUNNING_TASKS": "1", "LONGJOBS_FLUSH_SECONDS": "5",
-        "LONGJOBS_HEARTBEAT_SECONDS": "30", "LONGJOBS_ASSIGN_WAIT_SECONDS": "20"})
-    try:
-        env.start()
+    with own_local(moto_server, tmp_path, monkeypatch, 3600, LONGJOBS_TASK_CONCURRENCY="8",
+                   LONGJOBS_MAX_RUNNING_TASKS="1", LONGJOBS_FLUSH_SECONDS="5",
+                   LONGJOBS_HEARTBEAT_SECONDS="30",
+                   LONGJOBS_ASSIGN_WAIT_SECONDS="20") as (env, log):
         store = open_store(env.cfg.table)
         ids = JobClient().submit_many(
             [{"kind": kind, "payload": {"group": kind, "party": 4}, "job_id": f"{kind}{i}",
@@ -347,10 +341,6 @@ def test_a_task_runs_plain_and_async_jobs_at_once(
         ended = env.launcher.tasks[arn].exit
         assert ended is not None and ended.exit_code == 0
         assert all(state(store, i) == JobState.SUCCEEDED for i in ids)
-    finally:
-        env.stop()
-        os.environ.clear()
-        os.environ.update(saved)
     met = [r for i in ids for r in runs(log, i)]
     assert len(met) == 8 and len({r["pid"] for r in met}) == 1
     plain = [r for r in met if str(r["job_id"]).startswith("meet")]
