@@ -174,8 +174,9 @@ def verdict(s: Run, records: list[dict[str, Any]]) -> tuple[bool, str, list[tupl
         rows.append(("poison", f"{poison.state} after {poison.attempts} attempts: "
                                f"{poison.reason}"))
     rows += [("rejected", f"{k}: {r}") for k, r in rejected]
-    rows.append(("duplicate", f"small-0000 sent twice: {absorbed} de-duplicated at intake, "
-                              f"ran {done['small-0000']} time(s)"))
+    rows.append(("duplicate", f"small-0000 sent twice, ran {done['small-0000']} time(s); "
+                              f"{absorbed} duplicate deliveries de-duplicated at intake "
+                              "(SQS redeliveries included)"))
     stuck = sum(d.reconcile.stuck_stopped for d in list(env.decisions))
     rows.append(("reconciliation", f"{stuck} silent task(s) stopped (heartbeat every "
                                    f"{env.cfg.heartbeat_seconds} s)"))
