@@ -18,7 +18,7 @@ from dispatcher.aws.dynamodb import open_store
 from dispatcher.aws.ecs import EcsLauncher, EcsTarget
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.ops.client import JobClient
-from dispatcher.ports.launcher import LaunchRequest, RateExceeded
+from dispatcher.ports.launcher import NOT_STARTED_BY_FIRST_CALL, LaunchRequest, RateExceeded
 from dispatcher.testing.workload import run_until_drained
 from tests.conftest import Aws
 from tests.helpers import client, ecs_tasks, queue_counts, s, table_items
@@ -122,3 +122,31 @@ def test_runtask_throttled_on_every_try_raises_rate_exceeded() -> None:
 def test_the_adapter_does_not_pace_runtask_itself() -> None:
     """Pacing is the launch stage's (LaunchPacer), for every launcher alike."""
     assert "runtask_per_second" not in {f.name for f in fields(EcsTarget)}
+
+
+class _TokenUsedEcs:
+    """A boto3 ECS client stand-in answering RunTask as ECS does when the clientToken was used
+    before with other parameters. The response shape is botocore's documented one:
+    https://docs.aws.amazon.com/botocore/latest/reference/services/ecs/client/exceptions/ConflictException.html
+    """
+
+    def __init__(self, started: list[str]) -> None:
+        self.started = started
+
+    def run_task(self, **params: Any) -> dict[str, Any]:
+        raise ClientError({"Error": {"Code": "ConflictException", "Message": "The provided "
+                                     "clientToken is already in use with a different RunTask "
+                                     "request."},
+                           "resourceIds": self.started,  # type: ignore[typeddict-unknown-key]
+                           "ResponseMetadata": {"HTTPStatusCode": 400}}, "RunTask")
+
+
+def test_a_client_token_used_before_with_other_settings_adopts_the_tasks_ecs_names() -> None:
+    """A crashed tick's launch, recovered after the subnets changed: ECS refuses the retry and
+    names the tasks the first call started. They are the launch's tasks; the rest of the count
+    did not start (a failure, so its bundle is put back and launched again)."""
+    started = ["arn:aws:ecs:us-east-1:1:task/c/a", "arn:aws:ecs:us-east-1:1:task/c/b"]
+    launcher = EcsLauncher(_TokenUsedEcs(started), EcsTarget("c", "f"))
+    result = launcher.run(LaunchRequest("f:1", 3, "tok", "s"))
+    assert result.task_arns == started
+    assert result.failures == [NOT_STARTED_BY_FIRST_CALL]

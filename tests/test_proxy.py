@@ -117,6 +117,9 @@ def test_runtask_client_token_replays_first_response(proxy: AwsProxy) -> None:
     with pytest.raises(ClientError) as error:
         ecs.run_task(count=1, clientToken=token, **kwargs)
     assert error.value.response["Error"]["Code"] == "ConflictException"
+    # As ECS answers it: the tasks the token's first call started.
+    assert sorted(error.value.response["resourceIds"]) == sorted(  # type: ignore[typeddict-item]
+        task_arns(first))
 
 
 def test_runtask_injected_failures(proxy: AwsProxy) -> None:

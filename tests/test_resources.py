@@ -16,7 +16,6 @@ import pytest
 from dispatcher import settings
 from dispatcher.aws.ecs import EcsLauncher, EcsTarget, task_overrides
 from dispatcher.domain.bundles import Bundle, BundleState
-from dispatcher.domain.errors import LaunchError
 from dispatcher.domain.jobs import Job, Resources
 from dispatcher.domain.launches import Launch
 from dispatcher.local.launcher import LocalLauncher
@@ -177,9 +176,9 @@ def test_the_local_launcher_keeps_each_requests_size() -> None:
     local = LocalLauncher(cfg, env={"PATH": "/usr/bin:/bin"}, stop_timeout=5,
                           enforce_limits=False)
     try:
-        local.run(LaunchRequest("f:1", 2, "sized", "local", resources=BIG))
-        with pytest.raises(LaunchError, match="ConflictException"):
-            local.run(LaunchRequest("f:1", 2, "sized", "local"))
+        first = local.run(LaunchRequest("f:1", 2, "sized", "local", resources=BIG))
+        # The token reused with another size: the first call's tasks, nothing new started.
+        assert local.run(LaunchRequest("f:1", 2, "sized", "local")) == first
     finally:
         local.shutdown(grace=5)
     assert [q.resources for q in local.requests] == [BIG, Resources()]

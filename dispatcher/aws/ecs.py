@@ -34,6 +34,7 @@ from dispatcher.ports.launcher import (
     LaunchResult,
     RateExceeded,
     TaskStatus,
+    first_call_tasks,
 )
 
 if TYPE_CHECKING:  # only for EcsTarget.from_config; the adapter never reads settings itself
@@ -41,11 +42,9 @@ if TYPE_CHECKING:  # only for EcsTarget.from_config; the adapter never reads set
 
 _THROTTLING = {"ThrottlingException", "Throttling", "TooManyRequestsException",
                "RequestLimitExceeded"}
-# Error codes that mean "this request was refused; nothing was started by it". One exception:
-# ConflictException says the clientToken was used before with other parameters (the network or
-# capacity settings changed between a crashed tick and its recovery), so the first request's
-# tasks may be running. They have no bundle assigned: each waits LONGJOBS_ASSIGN_WAIT_SECONDS
-# and exits without running anything, while the bundles are launched anew.
+# Error codes that mean "this request was refused; nothing was started by it". RunTask's
+# ConflictException is handled before (EcsLauncher.run): it names the tasks an earlier request
+# with the same clientToken started.
 _REFUSED = {"ClientException", "InvalidParameterException", "AccessDeniedException",
             "PlatformUnknownException", "PlatformTaskDefinitionIncompatibilityException",
             "UnsupportedFeatureException", "ConflictException", "BlockedException"}
@@ -102,6 +101,14 @@ class EcsTarget:
                          for p in cfg.capacity_strategy))
 
 
+class _TokenInUse(Exception):
+    """RunTask's ConflictException, with the tasks the clientToken already started."""
+
+    def __init__(self, task_arns: list[str]) -> None:
+        super().__init__(f"clientToken already used; tasks {task_arns}")
+        self.task_arns = task_arns
+
+
 def _transient(exc: BaseException) -> bool:
     if isinstance(exc, (ConnectionError, ReadTimeoutError)):
         return True
@@ -156,6 +163,13 @@ class EcsLauncher(Launcher):
         try:
             return call()
         except ClientError as exc:
+            # "The provided clientToken is already in use with a different RunTask request.
+            # The resourceIds are the existing task ARNs which are already associated with
+            # the clientToken." https://docs.aws.amazon.com/botocore/latest/reference/services/
+            # ecs/client/exceptions/ConflictException.html
+            started: Any = dict(exc.response).get("resourceIds")
+            if operation == "RunTask" and _code(exc) == "ConflictException" and started:
+                raise _TokenInUse([str(a) for a in started]) from exc
             if operation == "RunTask" and _code(exc) in _THROTTLING:
                 # https://docs.aws.amazon.com/AmazonECS/latest/APIReference/request-throttling.html
                 raise RateExceeded(f"{operation}: {_code(exc)}: "
@@ -206,7 +220,12 @@ class EcsLauncher(Launcher):
         # count > 10 is left to ECS to refuse (InvalidParameterException -> LaunchError), so
         # that the twin and the contract suite hold the adapter to ECS's own answer.
         # Retrying with the same clientToken is safe: ECS returns the first call's tasks.
-        resp = self._call("RunTask", "run_task", retried=True, **self._params(request))
+        try:
+            resp = self._call("RunTask", "run_task", retried=True, **self._params(request))
+        except _TokenInUse as used:
+            # The clientToken's first request (a crashed tick's, recovered after the network
+            # or capacity settings changed) started these tasks: this launch's.
+            return first_call_tasks(LaunchResult(used.task_arns, []), request.count)
         arns = [str(t["taskArn"]) for t in resp.get("tasks", [])]
         failures = [f"{f.get('reason', 'UNKNOWN')}"
                     + (f" ({f['detail']})" if f.get("detail") else "")

@@ -34,6 +34,7 @@ from dispatcher.ports.launcher import (
     LaunchRequest,
     LaunchResult,
     TaskStatus,
+    first_call_tasks,
     split_tasks,
 )
 from dispatcher.settings import Config
@@ -158,10 +159,8 @@ class LocalLauncher(Launcher):
                                   f"not {request.count}")
             seen = self._tokens.get(request.client_token)
             if seen is not None:
-                if seen[0] != request:
-                    raise LaunchError("clientToken reused with different parameters "
-                                      "(ConflictException)")
-                return seen[1]
+                return seen[1] if seen[0] == request else first_call_tasks(seen[1],
+                                                                            request.count)
             if self._limits is not None:
                 self._limits.tasks(split_tasks(request.count,
                                                () if request.on_demand else self._strategy),

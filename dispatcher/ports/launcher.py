@@ -82,8 +82,11 @@ class Launcher(ABC):
     def run(self, request: LaunchRequest) -> LaunchResult:
         """Start ``request.count`` (1..MAX_TASKS_PER_CALL) tasks of the pinned revision.
 
-        - A ``client_token`` seen before returns the first call's result and starts nothing
-          (a token reused with different parameters raises ``LaunchError``).
+        - A ``client_token`` seen before returns the first call's result and starts nothing.
+          Reused with other parameters (a launch recovered after the network or capacity
+          settings changed), it returns the tasks the first call started, as ECS names them
+          in its ConflictException, and the rest of ``count`` as failures
+          (:func:`first_call_tasks`).
           https://docs.aws.amazon.com/AmazonECS/latest/APIReference/ECS_Idempotency.html
         - ``count`` outside 1..10 raises ``LaunchError`` (ECS: InvalidParameterException).
         - Tasks that could not be placed are data, not errors: ``failures`` holds one reason
@@ -175,6 +178,19 @@ def providers_for(on_demand: bool, capacity_providers: tuple[str, ...]) -> tuple
     if on_demand or not capacity_providers:
         return (ON_DEMAND,)
     return tuple(dict.fromkeys(capacity_providers))
+
+
+# The failure reason of a task the clientToken's first call did not start (see first_call_tasks).
+NOT_STARTED_BY_FIRST_CALL = "ConflictException: not started by the first call with this clientToken"
+
+
+def first_call_tasks(first: LaunchResult, count: int) -> LaunchResult:
+    """What a RunTask whose clientToken was used before with other parameters comes to: ECS
+    refuses it (ConflictException) and names the tasks the first call started
+    (``resourceIds``). Those are this launch's tasks; the rest of ``count`` did not start.
+    https://docs.aws.amazon.com/botocore/latest/reference/services/ecs/client/exceptions/ConflictException.html"""
+    arns = first.task_arns[:count]
+    return LaunchResult(arns, [NOT_STARTED_BY_FIRST_CALL] * (count - len(arns)))
 
 
 def split_tasks(count: int, strategy: Sequence[tuple[str, int, int]] = ()) -> dict[str, int]:

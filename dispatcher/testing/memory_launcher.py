@@ -4,7 +4,8 @@ What it promises, each checked against ``EcsLauncher`` on moto behind ``AwsProxy
 ``tests/contract/test_launcher_contract.py``:
 
 - a repeated clientToken returns the first call's result and starts nothing new; the same token
-  with other parameters is refused (ConflictException)
+  with other parameters returns the tasks the first call started (ECS's ConflictException names
+  them) and starts nothing either
   https://docs.aws.amazon.com/AmazonECS/latest/APIReference/ECS_Idempotency.html
 - ``count`` outside 1..10 is refused as ECS refuses it (InvalidParameterException), with the
   ``LaunchError`` the ECS adapter raises for it;
@@ -49,6 +50,7 @@ from dispatcher.ports.launcher import (
     LaunchResult,
     RateExceeded,
     TaskStatus,
+    first_call_tasks,
     split_tasks,
 )
 
@@ -181,10 +183,8 @@ class MemoryLauncher(Launcher):
                                   f"1..{MAX_TASKS_PER_CALL}, not {request.count}")
             seen = self._tokens.get(request.client_token)
             if seen is not None:
-                if seen[0] != request:
-                    raise LaunchError("RunTask rejected: ConflictException: clientToken "
-                                      "reused with different parameters")
-                return seen[1]
+                return seen[1] if seen[0] == request else first_call_tasks(seen[1],
+                                                                            request.count)
             family, _, revision = request.task_definition.rpartition(":")
             if family != self.family or not revision.isdigit() \
                     or int(revision) not in self._revisions:

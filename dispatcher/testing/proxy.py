@@ -312,8 +312,15 @@ class AwsProxy:
             if cached is not None:
                 first_request, first_response = cached
                 if first_request != request:
-                    return _error("ConflictException",
-                                  "clientToken reused with different parameters")
+                    # ECS names the tasks the token's first call started (resourceIds).
+                    # https://docs.aws.amazon.com/botocore/latest/reference/services/ecs/
+                    # client/exceptions/ConflictException.html
+                    started = [t["taskArn"] for t in json.loads(first_response[2]).get(
+                        "tasks", [])]
+                    return _json_response(400, {
+                        "__type": "ConflictException", "resourceIds": started,
+                        "message": "The provided clientToken is already in use with a "
+                                   "different RunTask request."}, "ConflictException")
                 return first_response
             response = self._run_task_uncached(method, path, headers, request, count)
             if response[0] == 200:

@@ -21,7 +21,13 @@ from dispatcher.aws.ecs import EcsLauncher, EcsTarget
 from dispatcher.domain.errors import LaunchError
 from dispatcher.domain.jobs import Resources
 from dispatcher.domain.stops import LastStatus, StopCode
-from dispatcher.ports.launcher import MAX_TASKS_PER_CALL, Launcher, LaunchRequest, RateExceeded
+from dispatcher.ports.launcher import (
+    MAX_TASKS_PER_CALL,
+    NOT_STARTED_BY_FIRST_CALL,
+    Launcher,
+    LaunchRequest,
+    RateExceeded,
+)
 from dispatcher.testing.memory_launcher import MemoryLauncher
 
 RETRY_ONCE = Config(retries={"max_attempts": 1, "mode": "standard"})
@@ -124,10 +130,15 @@ def test_a_repeated_client_token_returns_the_first_tasks_and_starts_none(
     assert harness.started() == 4
 
 
-def test_a_client_token_reused_with_other_parameters_is_refused(harness: Harness) -> None:
-    harness.launcher.run(_request(harness, 2))
-    with pytest.raises(LaunchError, match="ConflictException"):
-        harness.launcher.run(_request(harness, 1))
+def test_a_client_token_reused_with_other_parameters_returns_the_first_tasks(
+        harness: Harness) -> None:
+    """ECS refuses it (ConflictException) and names the tasks the first call started: they
+    are the launch's; what the first call did not start is a failure, and nothing new runs."""
+    first = harness.launcher.run(_request(harness, 2))
+    fewer = harness.launcher.run(_request(harness, 1))
+    assert fewer.task_arns == first.task_arns[:1] and fewer.failures == []
+    more = harness.launcher.run(_request(harness, 3))
+    assert more.task_arns == first.task_arns and more.failures == [NOT_STARTED_BY_FIRST_CALL]
     assert harness.started() == 2
 
 
@@ -136,10 +147,12 @@ def test_a_task_size_is_part_of_the_parameters_a_client_token_fixes(harness: Har
     first = harness.launcher.run(big)
     assert len(first.task_arns) == 2
     assert harness.launcher.run(big) == first  # the same size: the same tasks
-    with pytest.raises(LaunchError, match="ConflictException"):
-        harness.launcher.run(_request(harness, 2, token="sized", resources=Resources(256, 512)))
-    with pytest.raises(LaunchError, match="ConflictException"):
-        harness.launcher.run(_request(harness, 2, token="sized"))  # the default size
+    # Another size with the same token starts nothing: the first call's tasks come back.
+    other = harness.launcher.run(_request(harness, 2, token="sized",
+                                          resources=Resources(256, 512)))
+    assert other.task_arns == first.task_arns
+    assert harness.launcher.run(_request(harness, 2, token="sized")).task_arns == \
+        first.task_arns  # the default size
     assert harness.started() == 2
 
 
