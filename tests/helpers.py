@@ -1,7 +1,9 @@
-"""Assertions on the real table, queue and cluster (read through boto3, not our own code)."""
+"""Assertions on the real table, queue, cluster and processes (read through boto3 and /proc, not
+our own code)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -79,3 +81,13 @@ def check_converged(aws: Any, job_ids: list[str], *, max_jobs: int = 50) -> None
     arns = [s(b, "task_arn") for b in bundles]
     assert len(set(arns)) == len(bundles)
     assert sorted(ecs_tasks(url, aws.env["LONGJOBS_CLUSTER"])) == sorted(arns)
+
+
+def alive(pid: int) -> bool:
+    """The process runs: it exists and is not a zombie (one whose parent died is reaped by
+    whatever runs as PID 1, which in a container may never do it)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return False
+    return fields[0] != "Z"

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.local.warm import WarmStarter
+from tests.helpers import alive
 
 ENTRY = "tests.test_warm_start:task_main"
 
@@ -115,7 +116,23 @@ def test_tasks_of_a_starter_that_dies_are_reported_killed_and_a_new_one_starts(
     assert proc is not None
     proc.kill()
     assert task.wait(timeout=30) == -signal.SIGKILL  # no watcher is left waiting forever
-    os.killpg(task.pid, signal.SIGKILL)  # the orphan itself, which init reaps now
+    # And it is true: the task died with its starter (PR_SET_PDEATHSIG), so it cannot go on
+    # running a job that the reported stop reruns elsewhere.
+    deadline = time.monotonic() + 30
+    while alive(task.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(task.pid)
     again = starter.spawn({**env, "TASK_FILE": str(tmp_path / "u"), "TASK_ACT": "exit:0"})
     assert again.wait(timeout=30) == 0
     assert starter._proc is not proc
+
+
+def test_a_ctrl_c_at_the_terminal_reaches_local_mode_not_the_starter(
+        starter: WarmStarter, tmp_path: Path) -> None:
+    """The terminal sends SIGINT to its foreground process group; the starter is in a session
+    of its own, so local mode gets to stop the tasks (and they are not left orphaned)."""
+    env = {"PATH": os.environ["PATH"], "TASK_FILE": str(tmp_path / "t"), "TASK_ACT": "exit:0"}
+    assert starter.spawn(env).wait(timeout=30) == 0
+    proc = starter._proc
+    assert proc is not None
+    assert os.getsid(proc.pid) == proc.pid != os.getsid(0)

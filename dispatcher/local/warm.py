@@ -17,8 +17,10 @@ Two sides:
   (negative: killed by that signal, as :mod:`subprocess` reports it); a request
   ``{"signal": s, "pid": p}`` signals the process group of a task not yet reaped. It stays
   single-threaded, so a fork never copies a lock held by another thread. It exits when its
-  standard input closes; running tasks keep running, as cold-started ones do when local mode
-  ends abruptly.
+  standard input closes. It runs in a session of its own, so a Ctrl-C at the terminal reaches
+  local mode (which stops the tasks) and not the starter; and on Linux its tasks die with it
+  (``PR_SET_PDEATHSIG``), so a task reported killed because its starter died is really gone,
+  never left running a job that is rerun beside it.
 - :class:`WarmStarter` runs the starter and returns :class:`WarmProcess` objects, which answer
   ``pid``, ``poll()`` and ``wait()`` the way :class:`subprocess.Popen` does, so
   :class:`dispatcher.local.launcher.LocalLauncher` treats both kinds of task alike.
@@ -27,6 +29,7 @@ Two sides:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib
 import json
 import os
@@ -43,6 +46,8 @@ from dispatcher.domain.errors import LaunchError
 
 # Exit code of a task whose runner could not even be called (a bug here, not in a job).
 START_FAILED_EXIT = 70
+# prctl(2): deliver this signal to the calling process when its parent dies.
+PR_SET_PDEATHSIG = 1
 # What a task runs: ``python -m job_runner`` calls this.
 RUNNER = "job_runner.worker:main"
 
@@ -151,7 +156,7 @@ class WarmStarter:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "dispatcher.local.warm", self._entry], env=self._env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._output,
-            preexec_fn=self._preexec)
+            preexec_fn=self._preexec, start_new_session=True)
         threading.Thread(target=self._read, args=(self._proc,), daemon=True,
                          name="warm-starter").start()
         return self._proc
@@ -207,12 +212,24 @@ def _preload(entry: str) -> Callable[[], int]:
     return main
 
 
-def _child(env: dict[str, str], main: Callable[[], int]) -> None:
-    """In the forked task: its own process group, environment and standard streams; then the
-    runner's entrypoint. Never returns."""
+def _die_with(starter: int) -> None:
+    """Linux: the kernel SIGKILLs this task when its starter dies, so no task outlives the
+    process that reports its exit. Elsewhere, nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != starter:  # it died before the prctl took effect
+        os._exit(START_FAILED_EXIT)
+
+
+def _child(env: dict[str, str], main: Callable[[], int], starter: int) -> None:
+    """In the forked task: its own process group, environment and standard streams, and its
+    death tied to the starter's; then the runner's entrypoint. Never returns."""
     code = START_FAILED_EXIT
     try:
         os.setpgid(0, 0)
+        _die_with(starter)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         devnull = os.open(os.devnull, os.O_RDONLY)
@@ -236,6 +253,7 @@ def _child(env: dict[str, str], main: Callable[[], int]) -> None:
 def serve(entry: str = RUNNER) -> int:
     """The starter's loop (see the module's docstring)."""
     main = _preload(entry)
+    starter = os.getpid()
     out: IO[bytes] = os.fdopen(os.dup(1), "wb", buffering=0)
     rfd, wfd = os.pipe()
     os.set_blocking(rfd, False)
@@ -272,7 +290,7 @@ def serve(entry: str = RUNNER) -> int:
                     os.close(rfd)
                     os.close(wfd)
                     out.close()
-                    _child(request["env"], main)
+                    _child(request["env"], main, starter)
                 with contextlib.suppress(OSError):  # the child may have set it already
                     os.setpgid(pid, pid)
                 live.add(pid)
