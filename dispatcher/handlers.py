@@ -61,8 +61,10 @@ def task_event(event: dict[str, Any], context: Any) -> dict[str, Any]:
         cfg = settings.load("dispatcher")
         outcome = on_task_event(event, cfg.container, wiring.for_aws(cfg).reruns)
     except LongjobsError as exc:
-        # One readable line; re-raising lets EventBridge retry the event, and the tick's
-        # reconciliation catches up if every retry fails.
+        # One readable line. Re-raising fails the invocation: Lambda retries an asynchronous
+        # event twice (the function's MaximumRetryAttempts, then its dead-letter queue), and
+        # the tick's reconciliation catches up with whatever a stop event did not do.
+        # https://docs.aws.amazon.com/lambda/latest/dg/invocation-retries.html
         logger.error("task event failed", extra={"reason": exc.reason,
                                                  "error": type(exc).__name__})
         raise

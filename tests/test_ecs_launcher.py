@@ -150,3 +150,25 @@ def test_a_client_token_used_before_with_other_settings_adopts_the_tasks_ecs_nam
     result = launcher.run(LaunchRequest("f:1", 3, "tok", "s"))
     assert result.task_arns == started
     assert result.failures == [NOT_STARTED_BY_FIRST_CALL]
+
+
+def test_resolving_the_revision_survives_a_throttle() -> None:
+    """The tick's first call and every stop event's relaunch resolve it: one throttle (a mass
+    Spot reclaim sends many events at once) must not fail them."""
+
+    class ThrottledOnce:
+        calls = 0
+
+        def describe_task_definition(self, **params: Any) -> dict[str, Any]:
+            self.calls += 1
+            if self.calls == 1:
+                raise ClientError({"Error": {"Code": "ThrottlingException",
+                                             "Message": "Rate exceeded"},
+                                   "ResponseMetadata": {"HTTPStatusCode": 400}},
+                                  "DescribeTaskDefinition")
+            return {"taskDefinition": {"taskDefinitionArn":
+                                       "arn:aws:ecs:us-east-1:1:task-definition/f:7"}}
+
+    ecs = ThrottledOnce()
+    assert EcsLauncher(ecs, EcsTarget("c", "f")).resolve_task_definition() == "f:7"
+    assert ecs.calls == 2

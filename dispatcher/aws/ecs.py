@@ -180,7 +180,9 @@ class EcsLauncher(Launcher):
             raise error from None
 
     def resolve_task_definition(self) -> str:
-        td = self._call("DescribeTaskDefinition", "describe_task_definition",
+        # Retried like the other reads: the tick's first call, and every stop event's relaunch
+        # (a mass Spot reclaim makes many at once), must not fail on one throttle.
+        td = self._call("DescribeTaskDefinition", "describe_task_definition", retried=True,
                         taskDefinition=self._target.task_family)
         arn = str(td["taskDefinition"]["taskDefinitionArn"])
         return arn.rsplit("/", 1)[-1]

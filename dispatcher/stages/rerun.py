@@ -174,7 +174,11 @@ class Reruns:
             return StopOutcome(StopResult.IGNORED, arn,
                                reason="no bundle was assigned to this task")
         if bundle.task_arn == arn and bundle.state == BundleState.DONE:
-            # The normal end of a task: nothing to rerun; report its jobs' outcomes (metrics).
+            # The normal end of a task: nothing to rerun; report its jobs' outcomes (metrics),
+            # once: a redelivered event (or one whose settle already ended the bundle) is not.
+            if not self._store.first_report(bundle, arn):
+                return StopOutcome(StopResult.IGNORED, arn, bundle.bundle_id,
+                                   reason="duplicate event: this task's stop was handled")
             jobs = [j for j in self._store.get_jobs(bundle.job_ids)
                     if j.bundle_id == bundle.bundle_id]
             return StopOutcome(StopResult.FINISHED, arn, bundle.bundle_id,
@@ -203,10 +207,13 @@ class Reruns:
             stats = LaunchStats()
             try:
                 self._launches.launch([bundle], self._launcher.resolve_task_definition(), stats)
-            except LongjobsError as exc:
-                # The bundle is PENDING and due now: the next tick launches it.
+            except Exception as exc:  # a refusal, or an AWS error after its retries
+                # The settle is written: the bundle is PENDING and due now, and the next tick
+                # launches it. Failing the event now would only retry a stale stop.
                 log.warning("immediate relaunch failed; the next tick launches the bundle",
-                            extra={"bundle_id": bundle.bundle_id, "reason": exc.reason})
+                            extra={"bundle_id": bundle.bundle_id,
+                                   "reason": exc.reason if isinstance(exc, LongjobsError)
+                                   else f"{type(exc).__name__}: {exc}"})
             out.relaunched = stats.bundles_launched == 1
             out.spot_fallbacks = stats.spot_fallbacks
         return out
