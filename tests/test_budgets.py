@@ -122,3 +122,28 @@ def test_a_crash_with_one_job_running_charges_that_job_and_leaves_the_bundle_par
     assert sorted(out.rerun) == ["mate", "poison"]
     rerun = tw.bundle(bundle.bundle_id)
     assert rerun is not None and rerun.slots == 0  # nothing ambiguous: it stays parallel
+
+
+def test_a_redelivered_stop_event_reports_its_jobs_once() -> None:
+    """EventBridge and Lambda's async retries can deliver an event twice: the second must not
+    publish the same succeeded or failed jobs again (the dashboard's counts)."""
+    tw = Twins()
+    stages = tw.stages()
+    bundle_id, arn = tw.launched("ends", max_attempts=1)
+    _running(tw, bundle_id, arn, ["ends"])
+    crash = TaskStop(arn, *CRASH)
+    first = stages.reruns.on_stop(crash)
+    assert first.failed == ["ends"]  # out of attempts: the settle ends the bundle DONE
+    again = stages.reruns.on_stop(crash)
+    assert (str(again.result), again.failed) == ("ignored", [])
+    # A task that ended normally (its runner wrote DONE): reported by its first event only.
+    bundle_id, arn = tw.launched("fine")
+    bundle = tw.bundle(bundle_id)
+    assert bundle is not None
+    fence = Fence(bundle_id, bundle.attempt, arn)
+    tw.store.claim(fence)
+    tw.store.apply(fence, [JobUpdate("fine", JobState.PENDING, JobState.SUCCEEDED,
+                                     via=JobState.RUNNING, attempts_delta=1)], BundleState.DONE)
+    done = TaskStop(arn, *CRASH[:2], 0)
+    assert stages.reruns.on_stop(done).succeeded == ["fine"]
+    assert str(stages.reruns.on_stop(done).result) == "ignored"

@@ -141,6 +141,10 @@ class DryRunStore(DispatchStore):
     def get_rejection(self, key: str) -> Rejection | None:
         return self._inner.get_rejection(key)
 
+    def first_report(self, bundle: Bundle, task_arn: str) -> bool:
+        self._plan.would("mark_stop_reported", bundle_id=bundle.bundle_id, task_arn=task_arn)
+        return True
+
     def settle(self, bundle: Bundle, updates: list[JobUpdate], target: BundleState,
                retry_at: float | None = None, *, serial: bool = False) -> None:
         self._plan.would("settle", bundle_id=bundle.bundle_id, to=str(target), serial=serial,

@@ -54,6 +54,7 @@ class Record:
     heartbeat_at: float | None = None
     cancel_jobs: list[str] | None = None
     running_jobs: list[str] | None = None  # as of the last heartbeat
+    reported_stop: str | None = None  # the task whose stop was last handled (once per task)
     pages: float | None = None  # a bundle recorded in pages: how many (PAGE#<id>#<n>)
     slots: float | None = None  # a single-kind bundle of a limited kind: jobs it runs at once
     # launch

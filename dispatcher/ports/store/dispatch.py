@@ -398,6 +398,8 @@ class DispatchStore(Reads):
         expires_at = self._expiry(t)
         key = r.bundle_key(bundle.bundle_id)
         actions = bundle_actions(target, t, retry_at, expires_at)
+        if bundle.task_arn:  # a redelivered event for this stop is a duplicate (first_report)
+            actions.append(Set("reported_stop", bundle.task_arn))
         if serial and target == BundleState.PENDING:
             actions.append(Set("slots", 1))
         chunks = update_chunks(updates)
@@ -410,6 +412,19 @@ class DispatchStore(Reads):
         if serial and target == BundleState.PENDING:
             bundle.slots = 1
         bundle.state = target
+
+    def first_report(self, bundle: Bundle, task_arn: str) -> bool:
+        """True the first time a stop of ``task_arn`` is handled for this bundle, False for a
+        duplicate (EventBridge and Lambda's async retries can deliver an event twice): the
+        stop's job metrics are published once. A settle marks its stop as handled too."""
+        differs = Or(Lacks("reported_stop"), Lt("reported_stop", task_arn),
+                     Gt("reported_stop", task_arn))  # <>: the port has no inequality
+        try:
+            self.table.write(Update(r.bundle_key(bundle.bundle_id),
+                                    [Set("reported_stop", task_arn)], And(Exists(), differs)))
+        except ConditionFailed:
+            return False
+        return True
 
     def running_jobs(self) -> list[Job]:
         return [r.record_job(rec) for rec in self.table.query(r.job_status(JobState.RUNNING))]
