@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from dispatcher.domain import sizes
 from dispatcher.domain.errors import Interrupted
 
 
@@ -41,7 +42,12 @@ class JobContext:
             raise Interrupted(self.cancel_reason or "interrupted", job_id=self.job_id)
 
     def checkpoint(self, state: dict[str, Any]) -> None:
-        """Persist progress; a rerun of this job starts with it as ``last_checkpoint``."""
+        """Persist progress; a rerun of this job starts with it as ``last_checkpoint``.
+
+        At most ``dispatcher.domain.sizes.MAX_CHECKPOINT_BYTES`` (32 KiB) as compact JSON:
+        beyond it ``TooLarge`` is raised and nothing is written (the last checkpoint stands).
+        Uncaught, it fails the job with that reason; a handler may catch it and go on."""
+        sizes.check_checkpoint(state, self.job_id)
         self._save(state)
         self.last_checkpoint = state
 

@@ -8,11 +8,12 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from dispatcher.domain import sizes
 from dispatcher.domain.errors import Interrupted, PermanentError, RetryableError
 from dispatcher.domain.jobs import Job, JobState
 
-MAX_RESULT_BYTES = 64 * 1024
-TRACEBACK_CHARS = 4000
+# A result's budget within the job's item (see dispatcher.domain.sizes).
+MAX_RESULT_BYTES = sizes.MAX_RESULT_BYTES
 LOG_MESSAGE_CHARS = 200
 
 # What can carry a payload's values inside an error message: quoted strings, pydantic's
@@ -45,8 +46,11 @@ def error_of(exc: BaseException) -> dict[str, Any]:
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     except Exception:  # formatting calls the exception's __str__ too
         tb = f"{type(exc).__name__}: (traceback could not be formatted)"
-    return {"type": type(exc).__name__, "message": text_of(exc)[:2000],
-            "traceback": tb[-TRACEBACK_CHARS:]}
+    # Clipped to the error's budget, the clipping marked: the message keeps its start, the
+    # traceback its end (where it was raised).
+    return {"type": sizes.clip_json_text(type(exc).__name__, sizes.ERROR_TYPE_BYTES),
+            "message": sizes.clip_json_text(text_of(exc), sizes.ERROR_MESSAGE_BYTES),
+            "traceback": sizes.clip_json_text(tb, sizes.ERROR_TRACEBACK_BYTES, keep_end=True)}
 
 
 def succeeded(job: Job, value: Any) -> Outcome:

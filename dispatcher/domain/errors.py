@@ -72,3 +72,8 @@ class Interrupted(LongjobsError):
 
     def __init__(self, reason: str = "interrupted", *, job_id: str | None = None) -> None:
         super().__init__(reason, job_id=job_id)
+
+
+class TooLarge(PermanentError):
+    """Data beyond its size budget (``dispatcher.domain.sizes``): e.g. a checkpoint too large
+    for the job's item. Raised to the handler, which may catch it; uncaught, the job fails."""

@@ -24,19 +24,18 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from dispatcher.domain import fargate
+from dispatcher.domain import fargate, sizes
 from dispatcher.domain.errors import InvalidMessage
 from dispatcher.domain.jobs import Priority, Resources
 
 SCHEMA_VERSION = 1
 
-# A DynamoDB item is at most 400 KB including attribute names.
-# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html
-# The job item also carries its history, result, error and checkpoint, so the payload gets a
-# budget well below that ceiling.
-MAX_PAYLOAD_BYTES = 256 * 1024
-# How much of a rejected body is kept on its REJECTED record.
-REJECTED_BODY_BYTES = 4 * 1024
+# The payload's budget within the job's 400 KB item, and how much of a rejected body its
+# REJECTED record keeps: see dispatcher.domain.sizes (every part of an item is budgeted there).
+# The schema's other fields are bounded (ids and kinds of 128 characters, numbers; extra fields
+# are refused), so an admitted job's item is the payload and under 2 KB more.
+MAX_PAYLOAD_BYTES = sizes.MAX_PAYLOAD_BYTES
+REJECTED_BODY_BYTES = sizes.REJECTED_BODY_BYTES
 
 # Matched with fullmatch: ``$`` would also accept a trailing newline.
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}")
@@ -237,7 +236,9 @@ def describe_errors(exc: ValidationError) -> str:
     for err in exc.errors()[:3]:
         where = ".".join(str(p) for p in err["loc"]) or "message"
         parts.append(f"{where}: {err['msg']}")
-    return "schema violation: " + "; ".join(parts)
+    # A field name can be as long as the message (an unknown field of 500 KB): clipped, so the
+    # reason fits its REJECTED record and the logs.
+    return sizes.clip_text("schema violation: " + "; ".join(parts), sizes.MAX_REASON_BYTES)
 
 
 def parse(body: str, allowed_kinds: tuple[str, ...] = ()) -> JobMessage:

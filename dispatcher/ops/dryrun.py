@@ -146,11 +146,12 @@ class DryRunStore(DispatchStore):
         return True
 
     def settle(self, bundle: Bundle, updates: list[JobUpdate], target: BundleState,
-               retry_at: float | None = None, *, serial: bool = False) -> None:
+               retry_at: float | None = None, *, serial: bool = False) -> set[str]:
         self._plan.would("settle", bundle_id=bundle.bundle_id, to=str(target), serial=serial,
                          jobs=[{**asdict(u), "source": str(u.source), "target": str(u.target)}
                                for u in updates])
         bundle.state = target
+        return set()
 
     def running_jobs(self) -> list[Job]:
         return self._inner.running_jobs()

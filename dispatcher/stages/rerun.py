@@ -21,7 +21,7 @@ from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.domain.stops import StopClass, TaskStop, classify
 from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.store import DispatchStore, JobUpdate
-from dispatcher.ports.table import TransactionCancelled
+from dispatcher.ports.table import InvalidTransaction, TransactionCancelled
 from dispatcher.stages.launch import Launches, LaunchStats
 from dispatcher.stages.policy import RerunPolicy
 
@@ -195,14 +195,23 @@ class Reruns:
         cls, updates, rerun = decision.stop_class, decision.updates, decision.rerun
         target = BundleState.PENDING if rerun else BundleState.DONE
         try:
-            self._store.settle(bundle, updates, target, retry_at=self._clock(),
-                               serial=decision.serial)
+            overfull = self._store.settle(bundle, updates, target, retry_at=self._clock(),
+                                          serial=decision.serial)
         except (ConflictError, TransactionCancelled) as exc:
             # Someone else is moving this bundle (another event, the tick): nothing was written;
             # reconciliation looks again if it still needs handling.
             return StopOutcome(StopResult.IGNORED, arn, bundle.bundle_id, reason=exc.reason)
+        except InvalidTransaction as exc:
+            # The table refuses the settle for a reason not of one job's item (a job's is
+            # failed alone by the settle): a stop event, and the tick whose reconciliation
+            # calls this, must not fail for it. Logged; reconciliation looks again.
+            log.error("the table refused a stop's settle", extra={
+                "bundle_id": bundle.bundle_id, "task_arn": arn, "reason": exc.reason})
+            return StopOutcome(StopResult.IGNORED, arn, bundle.bundle_id, reason=exc.reason)
+        rerun = [j for j in rerun if j not in overfull]
         out = StopOutcome(StopResult.SETTLED, arn, bundle.bundle_id, cls, rerun=rerun,
-                          failed=[u.job_id for u in updates if u.target == JobState.FAILED])
+                          failed=[u.job_id for u in updates
+                                  if u.target == JobState.FAILED or u.job_id in overfull])
         if rerun:
             stats = LaunchStats()
             try:

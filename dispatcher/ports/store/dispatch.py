@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Collection
+from dataclasses import replace
 
-from dispatcher.domain import lifecycle
+from dispatcher.domain import lifecycle, sizes
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import Job, JobState, Rejection
@@ -320,8 +321,13 @@ class DispatchStore(Reads):
         return done
 
     def reject(self, rejections: list[Rejection]) -> None:
-        """Keep malformed messages as REJECTED records; idempotent for a redelivered message."""
+        """Keep malformed messages as REJECTED records; idempotent for a redelivered message.
+
+        The reason and the body are clipped to their budgets (dispatcher.domain.sizes), so a
+        record always fits its item: a rejection never fails its receive batch."""
         for rej in rejections:
+            rej = replace(rej, reason=sizes.clip_text(rej.reason, sizes.MAX_REASON_BYTES),
+                          body=sizes.clip_text(rej.body, sizes.REJECTED_BODY_BYTES))
             same = Or(Absent(), Eq("message_id", rej.message_id))
             expires_at = self._expiry(rej.created_at)
             try:
@@ -379,7 +385,7 @@ class DispatchStore(Reads):
 
     # -- stopped tasks and overdue jobs ---------------------------------------------------------
     def settle(self, bundle: Bundle, updates: list[JobUpdate], target: BundleState,
-               retry_at: float | None = None, *, serial: bool = False) -> None:
+               retry_at: float | None = None, *, serial: bool = False) -> set[str]:
         """Requeue or close a stopped task's bundle, with its jobs, only if nobody moved it
         since it was read (the fence is the state, attempt and task ARN read). ``serial``:
         its next tasks run one job at a time (``slots`` 1).
@@ -389,7 +395,12 @@ class DispatchStore(Reads):
         leaves the bundle where it was, and the stop is handled again (the event is retried,
         reconciliation looks again) from the jobs as they are then. Each job update carries
         the stop's task ARN (``settled_by``), so the jobs already settled are charged nothing
-        more (``Reruns.decide``); none is lost or left without a bundle to run it."""
+        more (``Reruns.decide``); none is lost or left without a bundle to run it.
+
+        A job whose item cannot take its update (over DynamoDB's 400 KB: an item written before
+        the size budgets, near the limit) ends FAILED alone with that reason, its checkpoint
+        dropped to make room (:meth:`_overfull`); its bundle-mates are settled as decided.
+        Returns the ids of the jobs failed so."""
         lifecycle.check_bundle(bundle.bundle_id, bundle.state, target)
         t = self.clock()
         conds: list[Condition] = [Eq("state", str(bundle.state)), Eq("attempt", bundle.attempt)]
@@ -403,15 +414,41 @@ class DispatchStore(Reads):
         if serial and target == BundleState.PENDING:
             actions.append(Set("slots", 1))
         chunks = update_chunks(updates)
+        overfull: set[str] = set()
         for n, chunk in enumerate(chunks):
             head: Op = Update(key, actions, And(*conds)) \
                 if n == len(chunks) - 1 else Check(key, And(*conds))
-            self._transact([head, *job_updates(chunk, bundle.bundle_id, t, expires_at)],
-                           f"bundle {bundle.bundle_id} changed since the stop event was read; "
-                           "nothing more written")
+            lost = (f"bundle {bundle.bundle_id} changed since the stop event was read; "
+                    "nothing more written")
+            try:
+                self._transact([head, *job_updates(chunk, bundle.bundle_id, t, expires_at)],
+                               lost)
+            except InvalidTransaction:
+                refused = self._overfull(chunk, bundle.bundle_id, t, expires_at)
+                if not refused:
+                    raise  # not a job's item: fail loudly
+                overfull |= refused
+                chunk = [_shed(u, t) if u.job_id in refused else u for u in chunk]
+                self._transact([head, *job_updates(chunk, bundle.bundle_id, t, expires_at)],
+                               lost)
         if serial and target == BundleState.PENDING:
             bundle.slots = 1
         bundle.state = target
+        return overfull
+
+    def _overfull(self, chunk: list[JobUpdate], bundle_id: str, t: float,
+                  expires_at: int | None) -> set[str]:
+        """The jobs of ``chunk`` whose update the table refuses (the item would be too large),
+        each probed in a transaction that cannot commit (see :meth:`_refused_jobs`)."""
+        refused = set()
+        for op, u in zip(job_updates(chunk, bundle_id, t, expires_at), chunk, strict=True):
+            try:
+                self.table.transact([op, Check(PROBE_KEY, Exists())])
+            except InvalidTransaction:
+                refused.add(u.job_id)
+            except TransactionCancelled:
+                pass  # only the conditions failed: the update itself fits
+        return refused
 
     def first_report(self, bundle: Bundle, task_arn: str) -> bool:
         """True the first time a stop of ``task_arn`` is handled for this bundle, False for a
@@ -441,6 +478,18 @@ class DispatchStore(Reads):
             *self._expires(t)],
             And(Eq("state", str(JobState.RUNNING)), Eq("attempts", job.attempts),
                 Eq("bundle_id", job.bundle_id or ""))), "job moved on", job_id=job.job_id)
+
+
+def _shed(u: JobUpdate, t: float) -> JobUpdate:
+    """A job whose item cannot take its update: FAILED with the reason, its checkpoint dropped
+    (the room the update needs; a ``jobs retry`` starts it from scratch), no error or history
+    added."""
+    why = ("the job's item would exceed DynamoDB's 400 KB item limit (https://docs.aws."
+           "amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html); its "
+           "checkpoint was dropped" + (f"; {u.reason}" if u.reason else ""))
+    return JobUpdate(u.job_id, u.source, JobState.FAILED, attempts_delta=u.attempts_delta,
+                     infra_delta=u.infra_delta, reason=why, settled_by=u.settled_by,
+                     drop_checkpoint=True)
 
 
 def _fits_one(bundle: Bundle, by_id: dict[str, Job]) -> bool:

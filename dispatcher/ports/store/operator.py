@@ -9,7 +9,7 @@ The reads return table records (:class:`dispatcher.ports.table.Record`): the ope
 
 from __future__ import annotations
 
-from dispatcher.domain import lifecycle
+from dispatcher.domain import lifecycle, sizes
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, JobNotFound, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState, new_id
@@ -93,8 +93,22 @@ class OperatorStore(Reads):
         self._transact(ops, "changed while cancelling", job_id=job.job_id)
 
     def _request_cancel(self, job: Job, bundle: Bundle | None) -> None:
+        """A cancel request on the job's active bundle: each job once (a repeated ``jobs
+        cancel`` finds its request standing), and at most MAX_CANCEL_REQUESTS per bundle, so
+        the bundle's item keeps its size budget (dispatcher.domain.sizes). Two operators
+        cancelling one job at the same instant may both append it: harmless, the runner reads
+        a set."""
         if bundle is None:
             raise LongjobsError("job has no bundle to stop", job_id=job.job_id)
+        rec = self.table.get(r.bundle_key(bundle.bundle_id))
+        requested = (rec.cancel_jobs if rec else None) or []
+        if job.job_id in requested:
+            return
+        if len(requested) >= sizes.MAX_CANCEL_REQUESTS:
+            raise LongjobsError(f"bundle {bundle.bundle_id} already holds {len(requested)} "
+                                "cancel requests, the most its item keeps (DynamoDB's "
+                                "400 KB item limit); this job was not cancelled",
+                                job_id=job.job_id)
         self._write(Update(r.bundle_key(bundle.bundle_id), [Append("cancel_jobs", [job.job_id])],
                            In("state", [str(s) for s in ACTIVE_BUNDLE_STATES])),
                     "bundle changed", job_id=job.job_id)

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from dispatcher.domain import lifecycle
+from dispatcher.domain import lifecycle, sizes
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
@@ -73,16 +73,20 @@ def job_actions(u: JobUpdate, t: float, expires_at: int | None = None) -> list[A
         actions.append(Add("attempts", u.attempts_delta))
     if u.infra_delta:
         actions.append(Add("infra_attempts", u.infra_delta))
+    # What longjobs writes itself is clipped to its budget (dispatcher.domain.sizes), so no
+    # update can overfill the job's item; the result was measured against its own by the runner.
     if u.history is not None:
-        actions.append(Set("history", u.history))
+        actions.append(Set("history", sizes.bound_history(u.history)))
     if u.result is not None:
         actions.append(Set("result", u.result))
     if u.error is not None:
-        actions.append(Set("error", u.error))
+        actions.append(Set("error", sizes.bound_error(u.error)))
     if u.settled_by is not None:
         actions.append(Set("settled_by", u.settled_by))
+    if u.drop_checkpoint:
+        actions.append(Remove("checkpoint"))
     if u.reason is not None:
-        actions.append(Set("reason", u.reason[:2000]))
+        actions.append(Set("reason", sizes.clip_text(u.reason, sizes.MAX_REASON_BYTES)))
     elif u.target == JobState.SUCCEEDED:
         actions.append(Remove("reason"))  # an earlier attempt's reason no longer applies
     if expires_at is not None and u.target in TERMINAL_JOB_STATES:
@@ -226,7 +230,9 @@ class RunnerStore(Reads):
         return refused
 
     def save_checkpoint(self, fence: Fence, job_id: str, checkpoint: dict[str, Any]) -> None:
-        """Persist a running job's progress, fenced like every other write of its task."""
+        """Persist a running job's progress, fenced like every other write of its task.
+        TooLarge for a checkpoint beyond its budget (nothing is written)."""
+        sizes.check_checkpoint(checkpoint, job_id)
         try:
             self.table.transact([
                 Check(r.bundle_key(fence.bundle_id), fenced(fence)),

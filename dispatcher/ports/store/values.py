@@ -40,3 +40,4 @@ class JobUpdate:
     error: dict[str, Any] | None = None
     reason: str | None = None
     settled_by: str | None = None  # a stop's settle: the stopped task's ARN (Job.settled_by)
+    drop_checkpoint: bool = False  # the item is too large for the update: make room
