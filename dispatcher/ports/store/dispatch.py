@@ -428,7 +428,7 @@ class DispatchStore(Reads):
                 if not refused:
                     raise  # not a job's item: fail loudly
                 overfull |= refused
-                chunk = [_shed(u, t) if u.job_id in refused else u for u in chunk]
+                chunk = [_shed(u) if u.job_id in refused else u for u in chunk]
                 self._transact([head, *job_updates(chunk, bundle.bundle_id, t, expires_at)],
                                lost)
         if serial and target == BundleState.PENDING:
@@ -440,7 +440,7 @@ class DispatchStore(Reads):
                   expires_at: int | None) -> set[str]:
         """The jobs of ``chunk`` whose update the table refuses (the item would be too large),
         each probed in a transaction that cannot commit (see :meth:`_refused_jobs`)."""
-        refused = set()
+        refused: set[str] = set()
         for op, u in zip(job_updates(chunk, bundle_id, t, expires_at), chunk, strict=True):
             try:
                 self.table.transact([op, Check(PROBE_KEY, Exists())])
@@ -480,7 +480,7 @@ class DispatchStore(Reads):
                 Eq("bundle_id", job.bundle_id or ""))), "job moved on", job_id=job.job_id)
 
 
-def _shed(u: JobUpdate, t: float) -> JobUpdate:
+def _shed(u: JobUpdate) -> JobUpdate:
     """A job whose item cannot take its update: FAILED with the reason, its checkpoint dropped
     (the room the update needs; a ``jobs retry`` starts it from scratch), no error or history
     added."""
