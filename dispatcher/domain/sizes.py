@@ -69,6 +69,10 @@ REJECTED_BODY_BYTES = 4 * 1024
 # most LONGJOBS_TASK_CONCURRENCY, 1,000: 130 KB) the bundle's item stays under 300 KB.
 MAX_CANCEL_REQUESTS = 1000
 
+# -- the other items ----------------------------------------------------------------------------
+# Small by construction: a page holds at most 98 job ids (13 KB), a launch at most 10 bundle ids
+# and task ARNs (one RunTask call), a task pointer and the lease a few hundred bytes.
+
 
 def _marker(size: int) -> str:
     return f" [truncated: {size} bytes]"
