@@ -30,7 +30,8 @@ MAX_PAYLOAD_BYTES = 256 * 1024  # 262,144
 # and go on; uncaught, the job fails with the reason). Progress markers, not data: large state
 # belongs in S3 with its reference checkpointed.
 MAX_CHECKPOINT_BYTES = 32 * 1024  # 32,768
-# A handler's result: a larger one fails its job ("result too large").
+# A handler's result: a larger one fails its job ("result too large"); it is not clipped, since
+# a clipped result is wrong data that a reader could take for the whole.
 MAX_RESULT_BYTES = 64 * 1024  # 65,536
 # The recorded error: its type, message and traceback clipped (ERROR_*_BYTES below add up to
 # 6,400 bytes, plus the keys and quotes), the traceback keeping its end (the raise).
