@@ -168,8 +168,11 @@ class DynamoTable(Table):
     def _unavailable(exc: PynamoDBException) -> TableUnavailable:
         """Any other failure, with what DynamoDB said (or the connection error)."""
         cause = exc.cause
-        response: dict[str, Any] = getattr(cause, "response", None) or {}
-        status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        status = 0  # pynamodb keeps only the error part; botocore's own error has the status
+        for err in (cause, getattr(cause, "__cause__", None)):
+            response: dict[str, Any] = getattr(err, "response", None) or {}
+            status = status or int(response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+                                   or 0)
         operation = str(getattr(cause, "operation_name", "") or type(exc).__name__)
         code = exc.cause_response_code
         if code is None:  # no answer: the connection failed or timed out
