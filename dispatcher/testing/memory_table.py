@@ -17,6 +17,7 @@ Thread-safe. ``tests/contract`` runs the same suite on this and on the DynamoDB 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import math
 import threading
@@ -196,7 +197,7 @@ class MemoryTable(Table):
         self._items: dict[str, Record] = {}
         self._lock = threading.RLock()
         self._clock = clock
-        self._tokens: dict[str, tuple[list[Op], float]] = {}  # token: ops, done at
+        self._tokens: dict[str, tuple[str, float]] = {}  # token: digest of its ops, done at
 
     def get(self, pk: str) -> Record | None:
         with self._lock:
@@ -287,19 +288,24 @@ class MemoryTable(Table):
                     self._set(op.pk, after)
 
     def _transact_once(self, ops: list[Op], token: str) -> None:
+        digest = hashlib.sha256(repr(ops).encode()).hexdigest()
         with self._lock:
             t = self._clock()
+            while self._tokens:  # oldest first: drop those past their 10 minutes
+                oldest = next(iter(self._tokens))
+                if t - self._tokens[oldest][1] <= TOKEN_SECONDS:
+                    break
+                del self._tokens[oldest]
             seen = self._tokens.get(token)
-            if seen is not None and t - seen[1] <= TOKEN_SECONDS:
-                if seen[0] != ops:
+            if seen is not None:
+                if seen[0] != digest:
                     raise TableUnavailable("TransactWriteItems",
                                            "IdempotentParameterMismatchException",
                                            "the token was used with other ops", status=400,
                                            retryable=False)
                 return  # done already: success, nothing written again
             self._transact(ops)
-            self._tokens = {k: v for k, v in self._tokens.items() if t - v[1] <= TOKEN_SECONDS}
-            self._tokens[token] = (copy.deepcopy(ops), t)
+            self._tokens[token] = (digest, t)
 
     def create(self) -> None:
         return None

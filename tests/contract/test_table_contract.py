@@ -32,6 +32,7 @@ from dispatcher.ports.table import (
     Remove,
     Set,
     Table,
+    TableUnavailable,
     TransactionCancelled,
     Update,
 )
@@ -175,6 +176,8 @@ def test_a_transaction_with_a_token_is_done_once(table: Table) -> None:
     assert table.get("T#2").attempts == 1  # type: ignore[union-attr]
     with pytest.raises(TransactionCancelled):
         table.transact(ops, token="tok-2")  # type: ignore[arg-type]  # a new request
+    with pytest.raises(TableUnavailable, match="IdempotentParameterMismatch"):
+        table.transact([Put(_item("T#3"))], token="tok-1")  # the token, other ops
 
 
 def test_transaction_limits(table: Table) -> None:

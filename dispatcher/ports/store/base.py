@@ -52,14 +52,15 @@ def status(status_key: str, t: float, at: float | None = None) -> list[Action]:
 class TableRetry:
     """How a store transaction that failed for a moment (:func:`transient`: throttled, a 5xx,
     a conflict with another request) is tried again before its caller hears of it: jittered
-    exponential waits from ``first_wait`` up to ``max_wait`` seconds, ``attempts`` in all
-    (about 1.5 s at most with the defaults, beside botocore's own quick retries of throttling
-    and 5xx). Short on purpose: the tick must record and delete a message well within
-    LONGJOBS_HOLD_SECONDS, and what still fails is given back to the queue at once."""
+    exponential waits (each random up to ``first_wait`` doubled per try, at most ``max_wait``
+    seconds), ``attempts`` in all: at most 1.5 s of waiting with the defaults, beside
+    botocore's own quick retries of throttling and 5xx. Short on purpose: the tick must record
+    and delete a message well within LONGJOBS_HOLD_SECONDS, and what still fails is given back
+    to the queue at once."""
 
     attempts: int = 5
-    first_wait: float = 0.05
-    max_wait: float = 1.0
+    first_wait: float = 0.1
+    max_wait: float = 2.0
     sleep: Callable[[float], None] = time.sleep
 
 
