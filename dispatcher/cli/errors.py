@@ -10,6 +10,7 @@ import typer
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
 from dispatcher.domain.errors import LongjobsError
+from dispatcher.ports.table import TableUnavailable
 
 T = TypeVar("T")
 
@@ -26,6 +27,10 @@ def guarded(fn: Callable[[], T]) -> T:
 
     try:
         return fn()
+    except TableUnavailable as exc:  # the table adapter's words for pynamodb's errors
+        if exc.code == EndpointConnectionError.__name__:
+            fail(f"cannot reach the AWS endpoint: {exc.message}")
+        fail(f"DynamoDB {exc}")
     except LongjobsError as exc:
         fail(str(exc))
     except EndpointConnectionError as exc:

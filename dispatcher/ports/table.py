@@ -227,6 +227,20 @@ Op = Put | Update | Check | Delete
 
 
 # -- errors -------------------------------------------------------------------------------------
+# Failures that pass: the same request may succeed when sent again a moment later. Request-level
+# error codes (throttling, TransactionInProgress: a request with the same ClientRequestToken
+# still running; an HTTP 5xx counts too, whatever its code) and TransactWriteItems' per-item
+# cancellation reasons.
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Programming.Errors.html
+# https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
+TRANSIENT_CODES = frozenset({
+    "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
+    "InternalServerError", "ServiceUnavailable", "TransactionInProgressException",
+    "TransactionConflictException"})
+TRANSIENT_REASONS = frozenset({"TransactionConflict", "ThrottlingError",
+                               "ProvisionedThroughputExceeded", "RequestLimitExceeded"})
+
+
 class ConditionFailed(LongjobsError):
     """A single write's condition was false; nothing was written."""
 
@@ -249,6 +263,36 @@ class TransactionCancelled(LongjobsError):
         """Positions of the ops whose condition failed (a lost fence, a duplicate)."""
         return {i for i, r in enumerate(self.reasons) if r == "ConditionalCheckFailed"}
 
+    @property
+    def transient(self) -> bool:
+        """Cancelled only for reasons that pass (a conflict with another request on one of
+        its items, throttling): the same transaction may commit if tried again."""
+        given = [r for r in self.reasons if r]
+        return bool(given) and all(r in TRANSIENT_REASONS for r in given)
+
+
+class TableUnavailable(LongjobsError):
+    """The table did not do a request: throttled, an internal error (HTTP 5xx), a transaction
+    still in progress, the connection lost, or refused for a reason the port has no error for
+    (``retryable`` False: access denied, ...). ``code`` is DynamoDB's error code, ``status``
+    the HTTP status (0 when no response came). After a 5xx or a lost connection the request may
+    have been done all the same: a retry must be idempotent (``Table.transact``'s token)."""
+
+    def __init__(self, operation: str, code: str, message: str = "", *, status: int = 0,
+                 retryable: bool = True) -> None:
+        self.operation, self.code, self.message = operation, code, message
+        self.status, self.retryable = status, retryable
+        http = f" (HTTP {status})" if status else ""
+        super().__init__(f"{operation}: {code}{http}: {message}" if message
+                         else f"{operation}: {code}{http}")
+
+
+def transient(exc: BaseException) -> bool:
+    """The failure passes: the same request may succeed if sent again a moment later."""
+    if isinstance(exc, TransactionCancelled):
+        return exc.transient
+    return isinstance(exc, TableUnavailable) and exc.retryable
+
 
 class InvalidTransaction(LongjobsError, ValueError):
     """A transaction DynamoDB would refuse outright: empty, over 100 ops, or two ops on one
@@ -258,7 +302,8 @@ class InvalidTransaction(LongjobsError, ValueError):
 # -- the port -----------------------------------------------------------------------------------
 class Table(ABC):
     """The primitives of the single table. Adapters raise :class:`ConditionFailed`,
-    :class:`TransactionCancelled`, and ``ResourceMissing`` for a table that does not exist."""
+    :class:`TransactionCancelled`, :class:`InvalidTransaction`, :class:`TableUnavailable`, and
+    ``ResourceMissing`` for a table that does not exist."""
 
     @abstractmethod
     def get(self, pk: str) -> Record | None:
@@ -287,10 +332,16 @@ class Table(ABC):
         """One conditional write. Returns the item as it is after an ``Update``, else None.
         Raises :class:`ConditionFailed` if the condition is false."""
 
-    def transact(self, ops: list[Op]) -> None:
+    def transact(self, ops: list[Op], *, token: str | None = None) -> None:
         """All ops or none (TransactWriteItems). Raises :class:`TransactionCancelled` with
         reasons aligned to ``ops``; :class:`InvalidTransaction` for an empty one, more than
-        :data:`MAX_TRANSACTION_ITEMS` ops, or two ops on one item."""
+        :data:`MAX_TRANSACTION_ITEMS` ops, or two ops on one item; :class:`TableUnavailable`
+        when the table did not answer it.
+
+        ``token`` (at most 36 characters; DynamoDB's ClientRequestToken): the same ops sent
+        again with the same token within 10 minutes of the first are done once; a retry after
+        a lost response then succeeds instead of finding its own items.
+        https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html"""
         if not ops:
             raise InvalidTransaction("a transaction needs at least one op")
         if len(ops) > MAX_TRANSACTION_ITEMS:
@@ -299,11 +350,19 @@ class Table(ABC):
         pks = [op.pk for op in ops]
         if len(set(pks)) != len(pks):
             raise InvalidTransaction("two ops of one transaction on the same item")
-        self._transact(ops)
+        if token is None:
+            self._transact(ops)
+        else:
+            self._transact_once(ops, token)
 
     @abstractmethod
     def _transact(self, ops: list[Op]) -> None:
         """The adapter's TransactWriteItems (the checks of :meth:`transact` are done)."""
+
+    def _transact_once(self, ops: list[Op], token: str) -> None:
+        """:meth:`_transact` with a ClientRequestToken; an adapter that has none ignores it
+        (a retry is then guarded only by the callers' conditions)."""
+        self._transact(ops)
 
     # provisioning (local mode, tests)
     @abstractmethod
@@ -316,7 +375,8 @@ class Table(ABC):
 
 
 __all__ = ["ATTRIBUTES", "JSON_ATTRIBUTES", "LIST_ATTRIBUTES", "MAX_TRANSACTION_BYTES",
-           "MAX_TRANSACTION_ITEMS", "NUMBER_ATTRIBUTES", "Absent", "Action", "Add", "And",
-           "Append", "Check", "Condition", "ConditionFailed", "Delete", "Eq", "Exists", "Ge",
-           "Gt", "Has", "In", "InvalidTransaction", "Lacks", "Le", "Lt", "Op", "Or", "Put",
-           "Record", "Remove", "Set", "Table", "TransactionCancelled", "Update"]
+           "MAX_TRANSACTION_ITEMS", "NUMBER_ATTRIBUTES", "TRANSIENT_CODES", "TRANSIENT_REASONS",
+           "Absent", "Action", "Add", "And", "Append", "Check", "Condition", "ConditionFailed",
+           "Delete", "Eq", "Exists", "Ge", "Gt", "Has", "In", "InvalidTransaction", "Lacks",
+           "Le", "Lt", "Op", "Or", "Put", "Record", "Remove", "Set", "Table",
+           "TableUnavailable", "TransactionCancelled", "Update", "transient"]

@@ -5,9 +5,13 @@ already recorded (deleted), or a REJECTED record with its reason (deleted; also 
 message whose item the table refused). A valid message received after every slot was taken is
 recorded too, in a bundle that waits in the table for a later tick (see
 :meth:`dispatcher.stages.bundle.Bundler.wait`): never sent back, since every receive counts
-toward the DLQ's maxReceiveCount. A message whose bundle could not be recorded is not deleted:
-it is delivered again once its visibility timeout ends, and its job, if part of it was written,
-is a duplicate then.
+toward the DLQ's maxReceiveCount. A message whose bundle could not be recorded (the store has
+already tried again what failed for a moment) is not deleted: the drain stops receiving, and
+once it ends the messages of the bundles that failed are made visible again at once (not after
+the hold, with task slots idle), for the next tick; its job, if part of it was written, is a
+duplicate then. Each such delivery still spends one of the queue's maxReceiveCount receives:
+a failure that persists tick after tick sends the messages to the dead-letter queue, and each
+tick's decision says why (``record_errors``).
 
 The drain is a pipeline with a bounded number of AWS calls in flight (``concurrency``): receives
 run ahead while the main thread validates and bundles; each bundle is recorded and its messages
@@ -50,6 +54,8 @@ log = logging.getLogger(__name__)
 # queue empty; this many in a row do.
 # https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-short-and-long-polling.html
 EMPTY_RECEIVES = 3
+# Distinct recording errors kept in a tick's decision.
+RECORD_ERRORS_KEPT = 10
 
 
 @dataclass
@@ -61,6 +67,8 @@ class IntakeStats:
     waiting: int = 0  # received once every slot was taken: recorded to wait for one
     delete_failures: int = 0
     record_failures: int = 0  # bundles left for redelivery (their messages kept)
+    record_errors: list[str] = field(default_factory=list)  # why (the first few, distinct)
+    released: int = 0  # their messages made visible again at once
     bundles_recorded: int = 0
     deferred_bundles: int = 0  # recorded for later: scheduled, or their kind at its limit
     admitted_by_priority: dict[str, int] = field(default_factory=dict)
@@ -114,6 +122,7 @@ class _Recorded:
     refused: list[Job] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
     delete_failures: int = 0
+    failure: str | None = None  # the bundle could not be recorded: why (nothing deleted)
 
 
 class Intake:
@@ -175,7 +184,10 @@ class Intake:
 
     def record(self, queue: Queue, bundle: Bundle, held: _Held) -> _Recorded:
         """Record a bundle, then delete its messages (never before)."""
-        duplicates = self._store.record([bundle], held.jobs)
+        try:
+            duplicates = self._store.record([bundle], held.jobs)
+        except Exception as exc:  # its messages are given back (see _Drain.run)
+            return _Recorded(bundle, failure=f"{type(exc).__name__}: {exc}"[:1000])
         out = _Recorded(bundle, len(duplicates),
                         [j for j in held.jobs if j.state == JobState.REJECTED])
         out.delete_failures = self.delete(queue, held.messages)
@@ -192,6 +204,20 @@ class Intake:
         return sum(len(queue.delete(messages[i:i + BATCH]))
                    for i in range(0, len(messages), BATCH))
 
+    @staticmethod
+    def release(queue: Queue, messages: list[Received]) -> int:
+        """Make messages visible again now (ChangeMessageVisibilityBatch to 0); how many. A
+        failure here only leaves them to come back after the hold."""
+        done = 0
+        for i in range(0, len(messages), BATCH):
+            try:
+                queue.release(messages[i:i + BATCH])
+                done += len(messages[i:i + BATCH])
+            except Exception as exc:
+                log.error("giving messages back failed; they return after the hold",
+                          extra={"error": repr(exc)})
+        return done
+
 
 class _Drain:
     """One drain's state, touched only by the thread that runs it; the pool's work returns
@@ -206,6 +232,7 @@ class _Drain:
         self.stats = stats
         self.on_recorded = on_recorded
         self.held: dict[str, _Held] = {}  # bundle id -> jobs and messages, until recorded
+        self.failed: list[str] = []  # bundles that could not be recorded (still held)
         self.admitted: dict[str, str] = {}  # job ids admitted by this drain: their bundle
         self.recorded: list[Bundle] = []
         self.receiving = False  # still receiving
@@ -242,6 +269,11 @@ class _Drain:
             for w in [f for f in work if f.done()]:
                 work.discard(w)
                 self._recorded(w)
+        # Only now, as this queue is not received from again in this tick: given back
+        # earlier, the same messages would be received again at once, each time spending a
+        # receive. Duplicates of their jobs that arrived later are in their held messages.
+        given_back = [m for b in self.failed for m in self.held[b].messages]
+        self.stats.released += self.intake.release(self.queue, given_back)
         return self.recorded
 
     def _close_held_too_long(self) -> None:
@@ -323,6 +355,19 @@ class _Drain:
                                     for r in result.rejections)
         bundle = result.bundle
         if bundle is None:
+            return
+        if result.failure is not None:
+            # Kept held (a later copy of one of its jobs waits with it), given back at the end
+            # of the drain; receiving more would only spend their receives too.
+            stats.record_failures += 1
+            if result.failure not in stats.record_errors and \
+                    len(stats.record_errors) < RECORD_ERRORS_KEPT:
+                stats.record_errors.append(result.failure)
+            self.failed.append(bundle.bundle_id)
+            self.receiving = False
+            log.error("recording a bundle failed; its messages are given back for a later "
+                      "tick", extra={"error": result.failure, "bundle_id": bundle.bundle_id,
+                                     "messages": len(self.held[bundle.bundle_id].messages)})
             return
         held = self.held.pop(bundle.bundle_id)
         stats.duplicates += result.duplicates

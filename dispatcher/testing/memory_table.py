@@ -8,16 +8,21 @@ DynamoDB stores them), so a caller cannot change stored state by mutating what i
 DynamoDB's limits are enforced as the adapter reports them: an item over 400 KB (JSON attributes
 counted as their stored compact string), a number attribute outside DynamoDB's range (or
 NaN/Infinity) -> :class:`InvalidTransaction`, before any condition is evaluated, and nothing is
-written; so is a transaction whose items add up to over 4 MB (which moto lets through).
+written; so is a transaction whose items add up to over 4 MB (which moto lets through). A
+transaction's ClientRequestToken is honoured as DynamoDB does (moto ignores it): the same ops
+with the same token within 10 minutes of the first are done once.
 Thread-safe. ``tests/contract`` runs the same suite on this and on the DynamoDB adapter.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import math
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -51,6 +56,7 @@ from dispatcher.ports.table import (
     Remove,
     Set,
     Table,
+    TableUnavailable,
     TransactionCancelled,
     Update,
 )
@@ -60,6 +66,9 @@ from dispatcher.ports.table import (
 # A number: 0, or a magnitude from 1E-130 to 9.9999999999999999999999999999999999999E+125.
 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.NamingRulesDataTypes.html
 MAX_ITEM_BYTES = 400 * 1024
+# A ClientRequestToken is valid for 10 minutes after its first request completes.
+# https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
+TOKEN_SECONDS = 600.0
 MIN_NUMBER = 1e-130
 MAX_NUMBER = 9.9999999999999999999999999999999999999e125
 
@@ -184,9 +193,11 @@ def _copy_in(record: Record) -> Record:
 
 
 class MemoryTable(Table):
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._items: dict[str, Record] = {}
         self._lock = threading.RLock()
+        self._clock = clock
+        self._tokens: dict[str, tuple[str, float]] = {}  # token: digest of its ops, done at
 
     def get(self, pk: str) -> Record | None:
         with self._lock:
@@ -275,6 +286,26 @@ class MemoryTable(Table):
             for op, after in zip(ops, results, strict=True):
                 if not isinstance(op, Check):
                     self._set(op.pk, after)
+
+    def _transact_once(self, ops: list[Op], token: str) -> None:
+        digest = hashlib.sha256(repr(ops).encode()).hexdigest()
+        with self._lock:
+            t = self._clock()
+            while self._tokens:  # oldest first: drop those past their 10 minutes
+                oldest = next(iter(self._tokens))
+                if t - self._tokens[oldest][1] <= TOKEN_SECONDS:
+                    break
+                del self._tokens[oldest]
+            seen = self._tokens.get(token)
+            if seen is not None:
+                if seen[0] != digest:
+                    raise TableUnavailable("TransactWriteItems",
+                                           "IdempotentParameterMismatchException",
+                                           "the token was used with other ops", status=400,
+                                           retryable=False)
+                return  # done already: success, nothing written again
+            self._transact(ops)
+            self._tokens[token] = (digest, t)
 
     def create(self) -> None:
         return None

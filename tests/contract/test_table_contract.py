@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from dispatcher.aws.dynamodb import DynamoTable
 from dispatcher.ports.table import (
     MAX_TRANSACTION_ITEMS,
     Absent,
@@ -31,6 +32,7 @@ from dispatcher.ports.table import (
     Remove,
     Set,
     Table,
+    TableUnavailable,
     TransactionCancelled,
     Update,
 )
@@ -162,6 +164,20 @@ def test_transaction_success_writes_every_op(table: Table) -> None:
     assert table.get("J#2") is not None and table.get("X#1") is None
     j1 = table.get("J#1")
     assert j1 is not None and (j1.state, j1.attempts) == ("RUNNING", 1)
+
+
+def test_a_transaction_with_a_token_is_done_once(table: Table) -> None:
+    ops = [Put(_item("T#1", state="PENDING"), Absent()), Update("T#2", [Add("attempts", 1)])]
+    table.transact(ops, token="tok-1")  # type: ignore[arg-type]
+    assert table.get("T#1") is not None
+    if isinstance(table, DynamoTable):
+        pytest.skip("moto ignores ClientRequestToken (DynamoDB replays a success for 10 min)")
+    table.transact(ops, token="tok-1")  # type: ignore[arg-type]  # the retry of a lost answer
+    assert table.get("T#2").attempts == 1  # type: ignore[union-attr]
+    with pytest.raises(TransactionCancelled):
+        table.transact(ops, token="tok-2")  # type: ignore[arg-type]  # a new request
+    with pytest.raises(TableUnavailable, match="IdempotentParameterMismatch"):
+        table.transact([Put(_item("T#3"))], token="tok-1")  # the token, other ops
 
 
 def test_transaction_limits(table: Table) -> None:

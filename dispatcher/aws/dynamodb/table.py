@@ -7,7 +7,11 @@ per-item reasons, a missing table -> :class:`ResourceMissing`, and an item Dynam
 (``ValidationException``: over 400 KB, a number out of range or not a number; in a transaction
 also a ``ValidationError`` cancellation reason) -> :class:`InvalidTransaction`, for single
 writes too, as the twin does. DynamoDB reports an invalid item sometimes for the whole request
-and sometimes per item, so the port does not promise which item it was.
+and sometimes per item, so the port does not promise which item it was. Anything else ->
+:class:`TableUnavailable` with DynamoDB's code, HTTP status and message (pynamodb's own words,
+"Failed to write transaction items", say none of them), ``retryable`` for throttling, 5xx,
+a transaction in progress and a lost connection. botocore has already retried those a few
+times by then (pynamodb's client, standard mode); the store decides whether to try again.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from contextlib import contextmanager
 from dataclasses import fields
 from typing import Any
 
+from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.exceptions import HTTPClientError
 from pynamodb.connection import Connection
 from pynamodb.exceptions import DoesNotExist, PynamoDBException, TransactWriteError
 from pynamodb.transactions import TransactWrite
@@ -27,6 +33,7 @@ from pynamodb.transactions import TransactWrite
 from dispatcher.aws.dynamodb.model import create_table, model_for
 from dispatcher.domain.errors import ResourceMissing
 from dispatcher.ports.table import (
+    TRANSIENT_CODES,
     Absent,
     Action,
     Add,
@@ -53,6 +60,7 @@ from dispatcher.ports.table import (
     Remove,
     Set,
     Table,
+    TableUnavailable,
     TransactionCancelled,
     Update,
 )
@@ -148,13 +156,32 @@ class DynamoTable(Table):
                 raise TransactionCancelled(reasons) from None
             self._invalid(exc)
             self._missing(exc)
-            raise
+            raise self._unavailable(exc) from exc
         except PynamoDBException as exc:
             if exc.cause_response_code == "ConditionalCheckFailedException":
                 raise ConditionFailed(pk) from None
             self._invalid(exc)
             self._missing(exc)
-            raise
+            raise self._unavailable(exc) from exc
+
+    @staticmethod
+    def _unavailable(exc: PynamoDBException) -> TableUnavailable:
+        """Any other failure, with what DynamoDB said (or the connection error)."""
+        cause = exc.cause
+        status = 0  # pynamodb keeps only the error part; botocore's own error has the status
+        for err in (cause, getattr(cause, "__cause__", None)):
+            response: dict[str, Any] = getattr(err, "response", None) or {}
+            status = status or int(response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+                                   or 0)
+        operation = str(getattr(cause, "operation_name", "") or type(exc).__name__)
+        code = exc.cause_response_code
+        if code is None:  # no answer: the connection failed or timed out
+            lost = isinstance(cause, BotoConnectionError | HTTPClientError)
+            return TableUnavailable(operation, type(cause or exc).__name__,
+                                    str(cause or exc), retryable=lost)
+        return TableUnavailable(operation, code, exc.cause_response_message or "",
+                                status=status,
+                                retryable=code in TRANSIENT_CODES or status >= 500)
 
     @staticmethod
     def _invalid(exc: PynamoDBException) -> None:
@@ -224,11 +251,15 @@ class DynamoTable(Table):
             return self._record(item)
 
     def _transact(self, ops: list[Op]) -> None:
+        self._transact_once(ops, None)
+
+    def _transact_once(self, ops: list[Op], token: str | None) -> None:
         # pynamodb sends condition checks, then deletes, puts and updates, whatever the order
         # they were added in; DynamoDB's cancellation reasons follow the order sent.
         sent = [i for kind in (Check, Delete, Put, Update)
                 for i, op in enumerate(ops) if isinstance(op, kind)]
-        with self._errors(sent=sent), TransactWrite(connection=self._conn) as tx:
+        with self._errors(sent=sent), \
+                TransactWrite(connection=self._conn, client_request_token=token) as tx:
             for op in ops:
                 cond = self._cond(op.condition)
                 if isinstance(op, Put):

@@ -3,7 +3,19 @@ turn a lost condition into a ``ConflictError`` saying what was lost."""
 
 from __future__ import annotations
 
+import logging
+import time
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
+
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_random_exponential,
+)
 
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle
 from dispatcher.domain.errors import ConflictError
@@ -18,9 +30,13 @@ from dispatcher.ports.table import (
     Record,
     Set,
     Table,
+    TableUnavailable,
     TransactionCancelled,
     Update,
+    transient,
 )
+
+log = logging.getLogger(__name__)
 
 # LONGJOBS_RETENTION_DAYS's default: how long finished jobs stay queryable.
 DEFAULT_RETENTION_DAYS = 30.0
@@ -32,14 +48,35 @@ def status(status_key: str, t: float, at: float | None = None) -> list[Action]:
             Set("status_at", r.iso(t if at is None else at)), Set("updated_at", t)]
 
 
+@dataclass(frozen=True)
+class TableRetry:
+    """How a store transaction that failed for a moment (:func:`transient`: throttled, a 5xx,
+    a conflict with another request) is tried again before its caller hears of it: jittered
+    exponential waits (each random up to ``first_wait`` doubled per try, at most ``max_wait``
+    seconds), ``attempts`` in all: at most 1.5 s of waiting with the defaults, beside
+    botocore's own quick retries of throttling and 5xx. Short on purpose: the tick must record
+    and delete a message well within LONGJOBS_HOLD_SECONDS, and what still fails is given back
+    to the queue at once."""
+
+    attempts: int = 5
+    first_wait: float = 0.1
+    max_wait: float = 2.0
+    sleep: Callable[[float], None] = time.sleep
+
+
 class Reads:
     """Reads every role needs (strongly consistent, except the index queries)."""
 
+    table_retry = TableRetry()
+
     def __init__(self, table: Table, clock: Callable[[], float] | None = None, *,
-                 retention_days: float = DEFAULT_RETENTION_DAYS) -> None:
+                 retention_days: float = DEFAULT_RETENTION_DAYS,
+                 table_retry: TableRetry | None = None) -> None:
         self.table = table
         self.clock: Callable[[], float] = clock or now
         self.retention_days = retention_days
+        if table_retry is not None:
+            self.table_retry = table_retry
 
     def _expiry(self, t: float) -> int | None:
         """``expires_at`` of an item that reaches its end now (a terminal job, a REJECTED
@@ -53,11 +90,45 @@ class Reads:
         return [] if expires_at is None else [Set("expires_at", expires_at)]
 
     # -- write helpers --------------------------------------------------------------------------
+    def _transact_retrying(self, ops: list[Op]) -> None:
+        """One transaction, tried again (:attr:`table_retry`) while it fails for a moment; the last
+        failure is raised as it is (its code and per-item reasons say why).
+
+        Every try of these same ops carries one ClientRequestToken, so a try after an
+        ambiguous failure (a 5xx, a lost connection: it may have committed) is done at most
+        once by DynamoDB, and succeeds instead of finding its own items. The callers'
+        conditions (``Absent()`` on the items a recording creates, the state fences) guard
+        what the token cannot: a twin or endpoint that ignores tokens, a retry after its
+        10 minutes, another tick. A definite cancellation wrote nothing, so the next try
+        gets a new token (DynamoDB promises replays only of a request that succeeded)."""
+        token = uuid.uuid4().hex
+
+        def once() -> None:
+            nonlocal token
+            try:
+                self.table.transact(ops, token=token)
+            except TransactionCancelled:
+                token = uuid.uuid4().hex
+                raise
+
+        def tell(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            log.warning("table transaction failed for a moment; trying again",
+                        extra={"error": repr(exc), "try": state.attempt_number,
+                               "code": exc.code if isinstance(exc, TableUnavailable) else None,
+                               "reasons": getattr(exc, "reasons", None)})
+
+        cfg = self.table_retry
+        Retrying(retry=retry_if_exception(transient), stop=stop_after_attempt(cfg.attempts),
+                 wait=wait_random_exponential(multiplier=cfg.first_wait, max=cfg.max_wait),
+                 sleep=cfg.sleep, before_sleep=tell, reraise=True)(once)
+
     def _transact(self, ops: list[Op], lost: str, job_id: str | None = None) -> None:
-        """One transaction; a failed condition becomes ConflictError(lost). A cancellation for
-        another reason (TransactionConflict, throttling) is re-raised as it is."""
+        """One transaction (tried again while it fails for a moment); a failed condition
+        becomes ConflictError(lost). A cancellation for another reason (TransactionConflict,
+        throttling) that persists is re-raised as it is."""
         try:
-            self.table.transact(ops)
+            self._transact_retrying(ops)
         except TransactionCancelled as exc:
             if exc.failed_conditions():
                 raise ConflictError(lost, job_id=job_id) from None

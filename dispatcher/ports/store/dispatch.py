@@ -203,7 +203,7 @@ class DispatchStore(Reads):
                     ops.append(Put(r.job_record(by_id[job_id]), Absent()))
                     puts.append(("job", job_id))
             try:
-                self.table.transact(ops)
+                self._transact_retrying(ops)
                 return
             except TransactionCancelled as exc:
                 taken = exc.failed_conditions()
@@ -261,7 +261,7 @@ class DispatchStore(Reads):
                     total = sum(by_id[j].estimated_seconds or 0 for j in kept + chunk)
                     ops.append(self._commit(bundle, bool(kept or chunk), total, t))
                 try:
-                    self.table.transact(ops)
+                    self._transact_retrying(ops)
                     break
                 except InvalidTransaction:
                     # A job item the table refuses hurts only itself (see record()).

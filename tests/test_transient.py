@@ -1,0 +1,251 @@
+"""A table write that fails for a moment (throttling, a 5xx, a transaction conflict) costs a
+retry within the tick, not the hold and a receive; what the tick still gives up on comes back
+at once, and the tick says why."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+
+import pytest
+from botocore.stub import ANY, Stubber
+
+from dispatcher.aws.dynamodb.table import DynamoTable
+from dispatcher.domain.bundles import BundleState
+from dispatcher.ports.store import Store
+from dispatcher.ports.table import (
+    Absent,
+    Op,
+    Put,
+    Record,
+    TableUnavailable,
+    TransactionCancelled,
+    transient,
+)
+from dispatcher.testing.memory_table import MemoryTable
+from tests.twins import Twins
+
+TRIES = 5
+
+
+def _conflict(ops: list[Op]) -> Exception:
+    return TransactionCancelled(["TransactionConflict"] + [None] * (len(ops) - 1))
+
+
+def _server_error(ops: list[Op]) -> Exception:
+    return TableUnavailable("TransactWriteItems", "InternalServerError",
+                            "Internal server error", status=500)
+
+
+def _throttled(ops: list[Op]) -> Exception:
+    return TableUnavailable("TransactWriteItems", "ProvisionedThroughputExceededException",
+                            "The level of configured provisioned throughput for the table was "
+                            "exceeded", status=400)
+
+
+def _refused(ops: list[Op]) -> Exception:
+    return TableUnavailable("TransactWriteItems", "AccessDeniedException", "not allowed",
+                            status=400, retryable=False)
+
+
+ERRORS = pytest.mark.parametrize("error", [_conflict, _server_error, _throttled],
+                                 ids=["TransactionConflict", "HTTP 500", "throttled"])
+
+
+class Flaky(MemoryTable):
+    """Fails the next ``failures`` transactions with ``error``. ``lost``: after writing them,
+    as when the response is lost on the way back; ``tokens`` False: as an endpoint that
+    ignores ClientRequestToken (moto)."""
+
+    def __init__(self, error: Callable[[list[Op]], Exception] = _conflict, failures: int = 0,
+                 *, lost: bool = False, tokens: bool = True) -> None:
+        super().__init__()
+        self.error, self.failures, self.lost, self.tokens = error, failures, lost, tokens
+        self.failed = 0
+
+    def _fail(self, ops: list[Op]) -> None:
+        if self.failures:
+            self.failures -= 1
+            self.failed += 1
+            raise self.error(ops)
+
+    def _transact(self, ops: list[Op]) -> None:
+        if not self.lost:
+            self._fail(ops)
+        super()._transact(ops)
+
+    def _transact_once(self, ops: list[Op], token: str) -> None:
+        if self.tokens:
+            super()._transact_once(ops, token)
+        else:
+            self._transact(ops)
+        if self.lost:
+            self._fail(ops)
+
+
+def _world(table: Flaky) -> Twins:
+    twins = Twins()
+    twins.table = table
+    twins.store = Store(table, clock=twins.clock)
+    return twins
+
+
+def _submit(twins: Twins, n: int = 3) -> list[str]:
+    return twins.client().submit_many([{"kind": "k", "payload": {}, "job_id": f"j{i}",
+                                        "estimated_seconds": 1} for i in range(n)])
+
+
+@ERRORS
+def test_a_transient_failure_is_retried_and_the_bundle_launches_in_the_same_tick(
+        error: Callable[[list[Op]], Exception]) -> None:
+    table = Flaky(error, failures=2)
+    twins = _world(table)
+    ids = _submit(twins)
+    decision = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="1").dispatcher.tick()
+    assert table.failed == 2
+    assert decision.intake.record_failures == 0
+    assert sorted(j.job_id for j in twins.jobs()) == sorted(ids)
+    assert twins.queue_counts() == (0, 0)  # recorded, then deleted
+    assert decision.launch.bundles_launched == 1
+    assert [b.state for b in twins.bundles()] == [BundleState.LAUNCHED]
+    assert len(twins.task_arns()) == 1
+
+
+@ERRORS
+def test_a_failure_that_persists_gives_the_messages_back_at_once_and_says_why(
+        error: Callable[[list[Op]], Exception], caplog: pytest.LogCaptureFixture) -> None:
+    table = Flaky(error, failures=1000)
+    twins = _world(table)
+    _submit(twins)
+    with caplog.at_level(logging.ERROR):
+        decision = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="1").dispatcher.tick()
+    assert table.failed == TRIES  # retried, then given up
+    assert twins.jobs() == [] and twins.task_arns() == []
+    # Visible again now, not after LONGJOBS_HOLD_SECONDS (the clock has not moved).
+    assert twins.queue_counts() == (3, 0)
+    assert decision.intake.record_failures == 1 and decision.intake.released == 3
+    why = str(error(_ops()))  # the code and the per-item reasons, not pynamodb's words
+    assert any(why in e for e in decision.intake.record_errors)
+    logged = [str(getattr(rec, "error", "")) for rec in caplog.records]
+    assert any(why in e for e in logged)
+    # The next tick, with the table well again, records and launches them.
+    table.failures = 0
+    again = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="1").dispatcher.tick()
+    assert again.intake.admitted == 3 and again.launch.bundles_launched == 1
+    assert twins.queue_counts() == (0, 0)
+
+
+def test_a_failure_that_cannot_pass_is_not_tried_again() -> None:
+    table = Flaky(_refused, failures=1000)
+    twins = _world(table)
+    _submit(twins)
+    decision = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="1").dispatcher.tick()
+    assert table.failed == 1
+    assert twins.queue_counts() == (3, 0)
+    assert any("AccessDeniedException" in e for e in decision.intake.record_errors)
+
+
+def test_a_lost_response_is_replayed_by_its_token_and_launched_in_the_same_tick() -> None:
+    """The recording committed but its answer was a 500: the retry carries the same
+    ClientRequestToken, so the table answers success without writing again."""
+    table = Flaky(_server_error, failures=1, lost=True)
+    twins = _world(table)
+    ids = _submit(twins)
+    decision = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="1").dispatcher.tick()
+    assert table.failed == 1
+    assert (decision.intake.admitted, decision.intake.duplicates) == (3, 0)
+    assert decision.launch.bundles_launched == 1 and twins.queue_counts() == (0, 0)
+    assert [sorted(b.job_ids) for b in twins.bundles()] == [sorted(ids)]
+
+
+def test_without_a_token_a_lost_response_still_records_each_job_once() -> None:
+    """An endpoint that ignores the token (moto): the retry finds the bundle and its jobs
+    there (their ``Absent()`` conditions fail), takes them for duplicates and deletes the
+    messages; the bundle, PENDING in the table, launches with the next tick's due bundles."""
+    table = Flaky(_server_error, failures=1, lost=True, tokens=False)
+    twins = _world(table)
+    ids = _submit(twins)
+    stages = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="1")
+    decision = stages.dispatcher.tick()
+    assert decision.intake.duplicates == 3 and twins.queue_counts() == (0, 0)
+    assert [sorted(b.job_ids) for b in twins.bundles()] == [sorted(ids)]
+    assert stages.dispatcher.tick().launch.bundles_launched == 1
+    assert [b.state for b in twins.bundles()] == [BundleState.LAUNCHED]
+
+
+# -- the DynamoDB adapter says what DynamoDB said -------------------------------------------------
+@pytest.fixture
+def dynamo(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[DynamoTable, Stubber]]:
+    """The adapter on a stubbed botocore client: each stubbed answer is the one response its
+    call gets (botocore's retries are not involved)."""
+    for name, value in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",
+                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    table = DynamoTable("longjobs-jobs", "us-east-1")
+    with Stubber(table._conn.client) as stub:
+        yield table, stub
+
+
+def _ops() -> list[Op]:
+    return [Put(Record("JOB#a", state="PENDING"), Absent()),
+            Put(Record("JOB#b", state="PENDING"), Absent())]
+
+
+@pytest.mark.parametrize(("code", "status", "retryable"), [
+    ("InternalServerError", 500, True),
+    ("ServiceUnavailable", 503, True),
+    ("ProvisionedThroughputExceededException", 400, True),
+    ("ThrottlingException", 400, True),
+    ("RequestLimitExceeded", 400, True),
+    ("TransactionInProgressException", 400, True),
+    ("AccessDeniedException", 400, False),
+])
+def test_the_adapter_turns_a_failed_transaction_into_a_port_error_with_its_cause(
+        dynamo: tuple[DynamoTable, Stubber], code: str, status: int, retryable: bool) -> None:
+    table, stub = dynamo
+    stub.add_client_error("transact_write_items", service_error_code=code,
+                          service_message="it went wrong", http_status_code=status)
+    with pytest.raises(TableUnavailable) as raised:
+        table.transact(_ops())
+    err = raised.value
+    assert (err.operation, err.code, err.status, err.retryable) == (
+        "TransactWriteItems", code, status, retryable)
+    assert transient(err) is retryable
+    assert code in str(err) and "it went wrong" in str(err)
+
+
+def test_the_adapter_keeps_each_items_cancellation_reason(
+        dynamo: tuple[DynamoTable, Stubber]) -> None:
+    table, stub = dynamo
+    stub.add_client_error(
+        "transact_write_items", service_error_code="TransactionCanceledException",
+        service_message="Transaction cancelled", http_status_code=400,
+        modeled_fields={"CancellationReasons": [{"Code": "None"},
+                                                {"Code": "TransactionConflict"}]})
+    with pytest.raises(TransactionCancelled) as raised:
+        table.transact(_ops())
+    assert raised.value.reasons == [None, "TransactionConflict"]
+    assert transient(raised.value) and "#1 TransactionConflict" in str(raised.value)
+
+
+def test_the_adapter_sends_the_token_as_client_request_token(
+        dynamo: tuple[DynamoTable, Stubber]) -> None:
+    table, stub = dynamo
+    stub.add_response("transact_write_items", {},
+                      expected_params={"ClientRequestToken": "t-1", "TransactItems": ANY,
+                                       "ReturnConsumedCapacity": ANY})
+    table.transact(_ops(), token="t-1")
+    stub.assert_no_pending_responses()
+
+
+def test_a_single_write_refused_by_throttling_is_a_port_error_too(
+        dynamo: tuple[DynamoTable, Stubber]) -> None:
+    table, _ = dynamo
+    with Stubber(table.model._get_connection().connection.client) as stub:  # the model's own
+        stub.add_client_error("put_item",
+                              service_error_code="ProvisionedThroughputExceededException",
+                              service_message="slow down", http_status_code=400)
+        with pytest.raises(TableUnavailable) as raised:
+            table.write(Put(Record("JOB#a", state="PENDING")))
+    assert (raised.value.operation, raised.value.code, raised.value.retryable) == (
+        "PutItem", "ProvisionedThroughputExceededException", True)
