@@ -81,6 +81,8 @@ def job_actions(u: JobUpdate, t: float, expires_at: int | None = None) -> list[A
         actions.append(Set("error", u.error))
     if u.settled_by is not None:
         actions.append(Set("settled_by", u.settled_by))
+    if u.live_task is not None:
+        actions.append(Set("live_task", u.live_task))
     if u.reason is not None:
         actions.append(Set("reason", u.reason[:2000]))
     elif u.target == JobState.SUCCEEDED:

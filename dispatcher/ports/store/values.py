@@ -40,3 +40,4 @@ class JobUpdate:
     error: dict[str, Any] | None = None
     reason: str | None = None
     settled_by: str | None = None  # a stop's settle: the stopped task's ARN (Job.settled_by)
+    live_task: str | None = None  # its run there was abandoned still running (Job.live_task)
