@@ -172,21 +172,32 @@ def test_jobs_retry_says_when_the_retry_waits(monkeypatch: pytest.MonkeyPatch) -
 # -- a finished bundle-mate is not charged for a killer ----------------------------------------
 
 class Killable(MemoryTable):
-    """Once ``dead``, nothing more is written: the task's process was killed."""
+    """Once ``dead``, nothing more is written: the task's process was killed. While ``hold``
+    is set, a write waits for the kill (it was still in flight when the process died)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.dead = False
+        self.dead = threading.Event()
+        self.hold = False
+
+    def _alive(self) -> None:
+        if self.hold:
+            self.dead.wait(WAIT)
+        if self.dead.is_set():
+            raise RuntimeError("killed: the process is gone")
 
     def _transact(self, ops: list[Op]) -> None:
-        if self.dead:
-            raise RuntimeError("killed: the process is gone")
+        self._alive()
         super()._transact(ops)
 
     def write(self, op: Put | Update | Delete) -> Record | None:
-        if self.dead:
-            raise RuntimeError("killed: the process is gone")
+        self._alive()
         return super().write(op)
+
+    def revive(self) -> None:
+        """The table outlives the task: the stop event and the next task use it."""
+        self.hold = False
+        self.dead.clear()
 
 
 def _record(store: Store, jobs: list[Job], arn: str) -> Bundle:
@@ -215,19 +226,24 @@ def test_a_bundle_mate_that_finished_is_not_failed_for_a_killer() -> None:
     _record(tw.store, [Job(job_id=i, kind=i, payload={}, estimated_seconds=1, max_attempts=1)
                        for i in ("quick", "innocent", "poison")], arn)
 
+    runs: list[str] = []
+
     def innocent(payload: dict[str, Any], ctx: JobContext) -> str:
-        until(lambda: state_of(tw, "innocent") == JobState.RUNNING,
-              "the flusher wrote innocent's start")
+        runs.append(ctx.job_id)
+        if len(runs) == 1:  # the first launch
+            until(lambda: state_of(tw, "innocent") == JobState.RUNNING,
+                  "the flusher wrote innocent's start")
+            table.hold = True  # its result is not written before poison's kill, however slow
         return "done"
 
     def poison(payload: dict[str, Any], ctx: JobContext) -> None:
-        table.dead = True  # SIGKILL: whatever is still buffered is lost
+        table.dead.set()  # SIGKILL: whatever is still buffered or in flight is lost
 
     handlers = Registry({"quick": lambda p, ctx: "done", "innocent": innocent,
                          "poison": poison})
     with contextlib.suppress(RuntimeError):
-        Worker(runner(LONGJOBS_FLUSH_SECONDS="0.5"), tw.store, handlers, arn).run()
-    table.dead = False
+        Worker(runner(LONGJOBS_FLUSH_SECONDS="0.2"), tw.store, handlers, arn).run()
+    table.revive()
     assert [state_of(tw, i) for i in ("quick", "innocent", "poison")] == [
         JobState.SUCCEEDED, JobState.RUNNING, JobState.PENDING]  # as the kill left them
     out = stages.reruns.on_stop(TaskStop(arn, *CRASH))
@@ -242,12 +258,12 @@ def test_a_bundle_mate_that_finished_is_not_failed_for_a_killer() -> None:
     rerun_arn = bundle.task_arn
     with contextlib.suppress(RuntimeError):
         Worker(runner(), tw.store, handlers, rerun_arn).run()
-    table.dead = False
+    table.revive()
     out = stages.reruns.on_stop(TaskStop(rerun_arn, *CRASH))
     assert out.failed == ["poison"]
     poison_job = tw.job("poison")
     assert poison_job is not None and "out of attempts" in (poison_job.reason or "")
-    assert state_of(tw, "innocent") == JobState.SUCCEEDED
+    assert state_of(tw, "innocent") == JobState.SUCCEEDED and len(runs) == 2
 
 
 # -- every give-back spends a budget ------------------------------------------------------------
