@@ -25,11 +25,11 @@ and the bundle reruns one job at a time from then on, so the next such stop name
 that kills its task thus fails within ``max_attempts`` + 1 launches (the first, which names
 nobody, then one per attempt), + 1 more when it ran beside other jobs at its first written-
 through launch (the launch that makes its bundle run one job at a time); its bundle-mates spend
-no attempt. Every path that gives a job back spends a budget: a runner that gives a job back
-(after SIGTERM, or a handler that raised ``Interrupted``) counts its infrastructure attempt
-itself and leaves its bundle to its task's stop, whose settle fails the job once that budget
-is spent; a retryable failure spends an attempt. A user stop (a timeout longjobs enforced with
-StopTask) reruns nothing.
+no attempt. Every path that gives back a job that ran spends a budget: a runner that gives it
+back (after SIGTERM, or a handler that raised ``Interrupted``) counts its infrastructure
+attempt itself and leaves its bundle to its task's stop, whose settle fails the job once that
+budget is spent; a retryable failure spends an attempt. A user stop (a timeout longjobs
+enforced with StopTask) reruns nothing.
 
 Live runs. No two runs of one job are alive at once. A handler that ignores its cancellation
 cannot be killed (a thread), and a job failed as overdue by reconciliation may still run in its
