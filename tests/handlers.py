@@ -100,3 +100,11 @@ async def ameet(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         await asyncio.sleep(0.01)
     _record(ctx, "met", thread=threading.current_thread().name, loop=id(loop))
     return {"met": payload["party"]}
+
+
+def interrupts(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Gives itself back on every run, unasked (no cancel, no SIGTERM)."""
+    from dispatcher.domain.errors import Interrupted
+
+    _record(ctx, "run")
+    raise Interrupted("upstream unavailable")
