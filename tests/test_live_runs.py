@@ -103,6 +103,7 @@ def test_a_retry_waits_for_the_task_that_still_runs_its_abandoned_handler(
         assert retry_bundle.task_arn not in (None, arn)
         job = tw.job("stubborn")
         assert job is not None and job.live_task is None and job.state == JobState.PENDING
+        assert job.reason == f"retried on request after FAILED; task {arn} has stopped"
     finally:
         abandoned.set()
         mate_done.set()

@@ -15,6 +15,10 @@ from dispatcher.ports.store import records as r
 from dispatcher.ports.store.base import Reads, status
 from dispatcher.ports.table import And, Eq, Remove, Set, Update
 
+# How a held retry's reason says what it waits for (operator.retry writes it, the release
+# replaces it).
+WAITING = "; waits until task "
+
 
 class HeldRetries(Reads):
     """The held bundles, and their release (the tick's reconciliation)."""
@@ -30,12 +34,14 @@ class HeldRetries(Reads):
         held and the job still in it (a cancel meanwhile closed it); ConflictError if not."""
         t = self.clock()
         due = max(t, job.not_before or 0.0)
+        reason = [Set("reason", (job.reason or "").split(WAITING)[0]
+                      + f"; task {job.live_task} has stopped")] if job.live_task else []
         self._transact([
             Update(r.bundle_key(bundle.bundle_id),
                    [*status(r.bundle_status(BundleState.PENDING), t, at=due),
                     Set("next_attempt_at", due)],
                    And(Eq("state", str(BundleState.PENDING)),
                        Eq("next_attempt_at", lifecycle.HELD_AT))),
-            Update(r.job_key(job.job_id), [Remove("live_task")],
+            Update(r.job_key(job.job_id), [Remove("live_task"), *reason],
                    Eq("bundle_id", bundle.bundle_id))],
             f"bundle {bundle.bundle_id} changed while it was released", job_id=job.job_id)

@@ -15,6 +15,7 @@ from dispatcher.domain.errors import ConflictError, JobNotFound, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState, new_id
 from dispatcher.ports.store import records as r
 from dispatcher.ports.store.base import Reads, status
+from dispatcher.ports.store.held import WAITING
 from dispatcher.ports.table import (
     Absent,
     And,
@@ -124,8 +125,8 @@ class OperatorStore(Reads):
                         next_attempt_at=due, created_at=t,
                         priority=job.priority, resources=job.resources, kind=job.kind,
                         slots=1)
-        waits = f"; waits until task {job.live_task} is known stopped (a run of this job " \
-            "may still be alive there)" if job.live_task else ""
+        waits = f"{WAITING}{job.live_task} is known stopped (a run of this job may still " \
+            "be alive there)" if job.live_task else ""
         self._transact([
             Put(r.bundle_record(bundle), Absent()),
             Update(r.job_key(job_id), [
