@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from dispatcher.domain.errors import Interrupted
 from job_runner import JobContext
 
 
@@ -104,7 +105,5 @@ async def ameet(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
 
 def interrupts(payload: dict[str, Any], ctx: JobContext) -> None:
     """Gives itself back on every run, unasked (no cancel, no SIGTERM)."""
-    from dispatcher.domain.errors import Interrupted
-
     _record(ctx, "run")
     raise Interrupted("upstream unavailable")
