@@ -77,7 +77,9 @@ def raised(job: Job, exc: BaseException, *, attempts: int, retry_any: bool,
             return Outcome(JobState.CANCELLED, error=err, reason="cancelled on request")
         if cancel_reason == "timeout":
             return Outcome(JobState.FAILED, error=err, reason="timeout")
-        return Outcome(JobState.PENDING, error=err, reason=f"interrupted: {cancel_reason}",
+        # cancel_reason None: the handler raised Interrupted by itself; its message says why.
+        return Outcome(JobState.PENDING, error=err,
+                       reason=f"interrupted: {cancel_reason or err['message']}",
                        interrupted=True)
     if isinstance(exc, PermanentError):
         return Outcome(JobState.FAILED, error=err, reason=f"permanent error: {err['message']}")

@@ -18,9 +18,10 @@ Ways to stop taking jobs:
 - SIGTERM: every running job is cancelled (each gets STOP_GRACE_SECONDS), nothing new starts,
   what finished is written and the bundle stays RUNNING; the stop event reruns the rest.
 - A handler that outlives its cancellation (timeout, cancel, SIGTERM) is recorded with its
-  outcome, and nothing new starts: a thread cannot be killed, and a job must never run twice at
-  once. The other running jobs finish (each within its own timeout and grace) and are recorded,
-  the writes are flushed, the bundle stays RUNNING, and :func:`main` ends the process
+  outcome and this task's ARN (``live_task``: a ``jobs retry`` waits until this task is known
+  stopped), and nothing new starts: a thread cannot be killed, and a job must never run twice
+  at once. The other running jobs finish (each within its own timeout and grace) and are
+  recorded, the writes are flushed, the bundle stays RUNNING, and :func:`main` ends the process
   (``os._exit``) without waiting for the abandoned handler; the stop event reruns the rest of
   the bundle elsewhere.
 - A lost claim (the heartbeat or a write finds a newer attempt owning the bundle): every running
@@ -46,6 +47,7 @@ from aws_lambda_powertools import Logger
 
 from dispatcher import settings
 from dispatcher.aws.dynamodb import open_store
+from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, Interrupted, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
@@ -94,6 +96,7 @@ class Worker:
         self.stopping = threading.Event()  # SIGTERM (or the run is over): start nothing more
         self.lost = threading.Event()  # a newer attempt owns the bundle: write nothing more
         self.abandoned = threading.Event()  # a handler outlived its grace: start nothing more
+        self.gave_back = threading.Event()  # a job was given back (interrupted): see _run_jobs
         self.cancel_requested: set[str] = set()
         # The live run of each job whose handler runs now: its cancellation, and the only
         # context whose checkpoints are written. Changed under _changed; read without it by
@@ -151,7 +154,8 @@ class Worker:
         # A failed write, whichever thread made it (a slot, the flusher, a handler's
         # checkpoint), is the runner's failure: it starts no more jobs and exits.
         writes = Writes(self.store, fence, bundle.task_definition or "", self.cfg.flush_seconds,
-                        write_through=bundle.attempt > 1 or len(bundle.job_ids) == 1,
+                        write_through=lifecycle.writes_through(bundle.attempt,
+                                                              len(bundle.job_ids)),
                         on_error=self._fail)
         beat = threading.Thread(target=self._heartbeat, args=(fence,), daemon=True)
         beat.start()
@@ -175,8 +179,12 @@ class Worker:
             raise self._failure  # ConflictError: the claim is lost; else the runner failed
         if self.lost.is_set():
             return
-        if self.stopping.is_set() or self.abandoned.is_set():
-            writes.flush()  # the bundle stays RUNNING: the stop event reruns what is left
+        if self.stopping.is_set() or self.abandoned.is_set() or self.gave_back.is_set():
+            # The bundle stays RUNNING: the stop event reruns what is left. A job given back
+            # (SIGTERM, or a handler that raised Interrupted by itself) counted its
+            # infrastructure attempt; its rerun is the stop's too, so the one settle that
+            # reruns it also fails it once that budget is spent (dispatcher.domain.lifecycle).
+            writes.flush()
             return
         left = self._left - writes.refused
         writes.flush(BundleState.PENDING if writes.retrying or left else BundleState.DONE)
@@ -295,7 +303,10 @@ class Worker:
             self._left.add(job.job_id)
         if self.lost.is_set():
             return abandoned  # a newer attempt owns the bundle: nothing more is written
-        writes.finish(job, outcome, started=True)
+        if outcome.interrupted:
+            self.gave_back.set()
+        writes.finish(job, outcome, started=True,
+                      live_task=self.arn if abandoned else None)
         # The record keeps the whole error; the log gets its type and a redacted, bounded
         # message (handler errors can quote payload values).
         report = log.info if outcome.target == JobState.SUCCEEDED else log.warning

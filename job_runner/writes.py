@@ -9,7 +9,8 @@ mode every start and every result is written at once, so a crash charges the job
 running and loses no finished result. The worker uses it for a bundle of one job (a long job
 records its start at once) and for every rerun of a bundle, since a rerun follows a stop (a
 crash, a kill, Spot) and the next one must be attributable: a bundled job that kills its task
-is charged from its second launch on, and fails within ``max_attempts`` + 1 launches.
+is charged from its second launch on, and fails within ``max_attempts`` + 1 launches (+ 1 when
+it ran beside other jobs: see dispatcher.domain.lifecycle).
 
 Jobs running at once in one task (LONGJOBS_TASK_CONCURRENCY) share one ``Writes``: their starts
 and results join the same groups. Two locks: recording (the pending updates) and flushing (one
@@ -94,9 +95,13 @@ class Writes:
         if self.write_through:
             self.flush()
 
-    def finish(self, job: Job, outcome: Outcome, *, started: bool) -> None:
+    def finish(self, job: Job, outcome: Outcome, *, started: bool,
+               live_task: str | None = None) -> None:
+        """``live_task``: this task, whose run of the job is abandoned still running (recorded
+        with the outcome: a retry waits for the task to stop)."""
         with self._lock:
             self._finish(job, outcome, started=started)
+            self.pending[job.job_id].live_task = live_task
             if self._oldest is None or len(self.pending) >= FLUSH_AT_JOBS:
                 self._oldest = self._oldest or time.monotonic()
                 self._due.notify()  # the flusher learns its deadline, or flushes now

@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from dispatcher.domain.errors import Interrupted
 from job_runner import JobContext
 
 
@@ -100,3 +101,9 @@ async def ameet(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
         await asyncio.sleep(0.01)
     _record(ctx, "met", thread=threading.current_thread().name, loop=id(loop))
     return {"met": payload["party"]}
+
+
+def interrupts(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Gives itself back on every run, unasked (no cancel, no SIGTERM)."""
+    _record(ctx, "run")
+    raise Interrupted("upstream unavailable")

@@ -115,8 +115,14 @@ def test_a_crash_with_one_job_running_charges_that_job_and_leaves_the_bundle_par
     stages.dispatcher.tick()
     (bundle,) = tw.bundles()
     assert bundle.task_arn is not None
-    _running(tw, bundle.bundle_id, bundle.task_arn, ["poison"])
-    out = stages.reruns.on_stop(TaskStop(bundle.task_arn, *CRASH))
+    # The first launch buffers its writes (a job it records RUNNING may have finished): it
+    # dies before recording anything, is charged nobody, and the rerun writes through.
+    _running(tw, bundle.bundle_id, bundle.task_arn, [])
+    stages.reruns.on_stop(TaskStop(bundle.task_arn, *CRASH))
+    rerun = tw.bundle(bundle.bundle_id)
+    assert rerun is not None and rerun.attempt == 2 and rerun.task_arn is not None
+    _running(tw, bundle.bundle_id, rerun.task_arn, ["poison"])
+    out = stages.reruns.on_stop(TaskStop(rerun.task_arn, *CRASH))
     poison = tw.job("poison")
     assert poison is not None and (poison.attempts, poison.infra_attempts) == (1, 0)
     assert sorted(out.rerun) == ["mate", "poison"]

@@ -347,3 +347,59 @@ def test_a_task_runs_plain_and_async_jobs_at_once(
     aio = [r for r in met if str(r["job_id"]).startswith("ameet")]
     assert len({r["thread"] for r in plain}) == 4  # a thread each
     assert {r["thread"] for r in aio} == {"job-loop"} and len({r["loop"] for r in aio}) == 1
+
+
+def test_a_handler_that_raises_interrupted_by_itself_fails_within_its_budget(
+        moto_server: MotoEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real runner gives the job back and exits with its bundle RUNNING; the task's stop
+    event reruns it and, once LONGJOBS_MAX_INFRA_ATTEMPTS is spent, fails it with its reason.
+    A job submitted beside it succeeds, once."""
+    with own_local(moto_server, tmp_path, monkeypatch, 0.5, LONGJOBS_MAX_INFRA_ATTEMPTS="2",
+                   LONGJOBS_HANDLERS=HANDLERS + ",interrupts=tests.handlers:interrupts",
+                   LONGJOBS_HEARTBEAT_SECONDS="1", LONGJOBS_FLUSH_SECONDS="0.5",
+                   LONGJOBS_LAUNCH_BACKOFF_SECONDS="0",
+                   LONGJOBS_ASSIGN_WAIT_SECONDS="20") as (env, log):
+        store = open_store(env.cfg.table)
+        with env.paused():
+            JobClient().submit_many([
+                {"kind": "interrupts", "payload": {}, "job_id": "gives-back", "max_attempts": 1,
+                 "estimated_seconds": 0.1},
+                {"kind": "echo", "payload": {}, "job_id": "mate", "estimated_seconds": 0.1}])
+        wait_for(lambda: state(store, "gives-back") == JobState.FAILED
+                 and state(store, "mate") == JobState.SUCCEEDED)
+    job = store.get_job("gives-back")
+    assert job is not None and job.infra_attempts == 3
+    assert "infrastructure budget spent" in (job.reason or "")
+    assert "upstream unavailable" in (job.reason or "")
+    assert len(runs(log, "gives-back")) == 3 and len(runs(log, "mate")) == 1
+
+
+def test_a_retry_waits_for_the_task_its_abandoned_run_keeps_alive_beside_a_mate(
+        moto_server: MotoEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two jobs at once: one ignores its timeout and is recorded FAILED while its bundle-mate
+    keeps the task running; `jobs retry` must not start a second run before that task (and
+    the abandoned thread in it) has ended."""
+    with own_local(moto_server, tmp_path, monkeypatch, 0.5, LONGJOBS_TASK_CONCURRENCY="2",
+                   LONGJOBS_MAX_RUNNING_TASKS="2", LONGJOBS_HEARTBEAT_SECONDS="1",
+                   LONGJOBS_FLUSH_SECONDS="0.5", LONGJOBS_LAUNCH_BACKOFF_SECONDS="0",
+                   LONGJOBS_ASSIGN_WAIT_SECONDS="20") as (env, log):
+        store = open_store(env.cfg.table)
+        client = JobClient()
+        with env.paused():  # one bundle of both
+            client.submit_many([
+                {"kind": "stubborn", "payload": {"seconds": 60}, "job_id": "stubborn",
+                 "timeout_seconds": 1, "estimated_seconds": 0.1},
+                {"kind": "sleepy", "payload": {"seconds": 15}, "job_id": "mate",
+                 "estimated_seconds": 0.1}])
+        wait_for(lambda: state(store, "stubborn") == JobState.FAILED, timeout=60)
+        (arn,) = env.launcher.tasks
+        assert env.launcher.tasks[arn].exit is None  # its mate still runs there
+        retried = client.retry("stubborn")
+        wait_for(lambda: len(runs(log, "stubborn")) == 2, timeout=90)
+        ended = env.launcher.tasks[arn].exit
+        first, second = runs(log, "stubborn")
+        assert ended is not None and float(str(second["at"])) >= ended.stopped_at, \
+            "the retry ran beside the abandoned run"
+        assert first["pid"] != second["pid"] and retried.live_task == arn
+        assert state(store, "mate") == JobState.SUCCEEDED
+

@@ -146,13 +146,20 @@ def jobs_retry(job_id: Annotated[str, typer.Argument(help="The job id.")],
                    "instead of resuming.")] = False,
                as_json: JsonOpt = False) -> None:
     """Run a FAILED or CANCELLED job again, with a fresh attempt budget, in a new bundle.
-    It resumes from its last checkpoint unless --from-scratch."""
+    It resumes from its last checkpoint unless --from-scratch. If a run of it may still be
+    alive (a handler that ignored its timeout or cancel), it waits until that task stops."""
     job = guarded(lambda: client().retry(job_id, from_scratch=from_scratch))
     if as_json:
         print_json({"job_id": job.job_id, "state": str(job.state),
-                     "bundle_id": job.bundle_id, "checkpoint": job.checkpoint})
+                     "bundle_id": job.bundle_id, "checkpoint": job.checkpoint,
+                     "waits_for_task": job.live_task})
+        return
+    resume = " from its checkpoint" if job.checkpoint is not None else ""
+    if job.live_task:
+        typer.echo(f"{job.job_id}: {job.state} in bundle {job.bundle_id}; it waits until task "
+                   f"{job.live_task} is known stopped, where a run of this job may still be "
+                   f"alive; the first tick after that launches it{resume}")
     else:
-        resume = " from its checkpoint" if job.checkpoint is not None else ""
         typer.echo(f"{job.job_id}: {job.state} in bundle {job.bundle_id}; the next tick "
                    f"launches it{resume}")
 

@@ -91,6 +91,11 @@ class Job:
     # The task whose stop last requeued or failed this job: a settle interrupted part-way is
     # handled again, and a job it already settled is not charged a second time for that stop.
     settled_by: str | None = None
+    # The task whose run of this job may still be alive although the job moved on: its
+    # handler was abandoned still running, or the job was failed as overdue while its task ran
+    # on for its bundle-mates. A retry waits until that task is known stopped (see
+    # dispatcher.domain.lifecycle, "Live runs").
+    live_task: str | None = None
     payload_bytes: int = 0  # serialised size when admitted (not stored)
     priority: Priority = Priority.NORMAL
     not_before: float | None = None  # scheduled: not launched before this UTC epoch time

@@ -152,7 +152,9 @@ class JobClient:
 
     def retry(self, job_id: str, *, from_scratch: bool = False) -> Job:
         """Run a FAILED or CANCELLED job again with a fresh attempt budget. It resumes from
-        its last checkpoint unless ``from_scratch``."""
+        its last checkpoint unless ``from_scratch``. If a run of it may still be alive (the
+        returned job's ``live_task`` names that task), its launch waits until the task is
+        known stopped."""
         return self._table().retry(job_id, from_scratch=from_scratch)
 
     # -- operating (dispatcher.ops.queries) ----------------------------------------------------

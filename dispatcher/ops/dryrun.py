@@ -156,6 +156,12 @@ class DryRunStore(DispatchStore):
     def running_jobs(self) -> list[Job]:
         return self._inner.running_jobs()
 
+    def held_bundles(self) -> list[Bundle]:
+        return self._inner.held_bundles()
+
+    def release_held(self, bundle: Bundle, job: Job) -> None:
+        self._plan.would("release_held", bundle_id=bundle.bundle_id, job_id=job.job_id)
+
     def fail_overdue(self, job: Job, reason: str) -> None:
         self._plan.would("fail", job_id=job.job_id, reason=reason)
 

@@ -35,6 +35,7 @@ class Record:
     history: Any = None
     checkpoint: Any = None
     settled_by: str | None = None  # job: the task whose stop last settled it (rerun stage)
+    live_task: str | None = None  # job: a task whose run of it may still be alive (Job)
     job_id: str | None = None
     body: str | None = None
     priority: str | None = None  # jobs and bundles

@@ -9,6 +9,10 @@ came too late); one that ECS reports running but that never claimed its bundle w
 timeout, or that stopped heartbeating, is stopped (StopTask), and rerun once it has stopped (its
 event, or the next tick's look), so two runs of a job never overlap: a task that only seems dead
 may still be finishing a handler.
+
+It also releases retries that wait for an earlier run of their job (:meth:`Reconciler.held`):
+a bundle held by ``jobs retry`` becomes due once DescribeTasks reports the job's
+``live_task`` stopped or forgotten; the tick launches it in the same tick.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import dataclass, field
 
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError
-from dispatcher.domain.jobs import TERMINAL_JOB_STATES
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job
 from dispatcher.domain.stops import USER_STOP_PREFIX, LastStatus, StopCode, TaskStop
 from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.store import DispatchStore
@@ -44,6 +48,7 @@ class ReconcileStats:
     stopped_found: int = 0
     stuck_stopped: int = 0
     timed_out: list[str] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)  # retried jobs whose old run ended
     outcomes: list[StopOutcome] = field(default_factory=list)
 
     @property
@@ -124,3 +129,25 @@ class Reconciler:
             if not others:
                 self._launcher.stop(bundle.task_arn,
                                     f"{USER_STOP_PREFIX} job {job.job_id} timed out")
+
+    def held(self, stats: ReconcileStats) -> None:
+        """Release the retries held for a run that may still be alive (lifecycle, "Live
+        runs"): each becomes due once its job's ``live_task`` is STOPPED or unknown to ECS
+        (DescribeTasks forgets a task about an hour after it stopped). A held bundle whose job
+        no longer names a task (or left it) has nothing to wait for."""
+        waiting: list[tuple[Bundle, Job]] = []
+        for bundle in self._store.held_bundles():
+            jobs = [j for j in self._store.get_jobs(self._store.job_ids_of(bundle))
+                    if j.bundle_id == bundle.bundle_id]
+            waiting += [(bundle, j) for j in jobs]
+        arns = sorted({j.live_task for _, j in waiting if j.live_task})
+        gone = {s.task_arn for s in self._launcher.describe(arns) if s.last_status.gone} \
+            if arns else set()
+        for bundle, job in waiting:
+            if job.live_task and job.live_task not in gone:
+                continue  # its earlier run may still be alive: look again next tick
+            try:
+                self._store.release_held(bundle, job)
+            except ConflictError:
+                continue  # cancelled or changed meanwhile
+            stats.released.append(job.job_id)

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
@@ -95,8 +96,10 @@ class Reruns:
         the jobs it interrupted. If several jobs were running (a task running jobs at once)
         when its process ended, which of them ended it cannot be told: each is charged the
         infrastructure budget, not an attempt, and the bundle reruns serially so that the next
-        such stop names the job. A job is never rerun past its infrastructure budget, however
-        it was interrupted (a runner that gave a job back after SIGTERM counted it already).
+        such stop names the job. The same holds for any job recorded running by a task that
+        buffered its writes (a bundle's first launch): it may have finished already. A job
+        is never rerun past its infrastructure budget, however it was interrupted (a runner
+        that gave a job back, after SIGTERM or a raised Interrupted, counted it already).
 
         A claimed bundle with no job recorded RUNNING and nothing recorded by its task charges,
         from its second launch on, its first unfinished job: each rerun then either follows
@@ -123,8 +126,13 @@ class Reruns:
         unattributed = bundle.state == BundleState.RUNNING and bool(mine) and not running \
             and not recorded
         charged = {j.job_id for j in running}
-        # One of several running jobs ended the process: blame none of them, serialize.
-        ambiguous = cls == StopClass.APPLICATION and len(running) > 1
+        # One of several running jobs ended the process: blame none of them, serialize. So
+        # too a task that buffered its writes: a job it recorded RUNNING (its start written
+        # with a mate's result) may have returned already, its result still buffered, when a
+        # later job killed the process.
+        buffered = not lifecycle.writes_through(bundle.attempt, len(bundle.job_ids))
+        ambiguous = cls == StopClass.APPLICATION and (len(running) > 1
+                                                      or (buffered and bool(running)))
         if bundle.state == BundleState.LAUNCHED:
             charged = {j.job_id for j in mine}  # never claimed: each job lost a launch
         elif unattributed and bundle.attempt > 1:
@@ -156,7 +164,11 @@ class Reruns:
                 u.infra_delta = 1
             if u.target == JobState.PENDING and \
                     job.infra_attempts + u.infra_delta > self._policy.max_infra_attempts:
-                u.target, u.reason = JobState.FAILED, f"infrastructure budget spent; {why}"
+                # A job its runner gave back (interrupted) says why in its own reason.
+                gave_back = job.state == JobState.PENDING and bool(job.reason) and \
+                    bool(job.history) and job.history[-1].get("task_arn") == stop.task_arn
+                u.target, u.reason = JobState.FAILED, f"infrastructure budget spent; {why}" + (
+                    f"; its last run: {job.reason}" if gave_back else "")
                 u.error = {"type": "TaskStopped", "message": why}
             if u.target == u.source and u.attempts_delta == 0 and u.infra_delta == 0 \
                     and u.history is None:

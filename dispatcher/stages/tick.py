@@ -118,6 +118,7 @@ class Dispatcher:
         active = self._store.active_bundles()
         self._reconciler.run(active, d.reconcile)
         self._reconciler.timeouts(active, d.reconcile)
+        self._reconciler.held(d.reconcile)  # retries whose earlier run has ended: due now
         # Reruns started by reconciliation are active again; settled bundles are not.
         d.active_bundles = len(active) - d.reconcile.freed
         d.capacity = max(0, self._policy.max_running_tasks - d.active_bundles)

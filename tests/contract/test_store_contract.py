@@ -233,6 +233,29 @@ def test_fail_overdue_only_the_run_it_read(env: tuple[Store, Clock]) -> None:
         "type": "Timeout", "message": "past its timeout"}
 
 
+def test_a_retry_of_a_job_whose_run_may_be_alive_is_held_until_released(
+        env: tuple[Store, Clock]) -> None:
+    store, clock = env
+    fence = _launch(store, _record(store, "b1", "j1"), "arn:task/1")
+    store.claim(fence)
+    store.apply(fence, [JobUpdate("j1", JobState.PENDING, JobState.RUNNING, attempts_delta=1,
+                                  history=[{"attempt": 1, "task_arn": "arn:task/1"}])])
+    store.fail_overdue(store.running_jobs()[0], "timeout")
+    job = store.retry("j1")
+    assert job.live_task == "arn:task/1" and job.state == JobState.PENDING
+    clock.t += 3600
+    assert store.due_bundles(10, clock.t) == []  # held: never due by itself
+    (held,) = store.held_bundles()
+    assert held.bundle_id == job.bundle_id
+    store.release_held(held, job)
+    assert [b.bundle_id for b in store.due_bundles(10, clock.t)] == [job.bundle_id]
+    assert store.held_bundles() == []
+    released = store.get_job("j1")
+    assert released is not None and released.live_task is None
+    with pytest.raises(ConflictError):
+        store.release_held(held, job)  # released already
+
+
 def test_operator_queries(env: tuple[Store, Clock]) -> None:
     store, _ = env
     _record(store, "b1", "j1", "j2")

@@ -18,7 +18,8 @@ from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import Job, JobState, Rejection
 from dispatcher.domain.launches import Launch, LaunchState
 from dispatcher.ports.store import records as r
-from dispatcher.ports.store.base import Reads, status
+from dispatcher.ports.store.base import status
+from dispatcher.ports.store.held import HeldRetries
 from dispatcher.ports.store.runner import (
     UPDATES_BYTES,
     bundle_actions,
@@ -66,7 +67,7 @@ PAGE_JOBS = MAX_TRANSACTION_ITEMS - 2
 PAGE_GRACE_DAYS = 90.0
 
 
-class DispatchStore(Reads):
+class DispatchStore(HeldRetries):
     """What the tick and the task-event handler ask of the table (the dry run wraps this)."""
 
     # -- lease ----------------------------------------------------------------------------------
@@ -468,14 +469,16 @@ class DispatchStore(Reads):
 
     def fail_overdue(self, job: Job, reason: str) -> None:
         """RUNNING -> FAILED for a job past its timeout whose runner did not stop it
-        (conditional: still that run)."""
+        (conditional: still that run). Its run may go on in its task (``live_task``, the task
+        that started it): a retry waits until that task is known stopped."""
         lifecycle.check_job(job.job_id, JobState.RUNNING, JobState.FAILED)
         t = self.clock()
+        task = job.history[-1].get("task_arn") if job.history else None
         self._write(Update(r.job_key(job.job_id), [
             Set("state", str(JobState.FAILED)), Set("status_key", r.job_status(JobState.FAILED)),
             Set("updated_at", t), Set("reason", reason),
             Set("error", {"type": "Timeout", "message": reason}),
-            *self._expires(t)],
+            *([Set("live_task", str(task))] if task else []), *self._expires(t)],
             And(Eq("state", str(JobState.RUNNING)), Eq("attempts", job.attempts),
                 Eq("bundle_id", job.bundle_id or ""))), "job moved on", job_id=job.job_id)
 

@@ -15,6 +15,7 @@ from dispatcher.domain.errors import ConflictError, JobNotFound, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState, new_id
 from dispatcher.ports.store import records as r
 from dispatcher.ports.store.base import Reads, status
+from dispatcher.ports.store.held import WAITING
 from dispatcher.ports.table import (
     Absent,
     And,
@@ -114,7 +115,8 @@ class OperatorStore(Reads):
                     "bundle changed", job_id=job.job_id)
 
     def retry(self, job_id: str, *, from_scratch: bool = False) -> Job:
-        """FAILED or CANCELLED -> PENDING with a fresh budget, in a new bundle.
+        """FAILED or CANCELLED -> PENDING with a fresh budget, in a new bundle (held while a
+        run of the job may still be alive: ``Job.live_task``).
 
         The rerun resumes from the job's last checkpoint (the handler sees it as
         ``ctx.last_checkpoint``), as a rerun after a crash does; ``from_scratch`` drops it."""
@@ -124,14 +126,21 @@ class OperatorStore(Reads):
                                 job_id=job_id)
         lifecycle.check_job(job_id, job.state, JobState.PENDING)
         t = self.clock()
+        # A run of the job may still be alive in job.live_task (abandoned, or failed as
+        # overdue while its task ran on): the new bundle is held until the tick's
+        # reconciliation sees that task stopped, so two runs never overlap (lifecycle,
+        # "Live runs"). The retry is recorded now; only its launch waits.
+        due = lifecycle.HELD_AT if job.live_task else max(t, job.not_before or 0.0)
         # The job's own bundle of one: its priority, task size and schedule, as it was
         # admitted with; its kind, so that it counts its one slot against the kind's limit
         # if the kind has one (the tick counts only limited kinds).
         bundle = Bundle(bundle_id=new_id(), job_ids=[job_id],
                         estimated_seconds=job.estimated_seconds or 0.0,
-                        next_attempt_at=max(t, job.not_before or 0.0), created_at=t,
+                        next_attempt_at=due, created_at=t,
                         priority=job.priority, resources=job.resources, kind=job.kind,
                         slots=1)
+        waits = f"{WAITING}{job.live_task} is known stopped (a run of this job may still " \
+            "be alive there)" if job.live_task else ""
         self._transact([
             Put(r.bundle_record(bundle), Absent()),
             Update(r.job_key(job_id), [
@@ -139,7 +148,7 @@ class OperatorStore(Reads):
                 Set("status_key", r.job_status(JobState.PENDING)), Set("updated_at", t),
                 Set("attempts", 0), Set("infra_attempts", 0), Set("bundle_id", bundle.bundle_id),
                 Set("reason", f"retried on request after {job.state}"
-                    + (" from scratch" if from_scratch else "")),
+                    + (" from scratch" if from_scratch else "") + waits),
                 Remove("expires_at"), *([Remove("checkpoint")] if from_scratch else [])],
                 Eq("state", str(job.state)))],
             "job changed while retrying; try again", job_id=job_id)

@@ -114,6 +114,7 @@ def record_job(rec: Record) -> Job:
         enqueued_at=rec.enqueued_at, message_id=rec.message_id, reason=rec.reason,
         result=rec.result, error=rec.error, history=list(rec.history or []),
         checkpoint=rec.checkpoint, not_before=rec.not_before, settled_by=rec.settled_by,
+        live_task=rec.live_task,
         priority=Priority(rec.priority or Priority.NORMAL), resources=record_resources(rec),
     )
 

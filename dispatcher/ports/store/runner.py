@@ -85,6 +85,8 @@ def job_actions(u: JobUpdate, t: float, expires_at: int | None = None) -> list[A
         actions.append(Set("settled_by", u.settled_by))
     if u.drop_checkpoint:
         actions.append(Remove("checkpoint"))
+    if u.live_task is not None:
+        actions.append(Set("live_task", u.live_task))
     if u.reason is not None:
         actions.append(Set("reason", sizes.clip_text(u.reason, sizes.MAX_REASON_BYTES)))
     elif u.target == JobState.SUCCEEDED:

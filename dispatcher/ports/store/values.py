@@ -41,3 +41,4 @@ class JobUpdate:
     reason: str | None = None
     settled_by: str | None = None  # a stop's settle: the stopped task's ARN (Job.settled_by)
     drop_checkpoint: bool = False  # the item is too large for the update: make room
+    live_task: str | None = None  # its run there was abandoned still running (Job.live_task)
