@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from botocore.awsrequest import AWSResponse
+from botocore.awsrequest import AWSResponse, HTTPHeaders
 from botocore.exceptions import ClientError
 
 from dispatcher.aws.clients import endpoint_client
@@ -28,7 +28,7 @@ class Http500:
 
     def __call__(self, request: Any, **kwargs: Any) -> AWSResponse:
         self.attempts += 1
-        return AWSResponse(request.url, 500, {}, Body())
+        return AWSResponse(request.url, 500, HTTPHeaders(), Body())
 
 
 @pytest.mark.parametrize("retries", [1, 4])

@@ -18,7 +18,7 @@ from dispatcher.domain.launches import Launch, LaunchState
 from dispatcher.domain.stops import TaskStop
 from dispatcher.ports.store import Fence, JobUpdate, LaunchOutcome
 from dispatcher.ports.store import records as r
-from dispatcher.ports.table import Op, Record
+from dispatcher.ports.table import Op, Put, Record
 from dispatcher.testing.memory_table import MemoryTable
 from job_runner.kinds import Registry
 from job_runner.worker import Worker
@@ -81,6 +81,17 @@ def assert_nothing_needed_expires(tw: Twins) -> None:
     doomed = {pk: who for pk, who in needed(items).items()
               if pk in items and items[pk].expires_at is not None}
     assert doomed == {}, f"needed but set to expire: {doomed}"
+
+
+def test_the_twin_expires_what_dynamodb_would_and_nothing_else() -> None:
+    table = MemoryTable()
+    for pk, expires_at in (("A", 100), ("B", 101), ("C", None)):
+        table.write(Put(Record(pk, expires_at=expires_at)))
+    assert table.expire(99) == 0
+    assert table.expire(100) == 1
+    assert sorted(table.snapshot()) == ["B", "C"]
+    assert table.expire(10**12) == 1
+    assert sorted(table.snapshot()) == ["C"]  # no expires_at: kept forever
 
 
 # -- a bundle scheduled far ahead ---------------------------------------------------------------
