@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import pytest
+
 from dispatcher import settings
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
@@ -257,7 +259,10 @@ def test_cancelling_every_job_of_a_scheduled_paged_bundle_lets_its_pages_expire(
 
 
 # -- a job running longer than a month ----------------------------------------------------------
-def test_a_job_running_past_thirty_days_keeps_its_tasks_pointer() -> None:
+@pytest.mark.parametrize("seen_by", ["stop event", "reconciliation"])
+def test_a_job_running_past_thirty_days_keeps_its_tasks_pointer(seen_by: str) -> None:
+    """A job may run for 10**7 s (116 days): its task's stop must still find its bundle,
+    whether the stop event arrives or a tick's reconciliation finds the task stopped."""
     tw = Twins()
     stages = tw.stages()
     bundle_id, arn = tw.launched("long", estimated_seconds=100 * DAY,
@@ -272,16 +277,22 @@ def test_a_job_running_past_thirty_days_keeps_its_tasks_pointer() -> None:
     assert_nothing_needed_expires(tw)
     tw.clock.advance(40 * DAY)
     tw.table.expire(tw.clock())
-    out = stages.reruns.on_stop(TaskStop(arn, *CRASH))
-    assert out.bundle_id == bundle_id and out.rerun == ["long"], out.reason
+    if seen_by == "stop event":
+        out = stages.reruns.on_stop(TaskStop(arn, *CRASH))
+        assert out.bundle_id == bundle_id and out.rerun == ["long"], out.reason
+    else:
+        tw.launcher.stop_task(arn, *CRASH)
+        stages.dispatcher.tick()
     job = tw.job("long")
-    assert job is not None and job.state == JobState.PENDING
+    assert job is not None and job.attempts == 1 and job.history[-1].get("exit_code") == 137
+    rerun = tw.bundle(bundle_id)
+    assert rerun is not None and rerun.attempt == 2 and rerun.task_arn != arn  # relaunched
 
 
 # -- in general ---------------------------------------------------------------------------------
 def test_nothing_an_unfinished_job_needs_ever_carries_an_expiry() -> None:
-    """A mixed life: scheduled and due jobs, a finished bundle, a crash and its rerun, a
-    failed start, a cancel and a retry. After every step, nothing an unfinished job needs may
+    """A mixed life: scheduled and due jobs, a crash and its rerun, a cancel, a retry, and
+    finished bundles. After every step, nothing an unfinished job needs may
     expire; at the end, TTL deletes what is finished and every unfinished job still runs."""
     tw = Twins()
     stages = tw.stages(LONGJOBS_MAX_RUNNING_TASKS="10")
