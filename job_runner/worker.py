@@ -140,7 +140,7 @@ class Worker:
             log.warning("bundle %s belongs to another attempt; exiting", bundle.bundle_id)
             return 0
         log.append_keys(bundle_id=bundle.bundle_id, attempt=bundle.attempt)
-        fence = Fence(bundle.bundle_id, bundle.attempt, self.arn)
+        fence = Fence(bundle.bundle_id, bundle.attempt, self.arn, pages=bundle.pages)
         try:
             claim = self.store.claim(fence)
         except ConflictError as exc:

@@ -15,8 +15,9 @@ from dispatcher.settings import Config
 def client(service: str, cfg: Config, *, retries: int = 4) -> Any:
     """A client honouring AWS_ENDPOINT_URL/AWS_REGION from the validated config.
 
-    ``retries`` is botocore's total attempts; the ECS launcher passes 1 because it retries
-    RunTask itself (tenacity) with the same clientToken.
+    ``retries`` is the total number of attempts of a call, the first included; the ECS
+    launcher passes 1 (no retry by botocore) because it retries RunTask itself (tenacity)
+    with the same clientToken.
     """
     return endpoint_client(service, cfg.endpoint_url, cfg.region, retries=retries)
 
@@ -57,6 +58,9 @@ def endpoint_client(service: str, endpoint: str | None, region: str | None, *,
         service,  # type: ignore[call-overload]
         endpoint_url=service_endpoint(service, core) or endpoint,
         region_name=region,
-        config=BotoConfig(retries={"max_attempts": retries, "mode": "standard"},
+        # total_max_attempts counts every attempt, the first included; botocore's
+        # max_attempts would count retries after it (one attempt more than meant).
+        # https://boto3.amazonaws.com/v1/documentation/api/latest/guide/retries.html
+        config=BotoConfig(retries={"total_max_attempts": retries, "mode": "standard"},
                           connect_timeout=5, read_timeout=30),
     )

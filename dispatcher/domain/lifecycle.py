@@ -60,6 +60,7 @@ def writes_through(attempt: int, jobs: int) -> bool:
     several jobs). The runner and the stop's budget rule both follow this."""
     return attempt > 1 or jobs == 1
 
+
 JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     J.PENDING: frozenset({J.RUNNING, J.CANCELLED, J.FAILED}),
     J.RUNNING: frozenset({J.SUCCEEDED, J.FAILED, J.PENDING, J.CANCELLED}),

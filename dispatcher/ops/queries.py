@@ -224,7 +224,7 @@ class Registry:
         if found is None:
             raise JobNotFound("no such job", job_id=job_id)
         item, bundle = found
-        summary = JobSummary.from_item(item)
+        summary = JobSummary.from_item(item, self.clock())  # SCHEDULED as `jobs list` says
         if summary.state == JobState.REJECTED:
             return JobDetail(summary, None, False, None, None, None, None, [], None,
                              item.message_id, item.body)

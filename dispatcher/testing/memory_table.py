@@ -314,6 +314,22 @@ class MemoryTable(Table):
         with self._lock:
             self._items.clear()
 
+    def expire(self, at: float) -> int:
+        """Delete every item whose ``expires_at`` is at or before ``at``, as DynamoDB's TTL
+        would, and return how many were deleted (test support: nothing calls it in production).
+
+        DynamoDB deletes an item some time after its ``expires_at`` has passed (typically
+        within two days), never before; deleting at the very second is the harshest case a
+        test can make.
+        https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/howitworks-ttl.html
+        """
+        with self._lock:
+            gone = [pk for pk, rec in self._items.items()
+                    if rec.expires_at is not None and rec.expires_at <= at]
+            for pk in gone:
+                del self._items[pk]
+            return len(gone)
+
     def snapshot(self) -> dict[str, Record]:
         """Every item (a copy), for assertions."""
         with self._lock:

@@ -81,7 +81,32 @@ class Reads:
     def _expiry(self, t: float) -> int | None:
         """``expires_at`` of an item that reaches its end now (a terminal job, a REJECTED
         record, a DONE bundle): DynamoDB's TTL deletes it after the retention period. None
-        (kept forever) when the retention is 0."""
+        (kept forever) when the retention is 0.
+
+        TTL only on what is finished: no item a live, pending or scheduled job needs ever
+        carries ``expires_at``, so no clock, however far ahead, lets DynamoDB delete it
+        (``tests/test_ttl.py`` checks this after every step of a mixed life). Every
+        ``expires_at`` the store writes, and why it is safe:
+
+        - a job: set only with a terminal state (SUCCEEDED, FAILED, CANCELLED: ``job_actions``,
+          ``fail_overdue``, ``_cancel_now``); a retry (the only way out of FAILED/CANCELLED)
+          removes it in the same write. Bundle-mates never need a finished job's item: their
+          reads skip a job that is gone.
+        - a REJECTED record: never admitted; nothing refers to it.
+        - a bundle: set only with DONE, which is final (``bundle_actions``, ``_cancel_now``,
+          the commit of a recording that kept no job).
+        - a page (``PAGE#``): written without one, however far ahead its bundle is scheduled;
+          it gets one in its bundle's DONE write (``runner.page_expiry``): in the same
+          transaction when it has room, else in the transactions right after it, as DONE is
+          final (a crash between only keeps them). No extra call where there is room; one per
+          100 pages where there is not.
+        - a task's pointer (``TASK#``): written without one, however long its jobs run; the
+          write that moves its bundle off that task (DONE, or PENDING to rerun elsewhere) sets
+          it (``runner.pointer_expiry``), one small item in a transaction made anyway.
+        - a launch (``LAUNCH#``): only when it goes DONE (``finish_launch``); a STARTING one,
+          which a crashed tick's recovery reads, has none.
+        - the lease: none (one item, rewritten every tick).
+        """
         return int(t + self.retention_days * 86400) if self.retention_days > 0 else None
 
     def _expires(self, t: float) -> list[Action]:

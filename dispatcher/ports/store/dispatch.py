@@ -23,7 +23,11 @@ from dispatcher.ports.store.held import HeldRetries
 from dispatcher.ports.store.runner import (
     UPDATES_BYTES,
     bundle_actions,
+    expire_pages_later,
+    fit_pages,
     job_updates,
+    page_expiry,
+    pointer_expiry,
     update_chunks,
 )
 from dispatcher.ports.store.values import JobUpdate, LaunchOutcome
@@ -58,13 +62,12 @@ from dispatcher.ports.table import (
 MAX_RECORD_BYTES = UPDATES_BYTES  # 3,500,000: the runner's results keep to the same
 # A key no item ever has: a probe transaction checks it exists, so it never writes anything.
 PROBE_KEY = "PROBE#never"
-POINTER_TTL_SECONDS = 30 * 86400
+# A DONE launch (LAUNCH#): only a STARTING one is ever read again (a crashed tick's launch is
+# retried from it, see orphaned_launches); a DONE one is kept this long to look at, then
+# deleted. Its id is never reused: it names the bundles' next attempt, which only grows.
 LAUNCH_TTL_SECONDS = 7 * 86400
 # A page of a large bundle: one transaction holds the page, its jobs and the bundle's own write.
 PAGE_JOBS = MAX_TRANSACTION_ITEMS - 2
-# Pages outlive the retention period by this much (a bundle may wait for capacity or a retry
-# long after it was recorded); with retention 0 they are kept forever, like everything else.
-PAGE_GRACE_DAYS = 90.0
 
 
 class DispatchStore(HeldRetries):
@@ -243,7 +246,6 @@ class DispatchStore(HeldRetries):
         t = self.clock()
         chunks = _chunks(bundle.job_ids, by_id)
         bundle.pages, bundle.state = len(chunks), BundleState.RECORDING
-        expires_at = self._expiry(t + PAGE_GRACE_DAYS * 86400)
         kept: list[str] = []
         for n, chunk in enumerate(chunks):
             first, last = n == 0, n == len(chunks) - 1
@@ -254,8 +256,12 @@ class DispatchStore(HeldRetries):
                     head = Bundle(**{**vars(bundle), "job_ids": []})
                     if last:  # one page after all (a few very large jobs): commit at once
                         head.state = BundleState.PENDING if chunk else BundleState.DONE
-                    ops.append(Put(r.bundle_record(head), Absent()))
-                ops.append(Put(r.page_record(bundle.bundle_id, n, chunk, est, t, expires_at),
+                    rec = r.bundle_record(head)
+                    if head.state == BundleState.DONE:
+                        rec.expires_at = self._expiry(t)
+                    ops.append(Put(rec, Absent()))
+                # No expiry: a page lives as long as its bundle is unfinished (page_expiry).
+                ops.append(Put(r.page_record(bundle.bundle_id, n, chunk, est, t, None),
                                Absent()))
                 ops += [Put(r.job_record(by_id[j]), Absent()) for j in chunk]
                 if last and not first:
@@ -285,17 +291,26 @@ class DispatchStore(HeldRetries):
         bundle.job_ids = kept
         bundle.estimated_seconds = sum(by_id[j].estimated_seconds or 0 for j in kept)
         bundle.state = BundleState.PENDING if kept else BundleState.DONE
+        if not kept:  # committed DONE (every job a duplicate)
+            self._close_pages(bundle.bundle_id, len(chunks), t)
+
+    def _close_pages(self, bundle_id: str, pages: int, t: float) -> None:
+        """A bundle committed DONE by its recording: its pages may expire with it."""
+        expire_pages_later(self.table, bundle_id, fit_pages(
+            page_expiry(bundle_id, pages, self._expiry(t)), MAX_TRANSACTION_ITEMS, [])[1])
 
     def _commit(self, bundle: Bundle, has_jobs: bool, estimated_seconds: float,
-                t: float) -> Update:
+                t: float, pages: int | None = None) -> Update:
         """RECORDING -> PENDING, due when the bundle was to be due (a scheduled bundle keeps
-        its ``not_before``; others are due now), or DONE when the bundle kept no job."""
+        its ``not_before``; others are due now), or DONE when the bundle kept no job.
+        ``pages``: how many of its pages were written, when fewer than planned."""
         target = BundleState.PENDING if has_jobs else BundleState.DONE
         lifecycle.check_bundle(bundle.bundle_id, BundleState.RECORDING, target)
         due = max(t, bundle.next_attempt_at or 0.0)
         return Update(r.bundle_key(bundle.bundle_id), [
             *bundle_actions(target, t, due, self._expiry(t)),
-            Set("estimated_seconds", estimated_seconds)],
+            Set("estimated_seconds", estimated_seconds),
+            *([] if pages is None else [Set("pages", pages)])],
             Eq("state", str(BundleState.RECORDING)))
 
     def recover_recordings(self) -> list[Bundle]:
@@ -311,12 +326,19 @@ class DispatchStore(HeldRetries):
             bundle.job_ids = [j for k in keys for p in pages if p.pk == k
                               for j in p.job_ids or ()]
             est = sum(p.estimated_seconds or 0 for p in pages)
+            # Pages are written in order, each after the one before it: those that exist are
+            # the first len(pages). The bundle keeps that count, so its DONE write gives an
+            # expiry to exactly its pages (it would otherwise create the missing ones).
+            bundle.pages = len(pages)
             try:
-                self._transact([self._commit(bundle, bool(bundle.job_ids), est, t)],
+                self._transact([self._commit(bundle, bool(bundle.job_ids), est, t,
+                                             pages=len(pages))],
                                f"bundle {bundle.bundle_id} was committed meanwhile")
             except ConflictError:
                 continue
             bundle.state = BundleState.PENDING if bundle.job_ids else BundleState.DONE
+            if not bundle.job_ids:
+                self._close_pages(bundle.bundle_id, len(pages), t)
             bundle.estimated_seconds = est
             done.append(bundle)
         return done
@@ -372,9 +394,10 @@ class DispatchStore(HeldRetries):
             lifecycle.check_bundle(bundle_id, BundleState.LAUNCHING, BundleState.LAUNCHED)
             ops.append(Update(r.bundle_key(bundle_id), [
                 *status(r.bundle_status(BundleState.LAUNCHED), t), Set("task_arn", arn)], mine))
+            # No expiry: the pointer is needed while the bundle is on this task, however long
+            # its jobs run; the write that moves it off the task sets one (pointer_expiry).
             ops.append(Put(Record(r.task_key(arn), bundle_id=bundle_id,
-                                  launch_id=launch.launch_id, created_at=t,
-                                  expires_at=int(t + POINTER_TTL_SECONDS))))
+                                  launch_id=launch.launch_id, created_at=t)))
         for bundle_id, reason in outcome.failed:
             lifecycle.check_bundle(bundle_id, BundleState.LAUNCHING, BundleState.PENDING)
             due = retry_at[bundle_id]
@@ -415,23 +438,32 @@ class DispatchStore(HeldRetries):
         if serial and target == BundleState.PENDING:
             actions.append(Set("slots", 1))
         chunks = update_chunks(updates)
+        # The bundle leaves its task: the task's pointer may expire; a DONE bundle's pages too.
+        leaving = pointer_expiry(bundle.task_arn, expires_at) \
+            if bundle.state in (BundleState.LAUNCHED, BundleState.RUNNING) else []
+        pages_now, pages_later = fit_pages(
+            page_expiry(bundle.bundle_id, bundle.pages, expires_at)
+            if target == BundleState.DONE else [], 1 + len(chunks[-1]) + len(leaving),
+            chunks[-1])
+        lost = (f"bundle {bundle.bundle_id} changed since the stop event was read; "
+                "nothing more written")
         overfull: set[str] = set()
         for n, chunk in enumerate(chunks):
-            head: Op = Update(key, actions, And(*conds)) \
-                if n == len(chunks) - 1 else Check(key, And(*conds))
-            lost = (f"bundle {bundle.bundle_id} changed since the stop event was read; "
-                    "nothing more written")
+            last = n == len(chunks) - 1
+            head: Op = Update(key, actions, And(*conds)) if last else Check(key, And(*conds))
+            extra = leaving + pages_now if last else []
             try:
-                self._transact([head, *job_updates(chunk, bundle.bundle_id, t, expires_at)],
-                               lost)
+                self._transact([head, *job_updates(chunk, bundle.bundle_id, t, expires_at),
+                                *extra], lost)
             except InvalidTransaction:
                 refused = self._overfull(chunk, bundle.bundle_id, t, expires_at)
                 if not refused:
                     raise  # not a job's item: fail loudly
                 overfull |= refused
                 chunk = [_shed(u) if u.job_id in refused else u for u in chunk]
-                self._transact([head, *job_updates(chunk, bundle.bundle_id, t, expires_at)],
-                               lost)
+                self._transact([head, *job_updates(chunk, bundle.bundle_id, t, expires_at),
+                                *extra], lost)
+        expire_pages_later(self.table, bundle.bundle_id, pages_later)
         if serial and target == BundleState.PENDING:
             bundle.slots = 1
         bundle.state = target

@@ -16,6 +16,7 @@ from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState, new_id
 from dispatcher.ports.store import records as r
 from dispatcher.ports.store.base import Reads, status
 from dispatcher.ports.store.held import WAITING
+from dispatcher.ports.store.runner import expire_pages_later, fit_pages, page_expiry
 from dispatcher.ports.table import (
     Absent,
     And,
@@ -82,6 +83,7 @@ class OperatorStore(Reads):
             Set("status_key", r.job_status(JobState.CANCELLED)), Set("updated_at", t),
             Set("reason", "cancelled on request before it started"), *self._expires(t)],
             Eq("state", str(JobState.PENDING)))]
+        pages_later: list[list[Op]] = []
         if bundle is not None:
             cond = And(Eq("state", str(BundleState.PENDING)), Eq("attempt", bundle.attempt))
             if all(j.state in TERMINAL_JOB_STATES for j in others):  # the last one: close it
@@ -89,9 +91,15 @@ class OperatorStore(Reads):
                 ops.append(Update(r.bundle_key(bundle.bundle_id),
                                   [*status(r.bundle_status(BundleState.DONE), t),
                                    *self._expires(t)], cond))
+                # DONE: its pages may expire with it (kept until now: see page_expiry).
+                pages_now, pages_later = fit_pages(
+                    page_expiry(bundle.bundle_id, bundle.pages, self._expiry(t)), len(ops), [])
+                ops += pages_now
             else:
                 ops.append(Check(r.bundle_key(bundle.bundle_id), cond))
         self._transact(ops, "changed while cancelling", job_id=job.job_id)
+        if bundle is not None:
+            expire_pages_later(self.table, bundle.bundle_id, pages_later)
 
     def _request_cancel(self, job: Job, bundle: Bundle | None) -> None:
         """A cancel request on the job's active bundle: each job once (a repeated ``jobs

@@ -8,6 +8,7 @@ state of a newer attempt.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
@@ -33,9 +34,12 @@ from dispatcher.ports.table import (
     Op,
     Remove,
     Set,
+    Table,
     TransactionCancelled,
     Update,
 )
+
+log = logging.getLogger(__name__)
 
 # Transactions cancelled by a concurrent request on one of their items (TransactionConflict:
 # e.g. an operator's cancel request landing on the bundle item) are retried this many times.
@@ -53,6 +57,9 @@ UPDATES_BYTES = MAX_TRANSACTION_BYTES - 694_304  # 3,500,000
 # BatchGetItem reads at most 100 items per call.
 # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
 JOB_PAGE = 100
+# A page item at most (PAGE#<bundle>#<n>): a transaction's worth of job ids of up to 128
+# characters each (dispatcher.domain.message), and its other attributes.
+PAGE_ITEM_BYTES = JOBS_PER_TRANSACTION * 129 + 1024
 
 
 def fenced(f: Fence, states: tuple[BundleState, ...] = (BundleState.RUNNING,)) -> Condition:
@@ -139,6 +146,55 @@ def bundle_actions(target: BundleState, t: float, retry_at: float | None,
     return actions
 
 
+def pointer_expiry(task_arn: str | None, expires_at: int | None) -> list[Op]:
+    """The update giving a task's pointer (``TASK#<arn>``) its expiry, made by the write that
+    moves the bundle off that task (DONE, or PENDING to rerun elsewhere). Until then the
+    pointer is needed: by the runner looking for its bundle, by the task's stop event, by
+    reconciliation; however long the task's jobs run. It costs one small item in that write's
+    transaction (which always has room for it), never a call of its own. Unconditional: a
+    pointer is written with its bundle's LAUNCHED state, so it exists."""
+    if task_arn is None or expires_at is None:
+        return []
+    return [Update(r.task_key(task_arn), [Set("expires_at", expires_at)])]
+
+
+def page_expiry(bundle_id: str, pages: int, expires_at: int | None) -> list[Op]:
+    """The updates giving a DONE bundle's pages its expiry. Pages are written without one:
+    a bundle may wait for its ``not_before``, for capacity or for reruns for any time, and
+    its jobs are read from its pages until it is DONE (and DONE is final)."""
+    if expires_at is None:
+        return []
+    return [Update(r.page_key(bundle_id, n), [Set("expires_at", expires_at)])
+            for n in range(pages)]
+
+
+def fit_pages(page_ops: list[Op], items: int,
+              chunk: list[JobUpdate]) -> tuple[list[Op], list[list[Op]]]:
+    """``page_ops`` split into those that fit in the DONE transaction (which holds ``items``
+    items, ``chunk``'s job updates among them) and transactions of their own, to be made
+    after it commits (:func:`expire_pages_later`): a bundle whose last write has room pays no
+    call for its pages, a large one about one call per 100 pages (9,800 jobs)."""
+    by_bytes = (UPDATES_BYTES - sum(update_bytes(u) for u in chunk)) // PAGE_ITEM_BYTES
+    room = max(0, min(MAX_TRANSACTION_ITEMS - items, by_bytes))
+    rest = page_ops[room:]
+    return page_ops[:room], [rest[i:i + MAX_TRANSACTION_ITEMS]
+                             for i in range(0, len(rest), MAX_TRANSACTION_ITEMS)]
+
+
+def expire_pages_later(table: Table, bundle_id: str, transactions: list[list[Op]]) -> None:
+    """Give the rest of a DONE bundle's pages their expiry. The bundle is DONE already, so
+    this can only come late, never early: if it fails (or the process dies first), those
+    pages are kept, which costs storage and never a job; the failure is logged, not raised,
+    as what it follows (a runner's last write, a stop's settle) has succeeded."""
+    for ops in transactions:
+        try:
+            table.transact(ops)
+        except Exception as exc:  # a cleanup: logged, and the pages are kept
+            log.warning("the pages of a DONE bundle were not set to expire; they are kept",
+                        extra={"bundle_id": bundle_id, "error": repr(exc)})
+            return
+
+
 @dataclass(frozen=True)
 class Claim:
     """A claimed bundle, and the cancellations requested before its task claimed it."""
@@ -208,11 +264,19 @@ class RunnerStore(Reads):
         head: Op = Update(key, bundle_actions(bundle_to, t, retry_at, expires_at),
                           fenced(fence)) \
             if bundle_to is not None else Check(key, fenced(fence))
+        # Moving the bundle off this task (DONE, or PENDING): the task's pointer may expire;
+        # a DONE bundle's pages too (Fence.pages: the runner read them at its claim).
+        leaving = pointer_expiry(fence.task_arn, expires_at) if bundle_to is not None else []
+        pages_now, pages_later = fit_pages(
+            page_expiry(fence.bundle_id, fence.pages, expires_at)
+            if bundle_to == BundleState.DONE else [], 1 + len(chunk) + len(leaving), chunk)
         refused: set[str] = set()
         conflicts = 0
         while chunk or bundle_to is not None:
             try:
-                self.table.transact([head, *job_updates(chunk, fence.bundle_id, t, expires_at)])
+                self.table.transact([head, *job_updates(chunk, fence.bundle_id, t, expires_at),
+                                     *leaving, *pages_now])
+                expire_pages_later(self.table, fence.bundle_id, pages_later)
                 return refused
             except TransactionCancelled as exc:
                 failed = exc.failed_conditions()

@@ -23,6 +23,9 @@ class Fence:
     bundle_id: str
     attempt: int
     task_arn: str
+    # Not part of the condition: the bundle's page items (a bundle recorded in pages), which
+    # the task's DONE write sets to expire with the bundle (RunnerStore.apply).
+    pages: int = 0
 
 
 @dataclass

@@ -1,0 +1,20 @@
+"""What operators see agrees between views: ``jobs list`` and ``jobs show`` name one job's
+state alike (a PENDING job whose ``not_before`` is ahead is SCHEDULED in both)."""
+
+from __future__ import annotations
+
+from dispatcher.ops.queries import SCHEDULED, Registry
+from tests.twins import Twins
+
+
+def test_show_says_scheduled_where_list_does_and_pending_once_due(twins: Twins) -> None:
+    due = twins.clock() + 3600
+    twins.client().submit("k", {}, job_id="later", not_before=due)
+    twins.stages().dispatcher.tick()
+    operators = Registry(twins.store, clock=twins.clock)
+    (listed,) = operators.list_jobs()
+    shown = operators.show("later")
+    assert listed.state == SCHEDULED
+    assert shown.summary.state == listed.state and shown.to_json()["state"] == SCHEDULED
+    twins.clock.set(due + 1)
+    assert operators.show("later").summary.state == operators.list_jobs()[0].state == "PENDING"
