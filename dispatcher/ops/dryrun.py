@@ -9,7 +9,7 @@ receive toward the DLQ's maxReceiveCount, so run it by hand, not on a schedule.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -92,6 +92,12 @@ class DryRunStore(DispatchStore):
     def due_bundles(self, limit: int, at: float,
                     full_kinds: Collection[str] = ()) -> list[Bundle]:
         return self._inner.due_bundles(limit, at, full_kinds)
+
+    def priority_credit(self) -> dict[str, float]:
+        return self._inner.priority_credit()
+
+    def save_priority_credit(self, credit: Mapping[str, float]) -> None:
+        self._plan.would("save_priority_credit", credit=dict(credit))
 
     def orphaned_launches(self, older_than: float) -> list[Launch]:
         return self._inner.orphaned_launches(older_than)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import Bundle, BundleState
@@ -84,6 +84,17 @@ class DispatchStore(Reads):
         """Give the lease back early (only if we still own it)."""
         with contextlib.suppress(ConditionFailed):  # a lost lease is the next owner's
             self.table.write(Delete(r.LEASE_KEY, Eq("owner", owner)))
+
+    # -- sharing task slots between priorities (dispatcher.domain.fairness) ---------------------
+    def priority_credit(self) -> dict[str, float]:
+        """Each priority's credit for task slots, as the last tick that shared them left it."""
+        rec = self.table.get(r.FAIR_KEY)
+        credit = rec.credit if rec is not None and isinstance(rec.credit, dict) else {}
+        return {str(p): float(c) for p, c in credit.items()}
+
+    def save_priority_credit(self, credit: Mapping[str, float]) -> None:
+        """Keep the credit for the next tick (written by the lease holder only)."""
+        self.table.write(Put(Record(r.FAIR_KEY, credit=dict(credit), updated_at=self.clock())))
 
     # -- admission ------------------------------------------------------------------------------
     def due_bundles(self, limit: int, at: float,
@@ -334,7 +345,8 @@ class DispatchStore(Reads):
 
     # -- launching ------------------------------------------------------------------------------
     def begin_launch(self, launch: Launch, bundles: list[Bundle]) -> None:
-        """Record the launch and move its bundles PENDING -> LAUNCHING (attempt + 1), atomically."""
+        """Record the launch and move its bundles PENDING -> LAUNCHING (attempt + 1), atomically,
+        each with the ``slots`` it launches with (decided by the caller; its runner keeps to it)."""
         t = self.clock()
         ops: list[Op] = [Put(r.launch_record(launch), Absent())]
         for b in bundles:
@@ -342,7 +354,8 @@ class DispatchStore(Reads):
             ops.append(Update(r.bundle_key(b.bundle_id), [
                 *status(r.bundle_status(BundleState.LAUNCHING), t),
                 Set("attempt", b.attempt + 1), Set("launch_id", launch.launch_id),
-                Set("task_definition", launch.task_definition)],
+                Set("task_definition", launch.task_definition),
+                Set("slots", b.slots) if b.slots else Remove("slots")],
                 And(Eq("state", str(b.state)), Eq("attempt", b.attempt))))
         self._transact(ops, f"launch {launch.launch_id}: a bundle changed under us "
                        "(already launched by someone else?)")
