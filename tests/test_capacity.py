@@ -10,15 +10,26 @@ from __future__ import annotations
 
 import itertools
 import random
+import threading
 
-from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, BundleState
+import pytest
+
+from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.fairness import allocate, patience
-from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
+from dispatcher.domain.jobs import PRIORITY_ORDER, Job, JobState, Priority
+from dispatcher.domain.launches import Launch
 from dispatcher.ops.top import Top
+from dispatcher.ports.store import LaunchOutcome, Store
 from dispatcher.ports.store import records as r
 from dispatcher.ports.store.base import status
 from dispatcher.ports.table import Update
+from dispatcher.stages.tick import launch_slots
+from dispatcher.testing.memory_table import MemoryTable
+from job_runner import JobContext
+from tests.contract.tables import BACKENDS, Clock, make_store, make_table
+from tests.test_concurrency import BOUND, Gauge, job, worker
 from tests.test_shapes import Shapes
+from tests.test_worker import ARN
 
 # LONGJOBS_PRIORITY_WEIGHTS' default.
 DEFAULT_WEIGHTS = {"high": 6, "normal": 3, "low": 1}
@@ -209,3 +220,53 @@ def test_the_allocation_is_work_conserving_and_weighted() -> None:
     assert slots == {Priority.HIGH: 6, Priority.NORMAL: 3, Priority.LOW: 1}
     slots, _ = allocate(3, {Priority.LOW: 100}, DEFAULT_WEIGHTS, {})
     assert slots[Priority.LOW] == 3
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest) -> Store:
+    return make_store(make_table(request), Clock())
+
+
+def test_the_credit_and_a_launchs_slots_are_kept_on_both_tables(store: Store) -> None:
+    """What the tick keeps between ticks and what the runner reads, through the real adapter."""
+    assert store.priority_credit() == {}
+    store.save_priority_credit({"high": -2.5, "normal": 0.0, "low": 3.0})
+    assert store.priority_credit() == {"high": -2.5, "normal": 0.0, "low": 3.0}
+    bundle = Bundle(bundle_id="b", job_ids=["j"], kind="report", slots=1)
+    job = Job(job_id="j", kind="report", payload={}, bundle_id="b")
+    store.record([bundle], [job])
+    bundle.slots = 3
+    store.begin_launch(Launch("L", ["b"], "fam:1"), [bundle])
+    got = store.get_bundle("b")
+    assert got is not None and got.slots == 3
+
+
+def test_the_runner_keeps_to_the_slots_its_bundle_launched_with() -> None:
+    """A bundle of 10 reports launched under report=5 at concurrency 10: its runner runs five
+    at once (each five meet at a barrier), never more."""
+    store = Store(MemoryTable())
+    ids = [f"r{i}" for i in range(10)]
+    jobs = [Job(job_id=i, kind="report", payload={}, estimated_seconds=0.1) for i in ids]
+    bundle = Bundle("b1", ids, kind="report")
+    for j in jobs:
+        j.bundle_id = "b1"
+    store.record([bundle], jobs)
+    bundle.slots = launch_slots(bundle, 10, {"report": 5})
+    assert bundle.slots == 5
+    launch = Launch("L-b1", ["b1"], "longjobs-worker:1")
+    store.begin_launch(launch, [bundle])
+    store.finish_launch(launch, LaunchOutcome(assigned=[("b1", ARN)]), {})
+    together = threading.Barrier(5, timeout=BOUND)
+    gauge = Gauge()
+
+    def handler(payload: dict[str, object], ctx: JobContext) -> str:
+        gauge.enter()
+        try:
+            together.wait()
+        finally:
+            gauge.leave()
+        return "ok"
+
+    worker(store, 10, {"report": handler}).run()
+    assert all(job(store, i).state == JobState.SUCCEEDED for i in ids)
+    assert gauge.most["all"] == 5
