@@ -193,6 +193,31 @@ def test_due_bundles_of_low_priority_are_not_starved_by_high_ones() -> None:
     assert launched["high"] > launched["low"]
 
 
+def test_a_deep_backlog_of_one_priority_in_the_table_does_not_hide_another() -> None:
+    """More due high bundles than a tick reads, all older than one due low bundle: the low one
+    is still found, and launched within the bound."""
+    shapes = Shapes()
+    due = shapes.clock() + 30
+    shapes.send(shapes.high, [long("k", f"high-{i}", priority="high", not_before=due)
+                              for i in range(260)])
+    shapes.send(shapes.low, [long("k", "low", priority="low", not_before=due + 10)])
+    d = shapes.stages(LONGJOBS_MAX_RUNNING_TASKS="1").dispatcher
+    for _ in range(3):
+        d.tick()
+    assert shapes.launched_jobs() == set()
+    assert len([b for b in shapes.bundles() if b.state == BundleState.PENDING]) == 261
+    shapes.clock.advance(60)
+    bound = patience(Priority.LOW, DEFAULT_WEIGHTS) + 1
+    for tick in range(1, bound + 1):
+        d.tick()
+        if "low" in shapes.launched_jobs():
+            break
+        shapes.finish_active()
+    else:
+        raise AssertionError(f"low not launched in {bound} ticks")
+    assert tick <= bound
+
+
 def test_every_backlogged_level_gets_a_slot_within_its_patience() -> None:
     """The allocation alone, under random demand and capacity: a level with work never goes
     more than ``patience`` ticks without a slot, for any weights."""

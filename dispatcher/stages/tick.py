@@ -174,22 +174,31 @@ class Dispatcher:
         never pass a wide one forever: it launches once enough of its kind's running jobs end.
 
         The read returns the oldest due bundles; a blocked kind is left out of a next read (as
-        a kind with no room is from the first), so a backlog of it cannot hide the others: at
-        most one read more per limited kind."""
+        a kind with no room is from the first), so a backlog of it cannot hide the others; and
+        when a full read holds no bundle of some priority, a next read looks at those
+        priorities only, so older bundles of one priority cannot hide another's from
+        :meth:`_share`. At most one read more per limited kind, and one for the priorities."""
         if capacity <= 0:
             return [], set()
         rank = {p: n for n, p in enumerate(PRIORITY_ORDER)}
         left_out = {kind for kind, left in room.items() if left <= 0}
         limit = capacity + DUE_LOOKAHEAD
         pool: dict[str, Bundle] = {}
+        only: list[Priority] | None = None
         while True:
-            found = self._store.due_bundles(limit, self._clock(), left_out)
+            found = self._store.due_bundles(limit, self._clock(), left_out, only)
             pool.update((b.bundle_id, b) for b in found if b.bundle_id not in pool)
             order = sorted(pool.values(), key=lambda b: (rank[b.priority], b.next_attempt_at))
             fits, blocked = self._fit(order, room)
-            if len(found) < limit or len(fits) >= capacity or blocked <= left_out:
+            if len(found) < limit:
                 return fits, blocked
-            left_out |= blocked
+            if len(fits) < capacity and not blocked <= left_out:
+                left_out |= blocked
+                continue
+            seen = {b.priority for b in pool.values()}
+            if only is not None or seen.issuperset(PRIORITY_ORDER):
+                return fits, blocked
+            only = [p for p in PRIORITY_ORDER if p not in seen]
 
     def _fit(self, order: list[Bundle], room: Mapping[str, int]) -> tuple[list[Bundle], set[str]]:
         left = dict(room)

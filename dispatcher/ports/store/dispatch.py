@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping
 from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError
-from dispatcher.domain.jobs import Job, JobState, Rejection
+from dispatcher.domain.jobs import Job, JobState, Priority, Rejection
 from dispatcher.domain.launches import Launch, LaunchState
 from dispatcher.ports.store import records as r
 from dispatcher.ports.store.base import Reads, status
@@ -97,17 +97,25 @@ class DispatchStore(Reads):
         self.table.write(Put(Record(r.FAIR_KEY, credit=dict(credit), updated_at=self.clock())))
 
     # -- admission ------------------------------------------------------------------------------
-    def due_bundles(self, limit: int, at: float,
-                    full_kinds: Collection[str] = ()) -> list[Bundle]:
+    def due_bundles(self, limit: int, at: float, full_kinds: Collection[str] = (),
+                    priorities: Collection[Priority] | None = None) -> list[Bundle]:
         """PENDING bundles whose backoff has passed, oldest due first, leaving out those of
         ``full_kinds`` (limited kinds with no room: a backlog of them, deferred in the table,
-        would otherwise fill every read and hide the due bundles of other kinds)."""
+        would otherwise fill every read and hide the due bundles of other kinds), and keeping
+        only those of ``priorities`` if given (so that older bundles of one priority cannot
+        hide the due bundles of another)."""
         if limit <= 0:
             return []
         # kind <> k, as the port has no inequality: k's bundles are neither below nor above it;
         # a bundle without a kind (not of a limited kind) always passes.
-        where = Or(Lacks("kind"), And(*(Or(Lt("kind", k), Gt("kind", k))
-                                         for k in sorted(full_kinds)))) if full_kinds else None
+        conds: list[Condition] = []
+        if full_kinds:
+            conds.append(Or(Lacks("kind"), And(*(Or(Lt("kind", k), Gt("kind", k))
+                                                 for k in sorted(full_kinds)))))
+        if priorities is not None:  # normal is the default: not stored on the item
+            conds.append(Or(*(Lacks("priority") if p == Priority.NORMAL
+                              else Eq("priority", str(p)) for p in priorities)))
+        where = And(*conds) if len(conds) > 1 else conds[0] if conds else None
         rows = self.table.query(r.bundle_status(BundleState.PENDING), at_most=r.iso(at),
                                 limit=limit, where=where)
         return [r.record_bundle(rec) for rec in rows]
