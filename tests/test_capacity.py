@@ -208,14 +208,13 @@ def test_a_deep_backlog_of_one_priority_in_the_table_does_not_hide_another() -> 
     assert len([b for b in shapes.bundles() if b.state == BundleState.PENDING]) == 261
     shapes.clock.advance(60)
     bound = patience(Priority.LOW, DEFAULT_WEIGHTS) + 1
-    for tick in range(1, bound + 1):
+    for _ in range(bound):
         d.tick()
         if "low" in shapes.launched_jobs():
             break
         shapes.finish_active()
     else:
         raise AssertionError(f"low not launched in {bound} ticks")
-    assert tick <= bound
 
 
 def test_every_backlogged_level_gets_a_slot_within_its_patience() -> None:

@@ -47,9 +47,10 @@ def launch_slots(bundle: Bundle, concurrency: int, limits: Mapping[str, int]) ->
     """Jobs ``bundle`` may run at once on its next launch, decided when it launches (the limits
     and concurrency of now, not those it was recorded under): what it counts against its
     kind's limit while active, and what its runner keeps to. 1 stays 1 (a bundle set to run
-    one job at a time after an ambiguous stop, or a retried job's own); 0 is no cap of its
-    own (a kind without a limit). A paged bundle's job ids are not on its item: it counts as
-    many as a task runs at once."""
+    one job at a time after an ambiguous stop, or a retried job's own; one that launched with
+    1 before keeps it too, as it cannot be told from those); 0 is no cap of its own (a kind
+    without a limit). A paged bundle's job ids are not on its item: it counts as many as a
+    task runs at once."""
     if bundle.slots == 1:
         return 1
     if bundle.kind is None or bundle.kind not in limits:
