@@ -217,9 +217,11 @@ def test_a_deep_backlog_of_one_priority_in_the_table_does_not_hide_another() -> 
         raise AssertionError(f"low not launched in {bound} ticks")
 
 
-def test_every_backlogged_level_gets_a_slot_within_its_patience() -> None:
+@pytest.mark.parametrize("always", [True, False], ids=["every tick", "when levels compete"])
+def test_every_backlogged_level_gets_a_slot_within_its_patience(always: bool) -> None:
     """The allocation alone, under random demand and capacity: a level with work never goes
-    more than ``patience`` ticks without a slot, for any weights."""
+    more than ``patience`` ticks without a slot, for any weights; whether it shares every
+    tick's slots or, as the tick does, only those of ticks where levels compete."""
     rnd = random.Random(7)
     for _ in range(300):
         weights = {str(p): rnd.choice([1, 1, 2, 3, 6, 10, 50]) for p in PRIORITY_ORDER}
@@ -227,8 +229,13 @@ def test_every_backlogged_level_gets_a_slot_within_its_patience() -> None:
         waited = dict.fromkeys(PRIORITY_ORDER, 0)
         for _tick in range(200):
             demand = {p: rnd.choice([0, 1, 1, 2, 100]) for p in PRIORITY_ORDER}
-            slots, credit = allocate(rnd.choice([1, 1, 2, 3]), demand, weights, credit)
-            assert sum(slots.values()) <= sum(demand.values())
+            capacity = rnd.choice([1, 1, 2, 3])
+            compete = sum(demand.values()) > capacity and sum(map(bool, demand.values())) > 1
+            if always or compete:
+                slots, credit = allocate(capacity, demand, weights, credit)
+            else:  # one level with work, or work for every slot: each gets all it has
+                slots = {p: min(n, capacity) for p, n in demand.items()}
+            assert sum(slots.values()) <= min(capacity, sum(demand.values()))
             for p in PRIORITY_ORDER:
                 waited[p] = waited[p] + 1 if demand[p] and not slots[p] else 0
                 assert waited[p] <= patience(p, weights)
