@@ -75,8 +75,7 @@ def build(cfg: Config, *, queue: Queue, store: DispatchStore, launcher: Launcher
     reconciler = Reconciler(store, launcher, reruns, ReconcilePolicy(
         cfg.start_timeout_seconds, cfg.heartbeat_seconds), clock)
     intake = Intake(queues, store, AdmitPolicy(cfg.allowed_kinds, bundling, cfg.kind_limits),
-                    clock,
-                    concurrency=cfg.tick_concurrency, hold_seconds=cfg.hold_seconds)
+                    clock, concurrency=cfg.tick_concurrency, hold_seconds=cfg.hold_seconds)
     tick = Dispatcher(store, launcher, intake, launches, reconciler,
                       TickPolicy(cfg.max_running_tasks, cfg.tick_seconds, cfg.lease_seconds,
                                  cfg.tick_reserve_seconds, cfg.tick_concurrency,
