@@ -149,13 +149,14 @@ class Config(BaseModel):
         "LONGJOBS_LOW_QUEUE_URL", "URL of the low-priority job queue; empty: priority low goes "
         "to LONGJOBS_QUEUE_URL.", ("dispatcher", "client"))] = ""
     priority_weights: Annotated[Limits, Env(
-        "LONGJOBS_PRIORITY_WEIGHTS", "Share of the free task slots each backlogged priority is "
-        "guaranteed (at least one each), as high=n,normal=n,low=n; the higher priority takes "
-        "the rest first.")] = {"high": 6, "normal": 3, "low": 1}
+        "LONGJOBS_PRIORITY_WEIGHTS", "Share of the free task slots each priority with work "
+        "gets over time, as high=n,normal=n,low=n (carried across ticks: a priority of weight "
+        "w gets a slot within ceil(sum/w)+1 ticks); slots a priority cannot use go to the "
+        "others.")] = {"high": 6, "normal": 3, "low": 1}
     kind_limits: Annotated[Limits, Env(
         "LONGJOBS_KIND_LIMITS", "Most jobs of a kind running at once across all tasks, as "
         "kind=n,... (e.g. report=10,resize=50); a kind at its limit waits in the table "
-        "without holding up other kinds.")] = {}
+        "without holding up other kinds; a change applies to bundles launched from then on.")] = {}
     dlq_url: Annotated[str, Env(
         "LONGJOBS_DLQ_URL", "URL of the job queue's dead-letter queue (operators' dlq commands).",
         ("dispatcher", "client"))] = ""

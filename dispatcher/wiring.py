@@ -74,13 +74,13 @@ def build(cfg: Config, *, queue: Queue, store: DispatchStore, launcher: Launcher
     reruns = Reruns(store, launcher, launches, RerunPolicy(cfg.max_infra_attempts), clock)
     reconciler = Reconciler(store, launcher, reruns, ReconcilePolicy(
         cfg.start_timeout_seconds, cfg.heartbeat_seconds), clock)
-    intake = Intake(queues, store, AdmitPolicy(cfg.allowed_kinds, bundling,
-                                               cfg.priority_weights, cfg.kind_limits), clock,
-                    concurrency=cfg.tick_concurrency, hold_seconds=cfg.hold_seconds)
+    intake = Intake(queues, store, AdmitPolicy(cfg.allowed_kinds, bundling, cfg.kind_limits),
+                    clock, concurrency=cfg.tick_concurrency, hold_seconds=cfg.hold_seconds)
     tick = Dispatcher(store, launcher, intake, launches, reconciler,
                       TickPolicy(cfg.max_running_tasks, cfg.tick_seconds, cfg.lease_seconds,
                                  cfg.tick_reserve_seconds, cfg.tick_concurrency,
-                                 cfg.hold_seconds, cfg.kind_limits),
+                                 cfg.hold_seconds, cfg.kind_limits, cfg.task_concurrency,
+                                 cfg.priority_weights),
                       clock=clock)
     return Stages(tick, reruns, launches, queue, store, launcher, queues)
 

@@ -9,13 +9,13 @@ receive toward the DLQ's maxReceiveCount, so run it by hand, not on a schedule.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import asdict
 from typing import Any
 
 from dispatcher import wiring
 from dispatcher.domain.bundles import Bundle, BundleState
-from dispatcher.domain.jobs import Job, Rejection
+from dispatcher.domain.jobs import Job, Priority, Rejection
 from dispatcher.domain.launches import Launch
 from dispatcher.ports.launcher import (
     Launcher,
@@ -89,9 +89,15 @@ class DryRunStore(DispatchStore):
     def active_bundles(self) -> list[Bundle]:
         return self._inner.active_bundles()
 
-    def due_bundles(self, limit: int, at: float,
-                    full_kinds: Collection[str] = ()) -> list[Bundle]:
-        return self._inner.due_bundles(limit, at, full_kinds)
+    def due_bundles(self, limit: int, at: float, full_kinds: Collection[str] = (),
+                    priorities: Collection[Priority] | None = None) -> list[Bundle]:
+        return self._inner.due_bundles(limit, at, full_kinds, priorities)
+
+    def priority_credit(self) -> dict[str, float]:
+        return self._inner.priority_credit()
+
+    def save_priority_credit(self, credit: Mapping[str, float]) -> None:
+        self._plan.would("save_priority_credit", credit=dict(credit))
 
     def orphaned_launches(self, older_than: float) -> list[Launch]:
         return self._inner.orphaned_launches(older_than)

@@ -62,6 +62,8 @@ class Record:
     bundle_ids: list[str] | None = None
     task_arns: list[str] | None = None
     on_demand: str | None = None  # "true": the Spot fallback's launch type FARGATE
+    # the share of task slots each priority has had (the tick's credit, by priority)
+    credit: Any = None
     # lease
     owner: str | None = None
     lease_until: float | None = None
@@ -73,7 +75,7 @@ class Record:
 
 
 ATTRIBUTES: frozenset[str] = frozenset(f.name for f in fields(Record))
-JSON_ATTRIBUTES = frozenset({"payload", "result", "error", "history", "checkpoint"})
+JSON_ATTRIBUTES = frozenset({"payload", "result", "error", "history", "checkpoint", "credit"})
 LIST_ATTRIBUTES = frozenset({"job_ids", "cancel_jobs", "running_jobs", "bundle_ids",
                              "task_arns"})
 NUMBER_ATTRIBUTES = frozenset(

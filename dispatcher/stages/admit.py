@@ -21,12 +21,12 @@ a bundle is closed once its oldest message was held for half of it, so every mes
 and deleted long before it could be delivered again. Memory is bounded by the open and in-flight
 bundles, not by the depth of the queue.
 
-Priorities: each level (high, normal, low) has its queue, drained in that order. Every
-backlogged level is guaranteed its weight's share of the free task slots (at least one, while
-slots remain, highest first; ``LONGJOBS_PRIORITY_WEIGHTS``), and a level takes whatever the
-levels above it left: urgent work goes first, and a backlog of urgent work cannot take every
-slot from the rest. Scheduled jobs and jobs of a kind at its limit are recorded at once in
-deferred bundles (see :mod:`dispatcher.stages.bundle`) that take no slot now.
+Priorities: each level (high, normal, low) has its queue, drained in that order. The tick
+tells each level how many free task slots it may take (:meth:`Dispatcher._share
+<dispatcher.stages.tick.Dispatcher._share>`: by weight, ``LONGJOBS_PRIORITY_WEIGHTS``, with a
+credit carried across ticks so that no level with work starves), and a level also takes what
+the levels above it left unused. Scheduled jobs and jobs of a kind at its limit are recorded at
+once in deferred bundles (see :mod:`dispatcher.stages.bundle`) that take no slot now.
 """
 
 from __future__ import annotations
@@ -86,20 +86,6 @@ def to_job(msg: message.JobMessage, received: Received, at: float) -> Job:
                not_before=msg.not_before, resources=msg.resources)
 
 
-def shares(capacity: int, backlog: Mapping[Priority, int],
-           weights: Mapping[str, int]) -> dict[Priority, int]:
-    """Task slots each priority is guaranteed: its weight's share among the backlogged levels,
-    at least one, highest first while slots remain."""
-    active = [p for p in PRIORITY_ORDER if backlog.get(p, 0) > 0]
-    total = sum(weights.get(str(p), 1) for p in active) or 1
-    out: dict[Priority, int] = {p: 0 for p in PRIORITY_ORDER}
-    left = capacity
-    for p in active:
-        out[p] = min(left, max(1, capacity * weights.get(str(p), 1) // total))
-        left -= out[p]
-    return out
-
-
 def to_rejection(exc: InvalidMessage, received: Received, at: float) -> Rejection:
     body = received.body.encode()[:message.REJECTED_BODY_BYTES].decode(errors="replace")
     return Rejection(key=exc.job_id or received.message_id, message_id=received.message_id,
@@ -133,11 +119,14 @@ class Intake:
         self._policy = policy
         if isinstance(queues, Queue):
             queues = {p: queues for p in PRIORITY_ORDER}
-        # Each distinct queue once, under the highest level it serves.
+        # Each distinct queue once, in the order of the highest level it serves, under normal
+        # if it serves normal (a shared queue's jobs are mostly of the default priority, and
+        # its backlog then competes for slots with normal's due bundles), else that level.
         self._queues: list[tuple[Priority, Queue]] = []
         for p in PRIORITY_ORDER:
             if p in queues and all(queues[p] is not q for _, q in self._queues):
-                self._queues.append((p, queues[p]))
+                serves_normal = queues.get(Priority.NORMAL) is queues[p]
+                self._queues.append((Priority.NORMAL if serves_normal else p, queues[p]))
         self._store = store
         self._clock = clock
         self._concurrency = max(2, concurrency)
@@ -148,17 +137,25 @@ class Intake:
         least a task's worth of parallel jobs)."""
         return max(self._policy.bundling.task_concurrency, math.ceil(visible / max(1, capacity)))
 
+    def backlog(self) -> dict[Priority, int]:
+        """Visible messages of each level's queue (a shared queue's under its level)."""
+        return {p: q.backlog().visible for p, q in self._queues}
+
     def drain(self, capacity: int, deadline: float, stats: IntakeStats,
               on_recorded: Callable[[list[Bundle]], None] | None = None, *,
-              kind_room: Mapping[str, int] | None = None) -> list[Bundle]:
+              kind_room: Mapping[str, int] | None = None,
+              shares: Mapping[Priority, int] | None = None,
+              visible: Mapping[Priority, int] | None = None) -> list[Bundle]:
         """Admit up to ``capacity`` bundles of work before ``deadline`` (monotonic), each
         priority's queue in turn; return the bundles recorded. Each one that can launch now is
         also passed to ``on_recorded`` as soon as it is recorded. ``kind_room``: jobs each
-        limited kind may still start."""
+        limited kind may still start; ``shares``: the slots each level may take (besides what
+        the levels above it leave; default: all of them, highest first); ``visible``: each
+        level's backlog, if read already (:meth:`backlog`)."""
         if capacity <= 0:
             return []
-        visible = {p: q.backlog().visible for p, q in self._queues}
-        guaranteed = shares(capacity, visible, self._policy.priority_weights)
+        visible = dict(visible) if visible is not None else self.backlog()
+        guaranteed = {p: (shares or {}).get(p, 0) for p in PRIORITY_ORDER}
         room = dict(kind_room or {})
         left, recorded = capacity, []
         with ThreadPoolExecutor(self._concurrency, thread_name_prefix="intake") as pool:
@@ -167,7 +164,7 @@ class Intake:
                 slots = max(0, left - below)
                 if slots == 0 or time.monotonic() >= deadline:
                     continue
-                target = self.target_jobs(visible[priority], slots)
+                target = self.target_jobs(visible.get(priority, 0), slots)
                 stats.target_jobs = max(stats.target_jobs, target)
                 bundler = Bundler(self._policy.bundling, slots, target, at=self._clock(),
                                   kind_limits=self._policy.kind_limits, kind_room=room)

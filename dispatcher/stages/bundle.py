@@ -71,7 +71,10 @@ class Bundler:
         return job.priority, job.resources, scheduled, kind
 
     def slots(self, kind: str) -> int:
-        """Jobs of a limited kind one bundle runs at once: what it counts against the limit."""
+        """Most jobs of a limited kind one bundle runs at once. A bundle launched now counts
+        what it can actually run at once against the limit, ``min(jobs, this, room)``: one
+        slot more per job that joins it, while the kind has room; a deferred bundle counts
+        nothing until it launches (the tick decides its slots then)."""
         return max(1, min(self._policy.task_concurrency, self._limits[kind]))
 
     def _limit(self, bundle: Bundle) -> int:
@@ -85,9 +88,17 @@ class Bundler:
     def _fits(self, shape: Shape, job: Job) -> bool:
         b = self._open.get(shape)
         return (b is not None and len(b.job_ids) < self._limit(b)
+                and self._has_room(b)
                 and b.estimated_seconds + (job.estimated_seconds or 0)
                 <= self._policy.max_work_seconds
                 and self._open_bytes[shape] + job.item_bytes() <= MAX_BUNDLE_BYTES)
+
+    def _has_room(self, b: Bundle) -> bool:
+        """A bundle launched now takes one more job of a limited kind while it runs fewer than
+        it could at once and the kind has room for one more, or once it runs all it can (the
+        job waits in the task for a running one to end); else the job opens a new bundle."""
+        return b.kind is None or b.bundle_id in self.deferred \
+            or b.slots >= self.slots(b.kind) or self.kind_room.get(b.kind, 0) > 0
 
     def room(self) -> int:
         """Jobs the task slots left can still take at the even share (deferred work aside):
@@ -137,7 +148,7 @@ class Bundler:
                 self.close(shape)
             return True
         deferred = shape[2] is not None or (
-            shape[3] is not None and self.kind_room.get(shape[3], 0) < self.slots(shape[3]))
+            shape[3] is not None and self.kind_room.get(shape[3], 0) < 1)
         if not deferred and self.opened >= self.capacity:
             return False
         if self.is_small(job):
@@ -146,13 +157,11 @@ class Bundler:
                         resources=job.resources, created_at=self._at,
                         next_attempt_at=shape[2] if shape[2] is not None else self._at)
         if shape[3] is not None:
-            bundle.kind, bundle.slots = shape[3], self.slots(shape[3])
+            bundle.kind = shape[3]
         if deferred:
             self.deferred.add(bundle.bundle_id)
         else:
             self.opened += 1
-            if bundle.kind is not None:
-                self.kind_room[bundle.kind] -= bundle.slots
         self._add(bundle, job)
         if self.is_small(job):
             self._open[shape], self._open_bytes[shape] = bundle, job.item_bytes()
@@ -187,3 +196,8 @@ class Bundler:
         bundle.job_ids.append(job.job_id)
         bundle.estimated_seconds += job.estimated_seconds or 0
         job.bundle_id = bundle.bundle_id
+        if bundle.kind is not None and bundle.bundle_id not in self.deferred \
+                and bundle.slots < self.slots(bundle.kind) \
+                and self.kind_room.get(bundle.kind, 0) > 0:
+            bundle.slots += 1
+            self.kind_room[bundle.kind] = self.kind_room.get(bundle.kind, 0) - 1

@@ -27,9 +27,6 @@ class BundlePolicy:
 class AdmitPolicy:
     allowed_kinds: tuple[str, ...] = ()
     bundling: BundlePolicy = BundlePolicy()
-    # Share of the free task slots each backlogged priority is guaranteed (by weight).
-    priority_weights: Mapping[str, int] = field(
-        default_factory=lambda: {"high": 6, "normal": 3, "low": 1})
     kind_limits: Mapping[str, int] = field(default_factory=dict)  # running jobs per kind
 
 
@@ -70,3 +67,7 @@ class TickPolicy:
     concurrency: int = 8  # AWS calls in flight while receiving, recording, deleting
     hold_seconds: float = 300.0  # visibility timeout of received messages
     kind_limits: Mapping[str, int] = field(default_factory=dict)  # running jobs per kind
+    task_concurrency: int = 1  # jobs a task runs at once
+    # Each priority's weight in sharing the free task slots (dispatcher.domain.fairness).
+    priority_weights: Mapping[str, int] = field(
+        default_factory=lambda: {"high": 6, "normal": 3, "low": 1})

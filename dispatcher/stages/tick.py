@@ -15,13 +15,15 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dispatcher.domain.bundles import Bundle
-from dispatcher.domain.jobs import PRIORITY_ORDER
+from dispatcher.domain.fairness import allocate
+from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.store import DispatchStore
 from dispatcher.stages.admit import Intake, IntakeStats
@@ -35,10 +37,26 @@ log = logging.getLogger(__name__)
 LAUNCH_RESERVE_SECONDS = 5.0
 # The lease outlives the longest tick by this much.
 LEASE_MARGIN_SECONDS = 60.0
-# Due bundles read beyond the free slots, so that bundles of a kind with a little room, but not
-# enough for them (skipped), do not hide the due bundles of other kinds behind them; those of a
-# kind with no room at all are left out of the read.
+# Due bundles read beyond the free slots. Those of a kind with no room left are left out of the
+# read; a kind whose oldest due bundle does not fit its room is left out of a next read, so a
+# backlog of one kind never hides the due bundles of the others (see Dispatcher._due).
 DUE_LOOKAHEAD = 200
+
+
+def launch_slots(bundle: Bundle, concurrency: int, limits: Mapping[str, int]) -> int:
+    """Jobs ``bundle`` may run at once on its next launch, decided when it launches (the limits
+    and concurrency of now, not those it was recorded under): what it counts against its
+    kind's limit while active, and what its runner keeps to. 1 stays 1 (a bundle set to run
+    one job at a time after an ambiguous stop, or a retried job's own; one that launched with
+    1 before keeps it too, as it cannot be told from those); 0 is no cap of its own (a kind
+    without a limit). A paged bundle's job ids are not on its item: it counts as many as a
+    task runs at once."""
+    if bundle.slots == 1:
+        return 1
+    if bundle.kind is None or bundle.kind not in limits:
+        return 0
+    jobs = concurrency if bundle.pages else len(bundle.job_ids)
+    return max(1, min(jobs, concurrency, limits[bundle.kind]))
 
 
 @dataclass
@@ -123,13 +141,20 @@ class Dispatcher:
         d.active_bundles = len(active) - d.reconcile.freed
         d.capacity = max(0, self._policy.max_running_tasks - d.active_bundles)
         room = self._kind_room(active)
-        due = self._due(d.capacity, room)
+        waiting, blocked = self._due(d.capacity, room)
+        visible = self._intake.backlog() if d.capacity > 0 else {}
+        due, queue_slots = self._share(d.capacity, waiting, visible)
+        for b in due:
+            if b.kind in room:
+                room[b.kind] -= b.slots
+        for kind in blocked:  # its oldest due bundle waits for room: younger ones wait too
+            room[kind] = 0
         d.due_bundles = len(due)
         with _LaunchQueue(self._launches, d.task_definition, d.launch) as launch:
             if due:
                 launch(due)
             new = self._intake.drain(d.capacity - len(due), drain_deadline, d.intake, launch,
-                                     kind_room=room)
+                                     kind_room=room, shares=queue_slots, visible=visible)
             d.new_bundles = len(new)
         d.capacity_left = d.capacity - d.launch.bundles_launched
 
@@ -143,25 +168,82 @@ class Dispatcher:
                 room[b.kind] -= b.slots
         return room
 
-    def _due(self, capacity: int, room: dict[str, int]) -> list[Bundle]:
-        """Due PENDING bundles to launch now: higher priority first, then oldest due; a
-        bundle of a kind without room waits (``room`` is spent by those taken)."""
+    def _due(self, capacity: int, room: Mapping[str, int]) -> tuple[list[Bundle], set[str]]:
+        """Due PENDING bundles that may launch now as far as their kinds' room goes, higher
+        priority first, then oldest due, each with its ``slots`` for this launch
+        (:func:`launch_slots`); and the kinds blocked: whose first due bundle in that order does
+        not fit the room left. A blocked kind's later bundles wait behind it, so narrow bundles
+        never pass a wide one forever: it launches once enough of its kind's running jobs end.
+
+        The read returns the oldest due bundles; a blocked kind is left out of a next read (as
+        a kind with no room is from the first), so a backlog of it cannot hide the others; and
+        when a full read holds no bundle of some priority, a next read looks at those
+        priorities only, so older bundles of one priority cannot hide another's from
+        :meth:`_share`. At most one read more per limited kind, and one for the priorities."""
         if capacity <= 0:
-            return []
+            return [], set()
         rank = {p: n for n, p in enumerate(PRIORITY_ORDER)}
-        full = {kind for kind, left in room.items() if left <= 0}
-        found = self._store.due_bundles(capacity + DUE_LOOKAHEAD, self._clock(), full)
-        found.sort(key=lambda b: (rank[b.priority], b.next_attempt_at))
-        due: list[Bundle] = []
-        for b in found:
-            if len(due) == capacity:
-                break
-            if b.kind in room:
-                if room[b.kind] < b.slots:
+        left_out = {kind for kind, left in room.items() if left <= 0}
+        limit = capacity + DUE_LOOKAHEAD
+        pool: dict[str, Bundle] = {}
+        only: list[Priority] | None = None
+        while True:
+            found = self._store.due_bundles(limit, self._clock(), left_out, only)
+            pool.update((b.bundle_id, b) for b in found if b.bundle_id not in pool)
+            order = sorted(pool.values(), key=lambda b: (rank[b.priority], b.next_attempt_at))
+            fits, blocked = self._fit(order, room)
+            if len(found) < limit:
+                return fits, blocked
+            if len(fits) < capacity and not blocked <= left_out:
+                left_out |= blocked
+                continue
+            seen = {b.priority for b in pool.values()}
+            if only is not None or seen.issuperset(PRIORITY_ORDER):
+                return fits, blocked
+            only = [p for p in PRIORITY_ORDER if p not in seen]
+
+    def _fit(self, order: list[Bundle], room: Mapping[str, int]) -> tuple[list[Bundle], set[str]]:
+        left = dict(room)
+        fits: list[Bundle] = []
+        blocked: set[str] = set()
+        for b in order:
+            b.slots = launch_slots(b, self._policy.task_concurrency, self._policy.kind_limits)
+            if b.kind in left:
+                if b.kind in blocked:
                     continue
-                room[b.kind] -= b.slots
-            due.append(b)
-        return due
+                if left[b.kind] < b.slots:
+                    blocked.add(b.kind)
+                    continue
+                left[b.kind] -= b.slots
+            fits.append(b)
+        return fits, blocked
+
+    def _share(self, capacity: int, waiting: list[Bundle], visible: Mapping[Priority, int]
+               ) -> tuple[list[Bundle], dict[Priority, int]]:
+        """Share the free slots between priorities: the due bundles to launch now (within a
+        priority, those waiting in the table go first, oldest due first) and the slots each
+        priority's queue may take. When levels compete for more than the slots, the shares
+        follow :func:`dispatcher.domain.fairness.allocate`, its credit carried in the table
+        from tick to tick, so every level with work gets a slot within a bounded number of
+        ticks (:func:`~dispatcher.domain.fairness.patience`), even at one free slot a tick."""
+        due = Counter(b.priority for b in waiting)
+        demand = {p: due[p] + visible.get(p, 0) for p in PRIORITY_ORDER}
+        if sum(demand.values()) > capacity and sum(1 for n in demand.values() if n) > 1:
+            slots, credit = allocate(capacity, demand, self._policy.priority_weights,
+                                     self._store.priority_credit())
+            self._store.save_priority_credit(credit)
+        else:  # no competition: each level gets what it has work for
+            slots, left = {}, capacity
+            for p in PRIORITY_ORDER:
+                slots[p] = min(demand[p], left)
+                left -= slots[p]
+        taken = dict.fromkeys(PRIORITY_ORDER, 0)
+        launch: list[Bundle] = []
+        for b in waiting:
+            if taken[b.priority] < slots[b.priority]:
+                taken[b.priority] += 1
+                launch.append(b)
+        return launch, {p: slots[p] - taken[p] for p in PRIORITY_ORDER}
 
 
 class _LaunchQueue:

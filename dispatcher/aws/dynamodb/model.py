@@ -2,8 +2,9 @@
 
 Key prefixes (built in :mod:`dispatcher.ports.store.records`): ``JOB#<job_id>``,
 ``REJECT#<job_id or message_id>``, ``BUNDLE#<id>``, ``LAUNCH#<id>``, ``TASK#<task arn>``,
-``LEASE#dispatcher``. The ``by_status`` index (``status_key`` = ``<TYPE>#<STATE>``,
-``status_at`` = ISO time) answers every "which items are in state S" question without a scan.
+``LEASE#dispatcher``, ``FAIR#priorities``. The ``by_status`` index (``status_key`` =
+``<TYPE>#<STATE>``, ``status_at`` = ISO time) answers every "which items are in state S"
+question without a scan.
 ``infra/template.yaml`` declares the same schema; a test keeps them equal (:func:`key_schema`).
 
 pynamodb keeps the table name and endpoint on ``Model.Meta``; binding one model class for the

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 
 from dispatcher.domain import lifecycle, sizes
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError
-from dispatcher.domain.jobs import Job, JobState, Rejection
+from dispatcher.domain.jobs import Job, JobState, Priority, Rejection
 from dispatcher.domain.launches import Launch, LaunchState
 from dispatcher.ports.store import records as r
 from dispatcher.ports.store.base import status
@@ -90,18 +90,37 @@ class DispatchStore(HeldRetries):
         with contextlib.suppress(ConditionFailed):  # a lost lease is the next owner's
             self.table.write(Delete(r.LEASE_KEY, Eq("owner", owner)))
 
+    # -- sharing task slots between priorities (dispatcher.domain.fairness) ---------------------
+    def priority_credit(self) -> dict[str, float]:
+        """Each priority's credit for task slots, as the last tick that shared them left it."""
+        rec = self.table.get(r.FAIR_KEY)
+        credit = rec.credit if rec is not None and isinstance(rec.credit, dict) else {}
+        return {str(p): float(c) for p, c in credit.items()}
+
+    def save_priority_credit(self, credit: Mapping[str, float]) -> None:
+        """Keep the credit for the next tick (written by the lease holder only)."""
+        self.table.write(Put(Record(r.FAIR_KEY, credit=dict(credit), updated_at=self.clock())))
+
     # -- admission ------------------------------------------------------------------------------
-    def due_bundles(self, limit: int, at: float,
-                    full_kinds: Collection[str] = ()) -> list[Bundle]:
+    def due_bundles(self, limit: int, at: float, full_kinds: Collection[str] = (),
+                    priorities: Collection[Priority] | None = None) -> list[Bundle]:
         """PENDING bundles whose backoff has passed, oldest due first, leaving out those of
         ``full_kinds`` (limited kinds with no room: a backlog of them, deferred in the table,
-        would otherwise fill every read and hide the due bundles of other kinds)."""
+        would otherwise fill every read and hide the due bundles of other kinds), and keeping
+        only those of ``priorities`` if given (so that older bundles of one priority cannot
+        hide the due bundles of another)."""
         if limit <= 0:
             return []
         # kind <> k, as the port has no inequality: k's bundles are neither below nor above it;
         # a bundle without a kind (not of a limited kind) always passes.
-        where = Or(Lacks("kind"), And(*(Or(Lt("kind", k), Gt("kind", k))
-                                         for k in sorted(full_kinds)))) if full_kinds else None
+        conds: list[Condition] = []
+        if full_kinds:
+            conds.append(Or(Lacks("kind"), And(*(Or(Lt("kind", k), Gt("kind", k))
+                                                 for k in sorted(full_kinds)))))
+        if priorities is not None:  # normal is the default: not stored on the item
+            conds.append(Or(*(Lacks("priority") if p == Priority.NORMAL
+                              else Eq("priority", str(p)) for p in priorities)))
+        where = And(*conds) if len(conds) > 1 else conds[0] if conds else None
         rows = self.table.query(r.bundle_status(BundleState.PENDING), at_most=r.iso(at),
                                 limit=limit, where=where)
         return [r.record_bundle(rec) for rec in rows]
@@ -363,7 +382,8 @@ class DispatchStore(HeldRetries):
 
     # -- launching ------------------------------------------------------------------------------
     def begin_launch(self, launch: Launch, bundles: list[Bundle]) -> None:
-        """Record the launch and move its bundles PENDING -> LAUNCHING (attempt + 1), atomically."""
+        """Record the launch and move its bundles PENDING -> LAUNCHING (attempt + 1), atomically,
+        each with the ``slots`` it launches with (decided by the caller; its runner keeps to it)."""
         t = self.clock()
         ops: list[Op] = [Put(r.launch_record(launch), Absent())]
         for b in bundles:
@@ -371,7 +391,8 @@ class DispatchStore(HeldRetries):
             ops.append(Update(r.bundle_key(b.bundle_id), [
                 *status(r.bundle_status(BundleState.LAUNCHING), t),
                 Set("attempt", b.attempt + 1), Set("launch_id", launch.launch_id),
-                Set("task_definition", launch.task_definition)],
+                Set("task_definition", launch.task_definition),
+                Set("slots", b.slots) if b.slots else Remove("slots")],
                 And(Eq("state", str(b.state)), Eq("attempt", b.attempt))))
         self._transact(ops, f"launch {launch.launch_id}: a bundle changed under us "
                        "(already launched by someone else?)")

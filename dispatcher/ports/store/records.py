@@ -2,7 +2,8 @@
 
 Key prefixes: ``JOB#<job_id>``, ``REJECT#<job_id or message_id>``, ``BUNDLE#<id>``,
 ``PAGE#<bundle id>#<n>`` (the job ids of a bundle recorded in pages), ``LAUNCH#<id>``,
-``TASK#<task arn>`` (points a task at its bundle), ``LEASE#dispatcher``. Index
+``TASK#<task arn>`` (points a task at its bundle), ``LEASE#dispatcher``, ``FAIR#priorities``
+(each priority's credit for task slots, carried from tick to tick). Index
 keys: ``status_key`` = ``<TYPE>#<STATE>``, ``status_at`` = ISO-8601 UTC time.
 """
 
@@ -17,6 +18,7 @@ from dispatcher.domain.launches import Launch, LaunchState
 from dispatcher.ports.table import Record
 
 LEASE_KEY = "LEASE#dispatcher"
+FAIR_KEY = "FAIR#priorities"
 
 
 def iso(ts: float) -> str:
