@@ -7,8 +7,11 @@ say which invariant failed and with which job's data.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import strategies as st
 
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
@@ -16,6 +19,10 @@ from dispatcher.ports.store import records as r
 from dispatcher.ports.table import Record
 from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.testing.memory_table import MAX_ITEM_BYTES, MemoryTable, _item_bytes
+from tests.model_runner import SimTask
+
+DAY = 86_400.0
+KINDS = ("plain", "report", "resize")
 
 # A message's job id: the client and the model's own producers write it near the start.
 _JOB_ID = re.compile(r'"job_id":\s*"([^"]+)"')
@@ -135,6 +142,45 @@ def lost_jobs(view: View, submitted: Mapping[str, str],
                 check = next((c for c, says in EXPIRED.items() if says in why), "lost_job")
                 problems.append((check, f"{describe(job)}: no live path to running: {why}"))
     return problems
+
+
+def job_specs() -> st.SearchStrategy[dict[str, Any]]:
+    """The shapes of what producers submit (``not_before`` counts from now)."""
+    return st.fixed_dictionaries({
+        "kind": st.sampled_from(KINDS),
+        "priority": st.sampled_from(["high", "normal", "low"]),
+        "estimated_seconds": st.sampled_from([None, 0.5, 30.0, 3600.0, 1e7]),
+        "not_before": st.sampled_from([None, -10.0, 60.0, 180 * DAY]),
+        "payload_bytes": st.sampled_from([0, 1_000, 250_000]),
+        "max_attempts": st.integers(1, 3),
+        "timeout_seconds": st.sampled_from([None, 30.0, 3600.0]),
+    })
+
+
+def live_twice(view: View, tasks: Iterable[SimTask]) -> list[str]:
+    """Jobs with a live run (a handler running, abandoned or not) in more than one task."""
+    live: dict[str, list[str]] = {}
+    for sim in tasks:
+        for job_id in sim.live_runs():
+            live.setdefault(job_id, []).append(sim.arn)
+    return [f"{j} runs in {len(arns)} tasks at once: {arns}; {describe(view.job(j))}"
+            for j, arns in sorted(live.items()) if len(arns) > 1]
+
+
+def blamed(view: View, submitted: Iterable[str], tasks: Mapping[str, SimTask]) -> list[str]:
+    """Jobs failed "out of attempts" for a task's stop while their handler was not running
+    in it (a kill is charged to the job whose code ended the process)."""
+    out = []
+    for job_id in submitted:
+        job = view.job(job_id)
+        if job is None or job.state != JobState.FAILED or not job.history \
+                or not (job.reason or "").startswith("out of attempts"):
+            continue
+        arn = job.history[-1].get("task_arn")
+        if arn in tasks and job_id not in tasks[arn].live_at_stop:
+            out.append(f"{describe(job)}: charged for the stop of {arn}, where its handler "
+                       "was not running")
+    return out
 
 
 def dead_letters(view: View) -> list[str]:

@@ -117,6 +117,7 @@ class SimTask:
     exhausted: bool = False
     silent: bool = False  # frozen: no heartbeat, no progress
     stop_code: str = StopCode.ESSENTIAL_CONTAINER_EXITED
+    live_at_stop: set[str] = field(default_factory=set)  # the handlers running at its end
 
     # -- what the model asks --------------------------------------------------------------------
     @property
@@ -320,8 +321,28 @@ class SimTask:
         """The process ends (a normal exit, a kill, a host lost): every run ends with it."""
         if self.alive:
             self.launcher.stop_task(self.arn, code, reason, exit_code)
-        self.phase = "ended"
-        self.runs.clear()
+        self.gone()
+
+    def gone(self) -> None:
+        """The process is gone (this or StopTask ended it): note which handlers ran then."""
+        if self.phase != "ended":
+            self.phase = "ended"
+            self.live_at_stop = set(self.runs)
+            self.runs.clear()
+
+    def pass_(self, behaviour: str) -> None:
+        """Everything this runner can do now, at once: claim, start jobs up to its slots,
+        let every handler end as ``behaviour`` says, and exit if its work is over."""
+        if self.phase == "new" and self.alive:
+            self.claim()
+        while self.can_start():
+            self.start_next()
+        for job_id in self.active() if self.alive and not self.silent else []:
+            self.finish(job_id, behaviour)
+        while self.can_start():
+            self.start_next()
+        if self.can_end() and not self.runs:
+            self.end()
 
     def _fail(self, exc: Exception) -> None:
         if self.failure is None:
