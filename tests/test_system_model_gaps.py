@@ -85,6 +85,17 @@ def starvation(m: model.SystemModel) -> None:
     m.tick(12)
 
 
+def starvation_after_lowering_a_limit(m: model.SystemModel) -> None:
+    """Eight reports scheduled a minute ahead, recorded at report=4; then report=2."""
+    m.change_settings("4", "report=4", "3")
+    m.submit(spec(kind="report", not_before=60.0), 8, False)
+    m.tick(1)
+    m.change_settings("4", "report=2,resize=1", "3")
+    m.advance(120.0)
+    m.tick(12)
+    m.tick(12)
+
+
 def two_live_runs(m: model.SystemModel) -> None:
     """At 2 jobs per task a handler ignores its timeout; ``jobs retry`` launches it again."""
     m.change_settings("2", "", "1")
@@ -145,43 +156,56 @@ def dead_letter(m: model.SystemModel) -> None:
         m.advance(400.0)
 
 
-SCENARIOS: dict[str, Callable[[model.SystemModel], None]] = {
-    f.__name__: f for f in (tick_raises, stop_event_raises, pointer_expired, pages_expired,
-                            starvation, two_live_runs, budget, blamed_innocent, dead_letter)}
+Scenario = Callable[[model.SystemModel], None]
+SCENARIOS: dict[str, list[Scenario]] = {
+    f.__name__: [f] for f in (tick_raises, stop_event_raises, pointer_expired, pages_expired,
+                              two_live_runs, budget, blamed_innocent, dead_letter)}
+SCENARIOS["starvation"] = [starvation, starvation_after_lowering_a_limit]
 
 
 @pytest.fixture
-def machine(monkeypatch: pytest.MonkeyPatch) -> model.SystemModel:
+def machines(monkeypatch: pytest.MonkeyPatch) -> Callable[[], model.SystemModel]:
+    """Fresh model worlds, with every check on."""
     monkeypatch.setattr(bundle_stage, "new_id", model.SystemModel.hooks_ids)
     monkeypatch.setattr(operator_store, "new_id", model.SystemModel.hooks_ids)
     monkeypatch.setattr(writes_module, "time", model.SystemModel.hooks_time)
-    monkeypatch.setattr(model, "GAPS", frozenset())  # every check on
-    return model.SystemModel()
+    monkeypatch.setattr(model, "GAPS", frozenset())
+    return model.SystemModel
 
 
 def test_every_known_gap_has_a_scenario() -> None:
     assert set(model.KNOWN_GAPS) <= set(SCENARIOS)
 
 
-@pytest.mark.parametrize("gap", sorted(SCENARIOS))
-def test_a_known_gap_is_seen_until_it_is_fixed(machine: model.SystemModel, gap: str) -> None:
+def seen_by(m: model.SystemModel, gap: str, scenario: Scenario) -> list[str]:
+    """What the ``gap`` check says on ``scenario`` (every other check must hold on it)."""
     seen: list[str] = []
-    real_fail = machine.fail
+    real_fail = m.fail
 
     def fail(check: str, problems: list[str]) -> None:
-        if problems and check == gap:
+        if check == gap:
             seen.extend(problems)
-        elif check != gap:
-            real_fail(check, problems)  # any other check still holds on this sequence
+        else:
+            real_fail(check, problems)
 
-    machine.fail = fail  # type: ignore[method-assign]
-    machine.stop_event = _first_event(machine)  # type: ignore[method-assign]
-    SCENARIOS[gap](machine)
-    machine.holds()
+    m.fail = fail  # type: ignore[method-assign]
+    m.stop_event = _first_event(m)  # type: ignore[method-assign]
+    scenario(m)
+    m.holds()
+    return seen
+
+
+@pytest.mark.parametrize("gap", sorted(SCENARIOS))
+def test_a_known_gap_is_seen_until_it_is_fixed(machines: Callable[[], model.SystemModel],
+                                               gap: str) -> None:
+    """A listed gap is seen by one of its sequences at least (a check covering several
+    defects stays listed until each is fixed); a gap not listed, by none of them."""
+    seen = {f.__name__: seen_by(machines(), gap, f) for f in SCENARIOS[gap]}
     if gap in model.KNOWN_GAPS:
-        assert seen, f"{gap} is listed in KNOWN_GAPS but the model no longer sees it: remove it"
+        assert any(seen.values()), f"{gap} is in KNOWN_GAPS but no sequence shows it any " \
+            "more: remove it"
     else:
-        assert not seen, seen
+        assert not any(seen.values()), seen
 
 
 def _first_event(m: model.SystemModel) -> Callable[..., None]:
