@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
+from dispatcher.domain.message import compact_json
 from dispatcher.ports.store import records as r
 from dispatcher.ports.table import Record
 from dispatcher.testing.memory_queue import MemoryQueue
@@ -199,6 +200,17 @@ def oversized(view: View) -> list[str]:
 
 def item_bytes(rec: Record) -> int:
     return _item_bytes(rec)
+
+
+def checkpoint_near_limit(table: MemoryTable, job_id: str, slack: int | None) -> dict[str, str]:
+    """A checkpoint that leaves ``slack`` bytes under the item limit (None: a small one), as
+    a handler's growing list of processed ids would just before it crosses."""
+    size = 100
+    rec = table.get(r.job_key(job_id))
+    if slack is not None and rec is not None:
+        own = len("checkpoint") + len(compact_json(rec.checkpoint)) if rec.checkpoint else 0
+        size = max(0, MAX_ITEM_BYTES - slack - (_item_bytes(rec) - own) - 25)
+    return {"done": "y" * size}
 
 
 def waiting_for_room(view: View, now: float, max_tasks: int, concurrency: int,

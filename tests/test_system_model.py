@@ -30,10 +30,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
-from dispatcher.domain.message import compact_json
 from dispatcher.domain.stops import TaskStop
 from dispatcher.ports.store import operator as operator_store
-from dispatcher.ports.store import records as r
 from dispatcher.stages import bundle as bundle_stage
 from job_runner import writes as writes_module
 from tests import model_checks as checks
@@ -327,14 +325,7 @@ class SystemModel(RuleBasedStateMachine):
         self.sync()
 
     def checkpoint_state(self, job_id: str, slack: int | None) -> dict[str, str]:
-        """A checkpoint that leaves ``slack`` bytes under the item limit (None: a small one),
-        as a handler's growing list of processed ids would, just before it crosses."""
-        size = 100
-        rec = self.twins.table.get(r.job_key(job_id))
-        if slack is not None and rec is not None:
-            own = len("checkpoint") + len(compact_json(rec.checkpoint)) if rec.checkpoint else 0
-            size = max(0, checks.MAX_ITEM_BYTES - slack - (checks.item_bytes(rec) - own) - 25)
-        return {"done": "y" * size}
+        return checks.checkpoint_near_limit(self.twins.table, job_id, slack)
 
     @precondition(lambda self: self.any_task(lambda t: t.phase == "running" and t.alive))
     @rule(data=st.data(), what=st.sampled_from(["heartbeat", "flush", "sigterm", "freeze"]))
