@@ -33,6 +33,9 @@ from job_runner.writes import Writes
 
 # What a handler does when the model lets one of its runs end.
 BEHAVIOURS = ("succeed", "succeed_large", "fail", "raise", "interrupt_itself", "ignore_stop")
+# What a job's handler does on every run, whenever the model lets its handlers be themselves:
+# one of the above, or "kill" (it kills its task: a poison job).
+NATURES = (*BEHAVIOURS, "kill")
 LARGE_RESULT = "r" * 60_000  # under job_runner.outcome.MAX_RESULT_BYTES (64 KB)
 
 
@@ -330,15 +333,19 @@ class SimTask:
             self.live_at_stop = set(self.runs)
             self.runs.clear()
 
-    def pass_(self, behaviour: str) -> None:
+    def pass_(self, behaviour: Callable[[str], str]) -> None:
         """Everything this runner can do now, at once: claim, start jobs up to its slots,
-        let every handler end as ``behaviour`` says, and exit if its work is over."""
+        let every handler end as ``behaviour(job_id)`` says ("kill": it kills the task), and
+        exit if its work is over."""
         if self.phase == "new" and self.alive:
             self.claim()
         while self.can_start():
             self.start_next()
         for job_id in self.active() if self.alive and not self.silent else []:
-            self.finish(job_id, behaviour)
+            if behaviour(job_id) == "kill":
+                self.stop(StopCode.ESSENTIAL_CONTAINER_EXITED, "OutOfMemoryError", 137)
+                return
+            self.finish(job_id, behaviour(job_id))
         while self.can_start():
             self.start_next()
         if self.can_end() and not self.runs:

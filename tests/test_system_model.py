@@ -35,7 +35,7 @@ from dispatcher.ports.store import operator as operator_store
 from dispatcher.stages import bundle as bundle_stage
 from job_runner import writes as writes_module
 from tests import model_checks as checks
-from tests.model_runner import BEHAVIOURS, ModelIds, ModelTime, SimTask, expire
+from tests.model_runner import BEHAVIOURS, NATURES, ModelIds, ModelTime, SimTask, expire
 from tests.twins import Twins
 
 # Checks skipped because today's code fails them; remove a name once its fix is merged.
@@ -86,6 +86,7 @@ class SystemModel(RuleBasedStateMachine):
         self.stopped: set[str] = set()
         self.runs: dict[str, int] = {}  # handler runs per job since its last retry
         self.budget: dict[str, int] = {}
+        self.nature: dict[str, str] = {}  # what each job's handler does (runners_pass)
         self.waiting: dict[tuple[str, int], list[int]] = {}  # bundle: [ticks, ahead]
         self.n = 0
 
@@ -140,8 +141,10 @@ class SystemModel(RuleBasedStateMachine):
         return any(ok(t) for t in self.tasks.values())
 
     # -- producers -------------------------------------------------------------------------------
-    @rule(spec=checks.job_specs(), copies=st.sampled_from([1, 1, 2, 5, 15]), resend=st.booleans())
-    def submit(self, spec: dict[str, Any], copies: int, resend: bool) -> None:
+    @rule(spec=checks.job_specs(), copies=st.sampled_from([1, 1, 2, 5, 15]), resend=st.booleans(),
+          nature=st.sampled_from(NATURES))
+    def submit(self, spec: dict[str, Any], copies: int, resend: bool,
+               nature: str = "succeed") -> None:
         now = self.twins.clock()
         jobs = []
         for _ in range(copies):
@@ -159,6 +162,7 @@ class SystemModel(RuleBasedStateMachine):
         self.twins.client().submit_many(jobs)
         for j in jobs:
             self.submitted.setdefault(j["job_id"], "valid")
+            self.nature.setdefault(j["job_id"], nature)
             self.budget.setdefault(j["job_id"], j["max_attempts"] + MAX_INFRA_ATTEMPTS
                                    + LAUNCH_SLACK)
 
@@ -343,11 +347,16 @@ class SystemModel(RuleBasedStateMachine):
         self.sync()
 
     @precondition(lambda self: self.any_task(lambda t: t.alive and t.phase != "ended"))
-    @rule(behaviour=st.sampled_from(BEHAVIOURS))
+    @rule(behaviour=st.sampled_from((*BEHAVIOURS, "by_nature", "by_nature")))
     def runners_pass(self, behaviour: str) -> None:
-        """Every runner does what it can now, its handlers all ending as ``behaviour``."""
+        """Every runner does what it can now, its handlers all ending as ``behaviour``, or
+        each as its job's nature (the same on every run: a poison job kills every task)."""
+        def of(job_id: str) -> str:
+            return self.nature.get(job_id, "succeed") if behaviour == "by_nature" \
+                else behaviour
+
         for sim in sorted(self.tasks.values(), key=lambda t: t.key):
-            sim.pass_(behaviour)
+            sim.pass_(of)
         self.sync()
 
     @precondition(lambda self: self.any_task(SimTask.can_end))
@@ -400,7 +409,7 @@ class SystemModel(RuleBasedStateMachine):
         self.fail("blamed_innocent", checks.blamed(view, self.submitted, self.tasks))
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(300 + EXAMPLES)  # about 0.2 s an example on two busy cores
 def test_the_whole_system_keeps_its_invariants(monkeypatch: pytest.MonkeyPatch) -> None:
     # Deterministic bundle ids and the fake clock in the runner's writes: each example replays
     # exactly, so hypothesis can shrink what it finds.

@@ -123,7 +123,7 @@ def budget(m: model.SystemModel) -> None:
         m.tick(1)
         t = task(m)
         if t.phase == "new":
-            t.pass_("interrupt_itself")
+            t.pass_(lambda job_id: "interrupt_itself")
         m.sync()
         deliver_all(m)
 
