@@ -44,7 +44,8 @@ KNOWN_GAPS: frozenset[str] = frozenset({
     "stop_event_raises",  # ... and so does the task-event handler's
     "pointer_expired",  # a task's pointer expires under a live bundle (30 days)
     "pages_expired",  # a far-scheduled paged bundle's pages expire before it runs
-    "starvation",  # one-job bundles count min(concurrency, limit) slots; see the report
+    "starvation",  # one-job bundles count min(concurrency, limit) slots, and a bundle keeps
+    # the slots it was recorded with after its kind's limit is lowered
     "budget",  # a handler raising Interrupted by itself is relaunched without end
     "blamed_innocent",  # a bundle-mate whose result was buffered is charged for a killer
     "two_live_runs",  # jobs retry launches a job whose abandoned handler still runs
