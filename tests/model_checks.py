@@ -1,0 +1,249 @@
+"""What the system model (tests/test_system_model.py) checks, read from the twins' state alone.
+
+Each check returns the problems it finds as readable lines (empty: it holds), so the model can
+say which invariant failed and with which job's data.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import strategies as st
+
+from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
+from dispatcher.domain.message import compact_json
+from dispatcher.ports.store import records as r
+from dispatcher.ports.table import Record
+from dispatcher.testing.memory_queue import MemoryQueue
+from dispatcher.testing.memory_table import MAX_ITEM_BYTES, MemoryTable, _item_bytes
+from tests.model_runner import SimTask
+
+DAY = 86_400.0
+KINDS = ("plain", "report", "resize")
+
+# A message's job id: the client and the model's own producers write it near the start.
+_JOB_ID = re.compile(r'"job_id":\s*"([^"]+)"')
+# SQS moves a message to the dead-letter queue at its 5th receive (infra/template.yaml).
+MAX_RECEIVE_COUNT = 5
+# Bundles that may still hold a job that is not finished: PENDING waits for a launch, RECORDING
+# for the next tick's recovery to commit it, the active ones for their task.
+LIVE_BUNDLE_STATES = (BundleState.RECORDING, BundleState.PENDING, *ACTIVE_BUNDLE_STATES)
+
+
+@dataclass
+class View:
+    """One consistent reading of the table and the queue."""
+
+    items: dict[str, Record]
+    queued: list[tuple[str, int]]  # (body, receive count) of every message still in the queue
+    _queued_ids: set[str] | None = None
+
+    @classmethod
+    def read(cls, table: MemoryTable, queue: MemoryQueue) -> View:
+        """The twins' state as it is, without the copies their reads make (checked after
+        every step, a copy of every 250 KB item would cost most of the model's time); the
+        checks only read it. The queue twin has no peek; its messages are read as SQS's
+        console would show them."""
+        with table._lock:
+            items = dict(table._items)
+        messages = list(queue._messages.values())
+        return cls(items, [(body, n) for body, _, _, n in messages])
+
+    def job(self, job_id: str) -> Job | None:
+        rec = self.items.get(r.job_key(job_id))
+        return r.record_job(rec) if rec else None
+
+    def bundle(self, bundle_id: str) -> Bundle | None:
+        rec = self.items.get(r.bundle_key(bundle_id))
+        if rec is None:
+            return None
+        b = r.record_bundle(rec)
+        if b.pages and not b.job_ids:
+            keys = [r.page_key(bundle_id, n) for n in range(b.pages)]
+            b.job_ids = [j for k in keys if k in self.items for j in self.items[k].job_ids or ()]
+        return b
+
+    def bundles(self) -> list[Bundle]:
+        out = []
+        for pk in self.items:
+            if pk.startswith("BUNDLE#"):
+                b = self.bundle(r.ident(pk))
+                assert b is not None
+                out.append(b)
+        return out
+
+    def rejected(self, key: str) -> bool:
+        return any(pk == f"REJECT#{key}" or pk.startswith(f"REJECT#{key}#") for pk in self.items)
+
+    def rejected_body(self, body: str) -> bool:
+        return any(pk.startswith("REJECT#") and rec.body == body for pk, rec in self.items.items())
+
+    def queued_job(self, job_id: str) -> bool:
+        if self._queued_ids is None:  # read once: bodies may be 1 MiB each
+            self._queued_ids = {m.group(1) for body, _ in self.queued
+                                if (m := _JOB_ID.search(body[:400]))}
+        return job_id in self._queued_ids
+
+
+def describe(job: Job | None) -> str:
+    if job is None:
+        return "no record"
+    return (f"{job.job_id} {job.state} bundle={job.bundle_id} attempts={job.attempts}/"
+            f"{job.max_attempts} infra={job.infra_attempts} reason={job.reason!r} "
+            f"not_before={job.not_before} history={len(job.history)} entries")
+
+
+# What live_path says when TTL deleted an item the job's path needs.
+EXPIRED = {"pointer_expired": "no pointer to the bundle", "pages_expired": "pages are gone"}
+
+
+def live_path(view: View, job: Job) -> str | None:
+    """Why a job that is not finished has no way to run, or None if it has one: a PENDING job
+    in a bundle that lists it and will launch or runs; a RUNNING one in an active bundle; and
+    an active bundle's task can still be found from its ARN (its stop event and the
+    reconciliation find the bundle through the task's pointer)."""
+    bundle = view.bundle(job.bundle_id) if job.bundle_id else None
+    if bundle is None:
+        return "its bundle is gone"
+    if job.job_id not in bundle.job_ids:
+        if bundle.pages and any(r.page_key(bundle.bundle_id, n) not in view.items
+                                for n in range(bundle.pages)):
+            return f"its bundle {bundle.bundle_id}'s pages are gone ({bundle.state})"
+        return f"its bundle {bundle.bundle_id} ({bundle.state}) does not list it"
+    states = ACTIVE_BUNDLE_STATES if job.state == JobState.RUNNING else LIVE_BUNDLE_STATES
+    if bundle.state not in states:
+        return f"its bundle {bundle.bundle_id} is {bundle.state}"
+    if bundle.state in ACTIVE_BUNDLE_STATES and bundle.task_arn \
+            and r.task_key(bundle.task_arn) not in view.items:
+        return f"its bundle's task {bundle.task_arn} has no pointer to the bundle any more"
+    return None
+
+
+def lost_jobs(view: View, submitted: Mapping[str, str],
+              finished: set[str]) -> list[tuple[str, str]]:
+    """Each submitted job (id -> "valid" or "malformed") is recorded (and then finished, or on
+    a live path), REJECTED, still in the queue, or was seen finished and has expired since.
+    Each problem comes with the check it fails: ``pointer_expired`` and ``pages_expired`` when
+    TTL deleted what the job's path needs, ``lost_job`` otherwise."""
+    problems = []
+    for job_id, how in submitted.items():
+        job = view.job(job_id)
+        if job is None:
+            if view.rejected(job_id) or view.queued_job(job_id) or job_id in finished:
+                continue
+            problems.append(("lost_job", f"{job_id} ({how}) was submitted and is nowhere: no "
+                             "job, no REJECTED record, not in the queue"))
+        elif job.state not in TERMINAL_JOB_STATES:
+            why = live_path(view, job)
+            if why is not None:
+                check = next((c for c, says in EXPIRED.items() if says in why), "lost_job")
+                problems.append((check, f"{describe(job)}: no live path to running: {why}"))
+    return problems
+
+
+def job_specs() -> st.SearchStrategy[dict[str, Any]]:
+    """The shapes of what producers submit (``not_before`` counts from now)."""
+    return st.fixed_dictionaries({
+        "kind": st.sampled_from(KINDS),
+        "priority": st.sampled_from(["high", "normal", "low"]),
+        "estimated_seconds": st.sampled_from([None, 0.5, 30.0, 3600.0, 1e7]),
+        "not_before": st.sampled_from([None, -10.0, 60.0, 180 * DAY]),
+        "payload_bytes": st.sampled_from([0, 1_000, 250_000]),
+        "max_attempts": st.integers(1, 3),
+        "timeout_seconds": st.sampled_from([None, 30.0, 3600.0]),
+    })
+
+
+def live_twice(view: View, tasks: Iterable[SimTask]) -> list[str]:
+    """Jobs with a live run (a handler running, abandoned or not) in more than one task."""
+    live: dict[str, list[str]] = {}
+    for sim in tasks:
+        for job_id in sim.live_runs():
+            live.setdefault(job_id, []).append(sim.arn)
+    return [f"{j} runs in {len(arns)} tasks at once: {arns}; {describe(view.job(j))}"
+            for j, arns in sorted(live.items()) if len(arns) > 1]
+
+
+def blamed(view: View, submitted: Iterable[str], tasks: Mapping[str, SimTask]) -> list[str]:
+    """Jobs failed "out of attempts" for a task's stop while their handler was not running
+    in it (a kill is charged to the job whose code ended the process)."""
+    out = []
+    for job_id in submitted:
+        job = view.job(job_id)
+        if job is None or job.state != JobState.FAILED or not job.history \
+                or not (job.reason or "").startswith("out of attempts"):
+            continue
+        arn = job.history[-1].get("task_arn")
+        if arn in tasks and job_id not in tasks[arn].live_at_stop:
+            out.append(f"{describe(job)}: charged for the stop of {arn}, where its handler "
+                       "was not running")
+    return out
+
+
+def dead_letters(view: View) -> list[str]:
+    return [f"a message was received {n} times and would be dead-lettered: {body[:120]!r}"
+            for body, n in view.queued if n >= MAX_RECEIVE_COUNT]
+
+
+def oversized(view: View) -> list[str]:
+    out = []
+    for pk, rec in view.items.items():
+        size = _item_bytes(rec)
+        if size > MAX_ITEM_BYTES:
+            out.append(f"{pk} is {size} bytes > {MAX_ITEM_BYTES}")
+    return out
+
+
+def item_bytes(rec: Record) -> int:
+    return _item_bytes(rec)
+
+
+def checkpoint_near_limit(table: MemoryTable, job_id: str, slack: int | None) -> dict[str, str]:
+    """A checkpoint that leaves ``slack`` bytes under the item limit (None: a small one), as
+    a handler's growing list of processed ids would just before it crosses."""
+    size = 100
+    rec = table.get(r.job_key(job_id))
+    if slack is not None and rec is not None:
+        own = len("checkpoint") + len(compact_json(rec.checkpoint)) if rec.checkpoint else 0
+        size = max(0, MAX_ITEM_BYTES - slack - (_item_bytes(rec) - own) - 25)
+    return {"done": "y" * size}
+
+
+def waiting_for_room(view: View, now: float, max_tasks: int, concurrency: int,
+                     limits: Mapping[str, int]) -> list[Bundle]:
+    """Due PENDING bundles that the capacity free now could start: a task slot is free, and
+    each limited kind they hold has room for as many of their jobs as one task runs at once
+    (``LONGJOBS_TASK_CONCURRENCY``, the kind's limit and the jobs left bound that). A kind's
+    use is what can run now: in each active bundle, its unfinished jobs of that kind, at most
+    ``concurrency`` of them."""
+    bundles = view.bundles()
+    active = [b for b in bundles if b.state in ACTIVE_BUNDLE_STATES]
+    if len(active) >= max_tasks:
+        return []
+
+    def left(b: Bundle) -> dict[str, int]:
+        kinds: dict[str, int] = {}
+        for job_id in b.job_ids:
+            job = view.job(job_id)
+            if job is not None and job.bundle_id == b.bundle_id \
+                    and job.state not in TERMINAL_JOB_STATES:
+                kinds[job.kind] = kinds.get(job.kind, 0) + 1
+        return kinds
+
+    used: dict[str, int] = {}
+    for b in active:
+        for kind, n in left(b).items():
+            used[kind] = used.get(kind, 0) + min(n, concurrency)
+    out = []
+    for b in bundles:
+        if b.state != BundleState.PENDING or b.next_attempt_at > now:
+            continue
+        kinds = left(b)
+        if kinds and all(limits[k] - used.get(k, 0) >= min(n, concurrency, limits[k])
+                         for k, n in kinds.items() if k in limits):
+            out.append(b)
+    return out

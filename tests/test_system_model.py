@@ -1,0 +1,424 @@
+"""The whole system on the twins, as a user's workload mixes it: one model-based test.
+
+Producers submit jobs of every shape (priorities, limited kinds, ``not_before`` near and far,
+payloads and checkpoints near DynamoDB's item limit, short and long jobs) and malformed
+messages; the tick runs with settings changed between ticks (task concurrency, kind limits,
+task slots); each launched task's runner claims, starts, checkpoints and finishes jobs through
+the runner's real write paths (tests/model_runner.py), or is killed after any write, gets
+SIGTERM, freezes, or has a handler that ignores its cancellation or raises ``Interrupted``;
+operators cancel and retry; stop events arrive late, twice and out of order; the clock moves by
+seconds to half a year, and DynamoDB's TTL deletes what has expired. After every step the
+invariants below are checked (tests/model_checks.py reads them from the twins' state).
+
+KNOWN_GAPS names the checks that today's code is known to fail; each is skipped until the fix
+for it is merged, then its name is removed. ``LONGJOBS_MODEL_GAPS`` overrides the set for one
+run (an empty value checks everything), ``LONGJOBS_MODEL_EXAMPLES`` the number of examples.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from dispatcher.domain.bundles import BundleState
+from dispatcher.domain.errors import LongjobsError
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
+from dispatcher.domain.stops import TaskStop
+from dispatcher.ports.store import operator as operator_store
+from dispatcher.stages import bundle as bundle_stage
+from job_runner import writes as writes_module
+from tests import model_checks as checks
+from tests.model_runner import BEHAVIOURS, NATURES, ModelIds, ModelTime, SimTask, expire
+from tests.twins import Twins
+
+# Checks skipped because today's code fails them; remove a name once its fix is merged.
+KNOWN_GAPS: frozenset[str] = frozenset({
+    "tick_raises",  # one job's item near 400 KB: a stop's settle in reconcile raises
+    "stop_event_raises",  # ... and so does the task-event handler's
+    "pointer_expired",  # a task's pointer expires under a live bundle (30 days)
+    "pages_expired",  # a far-scheduled paged bundle's pages expire before it runs
+    "starvation",  # one-job bundles count min(concurrency, limit) slots, and a bundle keeps
+    # the slots it was recorded with after its kind's limit is lowered
+    "budget",  # a handler raising Interrupted by itself is relaunched without end
+    "blamed_innocent",  # a bundle-mate whose result was buffered is charged for a killer
+    "two_live_runs",  # jobs retry launches a job whose abandoned handler still runs
+    "dead_letter",  # a REJECTED record over 400 KB fails its receive batch
+})
+GAPS = frozenset(g for g in os.environ.get("LONGJOBS_MODEL_GAPS", ",".join(KNOWN_GAPS))
+                 .split(",") if g)
+
+EXAMPLES = int(os.environ.get("LONGJOBS_MODEL_EXAMPLES", "150"))
+STEPS = 50
+MAX_INFRA_ATTEMPTS = 2
+# The budget's slack (dispatcher/domain/lifecycle.py): a job that kills its task fails within
+# max_attempts + 2 launches, + 1 when its bundle reruns one job at a time.
+LAUNCH_SLACK = 3
+# A due bundle with room for it launches within this many ticks (with room) beyond the due
+# bundles ahead of it when it first had room: the default priority weights (6:3:1) give the
+# lowest level one free slot in ten.
+STARVATION_TICKS = 10
+DAY = checks.DAY
+
+
+class SystemModel(RuleBasedStateMachine):
+    hooks_time = ModelTime()
+    hooks_ids = ModelIds()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.twins = Twins()  # a fresh world per example: replays and shrinking are exact
+        self.hooks_time.clock = self.twins.clock
+        self.hooks_ids.reset()
+        self.settings = {"LONGJOBS_TASK_CONCURRENCY": "2", "LONGJOBS_KIND_LIMITS": "",
+                         "LONGJOBS_MAX_RUNNING_TASKS": "3"}
+        self.submitted: dict[str, str] = {}  # job id -> "valid" / "malformed"
+        self.bodies: list[str] = []  # malformed messages without a job id
+        self.finished: set[str] = set()  # seen in a terminal state (TTL may delete them)
+        self.tasks: dict[str, SimTask] = {}
+        self.events: list[TaskStop] = []  # stop events not delivered yet
+        self.delivered: list[TaskStop] = []
+        self.stopped: set[str] = set()
+        self.runs: dict[str, int] = {}  # handler runs per job since its last retry
+        self.budget: dict[str, int] = {}
+        self.nature: dict[str, str] = {}  # what each job's handler does (runners_pass)
+        self.waiting: dict[tuple[str, int], list[int]] = {}  # bundle: [ticks, ahead]
+        self.n = 0
+
+    # -- helpers ----------------------------------------------------------------------------------
+    def env(self) -> dict[str, str]:
+        return {**self.settings, "LONGJOBS_MAX_INFRA_ATTEMPTS": str(MAX_INFRA_ATTEMPTS),
+                "LONGJOBS_TICK_CONCURRENCY": "2"}
+
+    def fail(self, check: str, problems: list[str]) -> None:
+        if problems and check not in GAPS:
+            raise AssertionError(f"[{check}] " + "\n".join(problems[:5]))
+
+    def guarded(self, check: str, what: str, call: Any) -> Any:
+        """Run a tick or a stop event; an exception is a violation, with the table's largest
+        job items named (the data a job brought)."""
+        try:
+            return call()
+        except Exception as exc:
+            sizes = sorted(((checks.item_bytes(rec), pk) for pk, rec in
+                            self.twins.table.snapshot().items() if pk.startswith("JOB#")),
+                           reverse=True)[:3]
+            self.fail(check, [f"{what} raised {type(exc).__name__}: {str(exc)[:300]}; "
+                              f"largest job items: {sizes}"])
+            return None
+
+    def sync(self) -> None:
+        """Learn the tasks the launcher started (and count a launch for each job they were
+        started for) and those that stopped (their processes are gone; their stop event is
+        on its way)."""
+        for arn, task in self.twins.launcher.tasks.items():
+            if arn not in self.tasks:
+                bundle = self.twins.store.bundle_for_task(arn)
+                key = (bundle.bundle_id, bundle.attempt) if bundle else ("?", 0)
+                self.tasks[arn] = SimTask(
+                    arn, key, self.twins.store, self.twins.launcher, self.twins.clock,
+                    int(self.settings["LONGJOBS_TASK_CONCURRENCY"]), self.ran)
+            sim = self.tasks[arn]
+            if task.last_status.gone and arn not in self.stopped:
+                self.stopped.add(arn)
+                sim.gone()
+                self.events.append(TaskStop(arn, task.stop_code, task.stopped_reason,
+                                            task.exit_code, task.stopped_at))
+
+    def ran(self, job_id: str) -> None:
+        self.runs[job_id] = self.runs.get(job_id, 0) + 1
+
+    def pick(self, data: st.DataObject, ok: Any) -> SimTask | None:
+        tasks = sorted((t for t in self.tasks.values() if ok(t)), key=lambda t: t.key)
+        return tasks[data.draw(st.integers(0, 15)) % len(tasks)] if tasks else None
+
+    def any_task(self, ok: Any) -> bool:
+        return any(ok(t) for t in self.tasks.values())
+
+    # -- producers -------------------------------------------------------------------------------
+    @rule(spec=checks.job_specs(), copies=st.sampled_from([1, 1, 2, 5, 15]), resend=st.booleans(),
+          nature=st.sampled_from(NATURES))
+    def submit(self, spec: dict[str, Any], copies: int, resend: bool,
+               nature: str = "succeed") -> None:
+        now = self.twins.clock()
+        jobs = []
+        for _ in range(copies):
+            if resend and self.submitted:  # a producer sends a job id again
+                job_id = sorted(self.submitted)[len(self.submitted) // 2]
+            else:
+                self.n += 1
+                job_id = f"j{self.n:03d}"
+            jobs.append({"kind": spec["kind"], "payload": {"data": "x" * spec["payload_bytes"]},
+                         "job_id": job_id, "estimated_seconds": spec["estimated_seconds"],
+                         "max_attempts": spec["max_attempts"], "priority": spec["priority"],
+                         "timeout_seconds": spec["timeout_seconds"],
+                         "not_before": None if spec["not_before"] is None
+                         else now + spec["not_before"]})
+        self.twins.client().submit_many(jobs)
+        for j in jobs:
+            self.submitted.setdefault(j["job_id"], "valid")
+            self.nature.setdefault(j["job_id"], nature)
+            self.budget.setdefault(j["job_id"], j["max_attempts"] + MAX_INFRA_ATTEMPTS
+                                   + LAUNCH_SLACK)
+
+    @rule(shape=st.sampled_from(["not_json", "unknown_field", "huge_unknown_field",
+                                 "payload_too_large"]))
+    def submit_malformed(self, shape: str) -> None:
+        """A producer that does not use the client (another language, a bug)."""
+        self.n += 1
+        job_id = f"m{self.n:03d}"
+        body: dict[str, Any] = {"schema_version": 1, "job_id": job_id, "kind": "plain",
+                                "payload": {}}
+        if shape == "not_json":
+            text = f"not json {job_id}"
+            self.bodies.append(text)
+            self.twins.queue.send([("e0", text)])
+            return
+        if shape == "unknown_field":
+            body["colour"] = "blue"
+        elif shape == "huge_unknown_field":  # a 1 MiB message, as SQS allows
+            body["z" * 500_000] = 1
+        else:
+            body["payload"] = {"data": "x" * 300_000}
+        self.twins.queue.send([("e0", json.dumps(body))])
+        self.submitted[job_id] = "malformed"
+
+    # -- the dispatcher ----------------------------------------------------------------------------
+    @rule(ticks=st.sampled_from([1, 1, 2, 12]))
+    def tick(self, ticks: int) -> None:
+        """The scheduled tick (a minute apart when several), its runners beating meanwhile."""
+        for n in range(ticks):
+            if n:
+                self.advance(60.0)
+            self.one_tick()
+
+    def one_tick(self) -> None:
+        env = self.env()
+        now = self.twins.clock()
+        limits = dict(p.split("=") for p in env["LONGJOBS_KIND_LIMITS"].split(",") if p)
+        view = checks.View.read(self.twins.table, self.twins.queue)
+        due = checks.waiting_for_room(view, now, int(env["LONGJOBS_MAX_RUNNING_TASKS"]),
+                                      int(env["LONGJOBS_TASK_CONCURRENCY"]),
+                                      {k: int(v) for k, v in limits.items()})
+        all_due = [b for b in view.bundles() if b.state == BundleState.PENDING
+                   and b.next_attempt_at <= now]
+        for b in due:
+            self.waiting.setdefault((b.bundle_id, b.attempt), [0, len(all_due) - 1])
+        self.guarded("tick_raises", "the tick",
+                     lambda: self.twins.stages(**env).dispatcher.tick())
+        self.sync()
+        for b in due:
+            key = (b.bundle_id, b.attempt)
+            after = self.twins.store.get_bundle(b.bundle_id)
+            if after is None or after.state != BundleState.PENDING or after.attempt != b.attempt:
+                self.waiting.pop(key, None)
+                continue
+            self.waiting[key][0] += 1
+            ticks, ahead = self.waiting[key]
+            if ticks > ahead + STARVATION_TICKS:
+                self.fail("starvation", [
+                    f"bundle {b.bundle_id} ({b.priority}, kind {b.kind}, slots {b.slots}, "
+                    f"{len(b.job_ids)} jobs) waited {ticks} ticks with room for it "
+                    f"({ahead} due bundles were ahead of it); settings {env}"])
+
+    @rule(concurrency=st.sampled_from(["1", "2", "4"]),
+          limits=st.sampled_from(["", "report=1", "report=2,resize=1", "report=4", "resize=8"]),
+          tasks=st.sampled_from(["1", "3", "6"]))
+    def change_settings(self, concurrency: str, limits: str, tasks: str) -> None:
+        """An operator redeploys with other settings: the next ticks and tasks use them."""
+        self.settings = {"LONGJOBS_TASK_CONCURRENCY": concurrency,
+                         "LONGJOBS_KIND_LIMITS": limits, "LONGJOBS_MAX_RUNNING_TASKS": tasks}
+
+    @precondition(lambda self: bool(self.events or self.delivered))
+    @rule(data=st.data(), again=st.booleans(), old=st.booleans())
+    def stop_event(self, data: st.DataObject, again: bool, old: bool) -> None:
+        """A stop event: any pending one (reordered), kept for a second delivery, or one
+        delivered before (a duplicate, late)."""
+        pool = self.delivered if (old and self.delivered) or not self.events else self.events
+        i = data.draw(st.integers(0, 15)) % len(pool)
+        stop = pool[i]
+        if pool is self.events and not again:
+            self.delivered.append(self.events.pop(i))
+        self.guarded("stop_event_raises", f"the stop event of {stop.task_arn}",
+                     lambda: self.twins.stages(**self.env()).reruns.on_stop(stop))
+        self.sync()
+
+    # -- time ----------------------------------------------------------------------------------
+    @rule(seconds=st.sampled_from([1.0, 30.0, 130.0, 3600.0, DAY, 31 * DAY, 100 * DAY,
+                                   181 * DAY]))
+    def advance(self, seconds: float) -> None:
+        """Time passes; each runner's heartbeat thread keeps beating meanwhile."""
+        self.twins.clock.advance(seconds)
+        for sim in sorted(self.tasks.values(), key=lambda t: t.key):
+            sim.heartbeat()
+        self.sync()
+
+    @rule()
+    def ttl(self) -> None:
+        """DynamoDB's TTL deletes every item whose ``expires_at`` has passed."""
+        expire(self.twins.table, self.twins.clock())
+
+    # -- operators ------------------------------------------------------------------------------
+    @precondition(lambda self: bool(self.submitted))
+    @rule(data=st.data(), action=st.sampled_from(["cancel", "retry", "retry_from_scratch"]),
+          any_job=st.booleans())
+    def operator(self, data: st.DataObject, action: str, any_job: bool) -> None:
+        """``jobs cancel`` or ``jobs retry``: of a job it applies to (any job at all when
+        ``any_job``: the operator mistyped, or the job moved on)."""
+        fits = (lambda s: s not in TERMINAL_JOB_STATES) if action == "cancel" else \
+            (lambda s: s in (JobState.FAILED, JobState.CANCELLED))
+        view = checks.View.read(self.twins.table, self.twins.queue)
+        jobs = sorted(j for j in self.submitted if any_job or (
+            (job := view.job(j)) is not None and fits(job.state)))
+        if not jobs:
+            return
+        job_id = data.draw(st.sampled_from(jobs))
+        client = self.twins.client()
+        try:
+            if action == "cancel":
+                client.cancel(job_id)
+            else:
+                client.retry(job_id, from_scratch=action == "retry_from_scratch")
+                self.runs[job_id] = 0  # a fresh budget
+        except LongjobsError:
+            pass  # not found, already finished, not retryable: said to the operator
+        self.sync()
+
+    # -- the runners -----------------------------------------------------------------------------
+    @precondition(lambda self: self.any_task(lambda t: t.phase == "new" and t.alive))
+    @rule(data=st.data())
+    def claim(self, data: st.DataObject) -> None:
+        sim = self.pick(data, lambda t: t.phase == "new" and t.alive)
+        assert sim is not None
+        sim.concurrency = int(self.settings["LONGJOBS_TASK_CONCURRENCY"])
+        sim.claim()
+        self.sync()
+
+    @precondition(lambda self: self.any_task(SimTask.can_start))
+    @rule(data=st.data())
+    def start_job(self, data: st.DataObject) -> None:
+        sim = self.pick(data, SimTask.can_start)
+        assert sim is not None
+        sim.start_next()
+        self.sync()
+
+    @precondition(lambda self: self.any_task(lambda t: t.alive and not t.silent
+                                             and bool(t.active())))
+    @rule(data=st.data(), behaviour=st.sampled_from(BEHAVIOURS))
+    def finish_job(self, data: st.DataObject, behaviour: str) -> None:
+        sim = self.pick(data, lambda t: t.alive and not t.silent and bool(t.active()))
+        assert sim is not None
+        job_id = data.draw(st.sampled_from(sorted(sim.active())))
+        sim.finish(job_id, behaviour)
+        self.sync()
+
+    @precondition(lambda self: self.any_task(lambda t: t.alive and not t.silent
+                                             and bool(t.active())))
+    @rule(data=st.data(), slack=st.sampled_from([None, 64, 2_000, 20_000]))
+    def checkpoint(self, data: st.DataObject, slack: int | None) -> None:
+        """A checkpoint, small or sized to leave ``slack`` bytes under the item limit."""
+        sim = self.pick(data, lambda t: t.alive and not t.silent and bool(t.active()))
+        assert sim is not None
+        job_id = data.draw(st.sampled_from(sorted(sim.active())))
+        sim.checkpoint(job_id, self.checkpoint_state(job_id, slack))
+        self.sync()
+
+    def checkpoint_state(self, job_id: str, slack: int | None) -> dict[str, str]:
+        return checks.checkpoint_near_limit(self.twins.table, job_id, slack)
+
+    @precondition(lambda self: self.any_task(lambda t: t.phase == "running" and t.alive))
+    @rule(data=st.data(), what=st.sampled_from(["heartbeat", "flush", "sigterm", "freeze"]))
+    def runner_event(self, data: st.DataObject, what: str) -> None:
+        sim = self.pick(data, lambda t: t.phase == "running" and t.alive)
+        assert sim is not None
+        if what == "heartbeat":
+            sim.heartbeat()
+        elif what == "flush":
+            sim.flush()
+        elif what == "sigterm":
+            sim.sigterm()
+        else:
+            sim.silent = True
+        self.sync()
+
+    @precondition(lambda self: self.any_task(lambda t: t.alive and t.phase != "ended"))
+    @rule(behaviour=st.sampled_from((*BEHAVIOURS, "by_nature", "by_nature")))
+    def runners_pass(self, behaviour: str) -> None:
+        """Every runner does what it can now, its handlers all ending as ``behaviour``, or
+        each as its job's nature (the same on every run: a poison job kills every task)."""
+        def of(job_id: str) -> str:
+            return self.nature.get(job_id, "succeed") if behaviour == "by_nature" \
+                else behaviour
+
+        for sim in sorted(self.tasks.values(), key=lambda t: t.key):
+            sim.pass_(of)
+        self.sync()
+
+    @precondition(lambda self: self.any_task(SimTask.can_end))
+    @rule(data=st.data())
+    def end_task(self, data: st.DataObject) -> None:
+        sim = self.pick(data, SimTask.can_end)
+        assert sim is not None
+        sim.end()
+        self.sync()
+
+    @precondition(lambda self: self.any_task(lambda t: t.alive))
+    @rule(data=st.data(), how=st.sampled_from([("EssentialContainerExited", 137),
+                                               ("EssentialContainerExited", 1),
+                                               ("SpotInterruption", None),
+                                               ("TaskFailedToStart", None)]))
+    def kill(self, data: st.DataObject, how: tuple[str, int | None]) -> None:
+        """The process dies now, whatever it was doing (after any write): a job's OOM kill or
+        crash, a Spot reclaim, a host lost."""
+        sim = self.pick(data, lambda t: t.alive)
+        assert sim is not None
+        sim.stop(how[0], "killed", how[1])
+        self.sync()
+
+    # -- invariants ------------------------------------------------------------------------------
+    @invariant()
+    def holds(self) -> None:
+        self.sync()
+        view = checks.View.read(self.twins.table, self.twins.queue)
+        for job_id in self.submitted:
+            job = view.job(job_id)
+            if (job is not None and job.state in TERMINAL_JOB_STATES) or view.rejected(job_id):
+                self.finished.add(job_id)
+            elif job is not None:
+                self.finished.discard(job_id)
+        found = checks.lost_jobs(view, self.submitted, self.finished)
+        for check in sorted({c for c, _ in found}):
+            self.fail(check, [says for c, says in found if c == check])
+        lost = []
+        self.finished |= {b for b in self.bodies if view.rejected_body(b)}
+        lost += [f"malformed message {b!r} is neither REJECTED nor in the queue"
+                 for b in self.bodies if b not in self.finished
+                 and all(body != b for body, _ in view.queued)]
+        self.fail("lost_job", lost)
+        self.fail("dead_letter", checks.dead_letters(view))
+        self.fail("two_live_runs", checks.live_twice(view, self.tasks.values()))
+        self.fail("budget", [f"{j} ran {n} times, over its budget {self.budget[j]}: "
+                             f"{checks.describe(view.job(j))}"
+                             for j, n in self.runs.items() if n > self.budget[j]])
+        self.fail("item_size", checks.oversized(view))
+        self.fail("blamed_innocent", checks.blamed(view, self.submitted, self.tasks))
+
+
+@pytest.mark.timeout(300 + EXAMPLES)  # about 0.2 s an example on two busy cores
+def test_the_whole_system_keeps_its_invariants(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Deterministic bundle ids and the fake clock in the runner's writes: each example replays
+    # exactly, so hypothesis can shrink what it finds.
+    monkeypatch.setattr(bundle_stage, "new_id", SystemModel.hooks_ids)
+    monkeypatch.setattr(operator_store, "new_id", SystemModel.hooks_ids)
+    monkeypatch.setattr(writes_module, "time", SystemModel.hooks_time)
+    run = hyp_settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
+                       phases=[Phase.explicit, Phase.generate, Phase.shrink],
+                       suppress_health_check=list(HealthCheck),
+                       print_blob=True)(SystemModel).TestCase
+    run().runTest()
