@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.errors import ConflictError, Interrupted, PermanentError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
@@ -116,6 +117,7 @@ class SimTask:
     stopping: bool = False  # SIGTERM
     lost: bool = False
     abandoned: bool = False
+    gave_back: bool = False  # a job was given back (interrupted): the bundle stays RUNNING
     failure: Exception | None = None
     exhausted: bool = False
     silent: bool = False  # frozen: no heartbeat, no progress
@@ -151,7 +153,7 @@ class SimTask:
         if bundle is None or bundle.task_arn != self.arn or bundle.state != BundleState.LAUNCHED:
             self.exit(0)  # nothing assigned, or another attempt's
             return
-        self.fence = Fence(bundle.bundle_id, bundle.attempt, self.arn)
+        self.fence = Fence(bundle.bundle_id, bundle.attempt, self.arn, pages=bundle.pages)
         try:
             claim = self.store.claim(self.fence)
         except ConflictError:
@@ -160,7 +162,8 @@ class SimTask:
         bundle = claim.bundle
         self.cancel_requested |= claim.cancel_requested
         self.writes = Writes(self.store, self.fence, bundle.task_definition or "", 2.0,
-                             write_through=bundle.attempt > 1 or len(bundle.job_ids) == 1,
+                             write_through=lifecycle.writes_through(bundle.attempt,
+                                                                    len(bundle.job_ids)),
                              on_error=self._fail)
         self.plan = Plan(self.store.bundle_jobs(bundle), self.store.get_jobs)
         self.concurrency = min(self.concurrency, bundle.slots or self.concurrency)
@@ -246,8 +249,11 @@ class SimTask:
             self.left.add(job_id)
         if self.lost:
             return
+        if outcome.interrupted:
+            self.gave_back = True
         try:
-            self.writes.finish(job, outcome, started=True)
+            self.writes.finish(job, outcome, started=True,
+                               live_task=self.arn if abandoned else None)
         except Exception as exc:
             self._fail(exc)
 
@@ -297,7 +303,7 @@ class SimTask:
             self.exit(0)
             return
         try:
-            if self.stopping or self.abandoned:
+            if self.stopping or self.abandoned or self.gave_back:
                 self.writes.flush()  # the bundle stays RUNNING: the stop event reruns the rest
             else:
                 left = self.left - self.writes.refused

@@ -39,18 +39,7 @@ from tests.model_runner import BEHAVIOURS, NATURES, ModelIds, ModelTime, SimTask
 from tests.twins import Twins
 
 # Checks skipped because today's code fails them; remove a name once its fix is merged.
-KNOWN_GAPS: frozenset[str] = frozenset({
-    "tick_raises",  # one job's item near 400 KB: a stop's settle in reconcile raises
-    "stop_event_raises",  # ... and so does the task-event handler's
-    "pointer_expired",  # a task's pointer expires under a live bundle (30 days)
-    "pages_expired",  # a far-scheduled paged bundle's pages expire before it runs
-    "starvation",  # one-job bundles count min(concurrency, limit) slots, and a bundle keeps
-    # the slots it was recorded with after its kind's limit is lowered
-    "budget",  # a handler raising Interrupted by itself is relaunched without end
-    "blamed_innocent",  # a bundle-mate whose result was buffered is charged for a killer
-    "two_live_runs",  # jobs retry launches a job whose abandoned handler still runs
-    "dead_letter",  # a REJECTED record over 400 KB fails its receive batch
-})
+KNOWN_GAPS: frozenset[str] = frozenset()
 GAPS = frozenset(g for g in os.environ.get("LONGJOBS_MODEL_GAPS", ",".join(KNOWN_GAPS))
                  .split(",") if g)
 
