@@ -71,7 +71,8 @@ def build(cfg: Config, *, queue: Queue, store: DispatchStore, launcher: Launcher
         task_launch_per_second=cfg.task_launch_per_second,
         capacity_providers=tuple(p.provider for p in cfg.capacity_strategy) or ("FARGATE",)),
         clock, pacer=pacer)
-    reruns = Reruns(store, launcher, launches, RerunPolicy(cfg.max_infra_attempts), clock)
+    reruns = Reruns(store, launcher, launches, RerunPolicy(
+        cfg.max_infra_attempts, cfg.task_concurrency, cfg.kind_limits), clock)
     reconciler = Reconciler(store, launcher, reruns, ReconcilePolicy(
         cfg.start_timeout_seconds, cfg.heartbeat_seconds), clock)
     intake = Intake(queues, store, AdmitPolicy(cfg.allowed_kinds, bundling, cfg.kind_limits),

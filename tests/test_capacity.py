@@ -23,7 +23,7 @@ from dispatcher.ports.store import LaunchOutcome, Store
 from dispatcher.ports.store import records as r
 from dispatcher.ports.store.base import status
 from dispatcher.ports.table import Update
-from dispatcher.stages.tick import launch_slots
+from dispatcher.stages.launch import launch_slots
 from dispatcher.testing.memory_table import MemoryTable
 from job_runner import JobContext
 from tests.contract.tables import BACKENDS, Clock, make_store, make_table

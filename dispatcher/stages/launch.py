@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from dispatcher.domain.bundles import Bundle, BundleState
@@ -46,6 +46,22 @@ log = logging.getLogger(__name__)
 # How RunTask's failures[] reason starts when Fargate (Spot or on-demand) has no capacity.
 # https://repost.aws/knowledge-center/ecs-fargate-runtask-capacity
 NO_CAPACITY = "Capacity is unavailable"
+
+
+def launch_slots(bundle: Bundle, concurrency: int, limits: Mapping[str, int]) -> int:
+    """Jobs ``bundle`` may run at once on its next launch, decided when it launches (the limits
+    and concurrency of now, not those it was recorded under): what it counts against its
+    kind's limit while active, and what its runner keeps to. 1 stays 1 (a bundle set to run
+    one job at a time after an ambiguous stop, or a retried job's own; one that launched with
+    1 before keeps it too, as it cannot be told from those); 0 is no cap of its own (a kind
+    without a limit). A paged bundle's job ids are not on its item: it counts as many as a
+    task runs at once."""
+    if bundle.slots == 1:
+        return 1
+    if bundle.kind is None or bundle.kind not in limits:
+        return 0
+    jobs = concurrency if bundle.pages else len(bundle.job_ids)
+    return max(1, min(jobs, concurrency, limits[bundle.kind]))
 
 
 @dataclass
@@ -147,10 +163,16 @@ class Launches:
                 self._store.begin_launch(launch, group)
                 return launch
             except ConflictError:
-                # The status index is eventually consistent: drop bundles that moved on.
+                # The status index is eventually consistent: drop bundles that moved on. The
+                # ones read again keep the slots decided for this launch (launch_slots), which
+                # their items do not hold yet; 1, set by a settle meanwhile, stays 1.
                 stats.conflicts += 1
+                decided = {b.bundle_id: b.slots for b in group}
                 fresh = [self._store.get_bundle(b.bundle_id) for b in group]
                 group = [b for b in fresh if b is not None and b.state == BundleState.PENDING]
+                for b in group:
+                    if b.slots != 1:
+                        b.slots = decided[b.bundle_id]
         return None
 
     def _run(self, launch: Launch, launch_failures: dict[str, int], stats: LaunchStats) -> None:

@@ -50,6 +50,9 @@ class LaunchPolicy:
 @dataclass(frozen=True)
 class RerunPolicy:
     max_infra_attempts: int = 10
+    # What an immediate relaunch decides its slots with (as the tick does: launch_slots).
+    task_concurrency: int = 1
+    kind_limits: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from dispatcher.domain.stops import StopClass, TaskStop, classify
 from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.store import DispatchStore, JobUpdate
 from dispatcher.ports.table import InvalidTransaction, TransactionCancelled
-from dispatcher.stages.launch import Launches, LaunchStats
+from dispatcher.stages.launch import Launches, LaunchStats, launch_slots
 from dispatcher.stages.policy import RerunPolicy
 
 log = logging.getLogger(__name__)
@@ -226,6 +226,12 @@ class Reruns:
                                   if u.target == JobState.FAILED or u.job_id in overfull])
         if rerun:
             stats = LaunchStats()
+            # Its slots are decided now, with the limits of now, as the tick decides them: the
+            # relaunch takes back at most the room its own stop freed, and never more than its
+            # kind's current limit (a lowered limit is not checked against the kind's other
+            # bundles here: the tick's next launches are).
+            bundle.slots = launch_slots(bundle, self._policy.task_concurrency,
+                                        self._policy.kind_limits)
             try:
                 self._launches.launch([bundle], self._launcher.resolve_task_definition(), stats)
             except Exception as exc:  # a refusal, or an AWS error after its retries

@@ -27,7 +27,7 @@ from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.store import DispatchStore
 from dispatcher.stages.admit import Intake, IntakeStats
-from dispatcher.stages.launch import Launches, LaunchStats
+from dispatcher.stages.launch import Launches, LaunchStats, launch_slots
 from dispatcher.stages.policy import TickPolicy
 from dispatcher.stages.reconcile import Reconciler, ReconcileStats
 
@@ -41,22 +41,6 @@ LEASE_MARGIN_SECONDS = 60.0
 # read; a kind whose oldest due bundle does not fit its room is left out of a next read, so a
 # backlog of one kind never hides the due bundles of the others (see Dispatcher._due).
 DUE_LOOKAHEAD = 200
-
-
-def launch_slots(bundle: Bundle, concurrency: int, limits: Mapping[str, int]) -> int:
-    """Jobs ``bundle`` may run at once on its next launch, decided when it launches (the limits
-    and concurrency of now, not those it was recorded under): what it counts against its
-    kind's limit while active, and what its runner keeps to. 1 stays 1 (a bundle set to run
-    one job at a time after an ambiguous stop, or a retried job's own; one that launched with
-    1 before keeps it too, as it cannot be told from those); 0 is no cap of its own (a kind
-    without a limit). A paged bundle's job ids are not on its item: it counts as many as a
-    task runs at once."""
-    if bundle.slots == 1:
-        return 1
-    if bundle.kind is None or bundle.kind not in limits:
-        return 0
-    jobs = concurrency if bundle.pages else len(bundle.job_ids)
-    return max(1, min(jobs, concurrency, limits[bundle.kind]))
 
 
 @dataclass

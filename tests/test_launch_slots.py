@@ -1,0 +1,53 @@
+"""A bundle's slots are decided whenever it launches, by whichever path launches it: the tick,
+a launch whose bundles are read again after a conflict, and a stop's immediate relaunch."""
+
+from __future__ import annotations
+
+from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.jobs import Job
+from dispatcher.domain.stops import TaskStop
+from dispatcher.stages.launch import LaunchStats, launch_slots
+from tests.twins import Twins
+
+SPOT = ("SpotInterruption", "Your Spot Task was interrupted.", None)
+
+
+def test_bundles_read_again_after_a_launch_conflict_keep_the_slots_decided_for_it() -> None:
+    """A limited kind's deferred bundle is recorded with no slots; the tick decides 2. Another
+    bundle of the same launch moved on meanwhile (the status index is eventually consistent):
+    the launch reads its bundles again, and the one it launches still counts 2, not none."""
+    tw = Twins()
+    stages = tw.stages(LONGJOBS_KIND_LIMITS="report=2", LONGJOBS_TASK_CONCURRENCY="8")
+    report = Bundle("A", ["a1", "a2", "a3", "a4"], kind="report", next_attempt_at=tw.clock())
+    other = Bundle("B", ["b1"], next_attempt_at=tw.clock())
+    jobs = [Job(job_id=j, kind="report", payload={}, bundle_id="A") for j in report.job_ids]
+    jobs.append(Job(job_id="b1", kind="x", payload={}, bundle_id="B"))
+    tw.store.record([report, other], jobs)
+    due = {b.bundle_id: b for b in tw.store.due_bundles(10, tw.clock())}
+    a, b = due["A"], due["B"]
+    a.slots = launch_slots(a, 8, {"report": 2})
+    assert a.slots == 2
+    b.attempt = 7  # a stale copy: its launch condition fails
+    stages.launches.launch([a, b], "longjobs-worker:1", LaunchStats())
+    launched = tw.bundle("A")
+    assert launched is not None and launched.state == BundleState.LAUNCHED
+    assert launched.slots == 2
+
+
+def test_an_immediate_relaunch_decides_its_slots_with_the_limits_of_now() -> None:
+    """Ten reports launched at a limit of 10 run ten at once; the limit is lowered to 5, then
+    their task is interrupted: the stop's relaunch runs at most 5 at once, not 10."""
+    tw = Twins()
+    env = {"LONGJOBS_TASK_CONCURRENCY": "10", "LONGJOBS_MAX_RUNNING_TASKS": "5"}
+    client = tw.client()
+    for n in range(10):
+        client.submit("report", {}, job_id=f"r{n}", estimated_seconds=1)
+    tw.stages(LONGJOBS_KIND_LIMITS="report=10", **env).dispatcher.tick()
+    (bundle,) = tw.bundles()
+    assert bundle.slots == 10 and bundle.task_arn is not None
+    lowered = tw.stages(LONGJOBS_KIND_LIMITS="report=5", **env)
+    out = lowered.reruns.on_stop(TaskStop(bundle.task_arn, *SPOT))
+    assert out.relaunched
+    again = tw.bundle(bundle.bundle_id)
+    assert again is not None and again.state == BundleState.LAUNCHED
+    assert again.task_arn != bundle.task_arn and again.slots == 5
