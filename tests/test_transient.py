@@ -249,3 +249,43 @@ def test_a_single_write_refused_by_throttling_is_a_port_error_too(
             table.write(Put(Record("JOB#a", state="PENDING")))
     assert (raised.value.operation, raised.value.code, raised.value.retryable) == (
         "PutItem", "ProvisionedThroughputExceededException", True)
+
+
+class RefusesBundle(MemoryTable):
+    """Refuses every transaction that touches one bundle's item (a denied permission, a table
+    that cannot take that write for as long as the test lasts)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bundle_key: str | None = None
+
+    def _transact(self, ops: list[Op]) -> None:
+        if self.bundle_key and any(getattr(op, "pk", None) == self.bundle_key for op in ops):
+            raise _refused(ops)
+        super()._transact(ops)
+
+
+def test_a_stopped_task_whose_settle_the_table_refuses_does_not_fail_the_tick() -> None:
+    """Reconciliation finds a task stopped with its event lost, and the table refuses its
+    settle: the tick logs it and goes on (the next tick looks again), so other jobs are still
+    admitted and launched."""
+    table = RefusesBundle()
+    twins = _world(table)  # type: ignore[arg-type]
+    stages = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="5")
+    twins.client().submit("k", {}, job_id="first", estimated_seconds=1)
+    stages.dispatcher.tick()
+    (bundle,) = twins.bundles()
+    assert bundle.task_arn is not None
+    twins.launcher.stop_task(bundle.task_arn, "EssentialContainerExited", "exited", 137)
+    table.bundle_key = f"BUNDLE#{bundle.bundle_id}"
+    twins.clock.advance(3600)  # past the heartbeat reconciliation waits for
+    twins.client().submit("k", {}, job_id="second", estimated_seconds=1)
+    decision = stages.dispatcher.tick()
+    assert decision.reconcile.stopped_found == 1 and decision.reconcile.outcomes == []
+    second = twins.job("second")
+    assert second is not None and second.bundle_id
+    launched = twins.bundle(second.bundle_id)
+    assert launched is not None and launched.state == BundleState.LAUNCHED
+    table.bundle_key = None  # the table takes it again: the next tick settles the stop
+    decision = stages.dispatcher.tick()
+    assert [o.bundle_id for o in decision.reconcile.outcomes] == [bundle.bundle_id]

@@ -27,6 +27,7 @@ from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job
 from dispatcher.domain.stops import USER_STOP_PREFIX, LastStatus, StopCode, TaskStop
 from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.store import DispatchStore
+from dispatcher.ports.table import TableUnavailable
 from dispatcher.stages.policy import ReconcilePolicy
 from dispatcher.stages.rerun import Reruns, StopOutcome, StopResult
 
@@ -100,7 +101,15 @@ class Reconciler:
                 continue  # rerun when it is STOPPED, not while it may still be running
             else:
                 continue  # still provisioning: Fargate can take a while; look again next tick
-            outcome = self._reruns.on_stop(stop)
+            try:
+                outcome = self._reruns.on_stop(stop)
+            except TableUnavailable as exc:
+                # The table refused this settle (after the store's retries): one task's stop is
+                # no reason to fail the tick and hold up every other job; it is found again by
+                # the next tick's look (and its event, if one comes, is retried by Lambda).
+                log.error("reconciling a task failed; the next tick looks again",
+                          extra={"task_arn": stop.task_arn, "reason": exc.reason})
+                continue
             stats.outcomes.append(outcome)
             log.warning("reconciled a task", extra=outcome.as_dict())
 
@@ -118,6 +127,10 @@ class Reconciler:
             try:
                 self._store.fail_overdue(job, "timeout")
             except ConflictError:
+                continue
+            except TableUnavailable as exc:  # as above: the next tick looks again
+                log.error("failing an overdue job failed; the next tick looks again",
+                          extra={"job_id": job.job_id, "reason": exc.reason})
                 continue
             stats.timed_out.append(job.job_id)
             bundle = by_id.get(job.bundle_id or "")
@@ -150,4 +163,8 @@ class Reconciler:
                 self._store.release_held(bundle, job)
             except ConflictError:
                 continue  # cancelled or changed meanwhile
+            except TableUnavailable as exc:  # as above: the next tick looks again
+                log.error("releasing a held retry failed; the next tick looks again",
+                          extra={"job_id": job.job_id, "reason": exc.reason})
+                continue
             stats.released.append(job.job_id)

@@ -26,6 +26,7 @@ from dispatcher.domain.fairness import allocate
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.store import DispatchStore
+from dispatcher.ports.table import TableUnavailable
 from dispatcher.stages.admit import Intake, IntakeStats
 from dispatcher.stages.launch import Launches, LaunchStats, launch_slots
 from dispatcher.stages.policy import TickPolicy
@@ -215,7 +216,13 @@ class Dispatcher:
         if sum(demand.values()) > capacity and sum(1 for n in demand.values() if n) > 1:
             slots, credit = allocate(capacity, demand, self._policy.priority_weights,
                                      self._store.priority_credit())
-            self._store.save_priority_credit(credit)
+            try:
+                self._store.save_priority_credit(credit)
+            except TableUnavailable as exc:
+                # This tick's shares stand; only the credit it carries over is lost, which the
+                # next ticks' sharing makes up for: no reason to fail the tick.
+                log.error("saving the priorities' credit failed",
+                          extra={"reason": exc.reason})
         else:  # no competition: each level gets what it has work for
             slots, left = {}, capacity
             for p in PRIORITY_ORDER:
