@@ -151,6 +151,68 @@ def test_a_retry_of_a_job_failed_as_overdue_waits_for_its_task_still_running_mat
     assert launched is not None and launched.state == BundleState.LAUNCHED
 
 
+
+def _expires_at(tw: Twins, job_id: str) -> object:
+    rec = tw.table.snapshot().get(f"JOB#{job_id}")
+    assert rec is not None
+    return rec.expires_at
+
+
+def test_a_job_failed_as_overdue_keeps_no_expiry_while_its_task_runs_on() -> None:
+    """TTL must not delete the record of a job whose run may go on in its task (a resubmit of
+    the same id would be admitted beside it): its expiry waits for the task's stop, which
+    also ends its ``live_task``."""
+    tw = Twins()
+    stages = tw.stages(LONGJOBS_TASK_CONCURRENCY="2", LONGJOBS_RETENTION_DAYS="1")
+    client = tw.client()
+    client.submit("k", {}, job_id="slow", timeout_seconds=60, estimated_seconds=1)
+    client.submit("k", {}, job_id="mate", estimated_seconds=1)
+    stages.dispatcher.tick()
+    (bundle,) = tw.bundles()
+    arn = bundle.task_arn
+    assert arn is not None
+    fence = _claim_running(tw, bundle, ["slow", "mate"])
+    tw.clock.advance(600)
+    tw.store.heartbeat(fence, ["slow", "mate"])
+    assert stages.dispatcher.tick().reconcile.timed_out == ["slow"]
+    assert _expires_at(tw, "slow") is None
+    tw.clock.advance(2 * 86_400)  # past the retention: the task still runs for its mate
+    tw.table.expire(tw.clock())
+    slow = tw.job("slow")
+    assert slow is not None and slow.state == JobState.FAILED and slow.live_task == arn
+    tw.store.apply(fence, [JobUpdate("mate", JobState.RUNNING, JobState.SUCCEEDED)],
+                   bundle_to=BundleState.DONE)
+    tw.launcher.stop_task(arn, *EXITED)
+    assert stages.reruns.on_stop(TaskStop(arn, *EXITED)).succeeded == ["mate"]
+    slow = tw.job("slow")
+    assert slow is not None and slow.live_task is None and _expires_at(tw, "slow") is not None
+
+
+def test_the_stop_of_the_task_that_held_an_abandoned_run_ends_its_live_task() -> None:
+    """A handler abandoned after SIGTERM is given back PENDING with its task's ARN; once that
+    task's stop is handled the run is over, so a later retry of the job has nothing to wait
+    for."""
+    tw = Twins()
+    stages = tw.stages()
+    tw.client().submit("k", {}, job_id="j", estimated_seconds=1)
+    stages.dispatcher.tick()
+    (bundle,) = tw.bundles()
+    arn = bundle.task_arn
+    assert arn is not None
+    fence = _claim_running(tw, bundle, ["j"])
+    tw.store.apply(fence, [JobUpdate("j", JobState.RUNNING, JobState.PENDING,
+                                     attempts_delta=-1, infra_delta=1,
+                                     reason="interrupted: task stopping (SIGTERM)",
+                                     live_task=arn)])
+    job = tw.job("j")
+    assert job is not None and job.live_task == arn
+    tw.launcher.stop_task(arn, "SpotInterruption", "Your Spot Task was interrupted.", 0)
+    out = stages.reruns.on_stop(TaskStop(arn, "SpotInterruption",
+                                         "Your Spot Task was interrupted.", 0))
+    assert out.rerun == ["j"]
+    job = tw.job("j")
+    assert job is not None and job.live_task is None and job.state == JobState.PENDING
+
 def test_jobs_retry_says_when_the_retry_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     tw = Twins()
     tw.client().submit("k", {}, job_id="j", estimated_seconds=1)

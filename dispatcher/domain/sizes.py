@@ -49,9 +49,9 @@ MAX_HISTORY_BYTES = 16 * 1024  # 16,384
 HISTORY_ENTRIES = 12
 HISTORY_TEXT_BYTES = 512
 # Everything else on a job's item, generously: attribute names (~400 bytes), job id and kind
-# (128 each, the id twice: key and attribute), bundle id, message id (100), settled_by (a task
-# ARN, ~350), the status keys, ISO times and about 15 numbers (at most 40 bytes each as
-# DynamoDB stores them).
+# (128 each, the id twice: key and attribute), bundle id, message id (100), settled_by and
+# live_task (a task ARN each, ~350), the status keys, ISO times and about 15 numbers (at most 40
+# bytes each as DynamoDB stores them).
 OTHER_JOB_BYTES = 8 * 1024  # 8,192
 # 262,144 + 32,768 + 65,536 + 8,192 + 2,048 + 16,384 + 8,192 = 395,264 < 409,600: the largest
 # job item that can be written is 14 KB under the limit (tests/test_sizes.py encodes it).
@@ -72,7 +72,8 @@ MAX_CANCEL_REQUESTS = 1000
 
 # -- the other items ----------------------------------------------------------------------------
 # Small by construction: a page holds at most 98 job ids (13 KB), a launch at most 10 bundle ids
-# and task ARNs (one RunTask call), a task pointer and the lease a few hundred bytes.
+# and task ARNs (one RunTask call), a task pointer, the lease and the priorities' credit
+# (``FAIR#``: one number per priority) a few hundred bytes.
 
 
 def _marker(size: int) -> str:

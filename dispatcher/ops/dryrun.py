@@ -171,6 +171,11 @@ class DryRunStore(DispatchStore):
     def fail_overdue(self, job: Job, reason: str) -> None:
         self._plan.would("fail", job_id=job.job_id, reason=reason)
 
+    def end_live_runs(self, task_arn: str, jobs: list[Job]) -> None:
+        ended = [j.job_id for j in jobs if j.live_task == task_arn]
+        if ended:
+            self._plan.would("end_live_runs", task_arn=task_arn, job_ids=ended)
+
 
 class DryRunLauncher(Launcher):
     def __init__(self, inner: Launcher, plan: Plan) -> None:

@@ -191,8 +191,9 @@ class Reruns:
             if not self._store.first_report(bundle, arn):
                 return StopOutcome(StopResult.IGNORED, arn, bundle.bundle_id,
                                    reason="duplicate event: this task's stop was handled")
-            jobs = [j for j in self._store.get_jobs(bundle.job_ids)
-                    if j.bundle_id == bundle.bundle_id]
+            everyone = self._store.get_jobs(bundle.job_ids)
+            self._store.end_live_runs(arn, everyone)  # a run abandoned there is over now
+            jobs = [j for j in everyone if j.bundle_id == bundle.bundle_id]
             return StopOutcome(StopResult.FINISHED, arn, bundle.bundle_id,
                                succeeded=[j.job_id for j in jobs
                                           if j.state == JobState.SUCCEEDED],
@@ -221,6 +222,7 @@ class Reruns:
                 "bundle_id": bundle.bundle_id, "task_arn": arn, "reason": exc.reason})
             return StopOutcome(StopResult.IGNORED, arn, bundle.bundle_id, reason=exc.reason)
         rerun = [j for j in rerun if j not in overfull]
+        self._store.end_live_runs(arn, jobs)  # a run abandoned there is over now
         out = StopOutcome(StopResult.SETTLED, arn, bundle.bundle_id, cls, rerun=rerun,
                           failed=[u.job_id for u in updates
                                   if u.target == JobState.FAILED or u.job_id in overfull])

@@ -12,7 +12,8 @@ from collections.abc import Collection, Mapping
 
 from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import Bundle, BundleState
-from dispatcher.domain.jobs import Job, JobState, Priority
+from dispatcher.domain.errors import ConflictError
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState, Priority
 from dispatcher.domain.launches import Launch, LaunchState
 from dispatcher.ports.store import records as r
 from dispatcher.ports.store.base import status
@@ -272,10 +273,29 @@ class DispatchStore(Recordings, HeldRetries):
             Set("state", str(JobState.FAILED)), Set("status_key", r.job_status(JobState.FAILED)),
             Set("updated_at", t), Set("reason", reason),
             Set("error", {"type": "Timeout", "message": reason}),
-            *([Set("live_task", str(task))] if task else []), *self._expires(t)],
+            # With its run still going on, its expiry waits for its task's stop (end_live_runs).
+            *([Set("live_task", str(task))] if task else self._expires(t))],
             And(Eq("state", str(JobState.RUNNING)), Eq("attempts", job.attempts),
                 Eq("bundle_id", job.bundle_id or ""))), "job moved on", job_id=job.job_id)
 
+
+    def end_live_runs(self, task_arn: str, jobs: list[Job]) -> None:
+        """``task_arn`` is known stopped: the runs of ``jobs`` left going on there
+        (``live_task``) are over. Each such job forgets the task (a later retry has nothing to
+        wait for; a retry held for it is released by the next tick's reconciliation) and, if
+        it is finished, gets the expiry it was kept from. Conditional on the job as read, so
+        a job retried meanwhile is left to the held retry's release."""
+        t = self.clock()
+        for job in jobs:
+            if job.live_task != task_arn:
+                continue
+            finished = job.state in TERMINAL_JOB_STATES
+            cond = And(Eq("live_task", task_arn), Eq("state", str(job.state))) if finished \
+                else Eq("live_task", task_arn)
+            with contextlib.suppress(ConflictError):
+                self._write(Update(r.job_key(job.job_id), [
+                    Remove("live_task"), *(self._expires(t) if finished else [])], cond),
+                    "job moved on", job_id=job.job_id)
 
 def _shed(u: JobUpdate) -> JobUpdate:
     """A job whose item cannot take its update: FAILED with the reason, its checkpoint dropped
