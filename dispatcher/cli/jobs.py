@@ -158,7 +158,7 @@ def jobs_retry(job_id: Annotated[str, typer.Argument(help="The job id.")],
     if job.live_task:
         typer.echo(f"{job.job_id}: {job.state} in bundle {job.bundle_id}; it waits until task "
                    f"{job.live_task} is known stopped, where a run of this job may still be "
-                   f"alive; the first tick after that launches it{resume}")
+                   f"alive; it is launched once that task has stopped{resume}")
     else:
         typer.echo(f"{job.job_id}: {job.state} in bundle {job.bundle_id}; the next tick "
                    f"launches it{resume}")

@@ -12,7 +12,8 @@ may still be finishing a handler.
 
 It also releases retries that wait for an earlier run of their job (:meth:`Reconciler.held`):
 a bundle held by ``jobs retry`` becomes due once DescribeTasks reports the job's
-``live_task`` stopped or forgotten; the tick launches it in the same tick.
+``live_task`` stopped or forgotten (or the task's stop event ended it), and the same tick
+launches it like any due bundle, when its priority's share and capacity allow.
 """
 
 from __future__ import annotations
