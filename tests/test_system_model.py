@@ -7,7 +7,8 @@ task slots); each launched task's runner claims, starts, checkpoints and finishe
 the runner's real write paths (tests/model_runner.py), or is killed after any write, gets
 SIGTERM, freezes, or has a handler that ignores its cancellation or raises ``Interrupted``;
 operators cancel and retry; stop events arrive late, twice and out of order; the clock moves by
-seconds to half a year, and DynamoDB's TTL deletes what has expired. After every step the
+seconds to half a year, and DynamoDB's TTL deletes what has expired. A tick may die right after
+any of its table writes, or meet transactions that fail for a moment (tests/model_faults.py). After every step the
 invariants below are checked (tests/model_checks.py reads them from the twins' state).
 
 KNOWN_GAPS names the checks that today's code is known to fail; each is skipped until the fix
@@ -32,14 +33,17 @@ from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
 from dispatcher.domain.stops import TaskStop
 from dispatcher.ports.store import operator as operator_store
+from dispatcher.ports.store import records as records_module
+from dispatcher.ports.table import TableUnavailable
 from dispatcher.stages import bundle as bundle_stage
 from job_runner import writes as writes_module
 from tests import model_checks as checks
+from tests.model_faults import FaultyTable, LambdaDied, model_store, one_thread
 from tests.model_runner import BEHAVIOURS, NATURES, ModelIds, ModelTime, SimTask, expire
 from tests.twins import Twins
 
 # Checks skipped because today's code fails them; remove a name once its fix is merged.
-KNOWN_GAPS: frozenset[str] = frozenset()
+KNOWN_GAPS: frozenset[str] = frozenset({"held_duplicate"})
 GAPS = frozenset(g for g in os.environ.get("LONGJOBS_MODEL_GAPS", ",".join(KNOWN_GAPS))
                  .split(",") if g)
 
@@ -63,6 +67,8 @@ class SystemModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.twins = Twins()  # a fresh world per example: replays and shrinking are exact
+        self.table = self.twins.table = FaultyTable(self.twins.clock)
+        self.twins.store = model_store(self.table, self.twins.clock)
         self.hooks_time.clock = self.twins.clock
         self.hooks_ids.reset()
         self.settings = {"LONGJOBS_TASK_CONCURRENCY": "2", "LONGJOBS_KIND_LIMITS": "",
@@ -188,8 +194,11 @@ class SystemModel(RuleBasedStateMachine):
             self.one_tick()
 
     def one_tick(self) -> None:
+        """One tick; each due bundle with room for it counts a tick of waiting (not a tick
+        skipped because a dead tick's lease is still held)."""
         env = self.env()
         now = self.twins.clock()
+        visible = checks.visible(self.twins.queue)
         limits = dict(p.split("=") for p in env["LONGJOBS_KIND_LIMITS"].split(",") if p)
         view = checks.View.read(self.twins.table, self.twins.queue)
         due = checks.waiting_for_room(view, now, int(env["LONGJOBS_MAX_RUNNING_TASKS"]),
@@ -199,9 +208,12 @@ class SystemModel(RuleBasedStateMachine):
                    and b.next_attempt_at <= now]
         for b in due:
             self.waiting.setdefault((b.bundle_id, b.attempt), [0, len(all_due) - 1])
-        self.guarded("tick_raises", "the tick",
-                     lambda: self.twins.stages(**env).dispatcher.tick())
+        decision = self.guarded("tick_raises", "the tick",
+                                lambda: self.twins.stages(**env).dispatcher.tick())
         self.sync()
+        if decision is None or decision.skipped:
+            return
+        self.after_tick(visible)
         for b in due:
             key = (b.bundle_id, b.attempt)
             after = self.twins.store.get_bundle(b.bundle_id)
@@ -215,6 +227,61 @@ class SystemModel(RuleBasedStateMachine):
                     f"bundle {b.bundle_id} ({b.priority}, kind {b.kind}, slots {b.slots}, "
                     f"{len(b.job_ids)} jobs) waited {ticks} ticks with room for it "
                     f"({ahead} due bundles were ahead of it); settings {env}"])
+
+    def after_tick(self, visible: set[str]) -> None:
+        """Checked after a tick that ran to its end: what a crashed tick left is taken over,
+        and each message visible before it was recorded, rejected or given back."""
+        view = checks.View.read(self.table, self.twins.queue)
+        self.fail("converged", checks.unconverged(view))
+        found = checks.held(view, self.twins.queue, visible)
+        for check in sorted({c for c, _ in found}):
+            self.fail(check, [says for c, says in found if c == check])
+
+    def faulty_tick(self) -> Any:
+        """One tick on the faulty table, its threads in one order; the tick's decision, or
+        None if it raised (a violation unless it was the injected death)."""
+        def tick() -> Any:
+            try:
+                with one_thread():
+                    return self.twins.stages(**self.env()).dispatcher.tick()
+            except (LambdaDied, TableUnavailable):
+                return None  # the crash, or the table failing longer than the retries
+            finally:
+                self.table.revive()
+
+        return self.guarded("tick_raises", "a tick on a faulty table", tick)
+
+    @rule(writes=st.integers(0, 15), expire_lease=st.booleans())
+    def crashing_tick(self, writes: int, expire_lease: bool) -> None:
+        """The tick's Lambda dies right after its ``writes``-th table write (0-based; a tick
+        with fewer ends well): what it received stays in flight until its hold ends, what it
+        began stays RECORDING or LAUNCHING, its lease stays held. Then, when
+        ``expire_lease``, time passes until the lease and the hold have run out."""
+        self.table.crash_after(writes)
+        self.faulty_tick()
+        self.sync()
+        lease = self.table._items.get(records_module.LEASE_KEY)
+        until = float(lease.lease_until or 0.0) if lease is not None else 0.0
+        if expire_lease and until >= self.twins.clock():
+            hold = float(self.twins.config(**self.env()).hold_seconds)
+            self.advance(max(until - self.twins.clock(), hold) + 1.0)
+
+    @rule(k=st.integers(1, 8), lost=st.booleans())
+    def flaky_tick(self, k: int, lost: bool) -> None:
+        """The next ``k`` table transactions fail for a moment (a 5xx; ``lost``: after they
+        committed). The store retries them within the tick; what the tick still gives up
+        on, it gives back to the queue at once. A tick may fail as a whole when the table
+        keeps failing (the next tick does its work), never for something else."""
+        visible = checks.visible(self.twins.queue)
+        self.table.fail_next(k, lost)
+        decision = self.faulty_tick()
+        self.sync()
+        if decision is not None and not decision.skipped:
+            self.after_tick(visible)
+        else:  # it failed as a whole: it received nothing it did not give back
+            found = checks.held(checks.View.read(self.table, self.twins.queue),
+                                self.twins.queue, visible)
+            self.fail("given_back", [says for c, says in found if c == "given_back"])
 
     @rule(concurrency=st.sampled_from(["1", "2", "4"]),
           limits=st.sampled_from(["", "report=1", "report=2,resize=1", "report=4", "resize=8"]),
