@@ -9,7 +9,8 @@ SIGTERM, freezes, or has a handler that ignores its cancellation or raises ``Int
 operators cancel and retry; stop events arrive late, twice and out of order; the clock moves by
 seconds to half a year, and DynamoDB's TTL deletes what has expired. A tick may die right after
 any of its table writes, or meet transactions that fail for a moment (tests/model_faults.py).
-After every step the invariants below are checked (tests/model_checks.py reads them from the twins' state).
+After every step the invariants below are checked (tests/model_checks.py reads them from the
+twins' state).
 
 KNOWN_GAPS names the checks that today's code is known to fail; each is skipped until the fix
 for it is merged, then its name is removed. ``LONGJOBS_MODEL_GAPS`` overrides the set for one
