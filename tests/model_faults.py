@@ -9,13 +9,19 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any
 
+from hypothesis import strategies as st
+from hypothesis.stateful import rule
+
 from dispatcher.ports.store import Store
+from dispatcher.ports.store import records as records_module
 from dispatcher.ports.store.base import TableRetry
 from dispatcher.ports.table import Delete as DeleteOp
 from dispatcher.ports.table import Op, Put, Record, TableUnavailable, Update
 from dispatcher.stages import admit as admit_module
 from dispatcher.stages import tick as tick_module
 from dispatcher.testing.memory_table import MemoryTable
+from tests import model_checks as checks
+from tests.twins import Twins
 
 
 class LambdaDied(BaseException):
@@ -167,3 +173,83 @@ def one_thread() -> Iterator[None]:
     finally:
         for (module, _), real in zip(stand_ins, saved, strict=True):
             setattr(module, "ThreadPoolExecutor", real)  # noqa: B010
+
+
+class FaultRules:
+    """The system model's rules that inject the table's faults, and the check after each
+    whole tick (mixed into tests/test_system_model.py's SystemModel, which provides the
+    world and the helpers below)."""
+
+    table: FaultyTable
+    twins: Twins
+
+    def env(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def fail(self, check: str, problems: list[str]) -> None:
+        raise NotImplementedError
+
+    def guarded(self, check: str, what: str, call: Any) -> Any:
+        raise NotImplementedError
+
+    def sync(self) -> None:
+        raise NotImplementedError
+
+    def advance(self, seconds: float) -> None:
+        raise NotImplementedError
+
+    def after_tick(self, visible: set[str]) -> None:
+        """Checked after a tick that ran to its end: what a crashed tick left is taken over,
+        and each message visible before it was recorded, rejected or given back."""
+        view = checks.View.read(self.table, self.twins.queue)
+        self.fail("converged", checks.unconverged(view))
+        found = checks.held(view, self.twins.queue, visible)
+        for check in sorted({c for c, _ in found}):
+            self.fail(check, [says for c, says in found if c == check])
+
+    def faulty_tick(self) -> Any:
+        """One tick on the faulty table, its threads in one order; the tick's decision, or
+        None if it raised (a violation unless it was the injected death)."""
+        def tick() -> Any:
+            try:
+                with one_thread():
+                    return self.twins.stages(**self.env()).dispatcher.tick()
+            except (LambdaDied, TableUnavailable):
+                return None  # the crash, or the table failing longer than the retries
+            finally:
+                self.table.revive()
+
+        return self.guarded("tick_raises", "a tick on a faulty table", tick)
+
+    @rule(writes=st.integers(0, 15), expire_lease=st.booleans())
+    def crashing_tick(self, writes: int, expire_lease: bool) -> None:
+        """The tick's Lambda dies right after its ``writes``-th table write (0-based; a tick
+        with fewer ends well): what it received stays in flight until its hold ends, what it
+        began stays RECORDING or LAUNCHING, its lease stays held. Then, when
+        ``expire_lease``, time passes until the lease and the hold have run out."""
+        self.table.crash_after(writes)
+        self.faulty_tick()
+        self.sync()
+        lease = self.table._items.get(records_module.LEASE_KEY)
+        until = float(lease.lease_until or 0.0) if lease is not None else 0.0
+        if expire_lease and until >= self.twins.clock():
+            hold = float(self.twins.config(**self.env()).hold_seconds)
+            self.advance(max(until - self.twins.clock(), hold) + 1.0)
+
+    @rule(k=st.integers(1, 8), lost=st.booleans())
+    def flaky_tick(self, k: int, lost: bool) -> None:
+        """The next ``k`` table transactions fail for a moment (a 5xx; ``lost``: after they
+        committed). The store retries them within the tick; what the tick still gives up
+        on, it gives back to the queue at once. A tick may fail as a whole when the table
+        keeps failing (the next tick does its work), never for something else."""
+        visible = checks.visible(self.twins.queue)
+        self.table.fail_next(k, lost)
+        decision = self.faulty_tick()
+        self.sync()
+        if decision is not None and not decision.skipped:
+            self.after_tick(visible)
+        else:  # it failed as a whole: it received nothing it did not give back
+            found = checks.held(checks.View.read(self.table, self.twins.queue),
+                                self.twins.queue, visible)
+            self.fail("given_back", [says for c, says in found if c == "given_back"])
+

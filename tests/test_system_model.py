@@ -34,12 +34,10 @@ from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
 from dispatcher.domain.stops import TaskStop
 from dispatcher.ports.store import operator as operator_store
-from dispatcher.ports.store import records as records_module
-from dispatcher.ports.table import TableUnavailable
 from dispatcher.stages import bundle as bundle_stage
 from job_runner import writes as writes_module
 from tests import model_checks as checks
-from tests.model_faults import FaultyTable, LambdaDied, model_store, one_thread
+from tests.model_faults import FaultRules, FaultyTable, model_store
 from tests.model_runner import BEHAVIOURS, NATURES, ModelIds, ModelTime, SimTask, expire
 from tests.twins import Twins
 
@@ -61,7 +59,7 @@ STARVATION_TICKS = 10
 DAY = checks.DAY
 
 
-class SystemModel(RuleBasedStateMachine):
+class SystemModel(FaultRules, RuleBasedStateMachine):
     hooks_time = ModelTime()
     hooks_ids = ModelIds()
 
@@ -228,61 +226,6 @@ class SystemModel(RuleBasedStateMachine):
                     f"bundle {b.bundle_id} ({b.priority}, kind {b.kind}, slots {b.slots}, "
                     f"{len(b.job_ids)} jobs) waited {ticks} ticks with room for it "
                     f"({ahead} due bundles were ahead of it); settings {env}"])
-
-    def after_tick(self, visible: set[str]) -> None:
-        """Checked after a tick that ran to its end: what a crashed tick left is taken over,
-        and each message visible before it was recorded, rejected or given back."""
-        view = checks.View.read(self.table, self.twins.queue)
-        self.fail("converged", checks.unconverged(view))
-        found = checks.held(view, self.twins.queue, visible)
-        for check in sorted({c for c, _ in found}):
-            self.fail(check, [says for c, says in found if c == check])
-
-    def faulty_tick(self) -> Any:
-        """One tick on the faulty table, its threads in one order; the tick's decision, or
-        None if it raised (a violation unless it was the injected death)."""
-        def tick() -> Any:
-            try:
-                with one_thread():
-                    return self.twins.stages(**self.env()).dispatcher.tick()
-            except (LambdaDied, TableUnavailable):
-                return None  # the crash, or the table failing longer than the retries
-            finally:
-                self.table.revive()
-
-        return self.guarded("tick_raises", "a tick on a faulty table", tick)
-
-    @rule(writes=st.integers(0, 15), expire_lease=st.booleans())
-    def crashing_tick(self, writes: int, expire_lease: bool) -> None:
-        """The tick's Lambda dies right after its ``writes``-th table write (0-based; a tick
-        with fewer ends well): what it received stays in flight until its hold ends, what it
-        began stays RECORDING or LAUNCHING, its lease stays held. Then, when
-        ``expire_lease``, time passes until the lease and the hold have run out."""
-        self.table.crash_after(writes)
-        self.faulty_tick()
-        self.sync()
-        lease = self.table._items.get(records_module.LEASE_KEY)
-        until = float(lease.lease_until or 0.0) if lease is not None else 0.0
-        if expire_lease and until >= self.twins.clock():
-            hold = float(self.twins.config(**self.env()).hold_seconds)
-            self.advance(max(until - self.twins.clock(), hold) + 1.0)
-
-    @rule(k=st.integers(1, 8), lost=st.booleans())
-    def flaky_tick(self, k: int, lost: bool) -> None:
-        """The next ``k`` table transactions fail for a moment (a 5xx; ``lost``: after they
-        committed). The store retries them within the tick; what the tick still gives up
-        on, it gives back to the queue at once. A tick may fail as a whole when the table
-        keeps failing (the next tick does its work), never for something else."""
-        visible = checks.visible(self.twins.queue)
-        self.table.fail_next(k, lost)
-        decision = self.faulty_tick()
-        self.sync()
-        if decision is not None and not decision.skipped:
-            self.after_tick(visible)
-        else:  # it failed as a whole: it received nothing it did not give back
-            found = checks.held(checks.View.read(self.table, self.twins.queue),
-                                self.twins.queue, visible)
-            self.fail("given_back", [says for c, says in found if c == "given_back"])
 
     @rule(concurrency=st.sampled_from(["1", "2", "4"]),
           limits=st.sampled_from(["", "report=1", "report=2,resize=1", "report=4", "resize=8"]),
