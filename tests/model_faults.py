@@ -45,6 +45,7 @@ class FaultyTable(MemoryTable):
         self.failing = 0
         self.lost = False
         self.failed = 0
+        self.deaths = 0
 
     def crash_after(self, n: int) -> None:
         self.crash_at, self.dead = n, False
@@ -64,6 +65,7 @@ class FaultyTable(MemoryTable):
             return
         if self.crash_at == 0:
             self.crash_at, self.dead = None, True
+            self.deaths += 1
             raise LambdaDied("the tick's Lambda died right after a write")
         self.crash_at -= 1
 
