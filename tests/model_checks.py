@@ -247,3 +247,32 @@ def waiting_for_room(view: View, now: float, max_tasks: int, concurrency: int,
                          for k, n in kinds.items() if k in limits):
             out.append(b)
     return out
+
+
+def visible(queue: MemoryQueue) -> set[str]:
+    """The ids of the messages a receive could return now."""
+    t = queue._clock()
+    return {mid for mid, (_, _, visible_at, _) in queue._messages.items() if visible_at <= t}
+
+
+def held(view: View, queue: MemoryQueue, mids: set[str]) -> list[tuple[str, str]]:
+    """Messages among ``mids`` that a tick received and left in flight (hidden until its hold
+    ends) instead of deleting them or giving them back, each with its check:
+    ``held_duplicate`` when its job is recorded (a copy of it: it costs a receive and comes
+    back as a duplicate), ``given_back`` otherwise."""
+    t = queue._clock()
+    out = []
+    for mid, (body, _, visible_at, _) in sorted(queue._messages.items()):
+        if mid in mids and visible_at > t:
+            m = _JOB_ID.search(body[:400])
+            check = "held_duplicate" if m and view.job(m.group(1)) else "given_back"
+            out.append((check, f"message {mid} was received and is held until its hold "
+                               f"ends: {body[:80]!r}"))
+    return out
+
+
+def unconverged(view: View) -> list[str]:
+    """After a tick that ran to its end: what a crashed tick left was taken over (no bundle
+    still RECORDING or LAUNCHING)."""
+    return [f"bundle {b.bundle_id} is still {b.state} after a whole tick" for b in view.bundles()
+            if b.state in (BundleState.RECORDING, BundleState.LAUNCHING)]

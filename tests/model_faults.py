@@ -1,0 +1,257 @@
+"""The table's faults in the system model (tests/test_system_model.py): the tick's Lambda
+dying right after any write, and transactions failing for a moment (throttling, a 5xx, a
+conflict with another request), with or without their response lost after they committed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import rule
+
+from dispatcher.ports.store import Store
+from dispatcher.ports.store import records as records_module
+from dispatcher.ports.store.base import TableRetry
+from dispatcher.ports.table import Delete as DeleteOp
+from dispatcher.ports.table import Op, Put, Record, TableUnavailable, Update
+from dispatcher.stages import admit as admit_module
+from dispatcher.stages import tick as tick_module
+from dispatcher.testing.memory_table import MemoryTable
+from tests import model_checks as checks
+from tests.twins import Twins
+
+
+class LambdaDied(BaseException):
+    """The tick's process died: a BaseException, so that no ``except Exception`` of the code
+    under test handles it; the tick ends here, as when Lambda kills it."""
+
+
+class FaultyTable(MemoryTable):
+    """The table twin, with faults armed by the model for one step.
+
+    ``crash_after(n)``: the n-th write from now (0-based; a single write or a committed
+    transaction) is done, then its caller dies, and so does every later call of that process
+    (its other threads), reads included, until :meth:`revive`. ``fail_next(k, lost)``: the
+    next k transactions fail as a throttled or 5xx request would (``lost``: after committing,
+    as when the response is lost on the way back; the store's retry replays its token)."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        super().__init__(clock=clock)
+        self.crash_at: int | None = None
+        self.dead = False
+        self.failing = 0
+        self.lost = False
+        self.failed = 0
+        self.deaths = 0
+
+    def crash_after(self, n: int) -> None:
+        self.crash_at, self.dead = n, False
+
+    def fail_next(self, k: int, lost: bool) -> None:
+        self.failing, self.lost = k, lost
+
+    def revive(self) -> None:
+        self.crash_at, self.dead, self.failing = None, False, 0
+
+    def _alive(self) -> None:
+        if self.dead:
+            raise LambdaDied("the tick's Lambda is dead")
+
+    def _wrote(self) -> None:
+        if self.crash_at is None:
+            return
+        if self.crash_at == 0:
+            self.crash_at, self.dead = None, True
+            self.deaths += 1
+            raise LambdaDied("the tick's Lambda died right after a write")
+        self.crash_at -= 1
+
+    # -- reads: a dead process reads nothing -------------------------------------------------------
+    def get(self, pk: str) -> Record | None:
+        self._alive()
+        return super().get(pk)
+
+    def get_many(self, pks: list[str]) -> list[Record]:
+        self._alive()
+        return super().get_many(pks)
+
+    def query(self, status_key: str, **kwargs: Any) -> list[Record]:
+        self._alive()
+        return super().query(status_key, **kwargs)
+
+    def count(self, status_key: str, **kwargs: Any) -> int:
+        self._alive()
+        return super().count(status_key, **kwargs)
+
+    # -- writes ---------------------------------------------------------------------------------
+    def write(self, op: Put | Update | DeleteOp) -> Record | None:
+        self._alive()
+        out = super().write(op)
+        self._wrote()
+        return out
+
+    def transact(self, ops: list[Op], *, token: str | None = None) -> None:
+        self._alive()
+        if self.failing and not self.lost:
+            self.failing -= 1
+            self.failed += 1
+            raise TableUnavailable("TransactWriteItems", "InternalServerError",
+                                   "Internal server error", status=500)
+        super().transact(ops, token=token)
+        if self.failing:  # committed, but the caller hears of a 5xx
+            self.failing -= 1
+            self.failed += 1
+            raise TableUnavailable("TransactWriteItems", "InternalServerError",
+                                   "Internal server error", status=500)
+
+    def _transact(self, ops: list[Op]) -> None:
+        super()._transact(ops)
+        self._wrote()
+
+
+def model_store(table: FaultyTable, clock: Callable[[], float]) -> Store:
+    """The store of the model's world: a transient failure is retried as in production, without
+    waiting (the model's time is the fake clock; the waits are not what it checks)."""
+    return Store(table, clock=clock, table_retry=TableRetry(sleep=lambda seconds: None))
+
+
+class _AtOnce:
+    """The intake's pool, run in the caller's thread at each submit (its futures done)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]:
+        f: Future[Any] = Future()
+        try:
+            f.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # as a pool thread keeps it for result()
+            f.set_exception(exc)
+        return f
+
+    def shutdown(self, wait: bool = True, **kwargs: Any) -> None:
+        pass
+
+    def __enter__(self) -> _AtOnce:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+class _AtEnd(_AtOnce):
+    """The launch thread, run when the tick closes it: it launches after the intake."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.work: list[tuple[Future[Any], Callable[[], Any]]] = []
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]:
+        f: Future[Any] = Future()
+        self.work.append((f, lambda: fn(*args, **kwargs)))
+        return f
+
+    def shutdown(self, wait: bool = True, **kwargs: Any) -> None:
+        while self.work:
+            f, call = self.work.pop(0)
+            try:
+                f.set_result(call())
+            except BaseException as exc:
+                f.set_exception(exc)
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """The tick's threads run in one order: which write is the n-th, or which transactions
+    fail, does not depend on the scheduler (hypothesis replays each example exactly)."""
+    stand_ins = ((admit_module, _AtOnce), (tick_module, _AtEnd))
+    saved = [vars(module)["ThreadPoolExecutor"] for module, _ in stand_ins]
+    for module, stand_in in stand_ins:
+        setattr(module, "ThreadPoolExecutor", stand_in)  # noqa: B010 - a test's stand-in
+    try:
+        yield
+    finally:
+        for (module, _), real in zip(stand_ins, saved, strict=True):
+            setattr(module, "ThreadPoolExecutor", real)  # noqa: B010
+
+
+class FaultRules:
+    """The system model's rules that inject the table's faults, and the check after each
+    whole tick (mixed into tests/test_system_model.py's SystemModel, which provides the
+    world and the helpers below)."""
+
+    table: FaultyTable
+    twins: Twins
+
+    def env(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def fail(self, check: str, problems: list[str]) -> None:
+        raise NotImplementedError
+
+    def guarded(self, check: str, what: str, call: Any) -> Any:
+        raise NotImplementedError
+
+    def sync(self) -> None:
+        raise NotImplementedError
+
+    def advance(self, seconds: float) -> None:
+        raise NotImplementedError
+
+    def after_tick(self, visible: set[str]) -> None:
+        """Checked after a tick that ran to its end: what a crashed tick left is taken over,
+        and each message visible before it was recorded, rejected or given back."""
+        view = checks.View.read(self.table, self.twins.queue)
+        self.fail("converged", checks.unconverged(view))
+        found = checks.held(view, self.twins.queue, visible)
+        for check in sorted({c for c, _ in found}):
+            self.fail(check, [says for c, says in found if c == check])
+
+    def faulty_tick(self) -> Any:
+        """One tick on the faulty table, its threads in one order; the tick's decision, or
+        None if it raised (a violation unless it was the injected death)."""
+        def tick() -> Any:
+            try:
+                with one_thread():
+                    return self.twins.stages(**self.env()).dispatcher.tick()
+            except (LambdaDied, TableUnavailable):
+                return None  # the crash, or the table failing longer than the retries
+            finally:
+                self.table.revive()
+
+        return self.guarded("tick_raises", "a tick on a faulty table", tick)
+
+    @rule(writes=st.one_of(st.integers(0, 4), st.integers(5, 30)), expire_lease=st.booleans())
+    def crashing_tick(self, writes: int, expire_lease: bool) -> None:
+        """The tick's Lambda dies right after its ``writes``-th table write (0-based; a tick
+        with fewer ends well): what it received stays in flight until its hold ends, what it
+        began stays RECORDING or LAUNCHING, its lease stays held. Then, when
+        ``expire_lease``, time passes until the lease and the hold have run out."""
+        self.table.crash_after(writes)
+        self.faulty_tick()
+        self.sync()
+        lease = self.table._items.get(records_module.LEASE_KEY)
+        until = float(lease.lease_until or 0.0) if lease is not None else 0.0
+        if expire_lease and until >= self.twins.clock():
+            hold = float(self.twins.config(**self.env()).hold_seconds)
+            self.advance(max(until - self.twins.clock(), hold) + 1.0)
+
+    @rule(k=st.integers(1, 8), lost=st.booleans())
+    def flaky_tick(self, k: int, lost: bool) -> None:
+        """The next ``k`` table transactions fail for a moment (a 5xx; ``lost``: after they
+        committed). The store retries them within the tick; what the tick still gives up
+        on, it gives back to the queue at once. A tick may fail as a whole when the table
+        keeps failing (the next tick does its work), never for something else."""
+        visible = checks.visible(self.twins.queue)
+        self.table.fail_next(k, lost)
+        decision = self.faulty_tick()
+        self.sync()
+        if decision is not None and not decision.skipped:
+            self.after_tick(visible)
+        else:  # it failed as a whole: it received nothing it did not give back
+            found = checks.held(checks.View.read(self.table, self.twins.queue),
+                                self.twins.queue, visible)
+            self.fail("given_back", [says for c, says in found if c == "given_back"])
+
