@@ -249,7 +249,12 @@ class FaultRules:
         decision = self.faulty_tick()
         self.sync()
         if decision is not None and not decision.skipped:
-            self.after_tick(visible)
+            # A recording or launch whose writes kept failing may be left RECORDING or
+            # LAUNCHING: the next tick takes it over (its own check says so), not this one.
+            found = checks.held(checks.View.read(self.table, self.twins.queue),
+                                self.twins.queue, visible)
+            for check in sorted({c for c, _ in found}):
+                self.fail(check, [says for c, says in found if c == check])
         else:  # it failed as a whole: it received nothing it did not give back
             found = checks.held(checks.View.read(self.table, self.twins.queue),
                                 self.twins.queue, visible)

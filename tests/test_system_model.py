@@ -42,7 +42,7 @@ from tests.model_runner import BEHAVIOURS, NATURES, ModelIds, ModelTime, SimTask
 from tests.twins import Twins
 
 # Checks skipped because today's code fails them; remove a name once its fix is merged.
-KNOWN_GAPS: frozenset[str] = frozenset({"held_duplicate"})
+KNOWN_GAPS: frozenset[str] = frozenset()
 GAPS = frozenset(g for g in os.environ.get("LONGJOBS_MODEL_GAPS", ",".join(KNOWN_GAPS))
                  .split(",") if g)
 

@@ -217,9 +217,6 @@ def test_a_known_gap_is_seen_until_it_is_fixed(machines: Callable[[], model.Syst
         assert not any(seen.values()), seen
 
 
-@pytest.mark.xfail(strict=True, reason="the intake deletes a recorded job's copies with its "
-                   "recording only if they were received before the recording started: later "
-                   "copies stay in flight for LONGJOBS_HOLD_SECONDS and each spends a receive")
 def test_copies_received_while_their_job_is_recorded_are_deleted(
         machines: Callable[[], model.SystemModel]) -> None:
     m = machines()

@@ -109,6 +109,9 @@ class _Recorded:
     rejections: list[Rejection] = field(default_factory=list)
     delete_failures: int = 0
     failure: str | None = None  # the bundle could not be recorded: why (nothing deleted)
+    # How many of its held messages were deleted: copies of its jobs received meanwhile were
+    # appended after them, and the drain deletes those (see _Drain._recorded).
+    deleted: int = 0
 
 
 class Intake:
@@ -187,7 +190,11 @@ class Intake:
             return _Recorded(bundle, failure=f"{type(exc).__name__}: {exc}"[:1000])
         out = _Recorded(bundle, len(duplicates),
                         [j for j in held.jobs if j.state == JobState.REJECTED])
-        out.delete_failures = self.delete(queue, held.messages)
+        # The drain thread may append a later copy of one of these jobs while this runs: delete
+        # the messages held now, and say how many, so it deletes the rest.
+        messages = list(held.messages)
+        out.delete_failures = self.delete(queue, messages)
+        out.deleted = len(messages)
         return out
 
     def reject(self, queue: Queue, rejections: list[Rejection],
@@ -310,9 +317,10 @@ class _Drain:
             if first is not None:  # the same job twice in one drain (a redelivery, a resend)
                 stats.duplicates += 1
                 if first in self.held:
-                    # Its first copy is not recorded yet: this one is deleted with it, once it
-                    # is, and comes back with it if the recording fails (deleted now, it would
-                    # leave nothing if that recording then failed).
+                    # Its first copy is not recorded yet: this one is deleted once it is (by
+                    # the recording, or after it by _recorded), and comes back with it if the
+                    # recording fails (deleted now, it would leave nothing if that recording
+                    # then failed).
                     self.held[first].messages.append(received)
                 else:
                     finished.append(received)
@@ -367,6 +375,13 @@ class _Drain:
                                      "messages": len(self.held[bundle.bundle_id].messages)})
             return
         held = self.held.pop(bundle.bundle_id)
+        late = held.messages[result.deleted:]
+        if late:  # copies received while it was recorded: their job is recorded now
+            try:
+                stats.delete_failures += self.intake.delete(self.queue, late)
+            except Exception as exc:  # they come back after the hold, as duplicates
+                stats.delete_failures += len(late)
+                log.error("deleting duplicate copies failed", extra={"error": repr(exc)})
         stats.duplicates += result.duplicates
         stats.rejected += len(result.refused)
         stats.rejections.extend({"key": j.job_id, "reason": j.reason or ""}
