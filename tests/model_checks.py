@@ -117,7 +117,9 @@ def live_path(view: View, job: Job) -> str | None:
     states = ACTIVE_BUNDLE_STATES if job.state == JobState.RUNNING else LIVE_BUNDLE_STATES
     if bundle.state not in states:
         return f"its bundle {bundle.bundle_id} is {bundle.state}"
-    if bundle.state in ACTIVE_BUNDLE_STATES and bundle.task_arn \
+    # A LAUNCHING bundle still names its previous task (its launch assigns the next one and
+    # that task's pointer): only a bundle on its task needs the pointer.
+    if bundle.state in (BundleState.LAUNCHED, BundleState.RUNNING) and bundle.task_arn \
             and r.task_key(bundle.task_arn) not in view.items:
         return f"its bundle's task {bundle.task_arn} has no pointer to the bundle any more"
     return None

@@ -49,9 +49,10 @@ GAPS = frozenset(g for g in os.environ.get("LONGJOBS_MODEL_GAPS", ",".join(KNOWN
 EXAMPLES = int(os.environ.get("LONGJOBS_MODEL_EXAMPLES", "150"))
 STEPS = 50
 MAX_INFRA_ATTEMPTS = 2
-# The budget's slack (dispatcher/domain/lifecycle.py): a job that kills its task fails within
-# max_attempts + 2 launches, + 1 when its bundle reruns one job at a time.
-LAUNCH_SLACK = 3
+# The budget's slack (dispatcher/domain/lifecycle.py): every run of a job is charged an
+# attempt or an infrastructure attempt, but one: a stop of a bundle's first launch that names
+# nobody (its writes were buffered). So runs <= max_attempts + MAX_INFRA_ATTEMPTS + 1.
+LAUNCH_SLACK = 1
 # A due bundle with room for it launches within this many ticks (with room) beyond the due
 # bundles ahead of it when it first had room: the default priority weights (6:3:1) give the
 # lowest level one free slot in ten.

@@ -14,6 +14,7 @@ whole process would let one store repoint every other. :func:`model_for` makes a
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -70,7 +71,12 @@ _models: dict[tuple[str, str | None, str | None], type[Model]] = {}
 
 
 def model_for(table: str, region: str | None = None, host: str | None = None) -> type[Model]:
-    """The model class of one table on one endpoint (made once, then cached)."""
+    """The model class of one table on one endpoint (made once, then cached). Without a
+    ``host``, botocore takes the endpoint from the environment when the model first connects:
+    that endpoint is part of the key, so a model made for one endpoint is never used for
+    another (a process that points AWS_ENDPOINT_URL elsewhere, as tests and local mode do)."""
+    if host is None:
+        host = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or os.environ.get("AWS_ENDPOINT_URL")
     key = (table, region, host)
     with _lock:
         if key not in _models:
