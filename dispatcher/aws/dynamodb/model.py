@@ -14,7 +14,7 @@ whole process would let one store repoint every other. :func:`model_for` makes a
 
 from __future__ import annotations
 
-import os
+import itertools
 import threading
 from typing import Any
 
@@ -68,17 +68,18 @@ def _attribute(name: str) -> Any:
 
 _lock = threading.Lock()
 _models: dict[tuple[str, str | None, str | None], type[Model]] = {}
+_uncached = itertools.count(1_000_000)  # distinct class names for the models not cached
 
 
 def model_for(table: str, region: str | None = None, host: str | None = None) -> type[Model]:
     """The model class of one table on one endpoint (made once, then cached). Without a
-    ``host``, botocore takes the endpoint from the environment when the model first connects:
-    that endpoint is part of the key, so a model made for one endpoint is never used for
-    another (a process that points AWS_ENDPOINT_URL elsewhere, as tests and local mode do)."""
-    if host is None:
-        host = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or os.environ.get("AWS_ENDPOINT_URL")
+    ``host``, botocore takes the endpoint from the environment when the model first connects,
+    and that may differ from one call to the next (tests and local mode point it at their own
+    servers): such a model is made anew each time, never shared."""
     key = (table, region, host)
     with _lock:
+        if host is None:
+            return _make(table, region, host, len(_models) + next(_uncached))
         if key not in _models:
             _models[key] = _make(table, region, host, len(_models))
         return _models[key]
