@@ -122,9 +122,11 @@ def _claim_running(tw: Twins, bundle: Bundle, job_ids: list[str]) -> Fence:
     return fence
 
 
-def test_a_retry_of_a_job_failed_as_overdue_waits_for_its_task_still_running_mates() -> None:
+def _overdue_beside_a_mate(**env: str) -> tuple[Twins, Any, str, Fence]:
+    """Two jobs at once in one task; "slow" runs past its timeout and reconciliation fails it
+    while "mate" keeps the task running: (twins, stages, the task's ARN, its fence)."""
     tw = Twins()
-    stages = tw.stages(LONGJOBS_TASK_CONCURRENCY="2")
+    stages = tw.stages(LONGJOBS_TASK_CONCURRENCY="2", **env)
     client = tw.client()
     client.submit("k", {}, job_id="slow", timeout_seconds=60, estimated_seconds=1)
     client.submit("k", {}, job_id="mate", estimated_seconds=1)
@@ -135,9 +137,14 @@ def test_a_retry_of_a_job_failed_as_overdue_waits_for_its_task_still_running_mat
     fence = _claim_running(tw, bundle, ["slow", "mate"])
     tw.clock.advance(600)  # past slow's timeout and reconciliation's margin
     tw.store.heartbeat(fence, ["slow", "mate"])  # the runner lives on for its mate
-    decision = stages.dispatcher.tick()
-    assert decision.reconcile.timed_out == ["slow"]
+    assert stages.dispatcher.tick().reconcile.timed_out == ["slow"]
     assert tw.launcher.stops == []  # its mate still runs there: the task is not stopped
+    return tw, stages, arn, fence
+
+
+def test_a_retry_of_a_job_failed_as_overdue_waits_for_its_task_still_running_mates() -> None:
+    tw, stages, arn, _ = _overdue_beside_a_mate()
+    client = tw.client()
     retried = client.retry("slow")
     stages.dispatcher.tick()
     held = tw.bundle(retried.bundle_id or "")
@@ -162,19 +169,7 @@ def test_a_job_failed_as_overdue_keeps_no_expiry_while_its_task_runs_on() -> Non
     """TTL must not delete the record of a job whose run may go on in its task (a resubmit of
     the same id would be admitted beside it): its expiry waits for the task's stop, which
     also ends its ``live_task``."""
-    tw = Twins()
-    stages = tw.stages(LONGJOBS_TASK_CONCURRENCY="2", LONGJOBS_RETENTION_DAYS="1")
-    client = tw.client()
-    client.submit("k", {}, job_id="slow", timeout_seconds=60, estimated_seconds=1)
-    client.submit("k", {}, job_id="mate", estimated_seconds=1)
-    stages.dispatcher.tick()
-    (bundle,) = tw.bundles()
-    arn = bundle.task_arn
-    assert arn is not None
-    fence = _claim_running(tw, bundle, ["slow", "mate"])
-    tw.clock.advance(600)
-    tw.store.heartbeat(fence, ["slow", "mate"])
-    assert stages.dispatcher.tick().reconcile.timed_out == ["slow"]
+    tw, stages, arn, fence = _overdue_beside_a_mate(LONGJOBS_RETENTION_DAYS="1")
     assert _expires_at(tw, "slow") is None
     tw.clock.advance(2 * 86_400)  # past the retention: the task still runs for its mate
     tw.table.expire(tw.clock())
