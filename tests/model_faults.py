@@ -182,23 +182,9 @@ class FaultRules:
     whole tick (mixed into tests/test_system_model.py's SystemModel, which provides the
     world and the helpers below)."""
 
+    # Provided by SystemModel: table, twins, env(), fail(), guarded(), sync(), advance().
     table: FaultyTable
     twins: Twins
-
-    def env(self) -> dict[str, str]:
-        raise NotImplementedError
-
-    def fail(self, check: str, problems: list[str]) -> None:
-        raise NotImplementedError
-
-    def guarded(self, check: str, what: str, call: Any) -> Any:
-        raise NotImplementedError
-
-    def sync(self) -> None:
-        raise NotImplementedError
-
-    def advance(self, seconds: float) -> None:
-        raise NotImplementedError
 
     def after_tick(self, visible: set[str]) -> None:
         """Checked after a tick that ran to its end: what a crashed tick left is taken over,
