@@ -17,7 +17,7 @@ from typing import Any
 
 import boto3
 
-from dispatcher import settings, wiring
+from dispatcher import settings
 from dispatcher.handlers import on_task_event
 from dispatcher.local.provision import provision
 from dispatcher.testing.moto import start_moto
@@ -28,6 +28,7 @@ from dispatcher.testing.workload import (
     small_jobs,
     stopped_event,
 )
+from dispatcher.wiring import pipeline
 
 
 def main() -> None:
@@ -49,7 +50,7 @@ def main() -> None:
         env = {**os.environ, "LONGJOBS_MAX_RUNNING_TASKS": str(args.tasks),
                "LONGJOBS_TASK_CONCURRENCY": str(args.concurrency)}
         cfg = settings.load("dispatcher", env)
-        stages = wiring.for_aws(cfg)
+        stages = pipeline.for_aws(cfg)
         ecs = boto3.client("ecs", endpoint_url=moto.url)  # outside the proxy: not counted
 
         def list_tasks() -> list[str]:

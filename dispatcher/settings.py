@@ -46,7 +46,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from dispatcher.domain.errors import ConfigError
 
-# A bundle is recorded in as many transactions as it needs (see dispatcher.ports.store.recording);
+# A bundle is recorded in as many transactions as it needs (see dispatcher.store.recording);
 # this cap bounds what one runner holds and one recording writes.
 MAX_BUNDLE_JOBS = 100_000
 ALL_ROLES = ("dispatcher", "client", "runner")

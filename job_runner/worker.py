@@ -46,14 +46,14 @@ from types import FrameType
 from aws_lambda_powertools import Logger
 
 from dispatcher import settings
-from dispatcher.aws.dynamodb import open_store
 from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, Interrupted, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.domain.stops import RUNNER_FAILED_EXIT
-from dispatcher.ports.store import Fence, RunnerStore
 from dispatcher.settings import Config
+from dispatcher.store import Fence, RunnerStore
+from dispatcher.wiring import adapters
 from job_runner.context import JobContext
 from job_runner.executor import POLL_SECONDS, Executor, Signals
 from job_runner.kinds import Registry
@@ -349,8 +349,7 @@ def main() -> int:
         tree.addHandler(log.registered_handler)
         tree.propagate = False
         arn = task_arn(cfg)
-        store = open_store(cfg.table, cfg.region, cfg.endpoint_url,
-                           retention_days=cfg.retention_days)
+        store = adapters.store(cfg)
         registry = Registry.load(cfg.handlers)
     except LongjobsError as exc:
         print(f"job_runner: {exc}", file=sys.stderr)

@@ -33,7 +33,7 @@ from typing import Any
 
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import Job, JobState
-from dispatcher.ports.store import Fence, JobUpdate, RunnerStore
+from dispatcher.store import Fence, JobUpdate, RunnerStore
 from job_runner.outcome import Outcome
 
 log = logging.getLogger(__name__)

@@ -52,12 +52,12 @@ def s(item: dict[str, Any], key: str) -> Any:
 
 def launched(aws: Any, job_id: str, **submit: Any) -> tuple[Any, str, str]:
     """Submit one job and tick once: (store, bundle id, task ARN) of its launched bundle."""
-    from dispatcher import wiring
     from dispatcher.aws.dynamodb import open_store
     from dispatcher.ops.client import JobClient
+    from dispatcher.wiring import pipeline
 
     JobClient().submit("k", {}, job_id=job_id, **submit)
-    wiring.dispatcher(aws.config()).tick()
+    pipeline.dispatcher(aws.config()).tick()
     store = open_store(aws.env["LONGJOBS_TABLE"])
     job = store.get_job(job_id)
     assert job is not None and job.bundle_id

@@ -12,13 +12,13 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
-from dispatcher.ports.store import Store
-from dispatcher.ports.store import records as records_module
-from dispatcher.ports.store.base import TableRetry
 from dispatcher.ports.table import Delete as DeleteOp
 from dispatcher.ports.table import Op, Put, Record, TableUnavailable, Update
 from dispatcher.stages import admit as admit_module
 from dispatcher.stages import tick as tick_module
+from dispatcher.store import Store
+from dispatcher.store import records as records_module
+from dispatcher.store.base import TableRetry
 from dispatcher.testing.memory_table import MemoryTable
 from tests import model_checks as checks
 from tests.twins import Twins

@@ -25,8 +25,8 @@ from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.errors import ConflictError, Interrupted, PermanentError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.domain.stops import RUNNER_FAILED_EXIT, StopCode
-from dispatcher.ports.store import Fence, Store
 from dispatcher.ports.table import Delete, Eq, Table
+from dispatcher.store import Fence, Store
 from dispatcher.testing.memory_launcher import MemoryLauncher
 from job_runner.outcome import Outcome, raised, succeeded
 from job_runner.schedule import Plan

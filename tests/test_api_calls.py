@@ -9,7 +9,6 @@ from typing import Any
 
 import boto3
 
-from dispatcher import wiring
 from dispatcher.aws.dynamodb import open_store
 from dispatcher.handlers import on_task_event
 from dispatcher.testing.workload import (
@@ -20,6 +19,7 @@ from dispatcher.testing.workload import (
     small_jobs,
     stopped_event,
 )
+from dispatcher.wiring import pipeline
 from tests.conftest import Aws
 
 N = 500
@@ -31,7 +31,7 @@ def end_to_end(aws: Aws, tasks: int) -> CallCounts:
     # A long tick budget: on a loaded machine a wave must still be drained by one tick, as
     # on AWS (what is counted is a drain's calls, not where a deadline cut it).
     cfg = aws.config(LONGJOBS_MAX_RUNNING_TASKS=str(tasks), LONGJOBS_TICK_SECONDS="900")
-    stages = wiring.for_aws(cfg)
+    stages = pipeline.for_aws(cfg)
     ecs = boto3.client("ecs", endpoint_url=aws.moto.url)  # outside the proxy: not counted
 
     def list_tasks() -> list[str]:

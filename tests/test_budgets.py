@@ -14,7 +14,7 @@ from dispatcher import settings
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.stops import StopCode, TaskStop
-from dispatcher.ports.store import Fence, JobUpdate
+from dispatcher.store import Fence, JobUpdate
 from job_runner import JobContext
 from job_runner.kinds import Registry
 from job_runner.worker import Worker

@@ -14,8 +14,8 @@ import pytest
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.stops import TaskStop
-from dispatcher.ports.store import records as r
 from dispatcher.ports.table import Op
+from dispatcher.store import records as r
 from dispatcher.testing.memory_table import MemoryTable
 from tests.twins import Twins
 

@@ -19,11 +19,11 @@ from dispatcher.domain.fairness import allocate, patience
 from dispatcher.domain.jobs import PRIORITY_ORDER, Job, JobState, Priority
 from dispatcher.domain.launches import Launch
 from dispatcher.ops.top import Top
-from dispatcher.ports.store import LaunchOutcome, Store
-from dispatcher.ports.store import records as r
-from dispatcher.ports.store.base import status
 from dispatcher.ports.table import Update
 from dispatcher.stages.launch import launch_slots
+from dispatcher.store import LaunchOutcome, Store
+from dispatcher.store import records as r
+from dispatcher.store.base import status
 from dispatcher.testing.memory_table import MemoryTable
 from job_runner import JobContext
 from tests.contract.tables import BACKENDS, Clock, make_store, make_table

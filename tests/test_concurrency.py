@@ -19,10 +19,10 @@ import pytest
 from dispatcher import settings
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import Job, JobState
-from dispatcher.ports.store import Fence, Store
-from dispatcher.ports.store import records as r
 from dispatcher.ports.table import Add, Update
 from dispatcher.settings import Config
+from dispatcher.store import Fence, Store
+from dispatcher.store import records as r
 from dispatcher.testing.memory_table import MemoryTable
 from job_runner import JobContext, executor
 from job_runner.kinds import Registry

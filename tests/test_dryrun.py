@@ -59,10 +59,10 @@ def test_dry_run_reads_the_priority_queues_too_and_puts_their_messages_back(aws:
 
 
 def test_deploy_registers_a_revision_and_running_tasks_keep_theirs(aws: Aws) -> None:
-    from dispatcher import wiring
+    from dispatcher.wiring import pipeline
 
     JobClient().submit("k", {}, job_id="on-old")
-    wiring.dispatcher(aws.config()).tick()
+    pipeline.dispatcher(aws.config()).tick()
     result = CliRunner().invoke(app, ["deploy", "--image", "worker:v2", "--env", "MODE=fast"])
     assert result.exit_code == 0, result.output
     assert result.output.strip() == "longjobs-worker:2"

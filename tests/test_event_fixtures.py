@@ -21,8 +21,7 @@ import botocore.session
 import pytest
 
 from dispatcher import settings
-from dispatcher.aws import ecs_events
-from dispatcher.aws.ecs_events import Ignored
+from dispatcher.domain import task_events
 from dispatcher.domain.stops import (
     INFRA_STOP_CODES,
     RUNNER_FAILED_EXIT,
@@ -32,6 +31,7 @@ from dispatcher.domain.stops import (
     TaskStop,
     classify,
 )
+from dispatcher.domain.task_events import Ignored
 from job_runner.worker import task_arn
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -119,7 +119,7 @@ def test_stop_codes_are_botocores() -> None:
 
 @pytest.mark.parametrize("code", STOP_CODES)
 def test_stopped_event_for_every_stop_code(code: str) -> None:
-    stop = ecs_events.parse(stopped(code, exit_code=137), WORKER)
+    stop = task_events.parse(stopped(code, exit_code=137), WORKER)
     assert isinstance(stop, TaskStop)
     assert stop.task_arn == FARGATE_TASK_ARN
     assert stop.stop_code == code
@@ -131,7 +131,7 @@ def test_stopped_event_for_every_stop_code(code: str) -> None:
 def test_task_failed_to_start_has_no_containers() -> None:
     event = stopped("TaskFailedToStart")
     assert event["detail"]["containers"] == []
-    stop = ecs_events.parse(event, WORKER)
+    stop = task_events.parse(event, WORKER)
     assert stop == TaskStop(FARGATE_TASK_ARN, "TaskFailedToStart",
                             REASONS["TaskFailedToStart"], None, STOPPED_AT_EPOCH)
 
@@ -140,7 +140,7 @@ def test_worker_exit_code_wins_over_a_sidecar() -> None:
     event = stopped("EssentialContainerExited", exit_code=137)
     sidecar = {**event["detail"]["containers"][0], "name": "log_router", "exitCode": 0}
     event["detail"]["containers"].insert(0, sidecar)
-    stop = ecs_events.parse(event, WORKER)
+    stop = task_events.parse(event, WORKER)
     assert isinstance(stop, TaskStop) and stop.exit_code == 137
 
 
@@ -148,7 +148,7 @@ def test_worker_exit_code_wins_over_a_sidecar() -> None:
 
 
 def test_published_running_event_is_ignored() -> None:
-    result = ecs_events.parse(load("ecs_task_state_change_fargate_running.json"), WORKER)
+    result = task_events.parse(load("ecs_task_state_change_fargate_running.json"), WORKER)
     assert isinstance(result, Ignored) and not result.malformed
     assert result.reason == "lastStatus RUNNING"
 
@@ -160,14 +160,14 @@ def test_spot_warning_arrives_running_and_is_ignored(code: str) -> None:
     event = load("ecs_task_state_change_spot_termination_notice.json")
     event["detail"]["stopCode"] = code
     assert event["detail"]["lastStatus"] == "RUNNING"
-    result = ecs_events.parse(event, WORKER)
+    result = task_events.parse(event, WORKER)
     assert isinstance(result, Ignored) and not result.malformed
     assert result.reason == "lastStatus RUNNING"
 
 
 def test_other_detail_type_is_ignored_not_malformed() -> None:
     # Its detail has no taskArn/lastStatus; it used to be reported as malformed (an error).
-    result = ecs_events.parse(load("ecs_container_instance_state_change.json"), WORKER)
+    result = task_events.parse(load("ecs_container_instance_state_change.json"), WORKER)
     assert isinstance(result, Ignored) and not result.malformed
     assert result.reason == "detail-type 'ECS Container Instance State Change'"
 
@@ -196,7 +196,7 @@ def _no_detail() -> dict[str, Any]:
     [], "not an event",
 ], ids=["no-taskArn", "exitCode-not-int", "no-detail", "detail-not-object", "list", "string"])
 def test_malformed_event_is_ignored_as_malformed(event: Any) -> None:
-    result = ecs_events.parse(event, WORKER)
+    result = task_events.parse(event, WORKER)
     assert isinstance(result, Ignored) and result.malformed
     assert result.detail
 
@@ -206,7 +206,7 @@ def test_malformed_event_is_ignored_as_malformed(event: Any) -> None:
 
 @pytest.mark.parametrize("code", STOP_CODES)
 def test_classification_of_every_stop_code(code: str) -> None:
-    stop = ecs_events.parse(stopped(code, exit_code=1), WORKER)
+    stop = task_events.parse(stopped(code, exit_code=1), WORKER)
     assert isinstance(stop, TaskStop)
     if code == StopCode.TASK_FAILED_TO_START:
         stop = TaskStop(stop.task_arn, stop.stop_code, stop.stopped_reason, 1, stop.stopped_at)
@@ -224,13 +224,13 @@ def test_infrastructure_codes_stay_infrastructure_with_an_oom_exit(code: str) ->
 
 def test_user_initiated_by_longjobs_is_user() -> None:
     reason = f"{USER_STOP_PREFIX} cancelled job j-1"
-    stop = ecs_events.parse(stopped("UserInitiated", exit_code=143, reason=reason), WORKER)
+    stop = task_events.parse(stopped("UserInitiated", exit_code=143, reason=reason), WORKER)
     assert isinstance(stop, TaskStop) and stop.requested_by_longjobs
     assert classify(stop, claimed=True, job_was_running=True) == StopClass.USER
 
 
 def test_essential_container_unknown_exit_is_infrastructure() -> None:
-    stop = ecs_events.parse(stopped("EssentialContainerExited", exit_code=None), WORKER)
+    stop = task_events.parse(stopped("EssentialContainerExited", exit_code=None), WORKER)
     assert isinstance(stop, TaskStop) and stop.exit_code is None
     assert classify(stop, claimed=True, job_was_running=True) == StopClass.INFRASTRUCTURE
 
@@ -239,7 +239,7 @@ def test_essential_container_unknown_exit_is_infrastructure() -> None:
 def test_essential_container_exit_without_a_running_job_is_infrastructure(
         exit_code: int) -> None:
     # README: "a clean exit after SIGTERM" is infrastructure; the runner records its job first.
-    stop = ecs_events.parse(stopped("EssentialContainerExited", exit_code=exit_code), WORKER)
+    stop = task_events.parse(stopped("EssentialContainerExited", exit_code=exit_code), WORKER)
     assert isinstance(stop, TaskStop)
     assert classify(stop, claimed=True, job_was_running=False) == StopClass.INFRASTRUCTURE
 
@@ -247,7 +247,7 @@ def test_essential_container_exit_without_a_running_job_is_infrastructure(
 def test_exit_0_while_a_job_is_running_is_application() -> None:
     # Issue 10 defect 1: a handler's os._exit(0) leaves its job RUNNING; it spends the job's
     # attempt (stops.classify as changed for that defect), else it is relaunched forever.
-    stop = ecs_events.parse(stopped("EssentialContainerExited", exit_code=0), WORKER)
+    stop = task_events.parse(stopped("EssentialContainerExited", exit_code=0), WORKER)
     assert isinstance(stop, TaskStop) and stop.exit_code == 0
     assert classify(stop, claimed=True, job_was_running=True) == StopClass.APPLICATION
 
@@ -311,7 +311,7 @@ def test_task_arn_from_the_environment(metadata_endpoint: tuple[str, list[str]],
 def test_the_runners_own_failure_is_infrastructure_even_with_a_job_running() -> None:
     # The runner exits with RUNNER_FAILED_EXIT when a write of its own failed after retries:
     # the job it was running is not to blame, and gets its attempt back.
-    stop = ecs_events.parse(stopped("EssentialContainerExited", exit_code=RUNNER_FAILED_EXIT),
+    stop = task_events.parse(stopped("EssentialContainerExited", exit_code=RUNNER_FAILED_EXIT),
                             WORKER)
     assert isinstance(stop, TaskStop)
     assert classify(stop, claimed=True, job_was_running=True) == StopClass.INFRASTRUCTURE

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from dispatcher.aws import ecs_events
+from dispatcher.domain import task_events
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.stops import TaskStop
 from dispatcher.handlers import on_task_event
-from dispatcher.ports.store import Fence, JobUpdate
 from dispatcher.stages.rerun import StopResult
+from dispatcher.store import Fence, JobUpdate
 from dispatcher.wiring import Stages
 from tests.twins import Twins
 
@@ -26,7 +26,7 @@ CONTAINER = "worker"
 def _handle(event: dict[str, Any], stages: Stages) -> dict[str, Any]:
     """The task-event handler's work as a dict: ``{"ignored": reason}`` when nothing changed."""
     out = on_task_event(event, CONTAINER, stages.reruns)
-    if isinstance(out, ecs_events.Ignored):
+    if isinstance(out, task_events.Ignored):
         return {"ignored": out.reason}
     result = out.as_dict()
     if out.result == StopResult.IGNORED:
@@ -40,7 +40,7 @@ def test_malformed_and_running_events_are_ignored(twins: Twins) -> None:
     assert _handle({"detail": {"nope": 1}}, stages) == {"ignored": "malformed event"}
     _, arn = twins.launched("ev-job")
     before = twins.table.snapshot()
-    notice = ecs_events.sample_event(arn, last_status="RUNNING", stop_code="TerminationNotice")
+    notice = task_events.sample_event(arn, last_status="RUNNING", stop_code="TerminationNotice")
     assert _handle(notice, stages) == {"ignored": "lastStatus RUNNING"}
     assert twins.table.snapshot() == before
     assert len(twins.launcher.requests) == 1
@@ -51,7 +51,7 @@ def test_stop_before_claim_reruns_at_once_and_duplicates_are_ignored(twins: Twin
     bundle_id, arn = twins.launched("ev-job")
     twins.launcher.stop_task(arn, "TaskFailedToStart",
                              "Timeout waiting for network interface provisioning", None)
-    stopped = ecs_events.sample_event(arn, stop_code="TaskFailedToStart",
+    stopped = task_events.sample_event(arn, stop_code="TaskFailedToStart",
                                       reason="Timeout waiting for network interface provisioning")
     stopped["detail"]["containers"] = []  # how TaskFailedToStart can arrive
     first = _handle(stopped, stages)
@@ -64,7 +64,7 @@ def test_stop_before_claim_reruns_at_once_and_duplicates_are_ignored(twins: Twin
     assert job is not None and job.infra_attempts == 1 and job.attempts == 0
     # The same event again, and an older one arriving late: no effect on the new attempt.
     assert "ignored" in _handle(stopped, stages)
-    older = ecs_events.sample_event(arn, stop_code="EssentialContainerExited", exit_code=1,
+    older = task_events.sample_event(arn, stop_code="EssentialContainerExited", exit_code=1,
                                     version=1)
     assert "ignored" in _handle(older, stages)
     after = twins.bundle(bundle_id)
@@ -75,11 +75,11 @@ def test_stop_before_claim_reruns_at_once_and_duplicates_are_ignored(twins: Twin
 
 
 def test_a_stale_task_cannot_write(twins: Twins) -> None:
-    from dispatcher.ports.store import Fence, JobUpdate
+    from dispatcher.store import Fence, JobUpdate
 
     stages = twins.stages()
     bundle_id, arn = twins.launched("ev-job")
-    _handle(ecs_events.sample_event(arn, stop_code="SpotInterruption"), stages)
+    _handle(task_events.sample_event(arn, stop_code="SpotInterruption"), stages)
     store = twins.store
     stale = Fence(bundle_id, 1, arn)
     with pytest.raises(ConflictError):

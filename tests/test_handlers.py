@@ -6,10 +6,12 @@ import json
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from dispatcher import handlers
-from dispatcher.aws import ecs_events
 from dispatcher.aws.dynamodb import open_store
+from dispatcher.domain import task_events
+from dispatcher.ops import metrics
 from dispatcher.ops.client import JobClient
 from tests.conftest import Aws
 
@@ -46,6 +48,27 @@ def test_dispatch_handler_ticks_and_publishes_metrics(aws: Aws,
     assert _value(tick["RunningTasks"]) == 3
 
 
+def test_a_throttled_figure_read_costs_the_figures_not_the_tick(
+        aws: Aws, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The backlog is read after the tick's work: a throttle there leaves the launches made and
+    the heartbeat published, without the backlog figures."""
+    def throttled(queues: object) -> None:  # the tick reads backlogs too: refuse only this read
+        raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}},
+                          "GetQueueAttributes")
+
+    monkeypatch.setattr(metrics, "backlogs_by_priority", throttled)
+    JobClient().submit_many([{"kind": "k", "payload": {}, "job_id": f"t{i}"} for i in range(2)])
+    result = handlers.dispatch({}, Context())
+    assert result["launch"]["bundles_launched"] == 2
+    captured = capsys.readouterr()
+    names = {m["Name"] for b in _emf(captured.out) for d in b["_aws"]["CloudWatchMetrics"]
+             for m in d["Metrics"]}
+    assert {"TickCompleted", "BundlesLaunched"} <= names
+    assert "Backlog" not in names
+    assert "tick figures not read" in caplog.text
+
+
 def test_task_event_handler_reruns_and_publishes(aws: Aws,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     JobClient().submit("k", {}, job_id="spot")
@@ -55,7 +78,7 @@ def test_task_event_handler_reruns_and_publishes(aws: Aws,
     bundle = open_store(aws.env["LONGJOBS_TABLE"]).get_bundle(job.bundle_id)
     assert bundle is not None and bundle.task_arn
     capsys.readouterr()
-    spot = ecs_events.sample_event(bundle.task_arn, stop_code="SpotInterruption")
+    spot = task_events.sample_event(bundle.task_arn, stop_code="SpotInterruption")
     out = handlers.task_event(spot, None)
     assert out["stop_class"] == "infrastructure" and out["relaunched"] is True
     blobs = _emf(capsys.readouterr().out)
@@ -73,7 +96,7 @@ def test_a_normally_finished_task_reports_its_results(aws: Aws,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     from dispatcher.domain.bundles import BundleState
     from dispatcher.domain.jobs import JobState
-    from dispatcher.ports.store import Fence, JobUpdate
+    from dispatcher.store import Fence, JobUpdate
     from tests.helpers import launched
 
     store, bundle_id, arn = launched(aws, "fine")
@@ -83,7 +106,7 @@ def test_a_normally_finished_task_reports_its_results(aws: Aws,
                                   via=JobState.RUNNING, attempts_delta=1, result={"ok": 1})],
                 bundle_to=BundleState.DONE)
     capsys.readouterr()
-    out = handlers.task_event(ecs_events.sample_event(arn, stop_code="EssentialContainerExited",
+    out = handlers.task_event(task_events.sample_event(arn, stop_code="EssentialContainerExited",
                                                   exit_code=0), None)
     assert out["succeeded"] == ["fine"] and out["failed"] == []
     blob = next(b for b in _emf(capsys.readouterr().out) if "JobsSucceeded" in b)

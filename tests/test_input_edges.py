@@ -14,16 +14,17 @@ from typing import Any
 
 import pytest
 
-from dispatcher import settings, wiring
+from dispatcher import settings
 from dispatcher.domain import message
 from dispatcher.domain.errors import InvalidMessage
 from dispatcher.domain.jobs import JobState
 from dispatcher.ops.client import JobClient
-from dispatcher.ports.store import Store
 from dispatcher.ports.table import InvalidTransaction, Op, Put, Record, Update
+from dispatcher.store import Store
 from dispatcher.testing.memory_launcher import MemoryLauncher
 from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.testing.memory_table import MemoryTable
+from dispatcher.wiring import pipeline
 
 
 def _body(job_id: str, **fields: Any) -> str:
@@ -194,7 +195,7 @@ class _World:
         self.queue = MemoryQueue()
         self.launcher = MemoryLauncher()
         config = settings.Config(**{"max_running_tasks": 50, **cfg})
-        self.stages = wiring.build(config, queue=self.queue, store=self.store,
+        self.stages = pipeline.build(config, queue=self.queue, store=self.store,
                                    launcher=self.launcher)
         self.client = JobClient(queue_url="memory://jobs", table_name="jobs", queue=self.queue)
 

@@ -17,8 +17,8 @@ from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.domain.stops import TaskStop
-from dispatcher.ports.store import Fence, JobUpdate
 from dispatcher.stages.launch import LaunchStats
+from dispatcher.store import Fence, JobUpdate
 from tests.twins import Twins
 
 STOP_CODES = ["EssentialContainerExited", "SpotInterruption", "TaskFailedToStart",

@@ -21,8 +21,8 @@ from dispatcher.domain.errors import Interrupted
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.domain.launches import Launch
 from dispatcher.domain.stops import TaskStop
-from dispatcher.ports.store import Fence, JobUpdate, LaunchOutcome, Store
 from dispatcher.ports.table import Delete, Op, Put, Record, Update
+from dispatcher.store import Fence, JobUpdate, LaunchOutcome, Store
 from dispatcher.testing.memory_table import MemoryTable
 from job_runner import JobContext, executor
 from job_runner.kinds import Registry

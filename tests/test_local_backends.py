@@ -25,6 +25,7 @@ from dispatcher.aws import clients
 from dispatcher.testing import moto as moto_patch
 from dispatcher.testing.moto import MotoEndpoint
 from dispatcher.testing.proxy import AwsProxy
+from dispatcher.wiring import adapters
 from tests.conftest import BASE_ENV, Aws
 
 ACCOUNT, REGION = "123456789012", "us-east-1"
@@ -309,7 +310,7 @@ def test_sqs_goes_to_its_own_endpoint_and_the_rest_to_the_global_one(
     monkeypatch.setenv("AWS_ENDPOINT_URL_SQS", sqs_proxy.url)
     cfg = aws.config()
     assert cfg.endpoint_url == aws.proxy.url
-    sqs, ecs = clients.client("sqs", cfg), clients.client("ecs", cfg)
+    sqs, ecs = adapters.client("sqs", cfg), adapters.client("ecs", cfg)
     assert sqs.meta.endpoint_url == sqs_proxy.url
     assert ecs.meta.endpoint_url == aws.proxy.url
     assert clients.endpoint_client("dynamodb", aws.proxy.url, REGION).meta.endpoint_url == \
@@ -325,8 +326,8 @@ def test_without_a_service_endpoint_every_client_uses_the_global_one(
         aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AWS_ENDPOINT_URL_SQS", raising=False)
     cfg = aws.config()
-    assert clients.client("sqs", cfg).meta.endpoint_url == aws.proxy.url
-    assert clients.client("ecs", cfg).meta.endpoint_url == aws.proxy.url
+    assert adapters.client("sqs", cfg).meta.endpoint_url == aws.proxy.url
+    assert adapters.client("ecs", cfg).meta.endpoint_url == aws.proxy.url
 
 
 def test_local_mode_puts_its_queues_on_the_sqs_endpoint(
@@ -352,7 +353,7 @@ def test_local_mode_puts_its_queues_on_the_sqs_endpoint(
         assert made_there["ecs.CreateCluster"] == 1
         JobClient().submit("demo.sleep", {"seconds": 0}, job_id="on-the-second")
         assert sqs_proxy.counts()["sqs.SendMessageBatch"] == 1
-        assert clients.client("sqs", env.cfg).meta.endpoint_url == sqs_proxy.url
+        assert adapters.client("sqs", env.cfg).meta.endpoint_url == sqs_proxy.url
     finally:
         env.stop()
         assert os.environ.get("AWS_ENDPOINT_URL_SQS") == saved.get("AWS_ENDPOINT_URL_SQS")

@@ -18,15 +18,10 @@ import pytest
 from dispatcher import settings
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.jobs import Job
+from dispatcher.domain.pacing import CAPACITY_UNAVAILABLE, LaunchPacer, RateExceeded
 from dispatcher.domain.stops import LastStatus, StopCode
 from dispatcher.local.launcher import LocalLauncher, TaskExit
-from dispatcher.ports.launcher import (
-    CAPACITY_UNAVAILABLE,
-    LaunchPacer,
-    LaunchRequest,
-    LaunchResult,
-    RateExceeded,
-)
+from dispatcher.ports.launcher import LaunchRequest, LaunchResult
 from dispatcher.settings import Config
 from dispatcher.stages.launch import NO_CAPACITY, Launches, LaunchStats
 from dispatcher.stages.policy import LaunchPolicy

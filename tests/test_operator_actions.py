@@ -6,9 +6,9 @@ import pytest
 
 from dispatcher.domain.errors import JobNotFound, LongjobsError
 from dispatcher.domain.jobs import JobState, Rejection
-from dispatcher.ports.store import Store
-from dispatcher.ports.store import records as r
 from dispatcher.ports.table import Set, Update
+from dispatcher.store import Store
+from dispatcher.store import records as r
 from dispatcher.testing.memory_table import MemoryTable
 from job_runner.kinds import Registry
 from job_runner.worker import Worker

@@ -15,18 +15,18 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from dispatcher import wiring
-from dispatcher.aws import ecs_events
 from dispatcher.aws.dynamodb import open_store
 from dispatcher.cli.app import app
+from dispatcher.domain import task_events
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.stops import StopClass
 from dispatcher.handlers import on_task_event
 from dispatcher.ops.client import JobClient
 from dispatcher.ops.metrics import publish_stop, publish_tick
-from dispatcher.ports.store import Fence, JobUpdate, Store
 from dispatcher.stages.rerun import StopOutcome, StopResult
+from dispatcher.store import Fence, JobUpdate, Store
+from dispatcher.wiring import pipeline
 from tests.conftest import Aws
 from tests.helpers import client
 
@@ -77,7 +77,7 @@ def _finish(store: Store, job_id: str, target: JobState, **extra: Any) -> None:
 def populated(aws: Aws) -> Store:
     """Jobs in every state, created in three ticks so creation order is known."""
     cfg = aws.config()
-    d = wiring.dispatcher(cfg)
+    d = pipeline.dispatcher(cfg)
     c = JobClient()
     sqs = client("sqs", aws.proxy.url)
     c.submit_many([{"kind": "resize", "payload": {"n": i, "blob": "x" * 3000 if i == 0 else ""},
@@ -95,9 +95,9 @@ def populated(aws: Aws) -> Store:
     fence = _start(store, "run-1")
     store.save_checkpoint(fence, "run-1", {"done": 7})
     spot = _start(store, "spot-1")
-    on_task_event(ecs_events.sample_event(spot.task_arn, stop_code="SpotInterruption",
+    on_task_event(task_events.sample_event(spot.task_arn, stop_code="SpotInterruption",
                                           reason="Your Spot Task was interrupted."),
-                  cfg.container, wiring.for_aws(cfg).reruns)
+                  cfg.container, pipeline.for_aws(cfg).reruns)
     time.sleep(0.01)  # distinct creation times, as above
     aws.proxy.inject_runtask_failures(["RESOURCE:MEMORY"])
     c.submit("resize", {}, job_id="new-1")
@@ -204,7 +204,7 @@ def test_dlq_list_and_redrive(aws: Aws) -> None:
     assert cli_json("dlq", "redrive") == {"moved": 1, "failed": {}}
     got = sqs.receive_message(QueueUrl=high, VisibilityTimeout=0).get("Messages", [])
     assert [json.loads(m["Body"])["job_id"] for m in got] == ["dead-urgent"]
-    decision = wiring.dispatcher(aws.config()).tick()
+    decision = pipeline.dispatcher(aws.config()).tick()
     assert decision.intake.admitted == 10  # capacity 10; the rest waits in SQS
     assert decision.intake.admitted_by_priority.get("high") == 1  # the urgent one first
     attrs = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["All"])["Attributes"]
@@ -248,7 +248,7 @@ def test_tick_emf_carries_the_decision(aws: Aws, capsys: pytest.CaptureFixture[s
     c.submit_many([{"kind": "k", "payload": {}, "job_id": j} for j in ("m1", "m2", "m1")])
     sqs.send_message(QueueUrl=aws.env["LONGJOBS_QUEUE_URL"], MessageBody="[1]")
     aws.proxy.inject_runtask_failures(["RESOURCE:MEMORY because"])
-    stages = wiring.for_aws(aws.config())
+    stages = pipeline.for_aws(aws.config())
     decision = stages.dispatcher.tick()
     capsys.readouterr()
     main = publish_tick(decision, backlog=stages.queue.backlog(), running_tasks=1,

@@ -19,21 +19,18 @@ import pytest
 
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.jobs import Job
-from dispatcher.ports.launcher import (
+from dispatcher.domain.pacing import (
     ON_DEMAND,
     SPOT,
     TASK_LAUNCH_BURST,
     TASK_LAUNCH_PER_SECOND,
-    Launcher,
     LaunchLimits,
     LaunchPacer,
-    LaunchRequest,
-    LaunchResult,
     RateExceeded,
-    TaskStatus,
     TokenBucket,
     split_tasks,
 )
+from dispatcher.ports.launcher import Launcher, LaunchRequest, LaunchResult, TaskStatus
 from dispatcher.stages.launch import Launches, LaunchStats
 from dispatcher.stages.policy import LaunchPolicy
 from dispatcher.testing.memory_launcher import MemoryLauncher

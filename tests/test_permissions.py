@@ -34,9 +34,9 @@ import pytest
 from samtranslator.yaml_helper import yaml_parse
 
 from dispatcher import handlers
-from dispatcher.aws import ecs_events
 from dispatcher.aws.clients import endpoint_client
 from dispatcher.aws.dynamodb import open_store
+from dispatcher.domain import task_events
 from dispatcher.local.provision import Names, provision
 from dispatcher.ops.client import JobClient
 from dispatcher.ops.deploy import register_revision
@@ -343,10 +343,10 @@ def exercise(moto_server: MotoEndpoint, proxy: AwsProxy,
                         tmp_path_factory.mktemp("runner") / "log.jsonl")
 
         with proxy.recording("task-event"):
-            finished = handlers.task_event(ecs_events.sample_event(
+            finished = handlers.task_event(task_events.sample_event(
                 small_arn, stop_code="EssentialContainerExited", exit_code=0,
                 cluster_arn=CLUSTER_ARN), None)
-            rerun = handlers.task_event(ecs_events.sample_event(
+            rerun = handlers.task_event(task_events.sample_event(
                 task_of("spot")[0], stop_code="SpotInterruption", exit_code=143,
                 cluster_arn=CLUSTER_ARN), None)
         # small0 ran (alone or bundled with small1: bundles are sized by the backlog).

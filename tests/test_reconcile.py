@@ -10,8 +10,8 @@ from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.stops import LastStatus
 from dispatcher.ports.launcher import TaskStatus
-from dispatcher.ports.store import Fence, JobUpdate
 from dispatcher.stages.rerun import StopOutcome, StopResult
+from dispatcher.store import Fence, JobUpdate
 from tests.twins import Twins
 
 

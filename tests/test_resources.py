@@ -14,15 +14,17 @@ from typing import Any
 import pytest
 
 from dispatcher import settings
-from dispatcher.aws.ecs import EcsLauncher, EcsTarget, task_overrides
+from dispatcher.aws.ecs import EcsLauncher, task_overrides
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.jobs import Job, Resources
 from dispatcher.domain.launches import Launch
+from dispatcher.domain.pacing import LaunchPacer
 from dispatcher.local.launcher import LocalLauncher
-from dispatcher.ports.launcher import LaunchPacer, LaunchRequest
-from dispatcher.ports.store import records as r
+from dispatcher.ports.launcher import LaunchRequest
 from dispatcher.stages.launch import Launches, LaunchStats, calls_for, request_for
 from dispatcher.stages.policy import LaunchPolicy
+from dispatcher.store import records as r
+from dispatcher.wiring import adapters
 from tests.conftest import Aws
 from tests.helpers import client
 from tests.twins import FAMILY, Twins
@@ -187,7 +189,7 @@ def test_the_local_launcher_keeps_each_requests_size() -> None:
 
 # -- ECS, on moto behind the proxy --------------------------------------------------------------
 def _ecs(aws: Aws) -> EcsLauncher:
-    return EcsLauncher(client("ecs", aws.proxy.url), EcsTarget.from_config(aws.config()))
+    return EcsLauncher(client("ecs", aws.proxy.url), adapters.ecs_target(aws.config()))
 
 
 def _overrides(aws: Aws, token: str) -> dict[str, Any]:

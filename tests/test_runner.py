@@ -20,7 +20,7 @@ from dispatcher.domain.jobs import JobState
 from dispatcher.local.environment import LocalEnv
 from dispatcher.local.launcher import STOP_TIMEOUT_SECONDS
 from dispatcher.ops.client import JobClient
-from dispatcher.ports.store import Store
+from dispatcher.store import Store
 from dispatcher.testing.moto import MotoEndpoint
 from dispatcher.testing.proxy import AwsProxy
 

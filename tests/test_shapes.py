@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from dispatcher import wiring
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, BundleState
 from dispatcher.domain.jobs import JobState, Priority
+from dispatcher.domain.pacing import LaunchPacer
 from dispatcher.ops.queries import Registry
-from dispatcher.ports.launcher import LaunchPacer
-from dispatcher.ports.store import records as r
-from dispatcher.ports.store.base import status
 from dispatcher.ports.table import Update
+from dispatcher.store import records as r
+from dispatcher.store.base import status
 from dispatcher.testing.memory_queue import MemoryQueue
+from dispatcher.wiring import pipeline
 from tests.twins import Twins
 
 
@@ -31,8 +31,8 @@ class Shapes(Twins):
         self.high = MemoryQueue(clock=self.clock)
         self.low = MemoryQueue(clock=self.clock)
 
-    def stages(self, **overrides: str) -> wiring.Stages:
-        return wiring.build(self.config(**overrides), queue=self.queue, store=self.store,
+    def stages(self, **overrides: str) -> pipeline.Stages:
+        return pipeline.build(self.config(**overrides), queue=self.queue, store=self.store,
                             launcher=self.launcher, clock=self.clock,
                             pacer=LaunchPacer.simulated(),
                             priority_queues={Priority.HIGH: self.high, Priority.LOW: self.low})

@@ -19,9 +19,9 @@ from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.errors import LongjobsError, TooLarge
 from dispatcher.domain.jobs import Job, JobState, Priority, Resources
 from dispatcher.domain.stops import StopCode, TaskStop
-from dispatcher.ports.store import Fence, JobUpdate, Store
-from dispatcher.ports.store import records as r
 from dispatcher.ports.table import InvalidTransaction, Put, Record
+from dispatcher.store import Fence, JobUpdate, Store
+from dispatcher.store import records as r
 from dispatcher.testing.memory_table import MAX_ITEM_BYTES, MemoryTable, _item_bytes
 from job_runner import JobContext
 from job_runner.kinds import Registry

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from dispatcher import settings, wiring
+from dispatcher import settings
 from dispatcher.domain.bundles import BundleState
 from dispatcher.ops.client import JobClient
 from dispatcher.ops.metrics import tick_blobs
-from dispatcher.ports.store import Store
 from dispatcher.stages.tick import Decision
+from dispatcher.store import Store
 from dispatcher.testing.memory_launcher import MemoryLauncher
 from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.testing.memory_table import MemoryTable
+from dispatcher.wiring import pipeline
 
 ENV = {"LONGJOBS_QUEUE_URL": "https://sqs.local/q", "LONGJOBS_TABLE": "t",
        "LONGJOBS_CLUSTER": "longjobs", "LONGJOBS_TASK_FAMILY": "longjobs-worker",
@@ -21,9 +22,9 @@ ENV = {"LONGJOBS_QUEUE_URL": "https://sqs.local/q", "LONGJOBS_TABLE": "t",
        "LONGJOBS_CAPACITY_STRATEGY": "FARGATE_SPOT:4,FARGATE:1:1"}
 
 
-def tick_without_spot(**overrides: str) -> tuple[wiring.Stages, MemoryLauncher, Decision]:
+def tick_without_spot(**overrides: str) -> tuple[pipeline.Stages, MemoryLauncher, Decision]:
     queue, store, launcher = MemoryQueue(), Store(MemoryTable()), MemoryLauncher()
-    stages = wiring.build(settings.load("dispatcher", {**ENV, **overrides}), queue=queue,
+    stages = pipeline.build(settings.load("dispatcher", {**ENV, **overrides}), queue=queue,
                           store=store, launcher=launcher)
     JobClient(ENV["LONGJOBS_QUEUE_URL"], "t", queue=queue).submit_many(
         [{"kind": "k", "payload": {}, "job_id": f"j{i}"} for i in range(3)])

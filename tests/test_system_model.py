@@ -33,8 +33,8 @@ from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
 from dispatcher.domain.stops import TaskStop
-from dispatcher.ports.store import operator as operator_store
 from dispatcher.stages import bundle as bundle_stage
+from dispatcher.store import operator as operator_store
 from job_runner import writes as writes_module
 from tests import model_checks as checks
 from tests.model_faults import FaultRules, FaultyTable, model_store

@@ -18,9 +18,9 @@ import pytest
 from dispatcher.domain import fairness
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
-from dispatcher.ports.store.dispatch import DispatchStore
 from dispatcher.stages import tick as tick_module
 from dispatcher.stages.policy import TickPolicy
+from dispatcher.store.dispatch import DispatchStore
 from tests import test_system_model as model
 from tests.test_system_model_gaps import _first_event, deliver_all, machines, spec, task
 

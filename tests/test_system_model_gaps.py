@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from dispatcher.ports.store import operator as operator_store
 from dispatcher.stages import bundle as bundle_stage
+from dispatcher.store import operator as operator_store
 from job_runner import writes as writes_module
 from tests import test_system_model as model
 from tests.model_runner import SimTask

@@ -13,17 +13,17 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from dispatcher import wiring
 from dispatcher.cli import top as top_cli
 from dispatcher.cli.app import app
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState, Priority
+from dispatcher.domain.pacing import LaunchPacer
 from dispatcher.ops.queries import Registry
 from dispatcher.ops.top import KindRow, QueueRow, Top
-from dispatcher.ports.launcher import LaunchPacer
 from dispatcher.ports.queue import Backlog
-from dispatcher.ports.store import Fence, JobUpdate, Store
+from dispatcher.store import Fence, JobUpdate, Store
 from dispatcher.testing.memory_queue import MemoryQueue
+from dispatcher.wiring import pipeline
 from tests.conftest import Aws
 from tests.twins import Twins
 
@@ -63,7 +63,7 @@ class World:
         self.dlq = MemoryQueue(clock=twins.clock)
         cfg = twins.config(LONGJOBS_KIND_LIMITS="report=1",
                            LONGJOBS_LAUNCH_BACKOFF_SECONDS="3600")
-        self.stages = wiring.build(cfg, queue=twins.queue, store=twins.store,
+        self.stages = pipeline.build(cfg, queue=twins.queue, store=twins.store,
                                    launcher=twins.launcher, clock=twins.clock,
                                    pacer=LaunchPacer.simulated(),
                                    priority_queues={Priority.HIGH: self.high,
@@ -255,7 +255,7 @@ def test_top_on_moto(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LONGJOBS_HIGH_QUEUE_URL", high)
     sqs.send_message(QueueUrl=high, MessageBody=_job("h"))
     sqs.send_message(QueueUrl=aws.env["LONGJOBS_QUEUE_URL"], MessageBody=_job("n"))
-    wiring.dispatcher(aws.config(LONGJOBS_HIGH_QUEUE_URL=high,
+    pipeline.dispatcher(aws.config(LONGJOBS_HIGH_QUEUE_URL=high,
                                  LONGJOBS_LOW_QUEUE_URL="")).tick()
     sqs.send_message(QueueUrl=high, MessageBody=_job("h2"))
     out = json.loads(_cli("--json").stdout)

@@ -12,7 +12,6 @@ from botocore.stub import ANY, Stubber
 
 from dispatcher.aws.dynamodb.table import DynamoTable
 from dispatcher.domain.bundles import BundleState
-from dispatcher.ports.store import Store
 from dispatcher.ports.table import (
     Absent,
     Op,
@@ -22,6 +21,7 @@ from dispatcher.ports.table import (
     TransactionCancelled,
     transient,
 )
+from dispatcher.store import Store
 from dispatcher.testing.memory_table import MemoryTable
 from tests.twins import Twins
 

@@ -18,9 +18,9 @@ from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.domain.launches import Launch, LaunchState
 from dispatcher.domain.stops import TaskStop
-from dispatcher.ports.store import Fence, JobUpdate, LaunchOutcome
-from dispatcher.ports.store import records as r
 from dispatcher.ports.table import Op, Put, Record
+from dispatcher.store import Fence, JobUpdate, LaunchOutcome
+from dispatcher.store import records as r
 from dispatcher.testing.memory_table import MemoryTable
 from job_runner.kinds import Registry
 from job_runner.worker import Worker

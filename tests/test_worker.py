@@ -14,9 +14,9 @@ from dispatcher import settings
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.domain.launches import Launch
-from dispatcher.ports.store import LaunchOutcome, Store
-from dispatcher.ports.store import records as r
 from dispatcher.ports.table import Op, Set, TransactionCancelled, Update
+from dispatcher.store import LaunchOutcome, Store
+from dispatcher.store import records as r
 from dispatcher.testing.memory_table import MemoryTable
 from job_runner import executor
 from job_runner.kinds import Registry

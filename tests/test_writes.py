@@ -13,7 +13,7 @@ from typing import Any
 
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import Job, JobState
-from dispatcher.ports.store import Fence, JobUpdate
+from dispatcher.store import Fence, JobUpdate
 from job_runner.outcome import Outcome
 from job_runner.writes import Writes
 

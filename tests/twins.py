@@ -1,7 +1,7 @@
 """In-process pipeline on the in-memory twins: one fake clock, one table, queue and launcher.
 
 ``twins`` gives a :class:`Twins`; ``twins.stages()`` wires the real stages
-(``dispatcher.wiring.build``) to the twins, ``twins.client()`` is the producer on the twin
+(``dispatcher.pipeline.build``) to the twins, ``twins.client()`` is the producer on the twin
 queue. State is read through the twins (the table's snapshot, the queue's backlog, the
 launcher's tasks), not through what the code under test returns.
 """
@@ -12,18 +12,19 @@ from typing import Any
 
 import pytest
 
-from dispatcher import settings, wiring
+from dispatcher import settings
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import Job
+from dispatcher.domain.pacing import LaunchPacer
 from dispatcher.ops.client import JobClient
-from dispatcher.ports.launcher import LaunchPacer
-from dispatcher.ports.store import Store
-from dispatcher.ports.store import records as r
 from dispatcher.ports.table import Record
 from dispatcher.settings import Config
+from dispatcher.store import Store
+from dispatcher.store import records as r
 from dispatcher.testing.memory_launcher import MemoryLauncher
 from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.testing.memory_table import MemoryTable
+from dispatcher.wiring import pipeline
 
 FAMILY = "longjobs-worker"
 CLUSTER = "longjobs"
@@ -80,8 +81,8 @@ class Twins:
     def config(self, **overrides: str) -> Config:
         return settings.load("dispatcher", self.env(**overrides))
 
-    def stages(self, **overrides: str) -> wiring.Stages:
-        return wiring.build(self.config(**overrides), queue=self.queue, store=self.store,
+    def stages(self, **overrides: str) -> pipeline.Stages:
+        return pipeline.build(self.config(**overrides), queue=self.queue, store=self.store,
                             launcher=self.launcher, clock=self.clock,
                             pacer=LaunchPacer.simulated())
 

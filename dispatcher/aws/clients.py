@@ -9,18 +9,6 @@ import botocore.session
 from botocore.config import Config as BotoConfig
 from botocore.configprovider import ConfiguredEndpointProvider
 
-from dispatcher.settings import Config
-
-
-def client(service: str, cfg: Config, *, retries: int = 4) -> Any:
-    """A client honouring AWS_ENDPOINT_URL/AWS_REGION from the validated config.
-
-    ``retries`` is the total number of attempts of a call, the first included; the ECS
-    launcher passes 1 (no retry by botocore) because it retries RunTask itself (tenacity)
-    with the same clientToken.
-    """
-    return endpoint_client(service, cfg.endpoint_url, cfg.region, retries=retries)
-
 
 def service_endpoint(service: str, session: Any = None) -> str | None:
     """The endpoint configured for ``service`` alone, if any: ``AWS_ENDPOINT_URL_<SERVICE>``
@@ -47,7 +35,9 @@ def service_endpoint(service: str, session: Any = None) -> str | None:
 
 def endpoint_client(service: str, endpoint: str | None, region: str | None, *,
                     retries: int = 4) -> Any:
-    """The same, before a Config exists (provisioning a fresh endpoint).
+    """A client on ``endpoint`` (``AWS_ENDPOINT_URL``) in ``region``; ``retries`` is the total
+    number of attempts of a call, the first included (the ECS launcher passes 1: it retries
+    RunTask itself, with the same clientToken).
 
     A per-service endpoint (``AWS_ENDPOINT_URL_SQS``, as boto3 documents it) wins over
     ``endpoint``, the global ``AWS_ENDPOINT_URL``: local mode can then keep DynamoDB and ECS on

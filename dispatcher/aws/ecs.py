@@ -2,7 +2,7 @@
 clientToken; DescribeTasks and StopTask normalized to the port's values.
 
 RunTask is not paced here: the launch stage paces every launcher by Fargate's limits
-(``dispatcher.ports.launcher.LaunchPacer``).
+(``dispatcher.domain.pacing.LaunchPacer``).
 
 ECS ``ClientError``s become domain errors in one place (:func:`_domain_error`): a definite
 refusal is ``LaunchError`` or ``ResourceMissing``; throttling and 5xx are retried. A RunTask
@@ -14,7 +14,7 @@ caller retries with the same token.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from botocore.exceptions import ClientError, ConnectionError, ReadTimeoutError
 from tenacity import (
@@ -26,19 +26,16 @@ from tenacity import (
 
 from dispatcher.domain.errors import LaunchError, LongjobsError, ResourceMissing
 from dispatcher.domain.jobs import Resources
+from dispatcher.domain.pacing import RateExceeded
 from dispatcher.domain.stops import LastStatus
 from dispatcher.ports.launcher import (
     MAX_TASKS_PER_CALL,
     Launcher,
     LaunchRequest,
     LaunchResult,
-    RateExceeded,
     TaskStatus,
     first_call_tasks,
 )
-
-if TYPE_CHECKING:  # only for EcsTarget.from_config; the adapter never reads settings itself
-    from dispatcher.settings import Config
 
 _THROTTLING = {"ThrottlingException", "Throttling", "TooManyRequestsException",
                "RequestLimitExceeded"}
@@ -92,13 +89,6 @@ class EcsTarget:
     security_groups: tuple[str, ...] = ()
     assign_public_ip: str = "DISABLED"
     capacity_strategy: tuple[CapacityShare, ...] = ()  # empty: launchType FARGATE
-
-    @classmethod
-    def from_config(cls, cfg: Config) -> EcsTarget:
-        return cls(cfg.cluster, cfg.task_family, cfg.container, tuple(cfg.subnets),
-                   tuple(cfg.security_groups), cfg.assign_public_ip,
-                   tuple(CapacityShare(p.provider, p.weight, p.base)
-                         for p in cfg.capacity_strategy))
 
 
 class _TokenInUse(Exception):

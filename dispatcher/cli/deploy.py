@@ -20,8 +20,8 @@ def deploy(
                                                   "container environment; repeatable.")] = None,
 ) -> None:
     """Register a revision that differs from the current ACTIVE one only in image and env."""
-    from dispatcher.aws import clients
     from dispatcher.ops.deploy import register_revision
+    from dispatcher.wiring import adapters
 
     def run() -> str:
         pairs: dict[str, str] = {}
@@ -34,7 +34,7 @@ def deploy(
         name = family or cfg.task_family
         if not name:
             raise ConfigError("no task family: pass --family or set LONGJOBS_TASK_FAMILY")
-        return register_revision(clients.client("ecs", cfg), name, image, pairs or None,
+        return register_revision(adapters.client("ecs", cfg), name, image, pairs or None,
                                  container=cfg.container)
 
     arn = guarded(run)

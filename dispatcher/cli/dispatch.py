@@ -17,7 +17,7 @@ def dispatch(
                                           "nothing; print what it would do.")] = False,
 ) -> None:
     """Run the dispatcher tick (what the scheduled Lambda does); prints the decision record."""
-    from dispatcher import wiring
+    from dispatcher.wiring import pipeline
 
     if not once:
         fail("only --once is supported here; the schedule runs ticks in AWS, "
@@ -34,6 +34,6 @@ def dispatch(
             finally:
                 plan.finish()
             return {"dry_run": True, "decision": decision, "plan": plan.actions}
-        return wiring.dispatcher(cfg).tick().as_dict()
+        return pipeline.dispatcher(cfg).tick().as_dict()
 
     typer.echo(json.dumps(guarded(run), indent=2, default=str))

@@ -1,7 +1,7 @@
 """The job and bundle state machine: the only place that knows which transitions are legal.
 
 Every state change in longjobs is a conditional write: the Store roles
-(:mod:`dispatcher.ports.store`) check the transition here first, then build the write's
+(:mod:`dispatcher.store`) check the transition here first, then build the write's
 condition (the item must still be in the state the writer believes it is in, plus any fence).
 A writer with a stale view loses the write instead of overwriting someone else's decision.
 

@@ -13,15 +13,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from dispatcher import settings, wiring
-from dispatcher.aws import clients, ecs_events
-from dispatcher.aws.ecs_events import Ignored
+from dispatcher import settings
+from dispatcher.domain import task_events
+from dispatcher.domain.task_events import Ignored
 from dispatcher.handlers import on_task_event
 from dispatcher.local.launcher import LocalLauncher, TaskExit
 from dispatcher.local.provision import provision
 from dispatcher.settings import Config
 from dispatcher.stages.rerun import StopOutcome
 from dispatcher.stages.tick import Decision
+from dispatcher.wiring import adapters, pipeline
 
 log = logging.getLogger("longjobs.local")
 KEEP = 1000
@@ -79,9 +80,9 @@ class LocalEnv:
         self._lock = threading.Lock()
         self.launcher = LocalLauncher(self.cfg, env={**os.environ, **self.task_env},
                                       on_exit=self._on_exit,
-                                      ecs=clients.client("ecs", self.cfg),
+                                      ecs=adapters.client("ecs", self.cfg),
                                       output=self.output)
-        self.stages = wiring.for_aws(self.cfg, self.launcher)
+        self.stages = pipeline.for_aws(self.cfg, self.launcher)
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, daemon=True, name="ticker")
         self._ticker.start()
@@ -120,7 +121,7 @@ class LocalEnv:
     def _on_exit(self, exit: TaskExit) -> None:
         if self._stop.is_set():
             return
-        event = ecs_events.sample_event(exit.task_arn, stop_code=exit.stop_code,
+        event = task_events.sample_event(exit.task_arn, stop_code=exit.stop_code,
                                     reason=exit.stopped_reason, exit_code=exit.exit_code,
                                     container=self.cfg.container,
                                     task_definition=exit.task_definition)

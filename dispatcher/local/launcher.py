@@ -24,18 +24,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from dispatcher.domain.errors import LaunchError
+from dispatcher.domain.pacing import CAPACITY_UNAVAILABLE, LaunchLimits, split_tasks
 from dispatcher.domain.stops import LastStatus, StopCode
 from dispatcher.local.warm import WarmProcess, WarmStarter
 from dispatcher.ports.launcher import (
-    CAPACITY_UNAVAILABLE,
     MAX_TASKS_PER_CALL,
     Launcher,
-    LaunchLimits,
     LaunchRequest,
     LaunchResult,
     TaskStatus,
     first_call_tasks,
-    split_tasks,
 )
 from dispatcher.settings import Config
 

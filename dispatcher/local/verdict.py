@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
 from dispatcher.local.environment import LocalEnv
-from dispatcher.ports.store import OperatorStore, Store
-from dispatcher.ports.store.records import record_rejection
+from dispatcher.store import OperatorStore, Store
+from dispatcher.store.records import record_rejection
 
 
 class Run(Protocol):

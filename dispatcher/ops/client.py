@@ -17,14 +17,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from dispatcher import settings
-from dispatcher.aws import clients
-from dispatcher.aws.dynamodb import open_store
-from dispatcher.aws.sqs import SqsQueue
 from dispatcher.domain import message
 from dispatcher.domain.errors import ConfigError, InvalidMessage, JobNotFound, SubmitError
 from dispatcher.domain.jobs import PRIORITY_ORDER, Job, Priority, Rejection
 from dispatcher.ports.queue import Queue, send_all
-from dispatcher.ports.store import Store
+from dispatcher.store import Store
+from dispatcher.wiring import adapters
 
 if TYPE_CHECKING:  # the table's model (pynamodb) loads only when a client reads
     from dispatcher.ops.dead_letters import DeadLetters
@@ -57,18 +55,11 @@ class JobClient:
         self.cfg = cfg
         self.allowed_kinds = allowed_kinds or cfg.allowed_kinds
         given = {Priority(p): q for p, q in (queues or {}).items()}
-        normal = queue or given.get(Priority.NORMAL)
-        if normal is None:
-            normal = SqsQueue(clients.client("sqs", cfg), cfg.queue_url)
+        if queue is None and not given:
+            given = adapters.queues(cfg)
+        normal = queue or given.get(Priority.NORMAL) or adapters.queues(cfg)[Priority.NORMAL]
         self._queue = normal  # priority normal's; also the backlog stats() reports
-        urls = {Priority.HIGH: cfg.high_queue_url, Priority.LOW: cfg.low_queue_url}
-        self._queues: dict[Priority, Queue] = {}
-        for priority in PRIORITY_ORDER:
-            routed = given.get(priority)
-            if routed is None and priority != Priority.NORMAL and urls[priority] \
-                    and queue is None and not given:
-                routed = SqsQueue(clients.client("sqs", cfg), urls[priority])
-            self._queues[priority] = routed or normal
+        self._queues: dict[Priority, Queue] = {p: given.get(p) or normal for p in PRIORITY_ORDER}
         self._send_tries = send_tries
         self._store: Store | None = None
 
@@ -132,8 +123,7 @@ class JobClient:
             if not self.cfg.table:
                 raise ConfigError("invalid configuration: LONGJOBS_TABLE is not set (reading "
                                   "jobs needs the job table's name; sending them does not)")
-            self._store = open_store(self.cfg.table, self.cfg.region, self.cfg.endpoint_url,
-                                     retention_days=self.cfg.retention_days)
+            self._store = adapters.store(self.cfg)
         return self._store
 
     def get(self, job_id: str) -> Job | Rejection:
@@ -163,8 +153,7 @@ class JobClient:
         backlog counts every priority's queue)."""
         from dispatcher.ops.queries import Registry
 
-        dlq = SqsQueue(clients.client("sqs", self.cfg), self.cfg.dlq_url) if self.cfg.dlq_url \
-            else None
+        dlq = adapters.dead_letters(self.cfg)
         others = tuple({id(q): q for q in self._queues.values() if q is not self._queue}.values())
         return Registry(self._table(), queue=self._queue, dead_letters=dlq, other_queues=others)
 
@@ -184,8 +173,9 @@ class JobClient:
         if not self.cfg.dlq_url:
             raise LongjobsError("LONGJOBS_DLQ_URL is not set; the dlq commands need the "
                                 "dead-letter queue's URL")
-        sqs = clients.client("sqs", self.cfg)
-        return DeadLetters(SqsQueue(sqs, self.cfg.dlq_url), self._queue, self._queues)
+        dlq = adapters.dead_letters(self.cfg)
+        assert dlq is not None  # LONGJOBS_DLQ_URL is set (checked above)
+        return DeadLetters(dlq, self._queue, self._queues)
 
     # Keep `list` the last method: below it, `list[...]` in a class-level annotation would name
     # this method (mypy: "not valid as a type").

@@ -13,21 +13,16 @@ from collections.abc import Collection, Mapping
 from dataclasses import asdict
 from typing import Any
 
-from dispatcher import wiring
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.jobs import Job, Priority, Rejection
 from dispatcher.domain.launches import Launch
-from dispatcher.ports.launcher import (
-    Launcher,
-    LaunchPacer,
-    LaunchRequest,
-    LaunchResult,
-    TaskStatus,
-)
+from dispatcher.domain.pacing import LaunchPacer
+from dispatcher.ports.launcher import Launcher, LaunchRequest, LaunchResult, TaskStatus
 from dispatcher.ports.queue import BATCH, Backlog, Queue, Received
-from dispatcher.ports.store import DispatchStore, JobUpdate, LaunchOutcome
 from dispatcher.settings import Config
 from dispatcher.stages.tick import Dispatcher
+from dispatcher.store import DispatchStore, JobUpdate, LaunchOutcome
+from dispatcher.wiring import adapters, pipeline
 
 READ_SECONDS = 60
 
@@ -199,11 +194,12 @@ class DryRunLauncher(Launcher):
 def dry_run(cfg: Config) -> tuple[Dispatcher, Plan]:
     """A dispatcher whose tick writes nothing and reports what it would have done."""
     plan = Plan()
-    stages = wiring.build(cfg, queue=DryRunQueue(wiring.queue(cfg), plan),
-                          priority_queues={p: DryRunQueue(q, plan)
-                                           for p, q in wiring.priority_queues(cfg).items()},
-                          store=DryRunStore(wiring.store(cfg), plan),
-                          launcher=DryRunLauncher(wiring.launcher(cfg), plan),
+    wrapped: dict[int, Queue] = {}  # one wrapper per queue: levels sharing a queue still do
+    queues = {p: wrapped.setdefault(id(q), DryRunQueue(q, plan))
+              for p, q in adapters.queues(cfg).items()}
+    stages = pipeline.build(cfg, queue=queues[Priority.NORMAL], priority_queues=queues,
+                          store=DryRunStore(adapters.store(cfg), plan),
+                          launcher=DryRunLauncher(adapters.launcher(cfg), plan),
                           # Starts nothing, so waits for nothing: paced_seconds still shows
                           # what a real launch would have waited.
                           pacer=LaunchPacer.simulated(

@@ -1,7 +1,11 @@
 """The dispatcher's metrics, in CloudWatch Embedded Metric Format (EMF) on stdout.
 
-Lambda ships stdout to CloudWatch Logs, which turns EMF lines into metrics: no PutMetricData
-calls, no extra latency, nothing to fail. The lines are built with powertools' EMF provider
+Lambda ships stdout to CloudWatch Logs, which turns EMF lines into metrics: publishing makes no
+PutMetricData call and waits on nothing. Some figures cost reads, though (the backlog is a
+GetQueueAttributes per queue, the tasks by revision an index query per active state): the
+handler reads them after the tick's work, and a failed read drops those figures, not the tick.
+
+The lines are built with powertools' EMF provider
 (``AmazonCloudWatchEMFProvider``) one instance per line, so nothing is shared between calls and
 no Lambda context is needed (tests and local mode call these functions directly).
 

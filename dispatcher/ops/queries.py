@@ -22,9 +22,9 @@ from typing import Any, TypeVar
 from dispatcher.domain.errors import JobNotFound, LongjobsError
 from dispatcher.domain.jobs import JobState
 from dispatcher.ports.queue import Queue
-from dispatcher.ports.store import OperatorStore
-from dispatcher.ports.store.records import iso
 from dispatcher.ports.table import Record
+from dispatcher.store import OperatorStore
+from dispatcher.store.records import iso
 
 # What `jobs show` prints of a payload, result or checkpoint: enough to recognise it, small
 # enough for a terminal (payloads may be 256 KiB).

@@ -31,8 +31,8 @@ from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.jobs import PRIORITY_ORDER, JobState, Priority
 from dispatcher.ops.queries import JOB_STATES, Registry
 from dispatcher.ports.queue import Backlog, Queue
-from dispatcher.ports.store import records as r
 from dispatcher.settings import Config
+from dispatcher.store import records as r
 
 DEFAULT_WINDOW_SECONDS = 300.0
 # PENDING bundles read (oldest index time first) to find the longest-waiting launchable one.
@@ -199,18 +199,10 @@ def from_config(cfg: Config, *, window_seconds: float = DEFAULT_WINDOW_SECONDS) 
     """:class:`Top` on the endpoint the settings name: the job table, each priority's queue
     (LONGJOBS_QUEUE_URL, LONGJOBS_HIGH_QUEUE_URL, LONGJOBS_LOW_QUEUE_URL), the DLQ if
     LONGJOBS_DLQ_URL is set, and LONGJOBS_KIND_LIMITS."""
-    from dispatcher.aws import clients
-    from dispatcher.aws.dynamodb import open_store
-    from dispatcher.aws.sqs import SqsQueue
+    from dispatcher.wiring import adapters
 
-    sqs = clients.client("sqs", cfg)
-    normal = SqsQueue(sqs, cfg.queue_url)
-    urls = {Priority.HIGH: cfg.high_queue_url, Priority.LOW: cfg.low_queue_url}
-    queues: dict[Priority, Queue] = {Priority.NORMAL: normal}
-    queues.update({p: SqsQueue(sqs, url) for p, url in urls.items()
-                   if url and url != cfg.queue_url})
-    store = open_store(cfg.table, cfg.region, cfg.endpoint_url,
-                       retention_days=cfg.retention_days)
-    dlq = SqsQueue(sqs, cfg.dlq_url) if cfg.dlq_url else None
-    return Top(store, queue=normal, dead_letters=dlq, queues=queues,
+    queues = adapters.queues(cfg)
+    normal = queues[Priority.NORMAL]
+    return Top(adapters.store(cfg), queue=normal, dead_letters=adapters.dead_letters(cfg),
+               queues={p: q for p, q in queues.items() if p == Priority.NORMAL or q is not normal},
                kind_limits=dict(cfg.kind_limits), window_seconds=window_seconds)

@@ -1,6 +1,6 @@
 """The table port: the few primitives a single-table store needs, and nothing else.
 
-The Store roles (:mod:`dispatcher.ports.store`) hold every rule of the job table: which states
+The Store roles (:mod:`dispatcher.store`) hold every rule of the job table: which states
 may change to which, the fences, the conditions, the keys and the codec. An adapter implements
 only these primitives: a strongly consistent get, a batch get, a query of the ``by_status``
 index, one conditional write, an all-or-nothing transaction. Both the DynamoDB adapter

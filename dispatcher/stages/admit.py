@@ -44,9 +44,9 @@ from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import InvalidMessage
 from dispatcher.domain.jobs import PRIORITY_ORDER, Job, JobState, Priority, Rejection
 from dispatcher.ports.queue import BATCH, Queue, Received
-from dispatcher.ports.store import DispatchStore
 from dispatcher.stages.bundle import Bundler
 from dispatcher.stages.policy import AdmitPolicy
+from dispatcher.store import DispatchStore
 
 log = logging.getLogger(__name__)
 

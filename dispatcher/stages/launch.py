@@ -12,7 +12,7 @@ clientToken discipline. The order of effects is what makes a crash harmless:
 A crash between 1 and 3 leaves the Launch STARTING; the next tick repeats 2 and 3 with the
 recorded parameters, which ECS answers with the tasks it already started.
 
-Every RunTask is paced (:class:`~dispatcher.ports.launcher.LaunchPacer`) by Fargate's two
+Every RunTask is paced (:class:`~dispatcher.domain.pacing.LaunchPacer`) by Fargate's two
 limits, whatever the launcher: RunTask calls per second, and task launches per capacity
 provider (a token bucket each for FARGATE and FARGATE_SPOT).
 https://docs.aws.amazon.com/AmazonECS/latest/developerguide/throttling.html
@@ -30,16 +30,10 @@ from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, LaunchError, ResourceMissing
 from dispatcher.domain.jobs import Resources
 from dispatcher.domain.launches import Launch
-from dispatcher.ports.launcher import (
-    MAX_TASKS_PER_CALL,
-    Launcher,
-    LaunchPacer,
-    LaunchRequest,
-    RateExceeded,
-    providers_for,
-)
-from dispatcher.ports.store import DispatchStore, LaunchOutcome
+from dispatcher.domain.pacing import LaunchPacer, RateExceeded, providers_for
+from dispatcher.ports.launcher import MAX_TASKS_PER_CALL, Launcher, LaunchRequest
 from dispatcher.stages.policy import LaunchPolicy
+from dispatcher.store import DispatchStore, LaunchOutcome
 
 log = logging.getLogger(__name__)
 

@@ -27,10 +27,10 @@ from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job
 from dispatcher.domain.stops import USER_STOP_PREFIX, LastStatus, StopCode, TaskStop
 from dispatcher.ports.launcher import Launcher
-from dispatcher.ports.store import DispatchStore
 from dispatcher.ports.table import TableUnavailable
 from dispatcher.stages.policy import ReconcilePolicy
 from dispatcher.stages.rerun import Reruns, StopOutcome, StopResult
+from dispatcher.store import DispatchStore
 
 log = logging.getLogger(__name__)
 

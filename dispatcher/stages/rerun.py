@@ -21,10 +21,10 @@ from dispatcher.domain.errors import ConflictError, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.domain.stops import StopClass, TaskStop, classify
 from dispatcher.ports.launcher import Launcher
-from dispatcher.ports.store import DispatchStore, JobUpdate
 from dispatcher.ports.table import InvalidTransaction, TransactionCancelled
 from dispatcher.stages.launch import Launches, LaunchStats, launch_slots
 from dispatcher.stages.policy import RerunPolicy
+from dispatcher.store import DispatchStore, JobUpdate
 
 log = logging.getLogger(__name__)
 

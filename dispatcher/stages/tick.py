@@ -25,12 +25,12 @@ from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.fairness import allocate
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.ports.launcher import Launcher
-from dispatcher.ports.store import DispatchStore
 from dispatcher.ports.table import TableUnavailable
 from dispatcher.stages.admit import Intake, IntakeStats
 from dispatcher.stages.launch import Launches, LaunchStats, launch_slots
 from dispatcher.stages.policy import TickPolicy
 from dispatcher.stages.reconcile import Reconciler, ReconcileStats
+from dispatcher.store import DispatchStore
 
 log = logging.getLogger(__name__)
 

@@ -40,18 +40,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dispatcher.domain.errors import LaunchError, ResourceMissing
+from dispatcher.domain.pacing import CAPACITY_UNAVAILABLE, LaunchLimits, RateExceeded, split_tasks
 from dispatcher.domain.stops import LastStatus, StopCode
 from dispatcher.ports.launcher import (
-    CAPACITY_UNAVAILABLE,
     MAX_TASKS_PER_CALL,
     Launcher,
-    LaunchLimits,
     LaunchRequest,
     LaunchResult,
-    RateExceeded,
     TaskStatus,
     first_call_tasks,
-    split_tasks,
 )
 
 __all__ = ["MemoryLauncher", "MemoryTask"]

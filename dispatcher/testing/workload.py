@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher import settings
-from dispatcher.aws import ecs_events
 from dispatcher.aws.dynamodb import open_store
+from dispatcher.domain import task_events
 from dispatcher.ops.client import JobClient
 from dispatcher.stages.tick import Decision, Dispatcher
 
@@ -149,7 +149,7 @@ def run_launched_tasks(runner_env: Mapping[str, str], task_arns: Iterable[str],
 
 def stopped_event(arn: str, container: str = "worker") -> dict[str, Any]:
     """The "ECS Task State Change" EventBridge delivers when a task's runner exits 0."""
-    return ecs_events.sample_event(arn, stop_code="EssentialContainerExited",
+    return task_events.sample_event(arn, stop_code="EssentialContainerExited",
                                    reason="Essential container in task exited", exit_code=0,
                                    container=container)
 

@@ -9,8 +9,8 @@ import pytest
 
 from dispatcher.aws.dynamodb import DynamoTable
 from dispatcher.aws.dynamodb.model import create_table
-from dispatcher.ports.store import Store
 from dispatcher.ports.table import Table
+from dispatcher.store import Store
 from dispatcher.testing.memory_table import MemoryTable
 
 BACKENDS = ["memory", "dynamodb"]

@@ -17,18 +17,19 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from dispatcher.aws.ecs import EcsLauncher, EcsTarget
+from dispatcher.aws.ecs import EcsLauncher
 from dispatcher.domain.errors import LaunchError
 from dispatcher.domain.jobs import Resources
+from dispatcher.domain.pacing import RateExceeded
 from dispatcher.domain.stops import LastStatus, StopCode
 from dispatcher.ports.launcher import (
     MAX_TASKS_PER_CALL,
     NOT_STARTED_BY_FIRST_CALL,
     Launcher,
     LaunchRequest,
-    RateExceeded,
 )
 from dispatcher.testing.memory_launcher import MemoryLauncher
+from dispatcher.wiring import adapters
 
 RETRY_ONCE = Config(retries={"max_attempts": 1, "mode": "standard"})
 
@@ -72,7 +73,7 @@ def _stop_codes_on(ecs: Any) -> None:
 
 
 def _ecs(aws: Any) -> Harness:
-    target = EcsTarget.from_config(aws.config())
+    target = adapters.ecs_target(aws.config())
     ecs = boto3.client("ecs", config=RETRY_ONCE)
     _stop_codes_on(ecs)
 

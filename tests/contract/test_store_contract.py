@@ -10,7 +10,7 @@ from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, IllegalTransition, LongjobsError
 from dispatcher.domain.jobs import Job, JobState, Rejection
 from dispatcher.domain.launches import Launch
-from dispatcher.ports.store import Fence, JobUpdate, LaunchOutcome, Store
+from dispatcher.store import Fence, JobUpdate, LaunchOutcome, Store
 from tests.contract.tables import BACKENDS, Clock, make_store, make_table
 
 T0 = 1_700_000_000.0

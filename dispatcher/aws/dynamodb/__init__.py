@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dispatcher.aws.dynamodb.table import DynamoTable
-from dispatcher.ports.store import Store
-from dispatcher.ports.store.base import DEFAULT_RETENTION_DAYS
+from dispatcher.store import Store
+from dispatcher.store.base import DEFAULT_RETENTION_DAYS
 
 
 def open_store(table: str, region: str | None = None, host: str | None = None,

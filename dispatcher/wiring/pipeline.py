@@ -1,9 +1,10 @@
-"""The composition root: the one place that picks adapters and wires them to the stages.
+"""The pipeline wired: adapters handed to the stages, each stage receiving its collaborators.
 
 ``build`` wires any adapters (the AWS ones, the in-memory twins of ``dispatcher.testing``, the dry
-run's wrappers, local mode's process launcher) to the stages; ``for_aws`` builds the AWS adapters
-the settings name. Nothing here imports local mode, the CLI or test support, so the Lambda
-package does not carry them: callers that launch local processes pass their launcher in.
+run's wrappers, local mode's process launcher) to the stages; ``for_aws`` wires the AWS adapters
+the settings name (:mod:`dispatcher.wiring.adapters`). Nothing here imports local mode, the CLI or
+test support, so the Lambda package does not carry them: callers that launch local processes pass
+their launcher in.
 """
 
 from __future__ import annotations
@@ -13,15 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dispatcher import logs
-from dispatcher.aws import clients
-from dispatcher.aws.dynamodb import open_store
-from dispatcher.aws.ecs import EcsLauncher, EcsTarget
-from dispatcher.aws.sqs import SqsQueue
-from dispatcher.domain.errors import ConfigError
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
-from dispatcher.ports.launcher import Launcher, LaunchPacer
+from dispatcher.domain.pacing import LaunchPacer
+from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.queue import Queue
-from dispatcher.ports.store import DispatchStore
 from dispatcher.settings import Config
 from dispatcher.stages.admit import Intake
 from dispatcher.stages.launch import Launches
@@ -36,6 +32,8 @@ from dispatcher.stages.policy import (
 from dispatcher.stages.reconcile import Reconciler
 from dispatcher.stages.rerun import Reruns
 from dispatcher.stages.tick import Dispatcher
+from dispatcher.store import DispatchStore
+from dispatcher.wiring import adapters
 
 
 @dataclass(frozen=True)
@@ -86,33 +84,11 @@ def build(cfg: Config, *, queue: Queue, store: DispatchStore, launcher: Launcher
     return Stages(tick, reruns, launches, queue, store, launcher, queues)
 
 
-def store(cfg: Config) -> DispatchStore:
-    return open_store(cfg.table, region=cfg.region, host=cfg.endpoint_url,
-                      retention_days=cfg.retention_days)
-
-
-def queue(cfg: Config) -> SqsQueue:
-    return SqsQueue(clients.client("sqs", cfg), cfg.queue_url)
-
-
-def priority_queues(cfg: Config) -> dict[Priority, Queue]:
-    """The high and low queues the settings name (unnamed levels share the normal queue)."""
-    sqs = clients.client("sqs", cfg)
-    urls = {Priority.HIGH: cfg.high_queue_url, Priority.LOW: cfg.low_queue_url}
-    return {p: SqsQueue(sqs, url) for p, url in urls.items() if url}
-
-
-def launcher(cfg: Config) -> Launcher:
-    if cfg.launcher == "local":
-        raise ConfigError("LONGJOBS_LAUNCHER=local runs tasks as local processes: only local "
-                          "mode (longjobs local / longjobs demo) can launch them")
-    return EcsLauncher(clients.client("ecs", cfg, retries=1), EcsTarget.from_config(cfg))
-
-
 def for_aws(cfg: Config, launch_with: Launcher | None = None) -> Stages:
     """The stages on the AWS adapters the settings name (``launch_with`` replaces ECS)."""
-    return build(cfg, queue=queue(cfg), store=store(cfg),
-                 launcher=launch_with or launcher(cfg), priority_queues=priority_queues(cfg))
+    queues = adapters.queues(cfg)
+    return build(cfg, queue=queues[Priority.NORMAL], store=adapters.store(cfg),
+                 launcher=launch_with or adapters.launcher(cfg), priority_queues=queues)
 
 
 def dispatcher(cfg: Config, launch_with: Launcher | None = None) -> Dispatcher:

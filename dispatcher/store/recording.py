@@ -15,15 +15,6 @@ from dispatcher.domain import lifecycle, sizes
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import Job, JobState, Rejection
-from dispatcher.ports.store import records as r
-from dispatcher.ports.store.base import Reads
-from dispatcher.ports.store.runner import (
-    UPDATES_BYTES,
-    bundle_actions,
-    expire_pages_later,
-    fit_pages,
-    page_expiry,
-)
 from dispatcher.ports.table import (
     MAX_TRANSACTION_ITEMS,
     Absent,
@@ -38,6 +29,15 @@ from dispatcher.ports.table import (
     Set,
     TransactionCancelled,
     Update,
+)
+from dispatcher.store import records as r
+from dispatcher.store.base import Reads
+from dispatcher.store.runner import (
+    UPDATES_BYTES,
+    bundle_actions,
+    expire_pages_later,
+    fit_pages,
+    page_expiry,
 )
 
 # A recording transaction stays under TransactWriteItems' 4 MB (MAX_TRANSACTION_BYTES), with

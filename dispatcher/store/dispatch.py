@@ -15,20 +15,6 @@ from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState, Priority
 from dispatcher.domain.launches import Launch, LaunchState
-from dispatcher.ports.store import records as r
-from dispatcher.ports.store.base import status
-from dispatcher.ports.store.held import HeldRetries
-from dispatcher.ports.store.recording import PROBE_KEY, Recordings
-from dispatcher.ports.store.runner import (
-    bundle_actions,
-    expire_pages_later,
-    fit_pages,
-    job_updates,
-    page_expiry,
-    pointer_expiry,
-    update_chunks,
-)
-from dispatcher.ports.store.values import JobUpdate, LaunchOutcome
 from dispatcher.ports.table import (
     Absent,
     Add,
@@ -52,6 +38,20 @@ from dispatcher.ports.table import (
     TransactionCancelled,
     Update,
 )
+from dispatcher.store import records as r
+from dispatcher.store.base import status
+from dispatcher.store.held import HeldRetries
+from dispatcher.store.recording import PROBE_KEY, Recordings
+from dispatcher.store.runner import (
+    bundle_actions,
+    expire_pages_later,
+    fit_pages,
+    job_updates,
+    page_expiry,
+    pointer_expiry,
+    update_chunks,
+)
+from dispatcher.store.values import JobUpdate, LaunchOutcome
 
 # A DONE launch (LAUNCH#): only a STARTING one is ever read again (a crashed tick's launch is
 # retried from it, see orphaned_launches); a DONE one is kept this long to look at, then
@@ -120,7 +120,7 @@ class DispatchStore(Recordings, HeldRetries):
                                 at_most=r.iso(older_than))
         return [r.record_launch(rec) for rec in rows]
 
-    # -- recording: see dispatcher.ports.store.recording
+    # -- recording: see dispatcher.store.recording
 
     # -- launching ------------------------------------------------------------------------------
     def begin_launch(self, launch: Launch, bundles: list[Bundle]) -> None:

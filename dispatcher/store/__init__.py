@@ -1,4 +1,4 @@
-"""The Store port: the job table's policy, in the roles that use it.
+"""The store: the job table's policy, a layer of its own over the Table port.
 
 The roles (:class:`DispatchStore`, :class:`RunnerStore`, :class:`OperatorStore`, and
 :class:`Store` for callers that need everything) hold the rules: which states may change to
@@ -9,11 +9,11 @@ only primitives, so the rules exist once and both backends obey them.
 
 from __future__ import annotations
 
-from dispatcher.ports.store.base import Reads
-from dispatcher.ports.store.dispatch import DispatchStore
-from dispatcher.ports.store.operator import OperatorStore
-from dispatcher.ports.store.runner import Claim, RunnerStore
-from dispatcher.ports.store.values import Fence, JobUpdate, LaunchOutcome
+from dispatcher.store.base import Reads
+from dispatcher.store.dispatch import DispatchStore
+from dispatcher.store.operator import OperatorStore
+from dispatcher.store.runner import Claim, RunnerStore
+from dispatcher.store.values import Fence, JobUpdate, LaunchOutcome
 
 
 class Store(DispatchStore, RunnerStore, OperatorStore):

@@ -20,7 +20,6 @@ from tenacity import (
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import Job, Rejection, now
-from dispatcher.ports.store import records as r
 from dispatcher.ports.table import (
     Action,
     ConditionFailed,
@@ -35,6 +34,7 @@ from dispatcher.ports.table import (
     Update,
     transient,
 )
+from dispatcher.store import records as r
 
 log = logging.getLogger(__name__)
 

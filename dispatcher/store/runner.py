@@ -18,9 +18,6 @@ from dispatcher.domain import lifecycle, sizes
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
-from dispatcher.ports.store import records as r
-from dispatcher.ports.store.base import Reads, status
-from dispatcher.ports.store.values import Fence, JobUpdate
 from dispatcher.ports.table import (
     MAX_TRANSACTION_BYTES,
     MAX_TRANSACTION_ITEMS,
@@ -38,6 +35,9 @@ from dispatcher.ports.table import (
     TransactionCancelled,
     Update,
 )
+from dispatcher.store import records as r
+from dispatcher.store.base import Reads, status
+from dispatcher.store.values import Fence, JobUpdate
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,6 @@ from dispatcher.domain import lifecycle, sizes
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, JobNotFound, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState, new_id
-from dispatcher.ports.store import records as r
-from dispatcher.ports.store.base import Reads, status
-from dispatcher.ports.store.held import WAITING
-from dispatcher.ports.store.runner import expire_pages_later, fit_pages, page_expiry
 from dispatcher.ports.table import (
     Absent,
     And,
@@ -35,6 +31,10 @@ from dispatcher.ports.table import (
     Set,
     Update,
 )
+from dispatcher.store import records as r
+from dispatcher.store.base import Reads, status
+from dispatcher.store.held import WAITING
+from dispatcher.store.runner import expire_pages_later, fit_pages, page_expiry
 
 TRIES = 3
 

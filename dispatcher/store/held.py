@@ -11,9 +11,9 @@ from __future__ import annotations
 from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.jobs import Job
-from dispatcher.ports.store import records as r
-from dispatcher.ports.store.base import Reads, status
 from dispatcher.ports.table import And, Eq, Remove, Set, Update
+from dispatcher.store import records as r
+from dispatcher.store.base import Reads, status
 
 # How a held retry's reason says what it waits for (operator.retry writes it, the release
 # replaces it).

@@ -1,0 +1,73 @@
+"""The AWS adapters the settings name, built in one place for every caller.
+
+The Lambda handlers (through :func:`dispatcher.wiring.pipeline.for_aws`), the producer client,
+``top``, the dry run, ``deploy`` and the job runner all get their queues, table and ECS clients
+here, so the rules (which URL serves which priority, which endpoint and retry policy a client
+has) exist once. This module builds no stages: the job runner imports it without the pipeline.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dispatcher.aws import clients
+from dispatcher.aws.dynamodb import open_store
+from dispatcher.aws.ecs import CapacityShare, EcsLauncher, EcsTarget
+from dispatcher.aws.sqs import SqsQueue
+from dispatcher.domain.errors import ConfigError
+from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
+from dispatcher.ports.launcher import Launcher
+from dispatcher.ports.queue import Queue
+from dispatcher.settings import Config
+from dispatcher.store import Store
+
+
+def client(service: str, cfg: Config, *, retries: int = 4) -> Any:
+    """A boto3 client on the settings' endpoint and region (``AWS_ENDPOINT_URL``,
+    ``AWS_REGION``); ``retries`` counts every attempt of a call, the first included."""
+    return clients.endpoint_client(service, cfg.endpoint_url, cfg.region, retries=retries)
+
+
+def store(cfg: Config) -> Store:
+    """The job table ``LONGJOBS_TABLE`` names, with every role's policy."""
+    return open_store(cfg.table, region=cfg.region, host=cfg.endpoint_url,
+                      retention_days=cfg.retention_days)
+
+
+def queues(cfg: Config) -> dict[Priority, Queue]:
+    """Every priority's queue: ``LONGJOBS_QUEUE_URL`` serves normal, and high and low unless
+    ``LONGJOBS_HIGH_QUEUE_URL``/``LONGJOBS_LOW_QUEUE_URL`` name their own. Levels on one URL
+    share one object, so a reader can tell a level without a queue of its own (``is``)."""
+    sqs = client("sqs", cfg)
+    by_url: dict[str, Queue] = {cfg.queue_url: SqsQueue(sqs, cfg.queue_url)}
+    urls = {Priority.HIGH: cfg.high_queue_url, Priority.LOW: cfg.low_queue_url}
+    out: dict[Priority, Queue] = {}
+    for priority in PRIORITY_ORDER:
+        url = urls.get(priority) or cfg.queue_url
+        if url not in by_url:
+            by_url[url] = SqsQueue(sqs, url)
+        out[priority] = by_url[url]
+    return out
+
+
+def dead_letters(cfg: Config) -> Queue | None:
+    """The dead-letter queue ``LONGJOBS_DLQ_URL`` names, if it is set."""
+    return SqsQueue(client("sqs", cfg), cfg.dlq_url) if cfg.dlq_url else None
+
+
+def ecs_target(cfg: Config) -> EcsTarget:
+    """Where and how tasks run: cluster, family, container, network, capacity strategy."""
+    return EcsTarget(cfg.cluster, cfg.task_family, cfg.container, tuple(cfg.subnets),
+                     tuple(cfg.security_groups), cfg.assign_public_ip,
+                     tuple(CapacityShare(p.provider, p.weight, p.base)
+                           for p in cfg.capacity_strategy))
+
+
+def launcher(cfg: Config) -> Launcher:
+    """ECS, as the settings name it. Local tasks are local mode's to launch: it passes its
+    own launcher to :func:`dispatcher.wiring.pipeline.for_aws`."""
+    if cfg.launcher == "local":
+        raise ConfigError("LONGJOBS_LAUNCHER=local runs tasks as local processes: only local "
+                          "mode (longjobs local / longjobs demo) can launch them")
+    # One attempt per call: the launcher retries RunTask itself, with the same clientToken.
+    return EcsLauncher(client("ecs", cfg, retries=1), ecs_target(cfg))
