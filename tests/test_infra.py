@@ -522,15 +522,15 @@ def test_worker_image_can_install_git_handlers_and_ships_without_git() -> None:
     assert any(i.startswith("USER ") and "root" not in i for i in runtime)
 
 
-def test_deploy_policy_grants_what_the_readme_lists(expanded: dict[str, Any]) -> None:
-    """`longjobs deploy` needs what README "Shipping new job code" lists; the template offers
-    it as a managed policy for the CI role (tests/test_permissions.py checks it in use)."""
+def test_deploy_policy_grants_what_the_deploying_guide_lists(expanded: dict[str, Any]) -> None:
+    """`longjobs deploy` needs what docs/deploying.md "Shipping new job code" lists; the template
+    offers it as a managed policy for the CI role (tests/test_permissions.py checks it in use)."""
     policy = expanded["Resources"]["DeployPolicy"]["Properties"]["PolicyDocument"]
     actions = {a for s in policy["Statement"] for a in as_list(s["Action"])}
     assert actions == {"ecs:DescribeTaskDefinition", "ecs:RegisterTaskDefinition",
                        "ecs:TagResource", "iam:PassRole"}
-    readme = (ROOT / "README.md").read_text()
-    assert all(f"`{a}`" in readme for a in actions)
+    guide = (ROOT / "docs" / "deploying.md").read_text()
+    assert all(f"`{a}`" in guide for a in actions)
     assert "DeployPolicyArn" in expanded["Outputs"]
 
 
