@@ -36,9 +36,9 @@ lint: $(VENV)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 
-# The README's configuration table is generated from dispatcher/settings.py.
+# docs/configuration.md's table is generated from dispatcher/settings.py.
 docs: $(VENV)
-	$(VENV)/bin/python -m dispatcher.settings --update README.md
+	$(VENV)/bin/python -m dispatcher.settings --update docs/configuration.md
 
 # Four pytest workers on two cores: most of the suite waits on subprocesses, moto and sleeps,
 # so this halves the run (about 13 min alone, 7 min so); each worker has its own moto server.

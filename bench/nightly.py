@@ -1,17 +1,19 @@
-"""The seed's nightly batch, end to end through local mode, with real runner processes.
+"""The reference nightly batch, end to end through local mode, with real runner processes.
 
-The seed: 200,000 jobs of ~2 s of I/O wait, at most 60 tasks of 20 jobs at once: a floor of
-200,000 x 2 s / 1,200 = 333 s of work, plus one Fargate start (30-60 s). Scaled down by
-``--scale`` S (N = 200,000 / S jobs, default 6,000) and ``--time-scale`` F (the floor of work is
-F x 333 s, default 0.45: 150 s; that sets the job length D, 30 s by default, and Fargate's start
-latency is scaled by F too; or give ``--jobs`` and ``--seconds``). Why fewer, longer jobs than
-the seed's: the local endpoints (moto, MiniStack) admit a few hundred jobs a second where AWS
-takes thousands, so 20,000 jobs of 0.2 s would measure the emulator, not the dispatcher; this
-keeps admission about as small a share of the floor as it is on AWS. It runs through
+The reference batch (the load longjobs was built for): 200,000 jobs of ~2 s of I/O wait, at
+most 60 tasks of 20 jobs at once: a floor of 200,000 x 2 s / 1,200 = 333 s of work, plus one
+Fargate start (30-60 s). Scaled down by ``--scale`` S (N = 200,000 / S jobs, default 6,000) and
+``--time-scale`` F (the floor of work is F x 333 s, default 0.45: 150 s; that sets the job
+length D, 30 s by default, and Fargate's start latency is scaled by F too; or give ``--jobs``
+and ``--seconds``). Why fewer, longer jobs than the reference batch's: the local endpoints
+(moto, MiniStack) admit a few hundred jobs a second where AWS takes thousands, so 20,000 jobs of
+0.2 s would measure the emulator, not the dispatcher; this keeps admission about as small a
+share of the floor as it is on AWS. It runs through
 :class:`dispatcher.local.environment.LocalEnv`: the producer enqueues N jobs of D
 seconds (a handler that sleeps), then the dispatcher ticks every ``--tick-interval`` seconds,
-launching tasks as ``python -m job_runner`` processes with the modelled Fargate start latency
-(30-60 s times F), until every job is terminal.
+launching tasks as runner processes (forked from a process that imported the runner, as local
+mode starts them) with the modelled Fargate start latency (30-60 s times F), until every job is
+terminal.
 
 Where things run: moto (DynamoDB, ECS) in a child process of its own, SQS on MiniStack (its own
 venv, `make ministack`; ``--sqs moto`` keeps it on moto, fine for a few thousand jobs), the
@@ -48,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-SEED_JOBS, SEED_SECONDS = 200_000, 2.0
+REFERENCE_JOBS, REFERENCE_SECONDS = 200_000, 2.0
 JOB_ID_WIDTH = 7  # "n000001": fixed, so the execution log's size counts its lines
 LOG_VAR = "LONGJOBS_NIGHTLY_LOG"
 
@@ -320,8 +322,8 @@ def nightly(args: argparse.Namespace) -> int:
 
     n, d, c, tasks = args.jobs, args.seconds, args.concurrency, args.max_tasks
     # Fargate's 30-60 s start, scaled like the work: by this run's floor of work over the
-    # seed's (200,000 x 2 s over 60 x 20 = 333 s).
-    factor = (n * d / (tasks * c)) / (SEED_JOBS * SEED_SECONDS / (60 * 20))
+    # reference batch's (200,000 x 2 s over 60 x 20 = 333 s).
+    factor = (n * d / (tasks * c)) / (REFERENCE_JOBS * REFERENCE_SECONDS / (60 * 20))
     start_low, start_high = 30.0 * factor, 60.0 * factor
     settings = {
         "LONGJOBS_MAX_RUNNING_TASKS": str(tasks), "LONGJOBS_TASK_CONCURRENCY": str(c),
@@ -455,7 +457,7 @@ def backlog_child(args: argparse.Namespace) -> int:
     """Admit a backlog of ``--backlog-depth`` messages; print this process's peak RSS."""
     import tempfile
 
-    depth, d = args.backlog_depth, SEED_SECONDS
+    depth, d = args.backlog_depth, REFERENCE_SECONDS
     settings = {"LONGJOBS_MAX_RUNNING_TASKS": str(args.max_tasks),
                 "LONGJOBS_TASK_CONCURRENCY": str(args.concurrency),
                 "LONGJOBS_LOCAL_START_SECONDS": "3600",  # launched, never started
@@ -499,11 +501,12 @@ def backlog(args: argparse.Namespace) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=200_000 / 6_000,
-                        help="S times fewer jobs than the seed's 200,000 (default: 6,000)")
+                        help="S times fewer jobs than the reference batch's 200,000 "
+                             "(default: 6,000)")
     parser.add_argument("--time-scale", type=float, default=0.45,
-                        help="the run's floor of work as a share of the seed's 333 s (default "
-                             "0.45: 150 s); sets the job length (6,000 jobs: 30 s) and scales "
-                             "Fargate's 30-60 s start latency alike")
+                        help="the run's floor of work as a share of the reference batch's 333 s "
+                             "(default 0.45: 150 s); sets the job length (6,000 jobs: 30 s) and "
+                             "scales Fargate's 30-60 s start latency alike")
     parser.add_argument("--jobs", type=int, help="N jobs (overrides --scale)")
     parser.add_argument("--seconds", type=float, help="D seconds per job (overrides --scale)")
     parser.add_argument("--concurrency", type=int, default=20, help="jobs at once per task")
@@ -531,9 +534,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.serve_moto:
         return serve_moto()
-    args.jobs = args.jobs or round(SEED_JOBS / args.scale)
+    args.jobs = args.jobs or round(REFERENCE_JOBS / args.scale)
     args.seconds = args.seconds or round(
-        args.time_scale * SEED_JOBS * SEED_SECONDS / args.jobs, 3)
+        args.time_scale * REFERENCE_JOBS * REFERENCE_SECONDS / args.jobs, 3)
     if args.sqs is None:
         from dispatcher.local.ministack import MiniStackUnavailable, find_ministack
 

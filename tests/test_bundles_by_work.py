@@ -1,4 +1,4 @@
-"""Bundles sized by work, recorded in pages with a commit last (issue 11, item 2), on the twins.
+"""Bundles sized by work, recorded in pages with a commit last, on the twins.
 
 A crash is injected right after a chosen transaction commits: the table applies it and then the
 caller gets an error, as if the process died on the way back.

@@ -1,4 +1,4 @@
-"""Jobs in parallel within one task (issue 11, item 1): the worker in-process on the in-memory
+"""Jobs in parallel within one task: the worker in-process on the in-memory
 table twin, with LONGJOBS_TASK_CONCURRENCY above 1.
 
 Handlers wait on events and barriers, never on the clock; every wait has a generous bound so a

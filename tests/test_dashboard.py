@@ -1,4 +1,4 @@
-"""The stack's CloudWatch dashboard graphs what the code emits (issue 12 item 5).
+"""The stack's CloudWatch dashboard graphs what the code emits, under the names it emits.
 
 The dashboard (``Dashboard`` in infra/template.yaml) and the EMF metrics
 (``dispatcher/ops/metrics.py``) are written separately; a metric renamed on either side would
@@ -265,7 +265,7 @@ def test_every_widget_metric_is_emitted_or_an_sqs_metric(
     assert unmatched(refs, emitted, template, namespace) == []
 
 
-def test_the_dashboard_shows_every_figure_of_the_issue(refs: list[MetricRef]) -> None:
+def test_the_dashboard_shows_every_figure_an_operator_watches(refs: list[MetricRef]) -> None:
     """Backlog and oldest age per priority queue, running tasks by revision, the job rates,
     launch failures by reason, dispatch lag and tick duration."""
     shown = {(r.namespace if r.namespace == "AWS/SQS" else "custom", r.name, r.dimensions)

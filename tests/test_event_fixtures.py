@@ -61,9 +61,10 @@ REASONS = {
     "InfrastructureHealth": "Task stopped due to an infrastructure health issue",
 }
 
-# README "When a task stops": the class of a stop of a task that claimed its bundle while a job
-# was recorded RUNNING, its worker exiting 1 (a non-zero exit: application unless the stop code
-# says infrastructure). InfrastructureHealth is infrastructure in stops.py (AWS retired the host).
+# docs/design.md "When a task stops": the class of a stop of a task that claimed its bundle while
+# a job was recorded RUNNING, its worker exiting 1 (a non-zero exit: application unless the stop
+# code says infrastructure). InfrastructureHealth is infrastructure in stops.py (AWS retired the
+# host).
 EXPECTED_CLASS = {
     "TaskFailedToStart": StopClass.INFRASTRUCTURE,
     "EssentialContainerExited": StopClass.APPLICATION,
@@ -201,7 +202,7 @@ def test_malformed_event_is_ignored_as_malformed(event: Any) -> None:
     assert result.detail
 
 
-# --- classification against the README -------------------------------------------------------
+# --- classification against docs/design.md ---------------------------------------------------
 
 
 @pytest.mark.parametrize("code", STOP_CODES)
@@ -238,15 +239,16 @@ def test_essential_container_unknown_exit_is_infrastructure() -> None:
 @pytest.mark.parametrize("exit_code", [0, 1, 137])
 def test_essential_container_exit_without_a_running_job_is_infrastructure(
         exit_code: int) -> None:
-    # README: "a clean exit after SIGTERM" is infrastructure; the runner records its job first.
+    # docs/design.md: "a clean exit after SIGTERM" is infrastructure; the runner records its job
+    # first.
     stop = task_events.parse(stopped("EssentialContainerExited", exit_code=exit_code), WORKER)
     assert isinstance(stop, TaskStop)
     assert classify(stop, claimed=True, job_was_running=False) == StopClass.INFRASTRUCTURE
 
 
 def test_exit_0_while_a_job_is_running_is_application() -> None:
-    # Issue 10 defect 1: a handler's os._exit(0) leaves its job RUNNING; it spends the job's
-    # attempt (stops.classify as changed for that defect), else it is relaunched forever.
+    # A handler's os._exit(0) leaves its job RUNNING: the job's own code ended the process, so it
+    # spends the job's attempt (stops.classify); as infrastructure it would be relaunched forever.
     stop = task_events.parse(stopped("EssentialContainerExited", exit_code=0), WORKER)
     assert isinstance(stop, TaskStop) and stop.exit_code == 0
     assert classify(stop, claimed=True, job_was_running=True) == StopClass.APPLICATION

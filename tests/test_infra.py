@@ -1,4 +1,4 @@
-"""Offline checks of infra/template.yaml and of the deploy path (issue 5).
+"""Offline checks of infra/template.yaml and of the deploy path.
 
 The template and the code are written separately, so these tests keep them honest: the template
 must lint clean (cfn-lint, checkov), expand with the SAM translator, point at handlers that exist,
@@ -407,7 +407,7 @@ def test_iam_is_least_privilege(expanded: dict[str, Any]) -> None:
 
 
 def test_task_event_role_can_relaunch_as_the_dispatcher_does(expanded: dict[str, Any]) -> None:
-    """Issue 10 item 4: a rerun relaunches at once, so the task-event role needs the launch
+    """A rerun relaunches at once, so the task-event role needs the launch
     permissions (RunTask, tag on create, the task definition, PassRole) with the same scoping
     as the dispatcher's. tests/test_permissions.py checks them against recorded behaviour."""
     def launch_grants(role: str) -> dict[str, dict[str, Any]]:
@@ -435,7 +435,7 @@ def queue_policies(template: dict[str, Any], queue: str) -> list[dict[str, Any]]
 @pytest.mark.parametrize("queue", ["JobQueue", "HighJobQueue", "LowJobQueue",
                                    "JobDeadLetterQueue", "EventDeadLetterQueue"])
 def test_every_queue_is_tls_only_and_retained(template: dict[str, Any], queue: str) -> None:
-    """Issue 10 item 17: the dead-letter queues get the job queue's TLS-only deny, and no
+    """The dead-letter queues get the job queue's TLS-only deny, and no
     queue (with jobs or dead letters in it) is deleted with the stack or on replacement."""
     resource = template["Resources"][queue]
     assert resource["DeletionPolicy"] == "Retain"
@@ -448,7 +448,7 @@ def test_every_queue_is_tls_only_and_retained(template: dict[str, Any], queue: s
 
 
 def test_scheduler_role_is_bound_to_this_account(expanded: dict[str, Any]) -> None:
-    """Issue 10 item 17: the role the tick's schedule assumes takes the confused-deputy
+    """The role the tick's schedule assumes takes the confused-deputy
     conditions of the EventBridge Scheduler guide (aws:SourceAccount, aws:SourceArn)."""
     res = expanded["Resources"]
     (schedule,) = [r["Properties"] for r in res.values() if r["Type"] == "AWS::Scheduler::Schedule"]
@@ -466,7 +466,7 @@ def test_scheduler_role_is_bound_to_this_account(expanded: dict[str, Any]) -> No
 
 
 def test_worker_container_runs_an_init_process(template: dict[str, Any]) -> None:
-    """Issue 10 item 18: PID 1 forwards signals and reaps handlers' child processes."""
+    """PID 1 forwards signals and reaps handlers' child processes."""
     (task,) = resources(template, "AWS::ECS::TaskDefinition").values()
     (container,) = task["Properties"]["ContainerDefinitions"]
     assert container["LinuxParameters"]["InitProcessEnabled"] is True
@@ -484,7 +484,7 @@ def makefile_target(name: str) -> str:
 
 
 def test_lambda_build_writes_no_bytecode_for_the_host_python() -> None:
-    """Issue 10 item 18: pip install --target compiles .pyc for the interpreter running pip
+    """pip install --target compiles .pyc for the interpreter running pip
     (the host's), which the python3.12 runtime cannot use; the package must not carry them."""
     recipe = makefile_target("build-DispatcherFunction build-TaskEventFunction")
     install = recipe[recipe.index("pip install"):]
@@ -509,7 +509,7 @@ def dockerfile_stages() -> list[list[str]]:
 
 
 def test_worker_image_can_install_git_handlers_and_ships_without_git() -> None:
-    """Issue 10 item 18: HANDLERS may be a git+https URL, so the build stage has git; the
+    """HANDLERS may be a git+https URL, so the build stage has git; the
     runtime stage only copies the installed environment (no git, no build tools)."""
     build, runtime = dockerfile_stages()
     assert build[0].startswith("FROM python:") and build[0].endswith(" AS build")
@@ -522,15 +522,15 @@ def test_worker_image_can_install_git_handlers_and_ships_without_git() -> None:
     assert any(i.startswith("USER ") and "root" not in i for i in runtime)
 
 
-def test_deploy_policy_grants_what_the_readme_lists(expanded: dict[str, Any]) -> None:
-    """`longjobs deploy` needs what README "Shipping new job code" lists; the template offers
-    it as a managed policy for the CI role (tests/test_permissions.py checks it in use)."""
+def test_deploy_policy_grants_what_the_deploying_guide_lists(expanded: dict[str, Any]) -> None:
+    """`longjobs deploy` needs what docs/deploying.md "Shipping new job code" lists; the template
+    offers it as a managed policy for the CI role (tests/test_permissions.py checks it in use)."""
     policy = expanded["Resources"]["DeployPolicy"]["Properties"]["PolicyDocument"]
     actions = {a for s in policy["Statement"] for a in as_list(s["Action"])}
     assert actions == {"ecs:DescribeTaskDefinition", "ecs:RegisterTaskDefinition",
                        "ecs:TagResource", "iam:PassRole"}
-    readme = (ROOT / "README.md").read_text()
-    assert all(f"`{a}`" in readme for a in actions)
+    guide = (ROOT / "docs" / "deploying.md").read_text()
+    assert all(f"`{a}`" in guide for a in actions)
     assert "DeployPolicyArn" in expanded["Outputs"]
 
 
@@ -554,7 +554,7 @@ def test_outputs_give_clients_what_they_need(template: dict[str, Any]) -> None:
             "ClusterArn", "TaskFamily", "DashboardUrl"} <= set(template["Outputs"])
 
 
-# ------------------------------------------------------------------ one queue per priority (12)
+# ---------------------------------------------------------------------- one queue per priority
 
 PRIORITY_QUEUES = {"high": "HighJobQueue", "normal": "JobQueue", "low": "LowJobQueue"}
 
@@ -566,7 +566,7 @@ def _renamed(value: Any, old: str, new: str) -> Any:
 
 @pytest.mark.parametrize("queue", ["HighJobQueue", "LowJobQueue"])
 def test_priority_queues_are_the_job_queues_twins(template: dict[str, Any], queue: str) -> None:
-    """Issue 12 item 2: each priority's queue has the job queue's properties (encryption,
+    """Each priority's queue has the job queue's properties (encryption,
     retention, size, visibility, redrive to the same dead-letter queue) and policy (producers
     may send, nobody else, TLS only), and is retained like it."""
     res = template["Resources"]

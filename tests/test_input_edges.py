@@ -1,4 +1,4 @@
-"""Input edges (issue 10 items 3, 5, 15, and "a bad message hurts only itself").
+"""Input edges, where a bad message must hurt only itself.
 
 Numbers DynamoDB cannot store, NaN/Infinity from other producers, ids with a trailing newline,
 sizes measured as stored, and a write the table refuses for one job: each message ends with its

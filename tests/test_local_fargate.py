@@ -1,4 +1,4 @@
-"""Local mode's Fargate model (issue 11, item 4): ``LocalLauncher`` starts a task only after
+"""Local mode's Fargate model: ``LocalLauncher`` starts a task only after
 its start latency, reports some tasks in ``failures[]`` for lack of capacity, and throttles
 RunTask calls over Fargate's limits as ECS does.
 

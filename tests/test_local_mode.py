@@ -1,5 +1,5 @@
 """`longjobs local` as a user runs it: closing its terminal (SIGHUP) stops it and its task
-processes instead of leaving runners behind, detached (issue 10, defect 16)."""
+processes instead of leaving runners behind, detached."""
 
 from __future__ import annotations
 

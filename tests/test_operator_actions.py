@@ -1,4 +1,4 @@
-"""Operator actions leave no stale state behind (issue 10, defect 14), on the table twin."""
+"""Operator actions (cancel, retry, retention) leave no stale state behind, on the table twin."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def _expires(store: Store, pk: str) -> float | None:
 
 
 def test_finished_jobs_expire_after_the_retention_and_a_retry_keeps_them() -> None:
-    """Issue 10, defect 13: terminal jobs, REJECTED records and DONE bundles get the TTL
+    """Terminal jobs, REJECTED records and DONE bundles get the TTL
     attribute (LONGJOBS_RETENTION_DAYS); a retried job loses it; 0 keeps everything."""
     t = 1_700_000_000.0
     store = Store(MemoryTable(), clock=lambda: t, retention_days=2)

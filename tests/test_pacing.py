@@ -1,4 +1,4 @@
-"""Launch pacing by Fargate's two limits, on simulated time (issue 11, item 3).
+"""Launch pacing by Fargate's two limits (RunTask calls, task launches), on simulated time.
 
 The launch stage (``Launches``) waits on a ``LaunchPacer`` before every RunTask. Here the pacer
 and the twins share one fake clock whose ``sleep`` advances it, so a burst of 1,000 tasks runs

@@ -1,4 +1,4 @@
-"""Permissions checked against behaviour (issue 10).
+"""Permissions checked against behaviour: every AWS call a component makes is allowed by its role.
 
 Each component runs against moto through the proxy, which records every AWS request it makes
 (:meth:`AwsProxy.recording`): the dispatcher's tick (``handlers.dispatch``), the task-event
@@ -446,7 +446,7 @@ def test_removing_a_statement_is_caught(expanded: dict[str, Any], exercise: Exer
 @pytest.mark.parametrize("queue", ["JobQueue", "HighJobQueue", "LowJobQueue"])
 def test_every_priority_queue_is_drained_under_its_grant(expanded: dict[str, Any],
                                                          exercise: Exercise, queue: str) -> None:
-    """Issue 12: the tick drains the three priorities' queues; DrainQueue names each one, and
+    """The tick drains the three priorities' queues; DrainQueue names each one, and
     without any one of them the dispatcher is denied."""
     arn = ATTRS[f"{queue}.Arn"]
     used = {a.action for a in exercise.auths("dispatcher") if a.resource == arn}

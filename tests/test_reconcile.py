@@ -107,7 +107,7 @@ def test_a_job_past_its_timeout_is_failed_and_its_lone_task_stopped(twins: Twins
 
 def test_an_ignored_reconciled_stop_frees_no_capacity(twins: Twins,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 10, defect 10: a stopped task whose stop changes nothing (stale: its bundle moved
+    """A stopped task whose stop changes nothing (stale: its bundle moved
     on meanwhile) must not count as a freed slot, or admission overshoots the limit."""
     _, arn = twins.launched("held")
     twins.launcher.stop(arn, "host failure")  # its event is lost

@@ -1,4 +1,4 @@
-"""Per-job resources (issue 12, item 1): a job's cpu/memory/ephemeral storage become its task's
+"""Per-job resources: a job's cpu/memory/ephemeral storage become its task's
 RunTask task-level overrides; jobs of different sizes never share a task, nor a RunTask call
 (a call's overrides apply to all its tasks); a recovered launch repeats its request exactly.
 

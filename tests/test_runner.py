@@ -252,7 +252,7 @@ def test_a_runner_without_an_assignment_exits_without_running(
 @pytest.mark.parametrize(("kind", "max_attempts"), [("suicide", 2), ("exit_zero", 1)])
 def test_a_job_that_ends_its_task_fails_within_its_budget_and_spares_its_bundle(
         local: tuple[LocalEnv, Path], kind: str, max_attempts: int) -> None:
-    """Issue 10, defect 1: bundled with 10 small jobs, a handler that SIGKILLs (or os._exit(0)s)
+    """Bundled with 10 small jobs, a handler that SIGKILLs (or os._exit(0)s)
     its own process ends FAILED after max_attempts, naming the stop, within max_attempts + 1
     launches; the 10 others succeed, none run more than twice."""
     env, log = local
@@ -304,7 +304,7 @@ def test_a_killer_among_concurrent_jobs_spends_only_its_own_budget(
 
 def test_a_handler_ignoring_its_timeout_ends_its_task_before_a_retry_runs(
         local: tuple[LocalEnv, Path]) -> None:
-    """Issue 10, defect 2: the job is recorded FAILED (timeout) and its process ends, so a
+    """The job is recorded FAILED (timeout) and its process ends, so a
     retry can never run beside the first, still-sleeping run."""
     env, log = local
     store = open_store(env.cfg.table)

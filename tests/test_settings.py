@@ -1,5 +1,6 @@
-"""The settings declaration: parsing, one error naming the variable, the README table generated
-from it, and the module docstring's claim about who reads ``os.environ``."""
+"""The settings declaration: parsing, one error naming the variable, the configuration table
+(docs/configuration.md) generated from it, and the module docstring's claim about who reads
+``os.environ``."""
 
 from __future__ import annotations
 
@@ -96,11 +97,11 @@ def test_required_by_role() -> None:
     assert settings.required("metrics") == []
 
 
-# -- the README -----------------------------------------------------------------------------------
-def test_the_readme_table_is_generated_from_the_declaration() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert settings.with_table(readme) == readme, (
-        "README.md's configuration table differs from dispatcher/settings.py: run `make docs`")
+# -- the configuration page -----------------------------------------------------------------------
+def test_the_configuration_table_is_generated_from_the_declaration() -> None:
+    page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert settings.with_table(page) == page, (
+        "docs/configuration.md's table differs from dispatcher/settings.py: run `make docs`")
 
 
 def test_markdown_has_one_row_per_setting() -> None:
@@ -114,12 +115,12 @@ def test_the_command_prints_and_updates_the_table(tmp_path: Path) -> None:
     printed = subprocess.run([sys.executable, "-m", "dispatcher.settings", "--markdown"],
                              cwd=ROOT, capture_output=True, text=True, check=True, timeout=60)
     assert printed.stdout == settings.markdown()
-    stale = tmp_path / "README.md"
-    stale.write_text(f"# x\n{settings.README_BEGIN}\n| old |\n{settings.README_END}\nend\n")
+    stale = tmp_path / "configuration.md"
+    stale.write_text(f"# x\n{settings.TABLE_BEGIN}\n| old |\n{settings.TABLE_END}\nend\n")
     subprocess.run([sys.executable, "-m", "dispatcher.settings", "--update", str(stale)],
                    cwd=ROOT, check=True, timeout=60)
-    assert stale.read_text() == (f"# x\n{settings.README_BEGIN}\n{settings.markdown()}"
-                                 f"{settings.README_END}\nend\n")
+    assert stale.read_text() == (f"# x\n{settings.TABLE_BEGIN}\n{settings.markdown()}"
+                                 f"{settings.TABLE_END}\nend\n")
 
 
 # -- who reads os.environ -------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Priorities, per-kind limits across tasks and scheduled jobs (issue 12, items 2-4), on the twins.
+"""Priorities, per-kind limits across tasks and scheduled jobs, on the twins.
 
 Messages are put on the twin queues as a producer would (schema v1 JSON); a task "finishes" by
 its bundle being marked DONE in the table twin, which is what its runner's last write does.

@@ -1,4 +1,4 @@
-"""The Spot fallback (issue 10, defect 12): bundles Fargate Spot has no capacity for are
+"""The Spot fallback: bundles Fargate Spot has no capacity for are
 relaunched at once on on-demand FARGATE, counted, and the switch turns it off. On the twins."""
 
 from __future__ import annotations

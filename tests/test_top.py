@@ -1,5 +1,5 @@
-"""``longjobs top`` (issue 12 item 5): the snapshot on the twins, its ``--once`` rendering through
-typer's runner, its one-line errors, and one run against moto through the real adapters.
+"""``longjobs top``, the live operator view: the snapshot on the twins, its ``--once`` rendering
+through typer's runner, its one-line errors, and one run against moto through the real adapters.
 
 The twins' world is built through the production paths (producer, ticks on the real stages, the
 runner's fenced writes) with one fake clock, so every figure of the snapshot is known exactly.

@@ -1,5 +1,6 @@
 """The job runner's worker in-process, on the in-memory table twin: what it writes when a
-handler is hostile or the table refuses part of a write (issue 10: defects 2, 6, 7, 8, 9)."""
+handler is hostile (ignores its timeout, returns junk, raises what cannot be printed, fails to
+import) or the table refuses part of a write."""
 
 from __future__ import annotations
 
@@ -154,7 +155,7 @@ def test_a_handler_that_ignores_its_timeout_ends_the_task(
 
 def test_handler_errors_reach_the_logs_redacted_and_the_record_whole(
         caplog: pytest.LogCaptureFixture) -> None:
-    """Issue 10, defect 11: a pydantic ValidationError quotes the payload's values; the log
+    """A pydantic ValidationError quotes the payload's values; the log
     line gets the error's type and a redacted message, the job record keeps the detail."""
     from pydantic import BaseModel
 

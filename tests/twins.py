@@ -1,7 +1,7 @@
 """In-process pipeline on the in-memory twins: one fake clock, one table, queue and launcher.
 
 ``twins`` gives a :class:`Twins`; ``twins.stages()`` wires the real stages
-(``dispatcher.pipeline.build``) to the twins, ``twins.client()`` is the producer on the twin
+(``dispatcher.wiring.pipeline.build``) to the twins, ``twins.client()`` is the producer on the twin
 queue. State is read through the twins (the table's snapshot, the queue's backlog, the
 launcher's tasks), not through what the code under test returns.
 """

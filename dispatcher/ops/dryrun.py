@@ -1,10 +1,13 @@
 """Dry run: the tick decides everything and writes nothing.
 
-Middleware around the three ports (as dramatiq wraps its broker): reads go through, every write
-is recorded as what it *would* have been. The queues (normal, and high and low if configured)
-are read with a 60 s visibility timeout, so messages are hidden only while the dry tick reads
-them, and are made visible again right after (``Plan.finish``); each read still counts as a
-receive toward the DLQ's maxReceiveCount, so run it by hand, not on a schedule.
+Stand-ins for what the tick writes through, each wrapping the real one: the queues, the
+dispatch store and the launcher. Reads go through; every write is recorded as what it *would*
+have been and never made. They replace the adapters the tick is given (``pipeline.build``); they
+are not middleware in dramatiq's sense, hooks that a broker calls around each message. The
+queues (normal, and high and low if configured) are read with a 60 s visibility timeout, so
+messages are hidden only while the dry tick reads them, and are made visible again right after
+(``Plan.finish``); each read still counts as a receive toward the DLQ's maxReceiveCount, so run
+it by hand, not on a schedule.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Workloads shared by tests and benchmarks, so the numbers the README reports are the ones the
-tests assert."""
+"""Workloads shared by tests and benchmarks, so the numbers docs/measured.md reports are the ones
+the tests assert."""
 
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ def _memory() -> Harness:
 def _stop_codes_on(ecs: Any) -> None:
     """Give tasks stopped by StopTask ECS's stopCode UserInitiated, which moto leaves out.
 
-    A stand-in until ``AwsProxy`` injects it at the HTTP boundary (the lead owns proxy.py):
+    A stand-in until ``AwsProxy`` injects it at the HTTP boundary (``dispatcher/testing/proxy.py``):
     it mutates the parsed DescribeTasks answer of this one client, after botocore parsed it.
     """
     stopped: set[str] = set()

@@ -259,7 +259,7 @@ def test_a_missing_table_is_a_readable_error(aws: object) -> None:
         DynamoTable("no-such-table").transact([Put(_item("J#1"))])
 
 
-# -- DynamoDB's limits (issue 10 items 3 and 5): both refuse alike, with InvalidTransaction ----
+# -- DynamoDB's item-size and number limits: both refuse alike, with InvalidTransaction -------
 # An item is at most 400 KB; a number is 0 or has a magnitude from 1E-130 to
 # 9.9999999999999999999999999999999999999E+125 (NaN/Infinity are not numbers).
 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.NamingRulesDataTypes.html
