@@ -3,7 +3,7 @@
 Middleware around the three ports (as dramatiq wraps its broker): reads go through, every write
 is recorded as what it *would* have been. The queues (normal, and high and low if configured)
 are read with a 60 s visibility timeout, so messages are hidden only while the dry tick reads
-them, and are made visible again right after (``Plan.finish``); each read still counts as a
+them, and are made visible again right after (``DryRunPlan.finish``); each read still counts as a
 receive toward the DLQ's maxReceiveCount, so run it by hand, not on a schedule.
 """
 
@@ -27,7 +27,7 @@ from dispatcher.wiring import adapters, pipeline
 READ_SECONDS = 60
 
 
-class Plan:
+class DryRunPlan:
     """What the tick would have done, in order."""
 
     def __init__(self) -> None:
@@ -46,7 +46,7 @@ class Plan:
 
 
 class DryRunQueue(Queue):
-    def __init__(self, inner: Queue, plan: Plan) -> None:
+    def __init__(self, inner: Queue, plan: DryRunPlan) -> None:
         self._inner, self._plan = inner, plan
 
     def send(self, entries: list[tuple[str, str]]) -> dict[str, str]:
@@ -72,7 +72,7 @@ class DryRunQueue(Queue):
 
 
 class DryRunStore(DispatchStore):
-    def __init__(self, inner: DispatchStore, plan: Plan) -> None:
+    def __init__(self, inner: DispatchStore, plan: DryRunPlan) -> None:
         self._inner, self._plan = inner, plan
 
     def acquire_lease(self, owner: str, seconds: float) -> bool:
@@ -173,7 +173,7 @@ class DryRunStore(DispatchStore):
 
 
 class DryRunLauncher(Launcher):
-    def __init__(self, inner: Launcher, plan: Plan) -> None:
+    def __init__(self, inner: Launcher, plan: DryRunPlan) -> None:
         self._inner, self._plan = inner, plan
 
     def resolve_task_definition(self) -> str:
@@ -191,9 +191,9 @@ class DryRunLauncher(Launcher):
         self._plan.would("stop_task", task_arn=task_arn, reason=reason)
 
 
-def dry_run(cfg: Config) -> tuple[Dispatcher, Plan]:
+def dry_run(cfg: Config) -> tuple[Dispatcher, DryRunPlan]:
     """A dispatcher whose tick writes nothing and reports what it would have done."""
-    plan = Plan()
+    plan = DryRunPlan()
     wrapped: dict[int, Queue] = {}  # one wrapper per queue: levels sharing a queue still do
     queues = {p: wrapped.setdefault(id(q), DryRunQueue(q, plan))
               for p, q in adapters.queues(cfg).items()}
