@@ -20,9 +20,9 @@ The other reads and writes of ``os.environ`` in the project are precisely these 
 - ``dispatcher/ops/client.py`` passes ``os.environ`` merged with its caller's overrides to
   :func:`load`;
 - local mode (``dispatcher/local/``), which is not deployed: ``environment.py`` puts the moto
-  endpoint and dummy credentials into the process environment, ``launcher.py`` hands a copy of it
-  to task processes, ``warm.py`` (warm starts) gives each forked task its own environment,
-  and the demo's job handlers (``demo_handlers.py``) read ``LONGJOBS_DEMO_LOG``,
+  endpoint and dummy credentials into the process environment, ``local_launcher.py`` hands a
+  copy of it to task processes, ``warm.py`` (warm starts) gives each forked task its own
+  environment, and the demo's job handlers (``demo_handlers.py``) read ``LONGJOBS_DEMO_LOG``,
   ``LONGJOBS_TASK_ARN`` and ``LONGJOBS_TASK_DEFINITION`` as any user's handler code may;
 - ``dispatcher/cli/local.py`` sets ``POWERTOOLS_LOG_LEVEL=WARNING`` by default for ``longjobs
   local``.

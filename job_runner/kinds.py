@@ -35,7 +35,7 @@ def _resolve(spec: str) -> Handler:
     return obj  # type: ignore[no-any-return]
 
 
-class Registry:
+class HandlerRegistry:
     def __init__(self, handlers: dict[str, Handler] | None = None) -> None:
         self._handlers = dict(handlers or {})
         self._lazy: dict[str, str] = {}
@@ -43,7 +43,7 @@ class Registry:
         self._lock = threading.Lock()  # jobs running at once look up their handlers at once
 
     @classmethod
-    def load(cls, specs: tuple[str, ...]) -> Registry:
+    def load(cls, specs: tuple[str, ...]) -> HandlerRegistry:
         reg = cls()
         for ep in entry_points(group=GROUP):
             reg._lazy[ep.name] = ep.value

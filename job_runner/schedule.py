@@ -30,7 +30,7 @@ class _Aside:
     missing: bool = False  # read again and not found: skipped
 
 
-class Plan:
+class Schedule:
     def __init__(self, pages: Iterator[list[Job]], read: Callable[[list[str]], list[Job]],
                  held: int = HELD) -> None:
         """``pages``: the bundle's jobs in order, a page at a time; ``read``: jobs by id."""

@@ -56,9 +56,9 @@ from dispatcher.store import Fence, RunnerStore
 from dispatcher.wiring import adapters
 from job_runner.context import JobContext
 from job_runner.executor import POLL_SECONDS, Executor, Signals
-from job_runner.kinds import Registry
+from job_runner.kinds import HandlerRegistry
 from job_runner.outcome import Outcome, error_of, log_fields
-from job_runner.schedule import Plan
+from job_runner.schedule import Schedule
 from job_runner.writes import Writes
 
 # JSON lines with task_arn / bundle_id / job_id on every line (payloads are never logged).
@@ -88,7 +88,8 @@ def task_arn(cfg: Config | None = None) -> str:
 
 
 class Worker:
-    def __init__(self, cfg: Config, store: RunnerStore, registry: Registry, arn: str) -> None:
+    def __init__(self, cfg: Config, store: RunnerStore, registry: HandlerRegistry,
+                 arn: str) -> None:
         self.cfg = cfg
         self.store = store
         self.registry = registry
@@ -202,7 +203,7 @@ class Worker:
         is exhausted or the task stops taking jobs. A bundle of a kind with a limit across
         tasks (LONGJOBS_KIND_LIMITS) runs at most its ``slots`` at once: what the dispatcher
         counted against that limit when it launched it."""
-        plan = Plan(self.store.bundle_jobs(bundle), self.store.get_jobs)
+        schedule = Schedule(self.store.bundle_jobs(bundle), self.store.get_jobs)
         concurrency = min(self.cfg.task_concurrency, bundle.slots or self.cfg.task_concurrency)
         while True:
             with self._changed:
@@ -211,9 +212,9 @@ class Worker:
                 ended = self._ended
             if self._halted():
                 return
-            job = plan.next(self._at_cap)
+            job = schedule.next(self._at_cap)
             if job is None:
-                if plan.exhausted:
+                if schedule.exhausted:
                     return
                 with self._changed:  # all that is left is of kinds at their cap
                     while self._ended == ended and not self._halted():
@@ -350,7 +351,7 @@ def main() -> int:
         tree.propagate = False
         arn = task_arn(cfg)
         store = adapters.store(cfg)
-        registry = Registry.load(cfg.handlers)
+        registry = HandlerRegistry.load(cfg.handlers)
     except LongjobsError as exc:
         print(f"job_runner: {exc}", file=sys.stderr)
         return 2

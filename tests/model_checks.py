@@ -17,7 +17,7 @@ from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.domain.message import compact_json
 from dispatcher.ports.table import Record
-from dispatcher.store import records as r
+from dispatcher.store import codec as r
 from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.testing.memory_table import MAX_ITEM_BYTES, MemoryTable, _item_bytes
 from tests.model_runner import SimTask

@@ -16,8 +16,7 @@ from dispatcher.ports.table import Delete as DeleteOp
 from dispatcher.ports.table import Op, Put, Record, TableUnavailable, Update
 from dispatcher.stages import admit as admit_module
 from dispatcher.stages import tick as tick_module
-from dispatcher.store import Store
-from dispatcher.store import records as records_module
+from dispatcher.store import Store, codec
 from dispatcher.store.base import TableRetry
 from dispatcher.testing.memory_table import MemoryTable
 from tests import model_checks as checks
@@ -218,7 +217,7 @@ class FaultRules:
         self.table.crash_after(writes)
         self.faulty_tick()
         self.sync()
-        lease = self.table._items.get(records_module.LEASE_KEY)
+        lease = self.table._items.get(codec.LEASE_KEY)
         until = float(lease.lease_until or 0.0) if lease is not None else 0.0
         if expire_lease and until >= self.twins.clock():
             hold = float(self.twins.config(**self.env()).hold_seconds)

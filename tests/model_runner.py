@@ -4,7 +4,7 @@ The real runner (:class:`job_runner.worker.Worker`) runs handlers in threads aga
 clock; a model that shrinks needs every step to be its own, in order. So this runs the runner's
 real parts: the bundle's claim, heartbeats and fenced writes (:class:`RunnerStore`), the grouped
 or write-through writes (:class:`job_runner.writes.Writes`, without its flusher thread: a
-``flush`` step stands for it), the order jobs start in (:class:`job_runner.schedule.Plan`) and
+``flush`` step stands for it), the order jobs start in (:class:`job_runner.schedule.Schedule`) and
 the rules that turn what a handler did into an outcome (:mod:`job_runner.outcome`), and keeps
 what the Worker decides between them (when it stops starting jobs, what it flushes at the end,
 its exit code) as the Worker does. What a handler does is the model's choice, step by step.
@@ -29,7 +29,7 @@ from dispatcher.ports.table import Delete, Eq, Table
 from dispatcher.store import Fence, Store
 from dispatcher.testing.memory_launcher import MemoryLauncher
 from job_runner.outcome import Outcome, raised, succeeded
-from job_runner.schedule import Plan
+from job_runner.schedule import Schedule
 from job_runner.writes import Writes
 
 # What a handler does when the model lets one of its runs end.
@@ -110,7 +110,7 @@ class SimTask:
     phase: str = "new"
     fence: Fence | None = None
     writes: Writes | None = None
-    plan: Plan | None = None
+    plan: Schedule | None = None
     runs: dict[str, Run] = field(default_factory=dict)
     cancel_requested: set[str] = field(default_factory=set)
     left: set[str] = field(default_factory=set)
@@ -165,7 +165,7 @@ class SimTask:
                              write_through=lifecycle.writes_through(bundle.attempt,
                                                                     len(bundle.job_ids)),
                              on_error=self._fail)
-        self.plan = Plan(self.store.bundle_jobs(bundle), self.store.get_jobs)
+        self.plan = Schedule(self.store.bundle_jobs(bundle), self.store.get_jobs)
         self.concurrency = min(self.concurrency, bundle.slots or self.concurrency)
         self.phase = "running"
 

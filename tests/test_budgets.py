@@ -16,7 +16,7 @@ from dispatcher.domain.jobs import JobState
 from dispatcher.domain.stops import StopCode, TaskStop
 from dispatcher.store import Fence, JobUpdate
 from job_runner import JobContext
-from job_runner.kinds import Registry
+from job_runner.kinds import HandlerRegistry
 from job_runner.worker import Worker
 from tests.twins import Twins
 
@@ -44,7 +44,7 @@ def test_a_job_interrupted_again_and_again_fails_when_its_infrastructure_budget_
 
     while True:
         started.clear()
-        worker = Worker(RUNNER, tw.store, Registry({"k": handler}), arn)
+        worker = Worker(RUNNER, tw.store, HandlerRegistry({"k": handler}), arn)
         run = threading.Thread(target=worker.run)
         run.start()
         assert started.wait(30)

@@ -15,7 +15,7 @@ from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.stops import TaskStop
 from dispatcher.ports.table import Op
-from dispatcher.store import records as r
+from dispatcher.store import codec as r
 from dispatcher.testing.memory_table import MemoryTable
 from tests.twins import Twins
 
@@ -194,7 +194,7 @@ def test_the_runner_runs_every_job_of_a_paged_bundle(twins: Twins) -> None:
     """The claim returns the bundle with its ids read from its pages: a runner that got none
     would mark the bundle DONE with every job still PENDING."""
     from dispatcher import settings as config
-    from job_runner.kinds import Registry
+    from job_runner.kinds import HandlerRegistry
     from job_runner.worker import Worker
 
     jobs = small_jobs(250)
@@ -206,7 +206,8 @@ def test_the_runner_runs_every_job_of_a_paged_bundle(twins: Twins) -> None:
                                  "LONGJOBS_HEARTBEAT_SECONDS": "3600",
                                  "LONGJOBS_FLUSH_SECONDS": "3600"})
     ran: list[str] = []
-    Worker(cfg, twins.store, Registry({"k": lambda p, ctx: ran.append(ctx.job_id)}), arn).run()
+    handlers = HandlerRegistry({"k": lambda p, ctx: ran.append(ctx.job_id)})
+    Worker(cfg, twins.store, handlers, arn).run()
     assert sorted(ran) == [j["job_id"] for j in jobs]
     assert {j.state for j in twins.jobs()} == {JobState.SUCCEEDED}
     (bundle,) = twins.bundles()

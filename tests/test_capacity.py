@@ -22,7 +22,7 @@ from dispatcher.ops.top import Top
 from dispatcher.ports.table import Update
 from dispatcher.stages.launch import launch_slots
 from dispatcher.store import LaunchOutcome, Store
-from dispatcher.store import records as r
+from dispatcher.store import codec as r
 from dispatcher.store.base import status
 from dispatcher.testing.memory_table import MemoryTable
 from job_runner import JobContext

@@ -22,11 +22,11 @@ from dispatcher.domain.jobs import Job, JobState
 from dispatcher.ports.table import Add, Update
 from dispatcher.settings import Config
 from dispatcher.store import Fence, Store
-from dispatcher.store import records as r
+from dispatcher.store import codec as r
 from dispatcher.testing.memory_table import MemoryTable
 from job_runner import JobContext, executor
-from job_runner.kinds import Registry
-from job_runner.schedule import Plan
+from job_runner.kinds import HandlerRegistry
+from job_runner.schedule import Schedule
 from job_runner.worker import Worker
 from tests.test_worker import ARN, launched, small
 
@@ -42,7 +42,7 @@ def config(concurrency: int, **extra: str) -> Config:
 
 def worker(store: Store, concurrency: int, handlers: dict[str, Callable[..., Any]],
            **extra: str) -> Worker:
-    return Worker(config(concurrency, **extra), store, Registry(handlers), ARN)
+    return Worker(config(concurrency, **extra), store, HandlerRegistry(handlers), ARN)
 
 
 def in_background(w: Worker) -> threading.Thread:
@@ -313,7 +313,7 @@ def test_the_plan_skips_a_capped_kind_and_keeps_bundle_order() -> None:
         reads.append(ids)
         return [j for j in jobs if j.job_id in ids and j.job_id != "s3"]  # s3 is gone
 
-    plan = Plan(pages(), read, held=1)
+    plan = Schedule(pages(), read, held=1)
 
     def take(capped: str = "") -> str | None:
         got = plan.next(lambda kind: kind in capped)

@@ -14,7 +14,7 @@ import pytest
 from dispatcher.aws.dynamodb import open_store
 from dispatcher.ops.client import JobClient
 from dispatcher.ports.table import Set, Update
-from dispatcher.store import records as r
+from dispatcher.store import codec as r
 from dispatcher.testing.workload import run_until_drained
 from dispatcher.wiring import pipeline
 from tests.conftest import Aws

@@ -35,8 +35,8 @@ BAD_IMPORTS = {
         "job_runner/worker.py", "from dispatcher.ops import client",
         "job_runner.worker -> dispatcher.ops.client"),
     "runner-imports-local-mode": (
-        "job_runner/worker.py", "from dispatcher.local import launcher",
-        "job_runner.worker -> dispatcher.local.launcher"),
+        "job_runner/worker.py", "from dispatcher.local import local_launcher",
+        "job_runner.worker -> dispatcher.local.local_launcher"),
     "metrics-build-their-own-queue": (
         "dispatcher/ops/metrics.py", "from dispatcher.aws import sqs",
         "dispatcher.ops.metrics -> dispatcher.aws.sqs"),

@@ -25,7 +25,7 @@ from dispatcher.ports.table import Delete, Op, Put, Record, Update
 from dispatcher.store import Fence, JobUpdate, LaunchOutcome, Store
 from dispatcher.testing.memory_table import MemoryTable
 from job_runner import JobContext, executor
-from job_runner.kinds import Registry
+from job_runner.kinds import HandlerRegistry
 from job_runner.worker import Worker
 from tests.twins import Twins
 
@@ -79,7 +79,7 @@ def test_a_retry_waits_for_the_task_that_still_runs_its_abandoned_handler(
         return "done"
 
     worker = Worker(runner(LONGJOBS_TASK_CONCURRENCY="2", LONGJOBS_FLUSH_SECONDS="0.05"),
-                    tw.store, Registry({"stubborn": stubborn, "mate": mate}), arn)
+                    tw.store, HandlerRegistry({"stubborn": stubborn, "mate": mate}), arn)
     run = threading.Thread(target=worker.run)
     run.start()
     try:
@@ -297,7 +297,7 @@ def test_a_bundle_mate_that_finished_is_not_failed_for_a_killer() -> None:
     def poison(payload: dict[str, Any], ctx: JobContext) -> None:
         table.dead.set()  # SIGKILL: whatever is still buffered or in flight is lost
 
-    handlers = Registry({"quick": lambda p, ctx: "done", "innocent": innocent,
+    handlers = HandlerRegistry({"quick": lambda p, ctx: "done", "innocent": innocent,
                          "poison": poison})
     with contextlib.suppress(RuntimeError):
         Worker(runner(LONGJOBS_FLUSH_SECONDS="0.2"), tw.store, handlers, arn).run()
@@ -339,7 +339,7 @@ def test_a_handler_that_raises_interrupted_by_itself_fails_when_its_budget_is_sp
 
     launches = 1
     while True:
-        Worker(runner(), tw.store, Registry({"k": handler}), arn).run()
+        Worker(runner(), tw.store, HandlerRegistry({"k": handler}), arn).run()
         tw.launcher.stop_task(arn, *EXITED)
         stages.reruns.on_stop(TaskStop(arn, *EXITED))  # the task's stop event
         stages.dispatcher.tick()

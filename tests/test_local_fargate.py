@@ -20,7 +20,7 @@ from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.jobs import Job
 from dispatcher.domain.pacing import CAPACITY_UNAVAILABLE, LaunchPacer, RateExceeded
 from dispatcher.domain.stops import LastStatus, StopCode
-from dispatcher.local.launcher import LocalLauncher, TaskExit
+from dispatcher.local.local_launcher import LocalLauncher, TaskExit
 from dispatcher.ports.launcher import LaunchRequest, LaunchResult
 from dispatcher.settings import Config
 from dispatcher.stages.launch import NO_CAPACITY, Launches, LaunchStats

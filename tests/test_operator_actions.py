@@ -8,9 +8,9 @@ from dispatcher.domain.errors import JobNotFound, LongjobsError
 from dispatcher.domain.jobs import JobState, Rejection
 from dispatcher.ports.table import Set, Update
 from dispatcher.store import Store
-from dispatcher.store import records as r
+from dispatcher.store import codec as r
 from dispatcher.testing.memory_table import MemoryTable
-from job_runner.kinds import Registry
+from job_runner.kinds import HandlerRegistry
 from job_runner.worker import Worker
 from tests.test_worker import ARN, CFG, launched, small
 
@@ -20,7 +20,7 @@ def test_a_success_clears_the_reason_an_earlier_attempt_left() -> None:
     store = Store(table)
     launched(store, [small("a"), small("b")])
     table.write(Update(r.job_key("a"), [Set("reason", "interrupted: task stopping (SIGTERM)")]))
-    Worker(CFG, store, Registry({"ok": lambda p, ctx: "done"}), ARN).run()
+    Worker(CFG, store, HandlerRegistry({"ok": lambda p, ctx: "done"}), ARN).run()
     job = store.get_job("a")
     assert job is not None and job.state == JobState.SUCCEEDED and job.reason is None
 
@@ -70,7 +70,7 @@ def test_finished_jobs_expire_after_the_retention_and_a_retry_keeps_them() -> No
         raise ValueError("no")
 
     store.table.write(Update(r.job_key("b"), [Set("max_attempts", 1)]))
-    Worker(CFG, store, Registry({"ok": lambda p, ctx: "done", "boom": boom}), ARN).run()
+    Worker(CFG, store, HandlerRegistry({"ok": lambda p, ctx: "done", "boom": boom}), ARN).run()
     two_days = int(t + 2 * 86400)
     assert _expires(store, r.job_key("a")) == two_days  # SUCCEEDED
     assert _expires(store, r.job_key("b")) == two_days  # FAILED
@@ -81,7 +81,7 @@ def test_finished_jobs_expire_after_the_retention_and_a_retry_keeps_them() -> No
 
     keep = Store(MemoryTable(), clock=lambda: t, retention_days=0)
     launched(keep, [small("c")])
-    Worker(CFG, keep, Registry({"ok": lambda p, ctx: "done"}), ARN).run()
+    Worker(CFG, keep, HandlerRegistry({"ok": lambda p, ctx: "done"}), ARN).run()
     assert _expires(keep, r.job_key("c")) is None
 
 

@@ -3,7 +3,7 @@ state alike (a PENDING job whose ``not_before`` is ahead is SCHEDULED in both)."
 
 from __future__ import annotations
 
-from dispatcher.ops.queries import SCHEDULED, Registry
+from dispatcher.ops.queries import SCHEDULED, Queries
 from tests.twins import Twins
 
 
@@ -11,7 +11,7 @@ def test_show_says_scheduled_where_list_does_and_pending_once_due(twins: Twins) 
     due = twins.clock() + 3600
     twins.client().submit("k", {}, job_id="later", not_before=due)
     twins.stages().dispatcher.tick()
-    operators = Registry(twins.store, clock=twins.clock)
+    operators = Queries(twins.store, clock=twins.clock)
     (listed,) = operators.list_jobs()
     shown = operators.show("later")
     assert listed.state == SCHEDULED

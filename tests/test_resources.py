@@ -19,11 +19,11 @@ from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.jobs import Job, Resources
 from dispatcher.domain.launches import Launch
 from dispatcher.domain.pacing import LaunchPacer
-from dispatcher.local.launcher import LocalLauncher
+from dispatcher.local.local_launcher import LocalLauncher
 from dispatcher.ports.launcher import LaunchRequest
 from dispatcher.stages.launch import Launches, LaunchStats, calls_for, request_for
 from dispatcher.stages.policy import LaunchPolicy
-from dispatcher.store import records as r
+from dispatcher.store import codec as r
 from dispatcher.wiring import adapters
 from tests.conftest import Aws
 from tests.helpers import client

@@ -18,7 +18,7 @@ import pytest
 from dispatcher.aws.dynamodb import open_store
 from dispatcher.domain.jobs import JobState
 from dispatcher.local.environment import LocalEnv
-from dispatcher.local.launcher import STOP_TIMEOUT_SECONDS
+from dispatcher.local.local_launcher import STOP_TIMEOUT_SECONDS
 from dispatcher.ops.client import JobClient
 from dispatcher.store import Store
 from dispatcher.testing.moto import MotoEndpoint

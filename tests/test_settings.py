@@ -140,7 +140,7 @@ def test_the_docstring_names_every_module_that_touches_the_environment() -> None
                       for p in (ROOT / pkg).rglob("*.py")
                       if reads_environment(p.read_text(encoding="utf-8")))
     documented = ["dispatcher/cli/local.py", "dispatcher/local/demo_handlers.py",
-                  "dispatcher/local/environment.py", "dispatcher/local/launcher.py",
+                  "dispatcher/local/environment.py", "dispatcher/local/local_launcher.py",
                   "dispatcher/local/warm.py", "dispatcher/ops/client.py",
                   "dispatcher/settings.py"]
     assert touching == documented

@@ -14,9 +14,9 @@ import pytest
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, BundleState
 from dispatcher.domain.jobs import JobState, Priority
 from dispatcher.domain.pacing import LaunchPacer
-from dispatcher.ops.queries import Registry
+from dispatcher.ops.queries import Queries
 from dispatcher.ports.table import Update
-from dispatcher.store import records as r
+from dispatcher.store import codec as r
 from dispatcher.store.base import status
 from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.wiring import pipeline
@@ -147,7 +147,7 @@ def test_a_job_scheduled_an_hour_ahead_waits_then_launches_when_due(shapes: Shap
     later = shapes.job("later")
     assert later is not None and later.state == JobState.PENDING
     assert later.scheduled(shapes.clock())  # shown to operators as SCHEDULED
-    operators = Registry(shapes.store, clock=shapes.clock)
+    operators = Queries(shapes.store, clock=shapes.clock)
     assert sorted(j.job_id for j in operators.list_jobs(status="SCHEDULED")) == [
         "later", "later-cancelled"]
     assert {j.job_id: j.state for j in operators.list_jobs()}["later"] == "SCHEDULED"

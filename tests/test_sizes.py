@@ -21,10 +21,10 @@ from dispatcher.domain.jobs import Job, JobState, Priority, Resources
 from dispatcher.domain.stops import StopCode, TaskStop
 from dispatcher.ports.table import InvalidTransaction, Put, Record
 from dispatcher.store import Fence, JobUpdate, Store
-from dispatcher.store import records as r
+from dispatcher.store import codec as r
 from dispatcher.testing.memory_table import MAX_ITEM_BYTES, MemoryTable, _item_bytes
 from job_runner import JobContext
-from job_runner.kinds import Registry
+from job_runner.kinds import HandlerRegistry
 from job_runner.outcome import error_of
 from job_runner.worker import Worker
 from tests.test_worker import ARN, launched
@@ -66,7 +66,7 @@ def test_a_growing_checkpoint_beside_a_large_payload_fails_its_job_not_every_tic
             ctx.checkpoint({"done": done})
         return {"done": len(done)}
 
-    code = _run(Worker(RUNNER, tw.store, Registry({"k": grow}), bundle.task_arn))
+    code = _run(Worker(RUNNER, tw.store, HandlerRegistry({"k": grow}), bundle.task_arn))
     stages.reruns.on_stop(TaskStop(bundle.task_arn, StopCode.ESSENTIAL_CONTAINER_EXITED,
                                    "Essential container in task exited", code))
     big = tw.job("big")
@@ -102,7 +102,7 @@ def test_a_result_or_error_that_would_overfill_the_item_fails_the_job_once(ends:
             raise RuntimeError("é" * 500_000)
         return "r" * (60 * KB)
 
-    assert _run(Worker(RUNNER, store, Registry({"k": handler}), ARN)) == 0
+    assert _run(Worker(RUNNER, store, HandlerRegistry({"k": handler}), ARN)) == 0
     assert refused, "a checkpoint beyond the limit must be refused"
     job = store.get_job("j")
     assert job is not None

@@ -18,7 +18,7 @@ from dispatcher.cli.app import app
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState, Priority
 from dispatcher.domain.pacing import LaunchPacer
-from dispatcher.ops.queries import Registry
+from dispatcher.ops.queries import Queries
 from dispatcher.ops.top import KindRow, QueueRow, Top
 from dispatcher.ports.queue import Backlog
 from dispatcher.store import Fence, JobUpdate, Store
@@ -140,7 +140,7 @@ def test_the_window_bounds_recent_activity(world: World) -> None:
     assert world.top(window_seconds=3600).snapshot().admitted_total == 7
     # A span reaching before 1970 means "everything", not a date error.
     assert world.top(window_seconds=1e12).snapshot().admitted_total == 7
-    assert len(Registry(world.twins.store, clock=world.twins.clock).list_jobs(
+    assert len(Queries(world.twins.store, clock=world.twins.clock).list_jobs(
         since_seconds=1e12, limit=100)) == 8
 
 

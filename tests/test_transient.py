@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from botocore.stub import ANY, Stubber
 
-from dispatcher.aws.dynamodb.table import DynamoTable
+from dispatcher.aws.dynamodb.dynamo_table import DynamoTable
 from dispatcher.domain.bundles import BundleState
 from dispatcher.ports.table import (
     Absent,

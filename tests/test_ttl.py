@@ -20,9 +20,9 @@ from dispatcher.domain.launches import Launch, LaunchState
 from dispatcher.domain.stops import TaskStop
 from dispatcher.ports.table import Op, Put, Record
 from dispatcher.store import Fence, JobUpdate, LaunchOutcome
-from dispatcher.store import records as r
+from dispatcher.store import codec as r
 from dispatcher.testing.memory_table import MemoryTable
-from job_runner.kinds import Registry
+from job_runner.kinds import HandlerRegistry
 from job_runner.worker import Worker
 from tests.test_bundles_by_work import CrashAfter
 from tests.twins import Twins
@@ -44,7 +44,7 @@ def small_jobs(n: int, **extra: Any) -> list[dict[str, Any]]:
 def run_task(tw: Twins, arn: str) -> list[str]:
     """Run the task's runner to its end on the twins; the ids of the jobs it ran."""
     ran: list[str] = []
-    Worker(RUNNER, tw.store, Registry({"k": lambda p, ctx: ran.append(ctx.job_id)}),
+    Worker(RUNNER, tw.store, HandlerRegistry({"k": lambda p, ctx: ran.append(ctx.job_id)}),
            arn).run()
     return ran
 

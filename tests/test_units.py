@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from dispatcher import settings
 from dispatcher.domain.errors import LaunchError
 from dispatcher.domain.jobs import Job
-from dispatcher.local.launcher import LocalLauncher, TaskExit
+from dispatcher.local.local_launcher import LocalLauncher, TaskExit
 from dispatcher.ports.launcher import LaunchRequest
 from dispatcher.stages.bundle import Bundler
 from dispatcher.stages.policy import BundlePolicy

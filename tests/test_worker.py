@@ -17,10 +17,10 @@ from dispatcher.domain.jobs import Job, JobState
 from dispatcher.domain.launches import Launch
 from dispatcher.ports.table import Op, Set, TransactionCancelled, Update
 from dispatcher.store import LaunchOutcome, Store
-from dispatcher.store import records as r
+from dispatcher.store import codec as r
 from dispatcher.testing.memory_table import MemoryTable
 from job_runner import executor
-from job_runner.kinds import Registry
+from job_runner.kinds import HandlerRegistry
 from job_runner.worker import Worker
 
 ARN = "arn:aws:ecs:us-east-1:000000000000:task/longjobs/t1"
@@ -62,7 +62,7 @@ def small(job_id: str, kind: str = "ok", **extra: Any) -> Job:
 
 
 def worker(store: Store, handlers: dict[str, Callable[..., Any]]) -> Worker:
-    return Worker(CFG, store, Registry(handlers), ARN)
+    return Worker(CFG, store, HandlerRegistry(handlers), ARN)
 
 
 def state(store: Store, job_id: str) -> JobState:
@@ -124,7 +124,7 @@ def test_a_lone_job_records_its_start_at_once_and_a_bundled_one_does_not() -> No
     # Bundled small jobs: starts are buffered with their results (one write for the group).
     launched(store, [small("s1", "look"), small("s2", "look")], bundle_id="b2",
              arn=ARN.replace("t1", "t2"))
-    Worker(CFG, store, Registry({"look": look}), ARN.replace("t1", "t2")).run()
+    Worker(CFG, store, HandlerRegistry({"look": look}), ARN.replace("t1", "t2")).run()
     assert seen["long"] == JobState.RUNNING
     assert seen["s1"] == seen["s2"] == JobState.PENDING
 
@@ -246,7 +246,7 @@ def test_a_module_that_raises_on_import_fails_each_of_its_jobs_alike(
     monkeypatch.syspath_prepend(str(tmp_path))
     store = Store(MemoryTable())
     launched(store, [small("x1", "bad"), small("x2", "bad"), small("fine")])
-    registry = Registry.load(("bad=explodes_on_import:run",))
+    registry = HandlerRegistry.load(("bad=explodes_on_import:run",))
     registry._handlers["ok"] = lambda p, ctx: "done"
     Worker(CFG, store, registry, ARN).run()
     for job_id in ("x1", "x2"):
@@ -277,7 +277,7 @@ def test_a_handler_that_returns_after_it_was_stopped_is_not_a_success(
         ctx.wait(30)  # returns as soon as the job is stopped
         return "half done"
 
-    w.registry = Registry({"quits": quits})
+    w.registry = HandlerRegistry({"quits": quits})
     w.run()
     job = store.get_job("quits")
     assert job is not None and job.state == expected and job.reason == reason

@@ -20,7 +20,7 @@ from dispatcher.ops.client import JobClient
 from dispatcher.ports.table import Record
 from dispatcher.settings import Config
 from dispatcher.store import Store
-from dispatcher.store import records as r
+from dispatcher.store import codec as r
 from dispatcher.testing.memory_launcher import MemoryLauncher
 from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.testing.memory_table import MemoryTable

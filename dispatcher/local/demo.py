@@ -34,7 +34,7 @@ from dispatcher.domain.jobs import JobState
 from dispatcher.local.environment import LocalEnv
 from dispatcher.local.provision import Names, register_task_definition
 from dispatcher.local.verdict import POISON_ATTEMPTS, read_log, verdict
-from dispatcher.local.view import Say, Snapshot, View, make_view
+from dispatcher.local.view import DemoSnapshot, Say, View, make_view
 from dispatcher.ops.client import JobClient
 from dispatcher.stages.rerun import StopOutcome
 
@@ -153,14 +153,14 @@ class Scenario:
             self.event(f"{len(self.plan.urgent)} urgent jobs (priority high) sent behind a "
                        f"backlog of {len(waiting)} normal ones")
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self) -> DemoSnapshot:
         backlog = self.env.stages.queue.backlog()
         by_priority = {str(p): q.backlog() for p, q in self.env.stages.queues.items()}
         active = self.store.active_bundles()
         reports = sum(b.slots for b in active if b.kind == "demo.report")
         counts = {s: self.store.count_jobs(JobState(s)) for s in ("SUCCEEDED", "FAILED")}
         decisions = list(self.env.decisions)  # the dispatcher's own decision records
-        return Snapshot(
+        return DemoSnapshot(
             elapsed=self.elapsed(), submitted=self.submitted,
             backlog=backlog.visible + backlog.in_flight,
             admitted=sum(d.intake.admitted for d in decisions),
@@ -174,7 +174,7 @@ class Scenario:
     def event(self, text: str) -> None:
         self.view.event(f"[{self.elapsed():5.1f}s] {text}")
 
-    def act(self, snap: Snapshot) -> None:
+    def act(self, snap: DemoSnapshot) -> None:
         if snap.running_tasks >= self.env.cfg.max_running_tasks:
             self.held = max(self.held, snap.backlog)
         if self.waves and snap.backlog < REFILL_BELOW:
@@ -213,7 +213,7 @@ class Scenario:
                 self.event(f"SIGKILL task {bundle.task_arn[-8:]} ({self.plan.kill_job}, "
                            f"checkpoint step {step}): simulated host loss")
 
-    def finished(self, snap: Snapshot) -> bool:
+    def finished(self, snap: DemoSnapshot) -> bool:
         expected = len(self.plan.good) + 1  # + the poison job
         return (not self.waves and self.duplicate_sent and bool(self.killed)
                 and snap.succeeded + snap.failed >= expected)

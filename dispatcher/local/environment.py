@@ -17,7 +17,7 @@ from dispatcher import settings
 from dispatcher.domain import task_events
 from dispatcher.domain.task_events import Ignored
 from dispatcher.handlers import on_task_event
-from dispatcher.local.launcher import LocalLauncher, TaskExit
+from dispatcher.local.local_launcher import LocalLauncher, TaskExit
 from dispatcher.local.provision import provision
 from dispatcher.settings import Config
 from dispatcher.stages.rerun import StopOutcome

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
 from dispatcher.local.environment import LocalEnv
 from dispatcher.store import OperatorStore, Store
-from dispatcher.store.records import record_rejection
+from dispatcher.store.codec import record_rejection
 
 
 class Run(Protocol):

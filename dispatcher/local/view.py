@@ -22,7 +22,7 @@ Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class DemoSnapshot:
     """What the demo measured at one moment; counts come from SQS, the table and the launcher."""
 
     elapsed: float = 0.0
@@ -76,7 +76,7 @@ class View:
                  tb: TracebackType | None) -> None:
         return None
 
-    def update(self, snap: Snapshot, *, force: bool = False) -> None:
+    def update(self, snap: DemoSnapshot, *, force: bool = False) -> None:
         if force or time.monotonic() - self._last >= self.every:
             self._last = time.monotonic()
             self.say(snap.line())
@@ -97,7 +97,7 @@ class LiveView(View):
     def __init__(self, console: Console | None = None) -> None:
         super().__init__()
         self.console = console or Console()
-        self._snap = Snapshot()
+        self._snap = DemoSnapshot()
         self._live = Live(get_renderable=self._render, console=self.console,
                           refresh_per_second=2, transient=False)
 
@@ -117,7 +117,7 @@ class LiveView(View):
             table.add_row(key, value)
         return table
 
-    def update(self, snap: Snapshot, *, force: bool = False) -> None:
+    def update(self, snap: DemoSnapshot, *, force: bool = False) -> None:
         self._snap = snap
 
     def event(self, text: str) -> None:

@@ -23,7 +23,7 @@ Two sides:
   never left running a job that is rerun beside it.
 - :class:`WarmStarter` runs the starter and returns :class:`WarmProcess` objects, which answer
   ``pid``, ``poll()`` and ``wait()`` the way :class:`subprocess.Popen` does, so
-  :class:`dispatcher.local.launcher.LocalLauncher` treats both kinds of task alike.
+  :class:`dispatcher.local.local_launcher.LocalLauncher` treats both kinds of task alike.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from dispatcher.wiring import adapters
 
 if TYPE_CHECKING:  # the table's model (pynamodb) loads only when a client reads
     from dispatcher.ops.dead_letters import DeadLetters
-    from dispatcher.ops.queries import JobDetail, JobSummary, Registry, Stats
+    from dispatcher.ops.queries import JobDetail, JobSummary, Queries, Stats
 
 class JobClient:
     """Submits jobs to the queue of their priority and reads the job table.
@@ -148,22 +148,22 @@ class JobClient:
         return self._table().retry(job_id, from_scratch=from_scratch)
 
     # -- operating (dispatcher.ops.queries) ----------------------------------------------------
-    def registry(self) -> Registry:
+    def queries(self) -> Queries:
         """The typed read API over the table, with this client's queues and DLQ for stats (its
         backlog counts every priority's queue)."""
-        from dispatcher.ops.queries import Registry
+        from dispatcher.ops.queries import Queries
 
         dlq = adapters.dead_letters(self.cfg)
         others = tuple({id(q): q for q in self._queues.values() if q is not self._queue}.values())
-        return Registry(self._table(), queue=self._queue, dead_letters=dlq, other_queues=others)
+        return Queries(self._table(), queue=self._queue, dead_letters=dlq, other_queues=others)
 
     def stats(self) -> Stats:
         """Backlog, jobs by state, running tasks by revision, launch failures and reruns."""
-        return self.registry().stats()
+        return self.queries().stats()
 
     def show(self, job_id: str) -> JobDetail:
         """A job with its attempts (or a REJECTED record with its reason); JobNotFound if none."""
-        return self.registry().show(job_id)
+        return self.queries().show(job_id)
 
     def dead_letters(self) -> DeadLetters:
         """The DLQ (LONGJOBS_DLQ_URL): peek at messages, or move them back to their queues."""
@@ -182,5 +182,5 @@ class JobClient:
     def list(self, *, status: str | None = None, kind: str | None = None,
              since_seconds: float | None = None, limit: int = 50) -> builtins.list[JobSummary]:
         """Jobs newest first, through the status index (never a table scan)."""
-        return self.registry().list_jobs(status=status, kind=kind, since_seconds=since_seconds,
+        return self.queries().list_jobs(status=status, kind=kind, since_seconds=since_seconds,
                                          limit=limit)

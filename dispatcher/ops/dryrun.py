@@ -5,9 +5,9 @@ dispatch store and the launcher. Reads go through; every write is recorded as wh
 have been and never made. They replace the adapters the tick is given (``pipeline.build``); they
 are not middleware in dramatiq's sense, hooks that a broker calls around each message. The
 queues (normal, and high and low if configured) are read with a 60 s visibility timeout, so
-messages are hidden only while the dry tick reads them, and are made visible again right after
-(``Plan.finish``); each read still counts as a receive toward the DLQ's maxReceiveCount, so run
-it by hand, not on a schedule.
+messages are hidden only while the dry tick reads them, and are made visible again right
+after (``DryRunPlan.finish``); each read still counts as a receive toward the DLQ's
+maxReceiveCount, so run it by hand, not on a schedule.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dispatcher.wiring import adapters, pipeline
 READ_SECONDS = 60
 
 
-class Plan:
+class DryRunPlan:
     """What the tick would have done, in order."""
 
     def __init__(self) -> None:
@@ -49,7 +49,7 @@ class Plan:
 
 
 class DryRunQueue(Queue):
-    def __init__(self, inner: Queue, plan: Plan) -> None:
+    def __init__(self, inner: Queue, plan: DryRunPlan) -> None:
         self._inner, self._plan = inner, plan
 
     def send(self, entries: list[tuple[str, str]]) -> dict[str, str]:
@@ -75,7 +75,7 @@ class DryRunQueue(Queue):
 
 
 class DryRunStore(DispatchStore):
-    def __init__(self, inner: DispatchStore, plan: Plan) -> None:
+    def __init__(self, inner: DispatchStore, plan: DryRunPlan) -> None:
         self._inner, self._plan = inner, plan
 
     def acquire_lease(self, owner: str, seconds: float) -> bool:
@@ -176,7 +176,7 @@ class DryRunStore(DispatchStore):
 
 
 class DryRunLauncher(Launcher):
-    def __init__(self, inner: Launcher, plan: Plan) -> None:
+    def __init__(self, inner: Launcher, plan: DryRunPlan) -> None:
         self._inner, self._plan = inner, plan
 
     def resolve_task_definition(self) -> str:
@@ -194,9 +194,9 @@ class DryRunLauncher(Launcher):
         self._plan.would("stop_task", task_arn=task_arn, reason=reason)
 
 
-def dry_run(cfg: Config) -> tuple[Dispatcher, Plan]:
+def dry_run(cfg: Config) -> tuple[Dispatcher, DryRunPlan]:
     """A dispatcher whose tick writes nothing and reports what it would have done."""
-    plan = Plan()
+    plan = DryRunPlan()
     wrapped: dict[int, Queue] = {}  # one wrapper per queue: levels sharing a queue still do
     queues = {p: wrapped.setdefault(id(q), DryRunQueue(q, plan))
               for p, q in adapters.queues(cfg).items()}

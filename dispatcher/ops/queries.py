@@ -24,7 +24,7 @@ from dispatcher.domain.jobs import JobState
 from dispatcher.ports.queue import Queue
 from dispatcher.ports.table import Record
 from dispatcher.store import OperatorStore
-from dispatcher.store.records import iso
+from dispatcher.store.codec import iso
 
 # What `jobs show` prints of a payload, result or checkpoint: enough to recognise it, small
 # enough for a terminal (payloads may be 256 KiB).
@@ -190,7 +190,7 @@ def parse_status(status: str) -> JobState | str:
 
 
 @dataclass
-class Registry:
+class Queries:
     """Reads over the job table (through the operator role of the store port) and, for
     stats, the job queues and the dead-letter queue."""
 

@@ -29,10 +29,10 @@ from typing import Any
 
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.jobs import PRIORITY_ORDER, JobState, Priority
-from dispatcher.ops.queries import JOB_STATES, Registry
+from dispatcher.ops.queries import JOB_STATES, Queries
 from dispatcher.ports.queue import Backlog, Queue
 from dispatcher.settings import Config
-from dispatcher.store import records as r
+from dispatcher.store import codec as r
 
 DEFAULT_WINDOW_SECONDS = 300.0
 # PENDING bundles read (oldest index time first) to find the longest-waiting launchable one.
@@ -110,11 +110,11 @@ class Snapshot:
 
 
 @dataclass
-class Top(Registry):
-    """The operators' read API (:class:`Registry`) with every priority's queue, the kind
+class Top(Queries):
+    """The operators' read API (:class:`Queries`) with every priority's queue, the kind
     limits and a window: :meth:`snapshot` gathers one frame of ``longjobs top``.
 
-    ``queue`` (the Registry's) is priority normal's; ``queues`` may name the others (a level
+    ``queue`` (the Queries') is priority normal's; ``queues`` may name the others (a level
     it leaves out, or maps to the normal queue, has no queue of its own)."""
 
     queues: Mapping[Priority, Queue] = field(default_factory=dict)
@@ -132,7 +132,7 @@ class Top(Registry):
             dead_letters=self.dead_letters.backlog().visible if self.dead_letters else None,
             bundles=self._bundles(active), tasks_by_revision=_by_revision(active),
             admitted=admitted, rejected=rejected,
-            launch_failures=self._launch_failures(cutoff),  # the Registry's, as `stats`
+            launch_failures=self._launch_failures(cutoff),  # the Queries', as `stats`
             kinds=self._kinds(active), dispatch_lag_seconds=lag, waiting_bundles=waiting)
 
     # -- the figures ----------------------------------------------------------------------------

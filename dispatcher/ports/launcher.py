@@ -4,7 +4,7 @@ The dispatcher does not know whether tasks become Fargate tasks or local process
 implementation promises ECS's semantics (the base class documents each one):
 
 - ``dispatcher.aws.ecs.EcsLauncher``: the adapter (RunTask, DescribeTasks, StopTask);
-- ``dispatcher.local.launcher.LocalLauncher``: each task is a runner process on this machine,
+- ``dispatcher.local.local_launcher.LocalLauncher``: each task is a runner process on this machine,
   forked from a warm starter (or ``python -m job_runner`` with warm start off);
 - ``dispatcher.ops.dryrun.DryRunLauncher``: answers the dry run's launches and starts nothing;
 - ``dispatcher.testing.memory_launcher.MemoryLauncher``: the in-memory twin for tests, checked

@@ -4,7 +4,7 @@ The Store roles (:mod:`dispatcher.store`) hold every rule of the job table: whic
 may change to which, the fences, the conditions, the keys and the codec. An adapter implements
 only these primitives: a strongly consistent get, a batch get, a query of the ``by_status``
 index, one conditional write, an all-or-nothing transaction. Both the DynamoDB adapter
-(:mod:`dispatcher.aws.dynamodb.table`) and the in-memory twin
+(:mod:`dispatcher.aws.dynamodb.dynamo_table`) and the in-memory twin
 (:mod:`dispatcher.testing.memory_table`) implement them with the same semantics, and one contract
 suite (``tests/contract``) runs against both, so the twin cannot drift.
 

@@ -34,7 +34,7 @@ from dispatcher.ports.table import (
     Update,
     transient,
 )
-from dispatcher.store import records as r
+from dispatcher.store import codec as r
 
 log = logging.getLogger(__name__)
 

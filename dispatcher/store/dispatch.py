@@ -38,7 +38,7 @@ from dispatcher.ports.table import (
     TransactionCancelled,
     Update,
 )
-from dispatcher.store import records as r
+from dispatcher.store import codec as r
 from dispatcher.store.base import status
 from dispatcher.store.held import HeldRetries
 from dispatcher.store.recording import PROBE_KEY, Recordings

@@ -12,7 +12,7 @@ from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.jobs import Job
 from dispatcher.ports.table import And, Eq, Remove, Set, Update
-from dispatcher.store import records as r
+from dispatcher.store import codec as r
 from dispatcher.store.base import Reads, status
 
 # How a held retry's reason says what it waits for (operator.retry writes it, the release

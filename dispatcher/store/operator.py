@@ -31,7 +31,7 @@ from dispatcher.ports.table import (
     Set,
     Update,
 )
-from dispatcher.store import records as r
+from dispatcher.store import codec as r
 from dispatcher.store.base import Reads, status
 from dispatcher.store.held import WAITING
 from dispatcher.store.runner import expire_pages_later, fit_pages, page_expiry

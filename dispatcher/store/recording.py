@@ -30,7 +30,7 @@ from dispatcher.ports.table import (
     TransactionCancelled,
     Update,
 )
-from dispatcher.store import records as r
+from dispatcher.store import codec as r
 from dispatcher.store.base import Reads
 from dispatcher.store.runner import (
     UPDATES_BYTES,

@@ -35,7 +35,7 @@ from dispatcher.ports.table import (
     TransactionCancelled,
     Update,
 )
-from dispatcher.store import records as r
+from dispatcher.store import codec as r
 from dispatcher.store.base import Reads, status
 from dispatcher.store.values import Fence, JobUpdate
 

@@ -129,7 +129,7 @@ def run_launched_tasks(runner_env: Mapping[str, str], task_arns: Iterable[str],
     the settings of ``runner_env`` (its AWS endpoint is where its calls go). Then
     ``on_stopped(arn)``, e.g. the task-event handler, as ECS would report the task's exit.
     Returns how many ran."""
-    from job_runner.kinds import Registry
+    from job_runner.kinds import HandlerRegistry
     from job_runner.worker import Worker
 
     ran = 0
@@ -140,7 +140,7 @@ def run_launched_tasks(runner_env: Mapping[str, str], task_arns: Iterable[str],
         cfg = settings.load("runner", {**runner_env, "LONGJOBS_TASK_ARN": arn})
         store = open_store(cfg.table, cfg.region, cfg.endpoint_url,
                            retention_days=cfg.retention_days)
-        Worker(cfg, store, Registry.load(cfg.handlers), arn).run()
+        Worker(cfg, store, HandlerRegistry.load(cfg.handlers), arn).run()
         ran += 1
         if on_stopped is not None:
             on_stopped(arn)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dispatcher.aws.dynamodb.table import DynamoTable
+from dispatcher.aws.dynamodb.dynamo_table import DynamoTable
 from dispatcher.store import Store
 from dispatcher.store.base import DEFAULT_RETENTION_DAYS
 

@@ -1,6 +1,6 @@
 """The table's pynamodb model, made per table (name, region, endpoint) and cached.
 
-Key prefixes (built in :mod:`dispatcher.store.records`): ``JOB#<job_id>``,
+Key prefixes (built in :mod:`dispatcher.store.codec`): ``JOB#<job_id>``,
 ``REJECT#<job_id or message_id>``, ``BUNDLE#<id>``, ``LAUNCH#<id>``, ``TASK#<task arn>``,
 ``LEASE#dispatcher``, ``FAIR#priorities``. The ``by_status`` index (``status_key`` =
 ``<TYPE>#<STATE>``, ``status_at`` = ISO time) answers every "which items are in state S"
