@@ -11,6 +11,9 @@ if TYPE_CHECKING:
     from dispatcher.ops.client import JobClient
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a stable JSON shape.")]
+WideOpt = Annotated[bool, typer.Option("--wide", help="Full ids and reasons, however wide.")]
+# The shortest id prefix a table shows: 8 hex digits name one of 4 billion.
+SHORT_ID = 8
 
 
 def client() -> JobClient:
@@ -29,8 +32,29 @@ def when(iso_text: str | None) -> str:
 
 
 def short(text: Any, n: int = 60) -> str:
-    s = "" if text is None else str(text)
-    return s if len(s) <= n else s[:n - 1] + "…"
+    """``text`` within ``n`` characters, cut at a word boundary when there is one."""
+    s = "" if text is None else " ".join(str(text).split())
+    if len(s) <= n:
+        return s
+    cut = s[:n - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > n // 2 else cut).rstrip(" ,;:") + "…"
+
+
+def short_ids(ids: list[str]) -> dict[str, str]:
+    """Each id as a table shows it: long ids cut to the shortest prefix (at least
+    ``SHORT_ID`` characters) that no other id shown shares, marked with ``…``; ids no longer
+    than ``SHORT_ID + 4`` stay whole. ``--wide`` and ``--json`` show them in full."""
+    out: dict[str, str] = {}
+    for full in ids:
+        if len(full) <= SHORT_ID + 4:
+            out[full] = full
+            continue
+        n = SHORT_ID
+        while n < len(full) and any(o != full and o.startswith(full[:n]) for o in ids):
+            n += 1
+        out[full] = full if n >= len(full) - 1 else full[:n] + "…"
+    return out
 
 
 def task_id(arn: str | None) -> str:

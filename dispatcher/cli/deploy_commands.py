@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from dispatcher import settings
-from dispatcher.cli.errors import guarded
+from dispatcher.cli.error_policy import guarded
 from dispatcher.domain.errors import ConfigError
 
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from dispatcher.cli.errors import fail, guarded
+from dispatcher.cli.error_policy import fail, guarded
 
 LOCAL_EXTRA = "pip install 'longjobs[local]'"
 

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dispatcher.cli.common import JsonOpt, client, print_json, short, when
-from dispatcher.cli.errors import guarded
+from dispatcher.cli.error_policy import guarded
 
 dlq_app = typer.Typer(name="dlq", no_args_is_help=True,
                       help="Inspect and redrive the job queue's dead-letter queue.")
