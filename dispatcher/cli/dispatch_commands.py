@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -27,6 +30,21 @@ def dry_run_env(environ: dict[str, str]) -> dict[str, str]:
     return env
 
 
+@contextlib.contextmanager
+def _quiet_tick_log() -> Iterator[None]:
+    """The tick logs its decision record at INFO; this command prints that record on stdout,
+    so the log line would say it twice. Warnings still show; an explicit POWERTOOLS_LOG_LEVEL
+    (e.g. DEBUG) is left alone."""
+    tree = logging.getLogger("dispatcher")
+    level = tree.level
+    if not os.environ.get("POWERTOOLS_LOG_LEVEL"):
+        tree.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        tree.setLevel(level)
+
+
 def dispatch(
     once: Annotated[bool, typer.Option("--once", help="Run exactly one tick.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Decide everything, write "
@@ -40,7 +58,6 @@ def dispatch(
     if not once:
         fail("only --once is supported here: run `longjobs dispatch --once [--dry-run]`; the "
              "schedule runs ticks in AWS, `longjobs local` runs them locally")
-    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")  # the decision is printed below
 
     def run() -> dict[str, Any]:
         if dry_run:
@@ -49,10 +66,13 @@ def dispatch(
             dispatcher, plan = plan_dry_run(settings.load("dispatcher",
                                                           dry_run_env(dict(os.environ))))
             try:
-                decision = dispatcher.tick().as_dict()
+                with _quiet_tick_log():
+                    decision = dispatcher.tick().as_dict()
             finally:
                 plan.finish()
             return {"dry_run": True, "decision": decision, "plan": plan.actions}
-        return pipeline.dispatcher(settings.load("dispatcher")).tick().as_dict()
+        tick = pipeline.dispatcher(settings.load("dispatcher"))
+        with _quiet_tick_log():
+            return tick.tick().as_dict()
 
     typer.echo(json.dumps(guarded(run), indent=2, default=str))

@@ -36,7 +36,9 @@ def next_step(exc: LongjobsError) -> str:
     """What to do about ``exc``, or "" when its message already says it."""
     text = str(exc)
     if isinstance(exc, JobNotFound):
-        return "`longjobs jobs list` shows recent jobs and their whole ids"
+        return ("a job just submitted is found once a tick has admitted it (the next minute "
+                "in AWS, the next --tick-seconds in local mode); `longjobs jobs list` shows "
+                "recent jobs and their whole ids")
     if isinstance(exc, ConfigError) and any(c in text for c in _CONNECTION):
         return CONNECT
     if "LONGJOBS_SUBNETS is not set" in text:
