@@ -6,6 +6,7 @@ import json
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.console import Console
 
 if TYPE_CHECKING:
     from dispatcher.ops.client import JobClient
@@ -20,6 +21,11 @@ def client() -> JobClient:
     from dispatcher.ops.client import JobClient
 
     return JobClient()
+
+
+def wide_console() -> Console:
+    """For ``--wide``: rows as long as their content, never cut to the terminal's width."""
+    return Console(width=100_000)
 
 
 def print_json(data: Any) -> None:

@@ -9,7 +9,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dispatcher.cli.common import JsonOpt, WideOpt, client, print_json, short, short_ids, when
+from dispatcher.cli.common import (
+    JsonOpt,
+    WideOpt,
+    client,
+    print_json,
+    short,
+    short_ids,
+    when,
+    wide_console,
+)
 from dispatcher.cli.error_policy import guarded
 
 dlq_app = typer.Typer(name="dlq", no_args_is_help=True,
@@ -31,18 +40,17 @@ def dlq_list(limit: Annotated[int, typer.Option(min=1, max=1000,
         return
     every = [m.message_id for m in letters] + [m.job_id for m in letters if m.job_id]
     ids = {i: i for i in every} if wide else short_ids(every)
-    table = Table(box=None, pad_edge=False)
-    table.add_column("MESSAGE", no_wrap=True)
-    table.add_column("SENT (UTC)", no_wrap=True)
-    table.add_column("RECV", no_wrap=True, justify="right")
-    table.add_column("JOB ID", no_wrap=True)
-    table.add_column("KIND", no_wrap=not wide, overflow="ellipsis", max_width=None if wide else 14)
-    table.add_column("BODY", ratio=1, min_width=12, no_wrap=not wide, overflow="ellipsis")
+    table = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0))
+    for name in ("MESSAGE", "SENT (UTC)", "RECV", "JOB ID", "KIND"):
+        table.add_column(name, no_wrap=True, overflow="ellipsis",
+                         max_width=14 if name == "KIND" and not wide else None)
+    table.add_column("BODY", min_width=16, overflow="fold")
     for m in letters:
-        table.add_row(*map(Text, (ids[m.message_id], when(m.to_json()["sent_at"]),
+        sent = when(m.to_json()["sent_at"])
+        table.add_row(*map(Text, (ids[m.message_id], sent if wide else sent[:16],
                                   str(m.receive_count), ids[m.job_id] if m.job_id else "-",
-                                  m.kind or "-", m.body if wide else short(m.body, 200))))
-    console = Console()
+                                  m.kind or "-", m.body if wide else short(m.body, 60))))
+    console = wide_console() if wide else Console()
     console.print(table)
     shortened = any(ids[k] != k for k in ids)
     console.print(f"{len(letters)} message(s)" + ("; ids shortened: --wide or --json shows "

@@ -32,21 +32,41 @@ _CONNECTION = ("LONGJOBS_QUEUE_URL is not set", "LONGJOBS_TABLE is not set",
                "LONGJOBS_DLQ_URL is not set")
 
 
+# (words in the error, what to do next); the first match wins. ``{id}`` is the job id.
+_STEPS: tuple[tuple[str, str], ...] = (
+    ("can be retried, not SUCCEEDED", "it succeeded; to run it again submit a new job "
+     "(`longjobs submit KIND --job-id NEW_ID`)"),
+    ("can be retried, not", "it has not ended yet: `longjobs jobs cancel {id}` first, or wait "
+     "for it (`longjobs jobs show {id}`)"),
+    ("nothing to cancel", "`longjobs jobs show {id}` shows how it ended"),
+    ("kept changing while cancelling", "run `longjobs jobs cancel {id}` again"),
+    ("was REJECTED", "`longjobs jobs show {id}` shows the message it got; "
+     "`longjobs schema` prints the schema"),
+    ("unknown status", "pass one of them to --status"),
+    ("unknown kind", "submit one of the allowed kinds, or add it to LONGJOBS_ALLOWED_KINDS"),
+    ("could not be enqueued", "resubmit them: the same --job-id is de-duplicated, never run "
+     "twice"),
+    ("does not exist", "was `longjobs local` restarted? `eval` its new exports; for AWS check "
+     "the LONGJOBS_* settings against the stack's outputs"),
+    ("LONGJOBS_SUBNETS is not set", "set LONGJOBS_SUBNETS to the tasks' subnet ids "
+     "(comma-separated), or add --dry-run, which launches nothing"),
+    ("LONGJOBS_LAUNCHER=local", "local mode ticks by itself every --tick-seconds; `longjobs "
+     "dispatch --once --dry-run` shows what a tick would do"),
+)
+
+
 def next_step(exc: LongjobsError) -> str:
     """What to do about ``exc``, or "" when its message already says it."""
     text = str(exc)
+    for words, step in _STEPS:
+        if words in text and step not in text:
+            return step.replace("{id}", exc.job_id or "JOB_ID")
     if isinstance(exc, JobNotFound):
         return ("a job just submitted is found once a tick has admitted it (the next minute "
                 "in AWS, the next --tick-seconds in local mode); `longjobs jobs list` shows "
                 "recent jobs and their whole ids")
     if isinstance(exc, ConfigError) and any(c in text for c in _CONNECTION):
         return CONNECT
-    if "LONGJOBS_SUBNETS is not set" in text:
-        return ("set LONGJOBS_SUBNETS to the tasks' subnet ids (comma-separated), or add "
-                "--dry-run, which launches nothing")
-    if "LONGJOBS_LAUNCHER=local" in text:
-        return ("local mode ticks by itself every --tick-seconds; `longjobs dispatch --once "
-                "--dry-run` shows what a tick would do")
     return ""
 
 

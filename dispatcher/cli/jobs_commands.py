@@ -27,6 +27,7 @@ from dispatcher.cli.common import (
     short_ids,
     task_id,
     when,
+    wide_console,
 )
 from dispatcher.cli.error_policy import guarded
 from dispatcher.domain.errors import LongjobsError
@@ -73,21 +74,22 @@ def jobs_list(
         print_json({"jobs": [r.to_json() for r in rows], "count": len(rows)})
         return
     ids = {r.job_id: r.job_id for r in rows} if wide else short_ids([r.job_id for r in rows])
-    table = Table(box=None, pad_edge=False)
-    table.add_column("JOB ID", no_wrap=True)
-    table.add_column("STATE", no_wrap=True)
-    table.add_column("KIND", no_wrap=not wide, overflow="ellipsis", max_width=None if wide else 14)
-    table.add_column("CREATED (UTC)", no_wrap=True)
-    table.add_column("TRIES", no_wrap=True)
-    table.add_column("REASON", ratio=1, min_width=16)
+    # One space between columns, every column but REASON on one line: at 80 columns REASON
+    # keeps about 20 characters and wraps at word boundaries (--wide: whole, however wide).
+    table = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0))
+    for name in ("JOB ID", "STATE", "KIND", "CREATED (UTC)", "TRIES"):
+        table.add_column(name, no_wrap=True, overflow="ellipsis",
+                         max_width=14 if name == "KIND" and not wide else None)
+    table.add_column("REASON", min_width=16)
     for r in rows:
         attempts = "-" if r.max_attempts is None else f"{r.attempts}/{r.max_attempts}"
         if r.infra_attempts:
             attempts += f" +{r.infra_attempts}i"
+        created = when(r.to_json()["created_at"])
         table.add_row(*map(Text, (ids[r.job_id], r.state, r.kind or "-",
-                                  when(r.to_json()["created_at"]), attempts,
-                                  r.reason or "" if wide else short(r.reason, 90))))
-    console = Console()
+                                  created if wide else created[:16], attempts,
+                                  r.reason or "" if wide else short(r.reason, 60))))
+    console = wide_console() if wide else Console()
     console.print(table)
     shortened = any(ids[k] != k for k in ids)
     console.print(f"{len(rows)} job(s)" + (" (limit reached)" if len(rows) == limit else "")
