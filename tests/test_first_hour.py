@@ -113,7 +113,7 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, 
             [sys.executable, "-m", "dispatcher.cli.entry", "local", "--tick-seconds", "0.5"],
             env=env, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=err_file,
             stdin=subprocess.DEVNULL,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # noqa: PLW1509
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         assert proc.stdout is not None
         exports: dict[str, str] = {}

@@ -13,8 +13,10 @@ if TYPE_CHECKING:
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a stable JSON shape.")]
 WideOpt = Annotated[bool, typer.Option("--wide", help="Full ids and reasons, however wide.")]
-# The shortest id prefix a table shows: 8 hex digits name one of 4 billion.
+# The shortest id prefix a table shows: 8 hex digits name one of 4 billion. Ids up to
+# KEEP_ID characters (names a person chose, like report-2026-11-30) are never cut.
 SHORT_ID = 8
+KEEP_ID = 20
 
 
 def client() -> JobClient:
@@ -50,10 +52,10 @@ def short(text: Any, n: int = 60) -> str:
 def short_ids(ids: list[str]) -> dict[str, str]:
     """Each id as a table shows it: long ids cut to the shortest prefix (at least
     ``SHORT_ID`` characters) that no other id shown shares, marked with ``…``; ids no longer
-    than ``SHORT_ID + 4`` stay whole. ``--wide`` and ``--json`` show them in full."""
+    than ``KEEP_ID`` stay whole. ``--wide`` and ``--json`` show them in full."""
     out: dict[str, str] = {}
     for full in ids:
-        if len(full) <= SHORT_ID + 4:
+        if len(full) <= KEEP_ID:
             out[full] = full
             continue
         n = SHORT_ID

@@ -84,7 +84,7 @@ def jobs_list(
     for r in rows:
         attempts = "-" if r.max_attempts is None else f"{r.attempts}/{r.max_attempts}"
         if r.infra_attempts:
-            attempts += f" +{r.infra_attempts}i"
+            attempts += f" +{r.infra_attempts} infra"
         created = when(r.to_json()["created_at"])
         table.add_row(*map(Text, (ids[r.job_id], r.state, r.kind or "-",
                                   created if wide else created[:16], attempts,
@@ -93,8 +93,8 @@ def jobs_list(
     console.print(table)
     shortened = any(ids[k] != k for k in ids)
     console.print(f"{len(rows)} job(s)" + (" (limit reached)" if len(rows) == limit else "")
-                  + ("; ids shortened: --wide or --json shows them whole, `longjobs jobs show` "
-                     "takes the whole id" if shortened else ""), soft_wrap=False)
+                  + ("; ids shortened: --wide or --json shows them whole" if shortened
+                     else ""))
 
 
 @jobs_app.command("show")

@@ -71,6 +71,8 @@ def demo(
     _need_local_extra("demo")
     from dispatcher.local.demo import run
 
+    typer.echo("longjobs demo: starting a local environment (moto's server, queues, table, "
+               "cluster); the batch follows in a few seconds, about 2 minutes in all", err=True)
     ok, verdict = guarded(lambda: run(small=small, seed=seed))
     typer.echo(verdict)
     raise typer.Exit(0 if ok else 1)
@@ -93,6 +95,7 @@ def local(
     # this command promises that SIGINT stops it, so it takes SIGINT back.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")  # no decision record every tick
+    typer.echo("# longjobs local: starting (moto's server, queues, table, cluster)...", err=True)
     env = guarded(lambda: LocalEnv(tick_seconds=tick_seconds).start())
     for line in env.exports():
         typer.echo(line)
