@@ -128,13 +128,11 @@ class Scenario:
         sqs.send_message(QueueUrl=self.env.cfg.queue_url, MessageBody='{"kind": "oops"')
         self.submitted += 1
         p = self.plan
-        now = len(p.small) + len(p.long) + len(p.reports) + 1
         self.event(f"burst: {len(p.small)} small jobs, {len(p.long)} long, {len(p.reports)} "
-                   f"demo.report (at most {REPORT_LIMIT} at once), 1 poison = {now} jobs + 1 "
-                   f"malformed message; {len(p.urgent)} urgent jobs follow after the deploy "
-                   f"({now + len(p.urgent)} jobs in all); max "
-                   f"{self.env.cfg.max_running_tasks} running tasks; small jobs sent in "
-                   f"waves of {WAVE} as the backlog drains")
+                   f"demo.report (at most {REPORT_LIMIT} at once), 1 poison job and 1 "
+                   f"malformed message; {len(p.urgent)} urgent jobs follow after the deploy: "
+                   f"{len(p.good)} good jobs in all; max {self.env.cfg.max_running_tasks} "
+                   f"running tasks; small jobs sent in waves of {WAVE} as the backlog drains")
 
     def _send_wave(self) -> None:
         wave = self.waves.pop(0)
