@@ -216,7 +216,7 @@ def test_the_newcomer_path(local: tuple[dict[str, str], subprocess.Popen[str]]) 
                  aws_access_key_id="local", aws_secret_access_key="local").send_message(
         QueueUrl=env["LONGJOBS_DLQ_URL"],
         MessageBody=json.dumps({"kind": "echo", "job_id": unknown, "payload": {"x": "y" * 200}}))
-    for argv in TABLE_COMMANDS:
+    for argv in [*TABLE_COMMANDS, ["jobs", "show", unknown], ["jobs", "show", long]]:
         shown = cli(env, *argv)
         assert shown.code == 0, (argv, shown.err)
         widest = max(len(line) for line in shown.out.splitlines())
