@@ -33,11 +33,11 @@ def dry_run_env(environ: dict[str, str]) -> dict[str, str]:
 @contextlib.contextmanager
 def _quiet_tick_log() -> Iterator[None]:
     """The tick logs its decision record at INFO; this command prints that record on stdout,
-    so the log line would say it twice. Warnings still show; an explicit POWERTOOLS_LOG_LEVEL
-    (e.g. DEBUG) is left alone."""
+    so the log line would say it twice. Warnings still show; DEBUG (POWERTOOLS_LOG_LEVEL) is
+    left alone."""
     tree = logging.getLogger("dispatcher")
     level = tree.level
-    if not os.environ.get("POWERTOOLS_LOG_LEVEL"):
+    if level in (logging.NOTSET, logging.INFO):
         tree.setLevel(logging.WARNING)
     try:
         yield

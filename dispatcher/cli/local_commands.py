@@ -86,9 +86,10 @@ def local(
     _need_local_extra("local")
     import signal
 
+    from dispatcher import settings
     from dispatcher.local.environment import LocalEnv
 
-    problem = check_handlers(os.environ.get("LONGJOBS_HANDLERS", ""))
+    problem = check_handlers(",".join(guarded(lambda: settings.load("task")).handlers))
     if problem:
         fail(problem)
     # A shell starts a background job (`longjobs local &` in a script) with SIGINT ignored;
