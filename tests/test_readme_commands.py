@@ -237,6 +237,26 @@ def test_shell_blocks_are_valid_shell() -> None:
     assert not bad, "\n".join(bad)
 
 
+def test_make_targets_and_paths_in_shell_blocks_exist() -> None:
+    """`make demo` names a Makefile target, `-f infra/worker/Dockerfile` a file of the repo."""
+    targets = set(re.findall(r"^([A-Za-z][\w-]*):", (ROOT / "Makefile").read_text(), re.M))
+    missing = []
+    for b in all_commands()[0]:
+        if b.lang not in ("sh", "bash", "shell"):
+            continue
+        for _, text in _joined(b.lines):
+            try:
+                words = shlex.split(text, comments=True)
+            except ValueError:
+                continue
+            if words[:1] == ["make"]:
+                missing += [f"{b.where}: make {t}" for t in words[1:] if t not in targets]
+            missing += [f"{b.where}: {w}" for w in words
+                        if re.fullmatch(r"(infra|dispatcher|job_runner|bench|docs)/[\w./-]+", w)
+                        and not (ROOT / w).exists()]
+    assert not missing, "\n".join(missing)
+
+
 def test_every_command_parses() -> None:
     bs, cmds = all_commands()
     bad = []
