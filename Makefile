@@ -9,10 +9,14 @@ MINISTACK_VERSION := 1.5.33
 .PHONY: demo test lint docs bench bench-nightly bench-backlog ministack clean
 
 # Redone whenever pyproject.toml changes.
+# pip -q is silent for a minute or more on a first run: say what it is doing.
 $(VENV): pyproject.toml
+	@echo "creating $(VENV) (first run, or pyproject.toml changed): about a minute..."
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
+	@echo "installing longjobs and its dependencies into $(VENV)..."
 	$(VENV)/bin/pip install -q -e '.[dev]'
+	@echo "$(VENV) is ready"
 	touch $(VENV)
 
 # checkov lives in its own venv: its pins clash with the project's (boto3, pydantic).

@@ -289,7 +289,10 @@ class Worker:
             if handler is None:
                 known = ", ".join(self.registry.kinds()) or "none"
                 outcome = Outcome(JobState.FAILED, reason=f"unknown kind {job.kind!r}: no "
-                                  f"handler registered (known: {known})",
+                                  f"handler registered (known: {known}); register one with "
+                                  f"LONGJOBS_HANDLERS={job.kind}=module:function in the "
+                                  f"worker's environment (or a longjobs.handlers entry point), "
+                                  f"then `longjobs jobs retry {job.job_id}`",
                                   error={"type": "UnknownKind", "message": job.kind})
             else:
                 execution = self.executor.execute(job, handler, ctx, ctx.attempt)

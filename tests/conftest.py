@@ -77,3 +77,16 @@ def aws(moto_server: MotoEndpoint, proxy: AwsProxy,
     proxy.runtask_requests.clear()
     proxy.runtask_forwarded = 0
     return Aws(moto_server, proxy, env)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The README runner's reach, in every run's summary (its test runs in a worker, whose
+    output xdist does not show): the command blocks it reads and what it does with them."""
+    from tests.test_readme_commands import all_commands, runs_for_real
+
+    blocks, commands = all_commands()
+    ran = sum(1 for c in commands if runs_for_real(c))
+    terminalreporter.write_line(
+        f"README runner: {len(blocks)} shell blocks, {len(commands)} longjobs commands parsed, "
+        f"{ran} run against local mode, {len(commands) - ran} parsed only (AWS-only or "
+        "long-running)")

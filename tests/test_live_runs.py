@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dispatcher import settings
-from dispatcher.cli import jobs as jobs_cli
+from dispatcher.cli import jobs_commands as jobs_cli
 from dispatcher.cli.app import app
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import Interrupted

@@ -298,7 +298,7 @@ def test_submit_flags(cli_queues: dict[Priority, MemoryQueue]) -> None:
     (["--cpu", "300", "--memory", "1024"], "256, 512, 1024, 2048, 4096, 8192 or 16384"),
     (["--priority", "urgent"], "'high', 'normal' or 'low'"),
     (["--not-before", "2026-01-31T02:00:00"], "has no timezone"),
-    (["--not-before", "nan"], "not_before"),
+    (["--not-before", "nan"], "--not-before"),
 ])
 def test_submit_refuses_a_bad_size_in_one_line(cli_queues: dict[Priority, MemoryQueue],
                                                args: list[str], expected: str) -> None:

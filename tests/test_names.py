@@ -15,15 +15,7 @@ PACKAGE_FILES = frozenset({"__init__.py", "__main__.py"})
 # Collisions that other branches remove while this check lands; each entry is exactly the files
 # that share the name today. THIS ALLOW-LIST MUST BE EMPTY ONCE THOSE BRANCHES ARE MERGED:
 # test_the_allowed_collisions_still_exist fails on an entry that no longer collides, so remove it.
-ALLOWED_MODULES: dict[str, frozenset[str]] = {
-    # The CLI's modules are renamed for the commands they hold; the other side stays.
-    "deploy.py": frozenset({"dispatcher/cli/deploy.py", "dispatcher/ops/deploy.py"}),
-    "errors.py": frozenset({"dispatcher/cli/errors.py", "dispatcher/domain/errors.py"}),
-    "jobs.py": frozenset({"dispatcher/cli/jobs.py", "dispatcher/domain/jobs.py"}),
-    "top.py": frozenset({"dispatcher/cli/top.py", "dispatcher/ops/top.py"}),
-    # Both sides move: the CLI's command module and the store's dispatcher role.
-    "dispatch.py": frozenset({"dispatcher/cli/dispatch.py", "dispatcher/store/dispatch.py"}),
-}
+ALLOWED_MODULES: dict[str, frozenset[str]] = {}
 ALLOWED_CLASSES: dict[str, frozenset[str]] = {
     # The tick's decision and the rerun stage's decision are renamed for what each decides.
     "Decision": frozenset({"dispatcher/stages/rerun.py", "dispatcher/stages/tick.py"}),
@@ -81,8 +73,8 @@ def test_the_allowed_collisions_still_exist() -> None:
 
 
 def test_a_shared_name_is_reported(tmp_path: Path) -> None:
-    """A tree with a class defined twice, a module name used twice and an allowed collision
-    grown by a third module reports each, naming the files."""
+    """A tree with a class defined twice and module names used twice and three times reports
+    each, naming the files."""
     def write(relative: str, text: str = "") -> None:
         path = tmp_path / relative
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -97,7 +89,7 @@ def test_a_shared_name_is_reported(tmp_path: Path) -> None:
     assert collisions(tmp_path) == []
 
     write("job_runner/view.py", "def f() -> None:\n    class Frame:\n        pass\n")
-    for path in ALLOWED_MODULES["top.py"] | {"job_runner/top.py"}:
+    for path in ("dispatcher/cli/top.py", "dispatcher/ops/top.py", "job_runner/top.py"):
         write(path)
     assert collisions(tmp_path) == [
         "module top.py: dispatcher/cli/top.py, dispatcher/ops/top.py, job_runner/top.py",

@@ -214,7 +214,8 @@ def test_dlq_list_and_redrive(aws: Aws) -> None:
 
 def test_errors_are_one_line(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
     result = cli("jobs", "show", "no-such-job", code=2)
-    assert result.stderr == "error: no-such-job: no such job\n" and result.stdout == ""
+    assert result.stderr.startswith("error: no-such-job: no such job; ") and result.stdout == ""
+    assert "`longjobs jobs list`" in result.stderr and result.stderr.count("\n") == 1
     result = cli("jobs", "list", "--status", "DONE", code=2)
     assert result.stderr.startswith("error: unknown status 'DONE'")
     assert cli("jobs", "list", "--since", "soon", code=2).stderr.count("\n") == 1

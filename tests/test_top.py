@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from dispatcher.cli import top as top_cli
+from dispatcher.cli import top_commands as top_cli
 from dispatcher.cli.app import app
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState, Priority

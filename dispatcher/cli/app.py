@@ -1,35 +1,105 @@
 """The ``longjobs`` command line: a thin layer over the Python API; errors are one line.
 
-This module is the root app only: each command group lives in its own module (``produce``,
-``dispatch``, ``local``, ``jobs``, ``dlq``, ``deploy``), errors in ``errors``; they never import
-this module back. The console script is ``dispatcher.cli.entry:main``, which checks that the
-``cli`` extra is installed before importing typer.
+This module is the root app only: each command group lives in a ``*_commands`` module of its own
+(``produce``, ``dispatch``, ``local``, ``jobs``, ``dlq``, ``deploy``, ``top``), the error policy in
+``error_policy``; they never import this module back. The console script is
+``dispatcher.cli.entry:main``, which checks that the ``cli`` extra is installed before importing
+typer.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperArgument
 
-from dispatcher.cli import deploy, dispatch, dlq, jobs, local, produce, top
+from dispatcher.cli import (
+    deploy_commands,
+    dispatch_commands,
+    dlq_commands,
+    jobs_commands,
+    local_commands,
+    produce_commands,
+    top_commands,
+)
 
 app = typer.Typer(name="longjobs", no_args_is_help=True, add_completion=False,
                   help="Run long batch jobs as standalone ECS tasks.")
-app.command()(produce.submit)
-app.command()(dispatch.dispatch)
-app.command()(produce.schema)
-app.command()(local.demo)
-app.command()(local.local)
-app.add_typer(jobs.jobs_app)
-app.add_typer(dlq.dlq_app)
-app.command("stats")(jobs.stats)
-app.command()(deploy.deploy)
-app.command()(top.top)
+app.command()(produce_commands.submit)
+app.command()(dispatch_commands.dispatch)
+app.command()(produce_commands.schema)
+app.command()(local_commands.demo)
+app.command()(local_commands.local)
+app.add_typer(jobs_commands.jobs_app)
+app.add_typer(dlq_commands.dlq_app)
+app.command("stats")(jobs_commands.stats)
+app.command()(deploy_commands.deploy)
+app.command()(top_commands.top)
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("longjobs")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"longjobs {version()}")
+        raise typer.Exit
+
+
+@app.callback()
+def root(
+    _version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print the installed version and exit.")] = False,
+) -> None:
+    """Run long batch jobs as standalone ECS tasks."""
+
+
+def _tidy_param(param: Any) -> None:
+    if getattr(param, "is_flag", False):
+        param.metavar = ""  # a flag takes no value: no ``<bool>`` beside it
+    elif isinstance(param, TyperArgument):
+        name = param.metavar or (param.name or "").upper()
+        param.metavar = name
+        # typer's usage line writes ``{kind}``, which reads like a template placeholder.
+        setattr(param, "get_usage_pieces", lambda ctx: [name])  # noqa: B010
+
+
+def _tidy(command: Any) -> None:
+    """Help a person reads: a flag shows no ``<bool>``, an argument is ``KIND`` in the usage
+    line and the table alike. Duck-typed: typer vendors click in some versions, not in others.
+    ``get_params`` is wrapped too because click builds the ``--help`` option lazily."""
+    original = command.get_params
+
+    def get_params(ctx: Any) -> list[Any]:
+        params = original(ctx)
+        for param in params:
+            _tidy_param(param)
+        return list(params)
+
+    setattr(command, "get_params", get_params)  # noqa: B010
+    for sub in getattr(command, "commands", {}).values():
+        _tidy(sub)
+
+
+def command() -> Any:
+    """The click command behind ``app``, its help tidied (``longjobs`` runs this)."""
+    cmd = typer.main.get_command(app)
+    _tidy(cmd)
+    return cmd
 
 
 def main() -> None:
     try:
-        app()
+        command()(prog_name="longjobs")
     except KeyboardInterrupt:
         sys.exit(130)

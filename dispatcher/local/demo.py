@@ -127,11 +127,12 @@ class Scenario:
         sqs = boto3.client("sqs", endpoint_url=self.env.endpoint)
         sqs.send_message(QueueUrl=self.env.cfg.queue_url, MessageBody='{"kind": "oops"')
         self.submitted += 1
-        total = len(self.plan.good) + 1
-        self.event(f"burst: {len(self.plan.small)} small jobs, {len(self.plan.long)} long "
-                   f"jobs, 1 poison job ({total} jobs) + 1 malformed message; "
-                   f"max {self.env.cfg.max_running_tasks} running tasks; sent in waves "
-                   f"of {WAVE} as the backlog drains")
+        p = self.plan
+        self.event(f"burst: {len(p.small)} small jobs, {len(p.long)} long, {len(p.reports)} "
+                   f"demo.report (at most {REPORT_LIMIT} at once), 1 poison job and 1 "
+                   f"malformed message; {len(p.urgent)} urgent jobs follow after the deploy: "
+                   f"{len(p.good)} good jobs in all; max {self.env.cfg.max_running_tasks} "
+                   f"running tasks; small jobs sent in waves of {WAVE} as the backlog drains")
 
     def _send_wave(self) -> None:
         wave = self.waves.pop(0)

@@ -120,7 +120,9 @@ def verdict(s: Run, records: list[dict[str, Any]]) -> tuple[bool, str, list[tupl
     per_rev = Counter(r.get("revision", "?") for r in records
                       if r.get("event") == "done" and str(r["job_id"]).startswith("small-"))
     rows = [("jobs", f"{len(ids)}: {len(plan.small)} small (0.05-0.5 s), {len(plan.long)} long "
-                     f"(checkpoint every second), 1 poison; + 1 duplicate, 1 malformed message"),
+                     f"(checkpoint every second), {len(plan.urgent)} urgent, "
+                     f"{len(plan.reports)} demo.report (limited), 1 poison; + 1 duplicate, "
+                     "1 malformed message"),
             ("admission", f"max {env.cfg.max_running_tasks} running tasks; up to {s.held} "
                           "messages held in SQS while every slot was taken"),
             ("bundling", f"{len(small_bundles)} bundles for {len(plan.small)} small jobs "
@@ -171,8 +173,10 @@ def verdict(s: Run, records: list[dict[str, Any]]) -> tuple[bool, str, list[tupl
                            f"{kept} running long job(s) finished on {old}; small jobs per "
                            f"revision: {_fmt(per_rev)}"))
     if poison is not None:
-        rows.append(("poison", f"{poison.state} after {poison.attempts} attempts: "
-                               f"{poison.reason}"))
+        # The reason usually counts the attempts itself ("failed after 3 attempts: ...").
+        said = "attempts" in (poison.reason or "")
+        rows.append(("poison", f"{poison.state}: {poison.reason}" if said else
+                     f"{poison.state} after {poison.attempts} attempts: {poison.reason}"))
     rows += [("rejected", f"{k}: {r}") for k, r in rejected]
     rows.append(("duplicate", f"small-0000 sent twice, ran {done['small-0000']} time(s); "
                               f"{absorbed} duplicate deliveries de-duplicated at intake "

@@ -9,6 +9,7 @@ Events (the kill, the deploy) and the final summary go to both.
 from __future__ import annotations
 
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -79,16 +80,23 @@ class View:
     def update(self, snap: DemoSnapshot, *, force: bool = False) -> None:
         if force or time.monotonic() - self._last >= self.every:
             self._last = time.monotonic()
-            self.say(snap.line())
+            self.say(_fit(snap.line(), "    "))
 
     def event(self, text: str) -> None:
-        self.say(text)
+        self.say(_fit(text, "    "))
 
     def summary(self, title: str, rows: list[tuple[str, str]]) -> None:
         self.say(title)
         width = max((len(k) for k, _ in rows), default=0)
         for key, value in rows:
-            self.say(f"  {key:<{width}}  {value}")
+            self.say(_fit(f"  {key:<{width}}  {value}", " " * (width + 4)))
+
+
+def _fit(text: str, indent: str, columns: int = 80) -> str:
+    """One logical line wrapped at word boundaries to ``columns``, continued under ``indent``
+    (one ``say`` call still carries the whole line, so a reader of the log greps it whole)."""
+    return textwrap.fill(text, width=columns, subsequent_indent=indent,
+                         break_long_words=False, break_on_hyphens=False)
 
 
 class LiveView(View):

@@ -4,8 +4,8 @@ Every read goes through the operator role of the Store port (:class:`OperatorSto
 queries use the ``by_status`` index (hash ``<TYPE>#<STATE>``, range ISO time), so the cost of a
 question follows the size of its answer, never the size of the table: a status query reads at
 most ``limit`` items newest first, "all statuses" merges the per-status answers, and counts are
-COUNT queries. The CLI (``dispatcher.cli.jobs``) and ``JobClient`` are thin layers over this
-module; each result has ``to_json()`` with a stable shape for scripts.
+COUNT queries. The CLI (``dispatcher.cli.jobs_commands``) and ``JobClient`` are thin layers over
+this module; each result has ``to_json()`` with a stable shape for scripts.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ The same figures as the stack's dashboard, read live from any endpoint (AWS, mot
 instead of from CloudWatch: the backlog of each priority's queue, bundles by state and running
 tasks by revision, the jobs admitted in the last minutes, recent launch failures by reason,
 per-kind running slots against ``LONGJOBS_KIND_LIMITS`` and the dispatch lag. The CLI
-(:mod:`dispatcher.cli.top`) only renders a snapshot, so this module is tested without a terminal.
+(:mod:`dispatcher.cli.top_commands`) only renders a snapshot, so this module is tested without a
+terminal.
 
 Cost per snapshot, whatever the table holds: one GetQueueAttributes per queue (and the DLQ), the
 active bundles (one index query per active state, as ``stats`` reads them), COUNT queries of the

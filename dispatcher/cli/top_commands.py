@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dispatcher.cli.common import print_json
-from dispatcher.cli.errors import fail, guarded
+from dispatcher.cli.error_policy import fail, guarded
 from dispatcher.domain.errors import LongjobsError
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def top(
 ) -> None:
     """Live view: backlog per priority, tasks by revision, bundles by state, recent jobs,
     launch failures, per-kind limits and dispatch lag (Ctrl-C to quit)."""
-    from dispatcher.cli.jobs import parse_duration
+    from dispatcher.cli.jobs_commands import parse_duration
 
     try:
         window_seconds = parse_duration(window)

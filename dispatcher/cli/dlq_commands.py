@@ -9,8 +9,17 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dispatcher.cli.common import JsonOpt, client, print_json, short, when
-from dispatcher.cli.errors import guarded
+from dispatcher.cli.common import (
+    JsonOpt,
+    WideOpt,
+    client,
+    print_json,
+    short,
+    short_ids,
+    when,
+    wide_console,
+)
+from dispatcher.cli.error_policy import guarded
 
 dlq_app = typer.Typer(name="dlq", no_args_is_help=True,
                       help="Inspect and redrive the job queue's dead-letter queue.")
@@ -18,25 +27,34 @@ dlq_app = typer.Typer(name="dlq", no_args_is_help=True,
 
 # -- dlq ------------------------------------------------------------------------------------------
 @dlq_app.command("list")
-def dlq_list(limit: Annotated[int, typer.Option(min=1, max=1000)] = 10,
+def dlq_list(limit: Annotated[int, typer.Option(min=1, max=1000,
+                                                help="At most this many messages.")] = 10,
+             wide: WideOpt = False,
              as_json: JsonOpt = False) -> None:
     """Peek at dead letters (receive with VisibilityTimeout=0: nothing is taken, but every
-    receive increments the message's receive count)."""
+    receive increments the message's receive count). Long ids are shortened to a prefix no
+    other row shares; --wide or --json shows them whole."""
     letters = guarded(lambda: client().dead_letters().peek(limit))
     if as_json:
         print_json({"messages": [m.to_json() for m in letters], "count": len(letters)})
         return
-    table = Table(box=None)
-    for name in ("MESSAGE ID", "SENT (UTC)", "RECEIVES", "JOB ID", "KIND"):
-        table.add_column(name, no_wrap=True)
-    table.add_column("BODY", overflow="fold", min_width=24)
+    every = [m.message_id for m in letters] + [m.job_id for m in letters if m.job_id]
+    ids = {i: i for i in every} if wide else short_ids(every)
+    table = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0))
+    for name in ("MESSAGE", "SENT (UTC)", "RECV", "JOB ID", "KIND"):
+        table.add_column(name, no_wrap=True, overflow="ellipsis",
+                         max_width=14 if name == "KIND" and not wide else None)
+    table.add_column("BODY", min_width=16, overflow="fold")
     for m in letters:
-        table.add_row(*map(Text, (m.message_id, when(m.to_json()["sent_at"]),
-                                  str(m.receive_count), m.job_id or "-", m.kind or "-",
-                                  short(m.body, 40))))
-    console = Console()
+        sent = when(m.to_json()["sent_at"])
+        table.add_row(*map(Text, (ids[m.message_id], sent if wide else sent[:16],
+                                  str(m.receive_count), ids[m.job_id] if m.job_id else "-",
+                                  m.kind or "-", m.body if wide else short(m.body, 60))))
+    console = wide_console() if wide else Console()
     console.print(table)
-    console.print(f"{len(letters)} message(s)")
+    shortened = any(ids[k] != k for k in ids)
+    console.print(f"{len(letters)} message(s)" + ("; ids shortened: --wide or --json shows "
+                                                  "them whole" if shortened else ""))
 
 
 @dlq_app.command("redrive")

@@ -4,7 +4,7 @@ A thin layer over ``JobClient`` and the operator queries (``dispatcher.ops.queri
 commands only parse options and render. Tables are for people; ``--json`` prints the objects'
 ``to_json()`` shapes, which stay stable for scripts. Every expected failure (missing
 configuration, an endpoint that cannot be reached, an unknown job id) is one ``error: ...`` line
-and exit code 2, via ``dispatcher.cli.errors.guarded``.
+and exit code 2, via ``dispatcher.cli.error_policy.guarded``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,18 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dispatcher.cli.common import JsonOpt, client, print_json, short, task_id, when
-from dispatcher.cli.errors import guarded
+from dispatcher.cli.common import (
+    JsonOpt,
+    WideOpt,
+    client,
+    print_json,
+    short,
+    short_ids,
+    task_id,
+    when,
+    wide_console,
+)
+from dispatcher.cli.error_policy import guarded
 from dispatcher.domain.errors import LongjobsError
 
 if TYPE_CHECKING:
@@ -46,35 +56,45 @@ def parse_duration(text: str) -> float:
 # -- jobs -----------------------------------------------------------------------------------------
 @jobs_app.command("list")
 def jobs_list(
-    status: Annotated[str | None, typer.Option(help="PENDING, RUNNING, SUCCEEDED, FAILED, "
+    status: Annotated[str | None, typer.Option(help="PENDING, SCHEDULED (PENDING until its "
+                                               "--not-before), RUNNING, SUCCEEDED, FAILED, "
                                                "CANCELLED or REJECTED.")] = None,
     kind: Annotated[str | None, typer.Option(help="Only jobs of this kind.")] = None,
     since: Annotated[str | None, typer.Option(help="Created within, e.g. 15m, 2h, 1d.")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many jobs.")] = 50,
+    wide: WideOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Jobs newest first (by creation), read through the status index."""
+    """Jobs newest first (by creation), read through the status index. Long ids are shortened
+    to a prefix no other row shares; --wide or --json shows them whole."""
     rows = guarded(lambda: client().list(
         status=status, kind=kind, since_seconds=parse_duration(since) if since else None,
         limit=limit))
     if as_json:
         print_json({"jobs": [r.to_json() for r in rows], "count": len(rows)})
         return
-    table = Table(box=None)
-    table.add_column("JOB ID", overflow="fold", min_width=12)
-    for name in ("STATE", "KIND", "CREATED (UTC)", "ATTEMPTS"):
-        table.add_column(name, no_wrap=True)
-    table.add_column("REASON", overflow="fold", min_width=20)
+    ids = {r.job_id: r.job_id for r in rows} if wide else short_ids([r.job_id for r in rows])
+    # One space between columns, every column but REASON on one line: at 80 columns REASON
+    # keeps about 20 characters and wraps at word boundaries (--wide: whole, however wide).
+    table = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0))
+    for name in ("JOB ID", "STATE", "KIND", "CREATED (UTC)", "TRIES"):
+        table.add_column(name, no_wrap=True, overflow="ellipsis",
+                         max_width=14 if name == "KIND" and not wide else None)
+    table.add_column("REASON", min_width=16)
     for r in rows:
         attempts = "-" if r.max_attempts is None else f"{r.attempts}/{r.max_attempts}"
         if r.infra_attempts:
             attempts += f" +{r.infra_attempts} infra"
-        table.add_row(*map(Text, (r.job_id, r.state, r.kind or "-",
-                                  when(r.to_json()["created_at"]), attempts,
-                                  short(r.reason))))
-    console = Console()
+        created = when(r.to_json()["created_at"])
+        table.add_row(*map(Text, (ids[r.job_id], r.state, r.kind or "-",
+                                  created if wide else created[:16], attempts,
+                                  r.reason or "" if wide else short(r.reason, 60))))
+    console = wide_console() if wide else Console()
     console.print(table)
-    console.print(f"{len(rows)} job(s)" + (" (limit reached)" if len(rows) == limit else ""))
+    shortened = any(ids[k] != k for k in ids)
+    console.print(f"{len(rows)} job(s)" + (" (limit reached)" if len(rows) == limit else "")
+                  + ("; ids shortened: --wide or --json shows them whole" if shortened
+                     else ""))
 
 
 @jobs_app.command("show")
@@ -128,15 +148,18 @@ def _render_detail(d: JobDetail, console: Console) -> None:
 @jobs_app.command("cancel")
 def jobs_cancel(job_id: Annotated[str, typer.Argument(help="The job id.")],
                 as_json: JsonOpt = False) -> None:
-    """Cancel a job: at once if it has not started, else at its task's next heartbeat."""
-    job = guarded(lambda: client().cancel(job_id))
+    """Cancel a job: at once if it has not started, else at its task's next heartbeat
+    (every LONGJOBS_HEARTBEAT_SECONDS, 30 s unless set)."""
+    jobs = guarded(client)
+    job = guarded(lambda: jobs.cancel(job_id))
     if as_json:
         print_json({"job_id": job.job_id, "state": str(job.state), "reason": job.reason})
     elif job.state == "CANCELLED":
         typer.echo(f"{job.job_id}: CANCELLED")
     else:
-        typer.echo(f"{job.job_id}: cancel requested; its task stops it at the next heartbeat "
-                   f"(now {job.state})")
+        typer.echo(f"{job.job_id}: cancel requested; its task stops it at its next heartbeat, "
+                   f"within {jobs.cfg.heartbeat_seconds:g} s (now {job.state}); "
+                   f"`longjobs jobs show {job.job_id}` shows when it has stopped")
 
 
 @jobs_app.command("retry")

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from dispatcher import settings
-from dispatcher.cli.errors import guarded
+from dispatcher.cli.common import JsonOpt, print_json
+from dispatcher.cli.error_policy import guarded
 from dispatcher.domain.errors import ConfigError
 
 
@@ -18,6 +19,7 @@ def deploy(
                                                "LONGJOBS_TASK_FAMILY).")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE to set in the "
                                                   "container environment; repeatable.")] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Register a revision that differs from the current ACTIVE one only in image and env."""
     from dispatcher.ops.deploy import register_revision
@@ -38,4 +40,7 @@ def deploy(
                                  container=cfg.container)
 
     arn = guarded(run)
-    typer.echo(arn.rsplit("/", 1)[-1])
+    if as_json:
+        print_json({"task_definition_arn": arn, "revision": arn.rsplit("/", 1)[-1]})
+    else:
+        typer.echo(arn.rsplit("/", 1)[-1])

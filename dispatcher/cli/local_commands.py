@@ -1,0 +1,124 @@
+"""Local mode: ``longjobs demo`` and ``longjobs local`` (moto + local task processes).
+
+Both need the ``local`` extra (moto's server mode); without it they say so in one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Annotated
+
+import typer
+
+from dispatcher.cli.error_policy import fail, guarded
+
+LOCAL_EXTRA = "pip install 'longjobs[local]'"
+
+# Run in a child process, as a task would import them: the parent must not import the handler
+# modules, or forked tasks would inherit them and miss the user's later edits.
+_CHECK_HANDLERS = """
+import importlib, sys
+for item in [s.strip() for s in sys.argv[1].split(",") if s.strip()]:
+    kind, sep, spec = item.partition("=")
+    module, colon, attr = spec.strip().partition(":")
+    if not sep or not kind.strip() or not module or not colon or not attr:
+        hint = spec.strip().rpartition(".")
+        fix = f"{kind.strip()}={hint[0]}:{hint[2]}" if sep and hint[1] and not colon else \\
+            "kind=module:function"
+        print(f"LONGJOBS_HANDLERS entry {item!r} is not kind=module:function; write it as {fix}")
+        sys.exit(1)
+    try:
+        obj = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except Exception as exc:
+        print(f"LONGJOBS_HANDLERS entry {item!r}: {module}:{attr} cannot be imported "
+              f"({type(exc).__name__}: {exc}); check PYTHONPATH (the tasks import with it) and "
+              "the module and function names")
+        sys.exit(1)
+    if not callable(obj):
+        print(f"LONGJOBS_HANDLERS entry {item!r}: {module}:{attr} is not a function")
+        sys.exit(1)
+"""
+
+
+def check_handlers(specs: str, env: dict[str, str] | None = None) -> str:
+    """Why ``LONGJOBS_HANDLERS`` (``kind=module:function,...``) would fail its jobs, or ""."""
+    if not specs.strip():
+        return ""
+    done = subprocess.run([sys.executable, "-c", _CHECK_HANDLERS, specs], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    if done.returncode == 0:
+        return ""
+    return done.stdout.strip() or done.stderr.strip().splitlines()[-1]
+
+
+def _need_local_extra(command: str) -> None:
+    from importlib.util import find_spec
+
+    if find_spec("moto") is None or find_spec("flask") is None:  # flask: moto[server]
+        fail(f"longjobs {command} needs moto[server] (the local extra): {LOCAL_EXTRA}")
+
+
+def demo(
+    seed: Annotated[int, typer.Option(help="Makes the run repeatable: the same seed, the same "
+                                      "job sizes and kill/deploy moments.")] = 1,
+    small: Annotated[int, typer.Option(help="Number of small jobs (fewer: a shorter "
+                                       "run).")] = 500,
+) -> None:
+    """Run the whole system locally (moto + local task processes) and check its promises."""
+    _need_local_extra("demo")
+    from dispatcher.local.demo import run
+
+    typer.echo("longjobs demo: starting a local environment (moto's server, queues, table, "
+               "cluster); the batch follows in a few seconds, about 2 minutes in all", err=True)
+    ok, verdict = guarded(lambda: run(small=small, seed=seed))
+    typer.echo(verdict)
+    raise typer.Exit(0 if ok else 1)
+
+
+def local(
+    tick_seconds: Annotated[float, typer.Option(help="Dispatcher tick period.")] = 5.0,
+) -> None:
+    """Keep a local longjobs running; prints `export` lines for clients in another terminal
+    (`eval` them there). Ctrl-C, SIGINT, SIGTERM or SIGHUP stops it and its tasks."""
+    _need_local_extra("local")
+    import signal
+
+    from dispatcher import settings
+    from dispatcher.local.environment import LocalEnv
+
+    problem = check_handlers(",".join(guarded(lambda: settings.load("task")).handlers))
+    if problem:
+        fail(problem)
+    # A shell starts a background job (`longjobs local &` in a script) with SIGINT ignored;
+    # this command promises that SIGINT stops it, so it takes SIGINT back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")  # no decision record every tick
+    typer.echo("# longjobs local: starting (moto's server, queues, table, cluster)...", err=True)
+    env = guarded(lambda: LocalEnv(tick_seconds=tick_seconds).start())
+    for line in env.exports():
+        typer.echo(line)
+    typer.echo("# longjobs local is running: `eval` the lines above in another shell, then "
+               "`longjobs submit KIND`; Ctrl-C stops it and its tasks", err=True)
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM/SIGHUP clean up like Ctrl-C: no task left behind
+
+    # SIGHUP: the terminal closed. Without this the process dies and its runners (in their
+    # own sessions) run on, detached.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_term)
+    try:
+        while True:
+            signal.pause()  # until Ctrl-C, SIGTERM or SIGHUP
+    except KeyboardInterrupt:
+        pass
+    finally:
+        # A second Ctrl-C (or the terminal's SIGHUP after it) must not abort the cleanup.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        typer.echo("# longjobs local: stopping its tasks...", err=True)
+        env.stop()
+        typer.echo("# longjobs local stopped", err=True)

@@ -1,0 +1,104 @@
+"""Producer commands: ``longjobs submit`` (enqueue a job) and ``longjobs schema`` (the message
+schema for producers in other languages)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated
+
+import typer
+
+from dispatcher.cli.common import JsonOpt, print_json
+from dispatcher.cli.error_policy import guarded
+from dispatcher.domain import message
+from dispatcher.domain.errors import InvalidMessage, LongjobsError
+
+
+def submit(
+    kind: Annotated[str, typer.Argument(help="Job kind: selects the handler (LONGJOBS_HANDLERS "
+                                        "kind=module:function in the worker).")],
+    payload: Annotated[str, typer.Option(help="Payload as a JSON object.")] = "{}",
+    job_id: Annotated[str | None, typer.Option(help="Idempotency key (default: random).")] = None,
+    estimated_seconds: Annotated[float | None, typer.Option(
+        help="Expected run time: a job under LONGJOBS_SMALL_JOB_SECONDS shares a task with "
+        "other small jobs, a longer one runs alone.")] = None,
+    max_attempts: Annotated[int, typer.Option(
+        help="Runs its handler may fail (retryable errors, timeouts) before the job FAILS; "
+        "tasks lost to Spot or a crash do not count.")] = 3,
+    timeout_seconds: Annotated[float | None, typer.Option(
+        help="One attempt's time limit; past it the attempt fails (default: none).")] = None,
+    cpu: Annotated[int | None, typer.Option(
+        help="Task CPU units (1024 = 1 vCPU), with --memory: a pair Fargate runs.")] = None,
+    memory: Annotated[int | None, typer.Option(
+        help="Task memory in MiB, with --cpu.")] = None,
+    ephemeral_storage: Annotated[int | None, typer.Option(
+        help="Task ephemeral storage in GiB (21-200).")] = None,
+    priority: Annotated[str | None, typer.Option(
+        help="high, normal (default) or low.")] = None,
+    not_before: Annotated[str | None, typer.Option(
+        help="Not before this UTC time: epoch seconds or ISO-8601 with a timezone "
+        "(e.g. 2026-01-31T02:00:00Z).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Enqueue one job; prints its id (`longjobs jobs show ID` follows it)."""
+    from dispatcher.ops.client import JobClient
+
+    def run() -> str:
+        try:
+            data = json.loads(payload)
+        except ValueError as exc:
+            raise LongjobsError(f"--payload is not JSON: {exc}; quote it for the shell, e.g. "
+                                f"--payload '{{\"day\": \"2026-11-30\"}}'") from None
+        if not isinstance(data, dict):
+            raise LongjobsError("--payload must be a JSON object, e.g. --payload '{\"n\": 1}'")
+        client = JobClient()
+        try:
+            return client.submit(kind, data, job_id=job_id, estimated_seconds=estimated_seconds,
+                                 max_attempts=max_attempts, timeout_seconds=timeout_seconds,
+                                 cpu=cpu, memory=memory, ephemeral_storage=ephemeral_storage,
+                                 priority=priority, not_before=_time(not_before))
+        except InvalidMessage as exc:
+            raise InvalidMessage(as_flags(exc.reason), job_id=job_id) from None
+
+    sent = guarded(run)
+    if as_json:
+        print_json({"job_id": sent, "kind": kind})
+    else:
+        typer.echo(sent)
+
+
+# The message fields `submit` sets, by the flag that sets them.
+_FLAGS = {name: "--" + name.replace("_", "-") for name in (
+    "job_id", "estimated_seconds", "max_attempts", "timeout_seconds", "cpu", "memory",
+    "ephemeral_storage", "priority", "not_before", "payload")}
+_FIELD = re.compile(r"(^|; )(\w+): ")
+
+
+def as_flags(reason: str) -> str:
+    """A schema violation in the words of the command line: the flag, not the message field,
+    and no pydantic prefix (``kind: Value error, kind must be...`` -> ``KIND: kind must...``)."""
+    reason = reason.removeprefix("schema violation: ").replace("Value error, ", "")
+
+    def flag(match: re.Match[str]) -> str:
+        field = match.group(2)
+        name = "KIND" if field == "kind" else _FLAGS.get(field, field)
+        return f"{match.group(1)}{name}: "
+
+    return _FIELD.sub(flag, reason) + "; `longjobs submit --help` lists the flags"
+
+
+def _time(value: str | None) -> float | str | None:
+    """``--not-before`` as the schema takes it: a number is epoch seconds, anything else is
+    left to the schema as an ISO-8601 time."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+def schema() -> None:
+    """Print the JSON Schema of job messages (v1) for producers in other languages."""
+    typer.echo(json.dumps(message.json_schema(), indent=2))
