@@ -34,6 +34,6 @@ def dispatch(
             finally:
                 plan.finish()
             return {"dry_run": True, "decision": decision, "plan": plan.actions}
-        return pipeline.dispatcher(cfg).tick().as_dict()
+        return pipeline.aws_tick(cfg).tick().as_dict()
 
     typer.echo(json.dumps(guarded(run), indent=2, default=str))

@@ -51,7 +51,7 @@ PAGE_JOBS = MAX_TRANSACTION_ITEMS - 2
 
 
 class Recordings(Reads):
-    """Recording admitted bundles and rejected messages (part of :class:`DispatchStore`)."""
+    """Recording admitted bundles and rejected messages (part of :class:`StageStore`)."""
 
     def record(self, bundles: list[Bundle], jobs: list[Job]) -> set[str]:
         """Write bundles and their jobs; return the ids that already existed.
