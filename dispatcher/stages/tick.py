@@ -58,7 +58,7 @@ class TickReport:
     recovered_recordings: int = 0
     new_bundles: int = 0
     capacity_left: int = 0
-    intake: AdmissionStats = field(default_factory=AdmissionStats)
+    intake: AdmissionStats = field(default_factory=AdmissionStats)  # the admit stage (Admission)
     launch: LaunchStats = field(default_factory=LaunchStats)
     reconcile: ReconcileStats = field(default_factory=ReconcileStats)
     elapsed_ms: int = 0

@@ -1,5 +1,10 @@
-"""The dispatcher's recording: bundles and their jobs written before any message is deleted,
-large bundles in pages committed last, malformed messages kept as REJECTED records.
+"""How the record stage's writes are made: bundles and their jobs in transactions, large
+bundles in pages committed last, malformed messages kept as REJECTED records.
+
+This is table policy only (transactions, conditions, what a refused item becomes); what to
+record and when its messages may be deleted or given back is the record stage's
+(:mod:`dispatcher.stages.recorder`), which deletes nothing before :meth:`Recordings.record`
+returns.
 
 A bundle that fits one transaction is written atomically with its jobs; a larger one is written
 RECORDING in pages and committed to PENDING by its last transaction, so a recording cut short

@@ -1,4 +1,4 @@
-"""The dispatcher's role: lease, admission, launches, stopped tasks, overdue jobs.
+"""The stages' role: lease, admission, launches, stopped tasks, overdue jobs.
 
 Every state change is a conditional write: the item must still be in the state the writer read
 (plus the fence: attempt, task ARN, launch id), and :mod:`dispatcher.domain.lifecycle` must allow
