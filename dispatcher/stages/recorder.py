@@ -4,8 +4,8 @@ The admit stage (:mod:`dispatcher.stages.admit`) hands over each bundle it close
 and the messages they came in (:class:`Held`); this stage decides what becomes of them. Each
 received message ends in exactly one of: a recorded job (deleted), a duplicate of a job already
 recorded (deleted), or a REJECTED record with its reason (deleted; also for a valid message
-whose item the table refused). A valid message received after every slot was taken is
-recorded too, in a bundle that waits in the table for a later tick (see
+whose item the table refused: :func:`refused`). A valid message received after every slot was
+taken is recorded too, in a bundle that waits in the table for a later tick (see
 :meth:`dispatcher.stages.bundle.Bundler.wait`): never sent back, since every receive counts
 toward the DLQ's maxReceiveCount.
 
@@ -25,6 +25,7 @@ larger one, conditions that leave duplicates out) is the store's table policy:
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -61,6 +62,19 @@ class Recorded:
     deleted: int = 0
 
 
+def refused(job: Job) -> Rejection:
+    """The REJECTED record of a valid job whose item the table refused (the store left it out
+    of its bundle and says why in its ``reason``). Its message body is not at hand: the record
+    keeps the job's fields without the payload (whose size is given)."""
+    body = json.dumps({"job_id": job.job_id, "kind": job.kind,
+                       "estimated_seconds": job.estimated_seconds,
+                       "timeout_seconds": job.timeout_seconds, "max_attempts": job.max_attempts,
+                       "payload_bytes": job.payload_bytes}, separators=(",", ":"))
+    return Rejection(key=job.job_id, message_id=job.message_id or job.job_id,
+                     reason=job.reason or "the table refused the job's item", body=body,
+                     job_id=job.job_id, created_at=job.created_at)
+
+
 class Recorder:
     """Records bundles and rejections, deletes their messages after, gives back the rest. Its
     methods run on the drain's pool: each touches only what it is given."""
@@ -73,10 +87,12 @@ class Recorder:
         returned, not raised: its messages are kept for :meth:`give_back`."""
         try:
             duplicates = self._store.record([bundle], held.jobs)
+            refused_items = [j for j in held.jobs if j.state == JobState.REJECTED]
+            if refused_items:
+                self._store.reject([refused(j) for j in refused_items])
         except Exception as exc:
             return Recorded(bundle, failure=f"{type(exc).__name__}: {exc}"[:1000])
-        out = Recorded(bundle, len(duplicates),
-                       [j for j in held.jobs if j.state == JobState.REJECTED])
+        out = Recorded(bundle, len(duplicates), refused_items)
         # The drain thread may append a later copy of one of these jobs while this runs: delete
         # the messages held now, and say how many, so it deletes the rest.
         messages = list(held.messages)
