@@ -26,6 +26,8 @@ class Finished:
 
 
 class Finishes:
+    """The finish stage: reads a finished bundle's jobs once its task's stop arrives."""
+
     def __init__(self, store: StageStore) -> None:
         self._store = store
 

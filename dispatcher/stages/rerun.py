@@ -60,6 +60,10 @@ class StopOutcome:
 
 
 class Reruns:
+    """The observe-stop stage: a task's stop is ignored (stale, duplicate, not ours), a normal
+    finish (:class:`~dispatcher.stages.finish.Finishes`), or an early stop settled as the stop
+    policy decides and relaunched at once."""
+
     def __init__(self, store: StageStore, launcher: Launcher, finishes: Finishes,
                  launches: Launches, policy: RerunPolicy, clock: Callable[[], float]) -> None:
         self._store = store
