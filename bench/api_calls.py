@@ -63,7 +63,7 @@ def main() -> None:
 
         runner_env = {**env, "LONGJOBS_HANDLERS": DEMO_HANDLERS, "LONGJOBS_FLUSH_SECONDS": "30",
                       "LONGJOBS_ASSIGN_WAIT_SECONDS": "5"}
-        counts = api_calls_end_to_end(proxy, stages.dispatcher,
+        counts = api_calls_end_to_end(proxy, stages.tick,
                                       small_jobs(args.jobs, seconds=0), wave=args.wave,
                                       runner_env=runner_env, list_tasks=list_tasks,
                                       on_stopped=on_stopped)

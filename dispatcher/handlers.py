@@ -24,7 +24,7 @@ def dispatch(event: dict[str, Any], context: Any) -> dict[str, Any]:
         cfg = settings.load("dispatcher")
         stages = pipeline.for_aws(cfg)
         remaining = getattr(context, "get_remaining_time_in_millis", None)
-        decision = stages.dispatcher.tick(remaining)
+        decision = stages.tick.tick(remaining)
     except LongjobsError as exc:
         # One readable line first; re-raising marks the invocation failed (the Errors metric
         # and its alarm), and the next scheduled tick starts over from the table.

@@ -10,7 +10,7 @@ running and loses no finished result. The worker uses it for a bundle of one job
 records its start at once) and for every rerun of a bundle, since a rerun follows a stop (a
 crash, a kill, Spot) and the next one must be attributable: a bundled job that kills its task
 is charged from its second launch on, and fails within ``max_attempts`` + 1 launches (+ 1 when
-it ran beside other jobs: see dispatcher.domain.lifecycle).
+it ran beside other jobs: see dispatcher.domain.stop_policy).
 
 Jobs running at once in one task (LONGJOBS_TASK_CONCURRENCY) share one ``Writes``: their starts
 and results join the same groups. Two locks: recording (the pending updates) and flushing (one

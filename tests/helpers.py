@@ -57,7 +57,7 @@ def launched(aws: Any, job_id: str, **submit: Any) -> tuple[Any, str, str]:
     from dispatcher.wiring import pipeline
 
     JobClient().submit("k", {}, job_id=job_id, **submit)
-    pipeline.dispatcher(aws.config()).tick()
+    pipeline.aws_tick(aws.config()).tick()
     store = open_store(aws.env["LONGJOBS_TABLE"])
     job = store.get_job(job_id)
     assert job is not None and job.bundle_id

@@ -200,7 +200,7 @@ class FaultRules:
         def tick() -> Any:
             try:
                 with one_thread():
-                    return self.twins.stages(**self.env()).dispatcher.tick()
+                    return self.twins.stages(**self.env()).tick.tick()
             except (LambdaDied, TableUnavailable):
                 return None  # the crash, or the table failing longer than the retries
             finally:

@@ -47,7 +47,7 @@ def end_to_end(aws: Aws, tasks: int) -> CallCounts:
                   "LONGJOBS_TASK_CONCURRENCY": "20", "LONGJOBS_FLUSH_SECONDS": "30",
                   "LONGJOBS_HEARTBEAT_SECONDS": "30", "LONGJOBS_ASSIGN_WAIT_SECONDS": "5"}
     jobs = small_jobs(N, seconds=0)
-    counts = api_calls_end_to_end(aws.proxy, stages.dispatcher, jobs, wave=WAVE,
+    counts = api_calls_end_to_end(aws.proxy, stages.tick, jobs, wave=WAVE,
                                   runner_env=runner_env, list_tasks=list_tasks,
                                   on_stopped=on_stopped)
     states = job_states(open_store(cfg.table, cfg.region, aws.moto.url),

@@ -83,7 +83,7 @@ def test_a_crash_with_several_jobs_running_charges_no_attempt_and_reruns_seriall
     client = tw.client()
     for job_id in ("poison", "mate-1", "mate-2"):
         client.submit("k", {}, job_id=job_id, max_attempts=1, estimated_seconds=1)
-    stages.dispatcher.tick()
+    stages.tick.tick()
     (bundle,) = tw.bundles()
     assert bundle.task_arn is not None and sorted(bundle.job_ids) == ["mate-1", "mate-2",
                                                                      "poison"]
@@ -112,7 +112,7 @@ def test_a_crash_with_one_job_running_charges_that_job_and_leaves_the_bundle_par
     client = tw.client()
     for job_id in ("poison", "mate"):
         client.submit("k", {}, job_id=job_id, max_attempts=2, estimated_seconds=1)
-    stages.dispatcher.tick()
+    stages.tick.tick()
     (bundle,) = tw.bundles()
     assert bundle.task_arn is not None
     # The first launch buffers its writes (a job it records RUNNING may have finished): it

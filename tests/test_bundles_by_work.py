@@ -47,7 +47,7 @@ def settings(**extra: str) -> dict[str, str]:
 
 def drain(twins: Twins, ticks: int = 10, **env: str) -> None:
     """Tick, letting held messages come back between ticks, until nothing is left."""
-    d = twins.stages(**settings(**env)).dispatcher
+    d = twins.stages(**settings(**env)).tick
     for _ in range(ticks):
         d.tick()
         if twins.queue_counts() == (0, 0) and not [
@@ -81,7 +81,7 @@ def test_a_bundle_holds_its_seconds_of_work_at_the_tasks_concurrency(twins: Twin
     jobs = small_jobs(250)
     twins.client().submit_many(jobs)
     twins.stages(**settings(LONGJOBS_TASK_CONCURRENCY="20", LONGJOBS_BUNDLE_MAX_SECONDS="10",
-                            LONGJOBS_MAX_RUNNING_TASKS="1")).dispatcher.tick()
+                            LONGJOBS_MAX_RUNNING_TASKS="1")).tick.tick()
     (bundle,) = twins.bundles()
     assert len(bundle.job_ids) == 100 and bundle.estimated_seconds == 200
     assert twins.queue_counts()[0] == 150  # the rest waits in the queue for a free slot
@@ -91,7 +91,7 @@ def test_a_backlog_is_spread_evenly_over_the_free_task_slots(twins: Twins) -> No
     jobs = small_jobs(300)
     twins.client().submit_many(jobs)
     twins.stages(**settings(LONGJOBS_TASK_CONCURRENCY="5",
-                            LONGJOBS_MAX_RUNNING_TASKS="6")).dispatcher.tick()
+                            LONGJOBS_MAX_RUNNING_TASKS="6")).tick.tick()
     assert sorted(len(b.job_ids) for b in twins.bundles()) == [50] * 6
     assert twins.queue_counts() == (0, 0)
     assert len(twins.task_arns()) == 6
@@ -101,7 +101,7 @@ def test_a_large_bundle_is_recorded_in_pages_and_read_back_whole(twins: Twins) -
     jobs = small_jobs(250)
     twins.client().submit_many(jobs)
     twins.stages(**settings(LONGJOBS_TASK_CONCURRENCY="50",
-                            LONGJOBS_MAX_RUNNING_TASKS="1")).dispatcher.tick()
+                            LONGJOBS_MAX_RUNNING_TASKS="1")).tick.tick()
     (item,) = twins.items("BUNDLE#")
     assert item.job_ids is None and item.pages == 3  # 98 + 98 + 54 ids, in page items
     assert [p.pk for p in twins.items("PAGE#")] == [
@@ -123,7 +123,7 @@ def test_a_crash_after_any_recording_transaction_converges(crash_after: int) -> 
     jobs = small_jobs(250)
     twins.client().submit_many(jobs)
     env = {"LONGJOBS_TASK_CONCURRENCY": "50", "LONGJOBS_MAX_RUNNING_TASKS": "1"}
-    twins.stages(**settings(**env)).dispatcher.tick()
+    twins.stages(**settings(**env)).tick.tick()
     # The crash left the messages undeleted and, unless it hit the commit, the bundle
     # RECORDING: nothing of it was launched.
     assert twins.launcher.requests == []
@@ -136,12 +136,12 @@ def test_a_crash_after_any_recording_transaction_converges(crash_after: int) -> 
 def test_duplicates_inside_a_paged_bundle_are_left_out(twins: Twins) -> None:
     first = small_jobs(20)
     twins.client().submit_many(first)
-    twins.stages(**settings(LONGJOBS_MAX_RUNNING_TASKS="1")).dispatcher.tick()
+    twins.stages(**settings(LONGJOBS_MAX_RUNNING_TASKS="1")).tick.tick()
     # The same 20 again among 230 new ones: one paged bundle of the 230 new ones.
     everything = small_jobs(250)
     twins.client().submit_many(everything)
     d = twins.stages(**settings(LONGJOBS_TASK_CONCURRENCY="50",
-                                LONGJOBS_MAX_RUNNING_TASKS="2")).dispatcher.tick()
+                                LONGJOBS_MAX_RUNNING_TASKS="2")).tick.tick()
     assert d.intake.duplicates == 20 and d.intake.admitted == 230
     check_converged(twins, [j["job_id"] for j in everything])
 
@@ -152,7 +152,7 @@ def never_started(twins: Twins) -> tuple[Any, TaskStop]:
     twins.client().submit_many(small_jobs(250))
     stages = twins.stages(**settings(LONGJOBS_TASK_CONCURRENCY="50",
                                      LONGJOBS_MAX_RUNNING_TASKS="1"))
-    stages.dispatcher.tick()
+    stages.tick.tick()
     (arn,) = twins.task_arns()
     twins.launcher.stop_task(arn, code="TaskFailedToStart", reason="CannotPullContainerError")
     return stages, TaskStop(arn, "TaskFailedToStart", "CannotPullContainerError", None)
@@ -200,7 +200,7 @@ def test_the_runner_runs_every_job_of_a_paged_bundle(twins: Twins) -> None:
     jobs = small_jobs(250)
     twins.client().submit_many(jobs)
     twins.stages(**settings(LONGJOBS_TASK_CONCURRENCY="50",
-                            LONGJOBS_MAX_RUNNING_TASKS="1")).dispatcher.tick()
+                            LONGJOBS_MAX_RUNNING_TASKS="1")).tick.tick()
     (arn,) = twins.task_arns()
     cfg = config.load("runner", {"LONGJOBS_TABLE": "t", "LONGJOBS_TASK_CONCURRENCY": "20",
                                  "LONGJOBS_HEARTBEAT_SECONDS": "3600",
@@ -224,7 +224,7 @@ def test_a_small_capacity_never_receives_far_beyond_it(twins: Twins) -> None:
                                      LONGJOBS_BUNDLE_MAX_JOBS="8"))
     received = 0
     for _ in range(20):
-        d = stages.dispatcher.tick()
+        d = stages.tick.tick()
         assert d.intake.waiting == 0, d.intake
         received += d.intake.received
         for b in twins.bundles():  # its task ends: the slot is free for the next tick
@@ -251,7 +251,7 @@ def test_jobs_received_beyond_the_free_slots_wait_in_the_table_in_order(twins: T
     stages = twins.stages(**settings(LONGJOBS_MAX_RUNNING_TASKS="1"))
     waiting, received, launched = 0, 0, []
     for _ in range(60):
-        d = stages.dispatcher.tick()
+        d = stages.tick.tick()
         waiting += d.intake.waiting
         received += d.intake.received
         assert d.launch.bundles_launched <= 1, d
@@ -281,7 +281,7 @@ def test_a_scheduled_bundle_in_pages_waits_for_its_time(crash_after: int | None)
     stages = twins.stages(**settings())
     for _ in range(3):  # the crash, then redelivery and the recovery of the recording
         with contextlib.suppress(RuntimeError):
-            stages.dispatcher.tick()
+            stages.tick.tick()
         twins.clock.advance(HOLD + 1)
     bundles = twins.bundles()
     assert any(b.pages for b in bundles)  # a recovered recording keeps only its first page:
@@ -293,5 +293,5 @@ def test_a_scheduled_bundle_in_pages_waits_for_its_time(crash_after: int | None)
         assert bundle.next_attempt_at == pytest.approx(when)
     assert twins.task_arns() == []
     twins.clock.set(when + 1)
-    stages.dispatcher.tick()
+    stages.tick.tick()
     assert len(twins.task_arns()) == len(bundles)

@@ -65,10 +65,10 @@ def test_a_kind_with_a_little_room_does_not_hide_other_kinds() -> None:
     reports = [f"report-{i}" for i in range(1200)]
     # Bundled 4 at a time: sent in batches of 4, one tick each, so every bundle is full.
     shapes.send(shapes.queue, [small("report", j) for j in reports[:8]])
-    stages.dispatcher.tick()
+    stages.tick.tick()
     assert active_slots(shapes, "report") == 8
     shapes.send(shapes.queue, [small("report", j) for j in reports[8:]])
-    stages.dispatcher.tick()
+    stages.tick.tick()
     waiting = [b for b in shapes.bundles() if b.state == BundleState.PENDING]
     assert len(waiting) > 250
     for b in shapes.bundles():  # a bundle sized to the room left ends: room 2 < 4 is left
@@ -76,9 +76,9 @@ def test_a_kind_with_a_little_room_does_not_hide_other_kinds() -> None:
             finish(shapes, b.bundle_id)
     assert active_slots(shapes, "report") == 8
     shapes.send(shapes.queue, [long("resize", "resize", not_before=shapes.clock() + 30)])
-    stages.dispatcher.tick()  # recorded, scheduled
+    stages.tick.tick()  # recorded, scheduled
     shapes.clock.advance(60)
-    stages.dispatcher.tick()
+    stages.tick.tick()
     assert "resize" in shapes.launched_jobs()
     assert active_slots(shapes, "report") <= 10
 
@@ -90,7 +90,7 @@ def test_one_job_bundles_count_one_slot_each() -> None:
     env = {"LONGJOBS_KIND_LIMITS": "report=10", "LONGJOBS_TASK_CONCURRENCY": "20",
            "LONGJOBS_MAX_RUNNING_TASKS": "50"}
     shapes.send(shapes.queue, [long("report", f"r-{i}") for i in range(3)])
-    shapes.stages(**env).dispatcher.tick()
+    shapes.stages(**env).tick.tick()
     assert len(shapes.launched_jobs()) == 3
     assert active_slots(shapes, "report") == 3
     top = Top(shapes.store, queue=shapes.queue, clock=shapes.clock,
@@ -98,7 +98,7 @@ def test_one_job_bundles_count_one_slot_each() -> None:
     [row] = top.kinds
     assert (row.kind, row.running, row.at_limit) == ("report", 3, False)
     shapes.send(shapes.queue, [long("report", f"more-{i}") for i in range(12)])
-    shapes.stages(**env).dispatcher.tick()
+    shapes.stages(**env).tick.tick()
     assert active_slots(shapes, "report") == 10
     assert len(shapes.launched_jobs()) == 10
 
@@ -111,10 +111,10 @@ def test_a_lowered_kind_limit_applies_to_bundles_recorded_before() -> None:
     env = {"LONGJOBS_TASK_CONCURRENCY": "10", "LONGJOBS_BUNDLE_MAX_JOBS": "10",
            "LONGJOBS_MAX_RUNNING_TASKS": "20"}
     shapes.send(shapes.queue, [small("report", f"r-{i}") for i in range(30)])
-    shapes.stages(LONGJOBS_KIND_LIMITS="report=10", **env).dispatcher.tick()
+    shapes.stages(LONGJOBS_KIND_LIMITS="report=10", **env).tick.tick()
     assert active_slots(shapes, "report") == 10
     assert len([b for b in shapes.bundles() if b.state == BundleState.PENDING]) == 2
-    lowered = shapes.stages(LONGJOBS_KIND_LIMITS="report=5", **env).dispatcher
+    lowered = shapes.stages(LONGJOBS_KIND_LIMITS="report=5", **env).tick
     launched = 0
     for _ in range(3):
         shapes.finish_active()
@@ -135,7 +135,7 @@ def test_a_rerun_of_one_job_at_a_time_keeps_running_one_at_a_time() -> None:
     env = {"LONGJOBS_KIND_LIMITS": "report=10", "LONGJOBS_TASK_CONCURRENCY": "4",
            "LONGJOBS_BUNDLE_MAX_JOBS": "4"}
     shapes.send(shapes.queue, [small("report", f"r-{i}") for i in range(4)])
-    d = shapes.stages(**env).dispatcher
+    d = shapes.stages(**env).tick
     d.tick()
     [bundle] = shapes.bundles()
     assert bundle.slots == 4
@@ -151,7 +151,7 @@ def test_low_priority_gets_a_slot_when_one_frees_per_tick() -> None:
     shapes = Shapes()
     shapes.send(shapes.high, [long("k", f"high-{i}", priority="high") for i in range(40)])
     shapes.send(shapes.low, [long("k", f"low-{i}", priority="low") for i in range(5)])
-    d = shapes.stages(LONGJOBS_MAX_RUNNING_TASKS="1").dispatcher
+    d = shapes.stages(LONGJOBS_MAX_RUNNING_TASKS="1").tick
     bound = patience(Priority.LOW, DEFAULT_WEIGHTS) + 1  # ticks until its first launch
     assert bound == 12
     lows: list[int] = []
@@ -174,7 +174,7 @@ def test_due_bundles_of_low_priority_are_not_starved_by_high_ones() -> None:
                               for i in range(30)])
     shapes.send(shapes.low, [long("k", f"low-{i}", priority="low", not_before=due)
                              for i in range(30)])
-    d = shapes.stages(LONGJOBS_MAX_RUNNING_TASKS="2").dispatcher
+    d = shapes.stages(LONGJOBS_MAX_RUNNING_TASKS="2").tick
     d.tick()  # every job recorded, scheduled: each waits in the table
     assert shapes.launched_jobs() == set()
     shapes.clock.advance(60)
@@ -201,7 +201,7 @@ def test_a_deep_backlog_of_one_priority_in_the_table_does_not_hide_another() -> 
     shapes.send(shapes.high, [long("k", f"high-{i}", priority="high", not_before=due)
                               for i in range(260)])
     shapes.send(shapes.low, [long("k", "low", priority="low", not_before=due + 10)])
-    d = shapes.stages(LONGJOBS_MAX_RUNNING_TASKS="1").dispatcher
+    d = shapes.stages(LONGJOBS_MAX_RUNNING_TASKS="1").tick
     for _ in range(3):
         d.tick()
     assert shapes.launched_jobs() == set()

@@ -52,7 +52,7 @@ HOLD = {"LONGJOBS_HOLD_SECONDS": "2"}
 
 
 def _tick_and_check(aws: Aws) -> None:
-    run_until_drained(pipeline.dispatcher(aws.config(**HOLD)))
+    run_until_drained(pipeline.aws_tick(aws.config(**HOLD)))
     check_converged(aws, JOBS)
 
 
@@ -62,7 +62,7 @@ def test_crash_after_each_step_converges(aws: Aws, point: str) -> None:
     operation, skip = CRASH_POINTS[point]
     aws.proxy.inject_error(operation, after_forward=True, skip=skip)
     try:
-        pipeline.dispatcher(aws.config(**HOLD)).tick()
+        pipeline.aws_tick(aws.config(**HOLD)).tick()
     except Exception as exc:  # the crash: whatever the step raised ends this tick
         code = getattr(exc, "cause_response_code", None) or repr(exc)
         assert "InjectedCrash" in code
@@ -74,12 +74,12 @@ def test_crash_after_each_step_converges(aws: Aws, point: str) -> None:
 def test_expired_lease_of_a_dead_tick_is_taken_over(aws: Aws) -> None:
     store = open_store(aws.env["LONGJOBS_TABLE"])
     JobClient().submit("k", {}, job_id="after-lease")
-    blocked = pipeline.dispatcher(aws.config())
+    blocked = pipeline.aws_tick(aws.config())
     # A tick that died without releasing its lease. Its expiry is set by hand below, not waited
     # for: a short lease could run out before the blocked tick looks on a loaded machine.
     assert store.acquire_lease("crashed-tick", 3600)
     assert blocked.tick().skipped
     store.table.write(Update(r.LEASE_KEY, [Set("lease_until", time.time() - 1)]))
-    decision = pipeline.dispatcher(aws.config()).tick()
+    decision = pipeline.aws_tick(aws.config()).tick()
     assert not decision.skipped  # the dead tick's lease has expired: taken over
     assert decision.launch.bundles_launched == 1

@@ -23,10 +23,10 @@ from samtranslator.yaml_helper import yaml_parse
 from dispatcher.domain.stops import StopClass
 from dispatcher.ops import metrics
 from dispatcher.ports.queue import Backlog
-from dispatcher.stages.admit import IntakeStats
+from dispatcher.stages.admit import AdmissionStats
 from dispatcher.stages.launch import LaunchStats
 from dispatcher.stages.rerun import StopOutcome, StopResult
-from dispatcher.stages.tick import Decision
+from dispatcher.stages.tick import TickReport
 from tests.conftest import Aws
 from tests.test_infra import TEMPLATE, function_env, resolve, resources
 
@@ -174,9 +174,9 @@ def sample_blobs(namespace: str, queue_url: str) -> list[dict[str, Any]]:
     """The EMF objects of a tick that did everything once (admitted, rejected, launched, failed
     a launch, saw every priority's backlog and two revisions) and of every kind of task stop,
     published for ``queue_url`` as the handlers publish them."""
-    decision = Decision(
+    decision = TickReport(
         tick_id="t", active_bundles=2, elapsed_ms=1234,
-        intake=IntakeStats(received=4, admitted=3, rejected=1, duplicates=1,
+        intake=AdmissionStats(received=4, admitted=3, rejected=1, duplicates=1,
                            oldest_sent_at=NOW - 30),
         launch=LaunchStats(bundles_launched=2, spot_fallbacks=1,
                            failures=Counter({"RESOURCE:MEMORY": 1, "Capacity": 2})))

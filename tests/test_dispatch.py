@@ -35,7 +35,7 @@ def _check_converged(twins: Twins, job_ids: list[str], *, max_jobs: int = 50) ->
 
 def test_mixed_jobs_recorded_once_bundled_and_launched(twins: Twins) -> None:
     d = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="500", LONGJOBS_BUNDLE_MAX_JOBS="20",
-                     LONGJOBS_BUNDLE_MAX_SECONDS="120").dispatcher
+                     LONGJOBS_BUNDLE_MAX_SECONDS="120").tick
     jobs = mixed_jobs(240)
     submit_in_waves(twins.client(), d, jobs, wave=80)
     _check_converged(twins, [j["job_id"] for j in jobs], max_jobs=20)
@@ -61,7 +61,7 @@ def test_mixed_jobs_recorded_once_bundled_and_launched(twins: Twins) -> None:
 
 
 def test_admission_keeps_backlog_in_sqs(twins: Twins) -> None:
-    d = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="3").dispatcher
+    d = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="3").tick
     twins.client().submit_many([{"kind": "k", "payload": {}, "job_id": f"long-{i}",
                                  "estimated_seconds": 3600} for i in range(8)])
     decision = d.tick()
@@ -76,7 +76,7 @@ def test_admission_keeps_backlog_in_sqs(twins: Twins) -> None:
 
 
 def test_new_revision_is_pinned_on_later_launches(twins: Twins) -> None:
-    d = twins.stages().dispatcher
+    d = twins.stages().tick
     c = twins.client()
     c.submit("k", {}, job_id="before-deploy")
     d.tick()
@@ -96,7 +96,7 @@ def test_new_revision_is_pinned_on_later_launches(twins: Twins) -> None:
 
 
 def test_duplicate_deliveries_and_producer_retries_make_one_job(twins: Twins) -> None:
-    d = twins.stages().dispatcher
+    d = twins.stages().tick
     c = twins.client()
     for _ in range(3):  # a producer retrying
         c.submit("k", {"n": 1}, job_id="same-job", estimated_seconds=5)
@@ -124,7 +124,7 @@ MALFORMED = {
 
 
 def test_malformed_messages_are_rejected_with_reasons(twins: Twins) -> None:
-    d = twins.stages(LONGJOBS_ALLOWED_KINDS="k").dispatcher
+    d = twins.stages(LONGJOBS_ALLOWED_KINDS="k").tick
     c = twins.client()
     c.submit("k", {}, job_id="good-before")
     # Straight onto the queue, as a producer not using JobClient would.
@@ -145,7 +145,7 @@ def test_malformed_messages_are_rejected_with_reasons(twins: Twins) -> None:
 
 
 def test_runtask_failures_go_back_to_pending_and_launch_later(twins: Twins) -> None:
-    d = twins.stages().dispatcher
+    d = twins.stages().tick
     twins.launcher.inject_failures(["RESOURCE:MEMORY", "Capacity is unavailable"])
     twins.client().submit_many([{"kind": "k", "payload": {}, "job_id": f"j{i}"}
                                 for i in range(5)])
@@ -163,7 +163,7 @@ def test_runtask_failures_go_back_to_pending_and_launch_later(twins: Twins) -> N
 
 
 def test_backoff_holds_failed_bundles_until_due(twins: Twins) -> None:
-    d = twins.stages(LONGJOBS_LAUNCH_BACKOFF_SECONDS="3600").dispatcher
+    d = twins.stages(LONGJOBS_LAUNCH_BACKOFF_SECONDS="3600").tick
     twins.launcher.inject_failures(["RESOURCE:CPU"])
     twins.client().submit("k", {}, job_id="held")
     d.tick()
@@ -179,18 +179,18 @@ def test_backoff_holds_failed_bundles_until_due(twins: Twins) -> None:
 def test_a_held_lease_skips_the_tick(twins: Twins, lease_holder_seconds: int) -> None:
     assert twins.store.acquire_lease("someone-else", lease_holder_seconds)
     twins.client().submit("k", {}, job_id="waits")
-    decision = twins.stages().dispatcher.tick()
+    decision = twins.stages().tick.tick()
     assert decision.skipped and decision.intake.received == 0
     assert twins.jobs() == [] and twins.queue_counts() == (1, 0)
     twins.store.release_lease("someone-else")
-    assert twins.stages().dispatcher.tick().launch.bundles_launched == 1
+    assert twins.stages().tick.tick().launch.bundles_launched == 1
 
 
 def test_an_expired_lease_does_not_block_the_tick(twins: Twins) -> None:
     assert twins.store.acquire_lease("crashed-tick", 600)
     twins.client().submit("k", {}, job_id="after-crash")
     twins.clock.advance(601)  # its holder crashed and never released it
-    assert twins.stages().dispatcher.tick().launch.bundles_launched == 1
+    assert twins.stages().tick.tick().launch.bundles_launched == 1
 
 
 class _RedeliveringQueue(MemoryQueue):
@@ -228,9 +228,9 @@ def test_a_redelivery_in_the_same_drain_is_not_deleted_before_its_first_copy_is_
 
     twins.store.record = failing_record  # type: ignore[method-assign]
     stages = twins.stages()
-    decision = stages.dispatcher.tick()
+    decision = stages.tick.tick()
     assert decision.intake.record_failures == 1 and decision.intake.duplicates == 1
     assert twins.queue_counts() == (1, 0)  # still there, and given back at once
     twins.store.record = record  # type: ignore[method-assign]
-    stages.dispatcher.tick()
+    stages.tick.tick()
     assert twins.job("j1") is not None and twins.queue_counts() == (0, 0)

@@ -62,7 +62,7 @@ def test_deploy_registers_a_revision_and_running_tasks_keep_theirs(aws: Aws) -> 
     from dispatcher.wiring import pipeline
 
     JobClient().submit("k", {}, job_id="on-old")
-    pipeline.dispatcher(aws.config()).tick()
+    pipeline.aws_tick(aws.config()).tick()
     result = CliRunner().invoke(app, ["deploy", "--image", "worker:v2", "--env", "MODE=fast"])
     assert result.exit_code == 0, result.output
     assert result.output.strip() == "longjobs-worker:2"

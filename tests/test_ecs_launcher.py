@@ -38,7 +38,7 @@ def _check_launched(aws: Aws, job_ids: list[str]) -> None:
 
 
 def test_runtask_request_shape(aws: Aws) -> None:
-    d = pipeline.dispatcher(aws.config(LONGJOBS_MAX_RUNNING_TASKS="50"))
+    d = pipeline.aws_tick(aws.config(LONGJOBS_MAX_RUNNING_TASKS="50"))
     job_ids = [f"shape-{i}" for i in range(12)]  # alone each: 12 tasks, <= 10 per RunTask
     JobClient().submit_many([{"kind": "k", "payload": {}, "job_id": j,
                               "estimated_seconds": 3600} for j in job_ids])
@@ -65,7 +65,7 @@ def test_runtask_request_shape(aws: Aws) -> None:
 def test_new_revision_is_resolved_and_pinned_on_later_launches(aws: Aws) -> None:
     from dispatcher.local.provision import Names, register_task_definition
 
-    d = pipeline.dispatcher(aws.config())
+    d = pipeline.aws_tick(aws.config())
     JobClient().submit("k", {}, job_id="before-deploy")
     d.tick()
     register_task_definition(client("ecs", aws.proxy.url), Names(), image="worker:v2")
@@ -85,7 +85,7 @@ def test_new_revision_is_resolved_and_pinned_on_later_launches(aws: Aws) -> None
 
 
 def test_throttled_runtask_is_retried_with_the_same_token(aws: Aws) -> None:
-    d = pipeline.dispatcher(aws.config())
+    d = pipeline.aws_tick(aws.config())
     aws.proxy.inject_throttle(2)
     JobClient().submit_many([{"kind": "k", "payload": {}, "job_id": f"t{i}"} for i in range(3)])
     decision = d.tick()

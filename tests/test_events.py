@@ -101,7 +101,7 @@ def test_cancel_of_an_unlaunched_job_is_immediate_and_closes_its_bundle(twins: T
     twins.launcher.inject_failures(["RESOURCE:MEMORY"])
     client = twins.client()
     client.submit("k", {}, job_id="unlaunched")
-    twins.stages(LONGJOBS_LAUNCH_BACKOFF_SECONDS="3600").dispatcher.tick()
+    twins.stages(LONGJOBS_LAUNCH_BACKOFF_SECONDS="3600").tick.tick()
     job = client.cancel("unlaunched")
     assert job.state == JobState.CANCELLED
     assert job.bundle_id
@@ -113,7 +113,7 @@ def test_cancel_of_an_unlaunched_job_is_immediate_and_closes_its_bundle(twins: T
         client.cancel("unlaunched")
     again = client.retry("unlaunched")
     assert again.state == JobState.PENDING and again.bundle_id != job.bundle_id
-    assert twins.stages().dispatcher.tick().due_bundles == 1
+    assert twins.stages().tick.tick().due_bundles == 1
     assert len(twins.launcher.tasks) == 1
 
 
@@ -123,7 +123,7 @@ def _second_launch_with(twins: Twins, finished_first: bool) -> tuple[str, str]:
     twins.client().submit_many([{"kind": "k", "payload": {}, "job_id": j,
                                  "estimated_seconds": 1} for j in ("first", "second")])
     stages = twins.stages()
-    stages.dispatcher.tick()
+    stages.tick.tick()
     job = twins.job("first")
     assert job is not None and job.bundle_id
     bundle = twins.bundle(job.bundle_id)

@@ -52,6 +52,12 @@ BAD_IMPORTS = {
     "a-stage-imports-an-adapter": (
         "dispatcher/stages/admit.py", "from dispatcher.aws import sqs",
         "dispatcher.stages.admit -> dispatcher.aws.sqs"),
+    "a-stage-imports-the-tick": (
+        "dispatcher/stages/admit.py", "from dispatcher.stages import tick",
+        "dispatcher.stages.admit -> dispatcher.stages.tick"),
+    "the-launch-stage-imports-a-stage-above-it": (
+        "dispatcher/stages/launch.py", "from dispatcher.stages import recorder",
+        "dispatcher.stages.launch -> dispatcher.stages.recorder"),
     "a-port-imports-another": (
         "dispatcher/ports/queue.py", "from dispatcher.ports import launcher",
         "dispatcher.ports.queue -> dispatcher.ports.launcher"),

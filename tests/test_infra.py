@@ -721,10 +721,10 @@ def test_heartbeat_alarm_watches_the_metric_the_dispatcher_emits(
         template: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """A renamed metric or dimension would leave the 'dispatcher stopped' alarm blind."""
     from dispatcher.ops.metrics import tick_blobs
-    from dispatcher.stages.tick import Decision
+    from dispatcher.stages.tick import TickReport
 
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "longjobs")
-    blobs = tick_blobs(Decision(tick_id="t"), backlog=None, running_tasks=0, queue="q",
+    blobs = tick_blobs(TickReport(tick_id="t"), backlog=None, running_tasks=0, queue="q",
                        namespace="ns")
     beat = next(b for b in blobs if "TickCompleted" in b)
     emitted_dims = beat["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]

@@ -200,7 +200,7 @@ class _World:
         self.client = JobClient(queue_url="memory://jobs", table_name="jobs", queue=self.queue)
 
     def tick(self) -> Any:
-        return self.stages.dispatcher.tick()
+        return self.stages.tick.tick()
 
 
 def test_an_out_of_range_message_is_rejected_alone_and_its_tick_mates_are_recorded() -> None:

@@ -42,7 +42,7 @@ def test_an_immediate_relaunch_decides_its_slots_with_the_limits_of_now() -> Non
     client = tw.client()
     for n in range(10):
         client.submit("report", {}, job_id=f"r{n}", estimated_seconds=1)
-    tw.stages(LONGJOBS_KIND_LIMITS="report=10", **env).dispatcher.tick()
+    tw.stages(LONGJOBS_KIND_LIMITS="report=10", **env).tick.tick()
     (bundle,) = tw.bundles()
     assert bundle.slots == 10 and bundle.task_arn is not None
     lowered = tw.stages(LONGJOBS_KIND_LIMITS="report=5", **env)

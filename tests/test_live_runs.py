@@ -65,7 +65,7 @@ def test_a_retry_waits_for_the_task_that_still_runs_its_abandoned_handler(
     client = tw.client()
     client.submit("stubborn", {}, job_id="stubborn", timeout_seconds=0.5, estimated_seconds=1)
     client.submit("mate", {}, job_id="mate", estimated_seconds=1)
-    stages.dispatcher.tick()
+    stages.tick.tick()
     (bundle,) = tw.bundles()
     arn = bundle.task_arn
     assert arn is not None and sorted(bundle.job_ids) == ["mate", "stubborn"]
@@ -85,7 +85,7 @@ def test_a_retry_waits_for_the_task_that_still_runs_its_abandoned_handler(
     try:
         until(lambda: state_of(tw, "stubborn") == JobState.FAILED, "stubborn recorded FAILED")
         retried = client.retry("stubborn")
-        stages.dispatcher.tick()
+        stages.tick.tick()
         retry_bundle = tw.bundle(retried.bundle_id or "")
         assert retry_bundle is not None and retry_bundle.state == BundleState.PENDING, \
             "the retry was launched while its abandoned run is still alive"
@@ -97,7 +97,7 @@ def test_a_retry_waits_for_the_task_that_still_runs_its_abandoned_handler(
         run.join(WAIT)
         assert not run.is_alive()
         tw.launcher.stop_task(arn, *EXITED)
-        stages.dispatcher.tick()  # its reconciliation sees the task stopped: launched
+        stages.tick.tick()  # its reconciliation sees the task stopped: launched
         retry_bundle = tw.bundle(retried.bundle_id or "")
         assert retry_bundle is not None and retry_bundle.state == BundleState.LAUNCHED
         assert retry_bundle.task_arn not in (None, arn)
@@ -130,14 +130,14 @@ def _overdue_beside_a_mate(**env: str) -> tuple[Twins, Any, str, Fence]:
     client = tw.client()
     client.submit("k", {}, job_id="slow", timeout_seconds=60, estimated_seconds=1)
     client.submit("k", {}, job_id="mate", estimated_seconds=1)
-    stages.dispatcher.tick()
+    stages.tick.tick()
     (bundle,) = tw.bundles()
     arn = bundle.task_arn
     assert arn is not None
     fence = _claim_running(tw, bundle, ["slow", "mate"])
     tw.clock.advance(600)  # past slow's timeout and reconciliation's margin
     tw.store.heartbeat(fence, ["slow", "mate"])  # the runner lives on for its mate
-    assert stages.dispatcher.tick().reconcile.timed_out == ["slow"]
+    assert stages.tick.tick().reconcile.timed_out == ["slow"]
     assert tw.launcher.stops == []  # its mate still runs there: the task is not stopped
     return tw, stages, arn, fence
 
@@ -146,13 +146,13 @@ def test_a_retry_of_a_job_failed_as_overdue_waits_for_its_task_still_running_mat
     tw, stages, arn, _ = _overdue_beside_a_mate()
     client = tw.client()
     retried = client.retry("slow")
-    stages.dispatcher.tick()
+    stages.tick.tick()
     held = tw.bundle(retried.bundle_id or "")
     assert held is not None and held.state == BundleState.PENDING, \
         "the retry was launched while the overdue run may still be alive in its task"
     assert tw.launcher.running() == [arn] and retried.live_task == arn
     tw.launcher.stop_task(arn, *EXITED)
-    decision = stages.dispatcher.tick()
+    decision = stages.tick.tick()
     assert decision.reconcile.released == ["slow"]
     launched = tw.bundle(retried.bundle_id or "")
     assert launched is not None and launched.state == BundleState.LAUNCHED
@@ -190,7 +190,7 @@ def test_the_stop_of_the_task_that_held_an_abandoned_run_ends_its_live_task() ->
     tw = Twins()
     stages = tw.stages()
     tw.client().submit("k", {}, job_id="j", estimated_seconds=1)
-    stages.dispatcher.tick()
+    stages.tick.tick()
     (bundle,) = tw.bundles()
     arn = bundle.task_arn
     assert arn is not None
@@ -212,7 +212,7 @@ def test_jobs_retry_says_when_the_retry_waits(monkeypatch: pytest.MonkeyPatch) -
     tw = Twins()
     tw.client().submit("k", {}, job_id="j", estimated_seconds=1)
     tw.client().submit("k", {}, job_id="other", estimated_seconds=1)
-    tw.stages().dispatcher.tick()
+    tw.stages().tick.tick()
     for rec in tw.items("JOB#"):  # one failed and left a run behind, one failed cleanly
         rec.state, rec.status_key = "FAILED", "JOB#FAILED"
         rec.live_task = "arn:aws:ecs:us-east-1:000000000000:task/longjobs/old" \
@@ -342,7 +342,7 @@ def test_a_handler_that_raises_interrupted_by_itself_fails_when_its_budget_is_sp
         Worker(runner(), tw.store, HandlerRegistry({"k": handler}), arn).run()
         tw.launcher.stop_task(arn, *EXITED)
         stages.reruns.on_stop(TaskStop(arn, *EXITED))  # the task's stop event
-        stages.dispatcher.tick()
+        stages.tick.tick()
         job = tw.job("j1")
         assert job is not None
         if job.state != JobState.PENDING:

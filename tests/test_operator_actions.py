@@ -96,7 +96,7 @@ def test_a_retry_keeps_the_jobs_size_priority_kind_limit_and_schedule() -> None:
     client = tw.client()
     client.submit("report", {}, job_id="big", cpu=4096, memory=8192, priority="high")
     client.submit("report", {}, job_id="later", not_before=later)
-    stages.dispatcher.tick()
+    stages.tick.tick()
     for job_id in ("big", "later"):
         tw.table.write(Update(r.job_key(job_id), [Set("state", "FAILED"),
                                                   Set("status_key", r.job_status("FAILED"))]))
@@ -111,6 +111,6 @@ def test_a_retry_keeps_the_jobs_size_priority_kind_limit_and_schedule() -> None:
     waiting = tw.bundle(scheduled.bundle_id or "")
     assert waiting is not None and waiting.next_attempt_at == later
     requests = len(tw.launcher.requests)
-    stages.dispatcher.tick()
+    stages.tick.tick()
     (request,) = tw.launcher.requests[requests:]  # the big one only: "later" is not due
     assert (request.resources.cpu, request.resources.memory) == (4096, 8192)

@@ -10,7 +10,7 @@ from tests.twins import Twins
 def test_show_says_scheduled_where_list_does_and_pending_once_due(twins: Twins) -> None:
     due = twins.clock() + 3600
     twins.client().submit("k", {}, job_id="later", not_before=due)
-    twins.stages().dispatcher.tick()
+    twins.stages().tick.tick()
     operators = Queries(twins.store, clock=twins.clock)
     (listed,) = operators.list_jobs()
     shown = operators.show("later")

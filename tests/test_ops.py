@@ -77,7 +77,7 @@ def _finish(store: Store, job_id: str, target: JobState, **extra: Any) -> None:
 def populated(aws: Aws) -> Store:
     """Jobs in every state, created in three ticks so creation order is known."""
     cfg = aws.config()
-    d = pipeline.dispatcher(cfg)
+    d = pipeline.aws_tick(cfg)
     c = JobClient()
     sqs = client("sqs", aws.proxy.url)
     c.submit_many([{"kind": "resize", "payload": {"n": i, "blob": "x" * 3000 if i == 0 else ""},
@@ -204,7 +204,7 @@ def test_dlq_list_and_redrive(aws: Aws) -> None:
     assert cli_json("dlq", "redrive") == {"moved": 1, "failed": {}}
     got = sqs.receive_message(QueueUrl=high, VisibilityTimeout=0).get("Messages", [])
     assert [json.loads(m["Body"])["job_id"] for m in got] == ["dead-urgent"]
-    decision = pipeline.dispatcher(aws.config()).tick()
+    decision = pipeline.aws_tick(aws.config()).tick()
     assert decision.intake.admitted == 10  # capacity 10; the rest waits in SQS
     assert decision.intake.admitted_by_priority.get("high") == 1  # the urgent one first
     attrs = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["All"])["Attributes"]
@@ -250,7 +250,7 @@ def test_tick_emf_carries_the_decision(aws: Aws, capsys: pytest.CaptureFixture[s
     sqs.send_message(QueueUrl=aws.env["LONGJOBS_QUEUE_URL"], MessageBody="[1]")
     aws.proxy.inject_runtask_failures(["RESOURCE:MEMORY because"])
     stages = pipeline.for_aws(aws.config())
-    decision = stages.dispatcher.tick()
+    decision = stages.tick.tick()
     capsys.readouterr()
     main = publish_tick(decision, backlog=stages.queue.backlog(), running_tasks=1,
                         namespace="ops-test")

@@ -23,7 +23,7 @@ def _task_status(twins: Twins, arn: str) -> LastStatus:
 def test_lost_stop_event_is_found_and_the_bundle_rerun(twins: Twins) -> None:
     bundle_id, arn = twins.launched("rc-job")
     twins.launcher.stop(arn, "host failure")  # StopTask; its event never arrives
-    decision = twins.stages(LONGJOBS_START_TIMEOUT_SECONDS="0").dispatcher.tick()
+    decision = twins.stages(LONGJOBS_START_TIMEOUT_SECONDS="0").tick.tick()
     assert decision.reconcile.stopped_found == 1
     bundle = twins.bundle(bundle_id)
     assert bundle is not None and bundle.state == BundleState.LAUNCHED
@@ -41,14 +41,14 @@ def test_a_task_that_stopped_heartbeating_is_stopped_and_rerun(twins: Twins) -> 
                                         attempts_delta=1, history=[{"task_arn": arn}])])
     twins.clock.advance(1)  # many heartbeat periods of 1 ms
     stages = twins.stages(LONGJOBS_HEARTBEAT_SECONDS="0.001")
-    decision = stages.dispatcher.tick()
+    decision = stages.tick.tick()
     assert decision.reconcile.stuck_stopped == 1
     assert _task_status(twins, arn) == LastStatus.STOPPED
     assert [a for a, _ in twins.launcher.stops] == [arn]
     held = twins.bundle(bundle_id)  # not rerun while the old task might still run
     assert held is not None and held.attempt == 1 and held.state == BundleState.RUNNING
     # Its STOPPED event is lost too: the next tick sees the task stopped and reruns.
-    assert stages.dispatcher.tick().reconcile.stopped_found == 1
+    assert stages.tick.tick().reconcile.stopped_found == 1
     bundle = twins.bundle(bundle_id)
     assert bundle is not None and bundle.attempt == 2 and bundle.task_arn != arn
     job = twins.job("rc-job")
@@ -68,11 +68,11 @@ def test_healthy_tasks_are_left_alone(twins: Twins, monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(twins.launcher, "describe", counting)
     twins.clock.advance(59)
-    decision = twins.stages().dispatcher.tick()  # not yet looked at
+    decision = twins.stages().tick.tick()  # not yet looked at
     assert decision.reconcile.checked == 0
     assert calls == []  # no DescribeTasks
     twins.clock.advance(540)  # 599 s: looked at, alive, within its start timeout of 600 s
-    decision = twins.stages().dispatcher.tick()
+    decision = twins.stages().tick.tick()
     assert decision.reconcile.checked == 1 and len(calls) == 1
     assert decision.reconcile.stopped_found == decision.reconcile.stuck_stopped == 0
     assert twins.launcher.stops == []
@@ -84,7 +84,7 @@ def test_a_task_gone_before_its_claim_is_found_a_minute_after_launch(twins: Twin
     bundle_id, arn = twins.launched("rc-job")
     twins.launcher.stop(arn, "gave up waiting for its assignment")  # its event is lost
     twins.clock.advance(61)
-    decision = twins.stages().dispatcher.tick()
+    decision = twins.stages().tick.tick()
     assert decision.reconcile.stopped_found == 1
     bundle = twins.bundle(bundle_id)
     assert bundle is not None and bundle.attempt == 2 and bundle.task_arn != arn
@@ -98,7 +98,7 @@ def test_a_job_past_its_timeout_is_failed_and_its_lone_task_stopped(twins: Twins
                                         attempts_delta=1, history=[{"task_arn": arn,
                                                                     "started_at": 0.0}])])
     twins.store.heartbeat(fence)
-    decision = twins.stages(LONGJOBS_HEARTBEAT_SECONDS="30").dispatcher.tick()
+    decision = twins.stages(LONGJOBS_HEARTBEAT_SECONDS="30").tick.tick()
     assert decision.reconcile.timed_out == ["overdue"]
     failed = twins.job("overdue")
     assert failed is not None and failed.state == JobState.FAILED and failed.reason == "timeout"
@@ -115,7 +115,7 @@ def test_an_ignored_reconciled_stop_frees_no_capacity(twins: Twins,
     stages = twins.stages(LONGJOBS_START_TIMEOUT_SECONDS="0", LONGJOBS_MAX_RUNNING_TASKS="1")
     monkeypatch.setattr(stages.reruns, "on_stop", lambda stop: StopOutcome(
         StopResult.IGNORED, stop.task_arn, reason="stale event: bundle moved on"))
-    decision = stages.dispatcher.tick()
+    decision = stages.tick.tick()
     assert decision.reconcile.stopped_found == 1
     assert decision.active_bundles == 1 and decision.capacity == 0
     assert decision.intake.admitted == 0 and twins.job("waiting") is None

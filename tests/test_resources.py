@@ -139,7 +139,7 @@ def test_a_spot_fallback_keeps_each_bundles_size(twins: Twins) -> None:
 # -- the whole path on the twins ----------------------------------------------------------------
 def test_a_big_job_launches_with_its_size_and_never_shares_a_task_with_a_small_one(
         twins: Twins) -> None:
-    d = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="50").dispatcher
+    d = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="50").tick
     c = twins.client()
     # All of them small by their estimate: only their sizes keep them apart.
     c.submit("k", {}, job_id="big", cpu=4096, memory=8192, estimated_seconds=1)

@@ -70,7 +70,7 @@ ENV = {"LONGJOBS_MAX_RUNNING_TASKS": "4", "LONGJOBS_BUNDLE_MAX_JOBS": "10"}
 def test_a_high_priority_job_submitted_later_is_launched_in_the_next_tick(
         shapes: Shapes) -> None:
     shapes.send(shapes.low, jobs("low", 100, priority="low"))
-    d = shapes.stages(**ENV).dispatcher
+    d = shapes.stages(**ENV).tick
     d.tick()
     assert len(shapes.launched_jobs()) == 40  # every slot taken by the low backlog
     shapes.send(shapes.high, jobs("urgent", 1, priority="high"))
@@ -90,7 +90,7 @@ def test_a_high_priority_job_submitted_later_is_launched_in_the_next_tick(
 def test_a_backlog_of_urgent_work_does_not_starve_the_rest(shapes: Shapes) -> None:
     shapes.send(shapes.high, jobs("urgent", 100, priority="high"))
     shapes.send(shapes.low, jobs("low", 5, priority="low"))
-    shapes.stages(**ENV).dispatcher.tick()
+    shapes.stages(**ENV).tick.tick()
     launched = shapes.launched_jobs()
     assert sum(1 for j in launched if j.startswith("urgent")) == 30  # 3 of the 4 slots
     assert sum(1 for j in launched if j.startswith("low")) == 5  # its guaranteed slot
@@ -99,7 +99,7 @@ def test_a_backlog_of_urgent_work_does_not_starve_the_rest(shapes: Shapes) -> No
 def test_no_kind_exceeds_its_limit_while_another_kind_keeps_launching(shapes: Shapes) -> None:
     shapes.send(shapes.queue, [{"kind": "report", "job_id": f"report-{i}"} for i in range(6)]
                 + [{"kind": "resize", "job_id": f"resize-{i}"} for i in range(6)])
-    d = shapes.stages(LONGJOBS_MAX_RUNNING_TASKS="20", LONGJOBS_KIND_LIMITS="report=2").dispatcher
+    d = shapes.stages(LONGJOBS_MAX_RUNNING_TASKS="20", LONGJOBS_KIND_LIMITS="report=2").tick
     seen_reports = []
     for _ in range(4):
         d.tick()
@@ -122,7 +122,7 @@ def test_a_deep_backlog_of_a_kind_at_its_limit_does_not_hide_other_due_bundles(
     must still be found and launched, not left behind them."""
     shapes.send(shapes.queue, [{"kind": "report", "job_id": f"report-{i}",
                                 "estimated_seconds": 100} for i in range(300)])
-    d = shapes.stages(LONGJOBS_KIND_LIMITS="report=1", LONGJOBS_MAX_RUNNING_TASKS="5").dispatcher
+    d = shapes.stages(LONGJOBS_KIND_LIMITS="report=1", LONGJOBS_MAX_RUNNING_TASKS="5").tick
     for _ in range(3):
         d.tick()
         shapes.clock.advance(60)
@@ -142,7 +142,7 @@ def test_a_job_scheduled_an_hour_ahead_waits_then_launches_when_due(shapes: Shap
     shapes.send(shapes.queue, [{"kind": "k", "job_id": "later", "not_before": due},
                                {"kind": "k", "job_id": "later-cancelled", "not_before": due},
                                {"kind": "k", "job_id": "now"}])
-    d = shapes.stages().dispatcher
+    d = shapes.stages().tick
     d.tick()
     later = shapes.job("later")
     assert later is not None and later.state == JobState.PENDING

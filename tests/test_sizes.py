@@ -51,7 +51,7 @@ def test_a_growing_checkpoint_beside_a_large_payload_fails_its_job_not_every_tic
     stages = tw.stages()
     tw.client().submit("k", {"blob": "p" * (250 * KB)}, job_id="big", estimated_seconds=5000,
                        max_attempts=1)
-    stages.dispatcher.tick()
+    stages.tick.tick()
     big = tw.job("big")
     assert big is not None and big.bundle_id
     bundle = tw.bundle(big.bundle_id)
@@ -74,8 +74,8 @@ def test_a_growing_checkpoint_beside_a_large_payload_fails_its_job_not_every_tic
     assert "checkpoint" in (big.reason or "") and "too large" in (big.reason or "")
     # The ticks go on: a new job is admitted and launched.
     tw.client().submit("k", {}, job_id="next", estimated_seconds=5000)
-    stages.dispatcher.tick()
-    stages.dispatcher.tick()
+    stages.tick.tick()
+    stages.tick.tick()
     nxt = tw.job("next")
     assert nxt is not None and nxt.bundle_id
     after = tw.bundle(nxt.bundle_id)
@@ -125,7 +125,7 @@ def test_a_huge_rejected_message_does_not_fail_its_receive_batch() -> None:
                        "f" * (500 * KB): "v" * (500 * KB)})
     assert len(huge) <= 1024 * KB  # what the queue accepts
     tw.queue.send([("a", huge), ("b", "not json")])
-    tw.stages().dispatcher.tick()
+    tw.stages().tick.tick()
     assert tw.queue_counts() == (0, 0)
     rejected = {rec.job_id or rec.message_id: rec for rec in tw.rejections()}
     assert len(rejected) == 2
@@ -187,7 +187,7 @@ def test_a_job_item_the_table_already_holds_near_the_limit_fails_alone_at_its_st
     job = tw.job("near")
     assert job is not None and job.state == JobState.FAILED, out
     assert "400 KB" in (job.reason or "")
-    stages.dispatcher.tick()
+    stages.tick.tick()
 
 
 def test_a_cancel_request_beyond_the_bundles_budget_is_refused_with_the_reason() -> None:

@@ -9,7 +9,7 @@ from dispatcher import settings
 from dispatcher.domain.bundles import BundleState
 from dispatcher.ops.client import JobClient
 from dispatcher.ops.metrics import tick_blobs
-from dispatcher.stages.tick import Decision
+from dispatcher.stages.tick import TickReport
 from dispatcher.store import Store
 from dispatcher.testing.memory_launcher import MemoryLauncher
 from dispatcher.testing.memory_queue import MemoryQueue
@@ -22,14 +22,14 @@ ENV = {"LONGJOBS_QUEUE_URL": "https://sqs.local/q", "LONGJOBS_TABLE": "t",
        "LONGJOBS_CAPACITY_STRATEGY": "FARGATE_SPOT:4,FARGATE:1:1"}
 
 
-def tick_without_spot(**overrides: str) -> tuple[pipeline.Stages, MemoryLauncher, Decision]:
+def tick_without_spot(**overrides: str) -> tuple[pipeline.Stages, MemoryLauncher, TickReport]:
     queue, store, launcher = MemoryQueue(), Store(MemoryTable()), MemoryLauncher()
     stages = pipeline.build(settings.load("dispatcher", {**ENV, **overrides}), queue=queue,
                           store=store, launcher=launcher)
     JobClient(ENV["LONGJOBS_QUEUE_URL"], "t", queue=queue).submit_many(
         [{"kind": "k", "payload": {}, "job_id": f"j{i}"} for i in range(3)])
     launcher.set_spot_capacity(False)
-    return stages, launcher, stages.dispatcher.tick()
+    return stages, launcher, stages.tick.tick()
 
 
 def test_no_spot_capacity_relaunches_on_demand_at_once() -> None:

@@ -209,7 +209,7 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         for b in due:
             self.waiting.setdefault((b.bundle_id, b.attempt), [0, len(all_due) - 1])
         decision = self.guarded("tick_raises", "the tick",
-                                lambda: self.twins.stages(**env).dispatcher.tick())
+                                lambda: self.twins.stages(**env).tick.tick())
         self.sync()
         if decision is None or decision.skipped:
             return

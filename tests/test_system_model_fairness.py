@@ -20,7 +20,7 @@ from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.stages import tick as tick_module
 from dispatcher.stages.policy import TickPolicy
-from dispatcher.store.dispatch import DispatchStore
+from dispatcher.store.stage_store import StageStore
 from tests import test_system_model as model
 from tests.test_system_model_gaps import _first_event, deliver_all, machines, spec, task
 
@@ -100,14 +100,14 @@ def test_the_starvation_check_sees_a_backlog_that_hides_another_kind(
     for), returning the oldest due bundles each time, as before a blocked kind was left out
     of a next read."""
     monkeypatch.setattr(tick_module, "DUE_LOOKAHEAD", 1)
-    real = DispatchStore.due_bundles
+    real = StageStore.due_bundles
 
-    def oldest_only(self: DispatchStore, limit: int, at: float,
+    def oldest_only(self: StageStore, limit: int, at: float,
                     full_kinds: Collection[str] = (),
                     priorities: Collection[Priority] | None = None) -> Any:
         return real(self, limit, at)
 
-    monkeypatch.setattr(DispatchStore, "due_bundles", oldest_only)
+    monkeypatch.setattr(StageStore, "due_bundles", oldest_only)
     with pytest.raises(AssertionError, match=r"\[starvation\] bundle b000008 \(normal"):
         limited_kind_backlog(machines())
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from dispatcher.domain.bundles import BundleState
-from dispatcher.stages import admit as admit_module
+from dispatcher.stages import recorder as recorder_module
 from tests import model_checks as checks
 from tests import test_system_model as model
 from tests.test_system_model_gaps import machines, spec
@@ -61,7 +61,8 @@ def test_the_check_sees_messages_a_tick_did_not_give_back(
         machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
     """Broken on purpose: the intake gives nothing back, as before a failed recording's
     messages were released."""
-    monkeypatch.setattr(admit_module.Intake, "release", staticmethod(lambda queue, msgs: 0))
+    monkeypatch.setattr(recorder_module.Recorder, "give_back",
+                        staticmethod(lambda queue, msgs: 0))
     m = machines()
     m.submit(spec(), 3, False)
     with pytest.raises(AssertionError, match=r"\[given_back\] message m1 "):

@@ -82,7 +82,7 @@ class World:
         tw.queue.send([(f"e{n}", _job(j, kind)) for n, (j, kind) in enumerate(
             [("ok-1", "resize"), ("bad-1", "resize"), ("run-1", "resize"),
              ("rep-1", "report"), ("rep-2", "report")])] + [("bad", "{not json")])
-        self.stages.dispatcher.tick()  # 4 launched on revision 1; rep-2 waits (report=1)
+        self.stages.tick.tick()  # 4 launched on revision 1; rep-2 waits (report=1)
         _finish(store, "ok-1", JobState.SUCCEEDED)
         _finish(store, "bad-1", JobState.FAILED)
         _finish(store, "run-1", JobState.RUNNING)
@@ -90,7 +90,7 @@ class World:
         tw.launcher.register_task_definition()  # a deploy: revision 2
         tw.launcher.inject_failures(["RESOURCE:MEMORY"])
         tw.queue.send([("n1", _job("new-1")), ("n2", _job("new-2"))])
-        self.stages.dispatcher.tick()  # one on revision 2, one refused: PENDING, backing off
+        self.stages.tick.tick()  # one on revision 2, one refused: PENDING, backing off
         self.high.send([("h1", _job("high-1")), ("h2", _job("high-2"))])
         self.low.send([("l1", _job("low-1"))])
         self.dlq.send([("d1", _job("dead-1"))])
@@ -147,7 +147,7 @@ def test_the_window_bounds_recent_activity(world: World) -> None:
 def test_a_scheduled_bundle_waits_from_its_time_not_its_recording(twins: Twins) -> None:
     twins.client().submit("k", {}, job_id="tomorrow", not_before=twins.clock() + 86_400)
     stages = twins.stages()
-    stages.dispatcher.tick()  # recorded in a bundle due tomorrow
+    stages.tick.tick()  # recorded in a bundle due tomorrow
     top = Top(twins.store, queue=twins.queue, clock=twins.clock, queues=stages.queues)
     assert top.snapshot().waiting_bundles == 0  # not due yet: not waiting
     twins.clock.advance(86_405)  # due 5 s ago, no tick since
@@ -255,7 +255,7 @@ def test_top_on_moto(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LONGJOBS_HIGH_QUEUE_URL", high)
     sqs.send_message(QueueUrl=high, MessageBody=_job("h"))
     sqs.send_message(QueueUrl=aws.env["LONGJOBS_QUEUE_URL"], MessageBody=_job("n"))
-    pipeline.dispatcher(aws.config(LONGJOBS_HIGH_QUEUE_URL=high,
+    pipeline.aws_tick(aws.config(LONGJOBS_HIGH_QUEUE_URL=high,
                                  LONGJOBS_LOW_QUEUE_URL="")).tick()
     sqs.send_message(QueueUrl=high, MessageBody=_job("h2"))
     out = json.loads(_cli("--json").stdout)

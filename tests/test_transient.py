@@ -101,7 +101,7 @@ def test_a_transient_failure_is_retried_and_the_bundle_launches_in_the_same_tick
     table = Flaky(error, failures=2)
     twins = _world(table)
     ids = _submit(twins)
-    decision = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="1").dispatcher.tick()
+    decision = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="1").tick.tick()
     assert table.failed == 2
     assert decision.intake.record_failures == 0
     assert sorted(j.job_id for j in twins.jobs()) == sorted(ids)
@@ -118,7 +118,7 @@ def test_a_failure_that_persists_gives_the_messages_back_at_once_and_says_why(
     twins = _world(table)
     _submit(twins)
     with caplog.at_level(logging.ERROR):
-        decision = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="1").dispatcher.tick()
+        decision = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="1").tick.tick()
     assert table.failed == TRIES  # retried, then given up
     assert twins.jobs() == [] and twins.task_arns() == []
     # Visible again now, not after LONGJOBS_HOLD_SECONDS (the clock has not moved).
@@ -130,7 +130,7 @@ def test_a_failure_that_persists_gives_the_messages_back_at_once_and_says_why(
     assert any(why in e for e in logged)
     # The next tick, with the table well again, records and launches them.
     table.failures = 0
-    again = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="1").dispatcher.tick()
+    again = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="1").tick.tick()
     assert again.intake.admitted == 3 and again.launch.bundles_launched == 1
     assert twins.queue_counts() == (0, 0)
 
@@ -139,7 +139,7 @@ def test_a_failure_that_cannot_pass_is_not_tried_again() -> None:
     table = Flaky(_refused, failures=1000)
     twins = _world(table)
     _submit(twins)
-    decision = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="1").dispatcher.tick()
+    decision = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="1").tick.tick()
     assert table.failed == 1
     assert twins.queue_counts() == (3, 0)
     assert any("AccessDeniedException" in e for e in decision.intake.record_errors)
@@ -151,7 +151,7 @@ def test_a_lost_response_is_replayed_by_its_token_and_launched_in_the_same_tick(
     table = Flaky(_server_error, failures=1, lost=True)
     twins = _world(table)
     ids = _submit(twins)
-    decision = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="1").dispatcher.tick()
+    decision = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="1").tick.tick()
     assert table.failed == 1
     assert (decision.intake.admitted, decision.intake.duplicates) == (3, 0)
     assert decision.launch.bundles_launched == 1 and twins.queue_counts() == (0, 0)
@@ -166,10 +166,10 @@ def test_without_a_token_a_lost_response_still_records_each_job_once() -> None:
     twins = _world(table)
     ids = _submit(twins)
     stages = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="1")
-    decision = stages.dispatcher.tick()
+    decision = stages.tick.tick()
     assert decision.intake.duplicates == 3 and twins.queue_counts() == (0, 0)
     assert [sorted(b.job_ids) for b in twins.bundles()] == [sorted(ids)]
-    assert stages.dispatcher.tick().launch.bundles_launched == 1
+    assert stages.tick.tick().launch.bundles_launched == 1
     assert [b.state for b in twins.bundles()] == [BundleState.LAUNCHED]
 
 
@@ -273,19 +273,19 @@ def test_a_stopped_task_whose_settle_the_table_refuses_does_not_fail_the_tick() 
     twins = _world(table)  # type: ignore[arg-type]
     stages = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="5")
     twins.client().submit("k", {}, job_id="first", estimated_seconds=1)
-    stages.dispatcher.tick()
+    stages.tick.tick()
     (bundle,) = twins.bundles()
     assert bundle.task_arn is not None
     twins.launcher.stop_task(bundle.task_arn, "EssentialContainerExited", "exited", 137)
     table.bundle_key = f"BUNDLE#{bundle.bundle_id}"
     twins.clock.advance(3600)  # past the heartbeat reconciliation waits for
     twins.client().submit("k", {}, job_id="second", estimated_seconds=1)
-    decision = stages.dispatcher.tick()
+    decision = stages.tick.tick()
     assert decision.reconcile.stopped_found == 1 and decision.reconcile.outcomes == []
     second = twins.job("second")
     assert second is not None and second.bundle_id
     launched = twins.bundle(second.bundle_id)
     assert launched is not None and launched.state == BundleState.LAUNCHED
     table.bundle_key = None  # the table takes it again: the next tick settles the stop
-    decision = stages.dispatcher.tick()
+    decision = stages.tick.tick()
     assert [o.bundle_id for o in decision.reconcile.outcomes] == [bundle.bundle_id]

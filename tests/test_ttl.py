@@ -103,7 +103,7 @@ def test_a_far_scheduled_paged_bundle_keeps_its_pages_until_it_runs() -> None:
     jobs = small_jobs(150, not_before=when)
     tw.client().submit_many(jobs)
     stages = tw.stages()
-    stages.dispatcher.tick()
+    stages.tick.tick()
     (bundle,) = tw.bundles()
     assert bundle.pages == 2 and bundle.state == BundleState.PENDING  # 98 + 52 ids
     assert_nothing_needed_expires(tw)
@@ -111,7 +111,7 @@ def test_a_far_scheduled_paged_bundle_keeps_its_pages_until_it_runs() -> None:
     tw.clock.advance(125 * DAY)
     tw.table.expire(tw.clock())
     tw.clock.set(when + 1)
-    stages.dispatcher.tick()
+    stages.tick.tick()
     (arn,) = tw.task_arns()
     assert sorted(run_task(tw, arn)) == [j["job_id"] for j in jobs]
     assert {j.state for j in tw.jobs()} == {JobState.SUCCEEDED}
@@ -123,7 +123,7 @@ def test_a_finished_paged_bundle_leaves_nothing_behind_after_the_retention() -> 
     """Pages get their expiry when their bundle is DONE: kept until then, deleted with it."""
     tw = Twins()
     tw.client().submit_many(small_jobs(150))
-    tw.stages(LONGJOBS_MAX_RUNNING_TASKS="1").dispatcher.tick()
+    tw.stages(LONGJOBS_MAX_RUNNING_TASKS="1").tick.tick()
     (arn,) = tw.task_arns()
     assert len(run_task(tw, arn)) == 150
     items = tw.table.snapshot()
@@ -194,12 +194,12 @@ def test_a_recording_cut_short_keeps_the_pages_it_wrote_and_expires_exactly_thos
     env = {"LONGJOBS_TASK_CONCURRENCY": "50", "LONGJOBS_MAX_RUNNING_TASKS": "1",
            "LONGJOBS_HOLD_SECONDS": "60"}
     with contextlib.suppress(RuntimeError):
-        tw.stages(**env).dispatcher.tick()
+        tw.stages(**env).tick.tick()
     crashing.n = -1
     tw.clock.advance(61)
     ran: list[str] = []
     for _ in range(10):  # recover, then the redelivered rest, a task at a time
-        tw.stages(**env).dispatcher.tick()
+        tw.stages(**env).tick.tick()
         for arn in launched_arns(tw):
             ran += run_task(tw, arn)
         tw.clock.advance(61)
@@ -248,7 +248,7 @@ def test_the_pages_fit_in_a_stops_last_transaction_or_follow_it() -> None:
 def test_cancelling_every_job_of_a_scheduled_paged_bundle_lets_its_pages_expire() -> None:
     tw = Twins()
     tw.client().submit_many(small_jobs(100, not_before=tw.clock() + 30 * DAY))
-    tw.stages().dispatcher.tick()
+    tw.stages().tick.tick()
     (bundle,) = tw.bundles()
     assert bundle.pages == 2
     for job in tw.jobs():
@@ -282,7 +282,7 @@ def test_a_job_running_past_thirty_days_keeps_its_tasks_pointer(seen_by: str) ->
         assert out.bundle_id == bundle_id and out.rerun == ["long"], out.reason
     else:
         tw.launcher.stop_task(arn, *CRASH)
-        stages.dispatcher.tick()
+        stages.tick.tick()
     job = tw.job("long")
     assert job is not None and job.attempts == 1 and job.history[-1].get("exit_code") == 137
     rerun = tw.bundle(bundle_id)
@@ -301,7 +301,7 @@ def test_nothing_an_unfinished_job_needs_ever_carries_an_expiry() -> None:
     client.submit_many(small_jobs(150, not_before=tw.clock() + 60 * DAY))  # paged, far
     for job_id in ("done-1", "crash", "cancel-me"):
         client.submit("k", {}, job_id=job_id, estimated_seconds=1, max_attempts=1)
-    stages.dispatcher.tick()
+    stages.tick.tick()
     check(tw)
     arns = tw.task_arns()
     assert len(arns) == 1  # the three due ones share a bundle
@@ -337,7 +337,7 @@ def test_nothing_an_unfinished_job_needs_ever_carries_an_expiry() -> None:
     tw.clock.advance(40 * DAY)
     tw.table.expire(tw.clock())
     check(tw)
-    stages.dispatcher.tick()  # the retried job's bundle launches
+    stages.tick.tick()  # the retried job's bundle launches
     check(tw)
     ran: list[str] = []
     for arn in launched_arns(tw):
@@ -347,7 +347,7 @@ def test_nothing_an_unfinished_job_needs_ever_carries_an_expiry() -> None:
     tw.clock.advance(40 * DAY)  # the scheduled bundle is due; the first ones expire
     assert tw.table.expire(tw.clock()) > 0
     check(tw)
-    stages.dispatcher.tick()
+    stages.tick.tick()
     for arn in launched_arns(tw):
         ran += run_task(tw, arn)
         check(tw)

@@ -97,7 +97,7 @@ class Twins:
     def launched(self, job_id: str, **submit: Any) -> tuple[str, str]:
         """Submit one job and tick once: (bundle id, task ARN) of its launched bundle."""
         self.client().submit("k", {}, job_id=job_id, **submit)
-        self.stages().dispatcher.tick()
+        self.stages().tick.tick()
         job = self.job(job_id)
         assert job is not None and job.bundle_id
         bundle = self.bundle(job.bundle_id)

@@ -71,7 +71,7 @@ def dispatch(
             finally:
                 plan.finish()
             return {"dry_run": True, "decision": decision, "plan": plan.actions}
-        tick = pipeline.dispatcher(settings.load("dispatcher"))
+        tick = pipeline.aws_tick(settings.load("dispatcher"))
         with _quiet_tick_log():
             return tick.tick().as_dict()
 

@@ -79,7 +79,7 @@ def demo(
 
 
 def local(
-    tick_seconds: Annotated[float, typer.Option(help="Dispatcher tick period.")] = 5.0,
+    tick_seconds: Annotated[float, typer.Option(help="Seconds between two ticks.")] = 5.0,
 ) -> None:
     """Keep a local longjobs running; prints `export` lines for clients in another terminal
     (`eval` them there). Ctrl-C, SIGINT, SIGTERM or SIGHUP stops it and its tasks."""

@@ -8,28 +8,9 @@ A writer with a stale view loses the write instead of overwriting someone else's
 A bundle too large for one transaction is written RECORDING first and committed to PENDING by
 its last transaction; only PENDING bundles are launched, so a recording cut short never runs.
 
-Budgets. No job can be relaunched forever: a task stop that leads to a rerun charges the job
-that was running when its task stopped one of its ``max_attempts`` (application: its code ended
-the process), or the infrastructure budget (``LONGJOBS_MAX_INFRA_ATTEMPTS``: Spot, host loss, a
-task that never claimed its bundle, a stop nobody asked for). A bundle's first task buffers its
-jobs' starts and results (:func:`writes_through` is false): a start may be written with another
-job's result while the job's own result is still buffered, so a job recorded RUNNING at the stop
-may have finished already, and one that runs may not be recorded at all. Such a stop names
-nobody: a job recorded RUNNING is charged the infrastructure budget, not an attempt, and the
-bundle reruns one job at a time; with none recorded RUNNING nobody is charged. Every later task
-of that bundle writes each start and result at once, so its stops are charged to the job that
-ran; a later task that stopped with no job running and recorded nothing at all charges its first
-unfinished job. If several jobs were recorded running (a task runs jobs at once), the one that
-ended the process cannot be named either: each is charged the infrastructure budget instead,
-and the bundle reruns one job at a time from then on, so the next such stop names it. A job
-that kills its task thus fails within ``max_attempts`` + 1 launches (the first, which names
-nobody, then one per attempt), + 1 more when it ran beside other jobs at its first written-
-through launch (the launch that makes its bundle run one job at a time); its bundle-mates spend
-no attempt. Every path that gives back a job that ran spends a budget: a runner that gives it
-back (after SIGTERM, or a handler that raised ``Interrupted``) counts its infrastructure
-attempt itself and leaves its bundle to its task's stop, whose settle fails the job once that
-budget is spent; a retryable failure spends an attempt. A user stop (a timeout longjobs
-enforced with StopTask) reruns nothing.
+Budgets. No job can be relaunched forever: what a task's early stop charges each job of its
+bundle, and when a job fails for it, is the stop policy (:mod:`dispatcher.domain.stop_policy`);
+a bundle's first launch buffers its writes (:func:`writes_through`), which that policy follows.
 
 Live runs. No two runs of one job are alive at once. A handler that ignores its cancellation
 cannot be killed (a thread), and a job failed as overdue by reconciliation may still run in its

@@ -21,7 +21,7 @@ from dispatcher.local.local_launcher import LocalLauncher, TaskExit
 from dispatcher.local.provision import provision
 from dispatcher.settings import Config
 from dispatcher.stages.rerun import StopOutcome
-from dispatcher.stages.tick import Decision
+from dispatcher.stages.tick import TickReport
 from dispatcher.wiring import adapters, pipeline
 
 log = logging.getLogger("longjobs.local")
@@ -47,7 +47,7 @@ class LocalEnv:
     env: dict[str, str] = field(default_factory=dict)
     # The latest task stops and tick decisions (bounded: `longjobs local` runs for days).
     events: deque[StopOutcome | Ignored] = field(default_factory=lambda: deque(maxlen=KEEP))
-    decisions: deque[Decision] = field(default_factory=lambda: deque(maxlen=KEEP))
+    decisions: deque[TickReport] = field(default_factory=lambda: deque(maxlen=KEEP))
 
     def start(self) -> LocalEnv:
         for k, v in DUMMY_CREDENTIALS.items():
@@ -101,9 +101,9 @@ class LocalEnv:
         with self._lock:
             yield
 
-    def tick(self) -> Decision:
+    def tick(self) -> TickReport:
         with self._lock:
-            d = self.stages.dispatcher.tick()
+            d = self.stages.tick.tick()
         self.decisions.append(d)
         return d
 

@@ -23,8 +23,8 @@ from dispatcher.domain.pacing import LaunchPacer
 from dispatcher.ports.launcher import Launcher, LaunchRequest, LaunchResult, TaskStatus
 from dispatcher.ports.queue import BATCH, Backlog, Queue, Received
 from dispatcher.settings import Config
-from dispatcher.stages.tick import Dispatcher
-from dispatcher.store import DispatchStore, JobUpdate, LaunchOutcome
+from dispatcher.stages.tick import Tick
+from dispatcher.store import JobUpdate, LaunchOutcome, StageStore
 from dispatcher.wiring import adapters, pipeline
 
 READ_SECONDS = 60
@@ -74,8 +74,8 @@ class DryRunQueue(Queue):
         return self._inner.backlog()
 
 
-class DryRunStore(DispatchStore):
-    def __init__(self, inner: DispatchStore, plan: DryRunPlan) -> None:
+class DryRunStore(StageStore):
+    def __init__(self, inner: StageStore, plan: DryRunPlan) -> None:
         self._inner, self._plan = inner, plan
 
     def acquire_lease(self, owner: str, seconds: float) -> bool:
@@ -194,7 +194,7 @@ class DryRunLauncher(Launcher):
         self._plan.would("stop_task", task_arn=task_arn, reason=reason)
 
 
-def dry_run(cfg: Config) -> tuple[Dispatcher, DryRunPlan]:
+def dry_run(cfg: Config) -> tuple[Tick, DryRunPlan]:
     """A dispatcher whose tick writes nothing and reports what it would have done."""
     plan = DryRunPlan()
     wrapped: dict[int, Queue] = {}  # one wrapper per queue: levels sharing a queue still do
@@ -209,4 +209,4 @@ def dry_run(cfg: Config) -> tuple[Dispatcher, DryRunPlan]:
                               runtask_per_second=cfg.runtask_per_second,
                               task_launch_burst=cfg.task_launch_burst,
                               task_launch_per_second=cfg.task_launch_per_second))
-    return stages.dispatcher, plan
+    return stages.tick, plan

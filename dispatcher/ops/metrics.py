@@ -50,7 +50,7 @@ from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.ports.queue import Backlog, Queue
 from dispatcher.stages.rerun import StopOutcome, StopResult
-from dispatcher.stages.tick import Decision
+from dispatcher.stages.tick import TickReport
 
 DEFAULT_NAMESPACE = "longjobs"
 DEFAULT_SERVICE = "longjobs"
@@ -126,7 +126,7 @@ def _print(blobs: list[dict[str, Any]]) -> None:
         print(json.dumps(blob, separators=(",", ":")), flush=True)
 
 
-def tick_blobs(decision: Decision, *, backlog: Backlog | None, running_tasks: int,
+def tick_blobs(decision: TickReport, *, backlog: Backlog | None, running_tasks: int,
                queue: str | None = None, namespace: str | None = None,
                now: float | None = None, backlogs: Mapping[str, Backlog] | None = None,
                running_by_revision: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
@@ -169,7 +169,7 @@ def tick_blobs(decision: Decision, *, backlog: Backlog | None, running_tasks: in
     return blobs
 
 
-def publish_tick(decision: Decision, *, backlog: Backlog | None, running_tasks: int,
+def publish_tick(decision: TickReport, *, backlog: Backlog | None, running_tasks: int,
                  queue: str | None = None, namespace: str | None = None,
                  backlogs: Mapping[str, Backlog] | None = None,
                  running_by_revision: Mapping[str, int] | None = None) -> dict[str, Any]:

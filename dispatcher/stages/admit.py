@@ -1,29 +1,21 @@
-"""Intake: drain the queue into recorded jobs, never deleting a message before it is recorded.
+"""Admit: drain the queues into bundles of valid jobs, recorded before any message is deleted.
 
-Each received message ends in exactly one of: a recorded job (deleted), a duplicate of a job
-already recorded (deleted), or a REJECTED record with its reason (deleted; also for a valid
-message whose item the table refused). A valid message received after every slot was taken is
-recorded too, in a bundle that waits in the table for a later tick (see
-:meth:`dispatcher.stages.bundle.Bundler.wait`): never sent back, since every receive counts
-toward the DLQ's maxReceiveCount. A message whose bundle could not be recorded (the store has
-already tried again what failed for a moment) is not deleted: the drain stops receiving, and
-once it ends the messages of the bundles that failed are made visible again at once (not after
-the hold, with task slots idle), for the next tick; its job, if part of it was written, is a
-duplicate then. Each such delivery still spends one of the queue's maxReceiveCount receives:
-a failure that persists tick after tick sends the messages to the dead-letter queue, and each
-tick's decision says why (``record_errors``).
+Each received message is validated (:mod:`dispatcher.domain.message`): a malformed one is
+rejected, a valid one becomes a job, and the jobs are packed into bundles
+(:mod:`dispatcher.stages.bundle`). Each bundle, once closed, goes to the record stage
+(:mod:`dispatcher.stages.recorder`), which says what becomes of its messages.
 
 The drain is a pipeline with a bounded number of AWS calls in flight (``concurrency``): receives
 run ahead while the main thread validates and bundles; each bundle is recorded and its messages
-deleted on the pool as soon as it closes, and handed to ``on_recorded`` (the tick launches it)
-while the drain goes on. Messages are received with the ``hold_seconds`` visibility timeout and
+deleted on the pool as soon as it closes, and yielded to the tick (which launches it) while the
+drain goes on. Messages are received with the ``hold_seconds`` visibility timeout and
 a bundle is closed once its oldest message was held for half of it, so every message is recorded
 and deleted long before it could be delivered again. Memory is bounded by the open and in-flight
 bundles, not by the depth of the queue.
 
 Priorities: each level (high, normal, low) has its queue, drained in that order. The tick
-tells each level how many free task slots it may take (:meth:`Dispatcher._share
-<dispatcher.stages.tick.Dispatcher._share>`: by weight, ``LONGJOBS_PRIORITY_WEIGHTS``, with a
+tells each level how many free task slots it may take (:meth:`Tick._share
+<dispatcher.stages.tick.Tick._share>`: by weight, ``LONGJOBS_PRIORITY_WEIGHTS``, with a
 credit carried across ticks so that no level with work starves), and a level also takes what
 the levels above it left unused. Scheduled jobs and jobs of a kind at its limit are recorded at
 once in deferred bundles (see :mod:`dispatcher.stages.bundle`) that take no slot now.
@@ -34,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,11 +34,11 @@ from typing import Any
 from dispatcher.domain import message
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import InvalidMessage
-from dispatcher.domain.jobs import PRIORITY_ORDER, Job, JobState, Priority, Rejection
+from dispatcher.domain.jobs import PRIORITY_ORDER, Job, Priority, Rejection
 from dispatcher.ports.queue import BATCH, Queue, Received
 from dispatcher.stages.bundle import Bundler
 from dispatcher.stages.policy import AdmitPolicy
-from dispatcher.store import DispatchStore
+from dispatcher.stages.recorder import Held, Recorded, Recorder
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +51,7 @@ RECORD_ERRORS_KEPT = 10
 
 
 @dataclass
-class IntakeStats:
+class AdmissionStats:
     received: int = 0
     admitted: int = 0
     rejected: int = 0
@@ -92,30 +84,11 @@ def to_rejection(exc: InvalidMessage, received: Received, at: float) -> Rejectio
                      reason=exc.reason, body=body, job_id=exc.job_id, created_at=at)
 
 
-@dataclass
-class _Held:
-    """An open or recording bundle's jobs and the messages to delete once it is recorded."""
+class Admission:
+    """Receives, validates and bundles; each closed bundle goes to ``recorder`` on the drain's
+    pool, and each recorded bundle that can launch now goes back to the tick (:meth:`drain`)."""
 
-    jobs: list[Job] = field(default_factory=list)
-    messages: list[Received] = field(default_factory=list)
-    since: float = field(default_factory=time.monotonic)  # its oldest message's receipt
-
-
-@dataclass
-class _Recorded:
-    bundle: Bundle | None = None
-    duplicates: int = 0
-    refused: list[Job] = field(default_factory=list)
-    rejections: list[Rejection] = field(default_factory=list)
-    delete_failures: int = 0
-    failure: str | None = None  # the bundle could not be recorded: why (nothing deleted)
-    # How many of its held messages were deleted: copies of its jobs received meanwhile were
-    # appended after them, and the drain deletes those (see _Drain._recorded).
-    deleted: int = 0
-
-
-class Intake:
-    def __init__(self, queues: Queue | Mapping[Priority, Queue], store: DispatchStore,
+    def __init__(self, queues: Queue | Mapping[Priority, Queue], recorder: Recorder,
                  policy: AdmitPolicy, clock: Callable[[], float] = time.time, *,
                  concurrency: int = 8, hold_seconds: float = 300.0) -> None:
         """``queues``: the queue of each priority (one Queue serves every level)."""
@@ -130,7 +103,7 @@ class Intake:
             if p in queues and all(queues[p] is not q for _, q in self._queues):
                 serves_normal = queues.get(Priority.NORMAL) is queues[p]
                 self._queues.append((Priority.NORMAL if serves_normal else p, queues[p]))
-        self._store = store
+        self._recorder = recorder
         self._clock = clock
         self._concurrency = max(2, concurrency)
         self._hold = hold_seconds
@@ -144,24 +117,25 @@ class Intake:
         """Visible messages of each level's queue (a shared queue's under its level)."""
         return {p: q.backlog().visible for p, q in self._queues}
 
-    def drain(self, capacity: int, deadline: float, stats: IntakeStats,
-              on_recorded: Callable[[list[Bundle]], None] | None = None, *,
+    def drain(self, capacity: int, deadline: float, stats: AdmissionStats, *,
               kind_room: Mapping[str, int] | None = None,
               shares: Mapping[Priority, int] | None = None,
-              visible: Mapping[Priority, int] | None = None) -> list[Bundle]:
+              visible: Mapping[Priority, int] | None = None) -> Iterator[list[Bundle]]:
         """Admit up to ``capacity`` bundles of work before ``deadline`` (monotonic), each
-        priority's queue in turn; return the bundles recorded. Each one that can launch now is
-        also passed to ``on_recorded`` as soon as it is recorded. ``kind_room``: jobs each
-        limited kind may still start; ``shares``: the slots each level may take (besides what
-        the levels above it leave; default: all of them, highest first); ``visible``: each
-        level's backlog, if read already (:meth:`backlog`)."""
+        priority's queue in turn, yielding each recorded bundle that can launch now as soon as
+        it is recorded (``stats.bundles_recorded`` counts every bundle recorded, deferred ones
+        too). The caller runs it to its end: only then are the messages of bundles that could
+        not be recorded given back. ``kind_room``: jobs each limited kind may still start;
+        ``shares``: the slots each level may take (besides what the levels above it leave;
+        default: all of them, highest first); ``visible``: each level's backlog, if read
+        already (:meth:`backlog`)."""
         if capacity <= 0:
-            return []
+            return
         visible = dict(visible) if visible is not None else self.backlog()
         guaranteed = {p: (shares or {}).get(p, 0) for p in PRIORITY_ORDER}
         room = dict(kind_room or {})
-        left, recorded = capacity, []
-        with ThreadPoolExecutor(self._concurrency, thread_name_prefix="intake") as pool:
+        left = capacity
+        with ThreadPoolExecutor(self._concurrency, thread_name_prefix="admit") as pool:
             for n, (priority, queue) in enumerate(self._queues):
                 below = sum(guaranteed[p] for p, _ in self._queues[n + 1:])
                 slots = max(0, left - below)
@@ -171,82 +145,39 @@ class Intake:
                 stats.target_jobs = max(stats.target_jobs, target)
                 bundler = Bundler(self._policy.bundling, slots, target, at=self._clock(),
                                   kind_limits=self._policy.kind_limits, kind_room=room)
-                run = _Drain(self, queue, bundler, deadline, stats,
-                             on_recorded or (lambda bundles: None))
-                recorded += run.run(pool)
+                yield from _Drain(self, queue, bundler, deadline, stats).run(pool)
                 left -= bundler.opened
                 room = bundler.kind_room
-        return recorded
 
     # -- work done on the pool ------------------------------------------------------------------
     def receive(self, queue: Queue, max_messages: int = BATCH) -> list[Received]:
         return queue.receive(max_messages, visibility_timeout=int(self._hold))
-
-    def record(self, queue: Queue, bundle: Bundle, held: _Held) -> _Recorded:
-        """Record a bundle, then delete its messages (never before)."""
-        try:
-            duplicates = self._store.record([bundle], held.jobs)
-        except Exception as exc:  # its messages are given back (see _Drain.run)
-            return _Recorded(bundle, failure=f"{type(exc).__name__}: {exc}"[:1000])
-        out = _Recorded(bundle, len(duplicates),
-                        [j for j in held.jobs if j.state == JobState.REJECTED])
-        # The drain thread may append a later copy of one of these jobs while this runs: delete
-        # the messages held now, and say how many, so it deletes the rest.
-        messages = list(held.messages)
-        out.delete_failures = self.delete(queue, messages)
-        out.deleted = len(messages)
-        return out
-
-    def reject(self, queue: Queue, rejections: list[Rejection],
-               messages: list[Received]) -> _Recorded:
-        if rejections:
-            self._store.reject(rejections)
-        return _Recorded(rejections=rejections, delete_failures=self.delete(queue, messages))
-
-    @staticmethod
-    def delete(queue: Queue, messages: list[Received]) -> int:
-        return sum(len(queue.delete(messages[i:i + BATCH]))
-                   for i in range(0, len(messages), BATCH))
-
-    @staticmethod
-    def release(queue: Queue, messages: list[Received]) -> int:
-        """Make messages visible again now (ChangeMessageVisibilityBatch to 0); how many. A
-        failure here only leaves them to come back after the hold."""
-        done = 0
-        for i in range(0, len(messages), BATCH):
-            try:
-                queue.release(messages[i:i + BATCH])
-                done += len(messages[i:i + BATCH])
-            except Exception as exc:
-                log.error("giving messages back failed; they return after the hold",
-                          extra={"error": repr(exc)})
-        return done
 
 
 class _Drain:
     """One drain's state, touched only by the thread that runs it; the pool's work returns
     results that this thread applies."""
 
-    def __init__(self, intake: Intake, queue: Queue, bundler: Bundler, deadline: float,
-                 stats: IntakeStats, on_recorded: Callable[[list[Bundle]], None]) -> None:
-        self.intake = intake
+    def __init__(self, admission: Admission, queue: Queue, bundler: Bundler, deadline: float,
+                 stats: AdmissionStats) -> None:
+        self.admission = admission
+        self.recorder = admission._recorder
         self.queue = queue
         self.bundler = bundler
         self.deadline = deadline
         self.stats = stats
-        self.on_recorded = on_recorded
-        self.held: dict[str, _Held] = {}  # bundle id -> jobs and messages, until recorded
+        self.held: dict[str, Held] = {}  # bundle id -> jobs and messages, until recorded
         self.failed: list[str] = []  # bundles that could not be recorded (still held)
         self.admitted: dict[str, str] = {}  # job ids admitted by this drain: their bundle
-        self.recorded: list[Bundle] = []
+        self.ready: list[Bundle] = []  # recorded, to launch now: yielded to the tick
         self.receiving = False  # still receiving
         self.empty = 0
 
-    def run(self, pool: ThreadPoolExecutor) -> list[Bundle]:
+    def run(self, pool: ThreadPoolExecutor) -> Iterator[list[Bundle]]:
         receives: set[Future[list[Received]]] = set()
-        work: set[Future[_Recorded]] = set()
+        work: set[Future[Recorded]] = set()
         self.receiving = True
-        ahead = max(1, self.intake._concurrency // 2)
+        ahead = max(1, self.admission._concurrency // 2)
         while True:
             if self.receiving and (self.bundler.full or time.monotonic() >= self.deadline):
                 self.receiving = False
@@ -257,11 +188,11 @@ class _Drain:
                 if want <= 0:
                     self.receiving = bool(receives)  # none in flight: no room left at all
                     break
-                receives.add(pool.submit(self.intake.receive, self.queue, want))
+                receives.add(pool.submit(self.admission.receive, self.queue, want))
             if not receives:
                 self.bundler.close()  # nothing more is coming: record what is open
             self._close_held_too_long()
-            work |= {pool.submit(self.intake.record, self.queue, b, self.held[b.bundle_id])
+            work |= {pool.submit(self.recorder.record, self.queue, b, self.held[b.bundle_id])
                      for b in self.bundler.take_closed()}
             if not receives and not work:
                 break
@@ -273,20 +204,22 @@ class _Drain:
             for w in [f for f in work if f.done()]:
                 work.discard(w)
                 self._recorded(w)
+                for bundle in self.ready:  # one at a time, in the order they were recorded
+                    yield [bundle]
+                self.ready.clear()
         # Only now, as this queue is not received from again in this tick: given back
         # earlier, the same messages would be received again at once, each time spending a
         # receive. Duplicates of their jobs that arrived later are in their held messages.
         given_back = [m for b in self.failed for m in self.held[b].messages]
-        self.stats.released += self.intake.release(self.queue, given_back)
-        return self.recorded
+        self.stats.released += self.recorder.give_back(self.queue, given_back)
 
     def _close_held_too_long(self) -> None:
         for b in self.bundler.open_bundles:
-            if time.monotonic() - self.held[b.bundle_id].since >= self.intake._hold / 2:
+            if time.monotonic() - self.held[b.bundle_id].since >= self.admission._hold / 2:
                 self.bundler.close_bundle(b.bundle_id)
 
     def _admit(self, pool: ThreadPoolExecutor,
-               f: Future[list[Received]]) -> set[Future[_Recorded]]:
+               f: Future[list[Received]]) -> set[Future[Recorded]]:
         """Validate and bundle one received batch; return the work it starts."""
         try:
             batch = f.result()
@@ -299,7 +232,7 @@ class _Drain:
             self.receiving = self.receiving and self.empty < EMPTY_RECEIVES
             return set()
         self.empty = 0
-        stats, now = self.stats, self.intake._clock()
+        stats, now = self.stats, self.admission._clock()
         stats.received += len(batch)
         rejections: list[Rejection] = []
         finished: list[Received] = []  # rejected, or duplicates of a recorded job: delete now
@@ -308,7 +241,7 @@ class _Drain:
                 stats.oldest_sent_at = min(stats.oldest_sent_at or received.sent_at,
                                            received.sent_at)
             try:
-                msg = message.parse(received.body, self.intake._policy.allowed_kinds)
+                msg = message.parse(received.body, self.admission._policy.allowed_kinds)
             except InvalidMessage as exc:
                 rejections.append(to_rejection(exc, received, now))
                 finished.append(received)
@@ -333,15 +266,15 @@ class _Drain:
                 self.receiving = False
             assert job.bundle_id is not None
             self.admitted[job.job_id] = job.bundle_id
-            held = self.held.setdefault(job.bundle_id, _Held())
+            held = self.held.setdefault(job.bundle_id, Held())
             held.jobs.append(job)
             held.messages.append(received)
-        out: set[Future[_Recorded]] = set()
+        out: set[Future[Recorded]] = set()
         if rejections or finished:
-            out.add(pool.submit(self.intake.reject, self.queue, rejections, finished))
+            out.add(pool.submit(self.recorder.reject, self.queue, rejections, finished))
         return out
 
-    def _recorded(self, f: Future[_Recorded]) -> None:
+    def _recorded(self, f: Future[Recorded]) -> None:
         stats = self.stats
         try:
             result = f.result()
@@ -378,7 +311,7 @@ class _Drain:
         late = held.messages[result.deleted:]
         if late:  # copies received while it was recorded: their job is recorded now
             try:
-                stats.delete_failures += self.intake.delete(self.queue, late)
+                stats.delete_failures += self.recorder.delete(self.queue, late)
             except Exception as exc:  # they come back after the hold, as duplicates
                 stats.delete_failures += len(late)
                 log.error("deleting duplicate copies failed", extra={"error": repr(exc)})
@@ -392,8 +325,7 @@ class _Drain:
         by[str(bundle.priority)] = by.get(str(bundle.priority), 0) + admitted
         if bundle.job_ids and bundle.state != BundleState.DONE:
             stats.bundles_recorded += 1
-            self.recorded.append(bundle)
             if bundle.bundle_id in self.bundler.deferred:
                 stats.deferred_bundles += 1  # a later tick launches it (due, kind has room)
             else:
-                self.on_recorded([bundle])
+                self.ready.append(bundle)

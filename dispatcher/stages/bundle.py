@@ -26,7 +26,7 @@ from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import Job, Priority, Resources, new_id
 from dispatcher.stages.policy import BundlePolicy
 
-# Bytes of job items one bundle may hold: what the dispatcher keeps in memory per bundle it is
+# Bytes of job items one bundle may hold: what the tick keeps in memory per bundle it is
 # filling or recording (a bundle of more than one transaction's worth is recorded in pages).
 MAX_BUNDLE_BYTES = 16_000_000
 

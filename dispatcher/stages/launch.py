@@ -33,7 +33,7 @@ from dispatcher.domain.launches import Launch
 from dispatcher.domain.pacing import LaunchPacer, RateExceeded, providers_for
 from dispatcher.ports.launcher import MAX_TASKS_PER_CALL, Launcher, LaunchRequest
 from dispatcher.stages.policy import LaunchPolicy
-from dispatcher.store import DispatchStore, LaunchOutcome
+from dispatcher.store import LaunchOutcome, StageStore
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class Launches:
     over a bucket, sometimes slower than needed for a mixed strategy).
     """
 
-    def __init__(self, store: DispatchStore, launcher: Launcher, policy: LaunchPolicy,
+    def __init__(self, store: StageStore, launcher: Launcher, policy: LaunchPolicy,
                  clock: Callable[[], float], pacer: LaunchPacer | None = None) -> None:
         self._store = store
         self._launcher = launcher

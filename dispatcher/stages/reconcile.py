@@ -30,7 +30,7 @@ from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.table import TableUnavailable
 from dispatcher.stages.policy import ReconcilePolicy
 from dispatcher.stages.rerun import Reruns, StopOutcome, StopResult
-from dispatcher.store import DispatchStore
+from dispatcher.store import StageStore
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class ReconcileStats:
 
 
 class Reconciler:
-    def __init__(self, store: DispatchStore, launcher: Launcher, reruns: Reruns,
+    def __init__(self, store: StageStore, launcher: Launcher, reruns: Reruns,
                  policy: ReconcilePolicy, clock: Callable[[], float]) -> None:
         self._store = store
         self._launcher = launcher

@@ -1,4 +1,4 @@
-"""The dispatcher tick: lease, recover, admit, drain, record, delete, launch, report.
+"""The tick: lease, recover, reconcile, admit, bundle, record, launch, report.
 
 One tick is one Lambda invocation (``dispatcher.handlers.dispatch``). It owns no state between
 invocations: everything it needs to resume after a crash is in the table.
@@ -26,11 +26,11 @@ from dispatcher.domain.fairness import allocate
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.table import TableUnavailable
-from dispatcher.stages.admit import Intake, IntakeStats
+from dispatcher.stages.admit import Admission, AdmissionStats
 from dispatcher.stages.launch import Launches, LaunchStats, launch_slots
 from dispatcher.stages.policy import TickPolicy
 from dispatcher.stages.reconcile import Reconciler, ReconcileStats
-from dispatcher.store import DispatchStore
+from dispatcher.store import StageStore
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +40,12 @@ LAUNCH_RESERVE_SECONDS = 5.0
 LEASE_MARGIN_SECONDS = 60.0
 # Due bundles read beyond the free slots. Those of a kind with no room left are left out of the
 # read; a kind whose oldest due bundle does not fit its room is left out of a next read, so a
-# backlog of one kind never hides the due bundles of the others (see Dispatcher._due).
+# backlog of one kind never hides the due bundles of the others (see Tick._due).
 DUE_LOOKAHEAD = 200
 
 
 @dataclass
-class Decision:
+class TickReport:
     """The one structured record a tick logs: what it saw and what it decided."""
 
     tick_id: str
@@ -58,7 +58,7 @@ class Decision:
     recovered_recordings: int = 0
     new_bundles: int = 0
     capacity_left: int = 0
-    intake: IntakeStats = field(default_factory=IntakeStats)
+    intake: AdmissionStats = field(default_factory=AdmissionStats)  # the admit stage (Admission)
     launch: LaunchStats = field(default_factory=LaunchStats)
     reconcile: ReconcileStats = field(default_factory=ReconcileStats)
     elapsed_ms: int = 0
@@ -70,15 +70,16 @@ class Decision:
         return out
 
 
-class Dispatcher:
-    """One tick: lease, recover, reconcile, admit, launch. Each collaborator is passed in."""
+class Tick:
+    """One tick: lease, recover, reconcile, admit, launch. Each collaborator is passed in; the
+    tick calls each stage and no stage calls back up (the drain yields what to launch)."""
 
-    def __init__(self, store: DispatchStore, launcher: Launcher, intake: Intake,
+    def __init__(self, store: StageStore, launcher: Launcher, admission: Admission,
                  launches: Launches, reconciler: Reconciler, policy: TickPolicy, *,
                  clock: Callable[[], float] = time.time) -> None:
         self._store = store
         self._launcher = launcher
-        self._intake = intake
+        self._admission = admission
         self._launches = launches
         self._reconciler = reconciler
         self._policy = policy
@@ -90,10 +91,10 @@ class Dispatcher:
             return max(0.0, remaining_ms() / 1000 - self._policy.reserve_seconds)
         return max(0.0, self._policy.tick_seconds - LAUNCH_RESERVE_SECONDS)
 
-    def tick(self, remaining_ms: Callable[[], int] | None = None) -> Decision:
+    def tick(self, remaining_ms: Callable[[], int] | None = None) -> TickReport:
         started = time.monotonic()
         budget = self.budget(remaining_ms)
-        decision = Decision(tick_id=uuid.uuid4().hex[:12],
+        decision = TickReport(tick_id=uuid.uuid4().hex[:12],
                             max_running_tasks=self._policy.max_running_tasks)
         owner = f"tick-{decision.tick_id}"
         # The lease outlasts this tick however long it drains: a RECORDING bundle found by the
@@ -112,7 +113,7 @@ class Dispatcher:
             log.info("tick", extra=decision.as_dict())
         return decision
 
-    def _run(self, d: Decision, drain_deadline: float) -> None:
+    def _run(self, d: TickReport, drain_deadline: float) -> None:
         # Resolve once and pin: every launch of this tick uses the same revision, and the
         # revision is recorded on the bundle, which is how a deploy shows up per job.
         d.task_definition = self._launcher.resolve_task_definition()
@@ -127,7 +128,7 @@ class Dispatcher:
         d.capacity = max(0, self._policy.max_running_tasks - d.active_bundles)
         room = self._kind_room(active)
         waiting, blocked = self._due(d.capacity, room)
-        visible = self._intake.backlog() if d.capacity > 0 else {}
+        visible = self._admission.backlog() if d.capacity > 0 else {}
         due, queue_slots = self._share(d.capacity, waiting, visible)
         for b in due:
             if b.kind in room:
@@ -135,12 +136,17 @@ class Dispatcher:
         for kind in blocked:  # its oldest due bundle waits for room: younger ones wait too
             room[kind] = 0
         d.due_bundles = len(due)
+        # The walk of a job: admit (receive, validate) -> bundle -> record, all in the drain,
+        # which yields each bundle it recorded that can launch now; the tick hands it to the
+        # launch thread at once, so launching goes on while the drain does.
         with _LaunchQueue(self._launches, d.task_definition, d.launch) as launch:
             if due:
                 launch(due)
-            new = self._intake.drain(d.capacity - len(due), drain_deadline, d.intake, launch,
-                                     kind_room=room, shares=queue_slots, visible=visible)
-            d.new_bundles = len(new)
+            for ready in self._admission.drain(d.capacity - len(due), drain_deadline, d.intake,
+                                               kind_room=room, shares=queue_slots,
+                                               visible=visible):
+                launch(ready)
+            d.new_bundles = d.intake.bundles_recorded
         d.capacity_left = d.capacity - d.launch.bundles_launched
 
 

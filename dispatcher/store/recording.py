@@ -1,5 +1,10 @@
-"""The dispatcher's recording: bundles and their jobs written before any message is deleted,
-large bundles in pages committed last, malformed messages kept as REJECTED records.
+"""How the record stage's writes are made: bundles and their jobs in transactions, large
+bundles in pages committed last, malformed messages kept as REJECTED records.
+
+This is table policy only (transactions, conditions, which job items the table refuses); what
+to record (a refused job's REJECTED record included) and when its messages may be deleted or
+given back is the record stage's (:mod:`dispatcher.stages.recorder`), which deletes nothing
+before :meth:`Recordings.record` returns.
 
 A bundle that fits one transaction is written atomically with its jobs; a larger one is written
 RECORDING in pages and committed to PENDING by its last transaction, so a recording cut short
@@ -8,7 +13,6 @@ never runs and :meth:`Recordings.recover_recordings` finishes it from the pages 
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 from dispatcher.domain import lifecycle, sizes
@@ -51,7 +55,7 @@ PAGE_JOBS = MAX_TRANSACTION_ITEMS - 2
 
 
 class Recordings(Reads):
-    """Recording admitted bundles and rejected messages (part of :class:`DispatchStore`)."""
+    """Recording admitted bundles and rejected messages (part of :class:`StageStore`)."""
 
     def record(self, bundles: list[Bundle], jobs: list[Job]) -> set[str]:
         """Write bundles and their jobs; return the ids that already existed.
@@ -63,8 +67,9 @@ class Recordings(Reads):
         Duplicates are left out (their bundles shrink or vanish); nothing existing is touched.
         A job whose item the table refuses although the message passed validation (DynamoDB's
         ValidationException) hurts only itself: it leaves its bundle, its bundle-mates are
-        written without it, and it is recorded REJECTED with the table's reason; its ``state``
-        becomes REJECTED and its ``reason`` says why, so the caller can count it.
+        written without it, and its ``state`` becomes REJECTED with the table's ``reason``:
+        what to record of it is the caller's (:func:`dispatcher.stages.recorder.refused`),
+        before it deletes the job's message.
         """
         by_id = {j.job_id: j for j in jobs}
         duplicates: set[str] = set()
@@ -92,7 +97,7 @@ class Recordings(Reads):
             refused = self._refused_jobs(group[0], by_id, duplicates)
             if not refused:
                 raise  # not a job's item (a bug, or the bundle item itself): fail loudly
-            self._reject_refused(refused, by_id)
+            _mark_refused(refused, by_id)
             bundle = group[0]
             bundle.job_ids = [j for j in bundle.job_ids if j not in refused]
             bundle.estimated_seconds = sum(by_id[j].estimated_seconds or 0
@@ -117,24 +122,6 @@ class Recordings(Reads):
             except TransactionCancelled:
                 pass  # only the conditions failed: the item itself is fine
         return refused
-
-    def _reject_refused(self, refused: dict[str, str], by_id: dict[str, Job]) -> None:
-        """Record refused jobs as REJECTED. Their message body is not at hand: the record keeps
-        the job's fields without the payload (whose size is given)."""
-        rejections = []
-        for job_id, why in refused.items():
-            job = by_id[job_id]
-            reason = f"the table refused the job's item: {why}"[:1000]
-            job.state, job.reason = JobState.REJECTED, reason
-            body = json.dumps({
-                "job_id": job.job_id, "kind": job.kind,
-                "estimated_seconds": job.estimated_seconds,
-                "timeout_seconds": job.timeout_seconds, "max_attempts": job.max_attempts,
-                "payload_bytes": job.payload_bytes}, separators=(",", ":"))
-            rejections.append(Rejection(key=job_id, message_id=job.message_id or job_id,
-                                        reason=reason, body=body, job_id=job_id,
-                                        created_at=job.created_at))
-        self.reject(rejections)
 
     def _record_tx(self, group: list[Bundle], by_id: dict[str, Job],
                    duplicates: set[str]) -> None:
@@ -217,7 +204,7 @@ class Recordings(Reads):
                                                  duplicates)
                     if not refused:
                         raise
-                    self._reject_refused(refused, by_id)
+                    _mark_refused(refused, by_id)
                     taken = set(refused)
                 except TransactionCancelled as exc:
                     failed = exc.failed_conditions()
@@ -302,6 +289,13 @@ class Recordings(Reads):
                 self.table.write(Put(r.rejection_record(
                     rej, r.rejection_key(rej.key, rej.message_id), expires_at)))
 
+
+
+def _mark_refused(refused: dict[str, str], by_id: dict[str, Job]) -> None:
+    """Jobs whose item the table refused: REJECTED, with the table's reason."""
+    for job_id, why in refused.items():
+        job = by_id[job_id]
+        job.state, job.reason = JobState.REJECTED, f"the table refused the job's item: {why}"[:1000]
 
 
 def _fits_one(bundle: Bundle, by_id: dict[str, Job]) -> bool:

@@ -99,7 +99,7 @@ def job_actions(u: JobUpdate, t: float, expires_at: int | None = None) -> list[A
     elif u.target == JobState.SUCCEEDED:
         actions.append(Remove("reason"))  # an earlier attempt's reason no longer applies
     # A finished job whose run goes on in its task (``live_task``) is not finished with yet: it
-    # gets its expiry when that task's stop is handled (DispatchStore.end_live_runs), so TTL
+    # gets its expiry when that task's stop is handled (StageStore.end_live_runs), so TTL
     # never deletes the record that keeps a retry or a resubmit from running beside it.
     if expires_at is not None and u.target in TERMINAL_JOB_STATES and u.live_task is None:
         actions.append(Set("expires_at", expires_at))

@@ -13,7 +13,7 @@ from dispatcher import settings
 from dispatcher.aws.dynamodb import open_store
 from dispatcher.domain import task_events
 from dispatcher.ops.client import JobClient
-from dispatcher.stages.tick import Decision, Dispatcher
+from dispatcher.stages.tick import Tick, TickReport
 
 # The demo's handlers, as a task finds them (LONGJOBS_HANDLERS); `demo.sleep` sleeps
 # payload["seconds"].
@@ -43,8 +43,8 @@ def small_jobs(n: int, prefix: str = "small", *,
              "estimated_seconds": 1.0} for i in range(n)]
 
 
-def run_until_drained(dispatcher: Dispatcher, *, max_ticks: int = 50,
-                      on_tick: Callable[[Decision], None] | None = None) -> list[Decision]:
+def run_until_drained(dispatcher: Tick, *, max_ticks: int = 50,
+                      on_tick: Callable[[TickReport], None] | None = None) -> list[TickReport]:
     """Tick until a tick receives nothing and has nothing left to launch."""
     decisions = []
     for _ in range(max_ticks):
@@ -57,17 +57,17 @@ def run_until_drained(dispatcher: Dispatcher, *, max_ticks: int = 50,
     raise AssertionError(f"not drained after {max_ticks} ticks")
 
 
-def submit_in_waves(client: JobClient, dispatcher: Dispatcher, jobs: list[dict[str, Any]],
-                    wave: int = 100) -> list[Decision]:
+def submit_in_waves(client: JobClient, dispatcher: Tick, jobs: list[dict[str, Any]],
+                    wave: int = 100) -> list[TickReport]:
     """moto's SQS costs grow with queue depth, so large runs are fed in waves."""
-    decisions: list[Decision] = []
+    decisions: list[TickReport] = []
     for start in range(0, len(jobs), wave):
         client.submit_many(jobs[start:start + wave])
         decisions.extend(run_until_drained(dispatcher))
     return decisions
 
 
-def api_calls_for_small_jobs(proxy: Any, dispatcher: Dispatcher, n_jobs: int = 500,
+def api_calls_for_small_jobs(proxy: Any, dispatcher: Tick, n_jobs: int = 500,
                              wave: int = 100) -> dict[str, int]:
     """Run ``n_jobs`` small bundled jobs through producer + dispatcher; count calls by API."""
     proxy.reset_counts()
@@ -154,7 +154,7 @@ def stopped_event(arn: str, container: str = "worker") -> dict[str, Any]:
                                    container=container)
 
 
-def api_calls_end_to_end(proxy: Any, dispatcher: Dispatcher, jobs: list[dict[str, Any]], *,
+def api_calls_end_to_end(proxy: Any, dispatcher: Tick, jobs: list[dict[str, Any]], *,
                          wave: int, runner_env: Mapping[str, str],
                          list_tasks: Callable[[], list[str]],
                          on_stopped: Callable[[str], Any] | None = None) -> CallCounts:

@@ -19,7 +19,8 @@ from dispatcher.domain.pacing import LaunchPacer
 from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.queue import Queue
 from dispatcher.settings import Config
-from dispatcher.stages.admit import Intake
+from dispatcher.stages.admit import Admission
+from dispatcher.stages.finish import Finishes
 from dispatcher.stages.launch import Launches
 from dispatcher.stages.policy import (
     AdmitPolicy,
@@ -30,26 +31,27 @@ from dispatcher.stages.policy import (
     TickPolicy,
 )
 from dispatcher.stages.reconcile import Reconciler
+from dispatcher.stages.recorder import Recorder
 from dispatcher.stages.rerun import Reruns
-from dispatcher.stages.tick import Dispatcher
-from dispatcher.store import DispatchStore
+from dispatcher.stages.tick import Tick
+from dispatcher.store import StageStore
 from dispatcher.wiring import adapters
 
 
 @dataclass(frozen=True)
 class Stages:
-    """The pipeline, wired: the tick (``dispatcher``) and the stop handler (``reruns``)."""
+    """The pipeline, wired: the tick (``tick``) and the stop handler (``reruns``)."""
 
-    dispatcher: Dispatcher
+    tick: Tick
     reruns: Reruns
     launches: Launches
     queue: Queue  # priority normal's (LONGJOBS_QUEUE_URL)
-    store: DispatchStore
+    store: StageStore
     launcher: Launcher
     queues: dict[Priority, Queue]  # one per priority level (several may be the same queue)
 
 
-def build(cfg: Config, *, queue: Queue, store: DispatchStore, launcher: Launcher,
+def build(cfg: Config, *, queue: Queue, store: StageStore, launcher: Launcher,
           clock: Callable[[], float] = time.time, pacer: LaunchPacer | None = None,
           priority_queues: dict[Priority, Queue] | None = None) -> Stages:
     """Wire the given adapters to the stages, each stage receiving its own collaborators.
@@ -69,18 +71,18 @@ def build(cfg: Config, *, queue: Queue, store: DispatchStore, launcher: Launcher
         task_launch_per_second=cfg.task_launch_per_second,
         capacity_providers=tuple(p.provider for p in cfg.capacity_strategy) or ("FARGATE",)),
         clock, pacer=pacer)
-    reruns = Reruns(store, launcher, launches, RerunPolicy(
+    reruns = Reruns(store, launcher, Finishes(store), launches, RerunPolicy(
         cfg.max_infra_attempts, cfg.task_concurrency, cfg.kind_limits), clock)
     reconciler = Reconciler(store, launcher, reruns, ReconcilePolicy(
         cfg.start_timeout_seconds, cfg.heartbeat_seconds), clock)
-    intake = Intake(queues, store, AdmitPolicy(cfg.allowed_kinds, bundling, cfg.kind_limits),
-                    clock, concurrency=cfg.tick_concurrency, hold_seconds=cfg.hold_seconds)
-    tick = Dispatcher(store, launcher, intake, launches, reconciler,
-                      TickPolicy(cfg.max_running_tasks, cfg.tick_seconds, cfg.lease_seconds,
-                                 cfg.tick_reserve_seconds, cfg.tick_concurrency,
-                                 cfg.hold_seconds, cfg.kind_limits, cfg.task_concurrency,
-                                 cfg.priority_weights),
-                      clock=clock)
+    admission = Admission(queues, Recorder(store),
+                          AdmitPolicy(cfg.allowed_kinds, bundling, cfg.kind_limits), clock,
+                          concurrency=cfg.tick_concurrency, hold_seconds=cfg.hold_seconds)
+    tick = Tick(store, launcher, admission, launches, reconciler,
+                TickPolicy(cfg.max_running_tasks, cfg.tick_seconds, cfg.lease_seconds,
+                           cfg.tick_reserve_seconds, cfg.tick_concurrency, cfg.hold_seconds,
+                           cfg.kind_limits, cfg.task_concurrency, cfg.priority_weights),
+                clock=clock)
     return Stages(tick, reruns, launches, queue, store, launcher, queues)
 
 
@@ -91,6 +93,7 @@ def for_aws(cfg: Config, launch_with: Launcher | None = None) -> Stages:
                  launcher=launch_with or adapters.launcher(cfg), priority_queues=queues)
 
 
-def dispatcher(cfg: Config, launch_with: Launcher | None = None) -> Dispatcher:
-    return for_aws(cfg, launch_with).dispatcher
+def aws_tick(cfg: Config, launch_with: Launcher | None = None) -> Tick:
+    """The tick on the AWS adapters the settings name (:func:`for_aws`)."""
+    return for_aws(cfg, launch_with).tick
 

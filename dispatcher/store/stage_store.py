@@ -1,4 +1,4 @@
-"""The dispatcher's role: lease, admission, launches, stopped tasks, overdue jobs.
+"""The stages' role: lease, admission, launches, stopped tasks, overdue jobs.
 
 Every state change is a conditional write: the item must still be in the state the writer read
 (plus the fence: attempt, task ARN, launch id), and :mod:`dispatcher.domain.lifecycle` must allow
@@ -59,7 +59,7 @@ from dispatcher.store.values import JobUpdate, LaunchOutcome
 LAUNCH_TTL_SECONDS = 7 * 86400
 
 
-class DispatchStore(Recordings, HeldRetries):
+class StageStore(Recordings, HeldRetries):
     """What the tick and the task-event handler ask of the table (the dry run wraps this)."""
 
     # -- lease ----------------------------------------------------------------------------------
@@ -182,7 +182,8 @@ class DispatchStore(Recordings, HeldRetries):
         leaves the bundle where it was, and the stop is handled again (the event is retried,
         reconciliation looks again) from the jobs as they are then. Each job update carries
         the stop's task ARN (``settled_by``), so the jobs already settled are charged nothing
-        more (``Reruns.decide``); none is lost or left without a bundle to run it.
+        more (:func:`dispatcher.domain.stop_policy.decide`); none is lost or left without a
+        bundle to run it.
 
         A job whose item cannot take its update (over DynamoDB's 400 KB: an item written before
         the size budgets, near the limit) ends FAILED alone with that reason, its checkpoint
