@@ -37,7 +37,7 @@ def local(moto_server: MotoEndpoint, tmp_path: Path,
     moto_server.pin_ecs_tasks()
     log = tmp_path / "executions.jsonl"
     monkeypatch.setenv("LONGJOBS_TEST_LOG", str(log))
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
     monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "WARNING")
     env = LocalEnv(endpoint=moto_server.url, tick_seconds=0.5, settings={
         "LONGJOBS_HANDLERS": HANDLERS, "LONGJOBS_HEARTBEAT_SECONDS": "1",
@@ -60,7 +60,7 @@ def own_local(moto_server: MotoEndpoint, tmp_path: Path, monkeypatch: pytest.Mon
     moto_server.reset()
     log = tmp_path / "executions.jsonl"
     monkeypatch.setenv("LONGJOBS_TEST_LOG", str(log))
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
     monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "WARNING")
     saved = dict(os.environ)
     env = LocalEnv(endpoint=endpoint or moto_server.url, tick_seconds=tick_seconds,

@@ -17,7 +17,7 @@ from dispatcher.domain.stops import TaskStop
 from dispatcher.handlers import on_task_event
 from dispatcher.stages.rerun import StopResult
 from dispatcher.store import Fence, JobUpdate
-from dispatcher.wiring import Stages
+from dispatcher.wiring.pipeline import Stages
 from tests.twins import Twins
 
 CONTAINER = "worker"
