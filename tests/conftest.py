@@ -2,6 +2,9 @@
 
 AWS calls go through boto3/pynamodb over HTTP to moto; what moto cannot do (RunTask failures,
 clientToken idempotency, throttling, crashes between steps) the proxy injects at the HTTP boundary.
+
+The tests are in three tiers (folders): ``twins`` (in-process, no moto), ``contract`` and
+``integration``; the run order puts the longest first (see ``pytest_collection_modifyitems``).
 """
 
 from __future__ import annotations
@@ -77,3 +80,25 @@ def aws(moto_server: MotoEndpoint, proxy: AwsProxy,
     proxy.runtask_requests.clear()
     proxy.runtask_forwarded = 0
     return Aws(moto_server, proxy, env)
+
+
+# The modules whose tests take longest (a minute or more each on two busy cores), started first
+# so that the four workers of `make test` end together instead of one of them beginning a
+# 100-second scenario while the others run out of work; then integration, contract, twins.
+LONGEST_FIRST = ("test_api_calls", "test_system_model", "test_demo", "test_runner",
+                 "test_crash", "test_permissions", "test_ops", "test_lifecycle_property")
+TIERS = ("integration", "contract", "twins")
+
+
+def _run_order(item: pytest.Item) -> tuple[int, int]:
+    path = item.path
+    tier = path.parent.name
+    longest = (LONGEST_FIRST.index(path.stem) if path.stem in LONGEST_FIRST
+               else len(LONGEST_FIRST))
+    return longest, TIERS.index(tier) if tier in TIERS else len(TIERS)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A stable sort: each module's tests stay together and in their order, so module-scoped
+    # fixtures are made once per worker that runs the module.
+    items.sort(key=_run_order)
