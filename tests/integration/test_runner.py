@@ -45,9 +45,16 @@ def local(moto_server: MotoEndpoint, tmp_path: Path,
         "LONGJOBS_ASSIGN_WAIT_SECONDS": "20"})
     for k in env.settings:
         monkeypatch.delenv(k, raising=False)
-    env.start()
-    yield env, log
-    env.stop()
+    # Local mode exports its environment (LONGJOBS_LAUNCHER=local among it) into this
+    # process; the tests after this one on the same worker must not inherit it.
+    saved = dict(os.environ)
+    try:
+        env.start()
+        yield env, log
+    finally:
+        env.stop()
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @contextlib.contextmanager
