@@ -61,10 +61,12 @@ docs: $(VENV)
 
 # Every tier (tests/twins, tests/contract, tests/integration; the README's "Testing"). Four
 # pytest workers on two cores: much of the suite waits on subprocesses, moto and sleeps; each
-# worker has its own moto server, and the longest modules start first (tests/conftest.py).
+# worker has its own moto server. The longest tests are dealt out first (tests/conftest.py)
+# and handed out one at a time (--maxschedchunk 1; by default xdist gives each worker a block
+# of ~50 tests up front, which would put the longest ones on the same worker).
 # MiniStack is built too, so that its contract test runs in CI rather than skip.
 test: $(VENV) $(TOOLS)/bin/checkov $(MINISTACK)/bin/ministack lint
-	LONGJOBS_CHECKOV=$(TOOLS)/bin/checkov $(VENV)/bin/pytest -q -n 4
+	LONGJOBS_CHECKOV=$(TOOLS)/bin/checkov $(VENV)/bin/pytest -q -n 4 --maxschedchunk 1
 
 # The twin tier alone, for the loop of changing code: in-process on the in-memory twins, no
 # moto, no AWS endpoint, no lint. Two workers, one per core: this tier is all CPU. The two

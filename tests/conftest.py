@@ -4,7 +4,7 @@ AWS calls go through boto3/pynamodb over HTTP to moto; what moto cannot do (RunT
 clientToken idempotency, throttling, crashes between steps) the proxy injects at the HTTP boundary.
 
 The tests are in three tiers (folders): ``twins`` (in-process, no moto), ``contract`` and
-``integration``; the run order puts the longest first (see ``pytest_collection_modifyitems``).
+``integration``; the run order deals the longest out first (see ``pytest_collection_modifyitems``).
 """
 
 from __future__ import annotations
@@ -82,23 +82,24 @@ def aws(moto_server: MotoEndpoint, proxy: AwsProxy,
     return Aws(moto_server, proxy, env)
 
 
-# The modules whose tests take longest (a minute or more each on two busy cores), started first
-# so that the four workers of `make test` end together instead of one of them beginning a
-# 100-second scenario while the others run out of work; then integration, contract, twins.
-LONGEST_FIRST = ("test_api_calls", "test_system_model", "test_demo", "test_runner",
-                 "test_crash", "test_permissions", "test_ops", "test_lifecycle_property")
+# The run order, for `make test`'s four workers (pytest-xdist, `--maxschedchunk 1`): xdist hands
+# each worker two tests to start with, then one at a time as each frees. The tests that take a
+# minute or more go first, dealt one module after another (the first of each, then the second
+# of each, ...) so that no worker starts with two of the longest; the rest follow, integration,
+# contract, twins, each module's tests together and in their order.
+LONGEST = ("test_api_calls", "test_system_model", "test_demo", "test_runner", "test_crash",
+           "test_ops", "test_lifecycle_property")
 TIERS = ("integration", "contract", "twins")
 
 
-def _run_order(item: pytest.Item) -> tuple[int, int]:
-    path = item.path
-    tier = path.parent.name
-    longest = (LONGEST_FIRST.index(path.stem) if path.stem in LONGEST_FIRST
-               else len(LONGEST_FIRST))
-    return longest, TIERS.index(tier) if tier in TIERS else len(TIERS)
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # A stable sort: each module's tests stay together and in their order, so module-scoped
-    # fixtures are made once per worker that runs the module.
-    items.sort(key=_run_order)
+    seen: dict[str, int] = {}
+    order: dict[int, tuple[int, int, int]] = {}
+    for item in items:
+        module, tier = item.path.stem, item.path.parent.name
+        if module in LONGEST:
+            nth = seen[module] = seen.get(module, -1) + 1
+            order[id(item)] = (0, nth, LONGEST.index(module))
+        else:
+            order[id(item)] = (1, TIERS.index(tier) if tier in TIERS else len(TIERS), 0)
+    items.sort(key=lambda item: order[id(item)])  # stable: each module's order is kept
