@@ -9,13 +9,13 @@ reads it and what it means. From that single declaration:
 - :func:`required` lists what a role cannot start without (the infra tests check that the SAM
   template sets them);
 - :func:`markdown` renders the configuration table of ``docs/configuration.md`` (``python -m
-  dispatcher.settings --markdown`` prints it, ``make docs`` rewrites it; ``tests/test_settings.py``
-  fails when that table and this declaration differ).
+  dispatcher.settings --markdown`` prints it, ``make docs`` rewrites it;
+  ``tests/twins/test_settings.py`` fails when that table and this declaration differ).
 
 Who reads ``os.environ``. In production code only this module reads settings from the
 environment: the dispatcher, the client, the runner and the metrics all get them from :func:`load`.
 The other reads and writes of ``os.environ`` in the project are precisely these (and
-``tests/test_settings.py`` fails if another appears):
+``tests/twins/test_settings.py`` fails if another appears):
 
 - ``dispatcher/ops/client.py`` passes ``os.environ`` merged with its caller's overrides to
   :func:`load`;

@@ -167,14 +167,14 @@ class Writes:
         job.attempts += 1
         job.state = JobState.RUNNING
         self.pending[job.job_id] = JobUpdate(job.job_id, JobState.PENDING, JobState.RUNNING,
-                                             attempts_delta=1, history=list(job.history))
+                                             attempts_delta=1, history=_snapshot(job.history))
 
     def _finish(self, job: Job, outcome: Outcome, *, started: bool) -> None:
         if started and job.history:
             job.history[-1].update({"ended_at": time.time(), "outcome": str(outcome.target),
                                     "reason": outcome.reason})
         refund = -1 if outcome.interrupted and started else 0
-        extra: dict[str, Any] = {"history": list(job.history) if started else None,
+        extra: dict[str, Any] = {"history": _snapshot(job.history) if started else None,
                                  "result": outcome.result, "error": outcome.error,
                                  "reason": outcome.reason,
                                  "infra_delta": 1 if outcome.interrupted else 0}
@@ -190,3 +190,9 @@ class Writes:
             self.retrying = True
             delay = min(RETRY_BASE_SECONDS * 2 ** max(job.attempts - 1, 0), RETRY_MAX_SECONDS)
             self.retry_at = max(self.retry_at, time.time() + delay)
+
+
+def _snapshot(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The history as it is now, entries included: the job's thread goes on writing into its
+    last entry (its end) while the flusher's thread may be writing this copy."""
+    return [dict(entry) for entry in history]

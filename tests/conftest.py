@@ -2,6 +2,9 @@
 
 AWS calls go through boto3/pynamodb over HTTP to moto; what moto cannot do (RunTask failures,
 clientToken idempotency, throttling, crashes between steps) the proxy injects at the HTTP boundary.
+
+The tests are in three tiers (folders): ``twins`` (in-process, no moto), ``contract`` and
+``integration``; the run order deals the longest out first (see ``pytest_collection_modifyitems``).
 """
 
 from __future__ import annotations
@@ -79,14 +82,42 @@ def aws(moto_server: MotoEndpoint, proxy: AwsProxy,
     return Aws(moto_server, proxy, env)
 
 
+# The run order, for `make test`'s four workers (pytest-xdist, `--maxschedchunk 1`): xdist hands
+# each worker two tests to start with, then one at a time as each frees. The tests that take a
+# minute or more go first, dealt one module after another (the first of each, then the second
+# of each, ...) so that no worker starts with two of the longest; the rest follow, integration,
+# contract, twins, each module's tests together and in their order.
+LONGEST = ("test_api_calls", "test_system_model", "test_demo", "test_runner", "test_crash",
+           "test_ops", "test_lifecycle_property")
+TIERS = ("integration", "contract", "twins")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    seen: dict[str, int] = {}
+    order: dict[int, tuple[int, int, int]] = {}
+    for item in items:
+        module, tier = item.path.stem, item.path.parent.name
+        if module in LONGEST:
+            nth = seen[module] = seen.get(module, -1) + 1
+            order[id(item)] = (0, nth, LONGEST.index(module))
+        else:
+            order[id(item)] = (1, TIERS.index(tier) if tier in TIERS else len(TIERS), 0)
+    items.sort(key=lambda item: order[id(item)])  # stable: each module's order is kept
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The README runner's reach, in every run's summary (its test runs in a worker, whose
-    output xdist does not show): the command blocks it reads and what it does with them."""
-    from tests.test_readme_commands import all_commands, runs_for_real
+    """The README runner's reach, in the summary of a run that ran it (its test runs in a worker,
+    whose output xdist does not show): the command blocks it read and what it did with them."""
+    ran_here = [r for key in ("passed", "failed") for r in terminalreporter.stats.get(key, [])
+                if "test_readme_commands" in getattr(r, "nodeid", "")]
+    if not ran_here:
+        return
+    from tests.integration.test_readme_commands import all_commands, runs_for_real
 
     blocks, commands = all_commands()
     ran = sum(1 for c in commands if runs_for_real(c))
+    failed = sum(1 for r in ran_here if r.failed)
     terminalreporter.write_line(
         f"README runner: {len(blocks)} shell blocks, {len(commands)} longjobs commands parsed, "
         f"{ran} run against local mode, {len(commands) - ran} parsed only (AWS-only or "
-        "long-running)")
+        f"long-running); {len(ran_here)} checks, {failed} failed")

@@ -1,4 +1,5 @@
-"""What the system model (tests/test_system_model.py) checks, read from the twins' state alone.
+"""What the system model (tests/twins/test_system_model.py) checks, read from the twins'
+state alone.
 
 Each check returns the problems it finds as readable lines (empty: it holds), so the model can
 say which invariant failed and with which job's data.

@@ -1,4 +1,4 @@
-"""The table's faults in the system model (tests/test_system_model.py): the tick's Lambda
+"""The table's faults in the system model (tests/twins/test_system_model.py): the tick's Lambda
 dying right after any write, and transactions failing for a moment (throttling, a 5xx, a
 conflict with another request), with or without their response lost after they committed."""
 
@@ -178,7 +178,7 @@ def one_thread() -> Iterator[None]:
 
 class FaultRules:
     """The system model's rules that inject the table's faults, and the check after each
-    whole tick (mixed into tests/test_system_model.py's SystemModel, which provides the
+    whole tick (mixed into tests/twins/test_system_model.py's SystemModel, which provides the
     world and the helpers below)."""
 
     # Provided by SystemModel: table, twins, env(), fail(), guarded(), sync(), advance().

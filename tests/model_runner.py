@@ -1,4 +1,4 @@
-"""One task's job runner, a step at a time, for the system model (tests/test_system_model.py).
+"""One task's job runner, a step at a time, for the system model (tests/twins/test_system_model.py).
 
 The real runner (:class:`job_runner.worker.Worker`) runs handlers in threads against the wall
 clock; a model that shrinks needs every step to be its own, in order. So this runs the runner's

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import boto3
+import botocore.loaders
 import botocore.session
 from botocore.config import Config as BotoConfig
 from botocore.configprovider import ConfiguredEndpointProvider
@@ -33,6 +35,19 @@ def service_endpoint(service: str, session: Any = None) -> str | None:
     return None
 
 
+@functools.cache
+def _loader(data_path: str | None) -> botocore.loaders.Loader:
+    """botocore's data files (service models, endpoint rules), parsed once per process.
+
+    Each client here gets a session of its own (so the environment it reads, endpoints
+    included, is the one of the moment), and a new session parses its models again: a few MB
+    of JSON per client, most of the time it took to make one (EC2's model alone is ~1 MB). The
+    loader caches what it parsed and never changes it, so sessions can share it; it is keyed by
+    ``AWS_DATA_PATH`` as botocore's own loader would read it.
+    """
+    return botocore.loaders.create_loader(data_path)
+
+
 def endpoint_client(service: str, endpoint: str | None, region: str | None, *,
                     retries: int = 4) -> Any:
     """A client on ``endpoint`` (``AWS_ENDPOINT_URL``) in ``region``; ``retries`` is the total
@@ -44,6 +59,7 @@ def endpoint_client(service: str, endpoint: str | None, region: str | None, *,
     moto and put SQS on an emulator that handles deep queues.
     """
     core = botocore.session.get_session()
+    core.register_component("data_loader", _loader(core.get_config_variable("data_path")))
     return boto3.session.Session(botocore_session=core).client(
         service,  # type: ignore[call-overload]
         endpoint_url=service_endpoint(service, core) or endpoint,

@@ -13,12 +13,13 @@ high and low both waiting, low takes 1 slot in 7 (weights 6 and 1), high the oth
 
 The bound: a level that has work waiting in every tick and at least one free slot per tick gets
 a slot within :func:`patience` ticks, ``ceil(W / w) + 1`` (W the sum of all weights, w its own),
-whatever the other levels do: 11 ticks for low at the default weights (``tests/test_capacity.py``
-checks it under random demand, capacity and weights). A level with nothing waiting when slots are
-shared loses its credit (it starts again from 0), and a level is never given more slots than it
-has work for: slots it cannot use go to the others, so no slot stays idle. The tick shares slots
-this way only when levels compete (more work than free slots, in more than one level); otherwise
-each level gets what it has work for and the credit stays as it was, which keeps the bound.
+whatever the other levels do: 11 ticks for low at the default weights
+(``tests/twins/test_capacity.py`` checks it under random demand, capacity and weights). A level
+with nothing waiting when slots are shared loses its credit (it starts again from 0), and a
+level is never given more slots than it has work for: slots it cannot use go to the others,
+so no slot stays idle. The tick shares slots this way only when levels compete (more work
+than free slots, in more than one level); otherwise each level gets what it has work for and
+the credit stays as it was, which keeps the bound.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ HISTORY_TEXT_BYTES = 512
 # bytes each as DynamoDB stores them).
 OTHER_JOB_BYTES = 8 * 1024  # 8,192
 # 262,144 + 32,768 + 65,536 + 8,192 + 2,048 + 16,384 + 8,192 = 395,264 < 409,600: the largest
-# job item that can be written is 14 KB under the limit (tests/test_sizes.py encodes it).
+# job item that can be written is 14 KB under the limit (tests/twins/test_sizes.py encodes it).
 JOB_ITEM_BUDGET = (MAX_PAYLOAD_BYTES + MAX_CHECKPOINT_BYTES + MAX_RESULT_BYTES + MAX_ERROR_BYTES
                    + MAX_REASON_BYTES + MAX_HISTORY_BYTES + OTHER_JOB_BYTES)
 

@@ -14,7 +14,7 @@ template sets), else ``longjobs``. Dimensions: ``service`` (``POWERTOOLS_SERVICE
 ``longjobs``) and ``Queue`` (the name of the job queue, LONGJOBS_QUEUE_URL's last segment, also
 for the metrics of the other priorities' queues: it names the deployment); all three are read
 through :mod:`dispatcher.settings`. The stack's dashboard (``infra/template.yaml``) graphs these
-names, and ``tests/test_dashboard.py`` fails when either side renames one. Plus:
+names, and ``tests/integration/test_dashboard.py`` fails when either side renames one. Plus:
 
 - ``LaunchFailures`` is published twice: the total with (service, Queue), and one line per
   reason with (service, Queue, Reason); the reason is its first word as in the decision record

@@ -85,7 +85,7 @@ class Reads:
 
         TTL only on what is finished: no item a live, pending or scheduled job needs ever
         carries ``expires_at``, so no clock, however far ahead, lets DynamoDB delete it
-        (``tests/test_ttl.py`` checks this after every step of a mixed life). Every
+        (``tests/twins/test_ttl.py`` checks this after every step of a mixed life). Every
         ``expires_at`` the store writes, and why it is safe:
 
         - a job: set only with a terminal state (SUCCEEDED, FAILED, CANCELLED: ``job_actions``,

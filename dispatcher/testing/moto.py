@@ -19,6 +19,9 @@ __all__ = ["MotoEndpoint", "patch_transactions", "start_moto"]
 
 log = logging.getLogger("longjobs.moto")
 
+# Services whose state outlives MotoEndpoint.reset (see there).
+KEPT_ON_RESET = frozenset({"ec2"})
+
 
 class MotoEndpoint:
     """A running moto server plus the control-plane calls tests need (reset, task pinning)."""
@@ -35,12 +38,30 @@ class MotoEndpoint:
             response.read()
 
     def reset(self) -> None:
-        """Clear every backend so tests don't see each other's queues, tables and tasks.
+        """Clear every backend but EC2's so tests don't see each other's queues, tables and tasks.
+
+        EC2 is kept because what it holds is the network tasks run in (the default VPC and
+        its subnets) and the interfaces RunTask attaches there, which nothing reads back;
+        rebuilding it (moto makes the default VPC on first use after a reset) took ~2 s of
+        every test that provisions. moto's own ``/moto-api/reset`` clears everything, so this
+        does what it does (reset, then forget, each service's backends) for the other
+        services, here, where the server runs (a thread of this process).
 
         The state manager's transitions are global and survive a reset; call
         :meth:`pin_ecs_tasks` again only if something unset them.
         """
-        self._post("/moto-api/reset")
+        from moto.core.base_backend import BackendDict, backend_lock
+
+        instances: list[Any] = BackendDict._instances  # type: ignore[misc]  # (as moto's)
+        with backend_lock:
+            for backends in list(instances):
+                if backends.service_name in KEPT_ON_RESET:
+                    continue
+                for account in backends.values():
+                    account.reset()
+                backends.clear()
+                instances.remove(backends)
+        release_model_copies()
 
     def pin_ecs_tasks(self) -> None:
         """Keep ECS tasks RUNNING instead of advancing one state per DescribeTasks call.
@@ -259,8 +280,8 @@ def patch_transactions() -> bool:
     """Install the journal-based TransactWriteItems into moto's DynamoDB backend (idempotent).
 
     Returns whether it is installed: a moto version it was not written against keeps its own
-    implementation (slow but correct), and ``tests/test_local_backends.py`` fails so that
-    somebody compares the two again.
+    implementation (slow but correct), and ``tests/integration/test_local_backends.py`` fails so
+    that somebody compares the two again.
     """
     import moto
     from moto.dynamodb.models import DynamoDBBackend

@@ -279,3 +279,20 @@ def test_an_on_demand_launch_is_recorded_as_such(env: tuple[Store, Clock]) -> No
     store.begin_launch(Launch("L-od", ["od"], "fam:1", created_at=T0, on_demand=True), [bundle])
     (orphan,) = store.orphaned_launches(older_than=T0 + 1)
     assert orphan.on_demand is True
+
+
+def test_the_credit_and_a_launchs_slots_are_kept_on_both_tables(
+        env: tuple[Store, Clock]) -> None:
+    """What the tick keeps between ticks (the priorities' credit) and what the runner reads
+    (the slots its bundle launched with), through the real adapter."""
+    store, _ = env
+    assert store.priority_credit() == {}
+    store.save_priority_credit({"high": -2.5, "normal": 0.0, "low": 3.0})
+    assert store.priority_credit() == {"high": -2.5, "normal": 0.0, "low": 3.0}
+    bundle = Bundle(bundle_id="b", job_ids=["j"], kind="report", slots=1)
+    job = Job(job_id="j", kind="report", payload={}, bundle_id="b")
+    store.record([bundle], [job])
+    bundle.slots = 3
+    store.begin_launch(Launch("L", ["b"], "fam:1"), [bundle])
+    got = store.get_bundle("b")
+    assert got is not None and got.slots == 3

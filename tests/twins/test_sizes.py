@@ -27,8 +27,8 @@ from job_runner import JobContext
 from job_runner.kinds import HandlerRegistry
 from job_runner.outcome import error_of
 from job_runner.worker import Worker
-from tests.test_worker import ARN, launched
 from tests.twins import Twins
+from tests.twins.test_worker import ARN, launched
 
 RUNNER = settings.load("runner", {"LONGJOBS_TABLE": "t", "LONGJOBS_FLUSH_SECONDS": "3600",
                                   "LONGJOBS_HEARTBEAT_SECONDS": "3600",

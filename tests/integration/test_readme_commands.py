@@ -5,7 +5,7 @@ read as a user would copy it. Shell blocks must pass ``bash -n``. Every ``longjo
 them is parsed by the CLI itself (its click command: unknown commands, flags and extra arguments
 fail here); the cheap ones then run for real, in order, against one ``longjobs local`` shared by
 the module. Not run: ``deploy`` (AWS only: it registers a task definition in the account),
-``local`` and ``demo`` (long-running; tests/test_first_hour.py and tests/test_demo.py run them)
+``local`` and ``demo`` (long-running; test_first_hour.py and test_demo.py run them)
 and ``top`` without ``--once``/``--json`` (a live view). A transcript line ``error: ...`` right
 after a command is its expected output: that command must fail with exactly that line's text as
 the start of its one-line error.

@@ -1,11 +1,13 @@
 """Property: random interleavings of launches, claims, job writes and (duplicated, reordered,
 stale) stop events never reach an illegal state, never lose a job, and never have two live
 attempts of one job. Runs the real store policy and rerun logic in-process on the twins (a fresh
-table, launcher and clock per example), so it runs many examples and shrinks what it finds."""
+table, launcher and clock per example), so it runs many examples and shrinks what it finds.
+``LONGJOBS_LIFECYCLE_EXAMPLES`` sets how many (``make test-fast`` runs fewer)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 
 import pytest
 from hypothesis import HealthCheck, Phase
@@ -123,10 +125,13 @@ def machine() -> type[RuleBasedStateMachine]:
     return Lifecycle
 
 
+EXAMPLES = int(os.environ.get("LONGJOBS_LIFECYCLE_EXAMPLES", "300"))
+
+
 def test_lifecycle_interleavings(machine: type[RuleBasedStateMachine]) -> None:
     # Each example starts from a fresh in-memory world, so a failure replays exactly and
     # shrinks to a minimal sequence of steps.
-    runner = hyp_settings(max_examples=300, stateful_step_count=30, deadline=None,
+    runner = hyp_settings(max_examples=EXAMPLES, stateful_step_count=30, deadline=None,
                           phases=[Phase.explicit, Phase.generate, Phase.shrink],
                           suppress_health_check=list(HealthCheck),
                           print_blob=True)(machine).TestCase

@@ -12,7 +12,7 @@ from pathlib import Path
 import grimp
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("dispatcher", "job_runner")
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 

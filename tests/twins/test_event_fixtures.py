@@ -34,7 +34,7 @@ from dispatcher.domain.stops import (
 from dispatcher.domain.task_events import Ignored
 from job_runner.worker import task_arn
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 # The worker container of the published Fargate sample (its only container).
 WORKER = "FargateApp"
 FARGATE_TASK_ARN = ("arn:aws:ecs:us-west-2:111122223333:task/FargateCluster/"

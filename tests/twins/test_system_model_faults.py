@@ -12,8 +12,8 @@ import pytest
 from dispatcher.domain.bundles import BundleState
 from dispatcher.stages import recorder as recorder_module
 from tests import model_checks as checks
-from tests import test_system_model as model
-from tests.test_system_model_gaps import machines, spec
+from tests.twins import test_system_model as model
+from tests.twins.test_system_model_gaps import machines, spec
 
 __all__ = ["machines"]  # the fixture: fresh model worlds with every check on
 

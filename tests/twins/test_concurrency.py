@@ -28,7 +28,7 @@ from job_runner import JobContext, executor
 from job_runner.kinds import HandlerRegistry
 from job_runner.schedule import Schedule
 from job_runner.worker import Worker
-from tests.test_worker import ARN, launched, small
+from tests.twins.test_worker import ARN, launched, small
 
 BOUND = 30.0  # seconds: a safety net against a hang, never an expectation
 

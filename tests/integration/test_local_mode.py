@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.helpers import alive
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _wait(pred: object, timeout: float) -> bool:

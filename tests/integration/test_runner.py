@@ -37,7 +37,7 @@ def local(moto_server: MotoEndpoint, tmp_path: Path,
     moto_server.pin_ecs_tasks()
     log = tmp_path / "executions.jsonl"
     monkeypatch.setenv("LONGJOBS_TEST_LOG", str(log))
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
     monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "WARNING")
     env = LocalEnv(endpoint=moto_server.url, tick_seconds=0.5, settings={
         "LONGJOBS_HANDLERS": HANDLERS, "LONGJOBS_HEARTBEAT_SECONDS": "1",
@@ -45,9 +45,16 @@ def local(moto_server: MotoEndpoint, tmp_path: Path,
         "LONGJOBS_ASSIGN_WAIT_SECONDS": "20"})
     for k in env.settings:
         monkeypatch.delenv(k, raising=False)
-    env.start()
-    yield env, log
-    env.stop()
+    # Local mode exports its environment (LONGJOBS_LAUNCHER=local among it) into this
+    # process; the tests after this one on the same worker must not inherit it.
+    saved = dict(os.environ)
+    try:
+        env.start()
+        yield env, log
+    finally:
+        env.stop()
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @contextlib.contextmanager
@@ -60,7 +67,7 @@ def own_local(moto_server: MotoEndpoint, tmp_path: Path, monkeypatch: pytest.Mon
     moto_server.reset()
     log = tmp_path / "executions.jsonl"
     monkeypatch.setenv("LONGJOBS_TEST_LOG", str(log))
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
     monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "WARNING")
     saved = dict(os.environ)
     env = LocalEnv(endpoint=endpoint or moto_server.url, tick_seconds=tick_seconds,

@@ -1,5 +1,6 @@
 """``longjobs top``, the live operator view: the snapshot on the twins, its ``--once`` rendering
-through typer's runner, its one-line errors, and one run against moto through the real adapters.
+through typer's runner and its one-line errors (its run against moto through the real adapters is in
+``tests/integration/test_top_aws.py``).
 
 The twins' world is built through the production paths (producer, ticks on the real stages, the
 runner's fenced writes) with one fake clock, so every figure of the snapshot is known exactly.
@@ -24,7 +25,6 @@ from dispatcher.ports.queue import Backlog
 from dispatcher.store import Fence, JobUpdate, Store
 from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.wiring import pipeline
-from tests.conftest import Aws
 from tests.twins import Twins
 
 runner = CliRunner()
@@ -236,35 +236,3 @@ def test_errors_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     result = _cli("--once", code=2)
     assert result.stderr.startswith("error: invalid configuration: LONGJOBS_TABLE is not set")
     assert result.stderr.count("\n") == 1 and result.stdout == ""
-
-
-def test_top_on_moto(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The real adapters: every priority's queue, the table and the DLQ from the settings;
-    a queue that does not exist is one error line."""
-    from tests.helpers import client
-
-    sqs = client("sqs", aws.proxy.url)
-    monkeypatch.delenv("LONGJOBS_LOW_QUEUE_URL", raising=False)  # low shares the normal queue
-    monkeypatch.setenv("LONGJOBS_HIGH_QUEUE_URL",
-                       aws.env["LONGJOBS_QUEUE_URL"].replace("longjobs-jobs", "nope-high"))
-    result = _cli("--once", code=2)
-    assert result.stderr.startswith("error: SQS queue ") and "nope-high" in result.stderr
-    assert result.stderr.count("\n") == 1 and "Traceback" not in result.output
-
-    high = sqs.create_queue(QueueName="longjobs-jobs-high")["QueueUrl"]
-    monkeypatch.setenv("LONGJOBS_HIGH_QUEUE_URL", high)
-    sqs.send_message(QueueUrl=high, MessageBody=_job("h"))
-    sqs.send_message(QueueUrl=aws.env["LONGJOBS_QUEUE_URL"], MessageBody=_job("n"))
-    pipeline.aws_tick(aws.config(LONGJOBS_HIGH_QUEUE_URL=high,
-                                 LONGJOBS_LOW_QUEUE_URL="")).tick()
-    sqs.send_message(QueueUrl=high, MessageBody=_job("h2"))
-    out = json.loads(_cli("--json").stdout)
-    assert out["queues"] == {"high": {"visible": 1, "in_flight": 0, "delayed": 0},
-                             "normal": {"visible": 0, "in_flight": 0, "delayed": 0},
-                             "low": None}
-    assert out["dead_letters"] == 0
-    assert out["running_tasks"] == 2 and list(out["tasks_by_revision"]) == [
-        "longjobs-worker:1"]
-    assert out["admitted"] == {"jobs": 2, "rejected": 0, "by_state": {
-        "PENDING": 2, "RUNNING": 0, "SUCCEEDED": 0, "FAILED": 0, "CANCELLED": 0}}
-    assert "tasks: 2 running" in _cli("--once").stdout

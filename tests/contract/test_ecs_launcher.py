@@ -1,8 +1,9 @@
 """What only the ECS adapter (``EcsLauncher``) does, on moto behind the proxy: the RunTask
-request's shape, a throttled RunTask retried with the same clientToken (and ``RateExceeded``
-once every try was throttled), revision resolution.
+request's shape (a job's resources as task-level overrides included), a throttled RunTask
+retried with the same clientToken (and ``RateExceeded`` once every try was throttled),
+revision resolution.
 
-The rest of the dispatch path runs in-process on the twins (``tests/test_dispatch.py``).
+The rest of the dispatch path runs in-process on the twins (``tests/twins/test_dispatch.py``).
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from botocore.exceptions import ClientError
 from dispatcher.aws.dynamodb import open_store
 from dispatcher.aws.ecs import EcsLauncher, EcsTarget
 from dispatcher.domain.errors import LongjobsError
+from dispatcher.domain.jobs import Resources
 from dispatcher.domain.pacing import RateExceeded
 from dispatcher.ops.client import JobClient
 from dispatcher.ports.launcher import NOT_STARTED_BY_FIRST_CALL, LaunchRequest
 from dispatcher.testing.workload import run_until_drained
-from dispatcher.wiring import pipeline
+from dispatcher.wiring import adapters, pipeline
 from tests.conftest import Aws
 from tests.helpers import client, ecs_tasks, queue_counts, s, table_items
 
@@ -46,7 +48,7 @@ def test_runtask_request_shape(aws: Aws) -> None:
     _check_launched(aws, job_ids)
 
     requests = aws.proxy.runtask_requests
-    # How the tick groups bundles into calls is its own business (tests/test_dispatch.py).
+    # How the tick groups bundles into calls is its own business (tests/twins/test_dispatch.py).
     counts = [int(r["count"]) for r in requests]
     assert sum(counts) == 12 and all(1 <= c <= 10 for c in counts)
     assert {r["taskDefinition"] for r in requests} == {"longjobs-worker:1"}
@@ -173,3 +175,31 @@ def test_resolving_the_revision_survives_a_throttle() -> None:
     ecs = ThrottledOnce()
     assert EcsLauncher(ecs, EcsTarget("c", "f")).resolve_task_definition() == "f:7"
     assert ecs.calls == 2
+
+
+# -- a job's resources as RunTask task-level overrides (tests/twins/test_resources.py) ----------
+def _overrides(aws: Aws, token: str) -> dict[str, Any]:
+    (request,) = [q for q in aws.proxy.runtask_requests if q.get("clientToken") == token]
+    overrides: dict[str, Any] = request["overrides"]
+    return overrides
+
+
+@pytest.mark.parametrize(("resources", "expected"), [
+    (Resources(4096, 8192, 50), {"cpu": "4096", "memory": "8192",
+                                 "ephemeralStorage": {"sizeInGiB": 50}}),
+    (Resources(256, 512), {"cpu": "256", "memory": "512"}),
+    (Resources(ephemeral_storage=200), {"ephemeralStorage": {"sizeInGiB": 200}}),
+    (Resources(), {}),
+])
+def test_runtask_overrides_on_ecs(aws: Aws, resources: Resources,
+                                  expected: dict[str, Any]) -> None:
+    launcher = EcsLauncher(client("ecs", aws.proxy.url), adapters.ecs_target(aws.config()))
+    token = f"res-{resources.cpu}-{resources.memory}-{resources.ephemeral_storage}"
+    result = launcher.run(LaunchRequest(launcher.resolve_task_definition(), 2, token, "res",
+                                        env={"LONGJOBS_LAUNCH_ID": "L"}, resources=resources))
+    assert len(result.task_arns) == 2 and result.failures == []
+    overrides = _overrides(aws, token)
+    assert {k: v for k, v in overrides.items() if k != "containerOverrides"} == expected
+    (container,) = overrides["containerOverrides"]  # the environment override is unchanged
+    assert container["name"] == "worker"
+    assert container["environment"] == [{"name": "LONGJOBS_LAUNCH_ID", "value": "L"}]

@@ -32,7 +32,7 @@ from dispatcher.aws.dynamodb.model import key_schema
 from dispatcher.domain.errors import ResourceMissing
 from dispatcher.ops.deploy import REGISTERABLE_FIELDS, register_revision
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "infra" / "template.yaml"
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -167,7 +167,7 @@ def expanded(template: dict[str, Any]) -> dict[str, Any]:
 
 
 def sam_expand(template: dict[str, Any]) -> dict[str, Any]:
-    """The SAM transform, offline (tests/test_permissions.py evaluates its policies too)."""
+    """The SAM transform, offline (test_permissions.py evaluates its policies too)."""
     sam = copy.deepcopy(template)
     # The translator only accepts code that is already uploaded; `sam build`/`package` does that
     # for the local CodeUri ("..") in a real deploy.
@@ -409,7 +409,7 @@ def test_iam_is_least_privilege(expanded: dict[str, Any]) -> None:
 def test_task_event_role_can_relaunch_as_the_dispatcher_does(expanded: dict[str, Any]) -> None:
     """A rerun relaunches at once, so the task-event role needs the launch
     permissions (RunTask, tag on create, the task definition, PassRole) with the same scoping
-    as the dispatcher's. tests/test_permissions.py checks them against recorded behaviour."""
+    as the dispatcher's. test_permissions.py checks them against recorded behaviour."""
     def launch_grants(role: str) -> dict[str, dict[str, Any]]:
         wanted = {"ecs:RunTask", "ecs:TagResource", "ecs:DescribeTaskDefinition", "iam:PassRole"}
         return {a: {k: v for k, v in s.items() if k != "Sid"}
@@ -524,7 +524,7 @@ def test_worker_image_can_install_git_handlers_and_ships_without_git() -> None:
 
 def test_deploy_policy_grants_what_the_deploying_guide_lists(expanded: dict[str, Any]) -> None:
     """`longjobs deploy` needs what docs/deploying.md "Shipping new job code" lists; the template
-    offers it as a managed policy for the CI role (tests/test_permissions.py checks it in use)."""
+    offers it as a managed policy for the CI role (test_permissions.py checks it in use)."""
     policy = expanded["Resources"]["DeployPolicy"]["Properties"]["PolicyDocument"]
     actions = {a for s in policy["Statement"] for a in as_list(s["Action"])}
     assert actions == {"ecs:DescribeTaskDefinition", "ecs:RegisterTaskDefinition",

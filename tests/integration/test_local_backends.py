@@ -64,6 +64,20 @@ def test_the_patch_is_installed_by_start_moto(moto_server: MotoEndpoint) -> None
     assert moto_patch.moto_transact_write_items() is not moto_patch._transact_write_items
 
 
+def test_a_reset_forgets_queues_tables_and_tasks_and_keeps_the_network(aws: Aws) -> None:
+    """What one test made is gone for the next (provisioned anew), while EC2's default VPC,
+    which RunTask's subnets are checked against and which is slow to rebuild, stays."""
+    sqs, ddb, ecs, ec2 = (boto3.client(s, endpoint_url=aws.moto.url, region_name=REGION)
+                          for s in ("sqs", "dynamodb", "ecs", "ec2"))
+    sqs.create_queue(QueueName="made-by-this-test")
+    vpcs = ec2.describe_vpcs()["Vpcs"]
+    assert ddb.list_tables()["TableNames"] and ecs.list_clusters()["clusterArns"]
+    aws.moto.reset()
+    assert sqs.list_queues().get("QueueUrls", []) == []
+    assert ddb.list_tables()["TableNames"] == [] and ecs.list_clusters()["clusterArns"] == []
+    assert ec2.describe_vpcs()["Vpcs"] == vpcs and vpcs
+
+
 # -- through the server, as the dispatcher and runners see it --------------------------------------
 @pytest.fixture
 def ddb(aws: Aws) -> Any:

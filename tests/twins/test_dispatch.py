@@ -1,7 +1,7 @@
 """The dispatch path end to end: queue -> job table -> launcher, in-process on the twins.
 
 What only the ECS adapter does (the RunTask request's shape, throttling retries, revision
-resolution on ECS) is in ``tests/test_ecs_launcher.py``, on moto.
+resolution on ECS) is in ``tests/contract/test_ecs_launcher.py``, on moto.
 """
 
 from __future__ import annotations

@@ -4,17 +4,13 @@ RunTask task-level overrides; jobs of different sizes never share a task, nor a 
 
 The launch stage runs on the twins (bundles recorded straight into the store); the whole path
 from ``JobClient.submit`` runs on the twins too; the ECS form of the overrides is read on moto
-through the proxy.
+through the proxy in ``tests/contract/test_ecs_launcher.py``.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import pytest
-
 from dispatcher import settings
-from dispatcher.aws.ecs import EcsLauncher, task_overrides
+from dispatcher.aws.ecs import task_overrides
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.jobs import Job, Resources
 from dispatcher.domain.launches import Launch
@@ -24,9 +20,6 @@ from dispatcher.ports.launcher import LaunchRequest
 from dispatcher.stages.launch import Launches, LaunchStats, calls_for, request_for
 from dispatcher.stages.policy import LaunchPolicy
 from dispatcher.store import codec as r
-from dispatcher.wiring import adapters
-from tests.conftest import Aws
-from tests.helpers import client
 from tests.twins import FAMILY, Twins
 
 BIG = Resources(cpu=4096, memory=8192)
@@ -185,35 +178,3 @@ def test_the_local_launcher_keeps_each_requests_size() -> None:
         local.shutdown(grace=5)
     assert [q.resources for q in local.requests] == [BIG, Resources()]
     assert {t.request.resources for t in local.tasks.values()} == {BIG}
-
-
-# -- ECS, on moto behind the proxy --------------------------------------------------------------
-def _ecs(aws: Aws) -> EcsLauncher:
-    return EcsLauncher(client("ecs", aws.proxy.url), adapters.ecs_target(aws.config()))
-
-
-def _overrides(aws: Aws, token: str) -> dict[str, Any]:
-    (request,) = [q for q in aws.proxy.runtask_requests if q.get("clientToken") == token]
-    overrides: dict[str, Any] = request["overrides"]
-    return overrides
-
-
-@pytest.mark.parametrize(("resources", "expected"), [
-    (Resources(4096, 8192, 50), {"cpu": "4096", "memory": "8192",
-                                 "ephemeralStorage": {"sizeInGiB": 50}}),
-    (Resources(256, 512), {"cpu": "256", "memory": "512"}),
-    (Resources(ephemeral_storage=200), {"ephemeralStorage": {"sizeInGiB": 200}}),
-    (Resources(), {}),
-])
-def test_runtask_overrides_on_ecs(aws: Aws, resources: Resources,
-                                  expected: dict[str, Any]) -> None:
-    launcher = _ecs(aws)
-    token = f"res-{resources.cpu}-{resources.memory}-{resources.ephemeral_storage}"
-    result = launcher.run(LaunchRequest(launcher.resolve_task_definition(), 2, token, "res",
-                                        env={"LONGJOBS_LAUNCH_ID": "L"}, resources=resources))
-    assert len(result.task_arns) == 2 and result.failures == []
-    overrides = _overrides(aws, token)
-    assert {k: v for k, v in overrides.items() if k != "containerOverrides"} == expected
-    (container,) = overrides["containerOverrides"]  # the environment override is unchanged
-    assert container["name"] == "worker"
-    assert container["environment"] == [{"name": "LONGJOBS_LAUNCH_ID", "value": "L"}]

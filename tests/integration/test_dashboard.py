@@ -28,7 +28,7 @@ from dispatcher.stages.launch import LaunchStats
 from dispatcher.stages.rerun import StopOutcome, StopResult
 from dispatcher.stages.tick import TickReport
 from tests.conftest import Aws
-from tests.test_infra import TEMPLATE, function_env, resolve, resources
+from tests.integration.test_infra import TEMPLATE, function_env, resolve, resources
 
 NOW = 1_800_000_000.0
 STACK = "longjobs-prod"
@@ -69,7 +69,7 @@ def template() -> dict[str, Any]:
 
 def sub(text: str, template: dict[str, Any]) -> str:
     """Fn::Sub with sample deployed values: parameters (their default), pseudo parameters,
-    ``${Resource}`` and ``${Resource.Attribute}`` (as tests/test_infra.py resolves them), and
+    ``${Resource}`` and ``${Resource.Attribute}`` (as test_infra.py resolves them), and
     ``${!Literal}``, which CloudFormation writes as ``${Literal}``."""
     def one(match: re.Match[str]) -> str:
         name = match.group(1)

@@ -1,5 +1,5 @@
 """Fairness of the launches, replayed as fixed sequences of the system model's steps
-(tests/test_system_model.py), each checked by the model's own invariants, and each shown to be
+(tests/twins/test_system_model.py), each checked by the model's own invariants, and each shown to be
 seen by the model's starvation check when the rule it covers is broken on purpose.
 
 - A limited kind with a little room (less than its next bundle needs) and a deep backlog of
@@ -21,8 +21,8 @@ from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.stages import tick as tick_module
 from dispatcher.stages.policy import TickPolicy
 from dispatcher.store.stage_store import StageStore
-from tests import test_system_model as model
-from tests.test_system_model_gaps import _first_event, deliver_all, machines, spec, task
+from tests.twins import test_system_model as model
+from tests.twins.test_system_model_gaps import _first_event, deliver_all, machines, spec, task
 
 __all__ = ["machines"]  # the fixture: fresh model worlds with every check on
 

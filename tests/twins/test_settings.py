@@ -15,7 +15,7 @@ from dispatcher import settings
 from dispatcher.domain.errors import ConfigError
 from dispatcher.settings import CapacityProvider, Config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BASE = {"LONGJOBS_QUEUE_URL": "q", "LONGJOBS_TABLE": "t", "LONGJOBS_CLUSTER": "c",
         "LONGJOBS_TASK_FAMILY": "f", "LONGJOBS_SUBNETS": "subnet-1"}
 

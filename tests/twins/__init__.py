@@ -1,4 +1,10 @@
-"""In-process pipeline on the in-memory twins: one fake clock, one table, queue and launcher.
+"""The twin tier (``make test-fast``) and the world it runs in.
+
+The tests of this package run in-process, on the in-memory twins of ``dispatcher/testing/``
+and on pure code: no moto server, no AWS endpoint (asking for moto here fails; such a test
+belongs in ``tests/contract`` or ``tests/integration``). This module is their world, which the
+other tiers use too: an in-process pipeline on the twins, one fake clock, one table, queue and
+launcher.
 
 ``twins`` gives a :class:`Twins`; ``twins.stages()`` wires the real stages
 (``dispatcher.wiring.pipeline.build``) to the twins, ``twins.client()`` is the producer on the twin

@@ -43,9 +43,9 @@ from dispatcher.ops.deploy import register_revision
 from dispatcher.testing.moto import MotoEndpoint
 from dispatcher.testing.proxy import AwsProxy, RecordedCall
 from tests.conftest import BASE_ENV
-from tests.test_infra import TEMPLATE, sam_expand
+from tests.integration.test_infra import TEMPLATE, sam_expand
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's account
 NAMES = Names()

@@ -12,7 +12,7 @@ from dispatcher.store import codec as r
 from dispatcher.testing.memory_table import MemoryTable
 from job_runner.kinds import HandlerRegistry
 from job_runner.worker import Worker
-from tests.test_worker import ARN, CFG, launched, small
+from tests.twins.test_worker import ARN, CFG, launched, small
 
 
 def test_a_success_clears_the_reason_an_earlier_attempt_left() -> None:

@@ -21,7 +21,7 @@ import pytest
 from dispatcher.local.warm import WarmStarter
 from tests.helpers import alive
 
-ENTRY = "tests.test_warm_start:task_main"
+ENTRY = "tests.integration.test_warm_start:task_main"
 
 
 def task_main() -> int:

@@ -134,3 +134,26 @@ def test_a_start_in_flight_is_written_before_its_result() -> None:
                                                           JobState.RUNNING)
     assert (result.job_id, result.source, result.target) == ("j1", JobState.RUNNING,
                                                              JobState.SUCCEEDED)
+
+
+def test_a_write_under_way_keeps_the_history_it_was_given() -> None:
+    """A start being written carries the job's history as it was at the start: the job's end,
+    recorded meanwhile into the same entry by the job's thread, neither changes that write nor
+    changes what it reads while it is in flight (the table's adapter iterates the entries)."""
+    store = BlockingStore()
+    with writes(store, flush_seconds=3600) as w:
+        started = job(0)
+        w.start(started)
+        flusher = threading.Thread(target=w.flush)
+        flusher.start()
+        assert store.entered.wait(30)  # the start's write is in flight
+        w.finish(started, Outcome(JobState.SUCCEEDED), started=True)
+        store.release.set()
+        flusher.join(30)
+        w.flush()
+    first, second = store.applied
+    assert [(u.target, u.history) for u in first] == [
+        (JobState.RUNNING, [{k: v for k, v in started.history[0].items()
+                             if k not in ("ended_at", "outcome", "reason")}])]
+    assert [u.target for u in second] == [JobState.SUCCEEDED]
+    assert second[0].history == started.history and "ended_at" in started.history[0]

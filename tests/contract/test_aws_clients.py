@@ -44,3 +44,19 @@ def test_retries_is_the_total_number_of_attempts(retries: int,
         ecs.list_clusters()
     assert answer.attempts == retries
     assert ecs.meta.config.retries["total_max_attempts"] == retries
+
+
+def test_clients_share_botocore_models_yet_read_the_environment_each_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each client has a session of its own, so an endpoint set in the environment between
+    two clients is seen by the second; the models they are built from are parsed once."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SQS", "http://127.0.0.1:8001")
+    first = endpoint_client("sqs", "http://127.0.0.1:9", "us-east-1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SQS", "http://127.0.0.1:8002")
+    second = endpoint_client("sqs", "http://127.0.0.1:9", "us-east-1")
+    assert first.meta.endpoint_url == "http://127.0.0.1:8001"
+    assert second.meta.endpoint_url == "http://127.0.0.1:8002"
+    models = [c.meta.service_model._service_description for c in (first, second)]
+    assert models[0] is models[1]

@@ -26,10 +26,9 @@ from dispatcher.store import codec as r
 from dispatcher.store.base import status
 from dispatcher.testing.memory_table import MemoryTable
 from job_runner import JobContext
-from tests.contract.tables import BACKENDS, Clock, make_store, make_table
-from tests.test_concurrency import BOUND, Gauge, job, worker
-from tests.test_shapes import Shapes
-from tests.test_worker import ARN
+from tests.twins.test_concurrency import BOUND, Gauge, job, worker
+from tests.twins.test_shapes import Shapes
+from tests.twins.test_worker import ARN
 
 # LONGJOBS_PRIORITY_WEIGHTS' default.
 DEFAULT_WEIGHTS = {"high": 6, "normal": 3, "low": 1}
@@ -251,25 +250,6 @@ def test_the_allocation_is_work_conserving_and_weighted() -> None:
     assert slots == {Priority.HIGH: 6, Priority.NORMAL: 3, Priority.LOW: 1}
     slots, _ = allocate(3, {Priority.LOW: 100}, DEFAULT_WEIGHTS, {})
     assert slots[Priority.LOW] == 3
-
-
-@pytest.fixture(params=BACKENDS)
-def store(request: pytest.FixtureRequest) -> Store:
-    return make_store(make_table(request), Clock())
-
-
-def test_the_credit_and_a_launchs_slots_are_kept_on_both_tables(store: Store) -> None:
-    """What the tick keeps between ticks and what the runner reads, through the real adapter."""
-    assert store.priority_credit() == {}
-    store.save_priority_credit({"high": -2.5, "normal": 0.0, "low": 3.0})
-    assert store.priority_credit() == {"high": -2.5, "normal": 0.0, "low": 3.0}
-    bundle = Bundle(bundle_id="b", job_ids=["j"], kind="report", slots=1)
-    job = Job(job_id="j", kind="report", payload={}, bundle_id="b")
-    store.record([bundle], [job])
-    bundle.slots = 3
-    store.begin_launch(Launch("L", ["b"], "fam:1"), [bundle])
-    got = store.get_bundle("b")
-    assert got is not None and got.slots == 3
 
 
 def test_the_runner_keeps_to_the_slots_its_bundle_launched_with() -> None:

@@ -24,8 +24,8 @@ from dispatcher.store import codec as r
 from dispatcher.testing.memory_table import MemoryTable
 from job_runner.kinds import HandlerRegistry
 from job_runner.worker import Worker
-from tests.test_bundles_by_work import CrashAfter
 from tests.twins import Twins
+from tests.twins.test_bundles_by_work import CrashAfter
 
 DAY = 86_400.0
 RUNNER = settings.load("runner", {"LONGJOBS_TABLE": "t", "LONGJOBS_TASK_CONCURRENCY": "20",

@@ -1,6 +1,6 @@
 """The system model's known gaps, each replayed as one fixed sequence of the model's steps.
 
-For every check in ``KNOWN_GAPS`` (tests/test_system_model.py) a sequence that today's code
+For every check in ``KNOWN_GAPS`` (tests/twins/test_system_model.py) a sequence that today's code
 fails: while the gap is listed, the model must still see it (the switch hides a real defect,
 not a broken check); once its fix is merged and the name removed from ``KNOWN_GAPS``, the same
 sequence must hold. So this file says when a name can leave the list, and the model's checks
@@ -17,8 +17,8 @@ import pytest
 from dispatcher.stages import bundle as bundle_stage
 from dispatcher.store import operator as operator_store
 from job_runner import writes as writes_module
-from tests import test_system_model as model
 from tests.model_runner import SimTask
+from tests.twins import test_system_model as model
 
 DAY = 86_400.0
 
