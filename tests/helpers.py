@@ -3,6 +3,9 @@ our own code)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +94,23 @@ def alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return fields[0] != "Z"
+
+
+def modules_loaded_after(code: str, cwd: Path) -> set[str]:
+    """The modules a fresh interpreter holds after running ``code`` (what a deployable imports)."""
+    result = subprocess.run([sys.executable, "-c", f"{code}\nimport sys\n"
+                             "print('\\n'.join(sys.modules))"],
+                            cwd=cwd, capture_output=True, text=True, timeout=60, check=True)
+    return set(result.stdout.split())
+
+
+def local_exports(lines: Iterable[str]) -> dict[str, str]:
+    """The ``export NAME=value`` lines ``longjobs local`` prints on stdout, read up to its last
+    one (``LONGJOBS_TASK_FAMILY``), so the caller can go on while local mode runs."""
+    exports: dict[str, str] = {}
+    for line in lines:
+        name, _, value = line.removeprefix("export ").strip().partition("=")
+        exports[name] = value
+        if name == "LONGJOBS_TASK_FAMILY":
+            break
+    return exports

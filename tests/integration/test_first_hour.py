@@ -25,8 +25,9 @@ import boto3
 import pytest
 
 from dispatcher.cli import app as cli_app
+from tests.helpers import local_exports
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HANDLERS = "echo=tests.handlers:echo,sleepy=tests.handlers:sleepy"
 # What "names the next step" means: a command to run, a flag to pass or a setting to set.
 NEXT_STEP = re.compile(r"`longjobs [a-z]|`eval|--[a-z]|LONGJOBS_[A-Z]")
@@ -116,12 +117,7 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, 
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         assert proc.stdout is not None
-        exports: dict[str, str] = {}
-        for line in proc.stdout:
-            name, _, value = line.removeprefix("export ").strip().partition("=")
-            exports[name] = value
-            if name == "LONGJOBS_TASK_FAMILY":
-                break
+        exports = local_exports(proc.stdout)
         assert "LONGJOBS_QUEUE_URL" in exports, stderr.read_text()
         yield {**env, **exports, "STDERR": str(stderr)}, proc
     finally:

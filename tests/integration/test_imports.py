@@ -12,6 +12,8 @@ from pathlib import Path
 import grimp
 import pytest
 
+from tests.helpers import modules_loaded_after
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("dispatcher", "job_runner")
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
@@ -160,15 +162,8 @@ def test_no_import_cycle(type_checking: bool) -> None:
 
 
 # -- what the deployables import -----------------------------------------------------------------
-def modules_after(code: str) -> set[str]:
-    result = subprocess.run([sys.executable, "-c", f"{code}\nimport sys\n"
-                             "print('\\n'.join(sys.modules))"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
-    return set(result.stdout.split())
-
-
 def test_the_lambda_handlers_import_no_cli_local_mode_or_test_support() -> None:
-    loaded = modules_after("import dispatcher.handlers")
+    loaded = modules_loaded_after("import dispatcher.handlers", ROOT)
     assert "dispatcher.handlers" in loaded
     bad = sorted(m for m in loaded if m.split(".")[0] in ("typer", "rich", "moto", "click")
                  or m.startswith(("dispatcher.cli", "dispatcher.local", "dispatcher.testing")))
@@ -176,7 +171,7 @@ def test_the_lambda_handlers_import_no_cli_local_mode_or_test_support() -> None:
 
 
 def test_the_runner_imports_no_stages_or_cli() -> None:
-    loaded = modules_after("import job_runner.worker")
+    loaded = modules_loaded_after("import job_runner.worker", ROOT)
     bad = sorted(m for m in loaded if m.split(".")[0] in ("typer", "rich", "moto")
                  or m.startswith(("dispatcher.stages", "dispatcher.cli", "dispatcher.testing")))
     assert bad == []

@@ -4,20 +4,13 @@ the job runner import ``dispatcher.*`` too and must not pay for the producer cli
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import modules_loaded_after
 
-
-def loaded_after(code: str) -> set[str]:
-    result = subprocess.run([sys.executable, "-c", f"{code}\nimport sys\n"
-                             "print('\\n'.join(sys.modules))"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
-    return set(result.stdout.split())
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_client_is_importable_from_the_package() -> None:
@@ -28,7 +21,7 @@ def test_the_client_is_importable_from_the_package() -> None:
 
 
 def test_importing_the_package_loads_no_module_of_ours_nor_a_dependency() -> None:
-    loaded = loaded_after("import dispatcher")
+    loaded = modules_loaded_after("import dispatcher", ROOT)
     assert "dispatcher" in loaded
     ours = sorted(m for m in loaded if m.startswith(("dispatcher.", "job_runner")))
     dependencies = sorted(m for m in loaded
@@ -37,7 +30,7 @@ def test_importing_the_package_loads_no_module_of_ours_nor_a_dependency() -> Non
 
 
 def test_the_client_loads_on_first_use() -> None:
-    loaded = loaded_after("from dispatcher import JobClient")
+    loaded = modules_loaded_after("from dispatcher import JobClient", ROOT)
     assert "dispatcher.ops.client" in loaded
 
 

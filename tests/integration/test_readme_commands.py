@@ -28,8 +28,9 @@ import pytest
 from typer.testing import CliRunner
 
 from dispatcher.cli.app import app, command
+from tests.helpers import local_exports
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHELL_LANGS = {"sh", "bash", "shell", "console", ""}
 AWS_ONLY = {"deploy"}
 LONG_RUNNING = {"local", "demo"}
@@ -180,12 +181,7 @@ def local_mode() -> Iterator[dict[str, str]]:
                             stdin=subprocess.DEVNULL)
     try:
         assert proc.stdout is not None
-        exports: dict[str, str] = {}
-        for line in proc.stdout:
-            name, _, value = line.removeprefix("export ").strip().partition("=")
-            exports[name] = value
-            if name == "LONGJOBS_TASK_FAMILY":
-                break
+        exports = local_exports(proc.stdout)
         assert "LONGJOBS_QUEUE_URL" in exports, "longjobs local printed no exports"
         yield {**env, **exports}
     finally:

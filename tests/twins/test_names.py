@@ -8,7 +8,7 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("dispatcher", "job_runner")
 PACKAGE_FILES = frozenset({"__init__.py", "__main__.py"})
 
@@ -56,6 +56,7 @@ def collisions(root: Path) -> list[str]:
 
 
 def test_no_two_classes_or_modules_share_a_name() -> None:
+    assert len(sources(ROOT)) > 50, f"no project modules under {ROOT}"  # a wrong ROOT finds none
     found = collisions(ROOT)
     assert found == [], "names used twice (rename one side):\n" + "\n".join(found)
 
