@@ -62,7 +62,7 @@ lint: $(VENV)
 docs: $(VENV)
 	$(VENV)/bin/python -m dispatcher.settings --update docs/configuration.md
 
-# Every tier (tests/twins, tests/contract, tests/integration; the README's "Testing"). Four
+# Every tier (tests/twins, tests/contract, tests/integration; docs/testing.md). Four
 # pytest workers on two cores: much of the suite waits on subprocesses, moto and sleeps; each
 # worker has its own moto server. The longest tests are dealt out first (tests/conftest.py)
 # and handed out one at a time (--maxschedchunk 1; by default xdist gives each worker a block
