@@ -33,42 +33,30 @@ HANDLERS = ("echo=tests.handlers:echo,fail=tests.handlers:fail,steps=tests.handl
 @pytest.fixture
 def local(moto_server: MotoEndpoint, tmp_path: Path,
           monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[LocalEnv, Path]]:
-    moto_server.reset()
-    moto_server.pin_ecs_tasks()
-    log = tmp_path / "executions.jsonl"
-    monkeypatch.setenv("LONGJOBS_TEST_LOG", str(log))
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
-    monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "WARNING")
-    env = LocalEnv(endpoint=moto_server.url, tick_seconds=0.5, settings={
-        "LONGJOBS_HANDLERS": HANDLERS, "LONGJOBS_HEARTBEAT_SECONDS": "1",
-        "LONGJOBS_FLUSH_SECONDS": "0.5", "LONGJOBS_LAUNCH_BACKOFF_SECONDS": "0",
-        "LONGJOBS_ASSIGN_WAIT_SECONDS": "20"})
-    for k in env.settings:
-        monkeypatch.delenv(k, raising=False)
-    # Local mode exports its environment (LONGJOBS_LAUNCHER=local among it) into this
-    # process; the tests after this one on the same worker must not inherit it.
-    saved = dict(os.environ)
-    try:
-        env.start()
-        yield env, log
-    finally:
-        env.stop()
-        os.environ.clear()
-        os.environ.update(saved)
+    with own_local(moto_server, tmp_path, monkeypatch, tick_seconds=0.5, pin_tasks=True,
+                   LONGJOBS_HEARTBEAT_SECONDS="1", LONGJOBS_FLUSH_SECONDS="0.5",
+                   LONGJOBS_LAUNCH_BACKOFF_SECONDS="0", LONGJOBS_ASSIGN_WAIT_SECONDS="20") as run:
+        yield run
 
 
 @contextlib.contextmanager
 def own_local(moto_server: MotoEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-              tick_seconds: float, endpoint: str | None = None,
+              tick_seconds: float, endpoint: str | None = None, pin_tasks: bool = False,
               **settings: str) -> Iterator[tuple[LocalEnv, Path]]:
     """Local mode with this test's own settings (the ``local`` fixture's are fixed), on
     moto or on ``endpoint`` (a proxy in front of it); the process environment local mode
     exports is restored after."""
     moto_server.reset()
+    if pin_tasks:
+        moto_server.pin_ecs_tasks()
     log = tmp_path / "executions.jsonl"
     monkeypatch.setenv("LONGJOBS_TEST_LOG", str(log))
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
     monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "WARNING")
+    for name in ("LONGJOBS_HANDLERS", *settings):  # what local mode is given wins
+        monkeypatch.delenv(name, raising=False)
+    # Local mode exports its environment (LONGJOBS_LAUNCHER=local among it) into this
+    # process; the tests after this one on the same worker must not inherit it.
     saved = dict(os.environ)
     env = LocalEnv(endpoint=endpoint or moto_server.url, tick_seconds=tick_seconds,
                    settings={"LONGJOBS_HANDLERS": HANDLERS, **settings})
