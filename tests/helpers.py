@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -114,3 +115,13 @@ def local_exports(lines: Iterable[str]) -> dict[str, str]:
         if name == "LONGJOBS_TASK_FAMILY":
             break
     return exports
+
+
+def wait_for(pred: Callable[[], bool], timeout: float = 120.0, what: str = "condition") -> None:
+    """Poll until ``pred`` holds. The timeout only guards against a hang (a loaded CI machine
+    with four test workers on two cores can take a minute); nothing asserts how long it took."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what} not reached in {timeout:.0f} s")
+        time.sleep(0.2)

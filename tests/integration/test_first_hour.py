@@ -16,8 +16,7 @@ import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +24,7 @@ import boto3
 import pytest
 
 from dispatcher.cli import app as cli_app
-from tests.helpers import local_exports
+from tests.helpers import local_exports, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 HANDLERS = "echo=tests.handlers:echo,sleepy=tests.handlers:sleepy"
@@ -90,11 +89,6 @@ def one_line_with_next_step(result: Out) -> str:
     return lines[0]
 
 
-def wait_for(pred: Callable[[], bool], timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout  # a guard against a hang only
-    while not pred():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.5)
 
 
 def state(env: dict[str, str], job_id: str) -> str | None:

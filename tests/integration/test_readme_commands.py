@@ -19,7 +19,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dispatcher.cli.app import app, command
-from tests.helpers import local_exports
+from tests.helpers import local_exports, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SHELL_LANGS = {"sh", "bash", "shell", "console", ""}
@@ -210,11 +209,9 @@ def _prepare(env: dict[str, str], cmds: list[Command]) -> None:
         code, _, err = invoke(env, ["submit", "report", "--job-id", job, "--not-before",
                                     NOT_BEFORE])
         assert code == 0, err
-    deadline = time.monotonic() + 60
     for job in sorted(named):
-        while invoke(env, ["jobs", "show", job])[0] != 0:
-            assert time.monotonic() < deadline, f"{job} was never recorded"
-            time.sleep(0.5)
+        wait_for(lambda job=job: invoke(env, ["jobs", "show", job])[0] == 0, 60,
+                 f"{job} recorded")
     for c in cmds:
         if c.argv[:2] == ["jobs", "retry"] and c.argv[2] in named:
             assert invoke(env, ["jobs", "cancel", c.argv[2]])[0] == 0
@@ -280,12 +277,15 @@ def test_readme_commands_run_against_local_mode(local_mode: dict[str, str]) -> N
             continue
         argv = [variables.get(a.lstrip("$").strip("{}"), a) if a.startswith("$") else a
                 for a in c.argv]
-        code, out, err = invoke(local_mode, argv)
-        deadline = time.monotonic() + 30
-        while any(a.startswith("$") for a in c.argv) and "no such job" in err \
-                and time.monotonic() < deadline:  # as a user would: until a tick admits it
-            time.sleep(0.5)
-            code, out, err = invoke(local_mode, argv)
+        result = invoke(local_mode, argv)
+        if any(a.startswith("$") for a in c.argv) and "no such job" in result[2]:
+            def admitted(argv: list[str] = argv) -> bool:  # as a user would: again, until a
+                nonlocal result                            # tick has admitted the job
+                result = invoke(local_mode, argv)
+                return "no such job" not in result[2]
+
+            wait_for(admitted, 30, "the job admitted")
+        code, out, err = result
         tally.ran += 1
         shown = f"{c.where}: longjobs {shlex.join(c.argv)}"
         if c.expect_error:

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,7 @@ from dispatcher.ops.client import JobClient
 from dispatcher.store import Store
 from dispatcher.testing.moto import MotoEndpoint
 from dispatcher.testing.proxy import AwsProxy
+from tests.helpers import wait_for
 
 HANDLERS = ("echo=tests.handlers:echo,fail=tests.handlers:fail,steps=tests.handlers:steps,"
             "sleepy=tests.handlers:sleepy,suicide=tests.handlers:suicide,"
@@ -69,15 +70,6 @@ def own_local(moto_server: MotoEndpoint, tmp_path: Path, monkeypatch: pytest.Mon
         os.environ.update(saved)
 
 
-def wait_for(pred: Callable[[], bool], timeout: float = 120.0) -> None:
-    """Poll until pred holds; the timeout only guards against a hang (a loaded CI machine
-    with four test workers on two cores can take a minute)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.2)
-    raise AssertionError("condition not reached in time")
 
 
 def runs(log: Path, job_id: str) -> list[dict[str, object]]:
