@@ -15,6 +15,8 @@ from typing import Any
 
 from moto.server import ThreadedMotoServer
 
+from dispatcher.testing.sqs_clock import patch_sqs_clock
+
 __all__ = ["MotoEndpoint", "patch_transactions", "start_moto"]
 
 log = logging.getLogger("longjobs.moto")
@@ -93,6 +95,7 @@ def start_moto() -> MotoEndpoint:
     # werkzeug logs one line per request at INFO; with a polling dispatcher that drowns output.
     logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
     patch_transactions()
+    patch_sqs_clock()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

@@ -1,5 +1,5 @@
-"""The local backends' fixes: moto's TransactWriteItems without whole-table copies, and the
-per-service endpoint (SQS on a second endpoint).
+"""The local backends' fixes: moto's TransactWriteItems without whole-table copies, its SQS
+clock, and the per-service endpoint (SQS on a second endpoint).
 
 The transaction patch (``dispatcher.testing.moto.patch_transactions``) must keep moto's
 behaviour exactly: the same commits, the same cancellation reasons, the same validation errors,
@@ -10,6 +10,7 @@ own storage. Its cost is checked by counting deep copies, never by timing.
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 import os
 import random
@@ -25,8 +26,10 @@ from dispatcher.aws import clients
 from dispatcher.testing import moto as moto_patch
 from dispatcher.testing.moto import MotoEndpoint
 from dispatcher.testing.proxy import AwsProxy
+from dispatcher.testing.sqs_clock import patch_sqs_clock
 from dispatcher.wiring import adapters
 from tests.conftest import BASE_ENV, Aws
+from tests.helpers import wait_for
 
 ACCOUNT, REGION = "123456789012", "us-east-1"
 GSI = "by_status"
@@ -62,6 +65,40 @@ def test_the_patch_is_installed_by_start_moto(moto_server: MotoEndpoint) -> None
     """A moto upgrade that drops the patch fails here: compare the two implementations again."""
     assert DynamoDBBackend.transact_write_items is moto_patch._transact_write_items
     assert moto_patch.moto_transact_write_items() is not moto_patch._transact_write_items
+
+
+def test_the_sqs_clock_is_installed_by_start_moto_and_reads_motos_time(
+        moto_server: MotoEndpoint) -> None:
+    """A moto upgrade that renames SQS's clock fails here; the clock is the same time."""
+    from moto.core import utils as moto_utils
+    from moto.sqs import models as sqs_models
+
+    assert getattr(sqs_models.unix_time, "direct_clock", False)
+    assert patch_sqs_clock()  # idempotent: a second call keeps the one installed
+    assert abs(sqs_models.unix_time() - moto_utils.unix_time()) < 1.0
+    assert abs(sqs_models.unix_time_millis() - moto_utils.unix_time_millis()) < 1000.0
+    when = datetime.datetime(2026, 1, 2, 3, 4, 5)
+    assert sqs_models.unix_time(when) == moto_utils.unix_time(when)
+
+
+def test_on_the_sqs_clock_a_received_message_hides_until_its_visibility_ends(aws: Aws) -> None:
+    """Visibility and the approximate counts, both read through the patched clock."""
+    sqs = boto3.client("sqs", endpoint_url=aws.moto.url, region_name=REGION)
+    url = sqs.create_queue(QueueName="clocked")["QueueUrl"]
+    sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": str(i)}
+                                                  for i in range(3)])
+
+    def counts() -> tuple[int, int]:
+        attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        return (int(attrs["ApproximateNumberOfMessages"]),
+                int(attrs["ApproximateNumberOfMessagesNotVisible"]))
+
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=2, VisibilityTimeout=4)
+    assert len(got["Messages"]) == 2
+    assert counts() == (1, 2)
+    wait_for(lambda: counts() == (3, 0), what="the received messages visible again")
+    again = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=60)
+    assert len(again["Messages"]) == 3
 
 
 def test_a_reset_forgets_queues_tables_and_tasks_and_keeps_the_network(aws: Aws) -> None:
