@@ -4,14 +4,17 @@ deployed process that reads it; the template sets no variable the settings do no
 ``dispatcher/settings.py`` says who sets each setting on AWS (``Env.on_aws``) and which roles read
 it (``Env.roles``). The deployed processes are the two functions (role dispatcher: the tick and
 the task-event handler each wire the whole pipeline) and the worker container (role runner).
-The template is read as CloudFormation receives it, after the SAM transform (``Globals`` merged
-into each function), and rendered with parameter values of the tests' own.
+The roles are checked against the code each process runs; the template is read as
+CloudFormation receives it, after the SAM transform (``Globals`` merged into each function), and
+rendered with parameter values of the tests' own.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import annotated_types
@@ -20,7 +23,13 @@ from samtranslator.yaml_helper import yaml_parse
 
 from dispatcher import settings
 from dispatcher.settings import Config, Env, OnAws
-from tests.integration.test_infra import SAMPLE_PARAMETERS, TEMPLATE, resolve, sam_expand
+from tests.integration.test_infra import (
+    ROOT,
+    SAMPLE_PARAMETERS,
+    TEMPLATE,
+    resolve,
+    sam_expand,
+)
 
 # The deployed processes and the role each reads its settings as.
 PROCESSES = {"DispatcherFunction": "dispatcher", "TaskEventFunction": "dispatcher",
@@ -44,6 +53,16 @@ AWS_DEFAULTS = {
     # Spot first with an on-demand base on AWS; the setting's default (launch type FARGATE)
     # suits local mode and a client's dry run.
     "CapacityStrategy",
+}
+
+# Where each role's deployed process reads its settings: a file (every function in it) or the
+# named functions of a module. The functions run the handlers, the pipeline and the adapters it
+# builds; the worker runs job_runner and the adapters it builds.
+READERS: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
+    "dispatcher": (("dispatcher/handlers.py", None), ("dispatcher/wiring/pipeline.py", None),
+                   ("dispatcher/wiring/adapters.py",
+                    ("client", "store", "queues", "ecs_target", "launcher"))),
+    "runner": (("job_runner", None), ("dispatcher/wiring/adapters.py", ("client", "store"))),
 }
 
 # "The total size of all environment variables doesn't exceed 4 KB" (Lambda quotas:
@@ -97,6 +116,39 @@ def parsed(setting: Env, value: str) -> Any:
 
 def operator_settings() -> list[Env]:
     return [s for s in settings.SETTINGS if s.on_aws is OnAws.PARAMETER]
+
+
+def config_reads(path: Path, functions: tuple[str, ...] | None) -> set[str]:
+    """The settings the code at ``path`` reads from a Config (``cfg.x``, ``self.cfg.x``)."""
+    files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    read: set[str] = set()
+    for file in files:
+        tree = ast.parse(file.read_text(encoding="utf-8"))
+        nodes: list[ast.AST] = [tree]
+        if functions is not None:
+            nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef)
+                     and n.name in functions]
+            assert {n.name for n in nodes} == set(functions), f"{file}: functions renamed?"
+        for node in nodes:
+            for n in ast.walk(node):
+                if isinstance(n, ast.Attribute) and n.attr in Config.model_fields and (
+                        (isinstance(n.value, ast.Name) and n.value.id == "cfg")
+                        or (isinstance(n.value, ast.Attribute) and n.value.attr == "cfg")):
+                    read.add(n.attr)
+    return read
+
+
+@pytest.mark.parametrize("role", sorted(READERS))
+def test_the_roles_name_every_process_that_reads_a_setting(role: str) -> None:
+    """The reachability tests below trust Env.roles; here the code of each deployed process
+    says what it reads, so a setting read by the worker and declared for the dispatcher only
+    fails (it would never reach the worker)."""
+    read = set().union(*(config_reads(ROOT / path, functions)
+                         for path, functions in READERS[role]))
+    by_attr = dict(settings.declaration())
+    undeclared = sorted(a for a in read if role not in by_attr[a].roles)
+    assert not undeclared, f"the {role} reads settings whose roles omit it: {undeclared}"
+    assert len(read) >= (20 if role == "dispatcher" else 10)
 
 
 def test_every_setting_reaches_each_process_that_reads_it(transformed: dict[str, Any]) -> None:
