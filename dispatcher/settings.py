@@ -8,6 +8,9 @@ reads it and what it means. From that single declaration:
   naming every bad variable;
 - :func:`required` lists what a role cannot start without (the infra tests check that the SAM
   template sets them);
+- ``Env.on_aws`` says who sets it on AWS: a stack parameter (``Env.parameter``), the stack
+  itself, Lambda and ECS, or nobody (local only); ``tests/integration/test_stack_settings.py``
+  checks the template against it for the two functions and the worker task;
 - :func:`markdown` renders the configuration table of ``docs/configuration.md`` (``python -m
   dispatcher.settings --markdown`` prints it, ``make docs`` rewrites it;
   ``tests/twins/test_settings.py`` fails when that table and this declaration differ).
@@ -40,7 +43,8 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -54,16 +58,41 @@ MAX_BUNDLE_JOBS = 100_000
 ALL_ROLES = ("dispatcher", "client", "runner")
 
 
+class OnAws(StrEnum):
+    """Who sets a setting where longjobs runs on AWS (the SAM stack, ``infra/template.yaml``).
+
+    The deployed processes are the two functions (role ``dispatcher``: the tick and the
+    task-event handler both wire the whole pipeline) and the worker task (role ``runner``);
+    ``tests/integration/test_stack_settings.py`` holds the template to this for each of them.
+    """
+
+    PARAMETER = "parameter"  # the operator: the stack parameter Env.parameter names sets it
+    STACK = "stack"  # the stack itself, from its own resources or a constant it depends on
+    AWS = "aws"  # Lambda and ECS set it in every function and task
+    LOCAL = "local"  # local mode and commands run elsewhere; the stack leaves it unset
+
+
 @dataclass(frozen=True)
 class Env:
     """Where one :class:`Config` field comes from: the variable (``fallback`` is read when the
-    variable is unset or empty), the roles that read it, and what it means."""
+    variable is unset or empty), the roles that read it, what it means, and who sets it on AWS
+    (``on_aws``, keyword-only and without a default, so a new setting cannot leave it out)."""
 
     name: str
     meaning: str
     roles: tuple[str, ...] = ("dispatcher",)
     required: bool = False  # for the roles listed
     fallback: str | None = None
+    on_aws: OnAws = field(kw_only=True)
+
+    @property
+    def parameter(self) -> str | None:
+        """The stack parameter of an operator-settable setting: its name without ``LONGJOBS_``
+        in CamelCase (``LONGJOBS_KIND_LIMITS`` is ``KindLimits``); None for the others."""
+        if self.on_aws is not OnAws.PARAMETER:
+            return None
+        return "".join(word.capitalize()
+                       for word in self.name.removeprefix("LONGJOBS_").split("_"))
 
 
 @dataclass(frozen=True)
@@ -143,166 +172,218 @@ class Config(BaseModel):
 
     queue_url: Annotated[str, Env(
         "LONGJOBS_QUEUE_URL", "URL of the SQS job queue.",
-        ("dispatcher", "client"), required=True)] = ""
+        ("dispatcher", "client"), required=True,
+        on_aws=OnAws.STACK)] = ""
     high_queue_url: Annotated[str, Env(
         "LONGJOBS_HIGH_QUEUE_URL", "URL of the high-priority job queue; empty: priority high "
-        "goes to LONGJOBS_QUEUE_URL.", ("dispatcher", "client"))] = ""
+        "goes to LONGJOBS_QUEUE_URL.", ("dispatcher", "client"),
+        on_aws=OnAws.STACK)] = ""
     low_queue_url: Annotated[str, Env(
         "LONGJOBS_LOW_QUEUE_URL", "URL of the low-priority job queue; empty: priority low goes "
-        "to LONGJOBS_QUEUE_URL.", ("dispatcher", "client"))] = ""
+        "to LONGJOBS_QUEUE_URL.", ("dispatcher", "client"),
+        on_aws=OnAws.STACK)] = ""
     priority_weights: Annotated[Limits, Env(
         "LONGJOBS_PRIORITY_WEIGHTS", "Share of the free task slots each priority with work "
         "gets over time, as high=n,normal=n,low=n (carried across ticks: a priority of weight "
         "w gets a slot within ceil(sum/w)+1 ticks); slots a priority cannot use go to the "
-        "others.")] = {"high": 6, "normal": 3, "low": 1}
+        "others.",
+        on_aws=OnAws.PARAMETER)] = {"high": 6, "normal": 3, "low": 1}
     kind_limits: Annotated[Limits, Env(
         "LONGJOBS_KIND_LIMITS", "Most jobs of a kind running at once across all tasks, as "
         "kind=n,... (e.g. report=10,resize=50); a kind at its limit waits in the table "
-        "without holding up other kinds; a change applies to bundles launched from then on.")] = {}
+        "without holding up other kinds; a change applies to bundles launched from then on.",
+        on_aws=OnAws.PARAMETER)] = {}
     dlq_url: Annotated[str, Env(
-        "LONGJOBS_DLQ_URL", "URL of the job queue's dead-letter queue (operators' dlq commands).",
-        ("dispatcher", "client"))] = ""
+        "LONGJOBS_DLQ_URL", "URL of the job queue's dead-letter queue (operators' dlq commands; "
+        "the stack's DeadLetterQueueUrl output).", ("client",),
+        on_aws=OnAws.STACK)] = ""
     table: Annotated[str, Env(
-        "LONGJOBS_TABLE", "Name of the DynamoDB job table.", ALL_ROLES, required=True)] = ""
+        "LONGJOBS_TABLE", "Name of the DynamoDB job table.", ALL_ROLES, required=True,
+        on_aws=OnAws.STACK)] = ""
     cluster: Annotated[str, Env(
-        "LONGJOBS_CLUSTER", "ECS cluster name or ARN the tasks run in.", required=True)] = ""
+        "LONGJOBS_CLUSTER", "ECS cluster name or ARN the tasks run in.", required=True,
+        on_aws=OnAws.STACK)] = ""
     task_family: Annotated[str, Env(
         "LONGJOBS_TASK_FAMILY", "Task-definition family of the worker; the latest ACTIVE "
-        "revision is resolved once per tick and pinned on every launch.", required=True)] = ""
+        "revision is resolved once per tick and pinned on every launch.", required=True,
+        on_aws=OnAws.PARAMETER)] = ""
     container: Annotated[str, Env(
-        "LONGJOBS_CONTAINER", "Name of the worker container (target of env overrides).")
+        "LONGJOBS_CONTAINER", "Name of the worker container (target of env overrides).",
+        on_aws=OnAws.STACK)
     ] = "worker"
     subnets: Annotated[Names, Env(
         "LONGJOBS_SUBNETS", "Comma-separated subnet ids for awsvpc networking (ECS launcher; "
-        "required by the dispatcher when LONGJOBS_LAUNCHER is ecs).")] = ()
+        "required by the dispatcher when LONGJOBS_LAUNCHER is ecs).",
+        on_aws=OnAws.PARAMETER)] = ()
     security_groups: Annotated[Names, Env(
-        "LONGJOBS_SECURITY_GROUPS", "Comma-separated security-group ids (ECS launcher).")] = ()
+        "LONGJOBS_SECURITY_GROUPS", "Comma-separated security-group ids (ECS launcher).",
+        on_aws=OnAws.PARAMETER)] = ()
     assign_public_ip: Annotated[str, _one_of("ENABLED", "DISABLED"), Env(
-        "LONGJOBS_ASSIGN_PUBLIC_IP", "ENABLED or DISABLED: public IP for Fargate tasks.")
+        "LONGJOBS_ASSIGN_PUBLIC_IP", "ENABLED or DISABLED: public IP for Fargate tasks.",
+        on_aws=OnAws.PARAMETER)
     ] = "DISABLED"
     capacity_strategy: Annotated[Strategy, Env(
         "LONGJOBS_CAPACITY_STRATEGY", "Capacity-provider strategy as provider:weight[:base],"
-        "... (e.g. FARGATE_SPOT:4,FARGATE:1:1); empty means launch type FARGATE.")] = ()
+        "... (e.g. FARGATE_SPOT:4,FARGATE:1:1); empty means launch type FARGATE.",
+        on_aws=OnAws.PARAMETER)] = ()
     spot_fallback: Annotated[bool, Env(
         "LONGJOBS_SPOT_FALLBACK", "true: bundles that FARGATE_SPOT has no capacity for are "
         "relaunched at once on on-demand FARGATE (only with a strategy that uses "
-        "FARGATE_SPOT); false: they wait for their backoff like any launch failure.")] = True
+        "FARGATE_SPOT); false: they wait for their backoff like any launch failure.",
+        on_aws=OnAws.PARAMETER)] = True
     retention_days: Annotated[float, Field(ge=0), Env(
         "LONGJOBS_RETENTION_DAYS", "Days a finished job (SUCCEEDED, FAILED, CANCELLED, "
         "REJECTED) stays in the table before DynamoDB's TTL deletes it; 0 keeps it forever.",
-        ALL_ROLES)] = 30.0
+        ALL_ROLES,
+        on_aws=OnAws.PARAMETER)] = 30.0
     max_running_tasks: Annotated[int, Field(ge=1), Env(
-        "LONGJOBS_MAX_RUNNING_TASKS", "Admission limit: bundles launched and not finished.")
+        "LONGJOBS_MAX_RUNNING_TASKS", "Admission limit: bundles launched and not finished.",
+        on_aws=OnAws.PARAMETER)
     ] = 10
     bundle_max_jobs: Annotated[int, Field(ge=1, le=MAX_BUNDLE_JOBS), Env(
         "LONGJOBS_BUNDLE_MAX_JOBS", f"Most jobs in one bundle (1..{MAX_BUNDLE_JOBS}); bounds "
-        "what one runner holds.")] = 10_000
+        "what one runner holds.",
+        on_aws=OnAws.PARAMETER)] = 10_000
     bundle_max_seconds: Annotated[int, Field(ge=1), Env(
         "LONGJOBS_BUNDLE_MAX_SECONDS", "Most seconds one task spends on a bundle: a bundle "
         "holds small jobs worth this many seconds at LONGJOBS_TASK_CONCURRENCY in parallel "
-        "(900 s at 20 in parallel of 2 s jobs is 9,000 jobs).")] = 900
+        "(900 s at 20 in parallel of 2 s jobs is 9,000 jobs).",
+        on_aws=OnAws.PARAMETER)] = 900
     task_concurrency: Annotated[int, Field(ge=1, le=1000), Env(
         "LONGJOBS_TASK_CONCURRENCY", "Jobs a task runs at once (plain handlers in a thread "
         "pool, async handlers on one event loop); the dispatcher sizes bundles by it.",
-        ("dispatcher", "runner"))] = 1
+        ("dispatcher", "runner"),
+        on_aws=OnAws.PARAMETER)] = 1
     task_kind_concurrency: Annotated[Limits, Env(
         "LONGJOBS_TASK_KIND_CONCURRENCY", "Per-kind cap within one task as kind=n,... (e.g. "
-        "report=2); a kind at its cap does not hold up other kinds.", ("runner",))] = {}
+        "report=2); a kind at its cap does not hold up other kinds.", ("runner",),
+        on_aws=OnAws.PARAMETER)] = {}
     small_job_seconds: Annotated[int, Field(ge=0), Env(
         "LONGJOBS_SMALL_JOB_SECONDS", "Jobs estimated at or under this many seconds are "
-        "bundled; others (and jobs with no estimate) run alone.")] = 60
+        "bundled; others (and jobs with no estimate) run alone.",
+        on_aws=OnAws.PARAMETER)] = 60
     allowed_kinds: Annotated[Names, Env(
         "LONGJOBS_ALLOWED_KINDS", "Comma-separated allow-list of job kinds; empty allows any.",
-        ("dispatcher", "client"))] = ()
+        ("dispatcher", "client"),
+        on_aws=OnAws.PARAMETER)] = ()
     launcher: Annotated[str, _one_of("ecs", "local"), Env(
-        "LONGJOBS_LAUNCHER", "ecs (RunTask) or local (tasks as local processes).")] = "ecs"
+        "LONGJOBS_LAUNCHER", "ecs (RunTask) or local (tasks as local processes).",
+        on_aws=OnAws.LOCAL)] = "ecs"
     tick_seconds: Annotated[float, Field(gt=0), Env(
         "LONGJOBS_TICK_SECONDS", "Time budget of one tick when not inside Lambda (inside "
-        "Lambda: the invocation's remaining time less LONGJOBS_TICK_RESERVE_SECONDS).")] = 50.0
+        "Lambda: the invocation's remaining time less LONGJOBS_TICK_RESERVE_SECONDS).",
+        on_aws=OnAws.LOCAL)] = 50.0
     tick_reserve_seconds: Annotated[float, Field(ge=0), Env(
         "LONGJOBS_TICK_RESERVE_SECONDS", "Lambda time kept back from the drain to record, "
-        "delete and launch what it admitted.")] = 30.0
+        "delete and launch what it admitted.",
+        on_aws=OnAws.STACK)] = 30.0
     tick_concurrency: Annotated[int, Field(ge=1, le=64), Env(
         "LONGJOBS_TICK_CONCURRENCY", "AWS calls the tick keeps in flight while it receives, "
-        "records and deletes.")] = 8
+        "records and deletes.",
+        on_aws=OnAws.PARAMETER)] = 8
     hold_seconds: Annotated[int, Field(ge=2, le=43200), Env(
         "LONGJOBS_HOLD_SECONDS", "Visibility timeout the tick receives messages with; it "
-        "records and deletes each message within half of it.")] = 300
+        "records and deletes each message within half of it.",
+        on_aws=OnAws.PARAMETER)] = 300
     lease_seconds: Annotated[int, Field(ge=1), Env(
-        "LONGJOBS_LEASE_SECONDS", "Expiry of the tick lease; longer than any tick can run.")
+        "LONGJOBS_LEASE_SECONDS", "Expiry of the tick lease; longer than any tick can run.",
+        on_aws=OnAws.PARAMETER)
     ] = 300
     launch_backoff_seconds: Annotated[int, Field(ge=0), Env(
         "LONGJOBS_LAUNCH_BACKOFF_SECONDS", "First backoff after RunTask failures[]; doubles "
-        "per failure.")] = 30
+        "per failure.",
+        on_aws=OnAws.PARAMETER)] = 30
     launch_backoff_max_seconds: Annotated[int, Field(ge=0), Env(
-        "LONGJOBS_LAUNCH_BACKOFF_MAX_SECONDS", "Cap of that backoff.")] = 900
+        "LONGJOBS_LAUNCH_BACKOFF_MAX_SECONDS", "Cap of that backoff.",
+        on_aws=OnAws.PARAMETER)] = 900
     runtask_per_second: Annotated[float, Field(gt=0, le=20), Env(
-        "LONGJOBS_RUNTASK_PER_SECOND", "Pace of RunTask calls (Fargate allows 20/s).")] = 20.0
+        "LONGJOBS_RUNTASK_PER_SECOND", "Pace of RunTask calls (Fargate allows 20/s).",
+        on_aws=OnAws.PARAMETER)] = 20.0
     task_launch_burst: Annotated[int, Field(ge=1), Env(
         "LONGJOBS_TASK_LAUNCH_BURST", "Fargate task launches allowed at once per capacity "
-        "provider (the token bucket's size).")] = 100
+        "provider (the token bucket's size).",
+        on_aws=OnAws.PARAMETER)] = 100
     task_launch_per_second: Annotated[float, Field(gt=0), Env(
         "LONGJOBS_TASK_LAUNCH_PER_SECOND", "Fargate task launches per second per capacity "
-        "provider, sustained (the bucket's refill).")] = 20.0
+        "provider, sustained (the bucket's refill).",
+        on_aws=OnAws.PARAMETER)] = 20.0
     local_start_seconds: Annotated[SecondsRange, Env(
         "LONGJOBS_LOCAL_START_SECONDS", "Local mode: modelled Fargate start latency of a task, "
-        "as seconds or min-max (Fargate: 30-60).")] = (0.0, 0.0)
+        "as seconds or min-max (Fargate: 30-60).",
+        on_aws=OnAws.LOCAL)] = (0.0, 0.0)
     local_capacity_errors: Annotated[float, Field(ge=0, le=1), Env(
         "LONGJOBS_LOCAL_CAPACITY_ERRORS", "Local mode: share of tasks that RunTask reports as "
-        "not started for lack of capacity (as Fargate Spot does).")] = 0.0
+        "not started for lack of capacity (as Fargate Spot does).",
+        on_aws=OnAws.LOCAL)] = 0.0
     local_warm_start: Annotated[bool, Env(
         "LONGJOBS_LOCAL_WARM_START", "Local mode: fork each task from one process that has "
         "imported the runner, rather than start a fresh interpreter (on Fargate a task's "
-        "imports use CPUs of its own; here they would share the machine's).")] = True
+        "imports use CPUs of its own; here they would share the machine's).",
+        on_aws=OnAws.LOCAL)] = True
     launch_recovery_seconds: Annotated[int, Field(ge=0), Env(
         "LONGJOBS_LAUNCH_RECOVERY_SECONDS", "Age after which a launch left unfinished by a "
-        "crashed tick is retried with its original clientToken.")] = 60
+        "crashed tick is retried with its original clientToken.",
+        on_aws=OnAws.PARAMETER)] = 60
     max_infra_attempts: Annotated[int, Field(ge=0), Env(
         "LONGJOBS_MAX_INFRA_ATTEMPTS", "Reruns after infrastructure stops (Spot, host "
-        "failure, never started) before a job fails; separate from a job's max_attempts.")] = 10
+        "failure, never started) before a job fails; separate from a job's max_attempts.",
+        on_aws=OnAws.PARAMETER)] = 10
     start_timeout_seconds: Annotated[int, Field(ge=0), Env(
         "LONGJOBS_START_TIMEOUT_SECONDS", "A launched task still running without having "
         "claimed its bundle after this long is stopped and its bundle rerun (one already "
-        "stopped is found a minute after its launch).")] = 600
+        "stopped is found a minute after its launch).",
+        on_aws=OnAws.PARAMETER)] = 600
     heartbeat_seconds: Annotated[float, Field(gt=0), Env(
         "LONGJOBS_HEARTBEAT_SECONDS", "Runner heartbeat interval; a bundle silent for 4 "
         "intervals is checked and, if its task still runs, stopped and rerun.",
-        ("dispatcher", "runner"))] = 30.0
+        ("dispatcher", "runner"),
+        on_aws=OnAws.PARAMETER)] = 30.0
     assign_wait_seconds: Annotated[float, Field(ge=0), Env(
         "LONGJOBS_ASSIGN_WAIT_SECONDS", "How long a runner waits for its bundle assignment "
-        "before exiting without running anything.", ("runner",))] = 120.0
+        "before exiting without running anything.", ("runner",),
+        on_aws=OnAws.PARAMETER)] = 120.0
     flush_seconds: Annotated[float, Field(ge=0), Env(
         "LONGJOBS_FLUSH_SECONDS", "Longest a finished job's result waits to be written with "
-        "others.", ("runner",))] = 2.0
+        "others.", ("runner",),
+        on_aws=OnAws.PARAMETER)] = 2.0
     handlers: Annotated[Names, Env(
         "LONGJOBS_HANDLERS", "Job handlers as kind=module:function,... (added to the "
-        "longjobs.handlers entry points).", ("runner",))] = ()
+        "longjobs.handlers entry points).", ("runner",),
+        on_aws=OnAws.PARAMETER)] = ()
     retry_any_exception: Annotated[bool, Env(
         "LONGJOBS_RETRY_ANY_EXCEPTION", "true: any handler exception is retried while attempts "
-        "remain; false: only RetryableError is.", ("runner",))] = True
+        "remain; false: only RetryableError is.", ("runner",),
+        on_aws=OnAws.PARAMETER)] = True
     log_level: Annotated[str, BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v),
                          _one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), Env(
         "LONGJOBS_LOG_LEVEL", "Log level of the runner's JSON logs (the dispatcher's follow "
-        "POWERTOOLS_LOG_LEVEL).", ("runner",))] = "INFO"
+        "POWERTOOLS_LOG_LEVEL).", ("runner",),
+        on_aws=OnAws.PARAMETER)] = "INFO"
     metrics_namespace: Annotated[str, Env(
         "LONGJOBS_METRICS_NAMESPACE", "CloudWatch namespace of the EMF metrics; unset, "
         "POWERTOOLS_METRICS_NAMESPACE (what the SAM template sets) is used.",
-        fallback="POWERTOOLS_METRICS_NAMESPACE")] = "longjobs"
+        fallback="POWERTOOLS_METRICS_NAMESPACE",
+        on_aws=OnAws.PARAMETER)] = "longjobs"
     service_name: Annotated[str, Env(
         "POWERTOOLS_SERVICE_NAME", "The service dimension of the dispatcher's metrics (the "
-        "powertools variable, which its logger reads too).")] = "longjobs"
+        "powertools variable, which its logger reads too).",
+        on_aws=OnAws.STACK)] = "longjobs"
     endpoint_url: Annotated[str | None, Env(
         "AWS_ENDPOINT_URL", "Endpoint override (moto, LocalStack); empty means AWS.",
-        ALL_ROLES)] = None
+        ALL_ROLES,
+        on_aws=OnAws.LOCAL)] = None
     region: Annotated[str | None, Env(
         "AWS_REGION", "Region of the queue, table and cluster; empty leaves it to boto3.",
-        ALL_ROLES, fallback="AWS_DEFAULT_REGION")] = None
+        ALL_ROLES, fallback="AWS_DEFAULT_REGION",
+        on_aws=OnAws.AWS)] = None
     task_arn: Annotated[str, Env(
         "LONGJOBS_TASK_ARN", "Local mode only: the task's ARN (on ECS the runner reads it from "
-        "the task metadata endpoint).", ("runner",))] = ""
+        "the task metadata endpoint).", ("runner",),
+        on_aws=OnAws.LOCAL)] = ""
     ecs_metadata_uri: Annotated[str, Env(
         "ECS_CONTAINER_METADATA_URI_V4", "Set by ECS in every task: the task metadata endpoint "
-        "v4, where the runner reads its task's ARN.", ("runner",))] = ""
+        "v4, where the runner reads its task's ARN.", ("runner",),
+        on_aws=OnAws.AWS)] = ""
 
 
 def declaration() -> list[tuple[str, Env]]:
@@ -376,14 +457,18 @@ def _shown(setting: Env, default: Any) -> str:
     return f"`{default}`"
 
 
+ON_AWS_SHOWN = {OnAws.STACK: "the stack", OnAws.AWS: "Lambda, ECS", OnAws.LOCAL: "not set"}
+
+
 def markdown() -> str:
     """The configuration table, one row per setting, from the declaration."""
-    lines = ["| Variable | Default | Used by | Meaning |", "|---|---|---|---|"]
+    lines = ["| Variable | Default | Used by | On AWS | Meaning |", "|---|---|---|---|---|"]
     for attr, s in declaration():
         name = f"`{s.name}`" + (f" (else `{s.fallback}`)" if s.fallback else "")
         roles = "all" if s.roles == ALL_ROLES else ", ".join(s.roles)
         default = _shown(s, Config.model_fields[attr].default)
-        lines.append(f"| {name} | {default} | {roles} | {s.meaning} |")
+        on_aws = f"`{s.parameter}`" if s.parameter else ON_AWS_SHOWN[s.on_aws]
+        lines.append(f"| {name} | {default} | {roles} | {on_aws} | {s.meaning} |")
     return "\n".join(lines) + "\n"
 
 
