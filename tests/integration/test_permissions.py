@@ -76,7 +76,8 @@ ATTRS = {"Cluster.Arn": CLUSTER_ARN, "JobTable.Arn": TABLE_ARN, "JobQueue.Arn": 
          "HighJobQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{HIGH_QUEUE}",
          "LowJobQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{LOW_QUEUE}",
          "WorkerTaskRole.Arn": TASK_ROLE, "WorkerExecutionRole.Arn": EXECUTION_ROLE,
-         "EventDeadLetterQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:longjobs-events-dlq"}
+         "EventDeadLetterQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:longjobs-events-dlq",
+         "JobDeadLetterQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{NAMES.dlq}"}
 
 
 # ------------------------------------------------------------------------------ the evaluator
