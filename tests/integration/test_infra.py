@@ -317,22 +317,25 @@ def stopped_event(last_status: str = "STOPPED", cluster_arn: str = CLUSTER_ARN) 
             "stoppedReason": "Essential container in task exited",
             "containers": [{"name": "worker", "exitCode": 0, "lastStatus": last_status}],
             "group": "family:longjobs-worker",
+            "startedBy": "longjobs/0123456789abcdef01234567",
             "launchType": "FARGATE",
         },
     }
 
 
 def matches(pattern: Any, event: Any) -> bool:
-    """EventBridge matching for the subset the template uses: value lists and nested objects."""
+    """EventBridge matching for the subset the template uses: value lists, nested objects and
+    prefix filters."""
     if isinstance(pattern, dict):
         return isinstance(event, dict) and all(
             key in event and matches(sub, event[key]) for key, sub in pattern.items())
     if isinstance(pattern, list):
-        if any(isinstance(p, dict) for p in pattern):
+        if any(isinstance(p, dict) and set(p) != {"prefix"} for p in pattern):
             raise AssertionError(f"the template now uses a content filter this matcher cannot "
                                  f"evaluate: {pattern}")
         values = event if isinstance(event, list) else [event]
-        return any(v in pattern for v in values)
+        return any(isinstance(v, str) and v.startswith(p["prefix"]) if isinstance(p, dict)
+                   else v == p for v in values for p in pattern)
     raise AssertionError(f"a pattern leaf must be a list of values, not {pattern!r}")
 
 

@@ -76,7 +76,8 @@ ATTRS = {"Cluster.Arn": CLUSTER_ARN, "JobTable.Arn": TABLE_ARN, "JobQueue.Arn": 
          "HighJobQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{HIGH_QUEUE}",
          "LowJobQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{LOW_QUEUE}",
          "WorkerTaskRole.Arn": TASK_ROLE, "WorkerExecutionRole.Arn": EXECUTION_ROLE,
-         "EventDeadLetterQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:longjobs-events-dlq"}
+         "EventDeadLetterQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:longjobs-events-dlq",
+         "JobDeadLetterQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{NAMES.dlq}"}
 
 
 # ------------------------------------------------------------------------------ the evaluator
@@ -441,6 +442,19 @@ def test_removing_a_statement_is_caught(expanded: dict[str, Any], exercise: Exer
     assert denied(expanded, exercise, component, rest), (
         f"removing {sid} from {COMPONENTS[component]} went unnoticed: either no test "
         "exercises it (exercise it) or nothing needs it (drop it)")
+
+
+def test_the_runner_is_granted_exactly_what_it_calls(expanded: dict[str, Any],
+                                                    exercise: Exercise) -> None:
+    """Job handlers run in the runner's process, with the worker task role's credentials: the
+    role grants the actions the runner performs on the table and no other (what handlers need
+    beyond that comes from JobPolicyArns)."""
+    statements = policy(expanded, "runner")
+    granted = {a for s in statements if s["Effect"] == "Allow" for a in as_list(s["Action"])}
+    performed = {a.action for a in exercise.auths("runner")}
+    assert granted == performed == {"dynamodb:GetItem", "dynamodb:BatchGetItem",
+                                    "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"}
+    assert {str(resolve(s["Resource"])) for s in statements} == {TABLE_ARN}
 
 
 @pytest.mark.parametrize("queue", ["JobQueue", "HighJobQueue", "LowJobQueue"])
