@@ -29,6 +29,7 @@ from dispatcher.domain.jobs import JobState
 from dispatcher.ops import metrics
 from dispatcher.ops.client import JobClient
 from tests.conftest import Aws
+from tests.integration.test_dashboard import dashboard_body
 from tests.integration.test_infra import STACK_NAME, TEMPLATE, function_env, resolve, sam_expand
 from tests.twins.test_event_fixtures import stopped
 
@@ -294,3 +295,10 @@ def test_a_long_healthy_tick_cannot_breach_the_heartbeat(
     longest_gap = fn["Timeout"] + 60
     assert beat["DatapointsToAlarm"] * beat["Period"] > longest_gap
     assert beat["EvaluationPeriods"] == beat["DatapointsToAlarm"]
+
+
+def test_the_dashboard_shows_the_state_of_every_alarm(
+        alarms: dict[str, dict[str, Any]], template: dict[str, Any]) -> None:
+    (widget,) = [w for w in dashboard_body(template)["widgets"] if w["type"] == "alarm"]
+    shown = widget["properties"]["alarms"]
+    assert sorted(shown) == sorted(f"arn:aws:{name}:Arn" for name in alarms)

@@ -267,7 +267,8 @@ def test_every_widget_metric_is_emitted_or_an_sqs_metric(
 
 def test_the_dashboard_shows_every_figure_an_operator_watches(refs: list[MetricRef]) -> None:
     """Backlog and oldest age per priority queue, running tasks by revision, the job rates,
-    launch failures by reason, dispatch lag and tick duration."""
+    launch failures by reason, dispatch lag, tick duration, bundles rerun and tasks that never
+    started."""
     shown = {(r.namespace if r.namespace == "AWS/SQS" else "custom", r.name, r.dimensions)
              for r in refs}
     base = frozenset({"service", "Queue"})
@@ -282,6 +283,8 @@ def test_the_dashboard_shows_every_figure_an_operator_watches(refs: list[MetricR
         ("custom", "LaunchFailures", base | {"Reason"}),
         ("custom", "DispatchLagSeconds", base),
         ("custom", "TickDurationMs", base),
+        ("custom", "BundlesRerun", base),
+        ("custom", "TasksNeverStarted", base),
     }
     assert required - shown == set()
     for metric in ("ApproximateNumberOfMessagesVisible", "ApproximateAgeOfOldestMessage"):
