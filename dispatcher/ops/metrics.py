@@ -11,17 +11,26 @@ no Lambda context is needed (tests and local mode call these functions directly)
 
 Namespace: ``LONGJOBS_METRICS_NAMESPACE``, else ``POWERTOOLS_METRICS_NAMESPACE`` (what the SAM
 template sets), else ``longjobs``. Dimensions: ``service`` (``POWERTOOLS_SERVICE_NAME``, default
-``longjobs``) and ``Queue`` (the name of the job queue, LONGJOBS_QUEUE_URL's last segment, also
-for the metrics of the other priorities' queues: it names the deployment); all three are read
-through :mod:`dispatcher.settings`. The stack's dashboard (``infra/template.yaml``) graphs these
-names, and ``tests/integration/test_dashboard.py`` fails when either side renames one. Plus:
+``longjobs``; the SAM template sets the stack's name, so two stacks in one account and namespace
+keep their metrics, alarms and dashboards apart) and ``Queue`` (the name of the job queue,
+LONGJOBS_QUEUE_URL's last segment, also for the metrics of the other priorities' queues: it names
+the deployment); all three are read through :mod:`dispatcher.settings`. The stack's dashboard and
+alarms (``infra/template.yaml``) watch these names: ``tests/integration/test_dashboard.py`` and
+``tests/integration/test_alarms.py`` fail when either side renames one. Plus:
 
 - ``LaunchFailures`` is published twice: the total with (service, Queue), and one line per
   reason with (service, Queue, Reason); the reason is its first word as in the decision record
-  (``RESOURCE:MEMORY``, ``Capacity``, ...). Alarm on the total, graph by reason.
+  (``RESOURCE:MEMORY``, ``Capacity``, ...). Alarm on the total, graph by reason. Every Spot
+  failure that was relaunched on on-demand FARGATE at once is also one ``SpotFallbacks``, so
+  the failures nobody recovered are LaunchFailures - SpotFallbacks (what the alarm watches).
 - ``TickCompleted`` = 1 is on a line of its own with the single dimension (service): the
   heartbeat an alarm on missing data watches, independent of the queue's name.
-- ``Reruns`` and ``JobsFailed`` (task-event handler) are published per (service, Queue,
+- A task stop (the task-event handler, and the tick for the stops its reconciliation settles)
+  publishes ``JobsSucceeded`` and ``JobsFailed`` with (service, Queue) for a normal finish;
+  for an early stop ``Reruns`` (jobs put back), ``JobsFailed``, ``BundlesRerun`` (1 when the
+  bundle goes back to be relaunched), ``TasksNeverStarted`` (1 when the task stopped before
+  its runner claimed the bundle: no job ran on it, as with an image that does not pull),
+  ``SpotFallbacks`` and ``LaunchFailures`` (of the immediate relaunch), per (service, Queue,
   StopClass) and in total per (service, Queue), from one line with two dimension sets.
 - ``Backlog`` is the total in SQS over the priorities' queues with (service, Queue), and one
   line per priority queue with (service, Queue, Priority) when the tick passes ``backlogs``
@@ -131,7 +140,8 @@ def tick_blobs(decision: TickReport, *, backlog: Backlog | None, running_tasks: 
                now: float | None = None, backlogs: Mapping[str, Backlog] | None = None,
                running_by_revision: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
     """The EMF objects of one tick: the tick's metrics, the heartbeat, one per failure reason,
-    then one per priority queue (``backlogs``) and one per revision (``running_by_revision``).
+    then one per priority queue (``backlogs``), one per revision (``running_by_revision``), and
+    one per task stop its reconciliation handled (a stop whose event was lost counts too).
     Metrics whose value is unknown this tick are left out rather than sent as 0."""
     t = time.time() if now is None else now
     dims = {"Queue": queue_name(queue or None)}
@@ -166,6 +176,10 @@ def tick_blobs(decision: TickReport, *, backlog: Backlog | None, running_tasks: 
     for revision, count in sorted((running_by_revision or {}).items()):
         blobs.append(emf([("RunningTasks", MetricUnit.Count, count)],
                          {**dims, "TaskDefinition": revision[:250]}, namespace=namespace))
+    for outcome in decision.reconcile.outcomes:
+        blob = stop_blob(outcome, queue=queue, namespace=namespace)
+        if blob:
+            blobs.append(blob)
     return blobs
 
 
@@ -194,7 +208,10 @@ def stop_blob(outcome: StopOutcome, *, queue: str | None = None,
         return {}
     return emf([("Reruns", MetricUnit.Count, len(outcome.rerun)),
                 ("JobsFailed", MetricUnit.Count, len(outcome.failed)),
-                ("SpotFallbacks", MetricUnit.Count, outcome.spot_fallbacks)],
+                ("BundlesRerun", MetricUnit.Count, 1 if outcome.rerun else 0),
+                ("TasksNeverStarted", MetricUnit.Count, 1 if outcome.never_started else 0),
+                ("SpotFallbacks", MetricUnit.Count, outcome.spot_fallbacks),
+                ("LaunchFailures", MetricUnit.Count, outcome.launch_failures)],
                {**dims, "StopClass": str(outcome.stop_class)}, namespace=namespace,
                totals={"service": service(), **dims})
 

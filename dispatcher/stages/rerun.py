@@ -50,6 +50,10 @@ class StopOutcome:
     succeeded: list[str] = field(default_factory=list)  # FINISHED only
     relaunched: bool = False
     spot_fallbacks: int = 0  # the relaunch went to on-demand FARGATE (no Spot capacity)
+    launch_failures: int = 0  # the relaunch's RunTask failures (the next tick retries them)
+    # The task stopped before its runner claimed the bundle: no job ran on it (the image did
+    # not pull, the container did not start, or the runner failed before its claim).
+    never_started: bool = False
     reason: str | None = None  # why it was ignored
 
     def as_dict(self) -> dict[str, Any]:
@@ -92,6 +96,7 @@ class Reruns:
                                reason=f"stale event: bundle {bundle.bundle_id} is "
                                       f"{bundle.state} on attempt {bundle.attempt}")
         jobs = self._store.get_jobs(bundle.job_ids)
+        never_started = bundle.state == BundleState.LAUNCHED  # as read, before the settle
         settlement = stop_policy.decide(stop, bundle, jobs, at=self._clock(),
                                         max_infra_attempts=self._policy.max_infra_attempts)
         cls, rerun = settlement.stop_class, settlement.rerun
@@ -117,7 +122,8 @@ class Reruns:
         self._store.end_live_runs(arn, jobs)  # a run abandoned there is over now
         out = StopOutcome(StopResult.SETTLED, arn, bundle.bundle_id, cls, rerun=rerun,
                           failed=[u.job_id for u in updates
-                                  if u.target == JobState.FAILED or u.job_id in overfull])
+                                  if u.target == JobState.FAILED or u.job_id in overfull],
+                          never_started=never_started)
         if rerun:
             stats = LaunchStats()
             # Its slots are decided now, with the limits of now, as the tick decides them: the
@@ -137,4 +143,5 @@ class Reruns:
                                    else f"{type(exc).__name__}: {exc}"})
             out.relaunched = stats.bundles_launched == 1
             out.spot_fallbacks = stats.spot_fallbacks
+            out.launch_failures = sum(stats.failures.values())
         return out

@@ -28,10 +28,10 @@ from dispatcher.stages.launch import LaunchStats
 from dispatcher.stages.rerun import StopOutcome, StopResult
 from dispatcher.stages.tick import TickReport
 from tests.conftest import Aws
-from tests.integration.test_infra import TEMPLATE, function_env, resolve, resources
+from tests.integration.test_infra import STACK_NAME, TEMPLATE, function_env, resolve, resources
 
 NOW = 1_800_000_000.0
-STACK = "longjobs-prod"
+STACK = STACK_NAME
 # What CloudWatch's AWS/SQS namespace publishes per queue (dimension QueueName) and the
 # dashboard may graph.
 SQS_METRICS = {"ApproximateNumberOfMessagesVisible", "ApproximateNumberOfMessagesNotVisible",
@@ -237,7 +237,7 @@ def emitted(template: dict[str, Any], namespace: str,
     them, and the queue URL ``Ref JobQueue`` gives (handlers pass LONGJOBS_QUEUE_URL)."""
     env = function_env(template, "DispatcherFunction")
     assert env["POWERTOOLS_METRICS_NAMESPACE"] == {"Ref": "MetricsNamespace"}
-    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", env["POWERTOOLS_SERVICE_NAME"])
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", resolve(env["POWERTOOLS_SERVICE_NAME"], template))
     monkeypatch.delenv("LONGJOBS_METRICS_NAMESPACE", raising=False)
     queue_url = str(resolve(env["LONGJOBS_QUEUE_URL"], template))
     return emitted_by(sample_blobs(namespace, queue_url))
@@ -267,7 +267,8 @@ def test_every_widget_metric_is_emitted_or_an_sqs_metric(
 
 def test_the_dashboard_shows_every_figure_an_operator_watches(refs: list[MetricRef]) -> None:
     """Backlog and oldest age per priority queue, running tasks by revision, the job rates,
-    launch failures by reason, dispatch lag and tick duration."""
+    launch failures by reason, dispatch lag, tick duration, bundles rerun and tasks that never
+    started."""
     shown = {(r.namespace if r.namespace == "AWS/SQS" else "custom", r.name, r.dimensions)
              for r in refs}
     base = frozenset({"service", "Queue"})
@@ -282,6 +283,8 @@ def test_the_dashboard_shows_every_figure_an_operator_watches(refs: list[MetricR
         ("custom", "LaunchFailures", base | {"Reason"}),
         ("custom", "DispatchLagSeconds", base),
         ("custom", "TickDurationMs", base),
+        ("custom", "BundlesRerun", base),
+        ("custom", "TasksNeverStarted", base),
     }
     assert required - shown == set()
     for metric in ("ApproximateNumberOfMessagesVisible", "ApproximateAgeOfOldestMessage"):
@@ -302,7 +305,8 @@ def test_every_dimension_value_the_dashboard_pins_is_the_deployed_one(
         if ref.namespace == "AWS/SQS":
             continue
         pinned = dict(ref.values)
-        assert pinned.get("service") == env["POWERTOOLS_SERVICE_NAME"], str(ref)
+        assert pinned.get("service") == resolve(env["POWERTOOLS_SERVICE_NAME"], template) \
+            == STACK, str(ref)
         if "Queue" in ref.dimensions:
             assert pinned.get("Queue") == queue, str(ref)
 

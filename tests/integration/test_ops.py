@@ -283,4 +283,5 @@ def test_stop_emf(capsys: pytest.CaptureFixture[str]) -> None:
     assert cw["Namespace"] == "longjobs"
     assert cw["Dimensions"] == [["service", "Queue", "StopClass"], ["service", "Queue"]]
     assert blob["StopClass"] == "application" and blob["Queue"] == "q"
-    assert _values(blob) == {"Reruns": 1, "JobsFailed": 2, "SpotFallbacks": 0}
+    assert _values(blob) == {"Reruns": 1, "JobsFailed": 2, "BundlesRerun": 1,
+                             "TasksNeverStarted": 0, "SpotFallbacks": 0, "LaunchFailures": 0}
