@@ -13,8 +13,8 @@ from typing import Any
 from dispatcher.aws import clients
 from dispatcher.aws.dynamodb import open_store
 from dispatcher.aws.ecs import CapacityShare, EcsLauncher, EcsTarget
-from dispatcher.aws.sqs import SqsQueue
 from dispatcher.aws.ecs_revisions import EcsTaskDefinitions
+from dispatcher.aws.sqs import SqsQueue
 from dispatcher.domain.errors import ConfigError
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.ports.launcher import Launcher
