@@ -69,7 +69,9 @@ def deploy(store: Deployments, task_definitions: TaskDefinitions, *, family: str
     previous = store.deployment()
     if stack:
         source = revision_name(stack)
-    elif previous is not None:
+        if _family(source) != family:
+            raise ConfigError(f"the stack's revision {source} is not of the family {family!r}")
+    elif previous is not None and _family(previous.derived_from) == family:
         source = revision_name(previous.derived_from)
     else:
         source = latest()
@@ -82,3 +84,7 @@ def deploy(store: Deployments, task_definitions: TaskDefinitions, *, family: str
         Deployment(image=image, task_definition=revision_name(copy), derived_from=source,
                    env=merged, updated_by="deploy"), previous)
     return Deployed(written, previous)
+
+
+def _family(revision: str) -> str:
+    return revision_name(revision).rsplit(":", 1)[0]

@@ -226,3 +226,9 @@ def test_a_deploy_needs_exactly_one_of_image_and_revision(world: World) -> None:
             world.deploy(**kwargs)
     assert world.twins.store.deployment() is None
     assert world.defs.copies == []
+
+
+def test_a_deploy_copies_only_a_revision_of_its_family(world: World) -> None:
+    with pytest.raises(ConfigError, match="not of the family"):
+        world.deploy(image="registry/worker:B", stack=world.arn("other-family:3"))
+    assert world.defs.copies == []
