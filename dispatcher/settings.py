@@ -204,9 +204,17 @@ class Config(BaseModel):
         "LONGJOBS_CLUSTER", "ECS cluster name or ARN the tasks run in.", required=True,
         on_aws=OnAws.STACK)] = ""
     task_family: Annotated[str, Env(
-        "LONGJOBS_TASK_FAMILY", "Task-definition family of the worker; the latest ACTIVE "
-        "revision is resolved once per tick and pinned on every launch.", required=True,
+        "LONGJOBS_TASK_FAMILY", "Task-definition family of the worker; without "
+        "LONGJOBS_STACK_TASK_DEFINITION its latest ACTIVE revision is resolved once per tick "
+        "and pinned on every launch.", required=True,
         on_aws=OnAws.PARAMETER)] = ""
+    stack_task_definition: Annotated[str, Env(
+        "LONGJOBS_STACK_TASK_DEFINITION", "The stack's own worker revision (ARN or "
+        "family:revision; the template sets it). Set: launches run the deployed job code "
+        "(longjobs deploy's record) on this revision's settings, re-derived once after a stack "
+        "update; `longjobs deploy` copies this revision. Empty: the family's latest ACTIVE "
+        "revision, which a stack update replaces with the stack's Image.",
+        ("dispatcher", "deploy"), on_aws=OnAws.STACK)] = ""
     container: Annotated[str, Env(
         "LONGJOBS_CONTAINER", "Name of the worker container (target of env overrides).",
         on_aws=OnAws.STACK)

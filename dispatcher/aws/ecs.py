@@ -4,7 +4,8 @@ clientToken; DescribeTasks and StopTask normalized to the port's values.
 RunTask is not paced here: the launch stage paces every launcher by Fargate's limits
 (``dispatcher.domain.pacing.LaunchPacer``).
 
-ECS ``ClientError``s become domain errors in one place (:func:`_domain_error`): a definite
+ECS ``ClientError``s become domain errors in one place (:func:`ecs_call`, :func:`_domain_error`),
+for this adapter and the task-definitions one (:mod:`dispatcher.aws.ecs_revisions`): a definite
 refusal is ``LaunchError`` or ``ResourceMissing``; throttling and 5xx are retried. A RunTask
 throttled on every try becomes ``RateExceeded`` (ECS's ``ThrottlingException: Rate exceeded``);
 anything else that persists is re-raised as it is. Either way the outcome is unknown and the
@@ -113,7 +114,8 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
-def _domain_error(exc: ClientError, operation: str, target: EcsTarget) -> LongjobsError | None:
+def _domain_error(exc: ClientError, operation: str, target: EcsTarget,
+                  task_definition: str | None = None) -> LongjobsError | None:
     """The domain error for a definite ECS refusal, or None (unknown outcome: re-raise)."""
     code = _code(exc)
     message = str(exc.response.get("Error", {}).get("Message", ""))
@@ -121,11 +123,44 @@ def _domain_error(exc: ClientError, operation: str, target: EcsTarget) -> Longjo
         return ResourceMissing(f"ECS cluster {target.cluster!r} not found ({code})")
     if operation == "DescribeTaskDefinition" and code in ("ClientException",
                                                           "InvalidParameterException"):
+        if task_definition and task_definition != target.task_family:
+            return ResourceMissing(f"task definition {task_definition!r} does not exist "
+                                   f"({code})")
         return ResourceMissing(f"task family {target.task_family!r} has no ACTIVE revision "
                                f"({code})")
     if code in _REFUSED:
         return LaunchError(f"{operation} rejected: {code}: {message}")
     return None
+
+
+def ecs_call(ecs: Any, target: EcsTarget, operation: str, method: str, *,
+             retried: bool = False, max_tries: int = 6, **params: Any) -> Any:
+    """One ECS call; transient errors retried if ``retried``; refusals as domain errors."""
+
+    def once() -> Any:
+        return getattr(ecs, method)(**params)
+
+    call = retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(max_tries),
+                 wait=wait_random_exponential(multiplier=0.2, max=5), reraise=True)(once) \
+        if retried else once
+    try:
+        return call()
+    except ClientError as exc:
+        # "The provided clientToken is already in use with a different RunTask request.
+        # The resourceIds are the existing task ARNs which are already associated with
+        # the clientToken." https://docs.aws.amazon.com/botocore/latest/reference/services/
+        # ecs/client/exceptions/ConflictException.html
+        started: Any = dict(exc.response).get("resourceIds")
+        if operation == "RunTask" and _code(exc) == "ConflictException" and started:
+            raise _TokenInUse([str(a) for a in started]) from exc
+        if operation == "RunTask" and _code(exc) in _THROTTLING:
+            # https://docs.aws.amazon.com/AmazonECS/latest/APIReference/request-throttling.html
+            raise RateExceeded(f"{operation}: {_code(exc)}: "
+                               f"{exc.response.get('Error', {}).get('Message', '')}") from exc
+        error = _domain_error(exc, operation, target, params.get("taskDefinition"))
+        if error is None:
+            raise
+        raise error from None
 
 
 class EcsLauncher(Launcher):
@@ -142,32 +177,8 @@ class EcsLauncher(Launcher):
 
     def _call(self, operation: str, method: str, *, retried: bool = False,
               **params: Any) -> Any:
-        """One ECS call; transient errors retried if ``retried``; refusals as domain errors."""
-
-        def once() -> Any:
-            return getattr(self._ecs, method)(**params)
-
-        call = retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(self._max_tries),
-                     wait=wait_random_exponential(multiplier=0.2, max=5), reraise=True)(once) \
-            if retried else once
-        try:
-            return call()
-        except ClientError as exc:
-            # "The provided clientToken is already in use with a different RunTask request.
-            # The resourceIds are the existing task ARNs which are already associated with
-            # the clientToken." https://docs.aws.amazon.com/botocore/latest/reference/services/
-            # ecs/client/exceptions/ConflictException.html
-            started: Any = dict(exc.response).get("resourceIds")
-            if operation == "RunTask" and _code(exc) == "ConflictException" and started:
-                raise _TokenInUse([str(a) for a in started]) from exc
-            if operation == "RunTask" and _code(exc) in _THROTTLING:
-                # https://docs.aws.amazon.com/AmazonECS/latest/APIReference/request-throttling.html
-                raise RateExceeded(f"{operation}: {_code(exc)}: "
-                                   f"{exc.response.get('Error', {}).get('Message', '')}") from exc
-            error = _domain_error(exc, operation, self._target)
-            if error is None:
-                raise
-            raise error from None
+        return ecs_call(self._ecs, self._target, operation, method, retried=retried,
+                        max_tries=self._max_tries, **params)
 
     def resolve_task_definition(self) -> str:
         # Retried like the other reads: the tick's first call, and every stop event's relaunch

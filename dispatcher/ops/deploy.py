@@ -1,142 +1,90 @@
-"""Ship new job code by registering a task-definition revision; nothing that runs is touched.
+"""Ship new job code: a copy of the stack's revision with a new image, and the deployment record.
 
-A deploy of longjobs is deliberately small: the dispatcher resolves the family's latest ACTIVE
-revision once per tick and pins it on every launch, so registering a new revision is all it takes
-for the next bundles to run new code. Running tasks keep the revision they were started with, and
-the stack (queue, table, functions) is not updated at all.
+``longjobs deploy --image X`` registers a copy of the stack's task-definition revision
+(``LONGJOBS_STACK_TASK_DEFINITION``, the stack's ``StackTaskDefinition`` output) that differs only
+in the worker container's image and environment overrides, then records it as the deployment
+(``DEPLOY#current`` in the job table: image, environment overrides, the copy, the stack revision it
+was derived from). The dispatcher launches what that record says from its next tick on
+(:mod:`dispatcher.stages.revision`); running tasks keep the revision they started with, and the
+stack (queue, table, functions) is not touched.
 
-The new revision is a copy of the current one that differs only in the worker container's image and
-the environment overrides given, so CPU, memory, roles, logging and networking set by the
-infrastructure template survive every code deploy.
+So CPU, memory, roles, logging and networking are always the stack's, and the image is always the
+deployed one: a stack update that changes a setting makes the stack register a new revision (with
+its own ``Image`` parameter), and the next tick copies that revision again with the deployed image
+and environment and records the copy. A stack update never rolls job code back, and a setting
+changed after a deploy still takes effect.
+
+Environment overrides accumulate: ``--env`` entries are merged into those of the deployment they
+replace. A rollback is a deploy of the previous image (``--image``), or of the image of an earlier
+revision (``--revision N``). The record is written conditionally on the version read: a deploy that
+raced another deploy (or the tick re-deriving the record) fails with ``ConflictError`` having
+written nothing but an unused revision, and is run again.
+
+Without a stack revision (an older stack, local mode) the copy is made of the deployment's own
+stack revision, or of the family's latest ACTIVE revision for the first deploy; a dispatcher
+without the variable launches the latest ACTIVE revision, which is then the copy.
 """
 
 from __future__ import annotations
 
-import copy
-import re
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
-from botocore.exceptions import ClientError
-
-from dispatcher.domain.errors import ConfigError, ResourceMissing
-
-if TYPE_CHECKING:
-    from mypy_boto3_ecs import ECSClient
-
-# Fields of a described task definition that RegisterTaskDefinition accepts back. Everything else
-# DescribeTaskDefinition returns (revision, status, arn, registeredAt, compatibilities,
-# requiresAttributes, ...) is assigned by ECS and is rejected or meaningless on registration.
-# The last two are newer API members; botocore only returns them when it also accepts them.
-REGISTERABLE_FIELDS: tuple[str, ...] = (
-    "containerDefinitions",
-    "family",
-    "taskRoleArn",
-    "executionRoleArn",
-    "networkMode",
-    "volumes",
-    "placementConstraints",
-    "requiresCompatibilities",
-    "cpu",
-    "memory",
-    "runtimePlatform",
-    "ephemeralStorage",
-    "pidMode",
-    "ipcMode",
-    "proxyConfiguration",
-    "inferenceAccelerators",
-    "enableFaultInjection",
-    "trustedExecutionConfiguration",
-)
-
-# A family name, not an ARN or "family:revision": a deploy always starts from the latest ACTIVE
-# revision, so pinning an older one here would silently roll other changes back.
-_FAMILY = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
-
-# Error codes ECS answers with when the family has no ACTIVE revision (or never existed).
-_MISSING_CODES = frozenset({"ClientException", "InvalidParameterException"})
+from dispatcher.domain.deployment import Deployment, revision_name
+from dispatcher.domain.errors import ConfigError
+from dispatcher.ports.task_definitions import TaskDefinitions
+from dispatcher.store.deployments import Deployments
 
 
-def register_revision(
-    ecs_client: ECSClient,
-    family: str,
-    image: str,
-    env: Mapping[str, str] | None = None,
-    container: str | None = None,
-) -> str:
-    """Register a copy of ``family``'s latest ACTIVE revision with a new image; return its ARN.
+@dataclass(frozen=True)
+class Deployed:
+    """What a deploy did: the deployment written, and the one it replaced (None: the first)."""
 
-    ``container`` names the container whose image (and environment) is replaced; by default the
-    first container of the definition, which is the only one in the longjobs template. ``env``
-    entries replace variables of the same name and add the others, keeping the existing order, so
-    a deploy never drops a variable the template set. Tags of the current revision are carried
-    over so cost allocation and access policies keyed on tags keep applying.
+    deployment: Deployment
+    previous: Deployment | None
 
-    Raises :class:`ResourceMissing` when the family has no ACTIVE revision or the container does
-    not exist, and :class:`ConfigError` for an empty image or a malformed family name.
+    def as_dict(self) -> dict[str, object]:
+        d, p = self.deployment, self.previous
+        return {"revision": d.task_definition, "image": d.image, "env": d.env,
+                "derived_from": d.derived_from, "version": d.version,
+                "previous_revision": p.task_definition if p else None,
+                "previous_image": p.image if p else None}
+
+
+def deploy(store: Deployments, task_definitions: TaskDefinitions, *, family: str,
+           stack: str | None, latest: Callable[[], str], image: str | None = None,
+           revision: int | None = None, env: Mapping[str, str] | None = None) -> Deployed:
+    """Deploy ``image`` (or the worker image of ``family:revision``) on the stack's revision.
+
+    ``stack`` is the stack's current revision (None: unknown, see the module docstring);
+    ``latest`` answers the family's latest ACTIVE revision. Raises ``ConfigError`` unless
+    exactly one of ``image`` and ``revision`` is given, ``ResourceMissing`` for a revision that
+    does not exist, ``ConflictError`` when the deployment changed meanwhile.
     """
-    if not _FAMILY.match(family):
-        raise ConfigError(
-            f"task family {family!r} must be a family name (letters, digits, '-' and '_'), "
-            "not an ARN or family:revision"
-        )
-    if not image.strip():
+    if (image is None) == (revision is None):
+        raise ConfigError("give the image to deploy (--image) or the revision whose image to "
+                          "deploy again (--revision), not both")
+    if image is not None and not image.strip():
         raise ConfigError("image must not be empty")
-
-    try:
-        described = ecs_client.describe_task_definition(taskDefinition=family, include=["TAGS"])
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in _MISSING_CODES:
-            raise ResourceMissing(
-                f"task-definition family {family!r} has no ACTIVE revision to copy; deploy the "
-                "infrastructure template first (it registers revision 1)"
-            ) from exc
-        raise
-
-    current: Mapping[str, Any] = described["taskDefinition"]
-    request: dict[str, Any] = {
-        name: copy.deepcopy(current[name])
-        for name in REGISTERABLE_FIELDS
-        if current.get(name) is not None
-    }
-    target = _container(request["containerDefinitions"], container, family)
-    target["image"] = image
-    if env:
-        target["environment"] = _merged_environment(target.get("environment", []), env)
-
-    tags = described.get("tags")
-    if tags:
-        request["tags"] = copy.deepcopy(tags)
-
-    registered = ecs_client.register_task_definition(**request)
-    return registered["taskDefinition"]["taskDefinitionArn"]
+    previous = store.deployment()
+    if stack:
+        source = revision_name(stack)
+        if _family(source) != family:
+            raise ConfigError(f"the stack's revision {source} is not of the family {family!r}")
+    elif previous is not None and _family(previous.derived_from) == family:
+        source = revision_name(previous.derived_from)
+    else:
+        source = latest()
+    if revision is not None:
+        image = task_definitions.image_of(f"{family}:{revision}")
+    assert image is not None
+    merged = {**(previous.env if previous else {}), **(env or {})}
+    copy = task_definitions.register_copy(source, image, merged)
+    written = store.save_deployment(
+        Deployment(image=image, task_definition=revision_name(copy), derived_from=source,
+                   env=merged, updated_by="deploy"), previous)
+    return Deployed(written, previous)
 
 
-def _container(
-    definitions: list[dict[str, Any]], name: str | None, family: str
-) -> dict[str, Any]:
-    """The container to update: the named one, or the first when no name is given."""
-    if not definitions:
-        raise ResourceMissing(f"task-definition family {family!r} has no containers")
-    if name is None:
-        return definitions[0]
-    for definition in definitions:
-        if definition.get("name") == name:
-            return definition
-    names = ", ".join(repr(d.get("name")) for d in definitions)
-    raise ResourceMissing(
-        f"task-definition family {family!r} has no container named {name!r} (it has {names})"
-    )
-
-
-def _merged_environment(
-    current: list[dict[str, str]], overrides: Mapping[str, str]
-) -> list[dict[str, str]]:
-    """Existing variables in their order with overridden values, then the new ones."""
-    merged = [
-        {"name": item["name"], "value": overrides.get(item["name"], item.get("value", ""))}
-        for item in current
-    ]
-    known = {item["name"] for item in current}
-    merged.extend({"name": k, "value": v} for k, v in overrides.items() if k not in known)
-    return merged
+def _family(revision: str) -> str:
+    return revision_name(revision).rsplit(":", 1)[0]

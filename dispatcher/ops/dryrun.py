@@ -17,6 +17,7 @@ from dataclasses import asdict
 from typing import Any
 
 from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.deployment import Deployment
 from dispatcher.domain.jobs import Job, Priority, Rejection
 from dispatcher.domain.launches import Launch
 from dispatcher.domain.pacing import LaunchPacer
@@ -93,6 +94,14 @@ class DryRunStore(StageStore):
 
     def priority_credit(self) -> dict[str, float]:
         return self._inner.priority_credit()
+
+    def deployment(self) -> Deployment | None:
+        return self._inner.deployment()
+
+    def save_deployment(self, new: Deployment, read: Deployment | None) -> Deployment:
+        self._plan.would("save_deployment", task_definition=new.task_definition,
+                         derived_from=new.derived_from, image=new.image)
+        return new
 
     def save_priority_credit(self, credit: Mapping[str, float]) -> None:
         self._plan.would("save_priority_credit", credit=dict(credit))
@@ -200,6 +209,8 @@ def dry_run(cfg: Config) -> tuple[Tick, DryRunPlan]:
     wrapped: dict[int, Queue] = {}  # one wrapper per queue: levels sharing a queue still do
     queues = {p: wrapped.setdefault(id(q), DryRunQueue(q, plan))
               for p, q in adapters.queues(cfg).items()}
+    # No task definitions: a deployment made before a stack update is shown launching its own
+    # revision; the real tick registers its copy of the stack's new revision first.
     stages = pipeline.build(cfg, queue=queues[Priority.NORMAL], priority_queues=queues,
                           store=DryRunStore(adapters.store(cfg), plan),
                           launcher=DryRunLauncher(adapters.launcher(cfg), plan),

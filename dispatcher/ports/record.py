@@ -64,9 +64,14 @@ class Record:
     on_demand: str | None = None  # "true": the Spot fallback's launch type FARGATE
     # the share of task slots each priority has had (the tick's credit, by priority)
     credit: Any = None
-    # lease
+    # lease (and the deployment: who wrote it last)
     owner: str | None = None
     lease_until: float | None = None
+    # the deployment (DEPLOY#current): the job code launches run
+    image: str | None = None
+    container_env: Any = None
+    derived_from: str | None = None
+    version: float | None = None
 
     def present(self) -> dict[str, Any]:
         """The attributes that are set (what the table stores)."""
@@ -75,7 +80,8 @@ class Record:
 
 
 ATTRIBUTES: frozenset[str] = frozenset(f.name for f in fields(Record))
-JSON_ATTRIBUTES = frozenset({"payload", "result", "error", "history", "checkpoint", "credit"})
+JSON_ATTRIBUTES = frozenset({"payload", "result", "error", "history", "checkpoint", "credit",
+                             "container_env"})
 LIST_ATTRIBUTES = frozenset({"job_ids", "cancel_jobs", "running_jobs", "bundle_ids",
                              "task_arns"})
 NUMBER_ATTRIBUTES = frozenset(

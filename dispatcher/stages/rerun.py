@@ -21,11 +21,11 @@ from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.errors import ConflictError, LongjobsError
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.stops import StopClass, TaskStop
-from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.table import InvalidTransaction, TransactionCancelled
 from dispatcher.stages.finish import Finishes
 from dispatcher.stages.launch import Launches, LaunchStats, launch_slots
 from dispatcher.stages.policy import RerunPolicy
+from dispatcher.stages.revision import Revisions
 from dispatcher.store import JobUpdate, StageStore
 
 log = logging.getLogger(__name__)
@@ -68,10 +68,10 @@ class Reruns:
     finish (:class:`~dispatcher.stages.finish.Finishes`), or an early stop settled as the stop
     policy decides and relaunched at once."""
 
-    def __init__(self, store: StageStore, launcher: Launcher, finishes: Finishes,
+    def __init__(self, store: StageStore, revisions: Revisions, finishes: Finishes,
                  launches: Launches, policy: RerunPolicy, clock: Callable[[], float]) -> None:
         self._store = store
-        self._launcher = launcher
+        self._revisions = revisions
         self._finishes = finishes
         self._launches = launches
         self._policy = policy
@@ -133,7 +133,8 @@ class Reruns:
             bundle.slots = launch_slots(bundle, self._policy.task_concurrency,
                                         self._policy.kind_limits)
             try:
-                self._launches.launch([bundle], self._launcher.resolve_task_definition(), stats)
+                # The tick's pinned revision (reconciliation), or the deployed one.
+                self._launches.launch([bundle], self._revisions.current(), stats)
             except Exception as exc:  # a refusal, or an AWS error after its retries
                 # The settle is written: the bundle is PENDING and due now, and the next tick
                 # launches it. Failing the event now would only retry a stale stop.

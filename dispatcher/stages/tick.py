@@ -24,12 +24,12 @@ from typing import Any
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.fairness import allocate
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
-from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.table import TableUnavailable
 from dispatcher.stages.admit import Admission, AdmissionStats
 from dispatcher.stages.launch import Launches, LaunchStats, launch_slots
 from dispatcher.stages.policy import TickPolicy
 from dispatcher.stages.reconcile import Reconciler, ReconcileStats
+from dispatcher.stages.revision import Revisions
 from dispatcher.store import StageStore
 
 log = logging.getLogger(__name__)
@@ -74,11 +74,11 @@ class Tick:
     """One tick: lease, recover, reconcile, admit, launch. Each collaborator is passed in; the
     tick calls each stage and no stage calls back up (the drain yields what to launch)."""
 
-    def __init__(self, store: StageStore, launcher: Launcher, admission: Admission,
+    def __init__(self, store: StageStore, revisions: Revisions, admission: Admission,
                  launches: Launches, reconciler: Reconciler, policy: TickPolicy, *,
                  clock: Callable[[], float] = time.time) -> None:
         self._store = store
-        self._launcher = launcher
+        self._revisions = revisions
         self._admission = admission
         self._launches = launches
         self._reconciler = reconciler
@@ -106,7 +106,13 @@ class Tick:
             log.info("tick skipped", extra=decision.as_dict())
             return decision
         try:
-            self._run(decision, started + budget)
+            # Resolve once and pin: every launch of this tick, the relaunches of its
+            # reconciliation too, uses the same revision (the deployed job code on the stack's
+            # settings, see stages/revision.py), and the revision is recorded on the bundle,
+            # which is how a deploy shows up per job.
+            with self._revisions.pinned() as task_definition:
+                decision.task_definition = task_definition
+                self._run(decision, started + budget)
         finally:
             self._store.release_lease(owner)
             decision.elapsed_ms = int((time.monotonic() - started) * 1000)
@@ -114,9 +120,7 @@ class Tick:
         return decision
 
     def _run(self, d: TickReport, drain_deadline: float) -> None:
-        # Resolve once and pin: every launch of this tick uses the same revision, and the
-        # revision is recorded on the bundle, which is how a deploy shows up per job.
-        d.task_definition = self._launcher.resolve_task_definition()
+        assert d.task_definition is not None
         self._launches.recover(d.launch)
         d.recovered_recordings = len(self._store.recover_recordings())
         active = self._store.active_bundles()

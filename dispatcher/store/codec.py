@@ -3,7 +3,8 @@
 Key prefixes: ``JOB#<job_id>``, ``REJECT#<job_id or message_id>``, ``BUNDLE#<id>``,
 ``PAGE#<bundle id>#<n>`` (the job ids of a bundle recorded in pages), ``LAUNCH#<id>``,
 ``TASK#<task arn>`` (points a task at its bundle), ``LEASE#dispatcher``, ``FAIR#priorities``
-(each priority's credit for task slots, carried from tick to tick). Index
+(each priority's credit for task slots, carried from tick to tick), ``DEPLOY#current`` (the
+deployed job code, :class:`~dispatcher.domain.deployment.Deployment`). Index
 keys: ``status_key`` = ``<TYPE>#<STATE>``, ``status_at`` = ISO-8601 UTC time.
 """
 
@@ -13,12 +14,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.deployment import Deployment
 from dispatcher.domain.jobs import Job, JobState, Priority, Rejection, Resources
 from dispatcher.domain.launches import Launch, LaunchState
 from dispatcher.ports.table import Record
 
 LEASE_KEY = "LEASE#dispatcher"
 FAIR_KEY = "FAIR#priorities"
+DEPLOY_KEY = "DEPLOY#current"
 
 
 def iso(ts: float) -> str:
@@ -192,3 +195,18 @@ def record_rejection(rec: Record) -> Rejection:
     return Rejection(key=ident(rec.pk), message_id=rec.message_id or "",
                      reason=rec.reason or "", body=rec.body or "", job_id=rec.job_id,
                      created_at=_num(rec.created_at))
+
+
+def deployment_record(d: Deployment) -> Record:
+    """The deployment's item; no index keys (operators read it by its key)."""
+    return Record(DEPLOY_KEY, image=d.image, container_env=dict(d.env) or None,
+                  task_definition=d.task_definition, derived_from=d.derived_from,
+                  version=d.version, updated_at=d.updated_at, owner=d.updated_by or None)
+
+
+def record_deployment(rec: Record) -> Deployment:
+    env = rec.container_env if isinstance(rec.container_env, dict) else {}
+    return Deployment(image=rec.image or "", task_definition=rec.task_definition or "",
+                      derived_from=rec.derived_from or "",
+                      env={str(k): str(v) for k, v in env.items()}, version=_int(rec.version),
+                      updated_at=_num(rec.updated_at), updated_by=rec.owner or "")

@@ -32,15 +32,16 @@ from dispatcher.ports.table import (
     Update,
 )
 from dispatcher.store import codec as r
-from dispatcher.store.base import Reads, status
+from dispatcher.store.base import status
+from dispatcher.store.deployments import Deployments
 from dispatcher.store.held import WAITING
 from dispatcher.store.runner import expire_pages_later, fit_pages, page_expiry
 
 TRIES = 3
 
 
-class OperatorStore(Reads):
-    """Operator actions and queries."""
+class OperatorStore(Deployments):
+    """Operator actions and queries (and ``longjobs deploy``'s deployment record)."""
 
     # -- actions --------------------------------------------------------------------------------
     def _job(self, job_id: str) -> Job:

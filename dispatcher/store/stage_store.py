@@ -1,4 +1,4 @@
-"""The stages' role: lease, admission, launches, stopped tasks, overdue jobs.
+"""The stages' role: lease, admission, launches, stopped tasks, overdue jobs, the deployment.
 
 Every state change is a conditional write: the item must still be in the state the writer read
 (plus the fence: attempt, task ARN, launch id), and :mod:`dispatcher.domain.lifecycle` must allow
@@ -40,6 +40,7 @@ from dispatcher.ports.table import (
 )
 from dispatcher.store import codec as r
 from dispatcher.store.base import status
+from dispatcher.store.deployments import Deployments
 from dispatcher.store.held import HeldRetries
 from dispatcher.store.recording import PROBE_KEY, Recordings
 from dispatcher.store.runner import (
@@ -59,7 +60,7 @@ from dispatcher.store.values import JobUpdate, LaunchOutcome
 LAUNCH_TTL_SECONDS = 7 * 86400
 
 
-class StageStore(Recordings, HeldRetries):
+class StageStore(Recordings, HeldRetries, Deployments):
     """What the tick and the task-event handler ask of the table (the dry run wraps this)."""
 
     # -- lease ----------------------------------------------------------------------------------

@@ -61,8 +61,8 @@ class RecordedCall:
     ``target`` holds the request fields that name resources (queue URL, table and index names,
     cluster, task definition, task ARNs, roles), plus: ``TransactItems`` as ``[kind, table]``
     pairs (``Put``, ``Update``, ``Delete``, ``ConditionCheck``, ``Get``), ``RequestItems`` as the
-    list of table names, ``tags`` as the number of tags sent, and the role ARNs of
-    ``overrides``.
+    list of table names, ``pk`` the partition key of a single-item request, ``tags`` as the
+    number of tags sent, and the role ARNs of ``overrides``.
     """
 
     component: str
@@ -93,6 +93,11 @@ def _target(body: bytes, path: str, content_type: str) -> dict[str, Any]:
     requests = params.get("RequestItems")
     if isinstance(requests, dict):
         target["RequestItems"] = sorted(requests)
+    # A single-item request's partition key (the job table's hash key is ``pk``): what IAM's
+    # ``dynamodb:LeadingKeys`` condition key compares.
+    item = params.get("Key") or params.get("Item")
+    if isinstance(item, dict) and isinstance(item.get("pk"), dict):
+        target["pk"] = item["pk"].get("S")
     tags = params.get("tags")
     if isinstance(tags, list):
         target["tags"] = len(tags)

@@ -13,11 +13,13 @@ from typing import Any
 from dispatcher.aws import clients
 from dispatcher.aws.dynamodb import open_store
 from dispatcher.aws.ecs import CapacityShare, EcsLauncher, EcsTarget
+from dispatcher.aws.ecs_revisions import EcsTaskDefinitions
 from dispatcher.aws.sqs import SqsQueue
 from dispatcher.domain.errors import ConfigError
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.queue import Queue
+from dispatcher.ports.task_definitions import TaskDefinitions
 from dispatcher.settings import Config
 from dispatcher.store import Store
 
@@ -71,3 +73,8 @@ def launcher(cfg: Config) -> Launcher:
                           "mode (longjobs local / longjobs demo) can launch them")
     # One attempt per call: the launcher retries RunTask itself, with the same clientToken.
     return EcsLauncher(client("ecs", cfg, retries=1), ecs_target(cfg))
+
+
+def task_definitions(cfg: Config) -> TaskDefinitions:
+    """The worker family's task definitions on ECS (copies for deploys and re-derivations)."""
+    return EcsTaskDefinitions(client("ecs", cfg, retries=1), ecs_target(cfg))

@@ -18,6 +18,7 @@ from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.domain.pacing import LaunchPacer
 from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.queue import Queue
+from dispatcher.ports.task_definitions import TaskDefinitions
 from dispatcher.settings import Config
 from dispatcher.stages.admit import Admission
 from dispatcher.stages.finish import Finishes
@@ -33,6 +34,7 @@ from dispatcher.stages.policy import (
 from dispatcher.stages.reconcile import Reconciler
 from dispatcher.stages.recorder import Recorder
 from dispatcher.stages.rerun import Reruns
+from dispatcher.stages.revision import Revisions
 from dispatcher.stages.tick import Tick
 from dispatcher.store import StageStore
 from dispatcher.wiring import adapters
@@ -43,6 +45,7 @@ class Stages:
     """The pipeline, wired: the tick (``tick``) and the stop handler (``reruns``)."""
 
     tick: Tick
+    revisions: Revisions
     reruns: Reruns
     launches: Launches
     queue: Queue  # priority normal's (LONGJOBS_QUEUE_URL)
@@ -53,10 +56,14 @@ class Stages:
 
 def build(cfg: Config, *, queue: Queue, store: StageStore, launcher: Launcher,
           clock: Callable[[], float] = time.time, pacer: LaunchPacer | None = None,
-          priority_queues: dict[Priority, Queue] | None = None) -> Stages:
+          priority_queues: dict[Priority, Queue] | None = None,
+          task_definitions: TaskDefinitions | None = None) -> Stages:
     """Wire the given adapters to the stages, each stage receiving its own collaborators.
 
     ``queue`` serves priority normal and any level ``priority_queues`` does not name.
+    ``task_definitions`` lets the tick re-derive the deployment after a stack update
+    (``LONGJOBS_STACK_TASK_DEFINITION``; :mod:`dispatcher.stages.revision`); without it a
+    deployment made before a stack update runs on the stack's earlier settings.
     ``pacer`` replaces the launch pacer built from the settings (the twins and the dry run
     simulate its waits instead of sleeping)."""
     queues = {p: (priority_queues or {}).get(p, queue) for p in PRIORITY_ORDER}
@@ -71,26 +78,28 @@ def build(cfg: Config, *, queue: Queue, store: StageStore, launcher: Launcher,
         task_launch_per_second=cfg.task_launch_per_second,
         capacity_providers=tuple(p.provider for p in cfg.capacity_strategy) or ("FARGATE",)),
         clock, pacer=pacer)
-    reruns = Reruns(store, launcher, Finishes(store), launches, RerunPolicy(
+    revisions = Revisions(store, launcher, task_definitions, cfg.stack_task_definition or None)
+    reruns = Reruns(store, revisions, Finishes(store), launches, RerunPolicy(
         cfg.max_infra_attempts, cfg.task_concurrency, cfg.kind_limits), clock)
     reconciler = Reconciler(store, launcher, reruns, ReconcilePolicy(
         cfg.start_timeout_seconds, cfg.heartbeat_seconds), clock)
     admission = Admission(queues, Recorder(store),
                           AdmitPolicy(cfg.allowed_kinds, bundling, cfg.kind_limits), clock,
                           concurrency=cfg.tick_concurrency, hold_seconds=cfg.hold_seconds)
-    tick = Tick(store, launcher, admission, launches, reconciler,
+    tick = Tick(store, revisions, admission, launches, reconciler,
                 TickPolicy(cfg.max_running_tasks, cfg.tick_seconds, cfg.lease_seconds,
                            cfg.tick_reserve_seconds, cfg.tick_concurrency, cfg.hold_seconds,
                            cfg.kind_limits, cfg.task_concurrency, cfg.priority_weights),
                 clock=clock)
-    return Stages(tick, reruns, launches, queue, store, launcher, queues)
+    return Stages(tick, revisions, reruns, launches, queue, store, launcher, queues)
 
 
 def for_aws(cfg: Config, launch_with: Launcher | None = None) -> Stages:
     """The stages on the AWS adapters the settings name (``launch_with`` replaces ECS)."""
     queues = adapters.queues(cfg)
     return build(cfg, queue=queues[Priority.NORMAL], store=adapters.store(cfg),
-                 launcher=launch_with or adapters.launcher(cfg), priority_queues=queues)
+                 launcher=launch_with or adapters.launcher(cfg), priority_queues=queues,
+                 task_definitions=adapters.task_definitions(cfg))
 
 
 def aws_tick(cfg: Config, launch_with: Launcher | None = None) -> Tick:

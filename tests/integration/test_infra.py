@@ -3,8 +3,8 @@
 The template and the code are written separately, so these tests keep them honest: the template
 must lint clean (cfn-lint, checkov), expand with the SAM translator, point at handlers that exist,
 set the environment the config module reads, declare the table the pynamodb models use, and route
-exactly the ECS events the task-event handler expects. ``register_revision`` is tested against
-moto's ECS in process.
+exactly the ECS events the task-event handler expects. The deploy's copy of a revision is tested
+on moto in ``tests/contract/test_deployed_revision_on_ecs.py``.
 """
 
 from __future__ import annotations
@@ -16,11 +16,9 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from samtranslator.parser.parser import Parser
 from samtranslator.public.exceptions import InvalidDocumentException
@@ -29,8 +27,6 @@ from samtranslator.yaml_helper import yaml_parse
 
 from dispatcher import settings
 from dispatcher.aws.dynamodb.model import key_schema
-from dispatcher.domain.errors import ResourceMissing
-from dispatcher.ops.deploy import REGISTERABLE_FIELDS, register_revision
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "infra" / "template.yaml"
@@ -405,8 +401,11 @@ def test_iam_is_least_privilege(expanded: dict[str, Any]) -> None:
     for role in ("DispatcherFunctionRole", "TaskEventFunctionRole", "WorkerTaskRole"):
         for statement in policy_statements(expanded, role):
             if statement["Resource"] == "*":
-                # The one action ECS offers no resource-level permission for.
-                assert as_list(statement["Action"]) == ["ecs:DescribeTaskDefinition"], statement
+                # The actions ECS offers no resource-level permission for: describing, and
+                # (the tick alone, re-deriving the deployment) registering a revision.
+                wanted = [["ecs:DescribeTaskDefinition"]] + (
+                    [["ecs:RegisterTaskDefinition"]] if role == "DispatcherFunctionRole" else [])
+                assert as_list(statement["Action"]) in wanted, statement
             assert not any(a.endswith("*") for a in as_list(statement["Action"])), statement
     worker = policy_statements(expanded, "WorkerTaskRole")
     assert {a.split(":")[0] for s in worker for a in as_list(s["Action"])} == {"dynamodb"}
@@ -414,18 +413,21 @@ def test_iam_is_least_privilege(expanded: dict[str, Any]) -> None:
 
 def test_task_event_role_can_relaunch_as_the_dispatcher_does(expanded: dict[str, Any]) -> None:
     """A rerun relaunches at once, so the task-event role needs the launch
-    permissions (RunTask, tag on create, the task definition, PassRole) with the same scoping
+    permissions (RunTask, tag on create, PassRole) with the same scoping
     as the dispatcher's. test_permissions.py checks them against recorded behaviour."""
     def launch_grants(role: str) -> dict[str, dict[str, Any]]:
         wanted = {"ecs:RunTask", "ecs:TagResource", "ecs:DescribeTaskDefinition", "iam:PassRole"}
+        # The tick's re-derivation grants (tagging a revision it registers) are its own.
         return {a: {k: v for k, v in s.items() if k != "Sid"}
                 for s in policy_statements(expanded, role)
-                for a in as_list(s["Action"]) if a in wanted}
+                for a in as_list(s["Action"]) if a in wanted
+                and s.get("Sid") != "TagRederivedRevisions"}
 
     task_event = launch_grants("TaskEventFunctionRole")
-    assert set(task_event) == {"ecs:RunTask", "ecs:TagResource", "ecs:DescribeTaskDefinition",
-                               "iam:PassRole"}
-    assert task_event == launch_grants("DispatcherFunctionRole")
+    # No DescribeTaskDefinition: it relaunches the stack's revision or the deployment's.
+    assert set(task_event) == {"ecs:RunTask", "ecs:TagResource", "iam:PassRole"}
+    dispatcher = launch_grants("DispatcherFunctionRole")
+    assert task_event == {a: dispatcher[a] for a in task_event}
     assert task_event["ecs:TagResource"]["Condition"] == {
         "StringEquals": {"ecs:CreateAction": "RunTask"}}
     assert task_event["iam:PassRole"]["Condition"] == {
@@ -534,7 +536,7 @@ def test_deploy_policy_grants_what_the_deploying_guide_lists(expanded: dict[str,
     policy = expanded["Resources"]["DeployPolicy"]["Properties"]["PolicyDocument"]
     actions = {a for s in policy["Statement"] for a in as_list(s["Action"])}
     assert actions == {"ecs:DescribeTaskDefinition", "ecs:RegisterTaskDefinition",
-                       "ecs:TagResource", "iam:PassRole"}
+                       "ecs:TagResource", "iam:PassRole", "dynamodb:GetItem", "dynamodb:PutItem"}
     guide = (ROOT / "docs" / "deploying.md").read_text()
     assert all(f"`{a}`" in guide for a in actions)
     assert "DeployPolicyArn" in expanded["Outputs"]
@@ -623,93 +625,6 @@ def test_every_priority_queue_has_an_age_alarm(template: dict[str, Any]) -> None
     watched = {a["Dimensions"][0]["Value"]["Fn::GetAtt"][0] for a in alarms}
     assert watched == set(PRIORITY_QUEUES.values())
     assert all(a["Threshold"] == {"Ref": "QueueAgeAlarmSeconds"} for a in alarms)
-
-
-# ------------------------------------------------------------------------ deploy = new revision
-
-
-@pytest.fixture
-def ecs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    from moto import mock_aws
-
-    for key in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_ECS", "AWS_PROFILE"):
-        monkeypatch.delenv(key, raising=False)
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION}.items():
-        monkeypatch.setenv(key, value)
-    with mock_aws():
-        yield boto3.client("ecs", region_name=REGION)
-
-
-def register_worker(ecs: Any, family: str = "longjobs-worker") -> Any:
-    ecs.register_task_definition(
-        family=family,
-        taskRoleArn=f"arn:aws:iam::{ACCOUNT}:role/task",
-        executionRoleArn=f"arn:aws:iam::{ACCOUNT}:role/execution",
-        networkMode="awsvpc",
-        requiresCompatibilities=["FARGATE"],
-        cpu="1024",
-        memory="2048",
-        containerDefinitions=[{
-            "name": "worker",
-            "image": "registry/worker:1",
-            "command": ["python", "-m", "job_runner"],
-            "essential": True,
-            "stopTimeout": 120,
-            "environment": [{"name": "LONGJOBS_TABLE", "value": "jobs"},
-                            {"name": "POWERTOOLS_SERVICE_NAME", "value": "longjobs-worker"}],
-            "logConfiguration": {"logDriver": "awslogs", "options": {
-                "awslogs-group": "worker", "awslogs-region": REGION,
-                "awslogs-stream-prefix": "worker"}},
-        }],
-        tags=[{"key": "team", "value": "batch"}],
-    )
-    return ecs.describe_task_definition(taskDefinition=family, include=["TAGS"])
-
-
-def registerable(described: dict[str, Any]) -> dict[str, Any]:
-    td = described["taskDefinition"]
-    return {k: copy.deepcopy(td[k]) for k in REGISTERABLE_FIELDS if k in td}
-
-
-def test_register_revision_changes_only_image_and_env(ecs: Any) -> None:
-    before = register_worker(ecs)
-
-    arn = register_revision(ecs, "longjobs-worker", "registry/worker:2",
-                            env={"POWERTOOLS_SERVICE_NAME": "jobs", "LONGJOBS_EXTRA": "1"})
-
-    after = ecs.describe_task_definition(taskDefinition="longjobs-worker", include=["TAGS"])
-    assert arn == after["taskDefinition"]["taskDefinitionArn"]
-    assert after["taskDefinition"]["revision"] == before["taskDefinition"]["revision"] + 1
-    old, new = registerable(before), registerable(after)
-    (old_container,), (new_container,) = old["containerDefinitions"], new["containerDefinitions"]
-    assert new_container["image"] == "registry/worker:2"
-    assert new_container["environment"] == [
-        {"name": "LONGJOBS_TABLE", "value": "jobs"},
-        {"name": "POWERTOOLS_SERVICE_NAME", "value": "jobs"},
-        {"name": "LONGJOBS_EXTRA", "value": "1"},
-    ]
-    for field in ("image", "environment"):
-        del old_container[field], new_container[field]
-    assert new == old
-    assert after["tags"] == before["tags"]
-    # The old revision stays ACTIVE: tasks running it are untouched.
-    previous = ecs.describe_task_definition(taskDefinition="longjobs-worker:1")
-    assert previous["taskDefinition"]["status"] == "ACTIVE"
-
-
-def test_register_revision_targets_the_named_container(ecs: Any) -> None:
-    register_worker(ecs)
-    register_revision(ecs, "longjobs-worker", "registry/worker:3", container="worker")
-    after = ecs.describe_task_definition(taskDefinition="longjobs-worker")
-    assert after["taskDefinition"]["containerDefinitions"][0]["image"] == "registry/worker:3"
-    with pytest.raises(ResourceMissing, match="no container named 'sidecar'"):
-        register_revision(ecs, "longjobs-worker", "registry/worker:4", container="sidecar")
-
-
-def test_register_revision_of_a_missing_family_raises(ecs: Any) -> None:
-    with pytest.raises(ResourceMissing, match="'nope' has no ACTIVE revision"):
-        register_revision(ecs, "nope", "registry/worker:1")
 
 
 def test_local_queues_have_the_templates_shape(template: dict[str, Any]) -> None:

@@ -3,7 +3,8 @@
 Each component runs against moto through the proxy, which records every AWS request it makes
 (:meth:`AwsProxy.recording`): the dispatcher's tick (``handlers.dispatch``), the task-event
 function (``handlers.task_event``, a finished task and a rerun), the job runner
-(``python -m job_runner`` as a subprocess) and ``longjobs deploy`` (``register_revision``).
+(``python -m job_runner`` as a subprocess) and ``longjobs deploy``; the tick runs once more after a
+stack update that follows the deploy (it re-derives the deployment).
 Each request is mapped to the IAM authorizations AWS performs for it (the action, the resource
 ARN and the condition keys with static values, including the implicit ones: ``ecs:TagResource``
 for tags on RunTask/RegisterTaskDefinition, ``iam:PassRole`` for the task definition's roles,
@@ -32,14 +33,15 @@ from typing import Any
 
 import pytest
 from samtranslator.yaml_helper import yaml_parse
+from typer.testing import CliRunner
 
 from dispatcher import handlers
 from dispatcher.aws.clients import endpoint_client
 from dispatcher.aws.dynamodb import open_store
+from dispatcher.cli.app import app
 from dispatcher.domain import task_events
 from dispatcher.local.provision import Names, provision
 from dispatcher.ops.client import JobClient
-from dispatcher.ops.deploy import register_revision
 from dispatcher.testing.moto import MotoEndpoint
 from dispatcher.testing.proxy import AwsProxy, RecordedCall
 from tests.conftest import BASE_ENV
@@ -126,6 +128,8 @@ _OPERATORS: dict[str, Callable[[str, str], bool]] = {
     "ArnEquals": lambda actual, wanted: actual == wanted,
     "ArnLike": fnmatchcase,
     "Bool": lambda actual, wanted: actual.lower() == str(wanted).lower(),
+    # One value per key in the requests modelled here (a single item's partition key).
+    "ForAllValues:StringEquals": lambda actual, wanted: actual == wanted,
 }
 
 
@@ -212,8 +216,9 @@ def authorizations(call: RecordedCall,
         if "RequestItems" in t:
             return [Auth(f"dynamodb:{op}", _table_arn(table), operation=call.operation)
                     for table in t["RequestItems"]]
+        leading = (("dynamodb:LeadingKeys", str(t["pk"])),) if t.get("pk") else ()
         return [Auth(f"dynamodb:{op}", _table_arn(t["TableName"], t.get("IndexName")),
-                     operation=call.operation)]
+                     leading, operation=call.operation)]
     if service == "sqs":
         return [Auth(f"sqs:{_SQS_ACTIONS.get(op, op)}", _queue_arn(t), operation=call.operation)]
     if service == "ecs":
@@ -309,6 +314,8 @@ def exercise(moto_server: MotoEndpoint, proxy: AwsProxy,
             containerDefinitions=current["containerDefinitions"],
             tags=[{"key": "app", "value": "longjobs"}])["taskDefinition"]
         roles = {registered["taskDefinitionArn"].rsplit("/", 1)[-1]: [TASK_ROLE, EXECUTION_ROLE]}
+        # The functions get the stack's revision, as the template hands it to them.
+        mp.setenv("LONGJOBS_STACK_TASK_DEFINITION", registered["taskDefinitionArn"])
         proxy.clear_recorded()
 
         # Producers (not a component of the stack): small jobs share a bundle, long ones don't.
@@ -361,8 +368,24 @@ def exercise(moto_server: MotoEndpoint, proxy: AwsProxy,
         assert second["reconcile"]["stuck_stopped"] >= 1, second
 
         with proxy.recording("deploy"):
-            register_revision(endpoint_client("ecs", proxy.url, REGION), NAMES.family,
-                              "registry.example/longjobs-worker:2")
+            deployed = CliRunner().invoke(app, ["deploy", "--image",
+                                                "registry.example/longjobs-worker:2"])
+        assert deployed.exit_code == 0, deployed.output
+        roles[deployed.output.strip()] = [TASK_ROLE, EXECUTION_ROLE]
+
+        # A stack update registers the stack's revision again (new settings, the stack's
+        # Image): the next tick copies it with the deployed image, and records the copy.
+        stack = ecs.register_task_definition(
+            family=NAMES.family, taskRoleArn=TASK_ROLE, executionRoleArn=EXECUTION_ROLE,
+            networkMode="awsvpc", requiresCompatibilities=["FARGATE"], cpu="512", memory="1024",
+            containerDefinitions=current["containerDefinitions"],
+            tags=[{"key": "app", "value": "longjobs"}])["taskDefinition"]["taskDefinitionArn"]
+        mp.setenv("LONGJOBS_STACK_TASK_DEFINITION", stack)
+        with proxy.recording("dispatcher"):
+            handlers.dispatch({}, _Context())
+        rederived = store.deployment()
+        assert rederived is not None and rederived.derived_from == stack.rsplit("/", 1)[-1]
+        roles[rederived.task_definition] = [TASK_ROLE, EXECUTION_ROLE]
         yield Exercise(proxy.recorded(), roles)
         proxy.clear_recorded()
 
