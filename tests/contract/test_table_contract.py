@@ -1,6 +1,7 @@
 """The Table port's contract: MemoryTable (the twin) and DynamoTable (pynamodb on moto) answer
 alike, op by op: conditions, update actions, transactions and their per-item reasons, the
-by_status index. Every test runs on both, so the twin cannot drift from the adapter."""
+status index (its projection too). Every test runs on both, so the twin cannot drift from
+the adapter."""
 
 from __future__ import annotations
 
