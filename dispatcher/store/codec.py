@@ -13,12 +13,13 @@ one partition key takes at most 1,000 WCU/s
 (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/warm-throughput-scenarios.html);
 a throttled index throttles the table's writes ("Provisioned throughput considerations" in
 https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/GSI.html).
-At 1,000 jobs/s one unsharded ``JOB#PENDING`` takes ~2,000 WCU/s. Eight shards bring the
-hottest to ~250-330 WCU/s (``bench/capacity.py``, ``docs/measured.md``): headroom for bursts
-of a tick and for the hash's unevenness, while a reader of a job state makes 9 queries, not 80
-(:mod:`dispatcher.store.index`). Bundles and launches change state at most as fast as Fargate
-starts tasks (``dispatcher.domain.pacing``: 20 a second per capacity provider), far below a
-partition's limit: one partition each keeps their readers at one query.
+At 1,000 jobs/s one unsharded ``JOB#PENDING`` takes ~2,000 WCU/s (a put and a delete per job).
+Eight shards bring the hottest to ~260 WCU/s (``bench/capacity.py``, ``docs/measured.md``): 3.7x
+headroom for a tick's bursts and the hash's unevenness, while a reader of a job state makes 9
+queries (:func:`job_statuses`, :mod:`dispatcher.store.index`); 16 shards would double the reads
+for headroom the rate does not need. Bundles and launches change state at most as fast as
+Fargate starts tasks (``dispatcher.domain.pacing``: 20 a second per capacity provider), far
+below a partition's limit: one partition each keeps their readers at one query.
 """
 
 from __future__ import annotations
