@@ -226,12 +226,16 @@ def produce(args: argparse.Namespace) -> int:
 
 def job_records(ddb: Any, table: str) -> dict[str, tuple[str, float]]:
     """job id -> (state, updated_at) for every job record, read through the status index."""
+    from dispatcher.aws.dynamodb.model import STATUS_INDEX
+    from dispatcher.store.codec import job_statuses
+
     out: dict[str, tuple[str, float]] = {}
-    for state in ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "REJECTED"):
+    for state, key in ((s, k) for s in ("PENDING", "RUNNING", "SUCCEEDED", "FAILED",
+                                        "CANCELLED", "REJECTED") for k in job_statuses(s)):
         pages = ddb.get_paginator("query").paginate(
-            TableName=table, IndexName="by_status",
+            TableName=table, IndexName=STATUS_INDEX,
             KeyConditionExpression="status_key = :s",
-            ExpressionAttributeValues={":s": {"S": f"JOB#{state}"}},
+            ExpressionAttributeValues={":s": {"S": key}},
             ProjectionExpression="pk, updated_at")
         for page in pages:
             for item in page["Items"]:

@@ -166,8 +166,8 @@ class DryRunStore(StageStore):
         bundle.state = target
         return set()
 
-    def running_jobs(self) -> list[Job]:
-        return self._inner.running_jobs()
+    def running_jobs(self, *, overdue_by: float | None = None) -> list[Job]:
+        return self._inner.running_jobs(overdue_by=overdue_by)
 
     def held_bundles(self) -> list[Bundle]:
         return self._inner.held_bundles()

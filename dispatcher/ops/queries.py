@@ -1,11 +1,12 @@
 """The operators' read API over the job table: list, show and stats, as typed objects.
 
 Every read goes through the operator role of the Store port (:class:`OperatorStore`), whose
-queries use the ``by_status`` index (hash ``<TYPE>#<STATE>``, range ISO time), so the cost of a
-question follows the size of its answer, never the size of the table: a status query reads at
-most ``limit`` items newest first, "all statuses" merges the per-status answers, and counts are
-COUNT queries. The CLI (``dispatcher.cli.jobs_commands``) and ``JobClient`` are thin layers over
-this module; each result has ``to_json()`` with a stable shape for scripts.
+queries use the status index (hash ``<TYPE>#<STATE>``, a job state spread over shards; range ISO
+time), so the cost of a question follows the size of its answer, never the size of the table: a
+status query reads at most ``limit`` items newest first from each shard, "all statuses" merges
+the per-status answers, and counts are COUNT queries. The CLI (``dispatcher.cli.jobs_commands``)
+and ``JobClient`` are thin layers over this module; each result has ``to_json()`` with a stable
+shape for scripts.
 """
 
 from __future__ import annotations

@@ -156,9 +156,7 @@ class Top(Queries):
     def _admitted(self, cutoff: float) -> tuple[dict[str, int], int]:
         """Jobs created since ``cutoff``, by their state now (COUNT queries of the status index
         from ``cutoff``: bounded by the window), and REJECTED records of the window."""
-        since = r.iso(cutoff)
-        counts = {str(s): self.store.table.count(r.job_status(s), at_least=since)
-                  for s in JOB_STATES}
+        counts = {str(s): self.store.count_jobs(s, since=cutoff) for s in JOB_STATES}
         rejected = counts.pop(str(JobState.REJECTED))
         return counts, rejected
 

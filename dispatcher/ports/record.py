@@ -12,8 +12,8 @@ class Record:
     not stored). Names are the table's attribute names."""
 
     pk: str
-    status_key: str | None = None  # by_status index hash key: <TYPE>#<STATE>
-    status_at: str | None = None  # by_status index range key: ISO-8601 UTC
+    status_key: str | None = None  # status index hash key: <TYPE>#<STATE>[#<shard>]
+    status_at: str | None = None  # status index range key: ISO-8601 UTC
     expires_at: float | None = None  # TTL
     state: str | None = None
     created_at: float | None = None
@@ -86,3 +86,15 @@ LIST_ATTRIBUTES = frozenset({"job_ids", "cancel_jobs", "running_jobs", "bundle_i
                              "task_arns"})
 NUMBER_ATTRIBUTES = frozenset(
     f.name for f in fields(Record) if f.type == "float | None")
+
+# What the status index holds of an item besides its keys (pk, status_key, status_at): what its
+# readers filter on, show or decode, and not the large or unbounded attributes (a job's payload,
+# result, error, history, checkpoint; a REJECTED record's body; the tick's credit; a bundle's
+# cancel requests and running jobs) nor those no reader of the index reads (expires_at,
+# reported_stop). A write that changes none of these nor a key writes nothing to the index
+# (a checkpoint); a reader that needs the whole item reads it (``dispatcher.store.index.full``).
+INDEX_KEYS = ("pk", "status_key", "status_at")
+NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint", "body",
+                           "credit", "cancel_jobs", "running_jobs", "expires_at",
+                           "reported_stop"})
+INDEX_ATTRIBUTES: tuple[str, ...] = tuple(sorted(ATTRIBUTES - NOT_PROJECTED - set(INDEX_KEYS)))

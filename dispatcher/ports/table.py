@@ -2,8 +2,8 @@
 
 The Store roles (:mod:`dispatcher.store`) hold every rule of the job table: which states
 may change to which, the fences, the conditions, the keys and the codec. An adapter implements
-only these primitives: a strongly consistent get, a batch get, a query of the ``by_status``
-index, one conditional write, an all-or-nothing transaction. Both the DynamoDB adapter
+only these primitives: a strongly consistent get, a batch get, a query of one partition key
+of the status index, one conditional write, an all-or-nothing transaction. Both the DynamoDB adapter
 (:mod:`dispatcher.aws.dynamodb.dynamo_table`) and the in-memory twin
 (:mod:`dispatcher.testing.memory_table`) implement them with the same semantics, and one contract
 suite (``tests/contract``) runs against both, so the twin cannot drift.
@@ -22,6 +22,8 @@ from typing import Any
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.ports.record import (
     ATTRIBUTES,
+    INDEX_ATTRIBUTES,
+    INDEX_KEYS,
     JSON_ATTRIBUTES,
     LIST_ATTRIBUTES,
     NUMBER_ATTRIBUTES,
@@ -317,10 +319,13 @@ class Table(ABC):
     def query(self, status_key: str, *, at_most: str | None = None,
               at_least: str | None = None, limit: int | None = None,
               newest_first: bool = False, where: Condition | None = None) -> list[Record]:
-        """Items of the ``by_status`` index with this ``status_key``, ordered by ``status_at``
-        (ascending unless ``newest_first``), within ``[at_least, at_most]``, keeping those that
-        match ``where`` (a filter), at most ``limit`` of them (after the filter). The index is
-        eventually consistent in DynamoDB."""
+        """Items of the status index with this ``status_key`` (one partition key), ordered by
+        ``status_at`` (ascending unless ``newest_first``), within ``[at_least, at_most]``,
+        keeping those that match ``where`` (a filter), at most ``limit`` of them (after the
+        filter). Each holds only what the index projects (:data:`INDEX_KEYS`,
+        :data:`INDEX_ATTRIBUTES`; the rest None), and ``where`` may name only those. The
+        index is eventually consistent in DynamoDB. Several keys as one index:
+        :mod:`dispatcher.store.index`."""
 
     @abstractmethod
     def count(self, status_key: str, *, at_least: str | None = None,
@@ -374,7 +379,8 @@ class Table(ABC):
         """Delete every item (tests)."""
 
 
-__all__ = ["ATTRIBUTES", "JSON_ATTRIBUTES", "LIST_ATTRIBUTES", "MAX_TRANSACTION_BYTES",
+__all__ = ["ATTRIBUTES", "INDEX_ATTRIBUTES", "INDEX_KEYS", "JSON_ATTRIBUTES", "LIST_ATTRIBUTES",
+           "MAX_TRANSACTION_BYTES",
            "MAX_TRANSACTION_ITEMS", "NUMBER_ATTRIBUTES", "TRANSIENT_CODES", "TRANSIENT_REASONS",
            "Absent", "Action", "Add", "And", "Append", "Check", "Condition", "ConditionFailed",
            "Delete", "Eq", "Exists", "Ge", "Gt", "Has", "In", "InvalidTransaction", "Lacks",

@@ -120,7 +120,7 @@ class Reconciler:
         t = self._clock()
         margin = TIMEOUT_MARGIN_SECONDS + 2 * self._policy.heartbeat_seconds
         by_id = {b.bundle_id: b for b in active}
-        for job in self._store.running_jobs():
+        for job in self._store.running_jobs(overdue_by=t - margin):
             started = job.history[-1].get("started_at") if job.history else None
             if not job.timeout_seconds or started is None \
                     or t < float(started) + job.timeout_seconds + margin:

@@ -44,7 +44,7 @@ DEFAULT_RETENTION_DAYS = 30.0
 
 def status(status_key: str, t: float, at: float | None = None) -> list[Action]:
     """The actions of a state change: state, index keys (``at``, default ``t``), updated_at."""
-    return [Set("state", r.ident(status_key)), Set("status_key", status_key),
+    return [Set("state", r.state_of(status_key)), Set("status_key", status_key),
             Set("status_at", r.iso(t if at is None else at)), Set("updated_at", t)]
 
 

@@ -5,11 +5,27 @@ Key prefixes: ``JOB#<job_id>``, ``REJECT#<job_id or message_id>``, ``BUNDLE#<id>
 ``TASK#<task arn>`` (points a task at its bundle), ``LEASE#dispatcher``, ``FAIR#priorities``
 (each priority's credit for task slots, carried from tick to tick), ``DEPLOY#current`` (the
 deployed job code, :class:`~dispatcher.domain.deployment.Deployment`). Index
-keys: ``status_key`` = ``<TYPE>#<STATE>``, ``status_at`` = ISO-8601 UTC time.
+keys: ``status_key`` = ``<TYPE>#<STATE>#<shard>`` for jobs (and their REJECTED records),
+``<TYPE>#<STATE>`` for bundles and launches; ``status_at`` = ISO-8601 UTC time.
+
+Why jobs, and only jobs, are spread over :data:`JOB_SHARDS` index partitions: every job state
+change moves the job's index entry from one ``status_key`` to another (a delete and a put), and
+one partition key takes at most 1,000 WCU/s
+(https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/warm-throughput-scenarios.html);
+a throttled index throttles the table's writes ("Provisioned throughput considerations" in
+https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/GSI.html).
+At 1,000 jobs/s one unsharded ``JOB#PENDING`` takes ~2,000 WCU/s (a put and a delete per job).
+Eight shards bring the hottest to ~260 WCU/s (``bench/capacity.py``, ``docs/measured.md``): 3.7x
+headroom for a tick's bursts and the hash's unevenness, while a reader of a job state makes 9
+queries (:func:`job_statuses`, :mod:`dispatcher.store.index`); 16 shards would double the reads
+for headroom the rate does not need. Bundles and launches change state at most as fast as
+Fargate starts tasks (``dispatcher.domain.pacing``: 20 a second per capacity provider), far
+below a partition's limit: one partition each keeps their readers at one query.
 """
 
 from __future__ import annotations
 
+import zlib
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,6 +38,8 @@ from dispatcher.ports.table import Record
 LEASE_KEY = "LEASE#dispatcher"
 FAIR_KEY = "FAIR#priorities"
 DEPLOY_KEY = "DEPLOY#current"
+# How many index partitions each job state is spread over (see the module's docstring).
+JOB_SHARDS = 8
 
 
 def iso(ts: float) -> str:
@@ -52,11 +70,31 @@ def task_key(task_arn: str) -> str:
     return f"TASK#{task_arn}"
 
 
-def job_status(state: JobState | str) -> str:
-    return f"JOB#{state}"
+def shard(ident: str, shards: int = JOB_SHARDS) -> int:
+    """The index shard of an item: a stable hash of its id (CRC-32: the same in every process
+    and Python version, unlike ``hash``), so an item keeps its shard through every state."""
+    return zlib.crc32(ident.encode()) % shards
+
+
+def job_status(state: JobState | str, job_id: str) -> str:
+    """The index key of a job (or a REJECTED record) with id ``job_id`` in ``state``."""
+    return f"JOB#{state}#{shard(job_id)}"
+
+
+def job_statuses(state: JobState | str) -> list[str]:
+    """Every index key of the jobs in ``state``: each shard, and last the unsharded key the
+    table's items had before the index was sharded (such an item gets a sharded key at its
+    next state change; a finished one expires by TTL), so none of them is lost to a reader."""
+    return [f"JOB#{state}#{n}" for n in range(JOB_SHARDS)] + [f"JOB#{state}"]
+
+
+def state_of(status_key: str) -> str:
+    """The state named by an index key (``JOB#RUNNING#3`` -> ``RUNNING``)."""
+    return status_key.split("#")[1]
 
 
 def bundle_status(state: BundleState | str) -> str:
+    """A bundle's index key (one partition per state: see the module's docstring)."""
     return f"BUNDLE#{state}"
 
 
@@ -85,7 +123,8 @@ def _state(rec: Record) -> str:
 
 def job_record(job: Job) -> Record:
     return Record(
-        job_key(job.job_id), status_key=job_status(job.state), status_at=iso(job.created_at),
+        job_key(job.job_id), status_key=job_status(job.state, job.job_id),
+        status_at=iso(job.created_at),
         state=str(job.state), job_id=job.job_id, kind=job.kind, payload=job.payload,
         bundle_id=job.bundle_id, estimated_seconds=job.estimated_seconds,
         max_attempts=job.max_attempts, timeout_seconds=job.timeout_seconds,
@@ -184,7 +223,7 @@ def record_launch(rec: Record) -> Launch:
 
 def rejection_record(rej: Rejection, pk: str, expires_at: int | None = None) -> Record:
     return Record(
-        pk, status_key=job_status(JobState.REJECTED), status_at=iso(rej.created_at),
+        pk, status_key=job_status(JobState.REJECTED, ident(pk)), status_at=iso(rej.created_at),
         state=str(JobState.REJECTED), job_id=rej.job_id, message_id=rej.message_id,
         reason=rej.reason, body=rej.body, created_at=rej.created_at, updated_at=rej.created_at,
         expires_at=expires_at,

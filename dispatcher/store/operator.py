@@ -32,7 +32,8 @@ from dispatcher.ports.table import (
     Update,
 )
 from dispatcher.store import codec as r
-from dispatcher.store.base import status
+from dispatcher.store import index
+from dispatcher.store.base import Reads, status
 from dispatcher.store.deployments import Deployments
 from dispatcher.store.held import WAITING
 from dispatcher.store.runner import expire_pages_later, fit_pages, page_expiry
@@ -81,7 +82,8 @@ class OperatorStore(Deployments):
             if j.job_id != job.job_id and j.bundle_id == bundle.bundle_id]
         ops: list[Op] = [Update(r.job_key(job.job_id), [
             Set("state", str(JobState.CANCELLED)),
-            Set("status_key", r.job_status(JobState.CANCELLED)), Set("updated_at", t),
+            Set("status_key", r.job_status(JobState.CANCELLED, job.job_id)),
+            Set("updated_at", t),
             Set("reason", "cancelled on request before it started"), *self._expires(t)],
             Eq("state", str(JobState.PENDING)))]
         pages_later: list[list[Op]] = []
@@ -154,7 +156,7 @@ class OperatorStore(Deployments):
             Put(r.bundle_record(bundle), Absent()),
             Update(r.job_key(job_id), [
                 Set("state", str(JobState.PENDING)),
-                Set("status_key", r.job_status(JobState.PENDING)), Set("updated_at", t),
+                Set("status_key", r.job_status(JobState.PENDING, job_id)), Set("updated_at", t),
                 Set("attempts", 0), Set("infra_attempts", 0), Set("bundle_id", bundle.bundle_id),
                 Set("reason", f"retried on request after {job.state}"
                     + (" from scratch" if from_scratch else "") + waits),
@@ -174,11 +176,10 @@ class OperatorStore(Deployments):
             where.append(Eq("kind", kind))
         if scheduled_after is not None:
             where.append(Gt("not_before", scheduled_after))
-        return self.table.query(r.job_status(state),
-                                at_least=r.iso(since) if since is not None else None,
-                                where=And(*where) if len(where) > 1 else
-                                (where[0] if where else None), limit=limit,
-                                newest_first=True)
+        return index.query(self.table, r.job_statuses(state),
+                           at_least=r.iso(since) if since is not None else None,
+                           where=And(*where) if len(where) > 1 else
+                           (where[0] if where else None), limit=limit, newest_first=True)
 
     def detail(self, job_id: str) -> tuple[Record, Record | None] | None:
         """A job's record (or its REJECTED record) and its bundle's record."""
@@ -188,8 +189,10 @@ class OperatorStore(Deployments):
         bundle = self.table.get(r.bundle_key(rec.bundle_id)) if rec.bundle_id else None
         return rec, bundle
 
-    def count_jobs(self, state: JobState) -> int:
-        return self.table.count(r.job_status(state))
+    def count_jobs(self, state: JobState, *, since: float | None = None) -> int:
+        """Jobs (or REJECTED records) in ``state``; with ``since``, those created since."""
+        return index.count(self.table, r.job_statuses(state),
+                           at_least=r.iso(since) if since is not None else None)
 
     def job_records(self, job_ids: list[str]) -> list[Record]:
         return self.table.get_many([r.job_key(j) for j in job_ids])

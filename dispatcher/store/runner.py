@@ -75,7 +75,8 @@ def job_actions(u: JobUpdate, t: float, expires_at: int | None = None) -> list[A
     elif u.source != u.target:  # same state: bookkeeping only (budgets, history)
         lifecycle.check_job(u.job_id, u.source, u.target)
     actions: list[Action] = [Set("state", str(u.target)),
-                             Set("status_key", r.job_status(u.target)), Set("updated_at", t)]
+                             Set("status_key", r.job_status(u.target, u.job_id)),
+                             Set("updated_at", t)]
     if u.attempts_delta:
         actions.append(Add("attempts", u.attempts_delta))
     if u.infra_delta:

@@ -39,6 +39,7 @@ from dispatcher.ports.table import (
     Update,
 )
 from dispatcher.store import codec as r
+from dispatcher.store import index
 from dispatcher.store.base import status
 from dispatcher.store.deployments import Deployments
 from dispatcher.store.held import HeldRetries
@@ -261,8 +262,17 @@ class StageStore(Recordings, HeldRetries, Deployments):
             return False
         return True
 
-    def running_jobs(self) -> list[Job]:
-        return [r.record_job(rec) for rec in self.table.query(r.job_status(JobState.RUNNING))]
+    def running_jobs(self, *, overdue_by: float | None = None) -> list[Job]:
+        """The RUNNING jobs, whole. The index does not hold their history (when each run
+        started), so their items are read too, 100 a call (:func:`index.full`). With
+        ``overdue_by``, only those that may be past their timeout at that time: a job with a
+        timeout created at least ``timeout_seconds`` before it (a run starts after its job was
+        created), so a reader of timeouts reads whole only those it may fail."""
+        rows = index.query(self.table, r.job_statuses(JobState.RUNNING))
+        if overdue_by is not None:
+            rows = [rec for rec in rows if rec.timeout_seconds and rec.created_at is not None
+                    and rec.created_at + rec.timeout_seconds <= overdue_by]
+        return [r.record_job(rec) for rec in index.full(self.table, rows)]
 
     def fail_overdue(self, job: Job, reason: str) -> None:
         """RUNNING -> FAILED for a job past its timeout whose runner did not stop it
@@ -272,7 +282,8 @@ class StageStore(Recordings, HeldRetries, Deployments):
         t = self.clock()
         task = job.history[-1].get("task_arn") if job.history else None
         self._write(Update(r.job_key(job.job_id), [
-            Set("state", str(JobState.FAILED)), Set("status_key", r.job_status(JobState.FAILED)),
+            Set("state", str(JobState.FAILED)),
+            Set("status_key", r.job_status(JobState.FAILED, job.job_id)),
             Set("updated_at", t), Set("reason", reason),
             Set("error", {"type": "Timeout", "message": reason}),
             # With its run still going on, its expiry waits for its task's stop (end_live_runs).

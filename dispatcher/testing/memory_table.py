@@ -2,15 +2,15 @@
 
 Conditions as DynamoDB evaluates them (a missing attribute, or one of another type, compares
 false), Update that creates a missing item and returns the new one, all-or-nothing transactions
-with per-item cancellation reasons, the by_status index ordered by ``status_at`` (ties by
-``pk``). Values are copied in and out (JSON attributes through the adapter's compact JSON, as
-DynamoDB stores them), so a caller cannot change stored state by mutating what it passed or got.
-DynamoDB's limits are enforced as the adapter reports them: an item over 400 KB (JSON attributes
-counted as their stored compact string), a number attribute outside DynamoDB's range (or
-NaN/Infinity) -> :class:`InvalidTransaction`, before any condition is evaluated, and nothing is
-written; so is a transaction whose items add up to over 4 MB (which moto lets through). A
-transaction's ClientRequestToken is honoured as DynamoDB does (moto ignores it): the same ops
-with the same token within 10 minutes of the first are done once.
+with per-item cancellation reasons, the status index ordered by ``status_at`` (ties by ``pk``),
+holding only the attributes it projects. Values are copied in and out (JSON attributes through
+the adapter's compact JSON, as DynamoDB stores them), so a caller cannot change stored state by
+mutating what it passed or got. DynamoDB's limits are enforced as the adapter reports them: an
+item over 400 KB (JSON attributes counted as their stored compact string), a number attribute
+outside DynamoDB's range (or NaN/Infinity) -> :class:`InvalidTransaction`, before any condition
+is evaluated, and nothing is written; so is a transaction whose items add up to over 4 MB (which
+moto lets through). A transaction's ClientRequestToken is honoured as DynamoDB does (moto
+ignores it): the same ops with the same token within 10 minutes of the first are done once.
 Thread-safe. ``tests/contract`` runs the same suite on this and on the DynamoDB adapter.
 """
 
@@ -28,6 +28,8 @@ from typing import Any
 
 from dispatcher.domain.message import compact_json
 from dispatcher.ports.table import (
+    INDEX_ATTRIBUTES,
+    INDEX_KEYS,
     JSON_ATTRIBUTES,
     MAX_TRANSACTION_BYTES,
     Absent,
@@ -188,6 +190,14 @@ def _apply(rec: Record, actions: tuple[Action, ...]) -> Record:
     return out
 
 
+_PROJECTED = frozenset(INDEX_KEYS) | frozenset(INDEX_ATTRIBUTES)
+
+
+def _projected(rec: Record) -> Record:
+    """The index's copy of an item: its keys and the attributes the index projects."""
+    return Record(**{k: copy.deepcopy(v) for k, v in rec.present().items() if k in _PROJECTED})
+
+
 def _copy_in(record: Record) -> Record:
     return Record(**{k: _store_value(k, v) for k, v in record.present().items()})
 
@@ -211,11 +221,12 @@ class MemoryTable(Table):
 
     def _select(self, status_key: str, at_most: str | None, at_least: str | None,
                 where: Condition | None) -> list[Record]:
-        rows = [r for r in self._items.values() if r.status_key == status_key
-                and r.status_at is not None  # the index holds only items with both keys
-                and (at_most is None or r.status_at <= at_most)
-                and (at_least is None or r.status_at >= at_least)
-                and evaluate(where, r)]
+        rows = [p for p in (_projected(r) for r in self._items.values()
+                            if r.status_key == status_key)
+                if p.status_at is not None  # the index holds only items with both keys
+                and (at_most is None or p.status_at <= at_most)
+                and (at_least is None or p.status_at >= at_least)
+                and evaluate(where, p)]  # a filter sees what the index holds
         return sorted(rows, key=lambda r: (r.status_at or "", r.pk))
 
     def query(self, status_key: str, *, at_most: str | None = None,
@@ -227,7 +238,7 @@ class MemoryTable(Table):
             rows = self._select(status_key, at_most, at_least, where)
             if newest_first:
                 rows.reverse()
-            return copy.deepcopy(rows[:limit] if limit is not None else rows)
+            return rows[:limit] if limit is not None else rows
 
     def count(self, status_key: str, *, at_least: str | None = None,
               where: Condition | None = None) -> int:

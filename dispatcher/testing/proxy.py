@@ -19,9 +19,12 @@ import uuid
 from collections import Counter, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from dispatcher.testing import item_changes
+from dispatcher.testing.item_changes import ItemChange, ReadSizes
 
 __all__ = ["AwsProxy", "RecordedCall"]
 
@@ -61,13 +64,17 @@ class RecordedCall:
     ``target`` holds the request fields that name resources (queue URL, table and index names,
     cluster, task definition, task ARNs, roles), plus: ``TransactItems`` as ``[kind, table]``
     pairs (``Put``, ``Update``, ``Delete``, ``ConditionCheck``, ``Get``), ``RequestItems`` as the
-    list of table names, ``pk`` the partition key of a single-item request, ``tags`` as the
-    number of tags sent, and the role ARNs of ``overrides``.
+    list of table names, ``pk`` the partition key of a single-item request, ``tags`` as the number of tags sent, and the role ARNs of
+    ``overrides``. With the proxy's ``capture_items``, a DynamoDB write keeps each item it
+    named before and after (``items``) and a read the sizes of what it returned (``read``),
+    for the capacity model (:mod:`dispatcher.testing.capacity`).
     """
 
     component: str
     operation: str  # service.Operation, as counted
     target: dict[str, Any]
+    items: tuple[ItemChange, ...] = ()
+    read: ReadSizes | None = None
 
 
 def _target(body: bytes, path: str, content_type: str) -> dict[str, Any]:
@@ -138,7 +145,7 @@ class AwsProxy:
     by one lock so that concurrent dispatcher threads see each injection exactly once.
     """
 
-    def __init__(self, upstream_url: str) -> None:
+    def __init__(self, upstream_url: str, *, capture_items: bool = False) -> None:
         parsed = urllib.parse.urlsplit(upstream_url)
         if parsed.scheme != "http" or parsed.hostname is None:
             raise ValueError(f"upstream must be an http:// URL, got {upstream_url!r}")
@@ -154,6 +161,7 @@ class AwsProxy:
         self.runtask_forwarded = 0
         self._component: str | None = None
         self._recorded: list[RecordedCall] = []
+        self.capture_items = capture_items
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -275,8 +283,10 @@ class AwsProxy:
         if component is not None and operation is not None:
             content_type = next((v for k, v in headers if k.lower() == "content-type"), "")
             record = RecordedCall(component, operation, _target(body, path, content_type))
+        captured = record is not None and self.capture_items and request is None and (
+            operation in item_changes.WRITES or operation in item_changes.READS)
         with self._lock:
-            if record is not None:
+            if record is not None and not captured:
                 self._recorded.append(record)
             if operation is not None:
                 self._counts[operation] += 1
@@ -286,7 +296,9 @@ class AwsProxy:
             after_forward = queued.popleft() if queued else None
         if after_forward is False:
             return _error("InjectedCrash", f"injected crash before {operation}")
-        if request is not None:
+        if captured and record is not None:
+            response = self._captured(record, method, path, headers, body)
+        elif request is not None:
             response = self._run_task(method, path, headers, request)
         else:
             response = self._forward(method, path, headers, body)
@@ -354,6 +366,37 @@ class AwsProxy:
         arn = f"arn:aws:ecs:{region}:123456789012:container-instance/injected"
         payload.setdefault("failures", []).extend({"arn": arn, "reason": r} for r in reasons)
         return status, response_headers, json.dumps(payload).encode()
+
+    def _captured(self, record: RecordedCall, method: str, path: str,
+                  headers: list[tuple[str, str]], body: bytes) -> Response:
+        """Forward a DynamoDB call, recording the items it wrote (before and after, read from
+        upstream outside the count) or the sizes of what it read."""
+        answer: list[Response] = []
+
+        def write() -> bool:
+            answer.append(self._forward(method, path, headers, body))
+            return answer[0][0] == 200
+
+        def get(table: str, key: dict[str, Any]) -> dict[str, Any] | None:
+            asked = [(k, "DynamoDB_20120810.GetItem" if k.lower() == "x-amz-target" else v)
+                     for k, v in headers]
+            got = self._forward("POST", "/", asked, json.dumps(
+                {"TableName": table, "Key": key, "ConsistentRead": True}).encode())
+            item: dict[str, Any] | None = json.loads(got[2] or b"{}").get("Item") \
+                if got[0] == 200 else None
+            return item
+
+        if record.operation in item_changes.WRITES:
+            record = replace(record, items=item_changes.changes(record.operation, body, write,
+                                                                get))
+        else:
+            write()
+            if answer[0][0] == 200:
+                record = replace(record, read=item_changes.read_sizes(record.operation, body,
+                                                                      answer[0][2]))
+        with self._lock:
+            self._recorded.append(record)
+        return answer[0]
 
     def _forward(self, method: str, path: str, headers: list[tuple[str, str]],
                  body: bytes) -> Response:

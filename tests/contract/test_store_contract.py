@@ -10,7 +10,9 @@ from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, IllegalTransition, LongjobsError
 from dispatcher.domain.jobs import Job, JobState, Rejection
 from dispatcher.domain.launches import Launch
+from dispatcher.ports.table import Put, Set, Update
 from dispatcher.store import Fence, JobUpdate, LaunchOutcome, Store
+from dispatcher.store import codec as r
 from tests.contract.tables import BACKENDS, Clock, make_store, make_table
 
 T0 = 1_700_000_000.0
@@ -296,3 +298,45 @@ def test_the_credit_and_a_launchs_slots_are_kept_on_both_tables(
     store.begin_launch(Launch("L", ["b"], "fam:1"), [bundle])
     got = store.get_bundle("b")
     assert got is not None and got.slots == 3
+
+
+def test_job_states_span_their_shards_and_the_key_of_before(env: tuple[Store, Clock]) -> None:
+    """Jobs land on several shards of a state; a job the table holds with the unsharded key
+    of before the index was sharded is read too, and gets a shard at its next change."""
+    store, _ = env
+    ids = [f"j{i}" for i in range(12)]
+    _record(store, "b1", *ids)
+    assert len({r.job_status(JobState.PENDING, j) for j in ids}) > 1
+    assert {rec.status_key for rec in store.table.get_many([r.job_key(j) for j in ids])} == {
+        r.job_status(JobState.PENDING, j) for j in ids}
+    old = r.job_record(Job(job_id="old", kind="k", payload={}, bundle_id="b1",
+                           created_at=T0 - 10, state=JobState.PENDING))
+    old.status_key = "JOB#PENDING"  # as written before sharding
+    store.table.write(Put(old))
+    assert store.count_jobs(JobState.PENDING) == 13
+    listed = store.list_jobs(JobState.PENDING, limit=None)  # newest first: the old one last
+    assert len(listed) == 13 and listed[-1].job_id == "old"
+    assert store.list_jobs(JobState.PENDING, limit=3) == listed[:3]
+    store.cancel("old")
+    cancelled = store.table.get(r.job_key("old"))
+    assert cancelled is not None and cancelled.status_key == r.job_status("CANCELLED", "old")
+    assert store.count_jobs(JobState.PENDING) == 12
+    assert [i.job_id for i in store.list_jobs(JobState.CANCELLED)] == ["old"]
+
+
+def test_running_jobs_read_whole_and_only_those_that_may_be_overdue(
+        env: tuple[Store, Clock]) -> None:
+    store, clock = env
+    bundle = _record(store, "b1", "quick", "slow")
+    fence = _launch(store, bundle, "arn:t1")
+    store.claim(fence)
+    store.table.write(Update(r.job_key("slow"), [Set("timeout_seconds", 100)]))
+    store.apply(fence, [JobUpdate(j, JobState.PENDING, JobState.RUNNING, attempts_delta=1,
+                                  history=[{"task_arn": "arn:t1", "started_at": clock.t}])
+                        for j in ("quick", "slow")])
+    running = store.running_jobs()
+    assert sorted(j.job_id for j in running) == ["quick", "slow"]
+    assert all(j.history and j.payload == {"i": j.job_id} for j in running)  # whole items
+    assert store.running_jobs(overdue_by=T0 + 99) == []  # created at T0, 100 s of timeout
+    (slow,) = store.running_jobs(overdue_by=T0 + 100)
+    assert slow.job_id == "slow" and slow.history[-1]["started_at"] == clock.t

@@ -1,8 +1,11 @@
 """The Table port's contract: MemoryTable (the twin) and DynamoTable (pynamodb on moto) answer
 alike, op by op: conditions, update actions, transactions and their per-item reasons, the
-by_status index. Every test runs on both, so the twin cannot drift from the adapter."""
+status index (its projection too). Every test runs on both, so the twin cannot drift from
+the adapter."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -36,6 +39,7 @@ from dispatcher.ports.table import (
     TransactionCancelled,
     Update,
 )
+from dispatcher.store import index
 from tests.contract.tables import BACKENDS, make_table
 
 
@@ -359,3 +363,53 @@ def test_reasons_follow_the_ops_order_whatever_their_types(table: Table) -> None
         table.transact([Put(_item("O#3", state="c")), Check("O#5", Exists())])
     assert caught.value.reasons == [None, "ConditionalCheckFailed"]
     assert table.get("O#3") is None and table.get("O#2") is not None
+
+
+def test_the_index_holds_only_what_it_projects_and_filters_on_that(table: Table) -> None:
+    table.write(Put(_item("J#1", status_key="JOB#RUNNING#0", status_at="t1", kind="k",
+                          timeout_seconds=60, payload={"big": "x" * 100}, history=[{"a": 1}],
+                          checkpoint={"c": 1}, expires_at=5)))
+    (row,) = table.query("JOB#RUNNING#0")
+    assert (row.pk, row.status_key, row.status_at, row.kind, row.timeout_seconds) == (
+        "J#1", "JOB#RUNNING#0", "t1", "k", 60)
+    assert (row.payload, row.history, row.checkpoint, row.expires_at) == (None,) * 4
+    # A filter on an attribute the index does not hold finds nothing, on both backends.
+    assert table.query("JOB#RUNNING#0", where=Has("payload")) == []
+    assert table.count("JOB#RUNNING#0", where=Has("payload")) == 0
+    assert index.full(table, [row])[0].payload == {"big": "x" * 100}
+
+
+def test_shards_read_as_one_index_in_order_with_limits(table: Table) -> None:
+    """Items spread over shards (and the unsharded key of before) merge into one order by
+    status_at (ties by pk), newest first if asked, cut at the limit after the filter."""
+    ats = {"a": "t5", "b": "t1", "c": "t3", "d": "t3", "e": "t2", "f": "t4", "g": "t0"}
+    keys = [f"JOB#PENDING#{n}" for n in range(3)] + ["JOB#PENDING"]
+    for i, (name, at) in enumerate(ats.items()):
+        table.write(Put(_item(f"J#{name}", status_key=keys[i % len(keys)], status_at=at,
+                              kind="odd" if i % 2 else "even")))
+    table.write(Put(_item("J#z", status_key="JOB#RUNNING#0", status_at="t0")))
+
+    def pks(rows: list[Record]) -> list[str]:
+        return [r.pk.removeprefix("J#") for r in rows]
+
+    assert pks(index.query(table, keys)) == ["g", "b", "e", "c", "d", "f", "a"]
+    assert pks(index.query(table, keys, limit=3)) == ["g", "b", "e"]
+    assert pks(index.query(table, keys, newest_first=True, limit=4)) == ["a", "f", "d", "c"]
+    assert pks(index.query(table, keys, at_least="t2", at_most="t4")) == ["e", "c", "d", "f"]
+    assert pks(index.query(table, keys, where=Eq("kind", "odd"), newest_first=True,
+                           limit=2)) == ["f", "d"]
+    assert index.query(table, keys, limit=0) == []
+    assert index.count(table, keys) == 7
+    assert index.count(table, keys, at_least="t3") == 4
+    assert index.count(table, keys, where=Eq("kind", "even")) == 4
+    # Each shard is asked for at most the limit: the merge reads no more than that per key.
+    asked: list[int | None] = []
+    original = table.query
+
+    def spy(key: str, **kwargs: Any) -> list[Record]:
+        asked.append(kwargs.get("limit"))
+        return original(key, **kwargs)
+
+    table.query = spy  # type: ignore[method-assign]
+    assert len(index.query(table, keys, limit=2)) == 2
+    assert asked == [2] * len(keys)

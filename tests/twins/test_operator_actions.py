@@ -31,7 +31,7 @@ def test_retry_resumes_from_the_checkpoint_unless_from_scratch(from_scratch: boo
     store = Store(table)
     launched(store, [small("a")])
     table.write(Update(r.job_key("a"), [Set("state", "FAILED"),
-                                        Set("status_key", r.job_status("FAILED")),
+                                        Set("status_key", r.job_status("FAILED", "a")),
                                         Set("checkpoint", {"step": 7})]))
     job = store.retry("a", from_scratch=from_scratch)
     assert job.state == JobState.PENDING and job.attempts == 0
@@ -99,7 +99,8 @@ def test_a_retry_keeps_the_jobs_size_priority_kind_limit_and_schedule() -> None:
     stages.tick.tick()
     for job_id in ("big", "later"):
         tw.table.write(Update(r.job_key(job_id), [Set("state", "FAILED"),
-                                                  Set("status_key", r.job_status("FAILED"))]))
+                                                  Set("status_key",
+                                                      r.job_status("FAILED", job_id))]))
     first = next(b for b in tw.bundles() if "big" in b.job_ids)
     tw.table.write(Update(r.bundle_key(first.bundle_id),  # its task ended
                           [Set("state", "DONE"), Set("status_key", r.bundle_status("DONE"))]))

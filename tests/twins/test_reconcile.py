@@ -10,6 +10,7 @@ from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.stops import LastStatus
 from dispatcher.ports.launcher import TaskStatus
+from dispatcher.stages.reconcile import TIMEOUT_MARGIN_SECONDS
 from dispatcher.stages.rerun import StopOutcome, StopResult
 from dispatcher.store import Fence, JobUpdate
 from tests.twins import Twins
@@ -93,10 +94,12 @@ def test_a_task_gone_before_its_claim_is_found_a_minute_after_launch(twins: Twin
 def test_a_job_past_its_timeout_is_failed_and_its_lone_task_stopped(twins: Twins) -> None:
     bundle_id, arn = twins.launched("overdue", timeout_seconds=1)
     fence = Fence(bundle_id, 1, arn)
-    twins.store.claim(fence)  # its runner started it long ago and is wedged, yet heartbeats
+    twins.store.claim(fence)
     twins.store.apply(fence, [JobUpdate("overdue", JobState.PENDING, JobState.RUNNING,
                                         attempts_delta=1, history=[{"task_arn": arn,
-                                                                    "started_at": 0.0}])])
+                                                                    "started_at": twins.clock()}])])
+    # Past its timeout and the margin (5 s and two 30 s heartbeats); wedged, yet heartbeating.
+    twins.clock.advance(1 + TIMEOUT_MARGIN_SECONDS + 2 * 30 + 1)
     twins.store.heartbeat(fence)
     decision = twins.stages(LONGJOBS_HEARTBEAT_SECONDS="30").tick.tick()
     assert decision.reconcile.timed_out == ["overdue"]

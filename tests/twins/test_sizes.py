@@ -178,7 +178,7 @@ def test_a_job_item_the_table_already_holds_near_the_limit_fails_alone_at_its_st
     _, arn = tw.launched("near", estimated_seconds=5000, max_attempts=1)
     rec = tw.table.get(r.job_key("near"))
     assert rec is not None
-    rec.state, rec.status_key, rec.attempts = "RUNNING", r.job_status("RUNNING"), 1
+    rec.state, rec.status_key, rec.attempts = "RUNNING", r.job_status("RUNNING", "near"), 1
     rec.history = [{"attempt": 1, "task_arn": arn, "started_at": tw.clock()}]
     rec.checkpoint = {"c": ""}
     rec.checkpoint = {"c": "c" * (400 * KB - 100 - _item_bytes(rec))}

@@ -92,7 +92,7 @@ def test_a_refused_result_does_not_throw_away_its_bundle_mates() -> None:
     def b(payload: dict[str, Any], ctx: Any) -> None:
         # Meanwhile, job "a" (finished, its result buffered) is moved on by someone else.
         table.write(Update(r.job_key("a"), [Set("state", "FAILED"),
-                                            Set("status_key", r.job_status("FAILED"))]))
+                                            Set("status_key", r.job_status("FAILED", "a"))]))
 
     worker(store, {"ok": lambda p, ctx: "done", "b": b}).run()
     assert state(store, "a") == JobState.FAILED  # the other writer's decision stands

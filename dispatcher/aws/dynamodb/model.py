@@ -2,9 +2,9 @@
 
 Key prefixes (built in :mod:`dispatcher.store.codec`): ``JOB#<job_id>``,
 ``REJECT#<job_id or message_id>``, ``BUNDLE#<id>``, ``LAUNCH#<id>``, ``TASK#<task arn>``,
-``LEASE#dispatcher``, ``FAIR#priorities``. The ``by_status`` index (``status_key`` =
-``<TYPE>#<STATE>``, ``status_at`` = ISO time) answers every "which items are in state S"
-question without a scan.
+``LEASE#dispatcher``, ``FAIR#priorities``. The status index (``status_key`` =
+``<TYPE>#<STATE>[#<shard>]``, ``status_at`` = ISO time) answers every "which items are in
+state S" question without a scan.
 ``infra/template.yaml`` declares the same schema; a test keeps them equal (:func:`key_schema`).
 
 pynamodb keeps the table name and endpoint on ``Model.Meta``; binding one model class for the
@@ -19,21 +19,32 @@ import threading
 from typing import Any
 
 from pynamodb.attributes import JSONAttribute, ListAttribute, NumberAttribute, UnicodeAttribute
-from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
+from pynamodb.indexes import GlobalSecondaryIndex, IncludeProjection
 from pynamodb.models import Model
 
 from dispatcher.domain.message import compact_json
 from dispatcher.ports.table import (
     ATTRIBUTES,
+    INDEX_ATTRIBUTES,
+    INDEX_KEYS,
     JSON_ATTRIBUTES,
     LIST_ATTRIBUTES,
     NUMBER_ATTRIBUTES,
     InvalidTransaction,
 )
 
-STATUS_INDEX = "by_status"
+# The status index the code queries: its keys sharded (dispatcher.store.codec), projecting only
+# what its readers read (INDEX_ATTRIBUTES). A new name, as DynamoDB changes neither the
+# projection nor the keys of an index in place.
+STATUS_INDEX = "by_status_shard"
+# Indexes still declared by the template and no longer read: ``by_status`` (projection ALL)
+# stays one release, so that an update adds the new index in an UpdateTable of its own
+# (DynamoDB creates or deletes one index per UpdateTable); the next release deletes it. Its
+# key is ``status_key`` too, so it is sharded as well meanwhile (docs/deploying.md).
+RETIRED_INDEXES = {"by_status": {"hash_key": "status_key", "range_key": "status_at",
+                                 "projection": "ALL"}}
 TTL_ATTRIBUTE = "expires_at"
-KEYS = ("pk", "status_key", "status_at")
+KEYS = INDEX_KEYS
 
 
 class CompactJSONAttribute(JSONAttribute):
@@ -89,7 +100,8 @@ def _make(table: str, region: str | None, host: str | None, n: int) -> type[Mode
     meta: dict[str, Any] = {"table_name": table, "billing_mode": "PAY_PER_REQUEST", "host": host}
     if region:
         meta["region"] = region
-    index_meta = type("Meta", (), {"index_name": STATUS_INDEX, "projection": AllProjection()})
+    index_meta = type("Meta", (), {"index_name": STATUS_INDEX,
+                                   "projection": IncludeProjection(list(INDEX_ATTRIBUTES))})
     index_cls = type(f"StatusIndex{n}", (GlobalSecondaryIndex,), {
         "Meta": index_meta, "status_key": UnicodeAttribute(hash_key=True),
         "status_at": UnicodeAttribute(range_key=True)})
@@ -102,12 +114,14 @@ def _make(table: str, region: str | None, host: str | None, n: int) -> type[Mode
 
 
 def key_schema() -> dict[str, Any]:
-    """The table's key schema and indexes, as the infra template must declare them."""
+    """The table's key schema and indexes, as the infra template must declare them (the
+    status index's NonKeyAttributes are INDEX_ATTRIBUTES)."""
     return {
         "hash_key": "pk",
         "attributes": {"pk": "S", "status_key": "S", "status_at": "S"},
         "indexes": {STATUS_INDEX: {"hash_key": "status_key", "range_key": "status_at",
-                                   "projection": "ALL"}},
+                                   "projection": "INCLUDE"},
+                    **RETIRED_INDEXES},
         "ttl_attribute": TTL_ATTRIBUTE,
     }
 

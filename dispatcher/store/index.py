@@ -1,0 +1,52 @@
+"""Reads of the status index over several partition keys: one state of the jobs is spread over
+shards (:func:`dispatcher.store.codec.job_statuses`), and a reader wants them as one index.
+
+The Table port queries one partition key; merging is the store's, written once for every
+backend. Each partition answers in ``status_at`` order, so the merge is ``heapq.merge`` of
+the partitions' answers, cut at ``limit``: the first ``limit`` items overall are among the
+first ``limit`` of each partition, so each partition is asked for at most ``limit`` (a reader
+reads at most ``limit`` items per partition, whatever the table holds).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+
+from dispatcher.ports.table import Condition, Record, Table
+
+
+def _order(rec: Record) -> tuple[str, str]:
+    # The twin's order within one partition (status_at, ties by pk); the merge keeps it.
+    return rec.status_at or "", rec.pk
+
+
+def query(table: Table, keys: list[str], *, at_most: str | None = None,
+          at_least: str | None = None, limit: int | None = None,
+          newest_first: bool = False, where: Condition | None = None) -> list[Record]:
+    """``Table.query`` over every key of ``keys`` as one index: ordered by ``status_at``
+    (newest first if asked), at most ``limit`` items after the filter ``where``."""
+    if limit is not None and limit <= 0:
+        return []
+    answers = [table.query(k, at_most=at_most, at_least=at_least, limit=limit,
+                           newest_first=newest_first, where=where) for k in keys]
+    if len(answers) == 1:
+        return answers[0]
+    merged = heapq.merge(*answers, key=_order, reverse=newest_first)
+    return list(itertools.islice(merged, limit))
+
+
+def count(table: Table, keys: list[str], *, at_least: str | None = None,
+          where: Condition | None = None) -> int:
+    """``Table.count`` summed over ``keys`` (one COUNT query each)."""
+    return sum(table.count(k, at_least=at_least, where=where) for k in keys)
+
+
+def full(table: Table, rows: list[Record]) -> list[Record]:
+    """The whole items of index rows (the index projects only what its readers filter and
+    show: ``dispatcher.ports.record.INDEX_ATTRIBUTES``), in the rows' order: one BatchGetItem
+    per 100 (strongly consistent). An item gone since the query is left out."""
+    if not rows:
+        return []
+    found = {rec.pk: rec for rec in table.get_many([rec.pk for rec in rows])}
+    return [found[rec.pk] for rec in rows if rec.pk in found]
