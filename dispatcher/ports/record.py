@@ -91,10 +91,12 @@ NUMBER_ATTRIBUTES = frozenset(
 # readers filter on, show or decode, and not the large or unbounded attributes (a job's payload,
 # result, error, history, checkpoint; a REJECTED record's body; the tick's credit; a bundle's
 # cancel requests and running jobs) nor those no reader of the index reads (expires_at,
-# reported_stop). A write that changes none of these nor a key writes nothing to the index
+# reported_stop) nor the deployment record's (image, container_env, derived_from, version: that
+# item has no index key). A write that changes none of these nor a key writes nothing to the index
 # (a checkpoint); a reader that needs the whole item reads it (``dispatcher.store.index.full``).
 INDEX_KEYS = ("pk", "status_key", "status_at")
 NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint", "body",
                            "credit", "cancel_jobs", "running_jobs", "expires_at",
-                           "reported_stop"})
+                           "reported_stop", "image", "container_env", "derived_from",
+                           "version"})
 INDEX_ATTRIBUTES: tuple[str, ...] = tuple(sorted(ATTRIBUTES - NOT_PROJECTED - set(INDEX_KEYS)))

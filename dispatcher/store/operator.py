@@ -33,7 +33,7 @@ from dispatcher.ports.table import (
 )
 from dispatcher.store import codec as r
 from dispatcher.store import index
-from dispatcher.store.base import Reads, status
+from dispatcher.store.base import status
 from dispatcher.store.deployments import Deployments
 from dispatcher.store.held import WAITING
 from dispatcher.store.runner import expire_pages_later, fit_pages, page_expiry

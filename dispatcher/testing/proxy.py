@@ -64,10 +64,11 @@ class RecordedCall:
     ``target`` holds the request fields that name resources (queue URL, table and index names,
     cluster, task definition, task ARNs, roles), plus: ``TransactItems`` as ``[kind, table]``
     pairs (``Put``, ``Update``, ``Delete``, ``ConditionCheck``, ``Get``), ``RequestItems`` as the
-    list of table names, ``pk`` the partition key of a single-item request, ``tags`` as the number of tags sent, and the role ARNs of
-    ``overrides``. With the proxy's ``capture_items``, a DynamoDB write keeps each item it
-    named before and after (``items``) and a read the sizes of what it returned (``read``),
-    for the capacity model (:mod:`dispatcher.testing.capacity`).
+    list of table names, ``pk`` the partition key of a single-item request, ``tags`` as the
+    number of tags sent, and the role ARNs of ``overrides``. With the proxy's
+    ``capture_items``, a DynamoDB write keeps each item it named before and after (``items``)
+    and a read the sizes of what it returned (``read``), for the capacity model
+    (:mod:`dispatcher.testing.capacity`).
     """
 
     component: str
