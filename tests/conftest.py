@@ -82,16 +82,23 @@ def aws(moto_server: MotoEndpoint, proxy: AwsProxy,
     return Aws(moto_server, proxy, env)
 
 
-# The run order, for `make test`'s four workers (pytest-xdist, `--maxschedchunk 1`): xdist hands
-# each worker two tests to start with, then one at a time as each frees. The tests that take a
-# minute or more go first, dealt one module after another (the first of each, then the second
-# of each, ...) so that no worker starts with two of the longest; the rest follow, integration,
+# The run order, for `make test`'s four workers (pytest-xdist, `--dist loadgroup`): xdist hands
+# each worker two work units to start with, then one at a time as each frees; a unit is one test,
+# or every test of a module in SHARED_SETUP. The tests that take a minute or more go first, dealt
+# one module after another (the first of each, then the second of each, ...) so that no worker
+# starts with two of the longest, then the SHARED_SETUP modules; the rest follow, integration,
 # contract, twins, each module's tests together and in their order.
 LONGEST = ("test_api_calls", "test_system_model", "test_demo", "test_runner", "test_crash",
            "test_ops", "test_lifecycle_property")
+# Modules whose module-scoped fixture is itself a run of ~30 s (a recorded exercise of every
+# component on moto, a local mode, a moto server of their own): grouped onto one worker, the
+# fixture runs once instead of once on every worker that gets one of their tests.
+SHARED_SETUP = ("test_permissions", "test_operator_permissions", "test_first_hour",
+                "test_readme_commands", "test_proxy")
 TIERS = ("integration", "contract", "twins")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook names the groups from the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     seen: dict[str, int] = {}
     order: dict[int, tuple[int, int, int]] = {}
@@ -100,6 +107,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if module in LONGEST:
             nth = seen[module] = seen.get(module, -1) + 1
             order[id(item)] = (0, nth, LONGEST.index(module))
+        elif module in SHARED_SETUP:
+            item.add_marker(pytest.mark.xdist_group(module))
+            order[id(item)] = (0, 1, SHARED_SETUP.index(module))
         else:
             order[id(item)] = (1, TIERS.index(tier) if tier in TIERS else len(TIERS), 0)
     items.sort(key=lambda item: order[id(item)])  # stable: each module's order is kept
