@@ -109,11 +109,20 @@ def dependencies() -> list[str]:
         return list(tomllib.load(f)["project"]["dependencies"])
 
 
+def pip(python: str) -> list[str]:
+    """A pip to run: the host's, else the runtime interpreter's (a venv made by uv has none)."""
+    for candidate in (sys.executable, python):
+        if subprocess.run([candidate, "-m", "pip", "--version"], capture_output=True,
+                          timeout=60, check=False).returncode == 0:
+            return [candidate, "-m", "pip"]
+    raise BuildError(f"no pip, neither in {sys.executable} nor in {python}")
+
+
 def build_layer(artifacts: Path, version: str, python: str) -> None:
     target = artifacts / "python"
-    # pip runs on the host but installs wheels for the runtime (version, platform); it would
-    # compile for the host's version, hence --no-compile and compile_tree afterwards.
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-compile",
+    # pip installs wheels for the runtime (version, platform) whatever Python runs it; it would
+    # compile for its own version, hence --no-compile and compile_tree afterwards.
+    subprocess.run([*pip(python), "install", "-q", "--no-compile",
                     "--disable-pip-version-check", "--no-warn-conflicts", "--target", str(target),
                     "--platform", PLATFORM, "--implementation", "cp",
                     "--python-version", version, "--only-binary=:all:", *dependencies()],
