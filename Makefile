@@ -93,12 +93,18 @@ bench-backlog: $(VENV) $(MINISTACK)/bin/ministack
 clean:
 	rm -rf $(VENV) $(TOOLS) $(MINISTACK) $(UV_VENV) .mypy_cache .ruff_cache .pytest_cache
 
-# `sam build` (infra/template.yaml, BuildMethod: makefile) packages both functions with this:
-# the wheel without extras, so no CLI (typer, rich) and no local mode (moto) in the Lambda package.
-# --no-compile: pip would otherwise write bytecode for the host's Python (not 3.12) into the
-# package, which the Lambda runtime cannot use and which only makes the package bigger.
+# `sam build` (infra/template.yaml, BuildMethod: makefile) packages the functions with these,
+# through infra/lambda/lambda_build.py: the layer LambdaDependencies holds the runtime
+# dependencies (no extras: no CLI, no local mode), built once for both functions; each function
+# holds the dispatcher package alone. Everything is compiled to bytecode by a Python of the
+# runtime's version (LAMBDA_RUNTIME, the template's Runtime), which the build looks for on this
+# machine (LAMBDA_PYTHON names one). sam runs these with ARTIFACTS_DIR set, from a scratch copy
+# of the resource's CodeUri: the helper finds the project by its own path.
+LAMBDA_RUNTIME := python3.12
+LAMBDA_BUILD := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))infra/lambda/lambda_build.py
+
+build-LambdaDependencies:
+	python3 $(LAMBDA_BUILD) layer "$(ARTIFACTS_DIR)" --runtime $(LAMBDA_RUNTIME)
+
 build-DispatcherFunction build-TaskEventFunction:
-	W=$$(mktemp -d) && python3 -m pip wheel -q --no-deps -w "$$W" . && \
-	python3 -m pip install -q --no-compile --target "$(ARTIFACTS_DIR)" \
-	  --platform manylinux2014_x86_64 --implementation cp --python-version 3.12 \
-	  --only-binary=:all: "$$W"/*.whl && rm -rf "$$W"
+	python3 $(LAMBDA_BUILD) code "$(ARTIFACTS_DIR)" --runtime $(LAMBDA_RUNTIME)

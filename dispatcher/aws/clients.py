@@ -1,11 +1,15 @@
-"""boto3 clients, made in one place so endpoint, region and retry policy are uniform."""
+"""AWS clients, made in one place so endpoint, region and retry policy are uniform.
+
+They are botocore's clients, made by botocore's session: boto3's ``Session.client`` makes the
+same object, but importing boto3 imports s3transfer too (boto3.compat), a tenth of a second
+of every Lambda cold start for a service longjobs never calls.
+"""
 
 from __future__ import annotations
 
 import functools
 from typing import Any
 
-import boto3
 import botocore.loaders
 import botocore.session
 from botocore.config import Config as BotoConfig
@@ -60,8 +64,8 @@ def endpoint_client(service: str, endpoint: str | None, region: str | None, *,
     """
     core = botocore.session.get_session()
     core.register_component("data_loader", _loader(core.get_config_variable("data_path")))
-    return boto3.session.Session(botocore_session=core).client(
-        service,  # type: ignore[call-overload]
+    return core.create_client(
+        service,
         endpoint_url=service_endpoint(service, core) or endpoint,
         region_name=region,
         # total_max_attempts counts every attempt, the first included; botocore's

@@ -1,0 +1,165 @@
+"""Builds the Lambda package: `sam build` runs it through the Makefile's `build-*` targets.
+
+Two parts, so that `sam build` installs the dependencies once for both functions:
+
+- ``layer``: the project's runtime dependencies (pyproject.toml's ``[project] dependencies``,
+  no extras: no CLI, no local mode) in ``ARTIFACTS_DIR/python``, the folder of a layer that
+  Lambda puts on ``sys.path`` (``/opt/python``). The layer is shared by both functions.
+- ``code``: the ``dispatcher`` package alone, in ``ARTIFACTS_DIR`` (``/var/task``).
+
+Both are compiled to bytecode by an interpreter of the runtime's own version (the template's
+``Runtime``). The function's file system is read-only, so a module whose .pyc is missing or
+unusable is compiled again at every cold start and the result thrown away. The .pyc files are
+*unchecked hash-based* (PEP 552, ``compileall --invalidation-mode unchecked-hash``): the
+interpreter loads them without looking at the source (no stat, no hash of it), which is right
+for files nobody edits after the build, and it keeps them valid however the zip stores the
+sources' modification times (a timestamp-based .pyc compares them with the source's, and zip
+keeps times to two seconds). Bytecode of another version is useless (the file name carries the
+version tag, ``cpython-312``, and its header the version's magic number), so the build fails
+if no interpreter of the runtime's version can be found rather than ship none.
+
+Runs on the host's Python (3.11 or newer: tomllib), standard library only. Usage::
+
+    python3 infra/lambda/lambda_build.py layer|code ARTIFACTS_DIR --runtime python3.12
+
+``LAMBDA_PYTHON`` names the interpreter to compile with; otherwise ``python3.12`` on the PATH,
+``uv python find 3.12``, or a pyenv installation of 3.12 is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = "dispatcher"
+PLATFORM = "manylinux2014_x86_64"  # the template's Architectures: [x86_64]
+
+
+class BuildError(Exception):
+    """The package cannot be built as the runtime needs it; the message says why."""
+
+
+def runtime_version(runtime: str) -> str:
+    """``python3.12`` -> ``3.12``."""
+    if not runtime.startswith("python3."):
+        raise BuildError(f"not a Python runtime: {runtime!r}")
+    return runtime.removeprefix("python")
+
+
+def interpreter_version(python: str) -> str | None:
+    """``major.minor`` of ``python``, or None if it does not run (a pyenv shim of a version that
+    is not selected exits with an error)."""
+    try:
+        result = subprocess.run(
+            [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True, text=True, timeout=60, check=False)
+    except OSError:
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def candidates(version: str) -> list[str]:
+    """Where an interpreter of ``version`` may be, in the order they are tried."""
+    found = [shutil.which(f"python{version}") or ""]
+    uv = shutil.which("uv") or str(ROOT / ".venv-uv" / "bin" / "uv")
+    if Path(uv).is_file():
+        result = subprocess.run([uv, "python", "find", "--no-project", version],
+                                capture_output=True, text=True, timeout=60, check=False)
+        found.append(result.stdout.strip() if result.returncode == 0 else "")
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    found += sorted((str(p) for p in pyenv.glob(f"versions/{version}.*/bin/python{version}")),
+                    reverse=True)
+    return [c for c in found if c]
+
+
+def find_python(version: str) -> str:
+    """An interpreter of ``version`` (``LAMBDA_PYTHON`` if set: then it must be that version)."""
+    chosen = os.environ.get("LAMBDA_PYTHON")
+    if chosen:
+        got = interpreter_version(chosen)
+        if got != version:
+            raise BuildError(f"LAMBDA_PYTHON={chosen} is Python {got or '(does not run)'}, "
+                             f"the runtime is {version}")
+        return chosen
+    for python in candidates(version):
+        if interpreter_version(python) == version:
+            return python
+    raise BuildError(
+        f"no Python {version} interpreter found (the Lambda runtime's version): its bytecode "
+        f"must be compiled by it. Install one (`uv python install {version}`, pyenv, or the "
+        f"system's python{version}) or set LAMBDA_PYTHON to its path.")
+
+
+def compile_tree(python: str, root: Path) -> None:
+    """Unchecked hash-based .pyc for every module under ``root``, for ``python``'s version."""
+    subprocess.run([python, "-m", "compileall", "-q", "-j", "0",
+                    "--invalidation-mode", "unchecked-hash", str(root)],
+                   check=True, stdout=subprocess.DEVNULL)
+
+
+def dependencies() -> list[str]:
+    """The runtime dependencies: pyproject.toml's ``[project] dependencies``, no extras."""
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        return list(tomllib.load(f)["project"]["dependencies"])
+
+
+def pip(python: str) -> list[str]:
+    """A pip to run: the host's, else the runtime interpreter's (a venv made by uv has none)."""
+    for candidate in (sys.executable, python):
+        if subprocess.run([candidate, "-m", "pip", "--version"], capture_output=True,
+                          timeout=60, check=False).returncode == 0:
+            return [candidate, "-m", "pip"]
+    raise BuildError(f"no pip, neither in {sys.executable} nor in {python}")
+
+
+def build_layer(artifacts: Path, version: str, python: str) -> None:
+    target = artifacts / "python"
+    # pip installs wheels for the runtime (version, platform) whatever Python runs it; it would
+    # compile for its own version, hence --no-compile and compile_tree afterwards.
+    subprocess.run([*pip(python), "install", "-q", "--no-compile",
+                    "--disable-pip-version-check", "--no-warn-conflicts", "--target", str(target),
+                    "--platform", PLATFORM, "--implementation", "cp",
+                    "--python-version", version, "--only-binary=:all:", *dependencies()],
+                   check=True)
+    # Console scripts (pip's --target puts them in bin/) have nothing to run them in Lambda.
+    shutil.rmtree(target / "bin", ignore_errors=True)
+    compile_tree(python, target)
+
+
+def build_code(artifacts: Path, python: str) -> None:
+    target = artifacts / PACKAGE
+    shutil.rmtree(target, ignore_errors=True)
+    # The sources only: a developer's __pycache__ holds bytecode of the host's version.
+    shutil.copytree(ROOT / PACKAGE, target,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    compile_tree(python, target)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("part", choices=["layer", "code"])
+    parser.add_argument("artifacts", type=Path, help="ARTIFACTS_DIR, given by sam build")
+    parser.add_argument("--runtime", required=True, help="the template's Runtime (python3.12)")
+    args = parser.parse_args(argv)
+    try:
+        version = runtime_version(args.runtime)
+        python = find_python(version)
+        args.artifacts.mkdir(parents=True, exist_ok=True)
+        if args.part == "layer":
+            build_layer(args.artifacts, version, python)
+        else:
+            build_code(args.artifacts, python)
+    except BuildError as exc:
+        print(f"lambda_build: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""The Lambda package: what `sam build` copies and builds (the template and the Makefile), and
+what the build writes (infra/lambda/lambda_build.py): bytecode the runtime can load from a
+read-only file system, without which every cold start compiles the whole import closure again.
+
+The last tests build the real package (the layer from PyPI) with an interpreter of the
+runtime's version and import the handlers from it as the runtime would; they are skipped on a
+machine without one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from samtranslator.yaml_helper import yaml_parse
+
+ROOT = Path(__file__).resolve().parents[2]
+INFRA = ROOT / "infra"
+HELPER = INFRA / "lambda" / "lambda_build.py"
+# Modules loaded from the package (ours and the dependencies) by `import dispatcher.handlers`:
+# 301 when this was written (2026-12-01; 340 with boto3, which imports s3transfer). The budget
+# stops a new eager import chain (the CLI's, a whole SDK) from slipping into every cold start.
+HANDLER_MODULE_BUDGET = 320
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    return yaml_parse((INFRA / "template.yaml").read_text())
+
+
+def makefile_variable(name: str) -> str:
+    match = re.search(rf"^{name} := (.+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert match, f"the Makefile defines no {name}"
+    return match.group(1).strip()
+
+
+def makefile_builds(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: r for name, r in template["Resources"].items()
+            if r.get("Metadata", {}).get("BuildMethod") == "makefile"}
+
+
+def build(part: str, artifacts: Path, runtime: str,
+          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(HELPER), part, str(artifacts), "--runtime", runtime],
+                          capture_output=True, text=True, timeout=600, check=False,
+                          env={**os.environ, **(env or {})})
+
+
+def pyc_flags(pyc: Path) -> tuple[bytes, int]:
+    """The magic number and the flags word of a .pyc (PEP 552: bit 0 hash-based, bit 1
+    check_source)."""
+    header = pyc.read_bytes()[:8]
+    return header[:4], int.from_bytes(header[4:8], "little")
+
+
+# ---------------------------------------------------------------------------- what sam copies
+
+
+def test_both_functions_use_one_dependency_layer(template: dict[str, Any]) -> None:
+    """The dependencies are installed once, in the layer: both functions take it from Globals
+    and neither sets its own code or layers."""
+    shared = template["Globals"]["Function"]
+    assert shared["Layers"] == [{"Ref": "LambdaDependencies"}]
+    layer = template["Resources"]["LambdaDependencies"]
+    assert layer["Type"] == "AWS::Serverless::LayerVersion"
+    functions = {name: r for name, r in template["Resources"].items()
+                 if r["Type"] == "AWS::Serverless::Function"}
+    assert sorted(functions) == ["DispatcherFunction", "TaskEventFunction"]
+    for function in functions.values():
+        assert "Layers" not in function["Properties"]
+        assert "CodeUri" not in function["Properties"]
+
+
+def test_sam_copies_small_folders_without_venvs_or_tests(template: dict[str, Any]) -> None:
+    """sam build copies each resource's CodeUri/ContentUri before it runs make: the project
+    root (venvs, .git, tests) took minutes. Each is a small folder of sources."""
+    shared = template["Globals"]["Function"]
+    layer = template["Resources"]["LambdaDependencies"]["Properties"]
+    copied = {"functions": INFRA / shared["CodeUri"], "layer": INFRA / layer["ContentUri"]}
+    assert copied["functions"].resolve() == ROOT / "dispatcher"
+    for what, folder in copied.items():
+        assert folder.is_dir(), what
+        files = [p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+        names = {part for p in files for part in p.relative_to(folder).parts}
+        assert not {n for n in names if n.startswith((".venv", ".git")) or n == "tests"}, what
+        assert sum(p.stat().st_size for p in files) < 5_000_000, what
+
+
+def test_every_makefile_build_has_its_target(template: dict[str, Any]) -> None:
+    """Each resource built by make reads the project's Makefile (ContextPath), which has its
+    build-<LogicalId> target."""
+    builds = makefile_builds(template)
+    assert sorted(builds) == ["DispatcherFunction", "LambdaDependencies", "TaskEventFunction"]
+    makefile = (ROOT / "Makefile").read_text()
+    targets = {t for line in makefile.splitlines() if line.startswith("build-")
+               for t in line.split(":")[0].split()}
+    for name, resource in builds.items():
+        assert (INFRA / resource["Metadata"]["ContextPath"]).resolve() == ROOT, name
+        assert f"build-{name}" in targets, name
+
+
+def test_the_package_is_built_for_the_runtime_the_template_names(template: dict[str, Any]) -> None:
+    """One runtime everywhere: the functions', the layer's and the one the build compiles for."""
+    runtime = template["Globals"]["Function"]["Runtime"]
+    layer = template["Resources"]["LambdaDependencies"]["Properties"]
+    assert makefile_variable("LAMBDA_RUNTIME") == runtime
+    assert layer["CompatibleRuntimes"] == [runtime]
+    assert layer["CompatibleArchitectures"] == template["Globals"]["Function"]["Architectures"]
+    for name, function in template["Resources"].items():
+        if function["Type"] == "AWS::Serverless::Function":
+            assert function["Properties"].get("Runtime", runtime) == runtime, name
+
+
+# ----------------------------------------------------------------------- what the build writes
+
+
+def host_runtime() -> str:
+    return "python{}.{}".format(*sys.version_info[:2])
+
+
+def test_the_code_is_compiled_to_unchecked_hash_bytecode(tmp_path: Path) -> None:
+    """Every module of the package has a .pyc of the compiling interpreter's version, hash-based
+    and unchecked (loaded without reading the source), and nothing else: no .pyc a developer's
+    run left in the sources (timestamp-based), no other package."""
+    result = build("code", tmp_path, host_runtime(), {"LAMBDA_PYTHON": sys.executable})
+    assert result.returncode == 0, result.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["dispatcher"]
+    sources = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.py"))
+    expected = sorted(p.relative_to(ROOT) for p in (ROOT / "dispatcher").rglob("*.py"))
+    assert sources == expected
+    tag = sys.implementation.cache_tag
+    pycs = sorted(tmp_path.rglob("*.pyc"))
+    assert len(pycs) == len(sources)
+    for source in sources:
+        pyc = tmp_path / source.parent / "__pycache__" / f"{source.stem}.{tag}.pyc"
+        assert pyc_flags(pyc) == (importlib.util.MAGIC_NUMBER, 0b01), pyc
+
+
+def test_an_interpreter_of_another_version_is_refused(tmp_path: Path) -> None:
+    """Bytecode of another version would be ignored by the runtime: the build fails instead."""
+    result = build("code", tmp_path, "python3.9", {"LAMBDA_PYTHON": sys.executable})
+    assert result.returncode == 2
+    assert f"is Python {sys.version_info[0]}.{sys.version_info[1]}, the runtime is 3.9" \
+        in result.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_build_fails_without_an_interpreter_of_the_runtimes_version(tmp_path: Path) -> None:
+    env = {"PATH": str(Path(sys.executable).parent), "PYENV_ROOT": str(tmp_path / "pyenv"),
+           "LAMBDA_PYTHON": ""}
+    result = build("code", tmp_path / "out", "python3.99", env)
+    assert result.returncode == 2
+    assert "no Python 3.99 interpreter found" in result.stderr
+    assert not (tmp_path / "out" / "dispatcher").exists()
+
+
+# --------------------------------------------------------------- the package, built for real
+
+
+def runtime_python(runtime: str) -> str | None:
+    """An interpreter of the runtime's version, found as the build finds one."""
+    finder = ("import runpy, sys; h = runpy.run_path(sys.argv[1]);"
+              "print(h['find_python'](h['runtime_version'](sys.argv[2])))")
+    result = subprocess.run([sys.executable, "-c", finder, str(HELPER), runtime],
+                            capture_output=True, text=True, timeout=120, check=False)
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+@pytest.fixture(scope="module")
+def package(template: dict[str, Any],
+            tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[Path]]:
+    """The runtime's interpreter and the sys.path the runtime gives the functions: the
+    function's code (/var/task), then the layer's python/ (/opt/python)."""
+    runtime = template["Globals"]["Function"]["Runtime"]
+    python = runtime_python(runtime)
+    if python is None:
+        pytest.skip(f"no {runtime} interpreter on this machine")
+    root = tmp_path_factory.mktemp("lambda")
+    for part in ("layer", "code"):
+        result = build(part, root / part, runtime)
+        assert result.returncode == 0, result.stderr
+    return python, [root / "code", root / "layer" / "python"]
+
+
+IMPORT_HANDLERS = """
+import json, sys, sysconfig
+import dispatcher.handlers
+print(json.dumps({"stdlib": [sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")],
+                  "modules": {name: [getattr(m, "__file__", None), getattr(m, "__cached__", None)]
+                              for name, m in list(sys.modules.items())}}))
+"""
+
+
+def test_the_handlers_import_from_the_package_and_its_bytecode(
+        package: tuple[str, list[Path]], tmp_path: Path) -> None:
+    """As the runtime does (read-only: -B writes nothing): every module comes from the package
+    or the standard library, none without its bytecode, and no more of them than the budget."""
+    python, path = package
+    result = subprocess.run([python, "-s", "-B", "-c", IMPORT_HANDLERS], cwd=tmp_path,
+                            env={"PYTHONPATH": os.pathsep.join(map(str, path)), "PATH": "/usr/bin"},
+                            capture_output=True, text=True, timeout=120, check=True)
+    loaded = json.loads(result.stdout)
+    modules: dict[str, list[str | None]] = loaded["modules"]
+    dirs = tuple(str(p) + os.sep for p in path)
+    ours = {name: files for name, files in modules.items()
+            if files[0] and files[0].startswith(dirs)}
+    stdlib = tuple(str(Path(p)) + os.sep for p in loaded["stdlib"])
+    outside = {name: files[0] for name, files in modules.items()
+               if files[0] and not files[0].startswith(dirs + stdlib)}
+    assert outside == {}, "taken from outside the package"
+    missing = {name for name, (file, cached) in ours.items()
+               if file and file.endswith(".py") and not (cached and Path(cached).is_file())}
+    assert missing == set(), "no bytecode: compiled at every cold start"
+    assert "dispatcher.handlers" in ours
+    assert not {n.split(".")[0] for n in ours} & {"typer", "rich", "moto", "s3transfer"}
+    assert len(ours) <= HANDLER_MODULE_BUDGET
