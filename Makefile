@@ -65,13 +65,13 @@ docs: $(VENV)
 # Every tier (tests/twins, tests/contract, tests/integration; docs/testing.md). Four
 # pytest workers on two cores: much of the suite waits on subprocesses, moto and sleeps; each
 # worker has its own moto server. The longest tests are dealt out first (tests/conftest.py)
-# and handed out one at a time (--dist loadgroup: by default xdist gives each worker a block
-# of ~50 tests up front, which would put the longest ones on the same worker), except the
-# modules whose costly module fixture should run once (tests/conftest.py, SHARED_SETUP).
+# and handed out one at a time (tests/conftest.py's scheduler: by default xdist gives each
+# worker a block of ~50 tests up front, which would put the longest ones on the same worker),
+# except the modules whose costly module fixture should run once (SHARED_SETUP there).
 # MiniStack is built too, so that its contract test runs in CI rather than skip.
 # --durations: every run lists its 15 slowest tests, so the suite's time is seen where it goes.
 test: $(VENV) $(TOOLS)/bin/checkov $(MINISTACK)/bin/ministack lint
-	LONGJOBS_CHECKOV=$(TOOLS)/bin/checkov $(VENV)/bin/pytest -q -n 4 --dist loadgroup --durations=15
+	LONGJOBS_CHECKOV=$(TOOLS)/bin/checkov $(VENV)/bin/pytest -q -n 4 --durations=15
 
 # The twin tier alone, for the loop of changing code: in-process on the in-memory twins, no
 # moto, no AWS endpoint, no lint. Two workers, one per core: this tier is all CPU. The two

@@ -13,8 +13,11 @@ import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from dispatcher import settings
 from dispatcher.local.provision import provision
@@ -82,23 +85,22 @@ def aws(moto_server: MotoEndpoint, proxy: AwsProxy,
     return Aws(moto_server, proxy, env)
 
 
-# The run order, for `make test`'s four workers (pytest-xdist, `--dist loadgroup`): xdist hands
-# each worker two work units to start with, then one at a time as each frees; a unit is one test,
-# or every test of a module in SHARED_SETUP. The tests that take a minute or more go first, dealt
-# one module after another (the first of each, then the second of each, ...) so that no worker
-# starts with two of the longest, then the SHARED_SETUP modules; the rest follow, integration,
-# contract, twins, each module's tests together and in their order.
+# The run order, for `make test`'s four workers (pytest-xdist, SharedSetupScheduling below):
+# xdist hands each worker two work units to start with, then one at a time as each frees; a unit
+# is one test, or every test of a module in SHARED_SETUP. The tests that take a minute or more go
+# first, dealt one module after another (the first of each, then the second of each, ...) so
+# that no worker starts with two of the longest, then the SHARED_SETUP modules; the rest follow,
+# integration, contract, twins, each module's tests together and in their order.
 LONGEST = ("test_api_calls", "test_system_model", "test_demo", "test_runner", "test_crash",
            "test_ops", "test_lifecycle_property")
 # Modules whose module-scoped fixture is itself a run of ~30 s (a recorded exercise of every
-# component on moto, a local mode, a moto server of their own): grouped onto one worker, the
-# fixture runs once instead of once on every worker that gets one of their tests.
+# component on moto, a local mode, a moto server of their own): sent to one worker as one unit,
+# the fixture runs once instead of once on every worker that gets one of their tests.
 SHARED_SETUP = ("test_permissions", "test_operator_permissions", "test_first_hour",
                 "test_readme_commands", "test_proxy")
 TIERS = ("integration", "contract", "twins")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook names the groups from the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     seen: dict[str, int] = {}
     order: dict[int, tuple[int, int, int]] = {}
@@ -108,11 +110,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             nth = seen[module] = seen.get(module, -1) + 1
             order[id(item)] = (0, nth, LONGEST.index(module))
         elif module in SHARED_SETUP:
-            item.add_marker(pytest.mark.xdist_group(module))
             order[id(item)] = (0, 1, SHARED_SETUP.index(module))
         else:
             order[id(item)] = (1, TIERS.index(tier) if tier in TIERS else len(TIERS), 0)
     items.sort(key=lambda item: order[id(item)])  # stable: each module's order is kept
+
+
+class SharedSetupScheduling(LoadScopeScheduling):
+    """xdist's load scheduling, one test per unit, except a SHARED_SETUP module: one unit.
+
+    Not ``--dist loadgroup`` with ``xdist_group`` marks: xdist 3.8 names a group by rewriting
+    ``item._nodeid``, which pytest 9.2 no longer reads (a node's id is ``_id``), so the marks
+    group nothing and every test is sent on its own.
+    """
+
+    def _split_scope(self, nodeid: str) -> str:
+        module = nodeid.split("::", 1)[0]
+        return module if Path(module).stem in SHARED_SETUP else nodeid
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> SharedSetupScheduling:
+    return SharedSetupScheduling(config, log)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
