@@ -284,6 +284,12 @@ class Config(BaseModel):
                          _one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), Env(
         "LONGJOBS_LOG_LEVEL", "Log level of the runner's JSON logs (the dispatcher's follow "
         "POWERTOOLS_LOG_LEVEL).", ("runner",))] = "INFO"
+    job_log_level: Annotated[str, BeforeValidator(lambda v: v.upper() if isinstance(v, str)
+                                                  else v),
+                             _one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), Env(
+        "LONGJOBS_JOB_LOG_LEVEL", "Lowest level of the handlers' own logging records kept in "
+        "their job's log (any logger; print() output is kept whatever the level).",
+        ("runner",))] = "INFO"
     metrics_namespace: Annotated[str, Env(
         "LONGJOBS_METRICS_NAMESPACE", "CloudWatch namespace of the EMF metrics; unset, "
         "POWERTOOLS_METRICS_NAMESPACE (what the SAM template sets) is used.",
