@@ -297,6 +297,10 @@ class Config(BaseModel):
     service_name: Annotated[str, Env(
         "POWERTOOLS_SERVICE_NAME", "The service dimension of the dispatcher's metrics (the "
         "powertools variable, which its logger reads too).")] = "longjobs"
+    local_log: Annotated[str, Env(
+        "LONGJOBS_LOCAL_LOG", "Local mode: the file local tasks write their output to "
+        "(`longjobs local` exports it); set, `longjobs jobs logs` reads a job's lines there "
+        "instead of CloudWatch Logs.", ("client",))] = ""
     endpoint_url: Annotated[str | None, Env(
         "AWS_ENDPOINT_URL", "Endpoint override (moto, LocalStack); empty means AWS.",
         ALL_ROLES)] = None

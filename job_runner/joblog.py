@@ -185,8 +185,8 @@ class HandlerOutput:
         # The root's level decides which records are made at all: low enough for the job
         # level (records outside jobs are held to OUTSIDE_JOB_LEVEL by the handler's filter).
         root.setLevel(min(root.level or logging.WARNING, self.job_level))
-        sys.stdout = JobStream(sys.stdout, "stdout", STDOUT_LEVEL, self.sink)  # type: ignore[assignment]
-        sys.stderr = JobStream(sys.stderr, "stderr", STDERR_LEVEL, self.sink)  # type: ignore[assignment]
+        sys.stdout = JobStream(sys.stdout, "stdout", STDOUT_LEVEL, self.sink)
+        sys.stderr = JobStream(sys.stderr, "stderr", STDERR_LEVEL, self.sink)
         return self
 
     def uninstall(self) -> None:

@@ -10,7 +10,7 @@ import builtins
 import os
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,8 @@ from dispatcher.wiring import adapters
 
 if TYPE_CHECKING:  # the table's model (pynamodb) loads only when a client reads
     from dispatcher.ops.dead_letters import DeadLetters
-    from dispatcher.ops.queries import JobDetail, JobSummary, Queries, Stats
+    from dispatcher.ops.queries import JobDetail, JobLog, JobSummary, LogCursor, Queries, Stats
+    from dispatcher.ports.job_logs import LogLine
 
 class JobClient:
     """Submits jobs to the queue of their priority and reads the job table.
@@ -155,7 +156,8 @@ class JobClient:
 
         dlq = adapters.dead_letters(self.cfg)
         others = tuple({id(q): q for q in self._queues.values() if q is not self._queue}.values())
-        return Queries(self._table(), queue=self._queue, dead_letters=dlq, other_queues=others)
+        return Queries(self._table(), queue=self._queue, dead_letters=dlq, other_queues=others,
+                       logs=adapters.job_logs(self.cfg))
 
     def stats(self) -> Stats:
         """Backlog, jobs by state, running tasks by revision, launch failures and reruns."""
@@ -164,6 +166,28 @@ class JobClient:
     def show(self, job_id: str) -> JobDetail:
         """A job with its attempts (or a REJECTED record with its reason); JobNotFound if none."""
         return self.queries().show(job_id)
+
+    def logs(self, job_id: str, *, attempt: int | None = None) -> builtins.list[LogLine]:
+        """The job's own log lines, in order, across its attempts (``attempt``: only runs
+        with that attempt number); read from its tasks' streams, so still there after they
+        are gone (CloudWatch Logs, or local mode's task output)."""
+        return [line for _, line in self.queries().job_log(job_id, attempt=attempt).lines]
+
+    def follow_logs(self, job_id: str, *, attempt: int | None = None,
+                    poll_seconds: float = 2.0,
+                    sleep: Callable[[float], None] = time.sleep) -> Iterator[JobLog]:
+        """Each read of the job's lines that found new ones, polling every ``poll_seconds``
+        until the job has ended (the last read is made after it ended)."""
+        queries = self.queries()
+        cursor: LogCursor | None = None
+        while True:
+            read = queries.job_log(job_id, attempt=attempt, cursor=cursor)
+            cursor = read.cursor
+            if read.lines:
+                yield read
+            if read.finished:
+                return
+            sleep(poll_seconds)
 
     def dead_letters(self) -> DeadLetters:
         """The DLQ (LONGJOBS_DLQ_URL): peek at messages, or move them back to their queues."""

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from dispatcher.domain.errors import JobNotFound, LongjobsError
 from dispatcher.domain.jobs import JobState
+from dispatcher.ports.job_logs import JobLogs, LogLine
 from dispatcher.ports.queue import Queue
 from dispatcher.ports.table import Record
 from dispatcher.store import OperatorStore
@@ -34,6 +35,8 @@ JOB_STATES: tuple[JobState, ...] = tuple(JobState)
 # Not a stored state: a PENDING job whose not_before is still ahead (see Job.scheduled).
 SCHEDULED = "SCHEDULED"
 T = TypeVar("T")
+# The error a cancelled handler's stop leaves (ctx.raise_if_cancelled, an async task's cancel).
+CANCEL_ERRORS = ("Interrupted", "CancelledError")
 
 
 def _opt(cast: Callable[[Any], T], value: Any) -> T | None:
@@ -112,9 +115,17 @@ class Attempt(_Flat):
     stop_class: str | None
     outcome: str | None
     reason: str | None
+    # Set on the boundary a `jobs retry` leaves (no run): "retried on request after FAILED";
+    # its time is started_at, and the attempts after it count from 1 again.
+    retry: str | None = None
 
     @staticmethod
     def from_history(h: dict[str, Any]) -> Attempt:
+        if "retried_at" in h:
+            retry = f"retried on request after {h.get('after') or '?'}" + (
+                " from scratch" if h.get("from_scratch") else "")
+            return Attempt(None, None, None, _opt(float, h.get("retried_at")), None, None, None,
+                           None, None, None, retry)
         stopped = h.get("stopped_at") if h.get("stopped_at") is not None else h.get("ended_at")
         return Attempt(_opt(int, h.get("attempt")), h.get("task_arn"), h.get("task_definition"),
                        _opt(float, h.get("started_at")), _opt(float, stopped),
@@ -124,25 +135,58 @@ class Attempt(_Flat):
 
 @dataclass(frozen=True)
 class JobDetail:
-    """Everything ``jobs show`` prints. Payload, result and checkpoint are clipped for display;
-    ``body`` is set only for REJECTED records (the first 4 KiB of the message, as kept)."""
+    """Everything ``jobs show`` prints. Payload, result and checkpoint are the stored JSON
+    values (``display`` clips one for a terminal; ``payload_truncated``: the payload's display
+    is cut); ``body`` is set only for REJECTED records (the first 4 KiB of the message, as
+    kept). A cancelled job has no error: its stop is its reason, not a traceback."""
 
     summary: JobSummary
-    payload: str | None
+    payload: Any
     payload_truncated: bool
-    result: str | None
+    result: Any
     error: dict[str, Any] | None
-    checkpoint: str | None
+    checkpoint: Any
     checkpoint_at: float | None
-    history: list[Attempt]  # every attempt, oldest first
+    history: list[Attempt]  # every attempt and retry boundary, oldest first
     bundle: dict[str, Any] | None
     message_id: str | None
     body: str | None
+    # Where each run's lines are (its task's log stream; the latest run last), if known.
+    logs: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         rest = {k: v for k, v in _flat(self).items() if k != "summary"}
         return {**self.summary.to_json(), **rest,
                 "history": [a.to_json() for a in self.history]}
+
+    @staticmethod
+    def display(value: Any) -> str | None:
+        """A value as compact JSON for a terminal, clipped to DISPLAY_BYTES."""
+        text, cut = clip(value)
+        return None if text is None else text + (" … (truncated)" if cut else "")
+
+
+@dataclass
+class LogCursor:
+    """What a job-log read has seen: each stream's latest line time and the lines' keys."""
+
+    since: dict[str, float] = field(default_factory=dict)
+    seen: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class JobLog:
+    """A job's lines, each with the run (history entry) whose task wrote it; ``finished``:
+    the job had ended when they were read, so a follower can stop after them."""
+
+    job_id: str
+    lines: list[tuple[Attempt, LogLine]]
+    finished: bool
+    cursor: LogCursor
+
+    def to_json(self) -> dict[str, Any]:
+        return {"job_id": self.job_id, "finished": self.finished,
+                "lines": [line.to_json() for _, line in self.lines]}
 
 
 @dataclass(frozen=True)
@@ -200,6 +244,7 @@ class Queries:
     # The high and low queues, where they are queues of their own: stats' backlog is the sum.
     other_queues: tuple[Queue, ...] = ()
     clock: Any = field(default=time.time)
+    logs: JobLogs | None = None  # where jobs' own lines are (jobs logs, the streams in show)
 
     # -- list -----------------------------------------------------------------------------------
     def list_jobs(self, *, status: str | None = None, kind: str | None = None,
@@ -228,12 +273,71 @@ class Queries:
         if summary.state == JobState.REJECTED:
             return JobDetail(summary, None, False, None, None, None, None, [], None,
                              item.message_id, item.body)
-        payload, cut = clip(item.payload or {})
+        _, cut = clip(item.payload or {})
         attempts = [Attempt.from_history(h) for h in item.history or [] if isinstance(h, dict)]
-        checkpoint, _ = clip(item.checkpoint)
-        return JobDetail(summary, payload, cut, clip(item.result)[0], item.error, checkpoint,
-                         _checkpoint_at(item, attempts), attempts, _bundle(bundle),
-                         item.message_id, None)
+        error = item.error
+        if item.state == JobState.CANCELLED and isinstance(error, dict) \
+                and error.get("type") in CANCEL_ERRORS:
+            error = None  # how the stop reached the handler, not something that went wrong
+        runs = [a for a in attempts if a.retry is None]
+        return JobDetail(summary, item.payload or {}, cut, item.result, error, item.checkpoint,
+                         _checkpoint_at(item, runs), attempts, _bundle(bundle),
+                         item.message_id, None, self._streams(job_id, attempts, bundle))
+
+    # -- a job's own log lines ----------------------------------------------------------------
+    def _streams(self, job_id: str, attempts: list[Attempt],
+                 bundle: Record | None) -> list[dict[str, Any]]:
+        if self.logs is None:
+            return []
+        out = []
+        for run in _runs(attempts, bundle):
+            if run.task_arn is None:
+                continue
+            try:
+                found = self.logs.locate(run.task_arn, run.task_definition, job_id)
+            except LongjobsError as exc:
+                out.append({"task_arn": run.task_arn, "attempt": run.attempt,
+                            "unknown": exc.reason})
+                continue
+            if found is not None:
+                out.append({"task_arn": run.task_arn, "attempt": run.attempt,
+                            "group": found.group, "stream": found.name,
+                            "console_url": found.console_url})
+        return out
+
+    def job_log(self, job_id: str, *, attempt: int | None = None,
+                cursor: LogCursor | None = None) -> JobLog:
+        """The job's own lines, in order, run by run (each run's task stream, in the order of
+        its history); with ``attempt``, only runs with that attempt number (after a `jobs
+        retry` attempts count from 1 again, so each round's attempt N). ``cursor``: what an
+        earlier read saw; only newer lines are returned (``--follow``)."""
+        if self.logs is None:
+            raise LongjobsError("no log reader configured")
+        found = self.store.detail(job_id)
+        if found is None:
+            raise JobNotFound("no such job", job_id=job_id)
+        item, bundle = found
+        cursor = cursor or LogCursor()
+        attempts = [Attempt.from_history(h) for h in item.history or [] if isinstance(h, dict)]
+        lines: list[tuple[Attempt, LogLine]] = []
+        for run in _runs(attempts, bundle):
+            if run.task_arn is None or (attempt is not None and run.attempt is not None
+                                        and run.attempt != attempt):
+                continue
+            stream = self.logs.locate(run.task_arn, run.task_definition)
+            if stream is None:
+                continue
+            since = cursor.since.get(stream.name)
+            for line in self.logs.read(stream, job_id, since=since):
+                if line.key in cursor.seen or (attempt is not None and line.attempt is not None
+                                               and line.attempt != attempt):
+                    continue
+                cursor.seen.add(line.key)
+                cursor.since[stream.name] = max(cursor.since.get(stream.name, 0.0), line.at)
+                lines.append((run, line))
+        finished = item.state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
+                                  JobState.REJECTED)
+        return JobLog(job_id, lines, finished, cursor)
 
     # -- stats ----------------------------------------------------------------------------------
     def stats(self) -> Stats:
@@ -293,6 +397,20 @@ def _bundle(item: Record | None) -> dict[str, Any] | None:
             "task_definition": item.task_definition,
             "heartbeat_at": _opt(iso, item.heartbeat_at),
             "launch_failures": int(item.launch_failures or 0), "last_failure": item.last_failure}
+
+
+def _runs(attempts: list[Attempt], bundle: Record | None) -> list[Attempt]:
+    """The job's runs with a task, each task once, oldest first; the task of its bundle as
+    well when that task has not written a history entry for it yet (a run just started)."""
+    runs: dict[str, Attempt] = {}
+    for a in attempts:
+        if a.task_arn and a.retry is None:
+            runs.setdefault(a.task_arn, a)
+    if bundle is not None and bundle.task_arn and bundle.task_arn not in runs \
+            and bundle.state in ("LAUNCHED", "RUNNING"):
+        runs[bundle.task_arn] = Attempt(None, bundle.task_arn, bundle.task_definition, None,
+                                        None, None, None, None, None, None)
+    return list(runs.values())
 
 
 def _checkpoint_at(item: Record, attempts: list[Attempt]) -> float | None:

@@ -56,8 +56,10 @@ class JobLogs(ABC):
     """Reads a job's lines from one task's stream, in the order they were written."""
 
     @abstractmethod
-    def locate(self, task_arn: str, task_definition: str | None) -> LogStream | None:
-        """The stream holding ``task_arn``'s output, or None if it cannot be told."""
+    def locate(self, task_arn: str, task_definition: str | None,
+               job_id: str | None = None) -> LogStream | None:
+        """The stream holding ``task_arn``'s output, or None if it cannot be told
+        (``job_id``: a console link, where there is one, shows that job's lines)."""
 
     @abstractmethod
     def read(self, stream: LogStream, job_id: str, *, since: float | None = None) -> list[LogLine]:

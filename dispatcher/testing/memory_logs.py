@@ -22,7 +22,8 @@ class MemoryJobLogs(JobLogs):
         name = stream_name(self.prefix, self.container, task_arn)
         self.streams.setdefault(name, []).extend(line for line in lines if line.strip())
 
-    def locate(self, task_arn: str, task_definition: str | None) -> LogStream | None:
+    def locate(self, task_arn: str, task_definition: str | None,
+               job_id: str | None = None) -> LogStream | None:
         return LogStream(self.group, stream_name(self.prefix, self.container, task_arn),
                          task_arn)
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from dispatcher.aws import clients
+from dispatcher.aws.cloudwatch_logs import CloudWatchJobLogs
 from dispatcher.aws.dynamodb import open_store
 from dispatcher.aws.ecs import CapacityShare, EcsLauncher, EcsTarget
 from dispatcher.aws.sqs import SqsQueue
 from dispatcher.domain.errors import ConfigError
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
+from dispatcher.files.task_output import TaskOutputLogs
+from dispatcher.ports.job_logs import JobLogs
 from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.queue import Queue
 from dispatcher.settings import Config
@@ -71,3 +74,13 @@ def launcher(cfg: Config) -> Launcher:
                           "mode (longjobs local / longjobs demo) can launch them")
     # One attempt per call: the launcher retries RunTask itself, with the same clientToken.
     return EcsLauncher(client("ecs", cfg, retries=1), ecs_target(cfg))
+
+
+def job_logs(cfg: Config) -> JobLogs:
+    """Where operators read a job's own lines: local mode's task output file
+    (``LONGJOBS_LOCAL_LOG``), else CloudWatch Logs, the group and stream prefix read from the
+    worker's task definition (``LONGJOBS_TASK_FAMILY``, or the revision a run was on)."""
+    if cfg.local_log:
+        return TaskOutputLogs(cfg.local_log)
+    return CloudWatchJobLogs(client("logs", cfg), client("ecs", cfg), container=cfg.container,
+                             task_family=cfg.task_family, region=cfg.region)
