@@ -24,8 +24,6 @@ The other reads and writes of ``os.environ`` in the project are precisely these 
   copy of it to task processes, ``warm.py`` (warm starts) gives each forked task its own
   environment, and the demo's job handlers (``demo_handlers.py``) read ``LONGJOBS_DEMO_LOG``,
   ``LONGJOBS_TASK_ARN`` and ``LONGJOBS_TASK_DEFINITION`` as any user's handler code may;
-- ``dispatcher/cli/local_commands.py`` sets ``POWERTOOLS_LOG_LEVEL=WARNING`` by default for
-  ``longjobs local``;
 - ``dispatcher/cli/dispatch_commands.py`` passes ``os.environ`` to :func:`load` for a dry run
   with the launcher as ECS and a placeholder subnet (a dry run launches nothing).
 

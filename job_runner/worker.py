@@ -250,8 +250,7 @@ class Worker:
         # and (job_runner.joblog) the handler's logging records and print() lines.
         log.thread_safe_append_keys(job_id=job.job_id, kind=job.kind, job_attempt=ctx.attempt)
         try:
-            with running(job.job_id, ctx.attempt):
-                self._run_job(job, ctx, writes)
+            self._run_job(job, ctx, writes)
         except Exception as exc:  # a write failed: the runner's failure, not the job's
             self._fail(exc)
         finally:
@@ -299,7 +298,10 @@ class Worker:
                                   f"then `longjobs jobs retry {job.job_id}`",
                                   error={"type": "UnknownKind", "message": job.kind})
             else:
-                execution = self.executor.execute(job, handler, ctx, ctx.attempt)
+                # Only the handler's own records and writes are its job's (the runner's
+                # table calls around it are not); the executor's copied context carries it.
+                with running(job.job_id, ctx.attempt):
+                    execution = self.executor.execute(job, handler, ctx, ctx.attempt)
                 outcome, abandoned = execution.outcome, execution.abandoned
                 if abandoned:
                     self.abandoned.set()  # at once: no job may start beside it from now on

@@ -97,6 +97,11 @@ def parse_line(text: str, key: str, at: float | None = None) -> LogLine | None:
         return None
     attempt = data.get("job_attempt")
     message = data.get("message")
+    if isinstance(message, str) and isinstance(data.get("state"), str):
+        # The runner's "job finished": its state, and an error's type and redacted message.
+        error = f", {data.get('error_type')}: {data.get('error')}" if data.get("error_type") \
+            else ""
+        message = f"{message} ({data['state']}{error})"
     return LogLine(
         key=key, at=at if at is not None else _time(data.get("timestamp")),
         job_id=data["job_id"], attempt=attempt if isinstance(attempt, int) else None,
