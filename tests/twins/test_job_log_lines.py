@@ -109,7 +109,8 @@ def test_each_of_1000_jobs_at_20_at_once_reads_exactly_its_own_three_lines() -> 
             assert mine_only == [("mypkg.jobs", "INFO", f"one of {n}"),
                                  ("stdout", "INFO", f"two of {n}"),
                                  ("mypkg.other", "WARNING", f"three of {n}")]
-        assert [ln.message for ln in lines if ln.logger == "longjobs-runner"] == ["job finished (SUCCEEDED)"]
+        assert [ln.message for ln in lines if ln.logger == "longjobs-runner"] == [
+            "job finished (SUCCEEDED)"]
         assert {ln.attempt for ln in lines} == {1}
         assert {ln.task_arn for ln in lines} == {ARN}
     assert logs.reads == JOBS
