@@ -41,8 +41,9 @@ def console_url(region: str, group: str, stream: str, pattern: str | None = None
 
 class CloudWatchJobLogs(JobLogs):
     def __init__(self, logs: Any, ecs: Any, *, container: str, task_family: str,
-                 region: str | None) -> None:
+                 region: str | None, page_limit: int | None = None) -> None:
         self._logs = logs
+        self._page_limit = page_limit  # events per FilterLogEvents page (None: the service's)
         self._ecs = ecs
         self._container = container
         self._family = task_family
@@ -67,6 +68,8 @@ class CloudWatchJobLogs(JobLogs):
                                    "filterPattern": job_filter(job_id)}
         if since is not None:
             request["startTime"] = int(since * 1000)
+        if self._page_limit:
+            request["limit"] = self._page_limit
         out: list[LogLine] = []
         while True:
             try:
