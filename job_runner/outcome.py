@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import traceback
@@ -75,11 +74,7 @@ def raised(job: Job, exc: BaseException, *, attempts: int, retry_any: bool,
     err = error_of(exc)
     if isinstance(exc, Interrupted) or cancel_reason is not None:
         if cancel_reason == "cancelled":
-            # The handler stopping as asked (Interrupted, an asyncio task's CancelledError) is
-            # no error: the reason says it all. Anything else it raised is kept.
-            stopped = isinstance(exc, (Interrupted, asyncio.CancelledError))
-            return Outcome(JobState.CANCELLED, error=None if stopped else err,
-                           reason="cancelled on request")
+            return Outcome(JobState.CANCELLED, error=err, reason="cancelled on request")
         if cancel_reason == "timeout":
             return Outcome(JobState.FAILED, error=err, reason="timeout")
         # cancel_reason None: the handler raised Interrupted by itself; its message says why.
