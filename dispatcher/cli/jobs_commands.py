@@ -140,7 +140,7 @@ def _render_detail(d: JobDetail, console: Console) -> None:
     traceback = (d.error or {}).get("traceback")
     if isinstance(traceback, str) and traceback.strip():
         console.print(Text("traceback:", style="bold"))
-        console.print(Text(traceback.rstrip("\n")), soft_wrap=True)
+        console.print(Text(traceback.rstrip("\n")))
     # One block per attempt, not a wide table: task ids and reasons stay whole in a terminal.
     for a in d.history:
         j = a.to_json()
@@ -161,7 +161,7 @@ def _render_detail(d: JobDetail, console: Console) -> None:
         latest = d.logs[-1]
         if "stream" in latest:
             console.print(Text(f"log: {latest['group']} {latest['stream']}"))
-            if latest.get("console_url"):
+            if latest.get("console_url"):  # whole on one line, so that it can be copied
                 console.print(Text(f"  {latest['console_url']}"), soft_wrap=True)
         else:
             console.print(Text(f"log: unknown ({latest['unknown']})"))
