@@ -185,7 +185,7 @@ def jobs_logs(job_id: Annotated[str, typer.Argument(help="The job id.")],
         for read in guarded(lambda: list_or_iter(jobs.follow_logs(job_id, attempt=attempt))):
             _print_log(read, as_json, last)
         return
-    read = guarded(lambda: jobs.queries().job_log(job_id, attempt=attempt))
+    read = guarded(lambda: jobs.queries(logs=True).job_log(job_id, attempt=attempt))
     if as_json:
         print_json(read.to_json())
         return

@@ -132,7 +132,7 @@ def test_local_mode_reads_one_jobs_lines_from_the_shared_output_file(
     assert again.lines == [] and not again.finished
 
     class Client:
-        def queries(self) -> Queries:
+        def queries(self, **_: bool) -> Queries:
             return queries
 
     monkeypatch.setattr(jobs_commands, "client", Client)
