@@ -26,6 +26,7 @@ from dispatcher.store import LaunchOutcome, Store
 from dispatcher.store import codec as r
 from dispatcher.testing.memory_table import MemoryTable
 from job_runner.outcome import raised
+from tests.twins import Twins
 from tests.twins.test_worker import ARN, launched, worker
 
 T2 = ARN.replace("/t1", "/t2")
@@ -144,3 +145,33 @@ def test_local_mode_reads_one_jobs_lines_from_the_shared_output_file(
         "x one", "x two", "x three", "x four"]
     as_json = CliRunner().invoke(app, ["jobs", "logs", "x", "--attempt", "1", "--json"])
     assert [ln["message"] for ln in json.loads(as_json.output)["lines"]] == ["x one", "x two"]
+
+
+def test_follow_polls_until_the_job_has_ended_and_returns_each_line_once(
+        twins: Twins, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    output = tmp_path / "tasks.log"
+    monkeypatch.setenv("LONGJOBS_LOCAL_LOG", str(output))
+    _, task = twins.launched("f")
+    twins.store.table.write(Update(r.job_key("f"), [Set("history", [
+        {"attempt": 1, "task_arn": task, "task_definition": "longjobs-worker:1"}])]))
+
+    def write(message: str) -> None:
+        with output.open("a") as f:
+            f.write(json.dumps({"level": "INFO", "message": message, "logger": "mypkg",
+                                "timestamp": "2026-12-01 10:00:00,000+0000",
+                                "task_arn": task, "job_id": "f", "job_attempt": 1}) + "\n")
+
+    write("first")
+    polls: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        polls.append(seconds)
+        write(f"poll {len(polls)}")
+        if len(polls) == 3:
+            twins.store.table.write(Update(r.job_key("f"), [
+                Set("state", str(JobState.SUCCEEDED))]))
+
+    reads = list(twins.client().follow_logs("f", poll_seconds=5, sleep=sleep))
+    assert polls == [5, 5, 5]
+    assert [[ln.message for _, ln in read.lines] for read in reads] == [
+        ["first"], ["poll 1"], ["poll 2"], ["poll 3"]]
