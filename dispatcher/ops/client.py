@@ -26,7 +26,8 @@ from dispatcher.wiring import adapters
 
 if TYPE_CHECKING:  # the table's model (pynamodb) loads only when a client reads
     from dispatcher.ops.dead_letters import DeadLetters
-    from dispatcher.ops.queries import JobDetail, JobLog, JobSummary, LogCursor, Queries, Stats
+    from dispatcher.ops.job_log import JobLog, LogCursor
+    from dispatcher.ops.queries import JobDetail, JobSummary, Queries, Stats
     from dispatcher.ports.job_logs import LogLine
 
 class JobClient:

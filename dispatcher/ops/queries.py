@@ -17,11 +17,11 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dispatcher.domain.errors import JobNotFound, LongjobsError
 from dispatcher.domain.jobs import JobState
-from dispatcher.ports.job_logs import JobLogs, LogLine
+from dispatcher.ports.job_logs import JobLogs
 from dispatcher.ports.queue import Queue
 from dispatcher.ports.table import Record
 from dispatcher.store import OperatorStore
@@ -35,6 +35,8 @@ JOB_STATES: tuple[JobState, ...] = tuple(JobState)
 # Not a stored state: a PENDING job whose not_before is still ahead (see Job.scheduled).
 SCHEDULED = "SCHEDULED"
 T = TypeVar("T")
+if TYPE_CHECKING:
+    from dispatcher.ops.job_log import JobLog, LogCursor
 # The error a cancelled handler's stop leaves (ctx.raise_if_cancelled, an async task's cancel).
 CANCEL_ERRORS = ("Interrupted", "CancelledError")
 
@@ -166,29 +168,6 @@ class JobDetail:
         return None if text is None else text + (" … (truncated)" if cut else "")
 
 
-@dataclass
-class LogCursor:
-    """What a job-log read has seen: each stream's latest line time and the lines' keys."""
-
-    since: dict[str, float] = field(default_factory=dict)
-    seen: set[str] = field(default_factory=set)
-
-
-@dataclass(frozen=True)
-class JobLog:
-    """A job's lines, each with the run (history entry) whose task wrote it; ``finished``:
-    the job had ended when they were read, so a follower can stop after them."""
-
-    job_id: str
-    lines: list[tuple[Attempt, LogLine]]
-    finished: bool
-    cursor: LogCursor
-
-    def to_json(self) -> dict[str, Any]:
-        return {"job_id": self.job_id, "finished": self.finished,
-                "lines": [line.to_json() for _, line in self.lines]}
-
-
 @dataclass(frozen=True)
 class BacklogStats:
     visible: int
@@ -279,65 +258,26 @@ class Queries:
         if item.state == JobState.CANCELLED and isinstance(error, dict) \
                 and error.get("type") in CANCEL_ERRORS:
             error = None  # how the stop reached the handler, not something that went wrong
-        runs = [a for a in attempts if a.retry is None]
+        ran = [a for a in attempts if a.retry is None]
         return JobDetail(summary, item.payload or {}, cut, item.result, error, item.checkpoint,
-                         _checkpoint_at(item, runs), attempts, _bundle(bundle),
+                         _checkpoint_at(item, ran), attempts, _bundle(bundle),
                          item.message_id, None, self._streams(job_id, attempts, bundle))
 
-    # -- a job's own log lines ----------------------------------------------------------------
+    # -- a job's own log lines (dispatcher.ops.job_log) ----------------------------------------
     def _streams(self, job_id: str, attempts: list[Attempt],
                  bundle: Record | None) -> list[dict[str, Any]]:
-        if self.logs is None:
-            return []
-        out = []
-        for run in _runs(attempts, bundle):
-            if run.task_arn is None:
-                continue
-            try:
-                found = self.logs.locate(run.task_arn, run.task_definition, job_id)
-            except LongjobsError as exc:
-                out.append({"task_arn": run.task_arn, "attempt": run.attempt,
-                            "unknown": exc.reason})
-                continue
-            if found is not None:
-                out.append({"task_arn": run.task_arn, "attempt": run.attempt,
-                            "group": found.group, "stream": found.name,
-                            "console_url": found.console_url})
-        return out
+        from dispatcher.ops.job_log import log_streams
+
+        return [] if self.logs is None else log_streams(self.logs, job_id, attempts, bundle)
 
     def job_log(self, job_id: str, *, attempt: int | None = None,
                 cursor: LogCursor | None = None) -> JobLog:
-        """The job's own lines, in order, run by run (each run's task stream, in the order of
-        its history); with ``attempt``, only runs with that attempt number (after a `jobs
-        retry` attempts count from 1 again, so each round's attempt N). ``cursor``: what an
-        earlier read saw; only newer lines are returned (``--follow``)."""
+        """The job's own lines, in order, run by run: see :func:`dispatcher.ops.job_log.read`."""
+        from dispatcher.ops.job_log import read
+
         if self.logs is None:
             raise LongjobsError("no log reader configured")
-        found = self.store.detail(job_id)
-        if found is None:
-            raise JobNotFound("no such job", job_id=job_id)
-        item, bundle = found
-        cursor = cursor or LogCursor()
-        attempts = [Attempt.from_history(h) for h in item.history or [] if isinstance(h, dict)]
-        lines: list[tuple[Attempt, LogLine]] = []
-        for run in _runs(attempts, bundle):
-            if run.task_arn is None or (attempt is not None and run.attempt is not None
-                                        and run.attempt != attempt):
-                continue
-            stream = self.logs.locate(run.task_arn, run.task_definition)
-            if stream is None:
-                continue
-            since = cursor.since.get(stream.name)
-            for line in self.logs.read(stream, job_id, since=since):
-                if line.key in cursor.seen or (attempt is not None and line.attempt is not None
-                                               and line.attempt != attempt):
-                    continue
-                cursor.seen.add(line.key)
-                cursor.since[stream.name] = max(cursor.since.get(stream.name, 0.0), line.at)
-                lines.append((run, line))
-        finished = item.state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
-                                  JobState.REJECTED)
-        return JobLog(job_id, lines, finished, cursor)
+        return read(self.store, self.logs, job_id, attempt=attempt, cursor=cursor)
 
     # -- stats ----------------------------------------------------------------------------------
     def stats(self) -> Stats:
@@ -397,20 +337,6 @@ def _bundle(item: Record | None) -> dict[str, Any] | None:
             "task_definition": item.task_definition,
             "heartbeat_at": _opt(iso, item.heartbeat_at),
             "launch_failures": int(item.launch_failures or 0), "last_failure": item.last_failure}
-
-
-def _runs(attempts: list[Attempt], bundle: Record | None) -> list[Attempt]:
-    """The job's runs with a task, each task once, oldest first; the task of its bundle as
-    well when that task has not written a history entry for it yet (a run just started)."""
-    runs: dict[str, Attempt] = {}
-    for a in attempts:
-        if a.task_arn and a.retry is None:
-            runs.setdefault(a.task_arn, a)
-    if bundle is not None and bundle.task_arn and bundle.task_arn not in runs \
-            and bundle.state in ("LAUNCHED", "RUNNING"):
-        runs[bundle.task_arn] = Attempt(None, bundle.task_arn, bundle.task_definition, None,
-                                        None, None, None, None, None, None)
-    return list(runs.values())
 
 
 def _checkpoint_at(item: Record, attempts: list[Attempt]) -> float | None:
