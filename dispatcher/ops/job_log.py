@@ -15,7 +15,7 @@ from typing import Any
 
 from dispatcher.domain.errors import JobNotFound, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES
-from dispatcher.ops.queries import Attempt
+from dispatcher.ops.history import Attempt
 from dispatcher.ports.job_logs import JobLogs, LogLine
 from dispatcher.ports.table import Record
 from dispatcher.store import OperatorStore

@@ -15,12 +15,13 @@ import itertools
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from dispatcher.domain.errors import JobNotFound, LongjobsError
 from dispatcher.domain.jobs import JobState
+from dispatcher.ops.history import Attempt, Flat, flat, opt
+from dispatcher.ops.job_log import JobLog, LogCursor, log_streams, read
 from dispatcher.ports.job_logs import JobLogs
 from dispatcher.ports.queue import Queue
 from dispatcher.ports.table import Record
@@ -34,26 +35,8 @@ HOUR = 3600.0
 JOB_STATES: tuple[JobState, ...] = tuple(JobState)
 # Not a stored state: a PENDING job whose not_before is still ahead (see Job.scheduled).
 SCHEDULED = "SCHEDULED"
-T = TypeVar("T")
-if TYPE_CHECKING:
-    from dispatcher.ops.job_log import JobLog, LogCursor
 # The error a cancelled handler's stop leaves (ctx.raise_if_cancelled, an async task's cancel).
 CANCEL_ERRORS = ("Interrupted", "CancelledError")
-
-
-def _opt(cast: Callable[[Any], T], value: Any) -> T | None:
-    return cast(value) if value is not None else None
-
-
-def _flat(obj: Any) -> dict[str, Any]:
-    """A dataclass as JSON: times (``*_at``, epoch seconds) as ISO-8601 UTC strings."""
-    return {f.name: _opt(iso, getattr(obj, f.name)) if f.name.endswith("_at")
-            else getattr(obj, f.name) for f in fields(obj)}
-
-
-class _Flat:
-    def to_json(self) -> dict[str, Any]:
-        return _flat(self)
 
 
 def clip(value: Any, limit: int = DISPLAY_BYTES) -> tuple[str | None, bool]:
@@ -69,7 +52,7 @@ def clip(value: Any, limit: int = DISPLAY_BYTES) -> tuple[str | None, bool]:
 
 
 @dataclass(frozen=True)
-class JobSummary(_Flat):
+class JobSummary(Flat):
     """One row of ``jobs list``; a REJECTED record has no kind and is keyed by its job id
     (or, when no id could be read, its SQS message id)."""
 
@@ -103,39 +86,6 @@ class JobSummary(_Flat):
 
 
 @dataclass(frozen=True)
-class Attempt(_Flat):
-    """One run of a job on one task, from the job's history (runner start/end entries merged
-    with the task-event handler's stop entries)."""
-
-    attempt: int | None
-    task_arn: str | None
-    task_definition: str | None
-    started_at: float | None
-    stopped_at: float | None
-    stop_code: str | None
-    exit_code: int | None
-    stop_class: str | None
-    outcome: str | None
-    reason: str | None
-    # Set on the boundary a `jobs retry` leaves (no run): "retried on request after FAILED";
-    # its time is started_at, and the attempts after it count from 1 again.
-    retry: str | None = None
-
-    @staticmethod
-    def from_history(h: dict[str, Any]) -> Attempt:
-        if "retried_at" in h:
-            retry = f"retried on request after {h.get('after') or '?'}" + (
-                " from scratch" if h.get("from_scratch") else "")
-            return Attempt(None, None, None, _opt(float, h.get("retried_at")), None, None, None,
-                           None, None, None, retry)
-        stopped = h.get("stopped_at") if h.get("stopped_at") is not None else h.get("ended_at")
-        return Attempt(_opt(int, h.get("attempt")), h.get("task_arn"), h.get("task_definition"),
-                       _opt(float, h.get("started_at")), _opt(float, stopped),
-                       h.get("stop_code"), _opt(int, h.get("exit_code")), h.get("stop_class"),
-                       h.get("outcome"), h.get("reason"))
-
-
-@dataclass(frozen=True)
 class JobDetail:
     """Everything ``jobs show`` prints. Payload, result and checkpoint are the stored JSON
     values (``display`` clips one for a terminal; ``payload_truncated``: the payload's display
@@ -157,7 +107,7 @@ class JobDetail:
     logs: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        rest = {k: v for k, v in _flat(self).items() if k != "summary"}
+        rest = {k: v for k, v in flat(self).items() if k != "summary"}
         return {**self.summary.to_json(), **rest,
                 "history": [a.to_json() for a in self.history]}
 
@@ -266,15 +216,11 @@ class Queries:
     # -- a job's own log lines (dispatcher.ops.job_log) ----------------------------------------
     def _streams(self, job_id: str, attempts: list[Attempt],
                  bundle: Record | None) -> list[dict[str, Any]]:
-        from dispatcher.ops.job_log import log_streams
-
         return [] if self.logs is None else log_streams(self.logs, job_id, attempts, bundle)
 
     def job_log(self, job_id: str, *, attempt: int | None = None,
                 cursor: LogCursor | None = None) -> JobLog:
         """The job's own lines, in order, run by run: see :func:`dispatcher.ops.job_log.read`."""
-        from dispatcher.ops.job_log import read
-
         if self.logs is None:
             raise LongjobsError("no log reader configured")
         return read(self.store, self.logs, job_id, attempt=attempt, cursor=cursor)
@@ -335,7 +281,7 @@ def _bundle(item: Record | None) -> dict[str, Any] | None:
     return {"bundle_id": item.pk.split("#", 1)[1], "state": item.state,
             "attempt": int(item.attempt or 0), "task_arn": item.task_arn,
             "task_definition": item.task_definition,
-            "heartbeat_at": _opt(iso, item.heartbeat_at),
+            "heartbeat_at": opt(iso, item.heartbeat_at),
             "launch_failures": int(item.launch_failures or 0), "last_failure": item.last_failure}
 
 
