@@ -27,8 +27,6 @@ The other reads and writes of ``os.environ`` in the project are precisely these 
   copy of it to task processes, ``warm.py`` (warm starts) gives each forked task its own
   environment, and the demo's job handlers (``demo_handlers.py``) read ``LONGJOBS_DEMO_LOG``,
   ``LONGJOBS_TASK_ARN`` and ``LONGJOBS_TASK_DEFINITION`` as any user's handler code may;
-- ``dispatcher/cli/local_commands.py`` sets ``POWERTOOLS_LOG_LEVEL=WARNING`` by default for
-  ``longjobs local``;
 - ``dispatcher/cli/dispatch_commands.py`` passes ``os.environ`` to :func:`load` for a dry run
   with the launcher as ECS and a placeholder subnet (a dry run launches nothing).
 
@@ -367,6 +365,12 @@ class Config(BaseModel):
         "LONGJOBS_LOG_LEVEL", "Log level of the runner's JSON logs (the dispatcher's follow "
         "POWERTOOLS_LOG_LEVEL).", ("runner",),
         on_aws=OnAws.PARAMETER)] = "INFO"
+    job_log_level: Annotated[str, BeforeValidator(lambda v: v.upper() if isinstance(v, str)
+                                                  else v),
+                             _one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), Env(
+        "LONGJOBS_JOB_LOG_LEVEL", "Lowest level of the handlers' own logging records kept in "
+        "their job's log (any logger; print() output is kept whatever the level).",
+        ("runner",), on_aws=OnAws.PARAMETER)] = "INFO"
     metrics_namespace: Annotated[str, Env(
         "LONGJOBS_METRICS_NAMESPACE", "CloudWatch namespace of the EMF metrics; unset, "
         "POWERTOOLS_METRICS_NAMESPACE (what the SAM template sets) is used.",
@@ -376,6 +380,10 @@ class Config(BaseModel):
         "POWERTOOLS_SERVICE_NAME", "The service dimension of the dispatcher's metrics (the "
         "powertools variable, which its logger reads too).",
         on_aws=OnAws.STACK)] = "longjobs"
+    local_log: Annotated[str, Env(
+        "LONGJOBS_LOCAL_LOG", "Local mode: the file local tasks write their output to "
+        "(`longjobs local` exports it); set, `longjobs jobs logs` reads a job's lines there "
+        "instead of CloudWatch Logs.", ("client",), on_aws=OnAws.LOCAL)] = ""
     endpoint_url: Annotated[str | None, Env(
         "AWS_ENDPOINT_URL", "Endpoint override (moto, LocalStack); empty means AWS.",
         ALL_ROLES,

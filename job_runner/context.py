@@ -18,7 +18,9 @@ from dispatcher.domain.errors import Interrupted
 class JobContext:
     def __init__(self, job_id: str, attempt: int, last_checkpoint: dict[str, Any] | None,
                  save: Callable[[dict[str, Any]], None], logger: Any) -> None:
-        """``logger`` is the runner's powertools Logger: JSON lines carrying job_id."""
+        """``logger`` is the runner's powertools Logger: JSON lines carrying job_id and
+        job_attempt, as every ``logging`` record and ``print()`` line of the handler does
+        (:mod:`job_runner.joblog`)."""
         self.job_id = job_id
         self.attempt = attempt
         self.last_checkpoint = last_checkpoint

@@ -56,6 +56,7 @@ from dispatcher.store import Fence, RunnerStore
 from dispatcher.wiring import adapters
 from job_runner.context import JobContext
 from job_runner.executor import POLL_SECONDS, Executor, Signals
+from job_runner.joblog import HandlerOutput, running
 from job_runner.kinds import HandlerRegistry
 from job_runner.outcome import Outcome, error_of, log_fields
 from job_runner.schedule import Schedule
@@ -245,14 +246,16 @@ class Worker:
                          name=f"slot-{job.job_id}").start()
 
     def _slot(self, job: Job, ctx: JobContext, writes: Writes) -> None:
-        log.thread_safe_append_keys(job_id=job.job_id, kind=job.kind)
+        # The job's keys on every line written in its context: the runner's own, ctx.logger's
+        # and (job_runner.joblog) the handler's logging records and print() lines.
+        log.thread_safe_append_keys(job_id=job.job_id, kind=job.kind, job_attempt=ctx.attempt)
         try:
             self._run_job(job, ctx, writes)
         except Exception as exc:  # a write failed: the runner's failure, not the job's
             self._fail(exc)
         finally:
             self._release(job, ctx)
-            log.thread_safe_remove_keys(["job_id", "kind"])
+            log.thread_safe_remove_keys(["job_id", "kind", "job_attempt"])
 
     def _release(self, job: Job, ctx: JobContext) -> None:
         with self._changed:
@@ -295,7 +298,10 @@ class Worker:
                                   f"then `longjobs jobs retry {job.job_id}`",
                                   error={"type": "UnknownKind", "message": job.kind})
             else:
-                execution = self.executor.execute(job, handler, ctx, ctx.attempt)
+                # Only the handler's own records and writes are its job's (the runner's
+                # table calls around it are not); the executor's copied context carries it.
+                with running(job.job_id, ctx.attempt):
+                    execution = self.executor.execute(job, handler, ctx, ctx.attempt)
                 outcome, abandoned = execution.outcome, execution.abandoned
                 if abandoned:
                     self.abandoned.set()  # at once: no job may start beside it from now on
@@ -352,6 +358,8 @@ def main() -> int:
         tree = logging.getLogger("job_runner")
         tree.addHandler(log.registered_handler)
         tree.propagate = False
+        # What handlers log or print becomes JSON lines of their job (job_runner.joblog).
+        HandlerOutput(log.registered_handler, cfg.job_log_level).install()
         arn = task_arn(cfg)
         store = adapters.store(cfg)
         registry = HandlerRegistry.load(cfg.handlers)

@@ -9,6 +9,7 @@ and exit code 2, via ``dispatcher.cli.error_policy.guarded``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from typing import TYPE_CHECKING, Annotated
@@ -33,7 +34,11 @@ from dispatcher.cli.error_policy import guarded
 from dispatcher.domain.errors import LongjobsError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from dispatcher.ops.job_log import JobLog
     from dispatcher.ops.queries import JobDetail, Stats
+    from dispatcher.ports.job_logs import LogLine
 
 jobs_app = typer.Typer(name="jobs", no_args_is_help=True,
                        help="List, inspect, cancel and retry jobs.")
@@ -118,22 +123,32 @@ def _render_detail(d: JobDetail, console: Console) -> None:
         fields += ["message_id", "body"]
     else:
         fields += ["attempts", "max_attempts", "infra_attempts", "bundle_id", "payload",
-                   "result", "error", "checkpoint", "checkpoint_at"]
+                   "result", "checkpoint", "checkpoint_at"]
     for name in fields:
         value = data[name]
-        if name == "payload" and d.payload_truncated:
-            value = f"{value} … (truncated)"
+        if name in ("payload", "result", "checkpoint"):
+            value = d.display(value) if name == "payload" or value is not None else None
         if value is not None:
             head.add_row(name, Text(value if isinstance(value, str) else json.dumps(value)))
+    if d.error:
+        head.add_row("error", Text(f"{d.error.get('type', '?')}: {d.error.get('message', '')}"))
     if d.bundle:
         b = d.bundle
         head.add_row("bundle", Text(f"{b['state']} (launch attempt {b['attempt']}) task "
                                     f"{task_id(b['task_arn'])} "
                                     f"{b['task_definition'] or 'no revision yet'}"))
     console.print(head)
+    traceback = (d.error or {}).get("traceback")
+    if isinstance(traceback, str) and traceback.strip():
+        console.print(Text("traceback:", style="bold"))
+        console.print(Text(traceback.rstrip("\n")))
     # One block per attempt, not a wide table: task ids and reasons stay whole in a terminal.
     for a in d.history:
         j = a.to_json()
+        if a.retry:
+            console.print(Text(f"── {a.retry} at {when(j['started_at'])}; attempts count "
+                               "from 1 again ──", style="bold"))
+            continue
         console.print(Text(f"attempt {a.attempt or '?'}: task {task_id(a.task_arn)} on "
                            f"{a.task_definition or '?'}", style="bold"))
         console.print(Text(f"  started {when(j['started_at'])}  stopped "
@@ -143,6 +158,67 @@ def _render_detail(d: JobDetail, console: Console) -> None:
                            f"{a.stop_class or '-'}"))
         if a.reason:
             console.print(Text(f"  reason: {a.reason}"))
+    if d.logs:
+        latest = d.logs[-1]
+        if "stream" in latest:
+            console.print(Text(f"log: {latest['group']} {latest['stream']}"))
+            if latest.get("console_url"):  # whole on one line, so that it can be copied
+                console.print(Text(f"  {latest['console_url']}"), soft_wrap=True)
+        else:
+            console.print(Text(f"log: unknown ({latest['unknown']})"))
+        console.print(Text(f"  `longjobs jobs logs {d.summary.job_id}` prints this job's "
+                           "own lines"))
+
+
+@jobs_app.command("logs")
+def jobs_logs(job_id: Annotated[str, typer.Argument(help="The job id.")],
+              follow: Annotated[bool, typer.Option(
+                  "--follow", "-f", help="Keep reading until the job has ended.")] = False,
+              attempt: Annotated[int | None, typer.Option(
+                  min=1, help="Only the runs with this attempt number.")] = None,
+              as_json: JsonOpt = False) -> None:
+    """The job's own log lines (what its handler logged or printed, and the runner's lines
+    about it), in order, across its attempts; read from its tasks' log streams (CloudWatch
+    Logs; in local mode, the tasks' output file), so still there after the tasks are gone."""
+    jobs = guarded(client)
+    if follow:
+        last: list[str | None] = [None]
+        for read in guarded(lambda: list_or_iter(jobs.follow_logs(job_id, attempt=attempt))):
+            _print_log(read, as_json, last)
+        return
+    read = guarded(lambda: jobs.queries(logs=True).job_log(job_id, attempt=attempt))
+    if as_json:
+        print_json(read.to_json())
+        return
+    _print_log(read, False, [None])
+    if not read.lines:
+        typer.echo(f"no log lines for {job_id} yet" + ("" if read.finished else
+                   " (it has not ended: --follow waits for them)"), err=True)
+
+
+def list_or_iter(it: Iterator[JobLog]) -> Iterator[JobLog]:
+    """The follow generator, its errors raised where `guarded` sees them (the first read)."""
+    first = next(it, None)
+    return iter(()) if first is None else itertools.chain([first], it)
+
+
+def _print_log(read: JobLog, as_json: bool, last: list[str | None]) -> None:
+    for run, line in read.lines:
+        if as_json:
+            typer.echo(json.dumps(line.to_json()))
+            continue
+        if line.task_arn != last[0]:
+            last[0] = line.task_arn
+            typer.echo(f"── attempt {line.attempt or run.attempt or '?'} on task "
+                       f"{task_id(line.task_arn or run.task_arn)} ──")
+        typer.echo(render_line(line))
+
+
+def render_line(line: LogLine) -> str:
+    """``HH:MM:SS.mmm LEVEL logger: message``, then the exception's text, if any."""
+    at = line.to_json()["at"][11:23]
+    text = f"{at} {line.level:<7} {line.logger}: {line.message}"
+    return text + ("\n" + line.exception.rstrip("\n") if line.exception else "")
 
 
 @jobs_app.command("cancel")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from typing import Annotated
 
 import typer
@@ -80,6 +81,9 @@ def demo(
 
 def local(
     tick_seconds: Annotated[float, typer.Option(help="Seconds between two ticks.")] = 5.0,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Every tick's decision record, not only those of ticks that "
+        "admitted, launched or finished something.")] = False,
 ) -> None:
     """Keep a local longjobs running; prints `export` lines for clients in another terminal
     (`eval` them there). Ctrl-C, SIGINT, SIGTERM or SIGHUP stops it and its tasks."""
@@ -88,6 +92,7 @@ def local(
 
     from dispatcher import settings
     from dispatcher.local.environment import LocalEnv
+    from dispatcher.local.output import Follower
 
     problem = check_handlers(",".join(guarded(lambda: settings.load("task")).handlers))
     if problem:
@@ -95,9 +100,13 @@ def local(
     # A shell starts a background job (`longjobs local &` in a script) with SIGINT ignored;
     # this command promises that SIGINT stops it, so it takes SIGINT back.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")  # no decision record every tick
     typer.echo("# longjobs local: starting (moto's server, queues, table, cluster)...", err=True)
-    env = guarded(lambda: LocalEnv(tick_seconds=tick_seconds).start())
+    # The tasks' output goes to one file (`longjobs jobs logs ID` reads a job's lines there),
+    # echoed here as it grows, one readable line per record.
+    log_path = os.path.join(tempfile.mkdtemp(prefix="longjobs-local-"), "tasks.log")
+    env = guarded(lambda: LocalEnv(tick_seconds=tick_seconds, log_path=log_path,
+                                   verbose=verbose).start())
+    follower = Follower(log_path, sys.stderr.write).start()
     for line in env.exports():
         typer.echo(line)
     typer.echo("# longjobs local is running: `eval` the lines above in another shell, then "
@@ -121,4 +130,6 @@ def local(
             signal.signal(sig, signal.SIG_IGN)
         typer.echo("# longjobs local: stopping its tasks...", err=True)
         env.stop()
+        follower.stop()
+        typer.echo(f"# the tasks' output stays in {log_path}", err=True)
         typer.echo("# longjobs local stopped", err=True)

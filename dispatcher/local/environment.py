@@ -18,6 +18,7 @@ from dispatcher.domain import task_events
 from dispatcher.domain.task_events import Ignored
 from dispatcher.handlers import on_task_event
 from dispatcher.local.local_launcher import LocalLauncher, TaskExit
+from dispatcher.local.output import QuietTicks
 from dispatcher.local.provision import provision
 from dispatcher.settings import Config
 from dispatcher.stages.rerun import StopOutcome
@@ -44,6 +45,11 @@ class LocalEnv:
     # benchmark's proxy can count the runners' calls apart from the dispatcher's).
     task_env: dict[str, str] = field(default_factory=dict)
     output: int | None = None
+    # Set: every task appends its output to this file (instead of ``output``), which is
+    # exported as LONGJOBS_LOCAL_LOG for `longjobs jobs logs`.
+    log_path: str | None = None
+    # False: a tick's decision record is logged only if the tick changed something.
+    verbose: bool = True
     env: dict[str, str] = field(default_factory=dict)
     # The latest task stops and tick decisions (bounded: `longjobs local` runs for days).
     events: deque[StopOutcome | Ignored] = field(default_factory=lambda: deque(maxlen=KEEP))
@@ -75,6 +81,12 @@ class LocalEnv:
                     self.endpoint, **sqs,
                     **provision(self.endpoint, sqs_endpoint=self.sqs_endpoint),
                     "LONGJOBS_LAUNCHER": "local", **self.settings}
+        if self.log_path:
+            self.env["LONGJOBS_LOCAL_LOG"] = self.log_path
+            self.output = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._quiet = None if self.verbose else QuietTicks()
+        if self._quiet is not None:
+            logging.getLogger("dispatcher.stages.tick").addFilter(self._quiet)
         os.environ.update(self.env)
         self.cfg: Config = settings.load("dispatcher", dict(os.environ))
         self._lock = threading.Lock()
@@ -92,7 +104,8 @@ class LocalEnv:
         keys = ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SQS", *DUMMY_CREDENTIALS,
                 "LONGJOBS_QUEUE_URL", "LONGJOBS_HIGH_QUEUE_URL", "LONGJOBS_LOW_QUEUE_URL",
                 "LONGJOBS_DLQ_URL",
-                "LONGJOBS_TABLE", "LONGJOBS_CLUSTER", "LONGJOBS_TASK_FAMILY"]
+                "LONGJOBS_TABLE", "LONGJOBS_CLUSTER", "LONGJOBS_TASK_FAMILY",
+                "LONGJOBS_LOCAL_LOG"]
         return [f"export {k}={self.env[k]}" for k in keys if k in self.env]
 
     @contextlib.contextmanager
@@ -141,6 +154,11 @@ class LocalEnv:
             self._moto.stop()
         if self._ministack is not None:
             self._ministack.stop()
+        if self._quiet is not None:
+            logging.getLogger("dispatcher.stages.tick").removeFilter(self._quiet)
+        if self.log_path and self.output is not None:
+            os.close(self.output)
+            self.output = None
         # Leave no SQS endpoint of ours behind for a later environment in this process.
         if self._sqs_before is None:
             os.environ.pop("AWS_ENDPOINT_URL_SQS", None)

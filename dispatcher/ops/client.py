@@ -10,7 +10,7 @@ import builtins
 import os
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,9 @@ from dispatcher.wiring import adapters
 
 if TYPE_CHECKING:  # the table's model (pynamodb) loads only when a client reads
     from dispatcher.ops.dead_letters import DeadLetters
+    from dispatcher.ops.job_log import JobLog, LogCursor
     from dispatcher.ops.queries import JobDetail, JobSummary, Queries, Stats
+    from dispatcher.ports.job_logs import LogLine
 
 class JobClient:
     """Submits jobs to the queue of their priority and reads the job table.
@@ -148,14 +150,16 @@ class JobClient:
         return self._table().retry(job_id, from_scratch=from_scratch)
 
     # -- operating (dispatcher.ops.queries) ----------------------------------------------------
-    def queries(self) -> Queries:
+    def queries(self, *, logs: bool = False) -> Queries:
         """The typed read API over the table, with this client's queues and DLQ for stats (its
-        backlog counts every priority's queue)."""
+        backlog counts every priority's queue); ``logs``: with the job-log reader too (its
+        clients are made only for the reads that need them: show, logs)."""
         from dispatcher.ops.queries import Queries
 
         dlq = adapters.dead_letters(self.cfg)
         others = tuple({id(q): q for q in self._queues.values() if q is not self._queue}.values())
-        return Queries(self._table(), queue=self._queue, dead_letters=dlq, other_queues=others)
+        return Queries(self._table(), queue=self._queue, dead_letters=dlq, other_queues=others,
+                       logs=adapters.job_logs(self.cfg) if logs else None)
 
     def stats(self) -> Stats:
         """Backlog, jobs by state, running tasks by revision, launch failures and reruns."""
@@ -163,7 +167,30 @@ class JobClient:
 
     def show(self, job_id: str) -> JobDetail:
         """A job with its attempts (or a REJECTED record with its reason); JobNotFound if none."""
-        return self.queries().show(job_id)
+        return self.queries(logs=True).show(job_id)
+
+    def logs(self, job_id: str, *, attempt: int | None = None) -> builtins.list[LogLine]:
+        """The job's own log lines, in order, across its attempts (``attempt``: only runs
+        with that attempt number); read from its tasks' streams, so still there after they
+        are gone (CloudWatch Logs, or local mode's task output)."""
+        return [line for _, line in
+                self.queries(logs=True).job_log(job_id, attempt=attempt).lines]
+
+    def follow_logs(self, job_id: str, *, attempt: int | None = None,
+                    poll_seconds: float = 2.0,
+                    sleep: Callable[[float], None] = time.sleep) -> Iterator[JobLog]:
+        """Each read of the job's lines that found new ones, polling every ``poll_seconds``
+        until the job has ended (the last read is made after it ended)."""
+        queries = self.queries(logs=True)
+        cursor: LogCursor | None = None
+        while True:
+            read = queries.job_log(job_id, attempt=attempt, cursor=cursor)
+            cursor = read.cursor
+            if read.lines:
+                yield read
+            if read.finished:
+                return
+            sleep(poll_seconds)
 
     def dead_letters(self) -> DeadLetters:
         """The DLQ (LONGJOBS_DLQ_URL): peek at messages, or move them back to their queues."""

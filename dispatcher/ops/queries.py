@@ -16,12 +16,14 @@ import itertools
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, TypeVar
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from dispatcher.domain.errors import JobNotFound, LongjobsError
 from dispatcher.domain.jobs import JobState
+from dispatcher.ops.history import Attempt, Flat, flat, opt
+from dispatcher.ops.job_log import JobLog, LogCursor, log_streams, read
+from dispatcher.ports.job_logs import JobLogs
 from dispatcher.ports.queue import Queue
 from dispatcher.ports.table import Record
 from dispatcher.store import OperatorStore
@@ -34,22 +36,8 @@ HOUR = 3600.0
 JOB_STATES: tuple[JobState, ...] = tuple(JobState)
 # Not a stored state: a PENDING job whose not_before is still ahead (see Job.scheduled).
 SCHEDULED = "SCHEDULED"
-T = TypeVar("T")
-
-
-def _opt(cast: Callable[[Any], T], value: Any) -> T | None:
-    return cast(value) if value is not None else None
-
-
-def _flat(obj: Any) -> dict[str, Any]:
-    """A dataclass as JSON: times (``*_at``, epoch seconds) as ISO-8601 UTC strings."""
-    return {f.name: _opt(iso, getattr(obj, f.name)) if f.name.endswith("_at")
-            else getattr(obj, f.name) for f in fields(obj)}
-
-
-class _Flat:
-    def to_json(self) -> dict[str, Any]:
-        return _flat(self)
+# The error a cancelled handler's stop leaves (ctx.raise_if_cancelled, an async task's cancel).
+CANCEL_ERRORS = ("Interrupted", "CancelledError")
 
 
 def clip(value: Any, limit: int = DISPLAY_BYTES) -> tuple[str | None, bool]:
@@ -65,7 +53,7 @@ def clip(value: Any, limit: int = DISPLAY_BYTES) -> tuple[str | None, bool]:
 
 
 @dataclass(frozen=True)
-class JobSummary(_Flat):
+class JobSummary(Flat):
     """One row of ``jobs list``; a REJECTED record has no kind and is keyed by its job id
     (or, when no id could be read, its SQS message id)."""
 
@@ -99,51 +87,36 @@ class JobSummary(_Flat):
 
 
 @dataclass(frozen=True)
-class Attempt(_Flat):
-    """One run of a job on one task, from the job's history (runner start/end entries merged
-    with the task-event handler's stop entries)."""
-
-    attempt: int | None
-    task_arn: str | None
-    task_definition: str | None
-    started_at: float | None
-    stopped_at: float | None
-    stop_code: str | None
-    exit_code: int | None
-    stop_class: str | None
-    outcome: str | None
-    reason: str | None
-
-    @staticmethod
-    def from_history(h: dict[str, Any]) -> Attempt:
-        stopped = h.get("stopped_at") if h.get("stopped_at") is not None else h.get("ended_at")
-        return Attempt(_opt(int, h.get("attempt")), h.get("task_arn"), h.get("task_definition"),
-                       _opt(float, h.get("started_at")), _opt(float, stopped),
-                       h.get("stop_code"), _opt(int, h.get("exit_code")), h.get("stop_class"),
-                       h.get("outcome"), h.get("reason"))
-
-
-@dataclass(frozen=True)
 class JobDetail:
-    """Everything ``jobs show`` prints. Payload, result and checkpoint are clipped for display;
-    ``body`` is set only for REJECTED records (the first 4 KiB of the message, as kept)."""
+    """Everything ``jobs show`` prints. Payload, result and checkpoint are the stored JSON
+    values (``display`` clips one for a terminal; ``payload_truncated``: the payload's display
+    is cut); ``body`` is set only for REJECTED records (the first 4 KiB of the message, as
+    kept). A cancelled job has no error: its stop is its reason, not a traceback."""
 
     summary: JobSummary
-    payload: str | None
+    payload: Any
     payload_truncated: bool
-    result: str | None
+    result: Any
     error: dict[str, Any] | None
-    checkpoint: str | None
+    checkpoint: Any
     checkpoint_at: float | None
-    history: list[Attempt]  # every attempt, oldest first
+    history: list[Attempt]  # every attempt and retry boundary, oldest first
     bundle: dict[str, Any] | None
     message_id: str | None
     body: str | None
+    # Where each run's lines are (its task's log stream; the latest run last), if known.
+    logs: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        rest = {k: v for k, v in _flat(self).items() if k != "summary"}
+        rest = {k: v for k, v in flat(self).items() if k != "summary"}
         return {**self.summary.to_json(), **rest,
                 "history": [a.to_json() for a in self.history]}
+
+    @staticmethod
+    def display(value: Any) -> str | None:
+        """A value as compact JSON for a terminal, clipped to DISPLAY_BYTES."""
+        text, cut = clip(value)
+        return None if text is None else text + (" … (truncated)" if cut else "")
 
 
 @dataclass(frozen=True)
@@ -201,6 +174,7 @@ class Queries:
     # The high and low queues, where they are queues of their own: stats' backlog is the sum.
     other_queues: tuple[Queue, ...] = ()
     clock: Any = field(default=time.time)
+    logs: JobLogs | None = None  # where jobs' own lines are (jobs logs, the streams in show)
 
     # -- list -----------------------------------------------------------------------------------
     def list_jobs(self, *, status: str | None = None, kind: str | None = None,
@@ -229,12 +203,28 @@ class Queries:
         if summary.state == JobState.REJECTED:
             return JobDetail(summary, None, False, None, None, None, None, [], None,
                              item.message_id, item.body)
-        payload, cut = clip(item.payload or {})
+        _, cut = clip(item.payload or {})
         attempts = [Attempt.from_history(h) for h in item.history or [] if isinstance(h, dict)]
-        checkpoint, _ = clip(item.checkpoint)
-        return JobDetail(summary, payload, cut, clip(item.result)[0], item.error, checkpoint,
-                         _checkpoint_at(item, attempts), attempts, _bundle(bundle),
-                         item.message_id, None)
+        error = item.error
+        if item.state == JobState.CANCELLED and isinstance(error, dict) \
+                and error.get("type") in CANCEL_ERRORS:
+            error = None  # how the stop reached the handler, not something that went wrong
+        ran = [a for a in attempts if a.retry is None]
+        return JobDetail(summary, item.payload or {}, cut, item.result, error, item.checkpoint,
+                         _checkpoint_at(item, ran), attempts, _bundle(bundle),
+                         item.message_id, None, self._streams(job_id, attempts, bundle))
+
+    # -- a job's own log lines (dispatcher.ops.job_log) ----------------------------------------
+    def _streams(self, job_id: str, attempts: list[Attempt],
+                 bundle: Record | None) -> list[dict[str, Any]]:
+        return [] if self.logs is None else log_streams(self.logs, job_id, attempts, bundle)
+
+    def job_log(self, job_id: str, *, attempt: int | None = None,
+                cursor: LogCursor | None = None) -> JobLog:
+        """The job's own lines, in order, run by run: see :func:`dispatcher.ops.job_log.read`."""
+        if self.logs is None:
+            raise LongjobsError("no log reader configured")
+        return read(self.store, self.logs, job_id, attempt=attempt, cursor=cursor)
 
     # -- stats ----------------------------------------------------------------------------------
     def stats(self) -> Stats:
@@ -292,7 +282,7 @@ def _bundle(item: Record | None) -> dict[str, Any] | None:
     return {"bundle_id": item.pk.split("#", 1)[1], "state": item.state,
             "attempt": int(item.attempt or 0), "task_arn": item.task_arn,
             "task_definition": item.task_definition,
-            "heartbeat_at": _opt(iso, item.heartbeat_at),
+            "heartbeat_at": opt(iso, item.heartbeat_at),
             "launch_failures": int(item.launch_failures or 0), "last_failure": item.last_failure}
 
 

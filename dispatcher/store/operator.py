@@ -160,6 +160,9 @@ class OperatorStore(Deployments):
                 Set("attempts", 0), Set("infra_attempts", 0), Set("bundle_id", bundle.bundle_id),
                 Set("reason", f"retried on request after {job.state}"
                     + (" from scratch" if from_scratch else "") + waits),
+                # The retry's boundary in the attempt history: attempts count from 1 again.
+                Set("history", sizes.bound_history([*job.history, {
+                    "retried_at": t, "after": str(job.state), "from_scratch": from_scratch}])),
                 Remove("expires_at"), *([Remove("checkpoint")] if from_scratch else [])],
                 Eq("state", str(job.state)))],
             "job changed while retrying; try again", job_id=job_id)

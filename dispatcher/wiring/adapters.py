@@ -11,12 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 from dispatcher.aws import clients
+from dispatcher.aws.cloudwatch_logs import CloudWatchJobLogs
 from dispatcher.aws.dynamodb import open_store
 from dispatcher.aws.ecs import CapacityShare, EcsLauncher, EcsTarget
 from dispatcher.aws.ecs_revisions import EcsTaskDefinitions
 from dispatcher.aws.sqs import SqsQueue
 from dispatcher.domain.errors import ConfigError
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
+from dispatcher.files.task_output import TaskOutputLogs
+from dispatcher.ports.job_logs import JobLogs
 from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.queue import Queue
 from dispatcher.ports.task_definitions import TaskDefinitions
@@ -78,3 +81,13 @@ def launcher(cfg: Config) -> Launcher:
 def task_definitions(cfg: Config) -> TaskDefinitions:
     """The worker family's task definitions on ECS (copies for deploys and re-derivations)."""
     return EcsTaskDefinitions(client("ecs", cfg, retries=1), ecs_target(cfg))
+
+
+def job_logs(cfg: Config) -> JobLogs:
+    """Where operators read a job's own lines: local mode's task output file
+    (``LONGJOBS_LOCAL_LOG``), else CloudWatch Logs, the group and stream prefix read from the
+    worker's task definition (``LONGJOBS_TASK_FAMILY``, or the revision a run was on)."""
+    if cfg.local_log:
+        return TaskOutputLogs(cfg.local_log)
+    return CloudWatchJobLogs(client("logs", cfg), client("ecs", cfg), container=cfg.container,
+                             task_family=cfg.task_family, region=cfg.region)

@@ -1,0 +1,1 @@
+"""Adapters over local files (local mode's task output)."""
