@@ -53,7 +53,7 @@ Response = tuple[int, list[tuple[str, str]], bytes]
 _TARGET_FIELDS = frozenset({
     "QueueUrl", "QueueName", "TableName", "IndexName",
     "cluster", "taskDefinition", "task", "tasks", "family", "taskRoleArn", "executionRoleArn",
-    "resourceArn", "include",
+    "resourceArn", "include", "logGroupName",
 })
 
 
@@ -62,12 +62,12 @@ class RecordedCall:
     """One AWS request made while a component label was set (see :meth:`AwsProxy.recording`).
 
     ``target`` holds the request fields that name resources (queue URL, table and index names,
-    cluster, task definition, task ARNs, roles), plus: ``TransactItems`` as ``[kind, table]``
-    pairs (``Put``, ``Update``, ``Delete``, ``ConditionCheck``, ``Get``), ``RequestItems`` as the
-    list of table names, ``pk`` the partition key of a single-item request, ``tags`` as the
-    number of tags sent, and the role ARNs of ``overrides``. With the proxy's
-    ``capture_items``, a DynamoDB write keeps each item it named before and after (``items``)
-    and a read the sizes of what it returned (``read``), for the capacity model
+    cluster, task definition, task ARNs, roles, log group), plus: ``TransactItems`` as ``[kind,
+    table]`` pairs (``Put``, ``Update``, ``Delete``, ``ConditionCheck``, ``Get``),
+    ``RequestItems`` as the list of table names, ``pk`` the partition key of a single-item
+    request, ``tags`` as the number of tags sent, and the role ARNs of ``overrides``. With the
+    proxy's ``capture_items``, a DynamoDB write keeps each item it named before and after
+    (``items``) and a read the sizes of what it returned (``read``), for the capacity model
     (:mod:`dispatcher.testing.capacity`).
     """
 

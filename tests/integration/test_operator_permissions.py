@@ -1,7 +1,8 @@
 """The ProducerPolicy and OperatorPolicy of the template, checked against the calls they serve.
 
 The producer's commands (``longjobs submit``, ``JobClient.submit_many`` on every priority) and
-the operator's (``jobs list/show/cancel/retry``, ``stats``, ``top``, ``dlq list/redrive``) run
+the operator's (``jobs list/show/cancel/retry``, ``stats``, ``top``, ``dlq list/redrive``, and
+the CloudWatch Logs read of ``jobs logs``) run
 through the CLI against moto behind the recording proxy, the way ``test_permissions.py`` runs the
 stack's components; each request becomes the IAM authorizations AWS performs for it (that
 module's evaluator). Each policy must allow every call, every action on every resource it grants
@@ -27,12 +28,13 @@ from dispatcher.cli.app import app
 from dispatcher.local.provision import provision
 from dispatcher.ops.client import JobClient
 from dispatcher.testing.moto import MotoEndpoint
-from dispatcher.testing.proxy import AwsProxy
+from dispatcher.testing.proxy import AwsProxy, RecordedCall
 from tests.conftest import BASE_ENV
 from tests.integration.test_infra import TEMPLATE, sam_expand
 from tests.integration.test_permissions import (
     ACCOUNT,
     REGION,
+    WORKER_LOG_GROUP,
     Auth,
     Exercise,
     _Context,
@@ -99,7 +101,12 @@ def exercise(moto_server: MotoEndpoint, proxy: AwsProxy) -> Iterator[Exercise]:
         with proxy.recording("operator"):
             for args in OPERATOR_COMMANDS:
                 _ok(cli.invoke(app, args), args)
-        yield Exercise(proxy.recorded())
+        # `jobs logs` on AWS filters the worker's log group; local provisioning registers no
+        # awslogs configuration, so that request is added as the adapter sends it (its shape:
+        # tests/contract/test_cloudwatch_job_logs.py).
+        logs = RecordedCall("operator", "logs.FilterLogEvents",
+                            {"logGroupName": WORKER_LOG_GROUP})
+        yield Exercise([*proxy.recorded(), logs])
         proxy.clear_recorded()
 
 
@@ -159,12 +166,15 @@ def test_removing_a_statement_is_caught(expanded: dict[str, Any], exercise: Exer
 
 
 def test_the_operator_commands_call_what_the_policy_names(exercise: Exercise) -> None:
-    """The calls themselves (the policy comments name these): no ECS, no CloudWatch, and the
-    dead letters went back to the queue of each one's priority."""
+    """The calls themselves (the policy comments name these): the table, the queues, the
+    worker's task definition and its log group (a job's log lines) only, and the dead letters
+    went back to the queue of each one's priority."""
     performed = {(a.action, a.resource.rsplit(":", 1)[-1].rsplit("/", 1)[-1])
                  for a in exercise.auths("operator")}
     services = {action.split(":")[0] for action, _ in performed}
-    assert services == {"dynamodb", "sqs"}
+    assert services == {"dynamodb", "sqs", "ecs", "logs"}
+    assert {action for action, _ in performed if action.startswith(("ecs:", "logs:"))} == {
+        "ecs:DescribeTaskDefinition", "logs:FilterLogEvents"}
     sent = {queue for action, queue in performed if action == "sqs:SendMessage"}
     assert sent == {"longjobs-jobs", "longjobs-jobs-high", "longjobs-jobs-low"}
     assert {a.action for a in exercise.auths("producer")} == {"sqs:SendMessage"}

@@ -60,6 +60,7 @@ LOW_QUEUE = f"{NAMES.queue}-low"
 TASK_ROLE = f"arn:aws:iam::{ACCOUNT}:role/longjobs-WorkerTaskRole-abc"
 EXECUTION_ROLE = f"arn:aws:iam::{ACCOUNT}:role/longjobs-WorkerExecutionRole-abc"
 ECS_TASKS = "ecs-tasks.amazonaws.com"
+WORKER_LOG_GROUP = "longjobs-WorkerLogGroup-abc"
 
 # component label -> the template resource holding its policy
 COMPONENTS = {
@@ -79,7 +80,8 @@ ATTRS = {"Cluster.Arn": CLUSTER_ARN, "JobTable.Arn": TABLE_ARN, "JobQueue.Arn": 
          "LowJobQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{LOW_QUEUE}",
          "WorkerTaskRole.Arn": TASK_ROLE, "WorkerExecutionRole.Arn": EXECUTION_ROLE,
          "EventDeadLetterQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:longjobs-events-dlq",
-         "JobDeadLetterQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{NAMES.dlq}"}
+         "JobDeadLetterQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{NAMES.dlq}",
+         "WorkerLogGroup.Arn": f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{WORKER_LOG_GROUP}:*"}
 
 
 # ------------------------------------------------------------------------------ the evaluator
@@ -250,6 +252,13 @@ def authorizations(call: RecordedCall,
                                        call.operation)
         if op == "DescribeTaskDefinition":
             return [Auth("ecs:DescribeTaskDefinition", "*", operation=call.operation)]
+    if service == "logs" and "logGroupName" in t:
+        # A log group's actions are authorized on its ARN with the trailing ":*", the form
+        # GetAtt returns ("Log group" in https://docs.aws.amazon.com/AmazonCloudWatch/latest/
+        # logs/iam-access-control-overview-cwl.html; tagging actions aside).
+        return [Auth(f"logs:{op}",
+                     f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{t['logGroupName']}:*",
+                     operation=call.operation)]
     # Anything else: the same-named action on every resource; only a "*" grant allows it.
     return [Auth(f"{service}:{op}", "*", operation=call.operation)]
 
