@@ -13,27 +13,12 @@ status index were keyed as before sharding (one partition per state, projection 
 from __future__ import annotations
 
 import argparse
-import logging
-import os
-from typing import Any
 
-import boto3
-
-from dispatcher import settings
 from dispatcher.aws.dynamodb.model import key_schema
-from dispatcher.handlers import on_task_event
-from dispatcher.local.provision import provision
+from dispatcher.local.recorded_run import record_end_to_end
 from dispatcher.ports.record import INDEX_ATTRIBUTES
 from dispatcher.testing.capacity import IndexSpec, model, report, specs, unsharded
-from dispatcher.testing.moto import start_moto
-from dispatcher.testing.proxy import AwsProxy
-from dispatcher.testing.workload import (
-    DEMO_HANDLERS,
-    api_calls_end_to_end,
-    small_jobs,
-    stopped_event,
-)
-from dispatcher.wiring import pipeline
+from dispatcher.testing.workload import small_jobs
 
 
 def main() -> None:
@@ -44,38 +29,12 @@ def main() -> None:
     parser.add_argument("--payload-bytes", type=int, default=1000,
                         help="padding in each job's payload")
     args = parser.parse_args()
-    for k, v in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",
-                 "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
-                 "POWERTOOLS_LOG_LEVEL": "WARNING"}.items():
-        os.environ.setdefault(k, v)
-    logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
-    with start_moto() as moto, AwsProxy(moto.url, capture_items=True) as proxy:
-        moto.pin_ecs_tasks()
-        os.environ["AWS_ENDPOINT_URL"] = proxy.url
-        os.environ.update(provision(proxy.url))
-        env = {**os.environ, "LONGJOBS_MAX_RUNNING_TASKS": str(args.tasks),
-               "LONGJOBS_TASK_CONCURRENCY": "20", "LONGJOBS_TICK_SECONDS": "900"}
-        cfg = settings.load("dispatcher", env)
-        stages = pipeline.for_aws(cfg)
-        ecs = boto3.client("ecs", endpoint_url=moto.url)  # outside the proxy: not counted
-
-        def list_tasks() -> list[str]:
-            return [a for page in ecs.get_paginator("list_tasks").paginate(cluster=cfg.cluster)
-                    for a in page["taskArns"]]
-
-        def on_stopped(arn: str) -> Any:
-            return on_task_event(stopped_event(arn, cfg.container), cfg.container,
-                                 stages.reruns)
-
-        runner_env = {**env, "LONGJOBS_HANDLERS": DEMO_HANDLERS, "LONGJOBS_FLUSH_SECONDS": "30",
-                      "LONGJOBS_HEARTBEAT_SECONDS": "30", "LONGJOBS_ASSIGN_WAIT_SECONDS": "5"}
-        jobs = small_jobs(args.jobs, seconds=0)
-        for job in jobs:
-            job["payload"]["pad"] = "x" * args.payload_bytes
-        api_calls_end_to_end(proxy, stages.tick, jobs,
-                             wave=args.jobs, runner_env=runner_env, list_tasks=list_tasks,
-                             on_stopped=on_stopped)
-        calls = proxy.recorded()
+    jobs = small_jobs(args.jobs, seconds=0)
+    for job in jobs:
+        job["payload"]["pad"] = "x" * args.payload_bytes
+    calls = record_end_to_end(jobs, wave=args.jobs, tasks=args.tasks, capture_items=True,
+                              dispatcher_env={"LONGJOBS_TICK_SECONDS": "900"},
+                              runner_env={"LONGJOBS_HEARTBEAT_SECONDS": "30"})
     indexes = specs(key_schema(), INDEX_ATTRIBUTES)
     before = model(calls, args.jobs, [IndexSpec("by_status", "status_key", "status_at", "ALL")],
                    partition=unsharded)
