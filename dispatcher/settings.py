@@ -25,8 +25,10 @@ The other reads and writes of ``os.environ`` in the project are precisely these 
 - local mode (``dispatcher/local/``), which is not deployed: ``environment.py`` puts the moto
   endpoint and dummy credentials into the process environment, ``local_launcher.py`` hands a
   copy of it to task processes, ``warm.py`` (warm starts) gives each forked task its own
-  environment, and the demo's job handlers (``demo_handlers.py``) read ``LONGJOBS_DEMO_LOG``,
-  ``LONGJOBS_TASK_ARN`` and ``LONGJOBS_TASK_DEFINITION`` as any user's handler code may;
+  environment, ``recorded_run.py`` (the counting benchmarks' run) sets the endpoint and the
+  provisioned names in its own process as local mode does, and the demo's job handlers
+  (``demo_handlers.py``) read ``LONGJOBS_DEMO_LOG``, ``LONGJOBS_TASK_ARN`` and
+  ``LONGJOBS_TASK_DEFINITION`` as any user's handler code may;
 - ``dispatcher/cli/dispatch_commands.py`` passes ``os.environ`` to :func:`load` for a dry run
   with the launcher as ECS and a placeholder subnet (a dry run launches nothing).
 

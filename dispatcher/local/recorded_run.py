@@ -17,6 +17,7 @@ import boto3
 
 from dispatcher import settings
 from dispatcher.handlers import on_task_event
+from dispatcher.local.environment import DUMMY_CREDENTIALS
 from dispatcher.local.provision import provision
 from dispatcher.testing.moto import start_moto
 from dispatcher.testing.proxy import AwsProxy, RecordedCall
@@ -25,10 +26,9 @@ from dispatcher.wiring import pipeline
 
 __all__ = ["record_end_to_end"]
 
-# Fake credentials and a region for moto; a caller's own values are kept.
-_LOCAL_ENV = {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",
-              "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
-              "POWERTOOLS_LOG_LEVEL": "WARNING"}
+# Local mode's dummy credentials and region, and the tick's records kept quiet; a caller's own
+# values are kept.
+_LOCAL_ENV = {**DUMMY_CREDENTIALS, "POWERTOOLS_LOG_LEVEL": "WARNING"}
 
 
 def record_end_to_end(jobs: list[dict[str, Any]], *, wave: int, tasks: int,

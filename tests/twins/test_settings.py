@@ -141,7 +141,8 @@ def test_the_docstring_names_every_module_that_touches_the_environment() -> None
                       if reads_environment(p.read_text(encoding="utf-8")))
     documented = ["dispatcher/cli/dispatch_commands.py", "dispatcher/local/demo_handlers.py",
                   "dispatcher/local/environment.py", "dispatcher/local/local_launcher.py",
-                  "dispatcher/local/warm.py", "dispatcher/ops/client.py",
+                  "dispatcher/local/recorded_run.py", "dispatcher/local/warm.py",
+                  "dispatcher/ops/client.py",
                   "dispatcher/settings.py"]
     assert touching == documented
     doc = settings.__doc__ or ""
