@@ -24,6 +24,7 @@ from typing import Any
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.fairness import allocate
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
+from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import TableUnavailable
 from dispatcher.stages.admit import Admission, AdmissionStats
 from dispatcher.stages.launch import Launches, LaunchStats, launch_slots
@@ -137,6 +138,10 @@ class Tick:
         for b in due:
             if b.kind in room:
                 room[b.kind] -= b.slots
+        launching = {b.bundle_id for b in due}
+        left_due = Counter(str(b.priority) for b in waiting if b.bundle_id not in launching)
+        kinds = {k: (limit - max(0, room[k]), limit)
+                 for k, limit in self._policy.kind_limits.items()}
         for kind in blocked:  # its oldest due bundle waits for room: younger ones wait too
             room[kind] = 0
         d.due_bundles = len(due)
@@ -152,6 +157,16 @@ class Tick:
                 launch(ready)
             d.new_bundles = d.intake.bundles_recorded
         d.capacity_left = d.capacity - d.launch.bundles_launched
+        self._save_summary(TickSummary(
+            at=self._clock(), active=d.active_bundles + d.launch.bundles_launched,
+            max_running=self._policy.max_running_tasks, kinds=kinds, left_due=dict(left_due)))
+
+    def _save_summary(self, summary: TickSummary) -> None:
+        """One write a tick: what every waiting job's ``waiting_for`` is derived from."""
+        try:
+            self._store.save_tick_summary(summary)
+        except TableUnavailable as exc:  # only what `jobs show` explains is a tick older
+            log.error("saving the tick's summary failed", extra={"reason": exc.reason})
 
 
     def _kind_room(self, active: list[Bundle]) -> dict[str, int]:

@@ -15,6 +15,7 @@ from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState, Priority
 from dispatcher.domain.launches import Launch, LaunchState
+from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import (
     Absent,
     Add,
@@ -91,6 +92,13 @@ class StageStore(Recordings, HeldRetries, Deployments):
     def save_priority_credit(self, credit: Mapping[str, float]) -> None:
         """Keep the credit for the next tick (written by the lease holder only)."""
         self.table.write(Put(Record(r.FAIR_KEY, credit=dict(credit), updated_at=self.clock())))
+
+    # -- why jobs wait (dispatcher.domain.waiting) ----------------------------------------------
+    def save_tick_summary(self, summary: TickSummary) -> None:
+        """The tick's view of the slots: one write a tick, whatever the number of jobs waiting
+        (each job's ``waiting_for`` is derived from it and its bundle when read)."""
+        self.table.write(Put(Record(r.TICK_KEY, summary=summary.to_json(),
+                                    updated_at=self.clock())))
 
     # -- admission ------------------------------------------------------------------------------
     def due_bundles(self, limit: int, at: float, full_kinds: Collection[str] = (),

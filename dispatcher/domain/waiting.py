@@ -1,0 +1,142 @@
+"""Why a job is not running: the rule that names what a PENDING job waits for.
+
+Bundles are what wait (a bundle is the unit of launch), so the facts are the job's own (state,
+``not_before``, attempts, reason), its bundle's (state, next attempt, launch failures, task) and
+the last tick's summary (:class:`TickSummary`: running tasks against the maximum, each limited
+kind's running jobs against its limit, the due bundles it left waiting by priority). The tick
+writes that summary once per tick; nothing is written per job or per bundle for it: a job's
+:class:`Waiting` is computed when it is read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dispatcher.domain.lifecycle import HELD_AT
+
+# The reasons, as ``waiting_for.reason`` says them (``jobs list --waiting-for REASON``).
+SCHEDULED = "scheduled"  # until its not_before (or its bundle's due time)
+KIND_LIMIT = "kind_limit"  # its kind runs as many jobs as its limit lets
+CAPACITY = "capacity"  # every task slot is taken
+SPOT_BACKOFF = "spot_backoff"  # Fargate had no capacity: a relaunch after a backoff
+LAUNCH_BACKOFF = "launch_backoff"  # RunTask refused otherwise: a relaunch after a backoff
+PRIORITY = "priority"  # free slots went to bundles ahead of its own
+LAUNCHING = "launching"  # its bundle's launch is in flight
+STARTING = "starting"  # its bundle has a task that has not claimed it yet
+RERUN_PENDING = "rerun_pending"  # a rerun, waiting for its backoff or an earlier run to end
+RECORDING = "recording"  # its bundle is still being written
+REASONS = (SCHEDULED, KIND_LIMIT, CAPACITY, SPOT_BACKOFF, LAUNCH_BACKOFF, PRIORITY, LAUNCHING,
+           STARTING, RERUN_PENDING, RECORDING)
+
+# How RunTask's failures[] reason starts when Fargate (Spot or on-demand) has no capacity.
+# https://repost.aws/knowledge-center/ecs-fargate-runtask-capacity
+NO_CAPACITY = "Capacity is unavailable"
+PRIORITY_RANK = {"high": 0, "normal": 1, "low": 2}
+
+
+@dataclass(frozen=True)
+class TickSummary:
+    """What the last tick saw of the slots: ``active`` tasks of ``max_running``; ``kinds``:
+    each limited kind's (running jobs, limit); ``left_due``: due bundles it left PENDING, by
+    priority."""
+
+    at: float
+    active: int
+    max_running: int
+    kinds: dict[str, tuple[int, int]] = field(default_factory=dict)
+    left_due: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at": self.at, "active": self.active, "max_running": self.max_running,
+                "kinds": {k: list(v) for k, v in self.kinds.items()},
+                "left_due": dict(self.left_due)}
+
+    @staticmethod
+    def from_json(data: Any) -> TickSummary | None:
+        if not isinstance(data, dict):
+            return None
+        kinds = data.get("kinds") or {}
+        return TickSummary(at=float(data.get("at", 0)), active=int(data.get("active", 0)),
+                           max_running=int(data.get("max_running", 0)),
+                           kinds={str(k): (int(v[0]), int(v[1])) for k, v in kinds.items()},
+                           left_due={str(p): int(n)
+                                     for p, n in (data.get("left_due") or {}).items()})
+
+
+@dataclass(frozen=True)
+class BundleFacts:
+    """What of a job's bundle the rule reads."""
+
+    state: str
+    next_attempt_at: float | None = None
+    launch_failures: int = 0
+    last_failure: str | None = None
+    task_arn: str | None = None
+    launch_id: str | None = None
+    updated_at: float | None = None
+    kind: str | None = None
+    priority: str = "normal"
+    slots: int = 0
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """What a job waits for, with the numbers behind it (None where they do not apply)."""
+
+    reason: str
+    until: float | None = None  # scheduled, *_backoff, rerun_pending: when it is due
+    since: float | None = None  # launching, starting: since when
+    running: int | None = None  # kind_limit: jobs of its kind; capacity: tasks
+    limit: int | None = None  # kind_limit: its kind's limit; capacity: the task maximum
+    ahead: int | None = None  # priority: due bundles left waiting at its priority or above
+    kind: str | None = None
+    task_arn: str | None = None
+    launch_id: str | None = None
+    last_error: str | None = None
+    attempt: int | None = None  # rerun_pending: the attempt it waits to make
+    detail: str | None = None  # rerun_pending: why it reruns
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+def waiting_for(state: str, *, not_before: float | None, attempts: int, reason: str | None,
+                bundle: BundleFacts | None, summary: TickSummary | None,
+                now: float) -> Waiting | None:
+    """What a job in ``state`` waits for at ``now``; None unless it is PENDING."""
+    if state != "PENDING":
+        return None
+    scheduled = not_before is not None and not_before > now
+    if bundle is None or bundle.state == "RECORDING":
+        return Waiting(RECORDING)
+    if bundle.state == "LAUNCHING":
+        return Waiting(LAUNCHING, since=bundle.updated_at, launch_id=bundle.launch_id)
+    if bundle.state in ("LAUNCHED", "RUNNING"):  # RUNNING: its task has not taken it yet
+        return Waiting(STARTING, since=bundle.updated_at, task_arn=bundle.task_arn)
+    due = bundle.next_attempt_at
+    if due is not None and due >= HELD_AT:  # a retry held until an earlier run's task stops
+        return Waiting(RERUN_PENDING, attempt=attempts + 1, detail=reason)
+    if due is not None and due > now:
+        if bundle.launch_failures and bundle.last_failure:
+            kind = SPOT_BACKOFF if bundle.last_failure.startswith(NO_CAPACITY) \
+                else LAUNCH_BACKOFF
+            return Waiting(kind, until=due, last_error=bundle.last_failure)
+        if scheduled:
+            return Waiting(SCHEDULED, until=not_before)
+        if attempts > 0:
+            return Waiting(RERUN_PENDING, until=due, attempt=attempts + 1, detail=reason)
+        return Waiting(SCHEDULED, until=due)
+    if scheduled:
+        return Waiting(SCHEDULED, until=not_before)
+    if summary is None:  # no tick has looked at the slots yet
+        return Waiting(CAPACITY)
+    if bundle.kind is not None and bundle.kind in summary.kinds:
+        running, limit = summary.kinds[bundle.kind]
+        if running + max(1, bundle.slots) > limit:
+            return Waiting(KIND_LIMIT, kind=bundle.kind, running=running, limit=limit)
+    if summary.active >= summary.max_running:
+        return Waiting(CAPACITY, running=summary.active, limit=summary.max_running)
+    rank = PRIORITY_RANK.get(bundle.priority, 1)
+    ahead = sum(n for p, n in summary.left_due.items() if PRIORITY_RANK.get(p, 1) <= rank)
+    return Waiting(PRIORITY, ahead=ahead)
