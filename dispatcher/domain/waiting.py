@@ -87,9 +87,11 @@ class Waiting:
     reason: str
     until: float | None = None  # scheduled, *_backoff, rerun_pending: when it is due
     since: float | None = None  # launching, starting: since when
-    running: int | None = None  # kind_limit: jobs of its kind; capacity: tasks
-    limit: int | None = None  # kind_limit: its kind's limit; capacity: the task maximum
-    ahead: int | None = None  # priority: due bundles left waiting at its priority or above
+    running: int | None = None  # kind_limit: jobs of its kind; capacity, priority: tasks
+    limit: int | None = None  # kind_limit: its kind's limit; capacity, priority: task maximum
+    # priority: due bundles the last tick left waiting that go first (of a higher priority;
+    # with a slot free, of its own)
+    ahead: int | None = None
     kind: str | None = None
     task_arn: str | None = None
     launch_id: str | None = None
@@ -101,13 +103,16 @@ class Waiting:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
-def waiting_for(state: str, *, not_before: float | None, attempts: int, reason: str | None,
+def waiting_for(state: str, *, not_before: float | None, runs: int, reason: str | None,
                 bundle: BundleFacts | None, summary: TickSummary | None,
                 now: float) -> Waiting | None:
-    """What a job in ``state`` waits for at ``now``; None unless it is PENDING."""
+    """What a job in ``state`` waits for at ``now``; None unless it is PENDING. ``runs``: the
+    runs it has had (counted attempts and infrastructure ones): a rerun's Waiting carries the
+    run it waits to make (``attempt``) and why it reruns (``detail``, its reason)."""
     if state != "PENDING":
         return None
     scheduled = not_before is not None and not_before > now
+    attempt, detail = (runs + 1, reason) if runs else (None, None)
     if bundle is None or bundle.state == "RECORDING":
         return Waiting(RECORDING)
     if bundle.state == "LAUNCHING":
@@ -116,7 +121,7 @@ def waiting_for(state: str, *, not_before: float | None, attempts: int, reason: 
         return Waiting(STARTING, since=bundle.updated_at, task_arn=bundle.task_arn)
     due = bundle.next_attempt_at
     if due is not None and due >= HELD_AT:  # a retry held until an earlier run's task stops
-        return Waiting(RERUN_PENDING, attempt=attempts + 1, detail=reason)
+        return Waiting(RERUN_PENDING, attempt=runs + 1, detail=reason)
     if due is not None and due > now:
         if bundle.launch_failures and bundle.last_failure:
             kind = SPOT_BACKOFF if bundle.last_failure.startswith(NO_CAPACITY) \
@@ -124,19 +129,29 @@ def waiting_for(state: str, *, not_before: float | None, attempts: int, reason: 
             return Waiting(kind, until=due, last_error=bundle.last_failure)
         if scheduled:
             return Waiting(SCHEDULED, until=not_before)
-        if attempts > 0:
-            return Waiting(RERUN_PENDING, until=due, attempt=attempts + 1, detail=reason)
+        if runs:
+            return Waiting(RERUN_PENDING, until=due, attempt=runs + 1, detail=reason)
         return Waiting(SCHEDULED, until=due)
     if scheduled:
         return Waiting(SCHEDULED, until=not_before)
     if summary is None:  # no tick has looked at the slots yet
-        return Waiting(CAPACITY)
+        return Waiting(CAPACITY, attempt=attempt, detail=detail)
     if bundle.kind is not None and bundle.kind in summary.kinds:
         running, limit = summary.kinds[bundle.kind]
         if running + max(1, bundle.slots) > limit:
-            return Waiting(KIND_LIMIT, kind=bundle.kind, running=running, limit=limit)
-    if summary.active >= summary.max_running:
-        return Waiting(CAPACITY, running=summary.active, limit=summary.max_running)
+            return Waiting(KIND_LIMIT, kind=bundle.kind, running=running, limit=limit,
+                           attempt=attempt, detail=detail)
+    active, most = summary.active, summary.max_running
     rank = PRIORITY_RANK.get(bundle.priority, 1)
-    ahead = sum(n for p, n in summary.left_due.items() if PRIORITY_RANK.get(p, 1) <= rank)
-    return Waiting(PRIORITY, ahead=ahead)
+    higher = sum(n for p, n in summary.left_due.items() if PRIORITY_RANK.get(p, 1) < rank)
+    if higher:  # bundles of a higher priority wait too: a slot that frees goes to them first
+        return Waiting(PRIORITY, ahead=higher, running=active, limit=most, attempt=attempt,
+                       detail=detail)
+    if active >= most:
+        return Waiting(CAPACITY, running=active, limit=most, attempt=attempt, detail=detail)
+    # A slot is free: the next tick launches it, after the due bundles of its priority.
+    ahead = sum(n for p, n in summary.left_due.items() if PRIORITY_RANK.get(p, 1) == rank)
+    if runs and not ahead:
+        return Waiting(RERUN_PENDING, attempt=attempt, detail=detail)
+    return Waiting(PRIORITY, ahead=ahead, running=active, limit=most, attempt=attempt,
+                   detail=detail)
