@@ -78,6 +78,7 @@ class BundleFacts:
     kind: str | None = None
     priority: str = "normal"
     slots: int = 0
+    stopped_task: str | None = None  # the task whose stop was handled last (a rerun's cause)
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,8 @@ def waiting_for(state: str, *, not_before: float | None, runs: int, reason: str 
     if state != "PENDING":
         return None
     scheduled = not_before is not None and not_before > now
+    if bundle is not None and not reason and bundle.stopped_task:
+        reason = f"task {bundle.stopped_task} stopped"
     attempt, detail = (runs + 1, reason) if runs else (None, None)
     if bundle is None or bundle.state == "RECORDING":
         return Waiting(RECORDING)

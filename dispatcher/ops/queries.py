@@ -110,7 +110,8 @@ def waiting_of(item: Record, bundle: Record | None, summary: TickSummary | None,
         state=bundle.state or "", next_attempt_at=bundle.next_attempt_at,
         launch_failures=int(bundle.launch_failures or 0), last_failure=bundle.last_failure,
         task_arn=bundle.task_arn, launch_id=bundle.launch_id, updated_at=bundle.updated_at,
-        kind=bundle.kind, priority=bundle.priority or "normal", slots=int(bundle.slots or 0))
+        kind=bundle.kind, priority=bundle.priority or "normal", slots=int(bundle.slots or 0),
+        stopped_task=bundle.reported_stop)
     runs = int(item.attempts or 0) + int(item.infra_attempts or 0)
     return waiting_for(item.state, not_before=item.not_before, runs=runs, reason=item.reason,
                        bundle=facts, summary=summary, now=at)
