@@ -106,15 +106,20 @@ def waiting_of(item: Record, bundle: Record | None, summary: TickSummary | None,
     record, its bundle's and the last tick's summary."""
     if item.pk.startswith("REJECT#") or item.state != JobState.PENDING:
         return None
-    facts = None if bundle is None else BundleFacts(
+    runs = int(item.attempts or 0) + int(item.infra_attempts or 0)
+    return waiting_for(item.state, not_before=item.not_before, runs=runs, reason=item.reason,
+                       bundle=None if bundle is None else bundle_facts(bundle),
+                       summary=summary, now=at)
+
+
+def bundle_facts(bundle: Record) -> BundleFacts:
+    """What the waiting rule reads of a bundle's record."""
+    return BundleFacts(
         state=bundle.state or "", next_attempt_at=bundle.next_attempt_at,
         launch_failures=int(bundle.launch_failures or 0), last_failure=bundle.last_failure,
         task_arn=bundle.task_arn, launch_id=bundle.launch_id, updated_at=bundle.updated_at,
         kind=bundle.kind, priority=bundle.priority or "normal", slots=int(bundle.slots or 0),
         stopped_task=bundle.reported_stop)
-    runs = int(item.attempts or 0) + int(item.infra_attempts or 0)
-    return waiting_for(item.state, not_before=item.not_before, runs=runs, reason=item.reason,
-                       bundle=facts, summary=summary, now=at)
 
 
 @dataclass(frozen=True)

@@ -4,17 +4,21 @@ the tick: one write a tick, however many jobs wait."""
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from dispatcher.cli import jobs_commands
 from dispatcher.cli.app import app
+from dispatcher.cli.top_commands import render
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.stops import StopCode, TaskStop
 from dispatcher.ops.queries import JobSummary, Queries
+from dispatcher.ops.top import Top
 from dispatcher.ports.table import Put, Record, Set, Update
 from dispatcher.store import codec as r
 from dispatcher.testing.memory_table import MemoryTable
@@ -81,6 +85,16 @@ def test_kind_limit_with_its_kinds_running_jobs_and_the_list_filters_by_it(cli: 
     assert "WAITING FOR" in table and "kind_limit" in table and "scheduled" in table
     bad = CliRunner().invoke(app, ["jobs", "list", "--waiting-for", "nothing"])
     assert bad.exit_code == 2 and "unknown waiting reason" in bad.output
+    # top counts the bundles by the same rule.
+    snap = Top(tw.store, clock=tw.clock).snapshot()
+    assert snap.waiting_for == {"kind_limit": 1, "scheduled": 1, "starting": 1}
+    assert "waiting for  kind_limit 1  scheduled 1  starting 1" in _text(render(snap))
+
+
+def _text(renderable: Any) -> str:
+    out = io.StringIO()
+    Console(file=out, width=120).print(renderable)
+    return out.getvalue()
 
 
 def _failed_launches(tw: Twins, reasons: list[str], jobs: list[tuple[str, str]]) -> None:
