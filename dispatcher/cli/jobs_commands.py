@@ -75,7 +75,7 @@ def jobs_list(
     as_json: JsonOpt = False,
 ) -> None:
     """Jobs newest first (by creation), read through the status index. Long ids are shortened
-    to a prefix no other row shares; --wide or --json shows them whole. WAITING FOR says why a
+    to a prefix no other row shares; --wide or --json shows them whole. WAITING says why a
     job is not running yet (docs/operating.md, "Why a job waits")."""
     rows = guarded(lambda: client().list(
         status=status, kind=kind, since_seconds=parse_duration(since) if since else None,
@@ -87,7 +87,11 @@ def jobs_list(
     # One space between columns, every column but REASON on one line: at 80 columns REASON
     # keeps about 20 characters and wraps at word boundaries (--wide: whole, however wide).
     table = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0))
-    for name in ("JOB ID", "STATE", "KIND", "CREATED (UTC)", "TRIES", "WAITING FOR"):
+    # WAITING (what a PENDING job waits for, `jobs show` has its numbers) only when a row
+    # waits: the columns left to REASON are few at 80 columns.
+    waits = any(r.waiting_for is not None for r in rows)
+    for name in ("JOB ID", "STATE", "KIND", "CREATED (UTC)", "TRIES",
+                 *(["WAITING"] if waits else [])):
         table.add_column(name, no_wrap=True, overflow="ellipsis",
                          max_width=14 if name == "KIND" and not wide else None)
     table.add_column("REASON", min_width=16)
@@ -96,9 +100,9 @@ def jobs_list(
         if r.infra_attempts:
             attempts += f" +{r.infra_attempts} infra"
         created = when(r.to_json()["created_at"])
+        waiting = [r.waiting_for.reason if r.waiting_for else "-"] if waits else []
         table.add_row(*map(Text, (ids[r.job_id], r.state, r.kind or "-",
-                                  created if wide else created[:16], attempts,
-                                  r.waiting_for.reason if r.waiting_for else "-",
+                                  created if wide else created[:16], attempts, *waiting,
                                   r.reason or "" if wide else short(r.reason, 60))))
     console = wide_console() if wide else Console()
     console.print(table)
