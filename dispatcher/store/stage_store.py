@@ -62,6 +62,10 @@ from dispatcher.store.values import JobUpdate, LaunchOutcome
 LAUNCH_TTL_SECONDS = 7 * 86400
 
 
+# The tick's summary (TICK#summary) outlives the last tick by this much.
+TICK_SUMMARY_TTL_SECONDS = 86400
+
+
 class StageStore(Recordings, HeldRetries, Deployments):
     """What the tick and the task-event handler ask of the table (the dry run wraps this)."""
 
@@ -96,9 +100,11 @@ class StageStore(Recordings, HeldRetries, Deployments):
     # -- why jobs wait (dispatcher.domain.waiting) ----------------------------------------------
     def save_tick_summary(self, summary: TickSummary) -> None:
         """The tick's view of the slots: one write a tick, whatever the number of jobs waiting
-        (each job's ``waiting_for`` is derived from it and its bundle when read)."""
-        self.table.write(Put(Record(r.TICK_KEY, summary=summary.to_json(),
-                                    updated_at=self.clock())))
+        (each job's ``waiting_for`` is derived from it and its bundle when read). It expires
+        a day after the last tick: a stack left idle keeps nothing of it."""
+        t = self.clock()
+        self.table.write(Put(Record(r.TICK_KEY, summary=summary.to_json(), updated_at=t,
+                                    expires_at=int(t + TICK_SUMMARY_TTL_SECONDS))))
 
     # -- admission ------------------------------------------------------------------------------
     def due_bundles(self, limit: int, at: float, full_kinds: Collection[str] = (),
