@@ -38,19 +38,21 @@ PRIORITY_RANK = {"high": 0, "normal": 1, "low": 2}
 @dataclass(frozen=True)
 class TickSummary:
     """What the last tick saw of the slots: ``active`` tasks of ``max_running``; ``kinds``:
-    each limited kind's (running jobs, limit); ``left_due``: due bundles it left PENDING, by
-    priority."""
+    each limited kind's (running jobs, limit); ``blocked``: the limited kinds whose oldest due
+    bundle did not fit their room (its younger ones wait behind it); ``left_due``: due bundles
+    it left PENDING, by priority."""
 
     at: float
     active: int
     max_running: int
     kinds: dict[str, tuple[int, int]] = field(default_factory=dict)
     left_due: dict[str, int] = field(default_factory=dict)
+    blocked: frozenset[str] = frozenset()
 
     def to_json(self) -> dict[str, Any]:
         return {"at": self.at, "active": self.active, "max_running": self.max_running,
                 "kinds": {k: list(v) for k, v in self.kinds.items()},
-                "left_due": dict(self.left_due)}
+                "left_due": dict(self.left_due), "blocked": sorted(self.blocked)}
 
     @staticmethod
     def from_json(data: Any) -> TickSummary | None:
@@ -61,7 +63,8 @@ class TickSummary:
                            max_running=int(data.get("max_running", 0)),
                            kinds={str(k): (int(v[0]), int(v[1])) for k, v in kinds.items()},
                            left_due={str(p): int(n)
-                                     for p, n in (data.get("left_due") or {}).items()})
+                                     for p, n in (data.get("left_due") or {}).items()},
+                           blocked=frozenset(str(k) for k in data.get("blocked") or ()))
 
 
 @dataclass(frozen=True)
@@ -141,7 +144,7 @@ def waiting_for(state: str, *, not_before: float | None, runs: int, reason: str 
         return Waiting(CAPACITY, attempt=attempt, detail=detail)
     if bundle.kind is not None and bundle.kind in summary.kinds:
         running, limit = summary.kinds[bundle.kind]
-        if running + max(1, bundle.slots) > limit:
+        if running + max(1, bundle.slots) > limit or bundle.kind in summary.blocked:
             return Waiting(KIND_LIMIT, kind=bundle.kind, running=running, limit=limit,
                            attempt=attempt, detail=detail)
     active, most = summary.active, summary.max_running

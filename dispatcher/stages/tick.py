@@ -133,8 +133,8 @@ class Tick:
         d.capacity = max(0, self._policy.max_running_tasks - d.active_bundles)
         room = self._kind_room(active)
         # Jobs of each limited kind running as the tick ends: as active, plus what it launches.
-        kind_running = Counter({k: limit - left for k, left in room.items()
-                                for limit in [self._policy.kind_limits[k]]})
+        kind_running = Counter({k: self._policy.kind_limits[k] - left
+                                for k, left in room.items()})
         waiting, blocked = self._due(d.capacity, room)
         visible = self._admission.backlog() if d.capacity > 0 else {}
         due, queue_slots = self._share(d.capacity, waiting, visible)
@@ -169,7 +169,7 @@ class Tick:
             at=self._clock(), active=d.active_bundles + d.launch.bundles_launched,
             max_running=self._policy.max_running_tasks,
             kinds={k: (n, self._policy.kind_limits[k]) for k, n in kind_running.items()},
-            left_due=dict(left_due)))
+            left_due=dict(left_due), blocked=frozenset(blocked)))
 
     def _save_summary(self, summary: TickSummary) -> None:
         """One write a tick: what every waiting job's ``waiting_for`` is derived from."""

@@ -69,6 +69,10 @@ def test_a_kind_at_its_limit_before_the_task_slots() -> None:
     summary = TickSummary(at=NOW, active=1, max_running=4, kinds={"render": (2, 3)})
     assert rule(pending(kind="render", slots=1), summary).reason == "priority"
     assert rule(pending(kind="render", slots=2), summary).reason == "kind_limit"
+    # The tick found the kind's oldest due bundle too wide for its room: all of it waits.
+    blocked = TickSummary(at=NOW, active=1, max_running=4, kinds={"render": (2, 3)},
+                          blocked=frozenset({"render"}))
+    assert rule(pending(kind="render"), blocked).reason == "kind_limit"
 
 
 def test_capacity_then_priority() -> None:
@@ -96,6 +100,7 @@ def test_a_rerun_carries_its_attempt_and_why() -> None:
 
 
 def test_the_summary_survives_its_json() -> None:
-    s = TickSummary(at=NOW, active=2, max_running=9, kinds={"r": (1, 2)}, left_due={"low": 1})
+    s = TickSummary(at=NOW, active=2, max_running=9, kinds={"r": (1, 2)}, left_due={"low": 1},
+                    blocked=frozenset({"r"}))
     assert TickSummary.from_json(s.to_json()) == s
     assert TickSummary.from_json(None) is None
