@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dispatcher.domain.jobs import PRIORITY_ORDER
 from dispatcher.domain.lifecycle import HELD_AT
 
 # The reasons, as ``waiting_for.reason`` says them (``jobs list --waiting-for REASON``).
@@ -32,7 +33,7 @@ REASONS = (SCHEDULED, KIND_LIMIT, CAPACITY, SPOT_BACKOFF, LAUNCH_BACKOFF, PRIORI
 # How RunTask's failures[] reason starts when Fargate (Spot or on-demand) has no capacity.
 # https://repost.aws/knowledge-center/ecs-fargate-runtask-capacity
 NO_CAPACITY = "Capacity is unavailable"
-PRIORITY_RANK = {"high": 0, "normal": 1, "low": 2}
+PRIORITY_RANK = {str(p): n for n, p in enumerate(PRIORITY_ORDER)}
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,9 @@ class Waiting:
     task_arn: str | None = None
     launch_id: str | None = None
     last_error: str | None = None
-    attempt: int | None = None  # rerun_pending: the attempt it waits to make
-    detail: str | None = None  # rerun_pending: why it reruns
+    # A rerun (whatever it waits for): the run it waits to make, and why it reruns.
+    attempt: int | None = None
+    detail: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
