@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.domain.message import compact_json
+from dispatcher.domain.waiting import TickSummary
+from dispatcher.ops.queries import waiting_of
 from dispatcher.ports.table import Record
 from dispatcher.store import codec as r
 from dispatcher.testing.memory_queue import MemoryQueue
@@ -279,3 +281,25 @@ def unconverged(view: View) -> list[str]:
     still RECORDING or LAUNCHING)."""
     return [f"bundle {b.bundle_id} is still {b.state} after a whole tick" for b in view.bundles()
             if b.state in (BundleState.RECORDING, BundleState.LAUNCHING)]
+
+
+def unexplained_waits(view: View, now: float) -> list[str]:
+    """Every PENDING job says what it waits for (``jobs show``'s rule, on the job's record,
+    its bundle's and the tick's summary), and what it says matches its bundle."""
+    tick = view.items.get(r.TICK_KEY)
+    summary = TickSummary.from_json(tick.summary) if tick is not None else None
+    out = []
+    for pk, rec in view.items.items():
+        if not pk.startswith("JOB#") or rec.state != JobState.PENDING:
+            continue
+        bundle = view.items.get(r.bundle_key(rec.bundle_id or ""))
+        w = waiting_of(rec, bundle, summary, now)
+        state = bundle.state if bundle is not None else None
+        expected = {"LAUNCHING": "launching", "LAUNCHED": "starting", "RUNNING": "starting"}
+        if w is None:
+            out.append(f"{rec.job_id} is PENDING and says nothing about what it waits for")
+        elif state in expected and w.reason != expected[state]:
+            out.append(f"{rec.job_id} waits for {w.reason} in a {state} bundle")
+        elif w.until is not None and w.until <= now:
+            out.append(f"{rec.job_id} waits for {w.reason} until {w.until}, past at {now}")
+    return out

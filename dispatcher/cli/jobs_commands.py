@@ -32,6 +32,7 @@ from dispatcher.cli.common import (
 )
 from dispatcher.cli.error_policy import guarded
 from dispatcher.domain.errors import LongjobsError
+from dispatcher.domain.waiting import REASONS
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -67,14 +68,18 @@ def jobs_list(
     kind: Annotated[str | None, typer.Option(help="Only jobs of this kind.")] = None,
     since: Annotated[str | None, typer.Option(help="Created within, e.g. 15m, 2h, 1d.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many jobs.")] = 50,
+    waiting_for: Annotated[str | None, typer.Option(
+        "--waiting-for", help="Only PENDING jobs waiting for this reason: "
+        + ", ".join(REASONS) + ".")] = None,
     wide: WideOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Jobs newest first (by creation), read through the status index. Long ids are shortened
-    to a prefix no other row shares; --wide or --json shows them whole."""
+    to a prefix no other row shares; --wide or --json shows them whole. WAITING says why a
+    job is not running yet (docs/operating.md, "Why a job waits")."""
     rows = guarded(lambda: client().list(
         status=status, kind=kind, since_seconds=parse_duration(since) if since else None,
-        limit=limit))
+        limit=limit, waiting_for=waiting_for))
     if as_json:
         print_json({"jobs": [r.to_json() for r in rows], "count": len(rows)})
         return
@@ -82,7 +87,11 @@ def jobs_list(
     # One space between columns, every column but REASON on one line: at 80 columns REASON
     # keeps about 20 characters and wraps at word boundaries (--wide: whole, however wide).
     table = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0))
-    for name in ("JOB ID", "STATE", "KIND", "CREATED (UTC)", "TRIES"):
+    # WAITING (what a PENDING job waits for, `jobs show` has its numbers) only when a row
+    # waits: the columns left to REASON are few at 80 columns.
+    waits = any(r.waiting_for is not None for r in rows)
+    for name in ("JOB ID", "STATE", "KIND", "CREATED (UTC)", "TRIES",
+                 *(["WAITING"] if waits else [])):
         table.add_column(name, no_wrap=True, overflow="ellipsis",
                          max_width=14 if name == "KIND" and not wide else None)
     table.add_column("REASON", min_width=16)
@@ -91,8 +100,9 @@ def jobs_list(
         if r.infra_attempts:
             attempts += f" +{r.infra_attempts} infra"
         created = when(r.to_json()["created_at"])
+        waiting = [r.waiting_for.reason if r.waiting_for else "-"] if waits else []
         table.add_row(*map(Text, (ids[r.job_id], r.state, r.kind or "-",
-                                  created if wide else created[:16], attempts,
+                                  created if wide else created[:16], attempts, *waiting,
                                   r.reason or "" if wide else short(r.reason, 60))))
     console = wide_console() if wide else Console()
     console.print(table)
@@ -130,6 +140,8 @@ def _render_detail(d: JobDetail, console: Console) -> None:
             value = d.display(value) if name == "payload" or value is not None else None
         if value is not None:
             head.add_row(name, Text(value if isinstance(value, str) else json.dumps(value)))
+    if d.summary.waiting_for is not None:
+        head.add_row("waiting for", Text(_waiting_text(data["waiting_for"])))
     if d.error:
         head.add_row("error", Text(f"{d.error.get('type', '?')}: {d.error.get('message', '')}"))
     if d.bundle:
@@ -168,6 +180,29 @@ def _render_detail(d: JobDetail, console: Console) -> None:
             console.print(Text(f"log: unknown ({latest['unknown']})"))
         console.print(Text(f"  `longjobs jobs logs {d.summary.job_id}` prints this job's "
                            "own lines"))
+
+
+def _waiting_text(w: dict[str, object]) -> str:
+    """``reason`` then its numbers, e.g. ``kind_limit (render: 4/4 running)``."""
+    reason = w["reason"]
+    if reason == "kind_limit":
+        text = f"{reason} ({w.get('kind')}: {w.get('running')}/{w.get('limit')} running)"
+    elif reason == "capacity" and "limit" in w:
+        text = f"{reason} (tasks {w.get('running')}/{w.get('limit')})"
+    elif reason == "priority":
+        text = f"{reason} ({w.get('ahead')} due bundles ahead)"
+    else:
+        text = str(reason)
+    if "until" in w:
+        text += f" until {when(str(w['until']))}"
+    if "since" in w:
+        text += f" since {when(str(w['since']))}"
+    if "attempt" in w:
+        text += f", attempt {w['attempt']}"
+    for key in ("task_arn", "launch_id", "last_error", "detail"):
+        if w.get(key):
+            text += f"; {key.replace('_', ' ')}: {w[key]}"
+    return text
 
 
 @jobs_app.command("logs")

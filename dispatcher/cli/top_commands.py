@@ -140,4 +140,6 @@ def render(s: Snapshot, interval: float | None = None) -> RenderableType:
     else:
         parts.append(Text(f"dispatch lag: {s.waiting_bundles} bundle(s) waiting for a launch, "
                           f"the longest for {_duration(s.dispatch_lag_seconds)}"))
+    if s.waiting_for:
+        parts.append(Text(f"waiting for  {_pairs(s.waiting_for)}"))
     return Group(*parts)

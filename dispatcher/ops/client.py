@@ -207,7 +207,9 @@ class JobClient:
     # Keep `list` the last method: below it, `list[...]` in a class-level annotation would name
     # this method (mypy: "not valid as a type").
     def list(self, *, status: str | None = None, kind: str | None = None,
-             since_seconds: float | None = None, limit: int = 50) -> builtins.list[JobSummary]:
-        """Jobs newest first, through the status index (never a table scan)."""
+             since_seconds: float | None = None, limit: int = 50,
+             waiting_for: str | None = None) -> builtins.list[JobSummary]:
+        """Jobs newest first, through the status index (never a table scan); ``waiting_for``:
+        only PENDING jobs waiting for that reason (:mod:`dispatcher.domain.waiting`)."""
         return self.queries().list_jobs(status=status, kind=kind, since_seconds=since_seconds,
-                                         limit=limit)
+                                         limit=limit, waiting_for=waiting_for)

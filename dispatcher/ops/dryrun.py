@@ -21,6 +21,7 @@ from dispatcher.domain.deployment import Deployment
 from dispatcher.domain.jobs import Job, Priority, Rejection
 from dispatcher.domain.launches import Launch
 from dispatcher.domain.pacing import LaunchPacer
+from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.launcher import Launcher, LaunchRequest, LaunchResult, TaskStatus
 from dispatcher.ports.queue import BATCH, Backlog, Queue, Received
 from dispatcher.settings import Config
@@ -105,6 +106,9 @@ class DryRunStore(StageStore):
 
     def save_priority_credit(self, credit: Mapping[str, float]) -> None:
         self._plan.would("save_priority_credit", credit=dict(credit))
+
+    def save_tick_summary(self, summary: TickSummary) -> None:
+        self._plan.would("save_tick_summary", summary=summary.to_json())
 
     def orphaned_launches(self, older_than: float) -> list[Launch]:
         return self._inner.orphaned_launches(older_than)

@@ -21,6 +21,7 @@ from typing import Any
 
 from dispatcher.domain.errors import JobNotFound, LongjobsError
 from dispatcher.domain.jobs import JobState
+from dispatcher.domain.waiting import REASONS, BundleFacts, TickSummary, Waiting, waiting_for
 from dispatcher.ops.history import Attempt, Flat, flat, opt
 from dispatcher.ops.job_log import JobLog, LogCursor, log_streams, read
 from dispatcher.ports.job_logs import JobLogs
@@ -36,6 +37,8 @@ HOUR = 3600.0
 JOB_STATES: tuple[JobState, ...] = tuple(JobState)
 # Not a stored state: a PENDING job whose not_before is still ahead (see Job.scheduled).
 SCHEDULED = "SCHEDULED"
+# `jobs list --waiting-for`: the newest PENDING jobs read to find those waiting so.
+WAITING_READ = 1000
 # The error a cancelled handler's stop leaves (ctx.raise_if_cancelled, an async task's cancel).
 CANCEL_ERRORS = ("Interrupted", "CancelledError")
 
@@ -67,10 +70,21 @@ class JobSummary(Flat):
     infra_attempts: int
     bundle_id: str | None
     reason: str | None
+    # What a job not running waits for (dispatcher.domain.waiting); None once it runs or ended.
+    waiting_for: Waiting | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = flat(self)
+        w = self.waiting_for
+        out["waiting_for"] = None if w is None else {
+            k: opt(iso, v) if k in ("until", "since") else v for k, v in w.to_json().items()}
+        return out
 
     @staticmethod
-    def from_item(item: Record, at: float | None = None) -> JobSummary:
-        """``at``: now, to show a PENDING job waiting for its not_before as SCHEDULED."""
+    def from_item(item: Record, at: float | None = None,
+                  waiting: Waiting | None = None) -> JobSummary:
+        """``at``: now, to show a PENDING job waiting for its not_before as SCHEDULED;
+        ``waiting``: what it waits for (:func:`waiting_of`)."""
         rejected = item.pk.startswith("REJECT#")
         state = item.state or ""
         if state == JobState.PENDING and at is not None and item.not_before is not None \
@@ -83,7 +97,29 @@ class JobSummary(Flat):
             attempts=int(item.attempts or 0),
             max_attempts=None if rejected else int(item.max_attempts or 0),
             infra_attempts=int(item.infra_attempts or 0), bundle_id=item.bundle_id,
-            reason=item.reason)
+            reason=item.reason, waiting_for=waiting)
+
+
+def waiting_of(item: Record, bundle: Record | None, summary: TickSummary | None,
+               at: float) -> Waiting | None:
+    """What the job of ``item`` waits for: the rule of :mod:`dispatcher.domain.waiting` on its
+    record, its bundle's and the last tick's summary."""
+    if item.pk.startswith("REJECT#") or item.state != JobState.PENDING:
+        return None
+    runs = int(item.attempts or 0) + int(item.infra_attempts or 0)
+    return waiting_for(item.state, not_before=item.not_before, runs=runs, reason=item.reason,
+                       bundle=None if bundle is None else bundle_facts(bundle),
+                       summary=summary, now=at)
+
+
+def bundle_facts(bundle: Record) -> BundleFacts:
+    """What the waiting rule reads of a bundle's record."""
+    return BundleFacts(
+        state=bundle.state or "", next_attempt_at=bundle.next_attempt_at,
+        launch_failures=int(bundle.launch_failures or 0), last_failure=bundle.last_failure,
+        task_arn=bundle.task_arn, launch_id=bundle.launch_id, updated_at=bundle.updated_at,
+        kind=bundle.kind, priority=bundle.priority or "normal", slots=int(bundle.slots or 0),
+        stopped_task=bundle.reported_stop)
 
 
 @dataclass(frozen=True)
@@ -178,8 +214,44 @@ class Queries:
 
     # -- list -----------------------------------------------------------------------------------
     def list_jobs(self, *, status: str | None = None, kind: str | None = None,
-                  since_seconds: float | None = None, limit: int = 50) -> list[JobSummary]:
-        """Newest first (by creation time, the index's range key), at most ``limit``."""
+                  since_seconds: float | None = None, limit: int = 50,
+                  waiting_for: str | None = None) -> list[JobSummary]:
+        """Newest first (by creation time, the index's range key), at most ``limit``; with
+        ``waiting_for``, only PENDING jobs waiting for that reason, among the newest
+        :data:`WAITING_READ` PENDING ones."""
+        if waiting_for is not None:
+            return self._list_waiting(waiting_for, status, kind, since_seconds, limit)
+        rows = self._list_items(status, kind, since_seconds, limit)
+        return self._summaries(rows, self.clock())
+
+    def _list_waiting(self, reason: str, status: str | None, kind: str | None,
+                      since_seconds: float | None, limit: int) -> list[JobSummary]:
+        if reason not in REASONS:
+            raise LongjobsError(f"unknown waiting reason {reason!r}; one of "
+                                + ", ".join(REASONS))
+        if status is not None and parse_status(status) not in (JobState.PENDING, SCHEDULED):
+            return []
+        rows = self._list_items(status or JobState.PENDING, kind, since_seconds,
+                                max(limit, WAITING_READ))
+        found = [s for s in self._summaries(rows, self.clock())
+                 if s.waiting_for is not None and s.waiting_for.reason == reason]
+        return found[:limit]
+
+    def _summaries(self, rows: list[Record], now: float) -> list[JobSummary]:
+        """Rows with what each PENDING one waits for: its bundle's record (one read per 100
+        bundles) and the tick's summary (one read), only if a row is PENDING."""
+        pending = [i for i in rows
+                   if i.state == JobState.PENDING and not i.pk.startswith("REJECT#")]
+        if not pending:
+            return [JobSummary.from_item(i, now) for i in rows]
+        summary = self.store.tick_summary()
+        bundles = {b.pk.split("#", 1)[1]: b for b in self.store.bundle_records(
+            [i.bundle_id for i in pending if i.bundle_id])}
+        return [JobSummary.from_item(i, now, waiting_of(i, bundles.get(i.bundle_id or ""),
+                                                        summary, now)) for i in rows]
+
+    def _list_items(self, status: str | None, kind: str | None, since_seconds: float | None,
+                    limit: int) -> list[Record]:
         states = [parse_status(status)] if status else list(JOB_STATES)
         now = self.clock()
         # A span longer than the epoch means everything (a date before 1970 has no ISO form).
@@ -191,7 +263,7 @@ class Queries:
                    self.store.list_jobs(JobState(state), since=since, kind=kind, limit=limit)
                    for state in states]
         merged = heapq.merge(*streams, key=lambda i: i.status_at or "", reverse=True)
-        return [JobSummary.from_item(i, now) for i in itertools.islice(merged, limit)]
+        return list(itertools.islice(merged, limit))
 
     # -- show -----------------------------------------------------------------------------------
     def show(self, job_id: str) -> JobDetail:
@@ -199,7 +271,10 @@ class Queries:
         if found is None:
             raise JobNotFound("no such job", job_id=job_id)
         item, bundle = found
-        summary = JobSummary.from_item(item, self.clock())  # SCHEDULED as `jobs list` says
+        now = self.clock()
+        waiting = waiting_of(item, bundle, self.store.tick_summary(), now) \
+            if item.state == JobState.PENDING and not item.pk.startswith("REJECT#") else None
+        summary = JobSummary.from_item(item, now, waiting)  # SCHEDULED as `jobs list` says
         if summary.state == JobState.REJECTED:
             return JobDetail(summary, None, False, None, None, None, None, [], None,
                              item.message_id, item.body)

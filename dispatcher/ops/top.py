@@ -10,8 +10,9 @@ terminal.
 Cost per snapshot, whatever the table holds: one GetQueueAttributes per queue (and the DLQ), the
 active bundles (one index query per active state, as ``stats`` reads them), COUNT queries of the
 status index bounded by the window (jobs) or by the work waiting (PENDING and RECORDING
-bundles), the PENDING bundles that RunTask refused (as ``stats``), and at most
-:data:`PENDING_SAMPLE` PENDING bundles for the dispatch lag. No query reads finished work beyond
+bundles), the PENDING bundles that RunTask refused (as ``stats``), at most
+:data:`PENDING_SAMPLE` PENDING bundles for the dispatch lag and what they wait for, and the
+tick's summary (one item). No query reads finished work beyond
 the window.
 
 What the index can answer, and what it cannot: a job's index time (``status_at``) is its
@@ -30,8 +31,10 @@ from typing import Any
 
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.jobs import PRIORITY_ORDER, JobState, Priority
-from dispatcher.ops.queries import JOB_STATES, Queries
+from dispatcher.domain.waiting import LAUNCHING, STARTING, waiting_for
+from dispatcher.ops.queries import JOB_STATES, Queries, bundle_facts
 from dispatcher.ports.queue import Backlog, Queue
+from dispatcher.ports.table import Record
 from dispatcher.settings import Config
 from dispatcher.store import codec as r
 
@@ -79,6 +82,9 @@ class Snapshot:
     kinds: list[KindRow]
     dispatch_lag_seconds: float | None  # longest wait of a launchable PENDING bundle
     waiting_bundles: int  # launchable PENDING bundles (not scheduled for later)
+    # Bundles not running yet by what they wait for (dispatcher.domain.waiting): the PENDING
+    # ones read for the dispatch lag, and the LAUNCHING and LAUNCHED ones.
+    waiting_for: dict[str, int] = field(default_factory=dict)
 
     @property
     def running_tasks(self) -> int:
@@ -107,6 +113,7 @@ class Snapshot:
                       for k in self.kinds],
             "dispatch_lag_seconds": self.dispatch_lag_seconds,
             "waiting_bundles": self.waiting_bundles,
+            "waiting_for": dict(self.waiting_for),
         }
 
 
@@ -127,14 +134,17 @@ class Top(Queries):
         cutoff = max(0.0, t - self.window_seconds)  # a window longer than the epoch: all
         active = self.store.active_bundles()
         admitted, rejected = self._admitted(cutoff)
-        lag, waiting = self._dispatch_lag(t)
+        pending = self.store.table.query(r.bundle_status(BundleState.PENDING),
+                                         limit=PENDING_SAMPLE)
+        lag, waiting = self._dispatch_lag(t, pending)
         return Snapshot(
             at=t, window_seconds=self.window_seconds, queues=self._queues(),
             dead_letters=self.dead_letters.backlog().visible if self.dead_letters else None,
             bundles=self._bundles(active), tasks_by_revision=_by_revision(active),
             admitted=admitted, rejected=rejected,
             launch_failures=self._launch_failures(cutoff),  # the Queries', as `stats`
-            kinds=self._kinds(active), dispatch_lag_seconds=lag, waiting_bundles=waiting)
+            kinds=self._kinds(active), dispatch_lag_seconds=lag, waiting_bundles=waiting,
+            waiting_for=self._waiting_for(t, pending, active))
 
     # -- the figures ----------------------------------------------------------------------------
     def _queues(self) -> list[QueueRow]:
@@ -160,12 +170,11 @@ class Top(Queries):
         rejected = counts.pop(str(JobState.REJECTED))
         return counts, rejected
 
-    def _dispatch_lag(self, t: float) -> tuple[float | None, int]:
+    def _dispatch_lag(self, t: float, rows: list[Record]) -> tuple[float | None, int]:
         """How long the longest-waiting launchable PENDING bundle has waited (since it became
         PENDING: admitted, rerun or refused by RunTask), and how many there are. Bundles
         scheduled for later (``not_before``) are not waiting; those backing off after a launch
         failure are (they would run if RunTask took them)."""
-        rows = self.store.table.query(r.bundle_status(BundleState.PENDING), limit=PENDING_SAMPLE)
         waiting = [b for b in map(r.record_bundle, rows)
                    if b.next_attempt_at <= t or b.launch_failures > 0]
         if not waiting:
@@ -175,6 +184,25 @@ class Top(Queries):
                     else max(b.updated_at or b.created_at, b.next_attempt_at)
                     for b in waiting)
         return max(0.0, t - since), len(waiting)
+
+    def _waiting_for(self, t: float, pending: list[Record],
+                     active: list[Bundle]) -> dict[str, int]:
+        """Bundles by what they wait for: the rule a job's ``waiting_for`` follows, on the
+        bundle (its runs: its launches less the refused ones) and the last tick's summary."""
+        summary = self.store.tick_summary()
+        reasons: Counter[str] = Counter()
+        for rec in pending:
+            runs = max(0, int(rec.attempt or 0) - int(rec.launch_failures or 0))
+            w = waiting_for("PENDING", not_before=None, runs=runs, reason=None,
+                            bundle=bundle_facts(rec), summary=summary, now=t)
+            if w is not None:
+                reasons[w.reason] += 1
+        for b in active:
+            if b.state == BundleState.LAUNCHING:
+                reasons[LAUNCHING] += 1
+            elif b.state == BundleState.LAUNCHED:
+                reasons[STARTING] += 1
+        return dict(sorted(reasons.items()))
 
     def _kinds(self, active: list[Bundle]) -> list[KindRow]:
         held: Counter[str] = Counter()

@@ -64,6 +64,8 @@ class Record:
     on_demand: str | None = None  # "true": the Spot fallback's launch type FARGATE
     # the share of task slots each priority has had (the tick's credit, by priority)
     credit: Any = None
+    # the last tick's view of the slots (TICK#summary): what `waiting_for` is derived from
+    summary: Any = None
     # lease (and the deployment: who wrote it last)
     owner: str | None = None
     lease_until: float | None = None
@@ -81,7 +83,7 @@ class Record:
 
 ATTRIBUTES: frozenset[str] = frozenset(f.name for f in fields(Record))
 JSON_ATTRIBUTES = frozenset({"payload", "result", "error", "history", "checkpoint", "credit",
-                             "container_env"})
+                             "container_env", "summary"})
 LIST_ATTRIBUTES = frozenset({"job_ids", "cancel_jobs", "running_jobs", "bundle_ids",
                              "task_arns"})
 NUMBER_ATTRIBUTES = frozenset(
@@ -89,14 +91,14 @@ NUMBER_ATTRIBUTES = frozenset(
 
 # What the status index holds of an item besides its keys (pk, status_key, status_at): what its
 # readers filter on, show or decode, and not the large or unbounded attributes (a job's payload,
-# result, error, history, checkpoint; a REJECTED record's body; the tick's credit; a bundle's
-# cancel requests and running jobs) nor those no reader of the index reads (expires_at,
+# result, error, history, checkpoint; a REJECTED record's body; the tick's credit and summary;
+# a bundle's cancel requests and running jobs) nor those no reader of the index reads (expires_at,
 # reported_stop) nor the deployment record's (image, container_env, derived_from, version: that
 # item has no index key). A write that changes none of these nor a key writes nothing to the index
 # (a checkpoint); a reader that needs the whole item reads it (``dispatcher.store.index.full``).
 INDEX_KEYS = ("pk", "status_key", "status_at")
 NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint", "body",
-                           "credit", "cancel_jobs", "running_jobs", "expires_at",
+                           "credit", "summary", "cancel_jobs", "running_jobs", "expires_at",
                            "reported_stop", "image", "container_env", "derived_from",
                            "version"})
 INDEX_ATTRIBUTES: tuple[str, ...] = tuple(sorted(ATTRIBUTES - NOT_PROJECTED - set(INDEX_KEYS)))

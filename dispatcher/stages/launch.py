@@ -31,15 +31,12 @@ from dispatcher.domain.errors import ConflictError, LaunchError, ResourceMissing
 from dispatcher.domain.jobs import Resources
 from dispatcher.domain.launches import Launch
 from dispatcher.domain.pacing import LaunchPacer, RateExceeded, providers_for
+from dispatcher.domain.waiting import NO_CAPACITY
 from dispatcher.ports.launcher import MAX_TASKS_PER_CALL, Launcher, LaunchRequest
 from dispatcher.stages.policy import LaunchPolicy
 from dispatcher.store import LaunchOutcome, StageStore
 
 log = logging.getLogger(__name__)
-
-# How RunTask's failures[] reason starts when Fargate (Spot or on-demand) has no capacity.
-# https://repost.aws/knowledge-center/ecs-fargate-runtask-capacity
-NO_CAPACITY = "Capacity is unavailable"
 
 
 def launch_slots(bundle: Bundle, concurrency: int, limits: Mapping[str, int]) -> int:

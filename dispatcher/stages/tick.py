@@ -24,6 +24,7 @@ from typing import Any
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.fairness import allocate
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
+from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import TableUnavailable
 from dispatcher.stages.admit import Admission, AdmissionStats
 from dispatcher.stages.launch import Launches, LaunchStats, launch_slots
@@ -131,12 +132,17 @@ class Tick:
         d.active_bundles = len(active) - d.reconcile.freed
         d.capacity = max(0, self._policy.max_running_tasks - d.active_bundles)
         room = self._kind_room(active)
+        # Jobs of each limited kind running as the tick ends: as active, plus what it launches.
+        kind_running = Counter({k: self._policy.kind_limits[k] - left
+                                for k, left in room.items()})
         waiting, blocked = self._due(d.capacity, room)
         visible = self._admission.backlog() if d.capacity > 0 else {}
         due, queue_slots = self._share(d.capacity, waiting, visible)
         for b in due:
             if b.kind in room:
                 room[b.kind] -= b.slots
+        launching = {b.bundle_id for b in due}
+        left_due = Counter(str(b.priority) for b in waiting if b.bundle_id not in launching)
         for kind in blocked:  # its oldest due bundle waits for room: younger ones wait too
             room[kind] = 0
         d.due_bundles = len(due)
@@ -150,8 +156,27 @@ class Tick:
                                                kind_room=room, shares=queue_slots,
                                                visible=visible):
                 launch(ready)
+                for b in ready:
+                    if b.kind is not None and b.kind in kind_running:
+                        kind_running[b.kind] += launch_slots(
+                            b, self._policy.task_concurrency, self._policy.kind_limits)
             d.new_bundles = d.intake.bundles_recorded
         d.capacity_left = d.capacity - d.launch.bundles_launched
+        for b in due:
+            if b.kind is not None and b.kind in kind_running:
+                kind_running[b.kind] += b.slots
+        self._save_summary(TickSummary(
+            at=self._clock(), active=d.active_bundles + d.launch.bundles_launched,
+            max_running=self._policy.max_running_tasks,
+            kinds={k: (n, self._policy.kind_limits[k]) for k, n in kind_running.items()},
+            left_due=dict(left_due), blocked=frozenset(blocked)))
+
+    def _save_summary(self, summary: TickSummary) -> None:
+        """One write a tick: what every waiting job's ``waiting_for`` is derived from."""
+        try:
+            self._store.save_tick_summary(summary)
+        except TableUnavailable as exc:  # only what `jobs show` explains is a tick older
+            log.error("saving the tick's summary failed", extra={"reason": exc.reason})
 
 
     def _kind_room(self, active: list[Bundle]) -> dict[str, int]:

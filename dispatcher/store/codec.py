@@ -3,7 +3,8 @@
 Key prefixes: ``JOB#<job_id>``, ``REJECT#<job_id or message_id>``, ``BUNDLE#<id>``,
 ``PAGE#<bundle id>#<n>`` (the job ids of a bundle recorded in pages), ``LAUNCH#<id>``,
 ``TASK#<task arn>`` (points a task at its bundle), ``LEASE#dispatcher``, ``FAIR#priorities``
-(each priority's credit for task slots, carried from tick to tick), ``DEPLOY#current`` (the
+(each priority's credit for task slots, carried from tick to tick), ``TICK#summary`` (the last
+tick's view of the slots, what a job's ``waiting_for`` is derived from), ``DEPLOY#current`` (the
 deployed job code, :class:`~dispatcher.domain.deployment.Deployment`). Index
 keys: ``status_key`` = ``<TYPE>#<STATE>#<shard>`` for jobs (and their REJECTED records),
 ``<TYPE>#<STATE>`` for bundles and launches; ``status_at`` = ISO-8601 UTC time.
@@ -37,6 +38,7 @@ from dispatcher.ports.table import Record
 
 LEASE_KEY = "LEASE#dispatcher"
 FAIR_KEY = "FAIR#priorities"
+TICK_KEY = "TICK#summary"
 DEPLOY_KEY = "DEPLOY#current"
 # How many index partitions each job state is spread over (see the module's docstring).
 JOB_SHARDS = 8

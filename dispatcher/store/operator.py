@@ -13,6 +13,7 @@ from dispatcher.domain import lifecycle, sizes
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, JobNotFound, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState, new_id
+from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import (
     Absent,
     And,
@@ -191,6 +192,15 @@ class OperatorStore(Deployments):
             return None
         bundle = self.table.get(r.bundle_key(rec.bundle_id)) if rec.bundle_id else None
         return rec, bundle
+
+    def tick_summary(self) -> TickSummary | None:
+        """The last tick's view of the slots (what a job's ``waiting_for`` is derived from)."""
+        rec = self.table.get(r.TICK_KEY)
+        return TickSummary.from_json(rec.summary) if rec is not None else None
+
+    def bundle_records(self, bundle_ids: list[str]) -> list[Record]:
+        """The bundles' records, one read per 100 (those that exist)."""
+        return self.table.get_many([r.bundle_key(b) for b in dict.fromkeys(bundle_ids)])
 
     def count_jobs(self, state: JobState, *, since: float | None = None) -> int:
         """Jobs (or REJECTED records) in ``state``; with ``since``, those created since."""

@@ -15,6 +15,7 @@ from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState, Priority
 from dispatcher.domain.launches import Launch, LaunchState
+from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import (
     Absent,
     Add,
@@ -61,6 +62,10 @@ from dispatcher.store.values import JobUpdate, LaunchOutcome
 LAUNCH_TTL_SECONDS = 7 * 86400
 
 
+# The tick's summary (TICK#summary) outlives the last tick by this much.
+TICK_SUMMARY_TTL_SECONDS = 86400
+
+
 class StageStore(Recordings, HeldRetries, Deployments):
     """What the tick and the task-event handler ask of the table (the dry run wraps this)."""
 
@@ -91,6 +96,15 @@ class StageStore(Recordings, HeldRetries, Deployments):
     def save_priority_credit(self, credit: Mapping[str, float]) -> None:
         """Keep the credit for the next tick (written by the lease holder only)."""
         self.table.write(Put(Record(r.FAIR_KEY, credit=dict(credit), updated_at=self.clock())))
+
+    # -- why jobs wait (dispatcher.domain.waiting) ----------------------------------------------
+    def save_tick_summary(self, summary: TickSummary) -> None:
+        """The tick's view of the slots: one write a tick, whatever the number of jobs waiting
+        (each job's ``waiting_for`` is derived from it and its bundle when read). It expires
+        a day after the last tick: a stack left idle keeps nothing of it."""
+        t = self.clock()
+        self.table.write(Put(Record(r.TICK_KEY, summary=summary.to_json(), updated_at=t,
+                                    expires_at=int(t + TICK_SUMMARY_TTL_SECONDS))))
 
     # -- admission ------------------------------------------------------------------------------
     def due_bundles(self, limit: int, at: float, full_kinds: Collection[str] = (),

@@ -110,7 +110,7 @@ def test_jobs_list_newest_first_with_filters(populated: Store) -> None:
     assert out["count"] == len(out["jobs"]) == 8
     assert set(out["jobs"][0]) == {"job_id", "state", "kind", "created_at", "updated_at",
                                    "attempts", "max_attempts", "infra_attempts", "bundle_id",
-                                   "reason"}
+                                   "reason", "waiting_for"}
     created = [j["created_at"] for j in out["jobs"]]
     assert created == sorted(created, reverse=True)
     ids = [j["job_id"] for j in out["jobs"]]
@@ -118,6 +118,9 @@ def test_jobs_list_newest_first_with_filters(populated: Store) -> None:
     states = {j["job_id"]: j["state"] for j in out["jobs"]}
     assert states["ok-1"] == "SUCCEEDED" and states["bad-1"] == "FAILED"
     assert states["run-1"] == "RUNNING" and states["spot-1"] == "PENDING"
+    waits = {j["job_id"]: j["waiting_for"] for j in out["jobs"]}
+    assert waits["run-1"] is None and waits["ok-1"] is None
+    assert waits["spot-1"] is not None and waits["spot-1"]["reason"]
     assert list(states.values()).count("REJECTED") == 1
 
     failed = cli_json("jobs", "list", "--status", "failed")["jobs"]

@@ -409,6 +409,7 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
                              for j, n in self.runs.items() if n > self.budget[j]])
         self.fail("item_size", checks.oversized(view))
         self.fail("blamed_innocent", checks.blamed(view, self.submitted, self.tasks))
+        self.fail("waiting_for", checks.unexplained_waits(view, self.twins.clock()))
 
 
 @pytest.mark.timeout(300 + EXAMPLES)  # about 0.2 s an example on two busy cores

@@ -18,7 +18,7 @@ from tests.twins.test_system_model_gaps import machines, spec
 __all__ = ["machines"]  # the fixture: fresh model worlds with every check on
 
 TRIES = 5  # TableRetry's attempts
-WRITES = 7  # the table writes of the tick below, its lease's first and last
+WRITES = 8  # the table writes of the tick below: its lease's first and last, its summary
 
 
 @pytest.mark.parametrize("writes", range(WRITES + 1))

@@ -1,0 +1,165 @@
+"""Why a job is not running: the rule that names what a PENDING job waits for.
+
+Bundles are what wait (a bundle is the unit of launch), so the facts are the job's own (state,
+``not_before``, attempts, reason), its bundle's (state, next attempt, launch failures, task) and
+the last tick's summary (:class:`TickSummary`: running tasks against the maximum, each limited
+kind's running jobs against its limit, the due bundles it left waiting by priority). The tick
+writes that summary once per tick; nothing is written per job or per bundle for it: a job's
+:class:`Waiting` is computed when it is read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dispatcher.domain.jobs import PRIORITY_ORDER
+from dispatcher.domain.lifecycle import HELD_AT
+
+# The reasons, as ``waiting_for.reason`` says them (``jobs list --waiting-for REASON``).
+SCHEDULED = "scheduled"  # until its not_before (or its bundle's due time)
+KIND_LIMIT = "kind_limit"  # its kind runs as many jobs as its limit lets
+CAPACITY = "capacity"  # every task slot is taken
+SPOT_BACKOFF = "spot_backoff"  # Fargate had no capacity: a relaunch after a backoff
+LAUNCH_BACKOFF = "launch_backoff"  # RunTask refused otherwise: a relaunch after a backoff
+PRIORITY = "priority"  # free slots went to bundles ahead of its own
+LAUNCHING = "launching"  # its bundle's launch is in flight
+STARTING = "starting"  # its bundle has a task that has not claimed it yet
+RERUN_PENDING = "rerun_pending"  # a rerun, waiting for its backoff or an earlier run to end
+RECORDING = "recording"  # its bundle is still being written
+REASONS = (SCHEDULED, KIND_LIMIT, CAPACITY, SPOT_BACKOFF, LAUNCH_BACKOFF, PRIORITY, LAUNCHING,
+           STARTING, RERUN_PENDING, RECORDING)
+
+# How RunTask's failures[] reason starts when Fargate (Spot or on-demand) has no capacity.
+# https://repost.aws/knowledge-center/ecs-fargate-runtask-capacity
+NO_CAPACITY = "Capacity is unavailable"
+PRIORITY_RANK = {str(p): n for n, p in enumerate(PRIORITY_ORDER)}
+
+
+@dataclass(frozen=True)
+class TickSummary:
+    """What the last tick saw of the slots: ``active`` tasks of ``max_running``; ``kinds``:
+    each limited kind's (running jobs, limit); ``blocked``: the limited kinds whose oldest due
+    bundle did not fit their room (its younger ones wait behind it); ``left_due``: due bundles
+    it left PENDING, by priority."""
+
+    at: float
+    active: int
+    max_running: int
+    kinds: dict[str, tuple[int, int]] = field(default_factory=dict)
+    left_due: dict[str, int] = field(default_factory=dict)
+    blocked: frozenset[str] = frozenset()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at": self.at, "active": self.active, "max_running": self.max_running,
+                "kinds": {k: list(v) for k, v in self.kinds.items()},
+                "left_due": dict(self.left_due), "blocked": sorted(self.blocked)}
+
+    @staticmethod
+    def from_json(data: Any) -> TickSummary | None:
+        if not isinstance(data, dict):
+            return None
+        kinds = data.get("kinds") or {}
+        return TickSummary(at=float(data.get("at", 0)), active=int(data.get("active", 0)),
+                           max_running=int(data.get("max_running", 0)),
+                           kinds={str(k): (int(v[0]), int(v[1])) for k, v in kinds.items()},
+                           left_due={str(p): int(n)
+                                     for p, n in (data.get("left_due") or {}).items()},
+                           blocked=frozenset(str(k) for k in data.get("blocked") or ()))
+
+
+@dataclass(frozen=True)
+class BundleFacts:
+    """What of a job's bundle the rule reads."""
+
+    state: str
+    next_attempt_at: float | None = None
+    launch_failures: int = 0
+    last_failure: str | None = None
+    task_arn: str | None = None
+    launch_id: str | None = None
+    updated_at: float | None = None
+    kind: str | None = None
+    priority: str = "normal"
+    slots: int = 0
+    stopped_task: str | None = None  # the task whose stop was handled last (a rerun's cause)
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """What a job waits for, with the numbers behind it (None where they do not apply)."""
+
+    reason: str
+    until: float | None = None  # scheduled, *_backoff, rerun_pending: when it is due
+    since: float | None = None  # launching, starting: since when
+    running: int | None = None  # kind_limit: jobs of its kind; capacity, priority: tasks
+    limit: int | None = None  # kind_limit: its kind's limit; capacity, priority: task maximum
+    # priority: due bundles the last tick left waiting that go first (of a higher priority;
+    # with a slot free, of its own)
+    ahead: int | None = None
+    kind: str | None = None
+    task_arn: str | None = None
+    launch_id: str | None = None
+    last_error: str | None = None
+    # A rerun (whatever it waits for): the run it waits to make, and why it reruns.
+    attempt: int | None = None
+    detail: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+def waiting_for(state: str, *, not_before: float | None, runs: int, reason: str | None,
+                bundle: BundleFacts | None, summary: TickSummary | None,
+                now: float) -> Waiting | None:
+    """What a job in ``state`` waits for at ``now``; None unless it is PENDING. ``runs``: the
+    runs it has had (counted attempts and infrastructure ones): a rerun's Waiting carries the
+    run it waits to make (``attempt``) and why it reruns (``detail``, its reason)."""
+    if state != "PENDING":
+        return None
+    scheduled = not_before is not None and not_before > now
+    if bundle is not None and not reason and bundle.stopped_task:
+        reason = f"task {bundle.stopped_task} stopped"
+    attempt, detail = (runs + 1, reason) if runs else (None, None)
+    if bundle is None or bundle.state == "RECORDING":
+        return Waiting(RECORDING)
+    if bundle.state == "LAUNCHING":
+        return Waiting(LAUNCHING, since=bundle.updated_at, launch_id=bundle.launch_id)
+    if bundle.state in ("LAUNCHED", "RUNNING"):  # RUNNING: its task has not taken it yet
+        return Waiting(STARTING, since=bundle.updated_at, task_arn=bundle.task_arn)
+    due = bundle.next_attempt_at
+    if due is not None and due >= HELD_AT:  # a retry held until an earlier run's task stops
+        return Waiting(RERUN_PENDING, attempt=runs + 1, detail=reason)
+    if due is not None and due > now:
+        if bundle.launch_failures and bundle.last_failure:
+            kind = SPOT_BACKOFF if bundle.last_failure.startswith(NO_CAPACITY) \
+                else LAUNCH_BACKOFF
+            return Waiting(kind, until=due, last_error=bundle.last_failure)
+        if scheduled:
+            return Waiting(SCHEDULED, until=not_before)
+        if runs:
+            return Waiting(RERUN_PENDING, until=due, attempt=runs + 1, detail=reason)
+        return Waiting(SCHEDULED, until=due)
+    if scheduled:
+        return Waiting(SCHEDULED, until=not_before)
+    if summary is None:  # no tick has looked at the slots yet
+        return Waiting(CAPACITY, attempt=attempt, detail=detail)
+    if bundle.kind is not None and bundle.kind in summary.kinds:
+        running, limit = summary.kinds[bundle.kind]
+        if running + max(1, bundle.slots) > limit or bundle.kind in summary.blocked:
+            return Waiting(KIND_LIMIT, kind=bundle.kind, running=running, limit=limit,
+                           attempt=attempt, detail=detail)
+    active, most = summary.active, summary.max_running
+    rank = PRIORITY_RANK.get(bundle.priority, 1)
+    higher = sum(n for p, n in summary.left_due.items() if PRIORITY_RANK.get(p, 1) < rank)
+    if higher:  # bundles of a higher priority wait too: a slot that frees goes to them first
+        return Waiting(PRIORITY, ahead=higher, running=active, limit=most, attempt=attempt,
+                       detail=detail)
+    if active >= most:
+        return Waiting(CAPACITY, running=active, limit=most, attempt=attempt, detail=detail)
+    # A slot is free: the next tick launches it, after the due bundles of its priority.
+    ahead = sum(n for p, n in summary.left_due.items() if PRIORITY_RANK.get(p, 1) == rank)
+    if runs and not ahead:
+        return Waiting(RERUN_PENDING, attempt=attempt, detail=detail)
+    return Waiting(PRIORITY, ahead=ahead, running=active, limit=most, attempt=attempt,
+                   detail=detail)
