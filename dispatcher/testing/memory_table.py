@@ -231,11 +231,16 @@ class MemoryTable(Table):
 
     def query(self, status_key: str, *, at_most: str | None = None,
               at_least: str | None = None, limit: int | None = None,
-              newest_first: bool = False, where: Condition | None = None) -> list[Record]:
+              newest_first: bool = False, where: Condition | None = None,
+              after: Record | None = None) -> list[Record]:
         if limit is not None and limit <= 0:
             return []
         with self._lock:
             rows = self._select(status_key, at_most, at_least, where)
+            if after is not None:  # the index's order: (status_at, pk), as DynamoDB's keys
+                mark = (after.status_at or "", after.pk)
+                rows = [r for r in rows if ((r.status_at or "", r.pk) < mark if newest_first
+                                            else (r.status_at or "", r.pk) > mark)]
             if newest_first:
                 rows.reverse()
             return rows[:limit] if limit is not None else rows
