@@ -155,8 +155,11 @@ def _render_detail(d: JobDetail, console: Console) -> None:
     for a in d.history:
         j = a.to_json()
         if a.retry:
-            console.print(Text(f"── {a.retry} at {when(j['started_at'])}; attempts count "
-                               "from 1 again ──", style="bold"))
+            again = "; attempts count from 1 again" if a.retry.startswith("retried") else ""
+            console.print(Text(f"── {a.retry} at {when(j['started_at'])}{again} ──",
+                               style="bold"))
+            if a.reason:  # a bulk action's reason and selection
+                console.print(Text(f"  reason: {a.reason}"))
             continue
         console.print(Text(f"attempt {a.attempt or '?'}: task {task_id(a.task_arn)} on "
                            f"{a.task_definition or '?'}", style="bold"))
