@@ -28,12 +28,11 @@ BulkIdOpt = Annotated[str | None, typer.Option(
     "acted on are skipped.")]
 
 
-def bulk(verb: str, *, status: str | None, kind: str | None, since: str | None,
+def bulk(verb: str, *, status: str | None, kind: str | None, since_seconds: float | None,
          reason: str | None, dry_run: bool, yes: bool, bulk_id: str | None,
          from_scratch: bool = False, as_json: JsonOpt = False,
          interactive: bool | None = None) -> None:
     """Count the jobs selected, confirm, act on each once, report."""
-    from dispatcher.cli.jobs_commands import parse_duration
     from dispatcher.ops.bulk import new_bulk_id
 
     if not status:
@@ -45,8 +44,7 @@ def bulk(verb: str, *, status: str | None, kind: str | None, since: str | None,
              "pass --yes (or --dry-run to count them)")
     assert status is not None  # fail() does not return
     action, f = guarded(lambda: client().bulk(
-        verb, status=status, kind=kind,
-        since_seconds=parse_duration(since) if since else None))
+        verb, status=status, kind=kind, since_seconds=since_seconds))
     matched = guarded(lambda: action.count(f))
     if dry_run or not matched:
         if as_json:

@@ -245,8 +245,8 @@ def jobs_cancel(job_id: Annotated[str | None, typer.Argument(help="The job id.")
     instead of an id: every job selected, after a count and a confirmation (--yes: none)."""
     if job_id is None or status or kind or since:
         _one_or_many(job_id)
-        bulk("cancel", status=status, kind=kind, since=since, reason=reason, dry_run=dry_run,
-             yes=yes, bulk_id=bulk_id, as_json=as_json)
+        bulk("cancel", status=status, kind=kind, since_seconds=_seconds(since), reason=reason,
+             dry_run=dry_run, yes=yes, bulk_id=bulk_id, as_json=as_json)
         return
     jobs = guarded(client)
     job = guarded(lambda: jobs.cancel(job_id, reason=reason))
@@ -277,8 +277,9 @@ def jobs_retry(job_id: Annotated[str | None, typer.Argument(help="The job id.")]
     and a confirmation (--yes: none)."""
     if job_id is None or status or kind or since:
         _one_or_many(job_id)
-        bulk("retry", status=status, kind=kind, since=since, reason=reason, dry_run=dry_run,
-             yes=yes, bulk_id=bulk_id, from_scratch=from_scratch, as_json=as_json)
+        bulk("retry", status=status, kind=kind, since_seconds=_seconds(since), reason=reason,
+             dry_run=dry_run, yes=yes, bulk_id=bulk_id, from_scratch=from_scratch,
+             as_json=as_json)
         return
     job = guarded(lambda: client().retry(job_id, from_scratch=from_scratch, reason=reason))
     if as_json:
@@ -294,6 +295,10 @@ def jobs_retry(job_id: Annotated[str | None, typer.Argument(help="The job id.")]
     else:
         typer.echo(f"{job.job_id}: {job.state} in bundle {job.bundle_id}; the next tick "
                    f"launches it{resume}")
+
+
+def _seconds(since: str | None) -> float | None:
+    return guarded(lambda: parse_duration(since)) if since else None
 
 
 def _one_or_many(job_id: str | None) -> None:
