@@ -243,7 +243,7 @@ def jobs_cancel(job_id: Annotated[str | None, typer.Argument(help="The job id.")
     """Cancel a job: at once if it has not started, else at its task's next heartbeat
     (every LONGJOBS_HEARTBEAT_SECONDS, 30 s unless set). With --status (and --kind, --since)
     instead of an id: every job selected, after a count and a confirmation (--yes: none)."""
-    if job_id is None or status or kind or since:
+    if job_id is None or status or kind or since or dry_run or bulk_id:
         _one_or_many(job_id)
         bulk("cancel", status=status, kind=kind, since_seconds=_seconds(since), reason=reason,
              dry_run=dry_run, yes=yes, bulk_id=bulk_id, as_json=as_json)
@@ -275,7 +275,7 @@ def jobs_retry(job_id: Annotated[str | None, typer.Argument(help="The job id.")]
     alive (a handler that ignored its timeout or cancel), it waits until that task stops.
     With --status (and --kind, --since) instead of an id: every job selected, after a count
     and a confirmation (--yes: none)."""
-    if job_id is None or status or kind or since:
+    if job_id is None or status or kind or since or dry_run or bulk_id:
         _one_or_many(job_id)
         bulk("retry", status=status, kind=kind, since_seconds=_seconds(since), reason=reason,
              dry_run=dry_run, yes=yes, bulk_id=bulk_id, from_scratch=from_scratch,
@@ -303,7 +303,8 @@ def _seconds(since: str | None) -> float | None:
 
 def _one_or_many(job_id: str | None) -> None:
     if job_id is not None:
-        fail("give a job id or a selection (--status, --kind, --since), not both")
+        fail("give a job id or a selection (--status, --kind, --since; --dry-run and "
+             "--bulk-id are for a selection), not both")
 
 
 # -- stats ----------------------------------------------------------------------------------------

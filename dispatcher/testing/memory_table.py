@@ -196,7 +196,8 @@ _PROJECTED = frozenset(INDEX_KEYS) | frozenset(INDEX_ATTRIBUTES)
 
 def _clone(rec: Record | None) -> Record | None:
     """A copy sharing nothing mutable with ``rec``: what ``copy.deepcopy`` gives, copying
-    only the values that can change (lists, JSON), several times faster over a whole item."""
+    only the values that can change (lists, JSON): a bulk action copies items by the
+    thousand, and deep-copying every string and number of each made that slow."""
     if rec is None:
         return None
     values: dict[str, Any] = {k: v if isinstance(v, str | int | float) else copy.deepcopy(v)

@@ -250,6 +250,8 @@ def test_the_cli_without_yes_and_without_a_terminal_refuses(
     assert states(store, ids) == {"PENDING": 20}
     both = CliRunner().invoke(app, ["jobs", "cancel", "j000001", "--status", "PENDING"])
     assert both.exit_code == 2 and "not both" in both.output
+    one_dry = CliRunner().invoke(app, ["jobs", "cancel", "j000001", "--dry-run"])
+    assert one_dry.exit_code == 2 and "not both" in one_dry.output
     done = CliRunner().invoke(app, ["jobs", "cancel", "--status", "PENDING", "--yes",
                                     "--reason", "load test"])
     assert done.exit_code == 0, done.output
