@@ -92,7 +92,7 @@ def aws(moto_server: MotoEndpoint, proxy: AwsProxy,
 # that no worker starts with two of the longest, then the SHARED_SETUP modules; the rest follow,
 # integration, contract, twins, each module's tests together and in their order.
 LONGEST = ("test_api_calls", "test_system_model", "test_demo", "test_runner", "test_crash",
-           "test_ops", "test_lifecycle_property")
+           "test_ops", "test_lifecycle_property", "test_bulk_actions", "test_bulk_cli")
 # Modules whose module-scoped fixture is itself a run of ~30 s (a recorded exercise of every
 # component on moto, a local mode, a moto server of their own): sent to one worker as one unit,
 # the fixture runs once instead of once on every worker that gets one of their tests.

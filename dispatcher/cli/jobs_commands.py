@@ -19,6 +19,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from dispatcher.cli.bulk_commands import (
+    BulkIdOpt,
+    DryRunOpt,
+    KindOpt,
+    ReasonOpt,
+    SinceOpt,
+    YesOpt,
+    bulk,
+)
 from dispatcher.cli.common import (
     JsonOpt,
     WideOpt,
@@ -30,7 +39,7 @@ from dispatcher.cli.common import (
     when,
     wide_console,
 )
-from dispatcher.cli.error_policy import guarded
+from dispatcher.cli.error_policy import fail, guarded
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.waiting import REASONS
 
@@ -158,8 +167,11 @@ def _render_detail(d: JobDetail, console: Console) -> None:
     for a in d.history:
         j = a.to_json()
         if a.retry:
-            console.print(Text(f"── {a.retry} at {when(j['started_at'])}; attempts count "
-                               "from 1 again ──", style="bold"))
+            again = "; attempts count from 1 again" if a.retry.startswith("retried") else ""
+            console.print(Text(f"── {a.retry} at {when(j['started_at'])}{again} ──",
+                               style="bold"))
+            if a.reason:  # a bulk action's reason and selection
+                console.print(Text(f"  reason: {a.reason}"))
             continue
         console.print(Text(f"attempt {a.attempt or '?'}: task {task_id(a.task_arn)} on "
                            f"{a.task_definition or '?'}", style="bold"))
@@ -257,12 +269,22 @@ def render_line(line: LogLine) -> str:
 
 
 @jobs_app.command("cancel")
-def jobs_cancel(job_id: Annotated[str, typer.Argument(help="The job id.")],
+def jobs_cancel(job_id: Annotated[str | None, typer.Argument(help="The job id.")] = None,
+                status: Annotated[str | None, typer.Option(
+                    help="Many jobs: those in PENDING, SCHEDULED or RUNNING.")] = None,
+                kind: KindOpt = None, since: SinceOpt = None, reason: ReasonOpt = None,
+                dry_run: DryRunOpt = False, yes: YesOpt = False, bulk_id: BulkIdOpt = None,
                 as_json: JsonOpt = False) -> None:
     """Cancel a job: at once if it has not started, else at its task's next heartbeat
-    (every LONGJOBS_HEARTBEAT_SECONDS, 30 s unless set)."""
+    (every LONGJOBS_HEARTBEAT_SECONDS, 30 s unless set). With --status (and --kind, --since)
+    instead of an id: every job selected, after a count and a confirmation (--yes: none)."""
+    if job_id is None or status or kind or since or dry_run or bulk_id:
+        _one_or_many(job_id)
+        bulk("cancel", status=status, kind=kind, since_seconds=_seconds(since), reason=reason,
+             dry_run=dry_run, yes=yes, bulk_id=bulk_id, as_json=as_json)
+        return
     jobs = guarded(client)
-    job = guarded(lambda: jobs.cancel(job_id))
+    job = guarded(lambda: jobs.cancel(job_id, reason=reason))
     if as_json:
         print_json({"job_id": job.job_id, "state": str(job.state), "reason": job.reason})
     elif job.state == "CANCELLED":
@@ -274,15 +296,27 @@ def jobs_cancel(job_id: Annotated[str, typer.Argument(help="The job id.")],
 
 
 @jobs_app.command("retry")
-def jobs_retry(job_id: Annotated[str, typer.Argument(help="The job id.")],
+def jobs_retry(job_id: Annotated[str | None, typer.Argument(help="The job id.")] = None,
                from_scratch: Annotated[bool, typer.Option(
                    "--from-scratch", help="Drop the job's checkpoint: the rerun starts over "
                    "instead of resuming.")] = False,
+               status: Annotated[str | None, typer.Option(
+                   help="Many jobs: those in FAILED or CANCELLED.")] = None,
+               kind: KindOpt = None, since: SinceOpt = None, reason: ReasonOpt = None,
+               dry_run: DryRunOpt = False, yes: YesOpt = False, bulk_id: BulkIdOpt = None,
                as_json: JsonOpt = False) -> None:
     """Run a FAILED or CANCELLED job again, with a fresh attempt budget, in a new bundle.
     It resumes from its last checkpoint unless --from-scratch. If a run of it may still be
-    alive (a handler that ignored its timeout or cancel), it waits until that task stops."""
-    job = guarded(lambda: client().retry(job_id, from_scratch=from_scratch))
+    alive (a handler that ignored its timeout or cancel), it waits until that task stops.
+    With --status (and --kind, --since) instead of an id: every job selected, after a count
+    and a confirmation (--yes: none)."""
+    if job_id is None or status or kind or since or dry_run or bulk_id:
+        _one_or_many(job_id)
+        bulk("retry", status=status, kind=kind, since_seconds=_seconds(since), reason=reason,
+             dry_run=dry_run, yes=yes, bulk_id=bulk_id, from_scratch=from_scratch,
+             as_json=as_json)
+        return
+    job = guarded(lambda: client().retry(job_id, from_scratch=from_scratch, reason=reason))
     if as_json:
         print_json({"job_id": job.job_id, "state": str(job.state),
                      "bundle_id": job.bundle_id, "checkpoint": job.checkpoint,
@@ -296,6 +330,16 @@ def jobs_retry(job_id: Annotated[str, typer.Argument(help="The job id.")],
     else:
         typer.echo(f"{job.job_id}: {job.state} in bundle {job.bundle_id}; the next tick "
                    f"launches it{resume}")
+
+
+def _seconds(since: str | None) -> float | None:
+    return guarded(lambda: parse_duration(since)) if since else None
+
+
+def _one_or_many(job_id: str | None) -> None:
+    if job_id is not None:
+        fail("give a job id or a selection (--status, --kind, --since; --dry-run and "
+             "--bulk-id are for a selection), not both")
 
 
 # -- stats ----------------------------------------------------------------------------------------

@@ -33,6 +33,11 @@ class ConflictError(LongjobsError):
     """A conditional write lost: somebody else changed the item first (a fence or a race)."""
 
 
+class AlreadyActed(LongjobsError):
+    """A bulk operator action found its own mark on the job: this action already did it (a
+    resumed run skips the job instead of acting twice)."""
+
+
 class JobNotFound(LongjobsError):
     """No job with this id exists in the table."""
 

@@ -25,6 +25,7 @@ from dispatcher.store import Store
 from dispatcher.wiring import adapters
 
 if TYPE_CHECKING:  # the table's model (pynamodb) loads only when a client reads
+    from dispatcher.ops.bulk import BulkAction, BulkFilter, BulkReport
     from dispatcher.ops.dead_letters import DeadLetters
     from dispatcher.ops.job_log import JobLog, LogCursor
     from dispatcher.ops.queries import JobDetail, JobSummary, Queries, Stats
@@ -137,17 +138,45 @@ class JobClient:
             return rejection
         raise JobNotFound("no such job", job_id=job_id)
 
-    def cancel(self, job_id: str) -> Job:
+    def cancel(self, job_id: str, *, reason: str | None = None) -> Job:
         """A pending job is CANCELLED at once; a running one is stopped at its next heartbeat
-        (the returned job then still shows RUNNING)."""
-        return self._table().cancel(job_id)
+        (the returned job then still shows RUNNING). ``reason``: kept in the job's reason."""
+        return self._table().cancel(job_id, reason=reason)
 
-    def retry(self, job_id: str, *, from_scratch: bool = False) -> Job:
+    def retry(self, job_id: str, *, from_scratch: bool = False,
+              reason: str | None = None) -> Job:
         """Run a FAILED or CANCELLED job again with a fresh attempt budget. It resumes from
         its last checkpoint unless ``from_scratch``. If a run of it may still be alive (the
         returned job's ``live_task`` names that task), its launch waits until the task is
-        known stopped."""
-        return self._table().retry(job_id, from_scratch=from_scratch)
+        known stopped. ``reason``: kept in the job's reason."""
+        return self._table().retry(job_id, from_scratch=from_scratch, reason=reason)
+
+    def bulk(self, verb: str, *, status: str, kind: str | None = None,
+             since_seconds: float | None = None) -> tuple[BulkAction, BulkFilter]:
+        """The bulk action over the jobs a filter selects (``count`` it, then ``run`` it):
+        see :mod:`dispatcher.ops.bulk`."""
+        from dispatcher.ops.bulk import BulkAction, BulkFilter, BulkVerb
+
+        return BulkAction(self._table()), BulkFilter(BulkVerb(verb), status, kind, since_seconds)
+
+    def bulk_cancel(self, *, status: str, kind: str | None = None,
+                    since_seconds: float | None = None, reason: str | None = None,
+                    bulk_id: str | None = None, dry_run: bool = False) -> BulkReport:
+        """Cancel every job in ``status`` (PENDING, SCHEDULED or RUNNING) of ``kind``, created
+        within ``since_seconds``, each as :meth:`cancel` does. ``bulk_id``: an interrupted
+        run's id, to resume it (its jobs are not acted on twice); ``dry_run``: only count."""
+        action, f = self.bulk("cancel", status=status, kind=kind, since_seconds=since_seconds)
+        return action.run(f, bulk_id=bulk_id, reason=reason, dry_run=dry_run)
+
+    def bulk_retry(self, *, status: str, kind: str | None = None,
+                   since_seconds: float | None = None, reason: str | None = None,
+                   bulk_id: str | None = None, from_scratch: bool = False,
+                   dry_run: bool = False) -> BulkReport:
+        """Retry every job in ``status`` (FAILED or CANCELLED) selected as
+        :meth:`bulk_cancel` selects, each as :meth:`retry` does."""
+        action, f = self.bulk("retry", status=status, kind=kind, since_seconds=since_seconds)
+        return action.run(f, bulk_id=bulk_id, reason=reason, from_scratch=from_scratch,
+                          dry_run=dry_run)
 
     # -- operating (dispatcher.ops.queries) ----------------------------------------------------
     def queries(self, *, logs: bool = False) -> Queries:

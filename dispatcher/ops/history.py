@@ -44,16 +44,22 @@ class Attempt(Flat):
     outcome: str | None
     reason: str | None
     # Set on the boundary a `jobs retry` leaves (no run): "retried on request after FAILED";
-    # its time is started_at, and the attempts after it count from 1 again.
+    # its time is started_at, and the attempts after it count from 1 again. A bulk cancel's
+    # mark is one too: "cancelled on request by <bulk id>".
     retry: str | None = None
 
     @staticmethod
     def from_history(h: dict[str, Any]) -> Attempt:
+        # A bulk action (dispatcher.ops.bulk) names itself on the boundary it leaves ("by").
+        by = f" by {h['by']}" if h.get("by") else ""
         if "retried_at" in h:
             retry = f"retried on request after {h.get('after') or '?'}" + (
-                " from scratch" if h.get("from_scratch") else "")
+                " from scratch" if h.get("from_scratch") else "") + by
             return Attempt(None, None, None, opt(float, h.get("retried_at")), None, None, None,
-                           None, None, None, retry)
+                           None, None, h.get("reason"), retry)
+        if "cancelled_at" in h:  # a bulk cancel's mark (the only cancel that leaves one)
+            return Attempt(None, None, None, opt(float, h.get("cancelled_at")), None, None,
+                           None, None, None, h.get("reason"), "cancelled on request" + by)
         stopped = h.get("stopped_at") if h.get("stopped_at") is not None else h.get("ended_at")
         return Attempt(opt(int, h.get("attempt")), h.get("task_arn"), h.get("task_definition"),
                        opt(float, h.get("started_at")), opt(float, stopped),

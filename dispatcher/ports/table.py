@@ -318,11 +318,15 @@ class Table(ABC):
     @abstractmethod
     def query(self, status_key: str, *, at_most: str | None = None,
               at_least: str | None = None, limit: int | None = None,
-              newest_first: bool = False, where: Condition | None = None) -> list[Record]:
+              newest_first: bool = False, where: Condition | None = None,
+              after: Record | None = None) -> list[Record]:
         """Items of the status index with this ``status_key`` (one partition key), ordered by
         ``status_at`` (ascending unless ``newest_first``), within ``[at_least, at_most]``,
         keeping those that match ``where`` (a filter), at most ``limit`` of them (after the
-        filter). Each holds only what the index projects (:data:`INDEX_KEYS`,
+        filter). ``after``: start past this item of the same partition (an item the query
+        returned, by its ``status_at`` and ``pk``; DynamoDB's ExclusiveStartKey, so items
+        with equal ``status_at`` are paged through too); it need not still be there.
+        Each holds only what the index projects (:data:`INDEX_KEYS`,
         :data:`INDEX_ATTRIBUTES`; the rest None), and ``where`` may name only those. The
         index is eventually consistent in DynamoDB. Several keys as one index:
         :mod:`dispatcher.store.index`."""

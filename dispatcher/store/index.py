@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Iterator
 
 from dispatcher.ports.table import Condition, Record, Table
+
+# Rows per query of a walk through every item (pages): 100, one BatchGetItem's worth.
+PAGE = 100
 
 
 def _order(rec: Record) -> tuple[str, str]:
@@ -34,6 +38,24 @@ def query(table: Table, keys: list[str], *, at_most: str | None = None,
         return answers[0]
     merged = heapq.merge(*answers, key=_order, reverse=newest_first)
     return list(itertools.islice(merged, limit))
+
+
+def pages(table: Table, keys: list[str], *, at_least: str | None = None,
+          where: Condition | None = None, page: int = PAGE) -> Iterator[list[Record]]:
+    """Every item of ``keys`` (after the filter ``where``), key by key, each key in its order
+    (``status_at``, then ``pk``), ``page`` rows per query: a reader holds one page, whatever
+    the table holds. Each query starts after the last row of the one before (``after``), so
+    rows that stay in the index (not acted on, or acted on and still there) are not met
+    again, and rows that leave it are not skipped over."""
+    for key in keys:
+        after: Record | None = None
+        while True:
+            rows = table.query(key, at_least=at_least, where=where, limit=page, after=after)
+            if rows:
+                yield rows
+            if len(rows) < page:
+                break
+            after = rows[-1]
 
 
 def count(table: Table, keys: list[str], *, at_least: str | None = None,

@@ -9,9 +9,11 @@ The reads return table records (:class:`dispatcher.ports.table.Record`): the ope
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from dispatcher.domain import lifecycle, sizes
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
-from dispatcher.domain.errors import ConflictError, JobNotFound, LongjobsError
+from dispatcher.domain.errors import AlreadyActed, ConflictError, JobNotFound, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState, new_id
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import (
@@ -42,6 +44,25 @@ from dispatcher.store.runner import expire_pages_later, fit_pages, page_expiry
 TRIES = 3
 
 
+def _check_mark(job: Job, by: str | None, only: JobState | None) -> None:
+    """AlreadyActed if the bulk action ``by`` has acted on ``job`` (its history's mark);
+    ConflictError if the job is no longer in the state ``only`` it was selected in."""
+    if by and any(isinstance(h, dict) and h.get("by") == by for h in job.history):
+        raise AlreadyActed(f"already acted on by {by}", job_id=job.job_id)
+    if only is not None and job.state != only:
+        raise ConflictError(f"now {job.state}, no longer {only}", job_id=job.job_id)
+
+
+def _where(kind: str | None, scheduled_after: float | None) -> Condition | None:
+    """The index filter of the job queries: of this kind; scheduled after (not_before)."""
+    where: list[Condition] = []
+    if kind:
+        where.append(Eq("kind", kind))
+    if scheduled_after is not None:
+        where.append(Gt("not_before", scheduled_after))
+    return And(*where) if len(where) > 1 else (where[0] if where else None)
+
+
 class OperatorStore(Deployments):
     """Operator actions and queries (and ``longjobs deploy``'s deployment record)."""
 
@@ -56,10 +77,19 @@ class OperatorStore(Deployments):
             raise JobNotFound("no such job", job_id=job_id)
         return job
 
-    def cancel(self, job_id: str) -> Job:
-        """Cancel now if not started, else request it from the job's running task."""
+    def cancel(self, job_id: str, *, reason: str | None = None, by: str | None = None,
+               only: JobState | None = None) -> Job:
+        """Cancel now if not started, else request it from the job's running task.
+
+        ``reason``: the operator's words, kept in the job's reason. ``by``: the bulk action
+        doing this (``dispatcher.ops.bulk``); a job cancelled at once keeps it in its history,
+        and a job that already has it raises AlreadyActed (a resumed run acts once). A cancel
+        *request* leaves the job to its task's runner (it alone writes the job then): it is
+        done once anyway, as a repeated request finds itself standing. ``only``: act only on
+        a job still in this state (a bulk action's filter), else ConflictError."""
         for _ in range(TRIES):
             job = self._job(job_id)
+            _check_mark(job, by, only)
             if job.state in TERMINAL_JOB_STATES:
                 raise LongjobsError(f"job is already {job.state}; nothing to cancel",
                                     job_id=job_id)
@@ -67,7 +97,7 @@ class OperatorStore(Deployments):
             try:
                 if job.state == JobState.PENDING and (bundle is None
                                                       or bundle.state == BundleState.PENDING):
-                    self._cancel_now(job, bundle)
+                    self._cancel_now(job, bundle, reason=reason, by=by)
                 else:
                     self._request_cancel(job, bundle)
                 return self._job(job_id)
@@ -75,9 +105,13 @@ class OperatorStore(Deployments):
                 continue  # the job or its bundle moved on: look again
         raise ConflictError("job kept changing while cancelling; try again", job_id=job_id)
 
-    def _cancel_now(self, job: Job, bundle: Bundle | None) -> None:
+    def _cancel_now(self, job: Job, bundle: Bundle | None, *, reason: str | None = None,
+                    by: str | None = None) -> None:
         lifecycle.check_job(job.job_id, job.state, JobState.CANCELLED)
         t = self.clock()
+        # A bulk cancel's mark: a boundary entry, like a retry's (who acted, and why).
+        mark = [Set("history", sizes.bound_history([*job.history, {
+            "cancelled_at": t, "by": by, "reason": reason}]))] if by else []
         others = [] if bundle is None else [
             j for j in self.get_jobs(bundle.job_ids)
             if j.job_id != job.job_id and j.bundle_id == bundle.bundle_id]
@@ -85,7 +119,8 @@ class OperatorStore(Deployments):
             Set("state", str(JobState.CANCELLED)),
             Set("status_key", r.job_status(JobState.CANCELLED, job.job_id)),
             Set("updated_at", t),
-            Set("reason", "cancelled on request before it started"), *self._expires(t)],
+            Set("reason", "cancelled on request before it started"
+                + (f": {reason}" if reason else "")), *mark, *self._expires(t)],
             Eq("state", str(JobState.PENDING)))]
         pages_later: list[list[Op]] = []
         if bundle is not None:
@@ -126,13 +161,18 @@ class OperatorStore(Deployments):
                            In("state", [str(s) for s in ACTIVE_BUNDLE_STATES])),
                     "bundle changed", job_id=job.job_id)
 
-    def retry(self, job_id: str, *, from_scratch: bool = False) -> Job:
+    def retry(self, job_id: str, *, from_scratch: bool = False, reason: str | None = None,
+              by: str | None = None, only: JobState | None = None) -> Job:
         """FAILED or CANCELLED -> PENDING with a fresh budget, in a new bundle (held while a
         run of the job may still be alive: ``Job.live_task``).
 
         The rerun resumes from the job's last checkpoint (the handler sees it as
-        ``ctx.last_checkpoint``), as a rerun after a crash does; ``from_scratch`` drops it."""
+        ``ctx.last_checkpoint``), as a rerun after a crash does; ``from_scratch`` drops it.
+        ``reason`` and ``by`` (a bulk action) as for :meth:`cancel`: kept in the job's reason
+        and in its history's retry boundary; a job already marked by ``by`` raises
+        AlreadyActed; ``only`` as for :meth:`cancel`."""
         job = self._job(job_id)
+        _check_mark(job, by, only)
         if job.state not in (JobState.FAILED, JobState.CANCELLED):
             raise LongjobsError(f"only FAILED or CANCELLED jobs can be retried, not {job.state}",
                                 job_id=job_id)
@@ -160,10 +200,12 @@ class OperatorStore(Deployments):
                 Set("status_key", r.job_status(JobState.PENDING, job_id)), Set("updated_at", t),
                 Set("attempts", 0), Set("infra_attempts", 0), Set("bundle_id", bundle.bundle_id),
                 Set("reason", f"retried on request after {job.state}"
-                    + (" from scratch" if from_scratch else "") + waits),
+                    + (" from scratch" if from_scratch else "")
+                    + (f": {reason}" if reason else "") + waits),
                 # The retry's boundary in the attempt history: attempts count from 1 again.
                 Set("history", sizes.bound_history([*job.history, {
-                    "retried_at": t, "after": str(job.state), "from_scratch": from_scratch}])),
+                    "retried_at": t, "after": str(job.state), "from_scratch": from_scratch,
+                    **({"by": by, "reason": reason} if by else {})}])),
                 Remove("expires_at"), *([Remove("checkpoint")] if from_scratch else [])],
                 Eq("state", str(job.state)))],
             "job changed while retrying; try again", job_id=job_id)
@@ -175,15 +217,9 @@ class OperatorStore(Deployments):
                   scheduled_after: float | None = None) -> list[Record]:
         """Jobs (or REJECTED records) in ``state``, newest first by creation time; with
         ``scheduled_after``, only those whose ``not_before`` is later (SCHEDULED ones)."""
-        where: list[Condition] = []
-        if kind:
-            where.append(Eq("kind", kind))
-        if scheduled_after is not None:
-            where.append(Gt("not_before", scheduled_after))
         return index.query(self.table, r.job_statuses(state),
                            at_least=r.iso(since) if since is not None else None,
-                           where=And(*where) if len(where) > 1 else
-                           (where[0] if where else None), limit=limit, newest_first=True)
+                           where=_where(kind, scheduled_after), limit=limit, newest_first=True)
 
     def detail(self, job_id: str) -> tuple[Record, Record | None] | None:
         """A job's record (or its REJECTED record) and its bundle's record."""
@@ -202,10 +238,22 @@ class OperatorStore(Deployments):
         """The bundles' records, one read per 100 (those that exist)."""
         return self.table.get_many([r.bundle_key(b) for b in dict.fromkeys(bundle_ids)])
 
-    def count_jobs(self, state: JobState, *, since: float | None = None) -> int:
-        """Jobs (or REJECTED records) in ``state``; with ``since``, those created since."""
+    def count_jobs(self, state: JobState, *, since: float | None = None,
+                   kind: str | None = None, scheduled_after: float | None = None) -> int:
+        """Jobs (or REJECTED records) in ``state``; with ``since``, those created since; with
+        ``kind`` and ``scheduled_after``, as :meth:`list_jobs` filters."""
         return index.count(self.table, r.job_statuses(state),
-                           at_least=r.iso(since) if since is not None else None)
+                           at_least=r.iso(since) if since is not None else None,
+                           where=_where(kind, scheduled_after))
+
+    def job_pages(self, state: JobState, *, since: float | None = None,
+                  kind: str | None = None, scheduled_after: float | None = None,
+                  page: int = index.PAGE) -> Iterator[list[Record]]:
+        """Every job in ``state`` (filtered as :meth:`count_jobs`), page by page, never more
+        than ``page`` index rows held (:func:`dispatcher.store.index.pages`)."""
+        return index.pages(self.table, r.job_statuses(state),
+                           at_least=r.iso(since) if since is not None else None,
+                           where=_where(kind, scheduled_after), page=page)
 
     def job_records(self, job_ids: list[str]) -> list[Record]:
         return self.table.get_many([r.job_key(j) for j in job_ids])

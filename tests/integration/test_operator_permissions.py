@@ -53,6 +53,8 @@ OPERATOR_COMMANDS = [
     ["jobs", "cancel", "later"],  # not started: cancelled at once, its bundle-mate waits on
     ["jobs", "retry", "later"],  # CANCELLED -> PENDING in a new bundle
     ["jobs", "cancel", "long"],  # launched: a cancel request on its bundle
+    # Many at once: COUNT queries, the index walked page by page, each job cancelled as above.
+    ["jobs", "cancel", "--status", "PENDING", "--yes", "--reason", "permission check"],
     ["dlq", "list"], ["dlq", "redrive"],
 ]
 PRIORITIES = ("high", "normal", "low")

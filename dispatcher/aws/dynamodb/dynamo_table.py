@@ -221,13 +221,18 @@ class DynamoTable(Table):
 
     def query(self, status_key: str, *, at_most: str | None = None,
               at_least: str | None = None, limit: int | None = None,
-              newest_first: bool = False, where: Condition | None = None) -> list[Record]:
+              newest_first: bool = False, where: Condition | None = None,
+              after: Record | None = None) -> list[Record]:
         if limit is not None and limit <= 0:
             return []
+        # A GSI query's ExclusiveStartKey: the index's keys and the table's.
+        start = None if after is None else {
+            "status_key": {"S": status_key}, "status_at": {"S": after.status_at or ""},
+            "pk": {"S": after.pk}}
         with self._errors():
             rows = self.model.by_status.query(
                 status_key, self._range(at_most, at_least), filter_condition=self._cond(where),
-                scan_index_forward=not newest_first, limit=limit,
+                scan_index_forward=not newest_first, limit=limit, last_evaluated_key=start,
                 page_size=min(max(limit or 100, 10), 100) if where is not None else limit)
             return [self._record(i) for i in rows]
 

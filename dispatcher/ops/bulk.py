@@ -1,0 +1,151 @@
+"""Operator actions on many jobs at once: cancel or retry every job a filter selects.
+
+``longjobs jobs cancel|retry --status S [--kind K] [--since D]`` and ``JobClient.bulk_cancel``
+/ ``bulk_retry`` are thin layers over :class:`BulkAction`. It walks the status index page by
+page (:meth:`OperatorStore.job_pages`: one page of index rows held at a time, so 100,000 jobs
+take the memory of 100) and acts on each job through the single-job operations
+(:meth:`OperatorStore.cancel` / :meth:`OperatorStore.retry`), so every fence and condition of
+those stays; one job at a time, each call waiting for the one before (as fast as a person's
+``jobs cancel`` in a loop, far below the table's limits; botocore and the store's own retry
+absorb throttling).
+
+Resumable: each action has an id (``bulk_id``), which every job it acts on keeps in its history
+(and ``reason``); a run given the same id skips the jobs that carry it (``AlreadyActed``), so a
+run interrupted anywhere and run again acts on every remaining job once and on none twice.
+A job that changed meanwhile (no longer in the state it was selected in, gone) is counted as
+an error and reported, not fatal; a table that does not answer stops the run (run it again).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from dispatcher.domain.errors import AlreadyActed, LongjobsError
+from dispatcher.domain.jobs import JobState
+from dispatcher.ports.table import TableUnavailable
+from dispatcher.store import OperatorStore
+from dispatcher.store.codec import iso
+
+# The first few errors are kept whole in the report; the rest only counted.
+ERROR_SAMPLES = 10
+SCHEDULED = "SCHEDULED"  # PENDING with its not_before ahead (as `jobs list` says)
+
+
+class BulkVerb(StrEnum):
+    CANCEL = "cancel"
+    RETRY = "retry"
+
+
+# The states each action can select: what the single-job operation accepts.
+SELECTABLE: dict[BulkVerb, tuple[str, ...]] = {
+    BulkVerb.CANCEL: (str(JobState.PENDING), SCHEDULED, str(JobState.RUNNING)),
+    BulkVerb.RETRY: (str(JobState.FAILED), str(JobState.CANCELLED)),
+}
+
+
+@dataclass(frozen=True)
+class BulkFilter:
+    """Which jobs: in ``status`` (required: an action never means "every job"), of ``kind``,
+    created within the last ``since_seconds``."""
+
+    verb: BulkVerb
+    status: str
+    kind: str | None = None
+    since_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        status = self.status.strip().upper()
+        if status not in SELECTABLE[self.verb]:
+            raise LongjobsError(f"jobs {self.verb} --status {self.status!r}: one of "
+                                + ", ".join(SELECTABLE[self.verb]))
+        object.__setattr__(self, "status", status)
+
+    def describe(self, since: float | None) -> str:
+        return " ".join([f"status={self.status}", *([f"kind={self.kind}"] if self.kind else []),
+                         *([f"created since {iso(since)}"] if since is not None else [])])
+
+
+@dataclass
+class BulkReport:
+    """What a bulk action did (or, ``dry_run``, would select: ``matched`` only)."""
+
+    bulk_id: str
+    verb: str
+    selection: str
+    matched: int  # counted before acting (the index, eventually consistent)
+    dry_run: bool = False
+    acted: int = 0  # cancelled or retried now
+    requested: int = 0  # cancels requested from the job's running task
+    skipped: int = 0  # already acted on by this bulk id (an earlier run of it)
+    errors: int = 0  # changed meanwhile, or refused: counted, not fatal
+    error_samples: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bulk_id": self.bulk_id, "action": self.verb, "selection": self.selection,
+                "matched": self.matched, "dry_run": self.dry_run, "acted": self.acted,
+                "requested": self.requested, "skipped": self.skipped, "errors": self.errors,
+                "error_samples": list(self.error_samples)}
+
+
+def new_bulk_id() -> str:
+    return "bulk-" + uuid.uuid4().hex[:12]
+
+
+@dataclass
+class BulkAction:
+    """Count, then act on, every job a :class:`BulkFilter` selects (see the module)."""
+
+    store: OperatorStore
+    clock: Callable[[], float] = field(default=time.time)
+    page: int = 100
+
+    def _query(self, f: BulkFilter) -> tuple[JobState, dict[str, Any], float | None]:
+        now = self.clock()
+        since = max(0.0, now - f.since_seconds) if f.since_seconds is not None else None
+        state = JobState.PENDING if f.status == SCHEDULED else JobState(f.status)
+        return state, {"since": since, "kind": f.kind,
+                       "scheduled_after": now if f.status == SCHEDULED else None}, since
+
+    def count(self, f: BulkFilter) -> int:
+        """How many jobs the filter selects now (COUNT queries: no job is read)."""
+        state, where, _ = self._query(f)
+        return self.store.count_jobs(state, **where)
+
+    def run(self, f: BulkFilter, *, bulk_id: str | None = None, reason: str | None = None,
+            from_scratch: bool = False, dry_run: bool = False) -> BulkReport:
+        """Act on every selected job once (``bulk_id``: an earlier run's, to resume it)."""
+        state, where, since = self._query(f)
+        report = BulkReport(bulk_id or new_bulk_id(), str(f.verb), f.describe(since),
+                            self.store.count_jobs(state, **where), dry_run=dry_run)
+        if dry_run:
+            return report
+        said = f"{reason or 'operator action'} ({report.bulk_id}: {report.selection})"
+        for rows in self.store.job_pages(state, page=self.page, **where):
+            for row in rows:
+                job_id = row.job_id or row.pk.split("#", 1)[1]
+                try:
+                    if f.verb == BulkVerb.CANCEL:
+                        job = self.store.cancel(job_id, reason=said, by=report.bulk_id,
+                                                only=state)
+                        if job.state == JobState.CANCELLED:
+                            report.acted += 1
+                        else:
+                            report.requested += 1
+                    else:
+                        self.store.retry(job_id, from_scratch=from_scratch, reason=said,
+                                         by=report.bulk_id, only=state)
+                        report.acted += 1
+                except AlreadyActed:
+                    report.skipped += 1
+                except TableUnavailable:
+                    raise  # not this job's doing: stop; the same bulk id resumes
+                except LongjobsError as exc:
+                    report.errors += 1
+                    if len(report.error_samples) < ERROR_SAMPLES:
+                        report.error_samples.append(str(exc))
+        return report
