@@ -201,10 +201,11 @@ def invoke(env: dict[str, str], argv: list[str]) -> tuple[int, str, str]:
 
 def _prepare(env: dict[str, str], cmds: list[Command]) -> None:
     """The jobs the examples name (`jobs show spot-1`, `jobs retry new-1`) exist, held until
-    2100 so that nothing runs them; the ones an example retries are cancelled first."""
+    2100 so that nothing runs them; the ones an example retries are cancelled first. A
+    selection (`jobs cancel --status ...`) names no job."""
     named = {c.argv[2] for c in cmds if len(c.argv) >= 3 and c.argv[0] == "jobs"
              and c.argv[1] in ("show", "cancel", "retry") and not c.expect_error
-             and not c.argv[2].startswith("$")}
+             and not c.argv[2].startswith(("$", "-"))}
     for job in sorted(named):
         code, _, err = invoke(env, ["submit", "report", "--job-id", job, "--not-before",
                                     NOT_BEFORE])
