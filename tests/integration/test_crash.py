@@ -18,7 +18,7 @@ from dispatcher.store import codec as r
 from dispatcher.testing.workload import run_until_drained
 from dispatcher.wiring import pipeline
 from tests.conftest import Aws
-from tests.helpers import check_converged, ecs_tasks
+from tests.helpers import check_converged, ecs_tasks, wait_for
 
 JOBS = [f"crash-{i}" for i in range(5)]
 # (operation, calls of it to let through first) — the tick's order of effects for 5 long jobs:
@@ -36,15 +36,18 @@ CRASH_POINTS = {
 def eventually(check: Callable[[], None], timeout: float = 120.0) -> None:
     """Retry ``check`` until it stops raising AssertionError: wait on the condition, not a
     fixed time (a loaded machine makes fixed sleeps flaky)."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def holds() -> bool:
         try:
             check()
-            return
         except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+            return False
+        return True
+
+    try:
+        wait_for(holds, timeout, "the check")
+    except AssertionError:
+        check()  # the check's own failure says what is missing
+        raise
 
 
 # The tick receives with this visibility timeout: undeleted messages come back after it.

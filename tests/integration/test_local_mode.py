@@ -8,21 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from tests.helpers import alive
+from tests.helpers import alive, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _wait(pred: object, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():  # type: ignore[operator]
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def test_sighup_stops_local_mode_and_its_runners(tmp_path: Path) -> None:
@@ -47,12 +37,12 @@ def test_sighup_stops_local_mode_and_its_runners(tmp_path: Path) -> None:
                         "--payload", '{"seconds": 120}', "--job-id", "held"],
                        env=client_env, cwd=ROOT, check=True, capture_output=True, timeout=60)
         # The timeouts guard against a hang only (four test workers share two cores).
-        assert _wait(lambda: log.exists() and log.read_text().strip(), 120), "no runner started"
+        wait_for(lambda: log.exists() and bool(log.read_text().strip()), 120, "a runner started")
         runner = json.loads(log.read_text().splitlines()[0])["pid"]
         assert alive(runner)
         local.send_signal(signal.SIGHUP)  # the terminal closed
         assert local.wait(timeout=120) == 0
-        assert _wait(lambda: not alive(runner), 60), "the runner outlived local mode"
+        wait_for(lambda: not alive(runner), 60, "the runner gone with local mode")
     finally:
         if local.poll() is None:
             local.kill()
