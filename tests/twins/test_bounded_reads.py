@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -169,3 +170,38 @@ def test_a_list_reads_its_limit_of_each_partition_not_the_history(history: Histo
     assert [s.job_id for s in rows[:2]] == ["j1", "j0"] and read <= 9 * 5
     rows, read = table.reads(lambda: q.list_jobs(limit=1000))
     assert len(rows) == 1000 and read <= 6 * 9 * 1000
+
+
+def test_stats_says_its_window_and_takes_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``longjobs stats`` counts the finished jobs of the last 24 h unless ``--since`` gives a
+    duration or a time, and says which; a window that ends before today's work counts none
+    of it, and the active jobs are counted whatever the window."""
+    from typer.testing import CliRunner
+
+    from dispatcher.cli import jobs_commands
+    from dispatcher.cli.app import app
+
+    tw, _ = world(None)
+    queries = Queries(tw.store, clock=tw.clock)  # what the client's stats() calls, on the twins
+    monkeypatch.setattr(jobs_commands, "client", lambda: SimpleNamespace(stats=queries.stats))
+    runner = CliRunner()
+
+    def stats(*args: str) -> Any:
+        result = runner.invoke(app, ["stats", "--json", *args])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    now = T0 + 120
+    assert stats()["finished_since"] == r.iso(now - DAY)
+    assert stats()["finished_window_seconds"] == DAY
+    assert stats("--since", "90s")["finished_since"] == r.iso(now - 90)
+    # Today's work was admitted 120 s ago: a 90 s window holds none of the finished jobs.
+    assert stats("--since", "90s")["jobs"] == {"PENDING": 3, "RUNNING": 2, "SUCCEEDED": 0,
+                                               "FAILED": 0, "CANCELLED": 0, "REJECTED": 0}
+    assert stats("--since", "2m")["jobs"]["SUCCEEDED"] == 2
+    assert stats("--since", r.iso(T0)[:16])["finished_since"] == r.iso(T0 - T0 % 60)
+    assert stats("--since", "2023-11-14T22:13:20+00:00")["jobs"]["SUCCEEDED"] == 2
+    text = runner.invoke(app, ["stats"]).stdout
+    assert "finished: admitted since 2023-11-13 22:15:20 UTC (24 h); active: all" in text
+    bad = runner.invoke(app, ["stats", "--since", "yesterday"])
+    assert bad.exit_code == 2 and bad.stderr.startswith("error: --since 'yesterday' is neither")
