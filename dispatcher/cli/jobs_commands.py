@@ -75,7 +75,9 @@ def jobs_list(
     status: Annotated[str | None, typer.Option(help="PENDING, SCHEDULED (PENDING until its "
                                                "--not-before), RUNNING, SUCCEEDED, FAILED, "
                                                "CANCELLED or REJECTED.")] = None,
-    kind: Annotated[str | None, typer.Option(help="Only jobs of this kind.")] = None,
+    kind: Annotated[str | None, typer.Option(
+        help="Only jobs of this kind (of a finished state, without --since: among the newest "
+             "1000 of each of its nine index partitions).")] = None,
     since: Annotated[str | None, typer.Option(help="Created within, e.g. 15m, 2h, 1d.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many jobs.")] = 50,
     waiting_for: Annotated[str | None, typer.Option(

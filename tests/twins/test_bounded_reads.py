@@ -25,6 +25,7 @@ from dispatcher.ops.top import Top
 from dispatcher.ports.table import Eq, Gt, Put
 from dispatcher.store import Fence, JobUpdate, Store
 from dispatcher.store import codec as r
+from dispatcher.store.operator import FILTERED_READ
 from dispatcher.testing.memory_table import MemoryTable
 from tests.twins import Twins
 from tests.twins.history_table import History, HistoryTable
@@ -205,3 +206,21 @@ def test_stats_says_its_window_and_takes_another(monkeypatch: pytest.MonkeyPatch
     assert "finished: admitted since 2023-11-13 22:15:20 UTC (24 h); active: all" in text
     bad = runner.invoke(app, ["stats", "--since", "yesterday"])
     assert bad.exit_code == 2 and bad.stderr.startswith("error: --since 'yesterday' is neither")
+
+
+def test_a_list_of_one_kind_looks_among_the_newest_not_the_whole_history(
+        history: History) -> None:
+    """A filter is applied after DynamoDB reads the rows: a list of a rare kind over the
+    finished states would read their whole history. Without ``--since`` it looks among the
+    newest FILTERED_READ rows of each partition; with it, within the window asked for."""
+    tw, table = world(history)
+    q = Queries(tw.store, clock=tw.clock)
+    finished_partitions = 4 * 9
+    rows, read = table.reads(lambda: q.list_jobs(kind="rare"))
+    assert rows == [] and read <= finished_partitions * FILTERED_READ + 60
+    rows, read = table.reads(lambda: q.list_jobs(kind="k", status="FAILED"))
+    assert [s.job_id for s in rows] == ["j2"] and read <= 9 * FILTERED_READ
+    rows, read = table.reads(lambda: q.list_jobs(kind="history", status="FAILED", limit=3))
+    assert len(rows) == 3 and all(s.kind == "history" for s in rows) and read <= 2 * 9 * 3
+    rows, read = table.reads(lambda: q.list_jobs(kind="rare", since_seconds=DAY))
+    assert rows == [] and read < 60  # the window's rows only
