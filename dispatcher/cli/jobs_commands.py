@@ -43,6 +43,7 @@ from dispatcher.cli.common import (
 from dispatcher.cli.error_policy import fail, guarded
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.waiting import REASONS
+from dispatcher.store.operator import FILTERED_READ
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -77,7 +78,7 @@ def jobs_list(
                                                "CANCELLED or REJECTED.")] = None,
     kind: Annotated[str | None, typer.Option(
         help="Only jobs of this kind (of a finished state, without --since: among the newest "
-             "1000 of each of its nine index partitions).")] = None,
+             f"{FILTERED_READ} of each of its nine index partitions).")] = None,
     since: Annotated[str | None, typer.Option(help="Created within, e.g. 15m, 2h, 1d.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many jobs.")] = 50,
     waiting_for: Annotated[str | None, typer.Option(
