@@ -402,5 +402,5 @@ def _render_stats(s: Stats, console: Console) -> None:
 
 
 def _span(seconds: float) -> str:
-    """A window's length for a title: ``24 h``, ``1.5 h``, ``20 min``."""
+    """A window's length as stats prints it: ``24 h``, ``1.5 h``, ``20 min``."""
     return f"{seconds / 3600:.4g} h" if seconds >= 3600 else f"{seconds / 60:.4g} min"

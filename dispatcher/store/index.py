@@ -46,10 +46,11 @@ def newest_matching(table: Table, keys: list[str], match: Callable[[Record], boo
     of each key: a bounded search where a filter would read a whole partition.
 
     DynamoDB reads, and charges for, every row a filtered query passes over before it finds
-    ``limit`` matches ("DynamoDB reads up to six items, and then returns only those that match
-    the filter expression": https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/
-    Query.Other.html); the port's ``limit`` counts matches, so a filter that matches little
-    would read the partition to its end. Here each key is read newest first with no filter,
+    ``limit`` matches (with a Limit of six, "DynamoDB reads up to six items, and then returns
+    only those that match the filter expression":
+    https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Query.Other.html); the
+    port's ``limit`` counts matches, so a filter that matches little would read the partition
+    to its end. Here each key is read newest first with no filter,
     ``limit`` rows first, then twice as many a query up to :data:`PAGE`, until ``limit`` rows
     matched or ``read_at_most`` were read."""
     answers = []

@@ -225,7 +225,8 @@ class OperatorStore(Deployments):
         :data:`FILTERED_READ` of each index partition: the filter would otherwise read the
         state's whole history to find a kind that is rare (or gone). An active state's is
         bounded by the active work; a ``since`` bounds it by the window asked for."""
-        if kind and since is None and limit is not None and state in TERMINAL_JOB_STATES:
+        if kind and since is None and scheduled_after is None and limit is not None \
+                and state in TERMINAL_JOB_STATES:
             return index.newest_matching(self.table, r.job_statuses(state),
                                          lambda rec: rec.kind == kind, limit=limit,
                                          read_at_most=FILTERED_READ)
