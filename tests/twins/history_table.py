@@ -139,11 +139,20 @@ class HistoryTable(MemoryTable):
                 if (rec := mine.get(pk) if i is None else self.history.record(i)) is not None]
 
     def _rows(self, status_key: str, at_most: str | None, at_least: str | None,
-              newest_first: bool) -> Iterator[Record]:
-        """Every item the key condition matches, the twin's and the history's, in index order
-        (the history's made only as the reader reaches them)."""
+              newest_first: bool, after: Record | None) -> Iterator[Record]:
+        """Every item the key condition matches past ``after`` (DynamoDB's ExclusiveStartKey:
+        reading starts there), the twin's and the history's, in index order (the history's
+        made only as the reader reaches them)."""
         mine = self._select(status_key, at_most, at_least, None)
         span = self.history.span(status_key, at_most, at_least)
+        if after is not None:
+            mark = _order(after)
+            mine = [rec for rec in mine
+                    if (_order(rec) < mark if newest_first else _order(rec) > mark)]
+            h = self.history
+            cut = (bisect.bisect_left if newest_first else bisect.bisect_right)(
+                span, mark, key=lambda i: (r.iso(h.at(i)), h.pk(i)))
+            span = span[:cut] if newest_first else span[cut:]
         old = (self.history.record(i) for i in (reversed(span) if newest_first else span))
         return heapq.merge(reversed(mine) if newest_first else mine, old, key=_order,
                            reverse=newest_first)
@@ -164,14 +173,8 @@ class HistoryTable(MemoryTable):
               after: Record | None = None) -> list[Record]:
         if limit is not None and limit <= 0:
             return []
-        rows: Iterator[Record] = self._rows(status_key, at_most, at_least, newest_first)
-        if after is not None:  # DynamoDB's ExclusiveStartKey: reading starts past it
-            mark = _order(after)
-            rows = itertools.dropwhile(
-                lambda rec: (_order(rec) >= mark) if newest_first else (_order(rec) <= mark),
-                rows)
         out: list[Record] = []
-        for rec in rows:
+        for rec in self._rows(status_key, at_most, at_least, newest_first, after):
             self.items_read += 1
             if evaluate(where, rec):
                 out.append(rec)
