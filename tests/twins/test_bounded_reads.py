@@ -2,7 +2,7 @@
 against a table holding a million finished jobs (30 days' retention of a nightly batch would be
 six) read exactly what they read against the same table without them.
 
-The table is :class:`tests.twins.history_table.HistoryTable`: the twin, with the history held
+The table is :class:`tests.history_table.HistoryTable`: the twin, with the history held
 arithmetically behind its own items and every item a read reaches counted as DynamoDB charges
 it (a COUNT query reads every item its key condition matches). Its answers are checked here
 against the plain twin holding the same items.
@@ -27,8 +27,8 @@ from dispatcher.store import Fence, JobUpdate, Store
 from dispatcher.store import codec as r
 from dispatcher.store.operator import FILTERED_READ
 from dispatcher.testing.memory_table import MemoryTable
+from tests.history_table import History, HistoryTable
 from tests.twins import Twins
-from tests.twins.history_table import History, HistoryTable
 
 T0 = 1_700_000_000.0
 DAY = 86_400.0
