@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -42,6 +43,7 @@ from dispatcher.cli.common import (
 from dispatcher.cli.error_policy import fail, guarded
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.waiting import REASONS
+from dispatcher.store.operator import FILTERED_READ
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -74,7 +76,9 @@ def jobs_list(
     status: Annotated[str | None, typer.Option(help="PENDING, SCHEDULED (PENDING until its "
                                                "--not-before), RUNNING, SUCCEEDED, FAILED, "
                                                "CANCELLED or REJECTED.")] = None,
-    kind: Annotated[str | None, typer.Option(help="Only jobs of this kind.")] = None,
+    kind: Annotated[str | None, typer.Option(
+        help="Only jobs of this kind (of a finished state, without --since: among the newest "
+             f"{FILTERED_READ} of each of its nine index partitions).")] = None,
     since: Annotated[str | None, typer.Option(help="Created within, e.g. 15m, 2h, 1d.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many jobs.")] = 50,
     waiting_for: Annotated[str | None, typer.Option(
@@ -343,9 +347,28 @@ def _one_or_many(job_id: str | None) -> None:
 
 
 # -- stats ----------------------------------------------------------------------------------------
-def stats(as_json: JsonOpt = False) -> None:
-    """Backlog, jobs by state, running tasks by revision, launch failures and reruns (1 h)."""
-    result = guarded(lambda: client().stats())
+def parse_since(text: str) -> tuple[float | None, float | None]:
+    """``stats --since``: a duration (``6h``: (None, seconds)) or a UTC time
+    (``2026-12-01T00:00``: (its timestamp, None))."""
+    if _DURATION.match(text):
+        return None, parse_duration(text)
+    try:
+        at = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise LongjobsError(f"--since {text!r} is neither a duration like 6h or 1d nor a time "
+                            "like 2026-12-01T00:00") from None
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp(), None
+
+
+def stats(as_json: JsonOpt = False,
+          since: Annotated[str | None, typer.Option(
+              help="Finished jobs admitted within (6h, 1d) or since (2026-12-01T00:00, UTC "
+                   "unless it says); default 24h. Active jobs are always counted all.")]
+          = None) -> None:
+    """Backlog, jobs by state (the finished ones of a window), running tasks by revision,
+    launch failures and reruns (1 h)."""
+    at, seconds = guarded(lambda: parse_since(since)) if since else (None, None)
+    result = guarded(lambda: client().stats(since=at, since_seconds=seconds))
     if as_json:
         print_json(result.to_json())
         return
@@ -363,6 +386,8 @@ def _render_stats(s: Stats, console: Console) -> None:
     jobs = Table(*data["jobs"].keys(), title="jobs by state", box=None)
     jobs.add_row(*(str(v) for v in data["jobs"].values()))
     console.print(jobs)
+    console.print(Text(f"finished: admitted since {when(data['finished_since'])} UTC "
+                       f"({_span(data['finished_window_seconds'])}); active: all"))
     running = Table("REVISION", "LAUNCHING", "LAUNCHED", "RUNNING", title="tasks by revision",
                     box=None)
     for rev, counts in data["running_by_revision"].items():
@@ -374,3 +399,8 @@ def _render_stats(s: Stats, console: Console) -> None:
                        + " ".join(f"{k}={v}" for k, v in lf["by_reason"].items())))
     console.print(Text(f"reruns (1 h): {rr['jobs']} "
                        + " ".join(f"{k}={v}" for k, v in rr["by_stop_class"].items())))
+
+
+def _span(seconds: float) -> str:
+    """A window's length as stats prints it: ``24 h``, ``1.5 h``, ``20 min``."""
+    return f"{seconds / 3600:.4g} h" if seconds >= 3600 else f"{seconds / 60:.4g} min"

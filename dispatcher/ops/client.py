@@ -190,9 +190,12 @@ class JobClient:
         return Queries(self._table(), queue=self._queue, dead_letters=dlq, other_queues=others,
                        logs=adapters.job_logs(self.cfg) if logs else None)
 
-    def stats(self) -> Stats:
-        """Backlog, jobs by state, running tasks by revision, launch failures and reruns."""
-        return self.queries().stats()
+    def stats(self, *, since: float | None = None,
+              since_seconds: float | None = None) -> Stats:
+        """Backlog, jobs by state, running tasks by revision, launch failures and reruns; the
+        finished jobs of a window (admitted since ``since``, or within ``since_seconds``; the
+        last 24 h unless given): see :meth:`Queries.stats`."""
+        return self.queries().stats(since=since, since_seconds=since_seconds)
 
     def show(self, job_id: str) -> JobDetail:
         """A job with its attempts (or a REJECTED record with its reason); JobNotFound if none."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from dispatcher.ports.table import Condition, Record, Table
 
@@ -37,6 +37,37 @@ def query(table: Table, keys: list[str], *, at_most: str | None = None,
     if len(answers) == 1:
         return answers[0]
     merged = heapq.merge(*answers, key=_order, reverse=newest_first)
+    return list(itertools.islice(merged, limit))
+
+
+def newest_matching(table: Table, keys: list[str], match: Callable[[Record], bool], *,
+                    limit: int, read_at_most: int) -> list[Record]:
+    """The newest ``limit`` rows of ``keys`` that ``match``, among the newest ``read_at_most``
+    of each key: a bounded search where a filter would read a whole partition.
+
+    DynamoDB reads, and charges for, every row a filtered query passes over before it finds
+    ``limit`` matches (with a Limit of six, "DynamoDB reads up to six items, and then returns
+    only those that match the filter expression":
+    https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Query.Other.html); the
+    port's ``limit`` counts matches, so a filter that matches little would read the partition
+    to its end. Here each key is read newest first with no filter,
+    ``limit`` rows first, then twice as many a query up to :data:`PAGE`, until ``limit`` rows
+    matched or ``read_at_most`` were read."""
+    answers = []
+    for key in keys:
+        found: list[Record] = []
+        after: Record | None = None
+        read, size = 0, limit
+        while len(found) < limit and read < read_at_most:
+            size = min(size, PAGE, read_at_most - read)
+            rows = table.query(key, limit=size, newest_first=True, after=after)
+            read += len(rows)
+            found += [rec for rec in rows if match(rec)]
+            if len(rows) < size:
+                break
+            after, size = rows[-1], 2 * size
+        answers.append(found[:limit])
+    merged = heapq.merge(*answers, key=_order, reverse=True)
     return list(itertools.islice(merged, limit))
 
 

@@ -42,6 +42,9 @@ from dispatcher.store.held import WAITING
 from dispatcher.store.runner import expire_pages_later, fit_pages, page_expiry
 
 TRIES = 3
+# A finished state's list of one kind without a window reads at most this many index rows of
+# each of its partitions (nine), newest first: see OperatorStore.list_jobs.
+FILTERED_READ = 1000
 
 
 def _check_mark(job: Job, by: str | None, only: JobState | None) -> None:
@@ -216,7 +219,17 @@ class OperatorStore(Deployments):
                   kind: str | None = None, limit: int | None = 50,
                   scheduled_after: float | None = None) -> list[Record]:
         """Jobs (or REJECTED records) in ``state``, newest first by creation time; with
-        ``scheduled_after``, only those whose ``not_before`` is later (SCHEDULED ones)."""
+        ``scheduled_after``, only those whose ``not_before`` is later (SCHEDULED ones).
+
+        A finished state's list of one ``kind`` with no ``since`` looks among the newest
+        :data:`FILTERED_READ` of each index partition: the filter would otherwise read the
+        state's whole history to find a kind that is rare (or gone). An active state's is
+        bounded by the active work; a ``since`` bounds it by the window asked for."""
+        if kind and since is None and scheduled_after is None and limit is not None \
+                and state in TERMINAL_JOB_STATES:
+            return index.newest_matching(self.table, r.job_statuses(state),
+                                         lambda rec: rec.kind == kind, limit=limit,
+                                         read_at_most=FILTERED_READ)
         return index.query(self.table, r.job_statuses(state),
                            at_least=r.iso(since) if since is not None else None,
                            where=_where(kind, scheduled_after), limit=limit, newest_first=True)
