@@ -24,18 +24,20 @@ from dispatcher.ports.event_sink import EventSink, batches
 
 class EventBridgeSink(EventSink):
     """``attempts`` requests at most per batch: the failed entries of one are sent again in
-    the next, after a short jittered wait (botocore already retries a throttled call)."""
+    the next, after a short wait (botocore already retries a throttled call). Each event names
+    ``resources`` (the job table's ARN): a rule matches the events of one stack's table."""
 
-    def __init__(self, events: Any, bus: str = "default", *, attempts: int = 3,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, events: Any, bus: str = "default", *, resources: Sequence[str] = (),
+                 attempts: int = 3, sleep: Callable[[float], None] = time.sleep) -> None:
         self._events = events
         self.bus = bus or "default"
+        self.resources = list(resources)
         self.attempts = attempts
         self._sleep = sleep
 
     def _entry(self, e: JobStateChange) -> dict[str, Any]:
         return {"Source": SOURCE, "DetailType": DETAIL_TYPE, "EventBusName": self.bus,
-                "Time": datetime.fromtimestamp(e.at, UTC), "Resources": [],
+                "Time": datetime.fromtimestamp(e.at, UTC), "Resources": self.resources,
                 "Detail": json.dumps(e.detail(), separators=(",", ":"))}
 
     def _put(self, batch: list[JobStateChange]) -> dict[str, str]:

@@ -53,3 +53,13 @@ def changes(records: Iterable[Mapping[str, Any]]) -> list[TableChange]:
         out.append(TableChange(str(body.get("SequenceNumber", "")),
                                image(body.get("OldImage")), image(body.get("NewImage"))))
     return out
+
+
+def table_arn(records: Iterable[Mapping[str, Any]]) -> str | None:
+    """The job table's ARN, from a record's ``eventSourceARN``
+    (``arn:aws:dynamodb:<region>:<account>:table/<name>/stream/<label>``)."""
+    for rec in records:
+        source = str(rec.get("eventSourceARN", ""))
+        if "/stream/" in source:
+            return source.split("/stream/", 1)[0]
+    return None
