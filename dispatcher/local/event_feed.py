@@ -12,7 +12,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 from dispatcher.aws import job_stream
@@ -66,6 +68,9 @@ class StreamFeed:
         self._thread: threading.Thread | None = None
         self.stream_arn = ""
         self.table_arn = ""
+        # Seconds from each delivered record's commit (the stream's ApproximateCreationDateTime)
+        # to its delivery: the stream's part of an event's delay (the latest only).
+        self.lags: deque[float] = deque(maxlen=10_000)
 
     def start(self) -> StreamFeed:
         table = self._ddb.describe_table(TableName=self.cfg.table)["Table"]
@@ -125,4 +130,10 @@ class StreamFeed:
         if failed:
             log.warning("job events not delivered; reading them again",
                         extra={"records": len(failed)})
-        return not failed
+            return False
+        now = time.time()
+        for rec in records:
+            made = rec.get("dynamodb", {}).get("ApproximateCreationDateTime")
+            if isinstance(made, datetime):
+                self.lags.append(now - made.timestamp())
+        return True
