@@ -130,9 +130,10 @@ class LocalEnv:
     def _tick_loop(self) -> None:
         while not self._stop.wait(self.tick_seconds):
             if self._moto is not None:
-                from dispatcher.testing.moto import release_model_copies
+                from dispatcher.testing.moto import release_model_copies, release_stream_iterators
 
                 release_model_copies()
+                release_stream_iterators()
             try:
                 self.tick()
             except Exception as exc:  # a failed tick is retried on the next one, as in AWS

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -81,3 +85,38 @@ def test_local_mode_prints_each_jobs_state_changes_in_sequence(
         assert [e["previous_state"] for e in events] == [None] + [e["state"]
                                                                  for e in events[:-1]]
     assert "poison" in (by_job["bad"][2]["reason"] or "")
+
+
+def test_longjobs_local_events_prints_them_on_stdout(tmp_path: Path) -> None:
+    """The command as a user runs it: `longjobs local --events`, a job submitted from another
+    process; its events come after the export lines, one JSON line each."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LONGJOBS_", "AWS_"))}
+    env.update(PYTHONPATH=str(ROOT), LONGJOBS_TEST_LOG=str(tmp_path / "executions.jsonl"),
+               LONGJOBS_HANDLERS="echo=tests.handlers:echo", POWERTOOLS_LOG_LEVEL="WARNING")
+    local = subprocess.Popen([sys.executable, "-m", "dispatcher.cli.entry", "local",
+                              "--tick-seconds", "0.5", "--events"], env=env, cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             stdin=subprocess.DEVNULL, text=True)
+    lines: list[str] = []
+    try:
+        assert local.stdout is not None
+        reader = threading.Thread(target=lambda: lines.extend(iter(local.stdout.readline, "")),
+                                  daemon=True)
+        reader.start()
+        wait_for(lambda: any(line.startswith("export LONGJOBS_TASK_FAMILY=") for line in lines),
+                 120, "local mode's export lines")
+        exports = dict(line.removeprefix("export ").strip().partition("=")[::2]
+                       for line in list(lines) if line.startswith("export "))
+        subprocess.run([sys.executable, "-m", "dispatcher.cli.entry", "submit", "echo",
+                        "--payload", "{}", "--job-id", "cli-1"], env={**env, **exports},
+                       cwd=ROOT, check=True, capture_output=True, timeout=60)
+        wait_for(lambda: any('"SUCCEEDED"' in line for line in list(lines)), 120,
+                 "the job's last event")
+        local.send_signal(signal.SIGINT)
+        assert local.wait(timeout=120) == 0
+    finally:
+        if local.poll() is None:
+            local.kill()
+    events = told([line for line in lines if line.startswith("{")])
+    assert [(e["state"], e["sequence"]) for e in events["cli-1"]] == [
+        ("PENDING", 1), ("RUNNING", 2), ("SUCCEEDED", 3)]
