@@ -80,3 +80,18 @@ def task_event(event: dict[str, Any], context: Any) -> dict[str, Any]:
         return {"result": "ignored", "reason": outcome.reason}
     metrics.publish_stop(outcome, queue=cfg.queue_url, namespace=cfg.metrics_namespace or None)
     return outcome.as_dict()
+
+
+def publish_job_events(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The job table's stream (an event source mapping with ReportBatchItemFailures): the job
+    state-change events of a batch of records, to EventBridge. A record whose events were not
+    sent is reported, and the batch is read again from it (events published after it go out
+    again: consumers drop what they saw by its sequence). An error that is not the events'
+    (settings, the bus missing) fails the whole batch: the mapping bisects it and retries,
+    then sends what still fails to the on-failure queue."""
+    cfg = settings.load("events")
+    failed = pipeline.publish_stream(cfg, list(event.get("Records", [])))
+    if failed:
+        logger.warning("job events not published; their records are read again",
+                       extra={"records": len(failed), "first": failed[0]})
+    return {"batchItemFailures": [{"itemIdentifier": position} for position in failed]}

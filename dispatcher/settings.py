@@ -388,16 +388,20 @@ class Config(BaseModel):
         "instead of CloudWatch Logs.", ("client",), on_aws=OnAws.LOCAL)] = ""
     endpoint_url: Annotated[str | None, Env(
         "AWS_ENDPOINT_URL", "Endpoint override (moto, LocalStack); empty means AWS.",
-        ALL_ROLES,
+        (*ALL_ROLES, "events"),
         on_aws=OnAws.LOCAL)] = None
     region: Annotated[str | None, Env(
         "AWS_REGION", "Region of the queue, table and cluster; empty leaves it to boto3.",
-        ALL_ROLES, fallback="AWS_DEFAULT_REGION",
+        (*ALL_ROLES, "events"), fallback="AWS_DEFAULT_REGION",
         on_aws=OnAws.AWS)] = None
     task_arn: Annotated[str, Env(
         "LONGJOBS_TASK_ARN", "Local mode only: the task's ARN (on ECS the runner reads it from "
         "the task metadata endpoint).", ("runner",),
         on_aws=OnAws.LOCAL)] = ""
+    event_bus: Annotated[str, Field(pattern=r"^[/\.\-_A-Za-z0-9]{1,256}$"), Env(
+        "LONGJOBS_EVENT_BUS", "Name of the EventBridge bus the job state-change events go to "
+        "(the publisher function's; `default`: the account's default bus).", ("events",),
+        on_aws=OnAws.PARAMETER)] = "default"
     ecs_metadata_uri: Annotated[str, Env(
         "ECS_CONTAINER_METADATA_URI_V4", "Set by ECS in every task: the task metadata endpoint "
         "v4, where the runner reads its task's ARN.", ("runner",),

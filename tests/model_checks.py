@@ -15,6 +15,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
+from dispatcher.domain.job_events import JobStateChange
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.domain.message import compact_json
 from dispatcher.domain.waiting import TickSummary
@@ -302,4 +303,27 @@ def unexplained_waits(view: View, now: float) -> list[str]:
             out.append(f"{rec.job_id} waits for {w.reason} in a {state} bundle")
         elif w.until is not None and w.until <= now:
             out.append(f"{rec.job_id} waits for {w.reason} until {w.until}, past at {now}")
+    return out
+
+
+def untold(view: View, events: list[JobStateChange]) -> list[str]:
+    """Each job's state-change events, as the twin's change feed published them: numbered 1,
+    2, 3... in the order told, none missing, the last one telling the job's stored state and
+    sequence; no job in the table without any."""
+    told: dict[str, list[JobStateChange]] = {}
+    for e in events:
+        told.setdefault(e.job_id, []).append(e)
+    out = []
+    for job_id, mine in told.items():
+        numbers = [e.sequence for e in mine]
+        if numbers != list(range(1, len(mine) + 1)):
+            out.append(f"{job_id}: its events are numbered {numbers}")
+        rec = view.items.get(r.job_key(job_id))
+        if rec is not None and (rec.state, int(rec.sequence or 0)) != (mine[-1].state,
+                                                                       mine[-1].sequence):
+            out.append(f"{job_id} is {rec.state} (sequence {rec.sequence}); its last event "
+                       f"says {mine[-1].state} (sequence {mine[-1].sequence})")
+    out += [f"{r.ident(pk)} is in the table ({rec.state}) and no event told of it"
+            for pk, rec in view.items.items() if pk.startswith("JOB#")
+            and r.ident(pk) not in told]
     return out

@@ -84,6 +84,9 @@ def local(
     verbose: Annotated[bool, typer.Option(
         "--verbose", "-v", help="Every tick's decision record, not only those of ticks that "
         "admitted, launched or finished something.")] = False,
+    events: Annotated[bool, typer.Option(
+        "--events", help="Print every job state change on stdout, one JSON line each (the "
+        "event EventBridge gets on AWS: detail-type \"longjobs Job State Change\").")] = False,
 ) -> None:
     """Keep a local longjobs running; prints `export` lines for clients in another terminal
     (`eval` them there). Ctrl-C, SIGINT, SIGTERM or SIGHUP stops it and its tasks."""
@@ -92,6 +95,7 @@ def local(
 
     from dispatcher import settings
     from dispatcher.local.environment import LocalEnv
+    from dispatcher.local.event_feed import PrintingSink
     from dispatcher.local.output import Follower
 
     problem = check_handlers(",".join(guarded(lambda: settings.load("task")).handlers))
@@ -104,8 +108,9 @@ def local(
     # The tasks' output goes to one file (`longjobs jobs logs ID` reads a job's lines there),
     # echoed here as it grows, one readable line per record.
     log_path = os.path.join(tempfile.mkdtemp(prefix="longjobs-local-"), "tasks.log")
+    sink = PrintingSink(typer.echo) if events else None
     env = guarded(lambda: LocalEnv(tick_seconds=tick_seconds, log_path=log_path,
-                                   verbose=verbose).start())
+                                   verbose=verbose, job_events=sink).start())
     follower = Follower(log_path, sys.stderr.write).start()
     for line in env.exports():
         typer.echo(line)

@@ -82,3 +82,13 @@ class Interrupted(LongjobsError):
 class TooLarge(PermanentError):
     """Data beyond its size budget (``dispatcher.domain.sizes``): e.g. a checkpoint too large
     for the job's item. Raised to the handler, which may catch it; uncaught, the job fails."""
+
+
+class EventsNotPublished(LongjobsError):
+    """Some job state-change events were not published even after retries; ``failed`` maps
+    each event's id (``<job id>#<sequence>``) to the reason. Its stream records are handed
+    back to be tried again (nothing is dropped without a word)."""
+
+    def __init__(self, reason: str, failed: dict[str, str]) -> None:
+        self.failed = failed
+        super().__init__(reason)

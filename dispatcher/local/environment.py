@@ -17,9 +17,11 @@ from dispatcher import settings
 from dispatcher.domain import task_events
 from dispatcher.domain.task_events import Ignored
 from dispatcher.handlers import on_task_event
+from dispatcher.local.event_feed import StreamFeed
 from dispatcher.local.local_launcher import LocalLauncher, TaskExit
 from dispatcher.local.output import QuietTicks
 from dispatcher.local.provision import provision
+from dispatcher.ports.event_sink import EventSink
 from dispatcher.settings import Config
 from dispatcher.stages.rerun import StopOutcome
 from dispatcher.stages.tick import TickReport
@@ -54,6 +56,9 @@ class LocalEnv:
     # The latest task stops and tick decisions (bounded: `longjobs local` runs for days).
     events: deque[StopOutcome | Ignored] = field(default_factory=lambda: deque(maxlen=KEEP))
     decisions: deque[TickReport] = field(default_factory=lambda: deque(maxlen=KEEP))
+    # Set: the job state-change events, read from the table's stream, are published here
+    # (`longjobs local --events` prints them; dispatcher.local.event_feed).
+    job_events: EventSink | None = None
 
     def start(self) -> LocalEnv:
         for k, v in DUMMY_CREDENTIALS.items():
@@ -95,6 +100,8 @@ class LocalEnv:
                                       ecs=adapters.client("ecs", self.cfg),
                                       output=self.output)
         self.stages = pipeline.for_aws(self.cfg, self.launcher)
+        self._feed = None if self.job_events is None else \
+            StreamFeed(self.cfg, self.job_events).start()
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, daemon=True, name="ticker")
         self._ticker.start()
@@ -123,9 +130,10 @@ class LocalEnv:
     def _tick_loop(self) -> None:
         while not self._stop.wait(self.tick_seconds):
             if self._moto is not None:
-                from dispatcher.testing.moto import release_model_copies
+                from dispatcher.testing.moto import release_model_copies, release_stream_iterators
 
                 release_model_copies()
+                release_stream_iterators()
             try:
                 self.tick()
             except Exception as exc:  # a failed tick is retried on the next one, as in AWS
@@ -150,6 +158,8 @@ class LocalEnv:
         self._stop.set()
         self._ticker.join(timeout=60)
         self.launcher.shutdown()
+        if self._feed is not None:
+            self._feed.stop()
         if self._moto is not None:
             self._moto.stop()
         if self._ministack is not None:

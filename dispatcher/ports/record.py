@@ -36,6 +36,9 @@ class Record:
     checkpoint: Any = None
     settled_by: str | None = None  # job: the task whose stop last settled it (rerun stage)
     live_task: str | None = None  # job: a task whose run of it may still be alive (Job)
+    # job: how many state changes it has had, its creation the first; written with each one
+    # (dispatcher.store.base.job_state), carried by its state-change events
+    sequence: float | None = None
     job_id: str | None = None
     body: str | None = None
     priority: str | None = None  # jobs and bundles
@@ -93,12 +96,13 @@ NUMBER_ATTRIBUTES = frozenset(
 # readers filter on, show or decode, and not the large or unbounded attributes (a job's payload,
 # result, error, history, checkpoint; a REJECTED record's body; the tick's credit and summary;
 # a bundle's cancel requests and running jobs) nor those no reader of the index reads (expires_at,
-# reported_stop) nor the deployment record's (image, container_env, derived_from, version: that
-# item has no index key). A write that changes none of these nor a key writes nothing to the index
-# (a checkpoint); a reader that needs the whole item reads it (``dispatcher.store.index.full``).
+# reported_stop, a job's sequence) nor the deployment record's (image, container_env,
+# derived_from, version: that item has no index key). A write that changes none of these nor a
+# key writes nothing to the index (a checkpoint); a reader that needs the whole item reads it
+# (``dispatcher.store.index.full``).
 INDEX_KEYS = ("pk", "status_key", "status_at")
 NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint", "body",
                            "credit", "summary", "cancel_jobs", "running_jobs", "expires_at",
                            "reported_stop", "image", "container_env", "derived_from",
-                           "version"})
+                           "version", "sequence"})
 INDEX_ATTRIBUTES: tuple[str, ...] = tuple(sorted(ATTRIBUTES - NOT_PROJECTED - set(INDEX_KEYS)))

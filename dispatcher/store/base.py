@@ -19,9 +19,10 @@ from tenacity import (
 
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle
 from dispatcher.domain.errors import ConflictError
-from dispatcher.domain.jobs import Job, Rejection, now
+from dispatcher.domain.jobs import Job, JobState, Rejection, now
 from dispatcher.ports.table import (
     Action,
+    Add,
     ConditionFailed,
     Delete,
     Op,
@@ -46,6 +47,16 @@ def status(status_key: str, t: float, at: float | None = None) -> list[Action]:
     """The actions of a state change: state, index keys (``at``, default ``t``), updated_at."""
     return [Set("state", r.state_of(status_key)), Set("status_key", status_key),
             Set("status_at", r.iso(t if at is None else at)), Set("updated_at", t)]
+
+
+def job_state(job_id: str, target: JobState, t: float, steps: int = 1) -> list[Action]:
+    """The actions of a job's state change: state, index key, updated_at, and its sequence
+    number advanced by ``steps`` (the transitions written at once: 2 for a start and an end
+    written together). Every write that changes a job's state goes through here, so the
+    sequence its state-change events carry (:mod:`dispatcher.domain.job_events`) costs no
+    call of its own: it is part of the write that changes the state."""
+    return [Set("state", str(target)), Set("status_key", r.job_status(target, job_id)),
+            Set("updated_at", t), Add("sequence", steps)]
 
 
 @dataclass(frozen=True)

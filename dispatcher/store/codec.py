@@ -135,6 +135,7 @@ def job_record(job: Job) -> Record:
         reason=job.reason, result=job.result, error=job.error, history=job.history or None,
         checkpoint=job.checkpoint, not_before=job.not_before,
         priority=None if job.priority == Priority.NORMAL else str(job.priority),
+        sequence=1,  # its creation is its first state change (base.job_state counts the rest)
         **_resources(job.resources),
     )
 

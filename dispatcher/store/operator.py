@@ -36,7 +36,7 @@ from dispatcher.ports.table import (
 )
 from dispatcher.store import codec as r
 from dispatcher.store import index
-from dispatcher.store.base import status
+from dispatcher.store.base import job_state, status
 from dispatcher.store.deployments import Deployments
 from dispatcher.store.held import WAITING
 from dispatcher.store.runner import expire_pages_later, fit_pages, page_expiry
@@ -119,9 +119,7 @@ class OperatorStore(Deployments):
             j for j in self.get_jobs(bundle.job_ids)
             if j.job_id != job.job_id and j.bundle_id == bundle.bundle_id]
         ops: list[Op] = [Update(r.job_key(job.job_id), [
-            Set("state", str(JobState.CANCELLED)),
-            Set("status_key", r.job_status(JobState.CANCELLED, job.job_id)),
-            Set("updated_at", t),
+            *job_state(job.job_id, JobState.CANCELLED, t),
             Set("reason", "cancelled on request before it started"
                 + (f": {reason}" if reason else "")), *mark, *self._expires(t)],
             Eq("state", str(JobState.PENDING)))]
@@ -199,8 +197,7 @@ class OperatorStore(Deployments):
         self._transact([
             Put(r.bundle_record(bundle), Absent()),
             Update(r.job_key(job_id), [
-                Set("state", str(JobState.PENDING)),
-                Set("status_key", r.job_status(JobState.PENDING, job_id)), Set("updated_at", t),
+                *job_state(job_id, JobState.PENDING, t),
                 Set("attempts", 0), Set("infra_attempts", 0), Set("bundle_id", bundle.bundle_id),
                 Set("reason", f"retried on request after {job.state}"
                     + (" from scratch" if from_scratch else "")

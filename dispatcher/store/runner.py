@@ -36,7 +36,7 @@ from dispatcher.ports.table import (
     Update,
 )
 from dispatcher.store import codec as r
-from dispatcher.store.base import Reads, status
+from dispatcher.store.base import Reads, job_state, status
 from dispatcher.store.values import Fence, JobUpdate
 
 log = logging.getLogger(__name__)
@@ -74,9 +74,11 @@ def job_actions(u: JobUpdate, t: float, expires_at: int | None = None) -> list[A
         lifecycle.check_job(u.job_id, u.via, u.target)
     elif u.source != u.target:  # same state: bookkeeping only (budgets, history)
         lifecycle.check_job(u.job_id, u.source, u.target)
-    actions: list[Action] = [Set("state", str(u.target)),
-                             Set("status_key", r.job_status(u.target, u.job_id)),
-                             Set("updated_at", t)]
+    # A same-state update is bookkeeping, not a state change: its sequence stays.
+    steps = 2 if u.via is not None else 1 if u.source != u.target else 0
+    actions: list[Action] = job_state(u.job_id, u.target, t, steps) if steps else [
+        Set("state", str(u.target)), Set("status_key", r.job_status(u.target, u.job_id)),
+        Set("updated_at", t)]
     if u.attempts_delta:
         actions.append(Add("attempts", u.attempts_delta))
     if u.infra_delta:

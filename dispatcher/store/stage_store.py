@@ -41,7 +41,7 @@ from dispatcher.ports.table import (
 )
 from dispatcher.store import codec as r
 from dispatcher.store import index
-from dispatcher.store.base import status
+from dispatcher.store.base import job_state, status
 from dispatcher.store.deployments import Deployments
 from dispatcher.store.held import HeldRetries
 from dispatcher.store.recording import PROBE_KEY, Recordings
@@ -296,9 +296,7 @@ class StageStore(Recordings, HeldRetries, Deployments):
         t = self.clock()
         task = job.history[-1].get("task_arn") if job.history else None
         self._write(Update(r.job_key(job.job_id), [
-            Set("state", str(JobState.FAILED)),
-            Set("status_key", r.job_status(JobState.FAILED, job.job_id)),
-            Set("updated_at", t), Set("reason", reason),
+            *job_state(job.job_id, JobState.FAILED, t), Set("reason", reason),
             Set("error", {"type": "Timeout", "message": reason}),
             # With its run still going on, its expiry waits for its task's stop (end_live_runs).
             *([Set("live_task", str(task))] if task else self._expires(t))],

@@ -220,6 +220,13 @@ class MemoryTable(Table):
         self._lock = threading.RLock()
         self._clock = clock
         self._tokens: dict[str, tuple[str, float]] = {}  # token: digest of its ops, done at
+        self._watchers: list[Callable[[Record | None, Record | None], None]] = []
+
+    def watch(self, watcher: Callable[[Record | None, Record | None], None]) -> None:
+        """Call ``watcher(before, after)`` (copies; None: absent) after each item written,
+        in the order written: the twin's change feed, as a DynamoDB stream with
+        NEW_AND_OLD_IMAGES carries it (the job state-change events are read from it)."""
+        self._watchers.append(watcher)
 
     def get(self, pk: str) -> Record | None:
         with self._lock:
@@ -279,10 +286,13 @@ class MemoryTable(Table):
         return after
 
     def _set(self, pk: str, rec: Record | None) -> None:
+        before = self._items.get(pk) if self._watchers else None
         if rec is None:
             self._items.pop(pk, None)
         else:
             self._items[pk] = rec
+        for watcher in self._watchers:
+            watcher(_clone(before), _clone(rec))
 
     def write(self, op: Put | Update | Delete) -> Record | None:
         with self._lock:
@@ -354,7 +364,7 @@ class MemoryTable(Table):
             gone = [pk for pk, rec in self._items.items()
                     if rec.expires_at is not None and rec.expires_at <= at]
             for pk in gone:
-                del self._items[pk]
+                self._set(pk, None)
             return len(gone)
 
     def snapshot(self) -> dict[str, Record]:

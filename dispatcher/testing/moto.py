@@ -119,6 +119,29 @@ def release_model_copies() -> None:
     reset_model_data()
 
 
+def release_stream_iterators(keep: int = 100) -> int:
+    """Forget all but the ``keep`` newest DynamoDB stream shard iterators moto has handed out;
+    return how many were forgotten.
+
+    moto (5.2) keeps every iterator it makes in a dict for good, and makes one on every
+    GetRecords, records or not: local mode's event feed (``--events``) polls ten times a second,
+    some 36,000 iterators (of ~1 KB each) an hour. The feed reads only with the newest one of
+    its shard, so the newest are kept.
+    """
+    try:
+        from moto.dynamodbstreams.models import dynamodbstreams_backends
+    except ImportError:
+        return 0
+    forgotten = 0
+    for regions in list(dict.values(dynamodbstreams_backends)):
+        for backend in list(dict.values(regions)):
+            iterators = backend.shard_iterators
+            for arn in list(iterators)[:max(len(iterators) - keep, 0)]:
+                del iterators[arn]
+                forgotten += 1
+    return forgotten
+
+
 # -- DynamoDB TransactWriteItems without whole-table copies ---------------------------------------
 # moto (5.2) makes its rollback copy of TransactWriteItems by deep-copying every table the
 # transaction names, once per action: a 99-action transaction on a 20,000-item table copies

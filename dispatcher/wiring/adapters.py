@@ -8,17 +8,21 @@ has) exist once. This module builds no stages: the job runner imports it without
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dispatcher.aws import clients
+from dispatcher.aws import clients, job_stream
 from dispatcher.aws.cloudwatch_logs import CloudWatchJobLogs
 from dispatcher.aws.dynamodb import open_store
 from dispatcher.aws.ecs import CapacityShare, EcsLauncher, EcsTarget
 from dispatcher.aws.ecs_revisions import EcsTaskDefinitions
+from dispatcher.aws.eventbridge import EventBridgeSink
 from dispatcher.aws.sqs import SqsQueue
 from dispatcher.domain.errors import ConfigError
+from dispatcher.domain.job_events import TableChange
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.files.task_output import TaskOutputLogs
+from dispatcher.ports.event_sink import EventSink
 from dispatcher.ports.job_logs import JobLogs
 from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.queue import Queue
@@ -91,3 +95,16 @@ def job_logs(cfg: Config) -> JobLogs:
         return TaskOutputLogs(cfg.local_log)
     return CloudWatchJobLogs(client("logs", cfg), client("ecs", cfg), container=cfg.container,
                              task_family=cfg.task_family, region=cfg.region)
+
+
+def event_sink(cfg: Config, records: Sequence[Mapping[str, Any]] = ()) -> EventSink:
+    """PutEvents on the bus ``LONGJOBS_EVENT_BUS`` names (the job state-change events), each
+    event naming the job table the stream ``records`` come from."""
+    table = job_stream.table_arn(records)
+    return EventBridgeSink(client("events", cfg), cfg.event_bus,
+                           resources=[table] if table else [])
+
+
+def stream_changes(records: list[dict[str, Any]]) -> list[TableChange]:
+    """A DynamoDB stream batch (a Lambda event's ``Records``) as the job table's changes."""
+    return job_stream.changes(records)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from dispatcher import logs
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
@@ -31,6 +32,7 @@ from dispatcher.stages.policy import (
     RerunPolicy,
     TickPolicy,
 )
+from dispatcher.stages.publish import publish_changes
 from dispatcher.stages.reconcile import Reconciler
 from dispatcher.stages.recorder import Recorder
 from dispatcher.stages.rerun import Reruns
@@ -106,3 +108,10 @@ def aws_tick(cfg: Config, launch_with: Launcher | None = None) -> Tick:
     """The tick on the AWS adapters the settings name (:func:`for_aws`)."""
     return for_aws(cfg, launch_with).tick
 
+
+
+def publish_stream(cfg: Config, records: list[dict[str, Any]]) -> list[str]:
+    """The publisher function's work: the job state-change events of a batch of the job
+    table's stream records, sent to the configured bus; the SequenceNumbers of the records
+    whose events were not sent (the batch is read again from the first of them)."""
+    return publish_changes(adapters.stream_changes(records), adapters.event_sink(cfg, records))

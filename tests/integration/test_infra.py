@@ -223,7 +223,8 @@ def test_dispatcher_runs_every_minute_one_at_a_time(
 
 def test_every_handler_is_importable(template: dict[str, Any]) -> None:
     handlers = {f["Properties"]["Handler"] for f in functions(template).values()}
-    assert handlers == {"dispatcher.handlers.dispatch", "dispatcher.handlers.task_event"}
+    assert handlers == {"dispatcher.handlers.dispatch", "dispatcher.handlers.task_event",
+                        "dispatcher.handlers.publish_job_events"}
     for handler in sorted(handlers):
         module_name, _, attr = handler.rpartition(".")
         module = importlib.import_module(module_name)
@@ -341,7 +342,7 @@ def matches(pattern: Any, event: Any) -> bool:
 
 
 def test_event_rule_matches_stopped_tasks_of_this_cluster_only(template: dict[str, Any]) -> None:
-    (rule,) = resources(template, "AWS::Events::Rule").values()
+    rule = template["Resources"]["TaskStoppedRule"]
     props = rule["Properties"]
     pattern = resolve(props["EventPattern"], template)
     assert matches(pattern, stopped_event())

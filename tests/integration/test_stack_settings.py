@@ -33,7 +33,7 @@ from tests.integration.test_infra import (
 
 # The deployed processes and the role each reads its settings as.
 PROCESSES = {"DispatcherFunction": "dispatcher", "TaskEventFunction": "dispatcher",
-             "worker": "runner"}
+             "JobEventsFunction": "events", "worker": "runner"}
 
 # Non-default values for the free-form string parameters (numbers and lists of allowed values
 # get theirs from the template). A new string parameter needs one here.
@@ -46,6 +46,7 @@ SAMPLES: dict[str, str] = {
     "KindLimits": "report=10,resize.v2=50",
     "TaskKindConcurrency": "report=2",
     "Handlers": "report=acme_jobs.report:run,resize.v2=acme_jobs.images:resize",
+    "EventBus": "acme-jobs",
 }
 
 # Parameters whose default is not the setting's, on purpose.
@@ -63,6 +64,9 @@ READERS: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
                    ("dispatcher/wiring/adapters.py",
                     ("client", "store", "queues", "ecs_target", "launcher"))),
     "runner": (("job_runner", None), ("dispatcher/wiring/adapters.py", ("client", "store"))),
+    # The publisher: its handler, and the adapters it builds (an events client, the sink).
+    "events": (("dispatcher/handlers.py", ("publish_job_events",)),
+               ("dispatcher/wiring/adapters.py", ("client", "event_sink"))),
 }
 
 # "The total size of all environment variables doesn't exceed 4 KB" (Lambda quotas:
@@ -148,7 +152,7 @@ def test_the_roles_name_every_process_that_reads_a_setting(role: str) -> None:
     by_attr = dict(settings.declaration())
     undeclared = sorted(a for a in read if role not in by_attr[a].roles)
     assert not undeclared, f"the {role} reads settings whose roles omit it: {undeclared}"
-    assert len(read) >= (20 if role == "dispatcher" else 10)
+    assert len(read) >= {"dispatcher": 20, "runner": 10, "events": 2}[role]
 
 
 def test_every_setting_reaches_each_process_that_reads_it(transformed: dict[str, Any]) -> None:

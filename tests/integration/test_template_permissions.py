@@ -289,7 +289,7 @@ def test_no_generated_name_outgrows_its_limit_for_a_128_character_stack(
             copy.deepcopy(resource["Properties"])).get("Name")
         assert given is None or (len(given) <= limits[resource["Type"]]
                                  and re.fullmatch(r"[0-9a-zA-Z-_.]+", given)), (name, given)
-    assert checked == 2
+    assert checked == 3  # the schedule, the task-stopped rule, the job-failed rule
     (schedule,) = [r["Properties"] for r in expanded["Resources"].values()
                    if r["Type"] == "AWS::Scheduler::Schedule"]
     assert "Name" not in schedule

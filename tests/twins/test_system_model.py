@@ -35,6 +35,7 @@ from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
 from dispatcher.domain.stops import TaskStop
 from dispatcher.stages import bundle as bundle_stage
 from dispatcher.store import operator as operator_store
+from dispatcher.testing.memory_event_sink import MemoryEventSink, follow
 from job_runner import writes as writes_module
 from tests import model_checks as checks
 from tests.model_faults import FaultRules, FaultyTable, model_store
@@ -70,6 +71,8 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         self.twins = Twins()  # a fresh world per example: replays and shrinking are exact
         self.table = self.twins.table = FaultyTable(self.twins.clock)
         self.twins.store = model_store(self.table, self.twins.clock)
+        self.job_events = MemoryEventSink()  # every job state change, as the stream tells it
+        follow(self.table, self.job_events)
         self.hooks_time.clock = self.twins.clock
         self.hooks_ids.reset()
         self.settings = {"LONGJOBS_TASK_CONCURRENCY": "2", "LONGJOBS_KIND_LIMITS": "",
@@ -416,6 +419,7 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         self.fail("item_size", checks.oversized(view))
         self.fail("blamed_innocent", checks.blamed(view, self.submitted, self.tasks))
         self.fail("waiting_for", checks.unexplained_waits(view, self.twins.clock()))
+        self.fail("job_events", checks.untold(view, self.job_events.events))
 
 
 @pytest.mark.timeout(300 + EXAMPLES)  # about 0.2 s an example on two busy cores

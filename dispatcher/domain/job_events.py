@@ -1,0 +1,122 @@
+"""Job state-change events: what one write to a job's item tells the world.
+
+Every write that changes a job's state advances the job's ``sequence`` by one in that same
+write (its creation writes 1; a runner's start and end written together advance it by 2), so
+an event needs no call of its own: a change feed of the table (DynamoDB Streams with old and
+new images, or the twin's) shows each write's item before and after, and :func:`changes`
+turns that pair into the events it means, or none. A heartbeat, a checkpoint, a budget's
+bookkeeping leave the sequence alone and publish nothing.
+
+The sequence orders a job's events and de-duplicates them (delivery is at least once: a
+stream record can be handed to the publisher more than once): a consumer keeps the highest
+sequence it has seen per job, drops what is not higher, and knows it missed one when the next
+is more than one higher. A job whose item was written before the sequence existed starts at 1
+with its next state change.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+SOURCE = "longjobs"
+DETAIL_TYPE = "longjobs Job State Change"
+JOB_PREFIX = "JOB#"
+# The only state a job passes through between two written states: a runner that starts and
+# ends a job before it writes either writes both at once (job_runner.writes, ``via``).
+BETWEEN = "RUNNING"
+
+
+@dataclass(frozen=True)
+class TableChange:
+    """One write to one item of the job table as a change feed tells it: the item's
+    attributes before and after (None: absent), and its ``position`` in the feed (a DynamoDB
+    stream record's SequenceNumber: where the feed is read again if its events fail)."""
+
+    position: str
+    old: Mapping[str, Any] | None
+    new: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class JobStateChange:
+    """One transition of one job: the event's ``detail``. ``previous_state`` is None for the
+    job's creation; ``attempt`` the application attempts spent so far; ``revision`` the task
+    definition (``family:revision``) of its latest run, None before it ever ran; ``at`` the
+    write's time (UTC epoch seconds)."""
+
+    job_id: str
+    kind: str
+    state: str
+    previous_state: str | None
+    attempt: int
+    reason: str | None
+    revision: str | None
+    sequence: int
+    at: float
+
+    def detail(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def event_id(self) -> str:
+        """Unique per transition, the same on every delivery of it: the consumer's dedup key."""
+        return f"{self.job_id}#{self.sequence}"
+
+    def line(self) -> str:
+        """One line of JSON (``longjobs local --events``)."""
+        return json.dumps({"detail-type": DETAIL_TYPE, "detail": self.detail()},
+                          sort_keys=True, separators=(",", ":"))
+
+
+def _int(value: Any) -> int:
+    return int(value) if value is not None else 0
+
+
+def _revision(image: Mapping[str, Any]) -> str | None:
+    history = image.get("history")
+    if isinstance(history, str):  # a stream image carries it as the stored JSON text
+        history = json.loads(history)
+    runs = [h for h in history or () if isinstance(h, dict) and h.get("task_definition")]
+    if not runs:
+        return None
+    name = str(runs[-1]["task_definition"])
+    return name.rsplit("/", 1)[-1]  # an ARN's last part is family:revision
+
+
+def changes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[JobStateChange]:
+    """The events of one write to one item, given its attributes before and after (None:
+    absent). Nothing for an item that is not a job, a deleted job (TTL), or a write that
+    leaves the job's sequence where it was. A sequence advanced by 2 is a start and an end
+    written at once: the start (to RUNNING, one attempt more) is told before the end."""
+    if new is None or not str(new.get("pk", "")).startswith(JOB_PREFIX):
+        return []
+    after = _int(new.get("sequence"))
+    before = _int(old.get("sequence")) if old is not None else 0
+    if after <= before:
+        return []
+    job_id = str(new.get("job_id") or str(new["pk"])[len(JOB_PREFIX):])
+    kind = str(new.get("kind") or "")
+    previous = str(old["state"]) if old is not None and old.get("state") else None
+    at = float(new.get("updated_at") or new.get("created_at") or 0.0)
+    revision = _revision(new)
+    out: list[JobStateChange] = []
+    if after - before == 2 and old is not None:
+        out.append(JobStateChange(job_id, kind, BETWEEN, previous, _int(old.get("attempts")) + 1,
+                                  None, revision, after - 1, at))
+        previous = BETWEEN
+    out.append(JobStateChange(job_id, kind, str(new.get("state")), previous,
+                              _int(new.get("attempts")), new.get("reason"), revision, after, at))
+    return out
+
+
+def gaps(events: list[JobStateChange]) -> dict[str, list[int]]:
+    """Per job, the sequence numbers missing below the highest one seen (duplicates are
+    fine: delivery is at least once). What a consumer checks; empty when none is missing."""
+    seen: dict[str, set[int]] = {}
+    for e in events:
+        seen.setdefault(e.job_id, set()).add(e.sequence)
+    return {job: missing for job, got in seen.items()
+            if (missing := [n for n in range(1, max(got) + 1) if n not in got])}

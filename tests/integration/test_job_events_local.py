@@ -1,0 +1,122 @@
+"""Local mode delivers the job state-change events the stack publishes on AWS: read from the
+job table's stream (moto's), turned into events by the publisher's own stage, one JSON line
+each (`longjobs local --events`), per job numbered 1, 2, 3... with none missing and the
+last one the job's stored state."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dispatcher.aws.dynamodb import open_store
+from dispatcher.domain.job_events import DETAIL_TYPE
+from dispatcher.domain.jobs import JobState
+from dispatcher.local.environment import LocalEnv
+from dispatcher.local.event_feed import PrintingSink
+from dispatcher.ops.client import JobClient
+from dispatcher.testing.moto import MotoEndpoint
+from tests.helpers import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def told(lines: list[str]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for line in lines:
+        event = json.loads(line)
+        assert event["detail-type"] == DETAIL_TYPE
+        out.setdefault(event["detail"]["job_id"], []).append(event["detail"])
+    return out
+
+
+def test_local_mode_prints_each_jobs_state_changes_in_sequence(
+        moto_server: MotoEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    moto_server.reset()
+    monkeypatch.setenv("LONGJOBS_TEST_LOG", str(tmp_path / "executions.jsonl"))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "WARNING")
+    monkeypatch.delenv("LONGJOBS_HANDLERS", raising=False)
+    saved = dict(os.environ)
+    lines: list[str] = []
+    env = LocalEnv(endpoint=moto_server.url, tick_seconds=0.5, job_events=PrintingSink(
+        lines.append), settings={"LONGJOBS_HANDLERS": "echo=tests.handlers:echo,"
+                                 "fail=tests.handlers:fail"})
+    try:
+        env.start()
+        store = open_store(env.cfg.table)
+        client = JobClient()
+        client.submit("echo", {}, job_id="ok", max_attempts=1)
+        client.submit("fail", {}, job_id="bad", max_attempts=1)
+        client.submit("echo", {}, job_id="later", not_before=time.time() + 3600)
+
+        def state(job_id: str) -> JobState | None:
+            job = store.get_job(job_id)
+            return job.state if job else None
+
+        # The timeouts guard against a hang only (test workers share two cores).
+        wait_for(lambda: (state("ok"), state("bad"), state("later")) == (
+            JobState.SUCCEEDED, JobState.FAILED, JobState.PENDING), 120, "the jobs settled")
+        client.cancel("later")  # before it starts: scheduled an hour ahead
+        client.retry("later")
+        client.retry("bad")
+        wait_for(lambda: len(told(lines).get("bad", [])) == 6
+                 and len(told(lines).get("later", [])) == 3, 120, "the events of the retries")
+    finally:
+        env.stop()
+        os.environ.clear()
+        os.environ.update(saved)
+    by_job = told(lines)
+    assert {job: [e["state"] for e in events] for job, events in by_job.items()} == {
+        "ok": ["PENDING", "RUNNING", "SUCCEEDED"],
+        "bad": ["PENDING", "RUNNING", "FAILED", "PENDING", "RUNNING", "FAILED"],
+        "later": ["PENDING", "CANCELLED", "PENDING"],
+    }
+    for events in by_job.values():
+        assert [e["sequence"] for e in events] == list(range(1, len(events) + 1))
+        assert [e["previous_state"] for e in events] == [None] + [e["state"]
+                                                                 for e in events[:-1]]
+    assert "poison" in (by_job["bad"][2]["reason"] or "")
+
+
+def test_longjobs_local_events_prints_them_on_stdout(tmp_path: Path) -> None:
+    """The command as a user runs it: `longjobs local --events`, a job submitted from another
+    process; its events come after the export lines, one JSON line each."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LONGJOBS_", "AWS_"))}
+    env.update(PYTHONPATH=str(ROOT), LONGJOBS_TEST_LOG=str(tmp_path / "executions.jsonl"),
+               LONGJOBS_HANDLERS="echo=tests.handlers:echo", POWERTOOLS_LOG_LEVEL="WARNING")
+    local = subprocess.Popen([sys.executable, "-m", "dispatcher.cli.entry", "local",
+                              "--tick-seconds", "0.5", "--events"], env=env, cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             stdin=subprocess.DEVNULL, text=True)
+    lines: list[str] = []
+    try:
+        assert local.stdout is not None
+        reader = threading.Thread(target=lambda: lines.extend(iter(local.stdout.readline, "")),
+                                  daemon=True)
+        reader.start()
+        wait_for(lambda: any(line.startswith("export LONGJOBS_TASK_FAMILY=") for line in lines),
+                 120, "local mode's export lines")
+        exports = dict(line.removeprefix("export ").strip().partition("=")[::2]
+                       for line in list(lines) if line.startswith("export "))
+        subprocess.run([sys.executable, "-m", "dispatcher.cli.entry", "submit", "echo",
+                        "--payload", "{}", "--job-id", "cli-1"], env={**env, **exports},
+                       cwd=ROOT, check=True, capture_output=True, timeout=60)
+        wait_for(lambda: any('"SUCCEEDED"' in line for line in list(lines)), 120,
+                 "the job's last event")
+        local.send_signal(signal.SIGINT)
+        assert local.wait(timeout=120) == 0
+    finally:
+        if local.poll() is None:
+            local.kill()
+    events = told([line for line in lines if line.startswith("{")])
+    assert [(e["state"], e["sequence"]) for e in events["cli-1"]] == [
+        ("PENDING", 1), ("RUNNING", 2), ("SUCCEEDED", 3)]
