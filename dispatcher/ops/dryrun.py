@@ -59,7 +59,7 @@ class DryRunQueue(Queue):
         return {}
 
     def receive(self, max_messages: int = BATCH,
-                visibility_timeout: int | None = None) -> list[Received]:
+                visibility_timeout: int | None = None, wait_seconds: int = 0) -> list[Received]:
         # Hidden while the dry tick reads on (so it sees past the first 10), restored after.
         batch = self._inner.receive(max_messages, visibility_timeout=READ_SECONDS)
         self._plan.received.append((self._inner, batch))
