@@ -68,6 +68,8 @@ class View:
         if b.pages and not b.job_ids:
             keys = [r.page_key(bundle_id, n) for n in range(b.pages)]
             b.job_ids = [j for k in keys if k in self.items for j in self.items[k].job_ids or ()]
+        # Urgent jobs handed to it while it ran are its jobs too (Reads.job_ids_of).
+        b.job_ids = list(dict.fromkeys([*b.job_ids, *b.handed_jobs]))
         return b
 
     def bundles(self) -> list[Bundle]:

@@ -27,7 +27,13 @@ from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import TableUnavailable
 from dispatcher.stages.admit import Admission, AdmissionStats
-from dispatcher.stages.handoff import LONG_POLL_SECONDS, Handoffs, HandoffStats, is_host
+from dispatcher.stages.handoff import (
+    LONG_POLL_SECONDS,
+    Handoffs,
+    HandoffStats,
+    is_host,
+    is_source,
+)
 from dispatcher.stages.launch import Launches, LaunchStats, launch_slots
 from dispatcher.stages.policy import TickPolicy
 from dispatcher.stages.reconcile import Reconciler, ReconcileStats
@@ -38,6 +44,8 @@ log = logging.getLogger(__name__)
 
 # Outside Lambda: time kept back from the drain for recording and launching.
 LAUNCH_RESERVE_SECONDS = 5.0
+# Due high bundles read by a tick with every slot busy, to hand their jobs (one Query).
+URGENT_READ = 100
 # Receives of the high queue at most, in a tick with every slot busy (its watch for urgent
 # jobs: a long poll each, so a watch of 50 s takes about three when nothing comes).
 WATCH_ROUNDS = 100
@@ -192,7 +200,10 @@ class Tick:
         if room <= 0:
             return
         until = now + handoffs.policy.watch_seconds
-        waiting: list[Bundle] = []  # taken in and not handed yet
+        # Taken in and not handed yet: first those an earlier tick left (it died before its
+        # hand-off, or no task could take them then), one read of the due high bundles.
+        waiting = [b for b in self._store.due_bundles(URGENT_READ, now, (), [Priority.HIGH])
+                   if is_source(b, now)]
         # One receive a round (a long poll while watching): an empty one takes its wait, so
         # the rounds end with the watch; the bound is for a queue that does not wait.
         for _ in range(WATCH_ROUNDS):
