@@ -170,6 +170,19 @@ class DryRunStore(StageStore):
         bundle.state = target
         return set()
 
+    def full_bundles(self, bundle_ids: list[str]) -> list[Bundle]:
+        return self._inner.full_bundles(bundle_ids)
+
+    def hand(self, source: Bundle, job_ids: list[str], host: Bundle) -> list[str]:
+        moving = [j for j in job_ids if j in source.job_ids]
+        self._plan.would("hand", job_ids=moving, from_bundle=source.bundle_id,
+                         to_bundle=host.bundle_id, task_arn=host.task_arn)
+        host.handed_jobs = [*host.handed_jobs, *moving]
+        source.job_ids = [j for j in source.job_ids if j not in moving]
+        if not source.job_ids:
+            source.state = BundleState.DONE
+        return moving
+
     def running_jobs(self, *, overdue_by: float | None = None) -> list[Job]:
         return self._inner.running_jobs(overdue_by=overdue_by)
 

@@ -15,22 +15,30 @@ the schedule), each job taking JOB_SECONDS; a task's stop event is delivered whe
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from dispatcher.domain.bundles import BundleState
+from dispatcher import settings
+from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.jobs import JobState, Priority
 from dispatcher.domain.pacing import LaunchPacer
 from dispatcher.domain.stops import TaskStop
 from dispatcher.ops.client import JobClient
 from dispatcher.ports.queue import BATCH, Received
+from dispatcher.store import Store
 from dispatcher.testing.memory_queue import MemoryQueue
+from dispatcher.testing.memory_table import MemoryTable
 from dispatcher.wiring import pipeline
+from job_runner import JobContext
+from job_runner.kinds import HandlerRegistry
+from job_runner.worker import Worker
 from tests.model_faults import one_thread
 from tests.model_runner import SimTask
 from tests.twins import ENV, Twins
+from tests.twins.test_worker import ARN, launched, small
 
 JOB_SECONDS = 10.0
 TASKS = 3
@@ -211,3 +219,81 @@ def test_without_the_watch_an_urgent_job_waits_for_the_next_tick_and_still_no_sl
     assert 2 * TICK_EVERY < started <= 100.0 + TICK_EVERY + HEARTBEAT_SECONDS + JOB_SECONDS
     assert len(world.tw.launcher.tasks) == TASKS
     assert world.states() == {"SUCCEEDED": BACKLOG + 1}
+
+
+# -- the real runner, its threads on the table twin ----------------------------------------------
+BOUND = 30.0  # seconds: a safety net against a hang, never an expectation
+
+
+def urgent_waiting(store: Store, job_id: str) -> Bundle:
+    """An urgent job recorded to wait (no slot free), as a tick's intake records it."""
+    bundle = Bundle("urgent", [job_id], priority=Priority.HIGH)
+    store.record([bundle], [small(job_id, bundle_id="urgent", priority=Priority.HIGH)])
+    return bundle
+
+
+def real_worker(store: Store, handlers: dict[str, Callable[..., Any]],
+                heartbeat: str) -> tuple[Worker, threading.Thread]:
+    cfg = settings.load("runner", {
+        "LONGJOBS_TABLE": "t", "LONGJOBS_FLUSH_SECONDS": "3600",
+        "LONGJOBS_HEARTBEAT_SECONDS": heartbeat, "LONGJOBS_ASSIGN_WAIT_SECONDS": "1",
+        "LONGJOBS_TASK_CONCURRENCY": "2"})
+    w = Worker(cfg, store, HandlerRegistry(handlers), ARN)
+    thread = threading.Thread(target=w.run, daemon=True)
+    thread.start()
+    return w, thread
+
+
+def test_the_runner_starts_a_handed_job_before_the_rest_of_its_bundle() -> None:
+    store = Store(MemoryTable())
+    launched(store, [small(f"j{i}") for i in range(6)])
+    source = urgent_waiting(store, "u1")
+    started: list[str] = []
+    both = threading.Barrier(3, timeout=BOUND)
+    go = threading.Event()
+
+    def handler(payload: dict[str, Any], ctx: JobContext) -> None:
+        started.append(ctx.job_id)
+        if ctx.job_id in ("j0", "j1"):
+            both.wait()
+            assert go.wait(BOUND)
+
+    w, thread = real_worker(store, {"ok": handler}, heartbeat="0.02")
+    both.wait()  # both slots busy with j0 and j1
+    host = store.full_bundles(["b1"])[0]
+    assert store.hand(source, ["u1"], host) == ["u1"]
+    for _ in range(int(BOUND / 0.01)):  # the next heartbeat brings it
+        if "u1" in w._handed:
+            break
+        threading.Event().wait(0.01)
+    go.set()
+    thread.join(BOUND)
+    assert not thread.is_alive()
+    assert started[2] == "u1" and sorted(started) == sorted(["u1", *(f"j{i}" for i in range(6))])
+    u1 = store.get_job("u1")
+    assert u1 is not None and u1.state == JobState.SUCCEEDED and u1.history[-1]["task_arn"] == ARN
+    bundle = store.get_bundle("b1")
+    assert bundle is not None and bundle.state == BundleState.DONE
+
+
+def test_a_job_handed_after_the_last_heartbeat_is_run_before_the_bundle_ends() -> None:
+    """No heartbeat comes (an hour apart): the runner's last write finds the job handed and
+    runs it first, instead of closing the bundle over it."""
+    store = Store(MemoryTable())
+    launched(store, [small("j0"), small("j1")])
+    source = urgent_waiting(store, "u1")
+    ran: list[str] = []
+
+    def handler(payload: dict[str, Any], ctx: JobContext) -> None:
+        ran.append(ctx.job_id)
+        if ctx.job_id == "j1":  # while the last job of the bundle runs
+            assert store.hand(source, ["u1"], store.full_bundles(["b1"])[0]) == ["u1"]
+
+    _, thread = real_worker(store, {"ok": handler}, heartbeat="3600")
+    thread.join(BOUND)
+    assert not thread.is_alive()
+    assert sorted(ran) == ["j0", "j1", "u1"]
+    assert {j.job_id: j.state for j in store.get_jobs(["j0", "j1", "u1"])} == \
+        dict.fromkeys(["j0", "j1", "u1"], JobState.SUCCEEDED)
+    bundle = store.get_bundle("b1")
+    assert bundle is not None and bundle.state == BundleState.DONE
