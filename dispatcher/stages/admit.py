@@ -157,9 +157,9 @@ class Admission:
         ``wait_seconds`` (the tick's watch for urgent jobs): the jobs it brings are handed at
         once, not after the polls that would follow. Nothing, if that priority has no queue
         of its own."""
+        # A queue shared with normal is listed under normal (see __init__): not this one's.
         queue = next((q for p, q in self._queues if p == priority), None)
-        if queue is None or jobs <= 0 or \
-                sum(1 for _, q in self._queues if q is queue) > 1:
+        if queue is None or jobs <= 0:
             return []
         bundler = Bundler(self._policy.bundling, 0, at=self._clock(),
                           kind_limits=self._policy.kind_limits, waiting=jobs)
