@@ -206,7 +206,7 @@ class Tick:
                    if is_source(b, now)]
         # One receive a round (a long poll while watching): an empty one takes its wait, so
         # the rounds end with the watch; the bound is for a queue that does not wait.
-        for _ in range(WATCH_ROUNDS):
+        for n in range(WATCH_ROUNDS):
             before = self._clock()
             left = min(until - before, drain_deadline - time.monotonic())
             wait = int(max(0.0, min(LONG_POLL_SECONDS, left)))
@@ -214,7 +214,7 @@ class Tick:
                                           time.monotonic() + LONG_POLL_SECONDS + 5,
                                           d.intake, wait_seconds=wait)
             waiting += came
-            if waiting:  # the hosts as they are now (one read): a task may have ended
+            if waiting and (came or n == 0):  # the hosts as they are now: a task may end
                 hosts = handoffs.hosts(active)
                 d.handoff.hosts = max(d.handoff.hosts, len(hosts))
                 handoffs.hand(waiting, hosts, d.handoff)
