@@ -74,7 +74,10 @@ class LongPollQueue(MemoryQueue):
 
 
 class World:
-    def __init__(self, urgent_at: list[float], *, watch: float = WATCH_SECONDS) -> None:
+    def __init__(self, urgent_at: list[float], *, watch: float = WATCH_SECONDS,
+                 **urgent: Any) -> None:
+        """``urgent``: what else the urgent jobs are sent with (``cpu``, ``memory``)."""
+        self.urgent_fields = urgent
         self.tw = Twins()
         self.t0 = self.tw.clock()
         self.high = LongPollQueue(self.tw.clock, self.step)
@@ -114,7 +117,7 @@ class World:
         for job_id, at in self.urgent.items():
             if job_id not in self.sent and at <= now:
                 self.client.submit("k", {}, job_id=job_id, priority="high",
-                                   estimated_seconds=JOB_SECONDS)
+                                   estimated_seconds=JOB_SECONDS, **self.urgent_fields)
                 self.sent.add(job_id)
         for arn in self.tw.launcher.tasks:
             if arn not in self.tasks:
@@ -218,6 +221,19 @@ def test_without_the_watch_an_urgent_job_waits_for_the_next_tick_and_still_no_sl
     started = world.started["urgent-0"] - world.t0
     assert 2 * TICK_EVERY < started <= 100.0 + TICK_EVERY + HEARTBEAT_SECONDS + JOB_SECONDS
     assert len(world.tw.launcher.tasks) == TASKS
+    assert world.states() == {"SUCCEEDED": BACKLOG + 1}
+
+
+def test_an_urgent_job_no_running_task_can_take_waits_for_the_first_free_slot() -> None:
+    """Of another size than every running task: it is not handed, waits in the table, and
+    launches on a task of its own before anything newer when the batch ends."""
+    world = backlogged([100.0], cpu=4096, memory=8192)
+    world.run(900.0)
+    job = world.tw.job("urgent-0")
+    assert job is not None and job.state == JobState.SUCCEEDED
+    bundle = world.tw.bundle(job.bundle_id or "")
+    assert bundle is not None and bundle.handed_jobs == [] and bundle.job_ids == ["urgent-0"]
+    assert len(world.tw.launcher.tasks) == TASKS + 1
     assert world.states() == {"SUCCEEDED": BACKLOG + 1}
 
 
