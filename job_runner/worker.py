@@ -12,6 +12,9 @@ the executor (a plain handler in a thread of its own, an ``async def`` one as a 
 task's one event loop) and records it; all slots share the bundle's grouped writes and fence.
 Each running job has its own :class:`JobContext` (``Worker.running``): a timeout or a cancel
 request stops that job only; the heartbeat reports the running job ids on the bundle item.
+Urgent jobs handed to the bundle while it runs (dispatcher/stages/handoff.py) are learnt from
+the heartbeat's write (or from the bundle's last write, which refuses to end it over one) and
+start before the rest of the bundle, as slots free.
 
 Ways to stop taking jobs:
 
