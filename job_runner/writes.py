@@ -154,8 +154,10 @@ class Writes:
                 else None
         try:
             refused = self.store.apply(self.fence, updates, bundle_to, retry_at, handed=handed)
-        except HandedJobs:
-            raise  # the updates are written; the bundle stays RUNNING for the handed jobs
+        except HandedJobs as more:  # the updates are written; the bundle stays RUNNING
+            with self._lock:
+                self.refused |= more.refused
+            raise
         except Exception as exc:
             if self._on_error is not None:
                 self._on_error(exc)

@@ -285,8 +285,12 @@ class RunnerStore(Reads):
             last = n == len(chunks) - 1
             if last and bundle_to is not None:
                 lifecycle.check_bundle(fence.bundle_id, BundleState.RUNNING, bundle_to)
-            refused |= self._apply_chunk(fence, chunk, bundle_to if last else None, retry_at, t,
-                                         handed)
+            try:
+                refused |= self._apply_chunk(fence, chunk, bundle_to if last else None,
+                                             retry_at, t, handed)
+            except HandedJobs as more:  # the earlier chunks' refusals go with it
+                more.refused |= refused
+                raise
         return refused
 
     def _apply_chunk(self, fence: Fence, chunk: list[JobUpdate], bundle_to: BundleState | None,
@@ -319,7 +323,7 @@ class RunnerStore(Reads):
                     if more is not None:  # still ours: the results alone, then run those
                         refused |= self._apply_chunk(fence, chunk, None, retry_at, t)
                         raise HandedJobs(f"bundle {fence.bundle_id} was handed jobs its "
-                                         "runner has not run yet", more) from None
+                                         "runner has not run yet", more, refused) from None
                 if 0 in failed:  # the fence: a newer attempt owns the bundle
                     raise ConflictError(f"task {fence.task_arn} lost bundle "
                                         f"{fence.bundle_id}; its results were not written") \
