@@ -266,13 +266,16 @@ def test_the_runner_starts_a_handed_job_before_the_rest_of_its_bundle() -> None:
     source = urgent_waiting(store, "u1")
     started: list[str] = []
     both = threading.Barrier(3, timeout=BOUND)
-    go = threading.Event()
+    go = {"j0": threading.Event(), "j1": threading.Event()}
+    third = threading.Event()
 
     def handler(payload: dict[str, Any], ctx: JobContext) -> None:
         started.append(ctx.job_id)
-        if ctx.job_id in ("j0", "j1"):
+        if len(started) == 3:
+            third.set()
+        if ctx.job_id in go:
             both.wait()
-            assert go.wait(BOUND)
+            assert go[ctx.job_id].wait(BOUND)
 
     w, thread = real_worker(store, {"ok": handler}, heartbeat="0.02")
     both.wait()  # both slots busy with j0 and j1
@@ -282,7 +285,9 @@ def test_the_runner_starts_a_handed_job_before_the_rest_of_its_bundle() -> None:
         if "u1" in w._handed:
             break
         threading.Event().wait(0.01)
-    go.set()
+    go["j0"].set()  # one slot frees: the job that takes it starts third
+    assert third.wait(BOUND)
+    go["j1"].set()
     thread.join(BOUND)
     assert not thread.is_alive()
     assert started[2] == "u1" and sorted(started) == sorted(["u1", *(f"j{i}" for i in range(6))])
