@@ -18,7 +18,8 @@ busy (three long polls a minute when watching), one read of the hosts' items and
 transaction per host when there is an urgent job to hand.
 
 Hosts: RUNNING bundles that share their task between several small jobs (``pages`` or more
-than one job: only small jobs are bundled together), with no kind limit (their slots count
+than one job: only small jobs are bundled together), or any when tasks run several jobs at once
+(a long job alone leaves its task's other slots free), with no kind limit (their slots count
 against one), that beat within two heartbeat intervals, whose runner takes handed jobs, of the
 urgent job's size (cpu, memory, storage). Sources: due PENDING high bundles never launched,
 of no limited kind and not paged. Jobs are spread over the hosts, fewest handed first, at most
@@ -50,11 +51,14 @@ class HandoffStats:
     watched_seconds: int = 0  # how long the tick watched the high queue
 
 
-def is_host(b: Bundle, now: float, heartbeat_seconds: float) -> bool:
-    """A bundle that can take urgent jobs, as far as ``b`` (read at ``now``) shows."""
+def is_host(b: Bundle, now: float, policy: HandoffPolicy) -> bool:
+    """A bundle that can take urgent jobs, as far as ``b`` (read at ``now``) shows: one of
+    small jobs (only those share a bundle), or one whose task runs several jobs at once, so
+    that a slot of it frees within one job, never behind a long one alone (a bundle rerun one
+    job at a time after a crash, ``slots`` 1, does not)."""
     return b.state == BundleState.RUNNING and b.kind is None \
-        and (b.pages > 0 or len(b.job_ids) > 1) \
-        and (b.heartbeat_at or 0.0) >= now - 2 * heartbeat_seconds
+        and (b.pages > 0 or len(b.job_ids) > 1 or (b.slots or policy.task_concurrency) > 1) \
+        and (b.heartbeat_at or 0.0) >= now - 2 * policy.heartbeat_seconds
 
 
 def is_source(b: Bundle, now: float) -> bool:
@@ -80,7 +84,7 @@ class Handoffs:
         if not ids:
             return []
         return [b for b in self._store.full_bundles(ids)
-                if is_host(b, now, self.policy.heartbeat_seconds) and b.takes_handed
+                if is_host(b, now, self.policy) and b.takes_handed
                 and len(b.handed_jobs) < MAX_HANDED]
 
     def room(self, hosts: list[Bundle]) -> int:

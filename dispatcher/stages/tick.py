@@ -195,8 +195,7 @@ class Tick:
         urgent job comes; reads and writes only for those that do."""
         assert self._handoffs is not None
         handoffs, now = self._handoffs, self._clock()
-        beat = handoffs.policy.heartbeat_seconds
-        room = handoffs.room([b for b in active if is_host(b, now, beat)])
+        room = handoffs.room([b for b in active if is_host(b, now, handoffs.policy)])
         if room <= 0:
             return
         until = now + handoffs.policy.watch_seconds

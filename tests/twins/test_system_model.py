@@ -36,6 +36,7 @@ from dispatcher.domain.stops import TaskStop
 from dispatcher.ops.client import JobClient
 from dispatcher.stages import bundle as bundle_stage
 from dispatcher.stages import handoff
+from dispatcher.stages.policy import HandoffPolicy
 from dispatcher.store import handing
 from dispatcher.store import operator as operator_store
 from dispatcher.testing.memory_queue import MemoryQueue
@@ -195,9 +196,9 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
     def urgent_hosts(self, view: checks.View, now: float) -> int:
         """Running tasks that can take an urgent job (of the default size) now, as the tick's
         hand-off tells them (dispatcher/stages/handoff.py)."""
-        beat = 30.0  # LONGJOBS_HEARTBEAT_SECONDS' default
+        policy = HandoffPolicy(30.0, int(self.settings["LONGJOBS_TASK_CONCURRENCY"]))
         return sum(1 for b in view.bundles()
-                   if handoff.is_host(b, now, beat) and b.takes_handed
+                   if handoff.is_host(b, now, policy) and b.takes_handed
                    and len(b.handed_jobs) < handing.MAX_HANDED and b.resources == Resources())
 
     def urgent_left_waiting(self, view: checks.View, urgent: set[str], hosts: int,

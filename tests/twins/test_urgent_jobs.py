@@ -75,9 +75,11 @@ class LongPollQueue(MemoryQueue):
 
 class World:
     def __init__(self, urgent_at: list[float], *, watch: float = WATCH_SECONDS,
-                 **urgent: Any) -> None:
-        """``urgent``: what else the urgent jobs are sent with (``cpu``, ``memory``)."""
+                 backlog_seconds: float = JOB_SECONDS, **urgent: Any) -> None:
+        """``urgent``: what else the urgent jobs are sent with (``cpu``, ``memory``);
+        ``backlog_seconds``: how long each job of the backlog runs."""
         self.urgent_fields = urgent
+        self.backlog_seconds = backlog_seconds
         self.tw = Twins()
         self.t0 = self.tw.clock()
         self.high = LongPollQueue(self.tw.clock, self.step)
@@ -137,7 +139,8 @@ class World:
         if sim.phase != "running":
             return
         for job_id, run in list(sim.runs.items()):
-            if now - run.started_at >= JOB_SECONDS:
+            length = JOB_SECONDS if job_id in self.urgent else self.backlog_seconds
+            if now - run.started_at >= length:
                 sim.finish(job_id, "succeed")
         if now >= self.beat_at[arn]:
             sim.heartbeat()
@@ -222,6 +225,21 @@ def test_without_the_watch_an_urgent_job_waits_for_the_next_tick_and_still_no_sl
     assert 2 * TICK_EVERY < started <= 100.0 + TICK_EVERY + HEARTBEAT_SECONDS + JOB_SECONDS
     assert len(world.tw.launcher.tasks) == TASKS
     assert world.states() == {"SUCCEEDED": BACKLOG + 1}
+
+
+def test_behind_long_jobs_alone_in_their_tasks_an_urgent_job_takes_a_free_slot_of_one() -> None:
+    """A backlog of hour-long jobs, each alone in its task (not small: never bundled): each task
+    runs four at once, so three of its slots are free, and an urgent job handed to it starts at
+    its next heartbeat, not after the hour."""
+    world = World([100.0], backlog_seconds=3600.0)
+    world.client.submit_many([{"kind": "k", "payload": {}, "job_id": f"b{n}"}
+                              for n in range(TASKS)])
+    world.run(400.0)
+    job = world.tw.job("urgent-0")
+    assert job is not None and job.state == JobState.SUCCEEDED
+    assert job.bundle_id in {world.tw.job(f"b{n}").bundle_id for n in range(TASKS)}  # type: ignore[union-attr]
+    assert world.started["urgent-0"] - (world.t0 + 100.0) <= PROMPT
+    assert len(world.tw.launcher.tasks) == TASKS
 
 
 def test_an_urgent_job_no_running_task_can_take_waits_for_the_first_free_slot() -> None:
