@@ -285,6 +285,11 @@ class Config(BaseModel):
         "LONGJOBS_TICK_RESERVE_SECONDS", "Lambda time kept back from the drain to record, "
         "delete and launch what it admitted.",
         on_aws=OnAws.STACK)] = 30.0
+    urgent_watch_seconds: Annotated[float, Field(ge=0, le=840), Env(
+        "LONGJOBS_URGENT_WATCH_SECONDS", "A tick that finds every task slot busy keeps "
+        "long-polling the high queue this long, handing each urgent job to a running task as "
+        "it arrives; 0 looks once. The stack sets 50 (its tick runs every minute).",
+        on_aws=OnAws.STACK)] = 0.0
     tick_concurrency: Annotated[int, Field(ge=1, le=64), Env(
         "LONGJOBS_TICK_CONCURRENCY", "AWS calls the tick keeps in flight while it receives, "
         "records and deletes.",

@@ -37,6 +37,7 @@ class Schedule:
         self._pages = pages
         self._read = read
         self._held = held
+        self._first: deque[str] = deque()  # handed to the bundle while it runs: ids, read late
         self._page: deque[Job] = deque()
         self._ended = False
         self._seq = 0
@@ -46,14 +47,25 @@ class Schedule:
     @property
     def exhausted(self) -> bool:
         """Every job of the bundle has been handed out."""
-        return self._ended and not self._page and not any(self._aside.values())
+        return self._ended and not self._first and not self._page \
+            and not any(self._aside.values())
+
+    def first(self, job_ids: list[str]) -> None:
+        """Jobs handed to the bundle while it runs (urgent jobs): each starts before any job
+        left of the bundle, as soon as a slot frees. They are read when their turn comes."""
+        self._first.extend(job_ids)
 
     def set_aside(self) -> int:
         return sum(len(q) for q in self._aside.values())
 
     def next(self, at_cap: Callable[[str], bool]) -> Job | None:
         """The first job in bundle order whose kind is not ``at_cap``; None if there is none
-        now (then either :attr:`exhausted`, or every job left is of a kind at its cap)."""
+        now (then either :attr:`exhausted`, or every job left is of a kind at its cap).
+        Handed jobs come first, whatever their kind (a handed job is one of a few)."""
+        while self._first:
+            found = self._read([self._first.popleft()])
+            if found:
+                return found[0]
         while True:
             heads = [(q[0].seq, kind) for kind, q in self._aside.items()
                      if q and not at_cap(kind)]

@@ -12,6 +12,9 @@ the executor (a plain handler in a thread of its own, an ``async def`` one as a 
 task's one event loop) and records it; all slots share the bundle's grouped writes and fence.
 Each running job has its own :class:`JobContext` (``Worker.running``): a timeout or a cancel
 request stops that job only; the heartbeat reports the running job ids on the bundle item.
+Urgent jobs handed to the bundle while it runs (dispatcher/stages/handoff.py) are learnt from
+the heartbeat's write (or from the bundle's last write, which refuses to end it over one) and
+start before the rest of the bundle, as slots free.
 
 Ways to stop taking jobs:
 
@@ -41,6 +44,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Sequence
 from types import FrameType
 
 from aws_lambda_powertools import Logger
@@ -48,7 +52,7 @@ from aws_lambda_powertools import Logger
 from dispatcher import settings
 from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import Bundle, BundleState
-from dispatcher.domain.errors import ConflictError, Interrupted, LongjobsError
+from dispatcher.domain.errors import ConflictError, HandedJobs, Interrupted, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.domain.stops import RUNNER_FAILED_EXIT
 from dispatcher.settings import Config
@@ -110,6 +114,11 @@ class Worker:
         self._ended = 0  # slots freed so far: the scheduler waits for it to move
         self._left: set[str] = set()  # jobs of the bundle not finished by this run
         self._failure: Exception | None = None  # a write failed in a slot: re-raised by run
+        # Urgent jobs handed to the bundle while it runs (dispatcher/stages/handoff.py), as the
+        # heartbeat or the bundle's last write learnt them: every id so far, in order, and
+        # those the scheduler has not taken yet. Changed under _changed.
+        self._handed: list[str] = []
+        self._incoming: list[str] = []
         self.executor = Executor(Signals(cancel_requested=self.cancel_requested.__contains__,
                                          stopping=self.stopping.is_set,
                                          claim_lost=self.lost.is_set),
@@ -150,6 +159,7 @@ class Worker:
             return 0
         bundle = claim.bundle  # as claimed: RUNNING, with this task's fence
         self.cancel_requested |= claim.cancel_requested
+        self._handed = list(bundle.handed_jobs)  # handed to an earlier run: in job_ids already
         # A bundle of one job, or any later launch of a bundle (after a stop, a launch failure
         # or a retry): write every start and result at once, so a stop is charged to the job
         # that ran (see job_runner.writes and dispatcher.domain.lifecycle).
@@ -172,24 +182,54 @@ class Worker:
         return 0
 
     def _run_jobs(self, bundle: Bundle, writes: Writes) -> None:
-        try:
-            self._start_jobs(bundle, writes)
-        except Exception as exc:  # a write or a read failed: start nothing more
-            self._fail(exc)
-        self._wait_idle()  # each running job ends within its timeout and grace
-        if self._failure is not None:
-            raise self._failure  # ConflictError: the claim is lost; else the runner failed
-        if self.lost.is_set():
+        schedule = Schedule(self.store.bundle_jobs(bundle), self.store.get_jobs)
+        while True:
+            try:
+                self._start_jobs(bundle, schedule, writes)
+            except Exception as exc:  # a write or a read failed: start nothing more
+                self._fail(exc)
+            self._wait_idle()  # each running job ends within its timeout and grace
+            if self._slots and not self._halted():  # a job handed while the last ones ran
+                continue
+            self._wait_idle()  # halted meanwhile: every running job ends first
+            if self._failure is not None:
+                raise self._failure  # ConflictError: the claim is lost; else the runner failed
+            if self.lost.is_set():
+                return
+            if self.stopping.is_set() or self.abandoned.is_set() or self.gave_back.is_set():
+                # The bundle stays RUNNING: the stop event reruns what is left (handed jobs
+                # not run yet too). A job given back (SIGTERM, or a handler that raised
+                # Interrupted by itself) counted its infrastructure attempt; its rerun is the
+                # stop's too, so the one settle that reruns it also fails it once that budget
+                # is spent (dispatcher.domain.lifecycle).
+                writes.flush()
+                return
+            if self._take_handed(schedule):
+                continue  # handed while the last jobs ran: run them first
+            left = self._left - writes.refused
+            try:
+                writes.flush(BundleState.PENDING if writes.retrying or left
+                             else BundleState.DONE, handed=len(self._handed))
+            except HandedJobs as more:  # handed since the last heartbeat: run them, then end
+                self.learn_handed(more.job_ids)
+                continue
             return
-        if self.stopping.is_set() or self.abandoned.is_set() or self.gave_back.is_set():
-            # The bundle stays RUNNING: the stop event reruns what is left. A job given back
-            # (SIGTERM, or a handler that raised Interrupted by itself) counted its
-            # infrastructure attempt; its rerun is the stop's too, so the one settle that
-            # reruns it also fails it once that budget is spent (dispatcher.domain.lifecycle).
-            writes.flush()
-            return
-        left = self._left - writes.refused
-        writes.flush(BundleState.PENDING if writes.retrying or left else BundleState.DONE)
+
+    def learn_handed(self, job_ids: Sequence[str]) -> None:
+        """Every job handed to the bundle so far (the list only grows): the new ones are
+        started first, as slots free."""
+        with self._changed:
+            new = list(job_ids[len(self._handed):])
+            if new:
+                self._handed += new
+                self._incoming += new
+                self._changed.notify_all()
+
+    def _take_handed(self, schedule: Schedule) -> bool:
+        with self._changed:
+            new, self._incoming = self._incoming, []
+        schedule.first(new)
+        return bool(new)
 
     def _halted(self) -> bool:
         return self.stopping.is_set() or self.lost.is_set() or self.abandoned.is_set() \
@@ -199,12 +239,12 @@ class Worker:
         cap = self.cfg.task_kind_concurrency.get(kind)
         return cap is not None and self._kinds[kind] >= max(cap, 1)
 
-    def _start_jobs(self, bundle: Bundle, writes: Writes) -> None:
-        """Start the bundle's jobs in order, up to task_concurrency at once, until the bundle
-        is exhausted or the task stops taking jobs. A bundle of a kind with a limit across
-        tasks (LONGJOBS_KIND_LIMITS) runs at most its ``slots`` at once: what the dispatcher
-        counted against that limit when it launched it."""
-        schedule = Schedule(self.store.bundle_jobs(bundle), self.store.get_jobs)
+    def _start_jobs(self, bundle: Bundle, schedule: Schedule, writes: Writes) -> None:
+        """Start the bundle's jobs in order (those handed to it first), up to
+        task_concurrency at once, until the bundle is exhausted or the task stops taking jobs.
+        A bundle of a kind with a limit across tasks (LONGJOBS_KIND_LIMITS) runs at most its
+        ``slots`` at once: what the dispatcher counted against that limit when it launched
+        it."""
         concurrency = min(self.cfg.task_concurrency, bundle.slots or self.cfg.task_concurrency)
         while True:
             with self._changed:
@@ -213,6 +253,7 @@ class Worker:
                 ended = self._ended
             if self._halted():
                 return
+            self._take_handed(schedule)
             job = schedule.next(self._at_cap)
             if job is None:
                 if schedule.exhausted:
@@ -275,8 +316,9 @@ class Worker:
             self._changed.notify_all()
 
     def _wait_idle(self) -> None:
+        """Until every slot is free, or a job handed meanwhile can take a free one."""
         with self._changed:
-            while self._slots:
+            while self._slots and not (self._incoming and not self._halted()):
                 self._changed.wait(POLL_SECONDS)
 
     def _run_job(self, job: Job, ctx: JobContext, writes: Writes) -> bool:
@@ -341,7 +383,9 @@ class Worker:
             with self._changed:
                 running = list(self.running)
             try:
-                self.cancel_requested |= self.store.heartbeat(fence, running=running)
+                beat = self.store.heartbeat(fence, running=running)
+                self.cancel_requested |= beat.cancel_requested
+                self.learn_handed(beat.handed)
             except ConflictError:
                 log.warning("heartbeat found the claim lost; stopping")
                 self.lost.set()

@@ -32,6 +32,7 @@ from types import TracebackType
 from typing import Any
 
 from dispatcher.domain.bundles import BundleState
+from dispatcher.domain.errors import HandedJobs
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.store import Fence, JobUpdate, RunnerStore
 from job_runner.outcome import Outcome
@@ -108,12 +109,15 @@ class Writes:
         if self.write_through:
             self.flush()
 
-    def flush(self, bundle_to: BundleState | None = None) -> None:
+    def flush(self, bundle_to: BundleState | None = None, *, handed: int | None = None) -> None:
         """Write what is pending (after any flush under way). A job the table refuses (it
         moved on meanwhile: failed as overdue, cancelled) is dropped alone; its bundle-mates'
-        results are written. If the write fails, the error is the runner's: it stops."""
+        results are written. If the write fails, the error is the runner's: it stops.
+        ``handed``: the jobs handed to the bundle that the runner has seen; if more were
+        handed, what is pending is written without moving the bundle and HandedJobs raised
+        (not an error: the runner runs them, then ends the bundle)."""
         with self._flushing:
-            self._write(bundle_to)
+            self._write(bundle_to, handed)
 
     def _flush_when_due(self) -> None:
         """The flusher thread: a grouped flush whenever one falls due, until closed."""
@@ -138,7 +142,7 @@ class Writes:
             return 0.0
         return max(0.0, self._oldest + self.flush_seconds - time.monotonic())
 
-    def _write(self, bundle_to: BundleState | None) -> None:
+    def _write(self, bundle_to: BundleState | None, handed: int | None = None) -> None:
         """One flush (``_flushing`` held): take what is pending, write it outside the lock."""
         with self._lock:
             if not self.pending and bundle_to is None:
@@ -149,7 +153,11 @@ class Writes:
             retry_at = self.retry_at if bundle_to == BundleState.PENDING and self.retry_at \
                 else None
         try:
-            refused = self.store.apply(self.fence, updates, bundle_to, retry_at)
+            refused = self.store.apply(self.fence, updates, bundle_to, retry_at, handed=handed)
+        except HandedJobs as more:  # the updates are written; the bundle stays RUNNING
+            with self._lock:
+                self.refused |= more.refused
+            raise
         except Exception as exc:
             if self._on_error is not None:
                 self._on_error(exc)

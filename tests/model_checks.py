@@ -69,6 +69,8 @@ class View:
         if b.pages and not b.job_ids:
             keys = [r.page_key(bundle_id, n) for n in range(b.pages)]
             b.job_ids = [j for k in keys if k in self.items for j in self.items[k].job_ids or ()]
+        # Urgent jobs handed to it while it ran are its jobs too (Reads.job_ids_of).
+        b.job_ids = list(dict.fromkeys([*b.job_ids, *b.handed_jobs]))
         return b
 
     def bundles(self) -> list[Bundle]:
@@ -306,13 +308,18 @@ def unexplained_waits(view: View, now: float) -> list[str]:
     return out
 
 
-def untold(view: View, events: list[JobStateChange]) -> list[str]:
+def untold(view: View, events: list[JobStateChange],
+           expired: Mapping[str, int] | None = None) -> list[str]:
     """Each job's state-change events, as the twin's change feed published them: numbered 1,
     2, 3... in the order told, none missing, the last one telling the job's stored state and
-    sequence; no job in the table without any."""
+    sequence; no job in the table without any. ``expired`` maps a job whose record TTL deleted
+    to how many events had been told when it went: a message of that job still in the queue
+    (SQS keeps one up to 14 days; the table, LONGJOBS_RETENTION_DAYS) is admitted as a new job,
+    whose numbering starts again at 1."""
     told: dict[str, list[JobStateChange]] = {}
-    for e in events:
-        told.setdefault(e.job_id, []).append(e)
+    for i, e in enumerate(events):
+        if i >= (expired or {}).get(e.job_id, 0):
+            told.setdefault(e.job_id, []).append(e)
     out = []
     for job_id, mine in told.items():
         numbers = [e.sequence for e in mine]

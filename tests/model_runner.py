@@ -16,13 +16,13 @@ handler that ignored its cancellation (abandoned), until the task's process ends
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import BundleState
-from dispatcher.domain.errors import ConflictError, Interrupted, PermanentError
+from dispatcher.domain.errors import ConflictError, HandedJobs, Interrupted, PermanentError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.domain.stops import RUNNER_FAILED_EXIT, StopCode
 from dispatcher.ports.table import Delete, Eq, Table
@@ -123,6 +123,7 @@ class SimTask:
     silent: bool = False  # frozen: no heartbeat, no progress
     stop_code: str = StopCode.ESSENTIAL_CONTAINER_EXITED
     live_at_stop: set[str] = field(default_factory=set)  # the handlers running at its end
+    handed: list[str] = field(default_factory=list)  # urgent jobs handed to its bundle, seen
 
     # -- what the model asks --------------------------------------------------------------------
     @property
@@ -161,6 +162,7 @@ class SimTask:
             return
         bundle = claim.bundle
         self.cancel_requested |= claim.cancel_requested
+        self.handed = list(bundle.handed_jobs)
         self.writes = Writes(self.store, self.fence, bundle.task_definition or "", 2.0,
                              write_through=lifecycle.writes_through(bundle.attempt,
                                                                     len(bundle.job_ids)),
@@ -276,11 +278,22 @@ class SimTask:
                 or self.fence is None:
             return
         try:
-            self.cancel_requested |= self.store.heartbeat(self.fence, running=self.active())
+            beat = self.store.heartbeat(self.fence, running=self.active())
         except ConflictError:
             self.lost = True
+            return
         except Exception:  # a missed beat is retried at the next interval
             return
+        self.cancel_requested |= beat.cancel_requested
+        self.learn_handed(beat.handed)
+
+    def learn_handed(self, job_ids: Sequence[str]) -> None:
+        """Worker.learn_handed: the jobs handed since last seen start first."""
+        new = list(job_ids[len(self.handed):])
+        if new and self.plan is not None:
+            self.handed += new
+            self.plan.first(new)
+            self.exhausted = False
 
     def flush(self) -> None:
         """The flusher thread's grouped write."""
@@ -308,7 +321,10 @@ class SimTask:
             else:
                 left = self.left - self.writes.refused
                 self.writes.flush(BundleState.PENDING if self.writes.retrying or left
-                                  else BundleState.DONE)
+                                  else BundleState.DONE, handed=len(self.handed))
+        except HandedJobs as more:  # the process goes on: it runs them, then ends again
+            self.learn_handed(more.job_ids)
+            return
         except ConflictError:
             self.exit(0)
             return

@@ -32,10 +32,10 @@ class SqsQueue(Queue):
                 for f in resp.get("Failed", [])}
 
     def receive(self, max_messages: int = BATCH,
-                visibility_timeout: int | None = None) -> list[Received]:
+                visibility_timeout: int | None = None, wait_seconds: int = 0) -> list[Received]:
         extra = {} if visibility_timeout is None else {"VisibilityTimeout": visibility_timeout}
         resp = self._call("receive_message", MaxNumberOfMessages=min(max_messages, BATCH),
-                          WaitTimeSeconds=0, **extra,
+                          WaitTimeSeconds=max(0, min(20, wait_seconds)), **extra,
                           MessageSystemAttributeNames=["SentTimestamp", "ApproximateReceiveCount"])
         out = []
         for m in resp.get("Messages", []):

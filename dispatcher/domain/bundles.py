@@ -51,5 +51,9 @@ class Bundle:
     # once) against that kind's limit while active, if the kind has one.
     kind: str | None = None
     slots: int = 0
+    # Urgent jobs handed to this bundle while it ran (dispatcher/stages/handoff.py): members of
+    # it from then on, as its own jobs are. ``takes_handed``: its runner takes such jobs.
+    handed_jobs: list[str] = field(default_factory=list)
+    takes_handed: bool = False
 
 

@@ -33,6 +33,18 @@ class ConflictError(LongjobsError):
     """A conditional write lost: somebody else changed the item first (a fence or a race)."""
 
 
+class HandedJobs(LongjobsError):
+    """A running bundle's last write found jobs handed to it that its runner has not run yet
+    (urgent jobs, handed between its last heartbeat and its end): the bundle stays RUNNING and
+    its runner runs them first. ``job_ids``: every job handed to the bundle so far;
+    ``refused``: the jobs of the write whose update the table refused (they moved on)."""
+
+    def __init__(self, reason: str, job_ids: list[str], refused: set[str] | None = None) -> None:
+        self.job_ids = job_ids
+        self.refused = refused or set()
+        super().__init__(reason)
+
+
 class AlreadyActed(LongjobsError):
     """A bulk operator action found its own mark on the job: this action already did it (a
     resumed run skips the job instead of acting twice)."""

@@ -59,7 +59,7 @@ class DryRunQueue(Queue):
         return {}
 
     def receive(self, max_messages: int = BATCH,
-                visibility_timeout: int | None = None) -> list[Received]:
+                visibility_timeout: int | None = None, wait_seconds: int = 0) -> list[Received]:
         # Hidden while the dry tick reads on (so it sees past the first 10), restored after.
         batch = self._inner.receive(max_messages, visibility_timeout=READ_SECONDS)
         self._plan.received.append((self._inner, batch))
@@ -169,6 +169,19 @@ class DryRunStore(StageStore):
                                for u in updates])
         bundle.state = target
         return set()
+
+    def full_bundles(self, bundle_ids: list[str]) -> list[Bundle]:
+        return self._inner.full_bundles(bundle_ids)
+
+    def hand(self, source: Bundle, job_ids: list[str], host: Bundle) -> list[str]:
+        moving = [j for j in job_ids if j in source.job_ids]
+        self._plan.would("hand", job_ids=moving, from_bundle=source.bundle_id,
+                         to_bundle=host.bundle_id, task_arn=host.task_arn)
+        host.handed_jobs = [*host.handed_jobs, *moving]
+        source.job_ids = [j for j in source.job_ids if j not in moving]
+        if not source.job_ids:
+            source.state = BundleState.DONE
+        return moving
 
     def running_jobs(self, *, overdue_by: float | None = None) -> list[Job]:
         return self._inner.running_jobs(overdue_by=overdue_by)

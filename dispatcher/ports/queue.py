@@ -47,8 +47,9 @@ class Queue(ABC):
 
     @abstractmethod
     def receive(self, max_messages: int = BATCH,
-                visibility_timeout: int | None = None) -> list[Received]:
-        """``visibility_timeout=0`` leaves messages visible (the dry run's look-only receive)."""
+                visibility_timeout: int | None = None, wait_seconds: int = 0) -> list[Received]:
+        """``visibility_timeout=0`` leaves messages visible (the dry run's look-only receive);
+        ``wait_seconds``: a long poll, returning as soon as a message arrives (at most 20)."""
 
     @abstractmethod
     def delete(self, messages: list[Received]) -> dict[str, str]:

@@ -61,6 +61,11 @@ class Record:
     reported_stop: str | None = None  # the task whose stop was last handled (once per task)
     pages: float | None = None  # a bundle recorded in pages: how many (PAGE#<id>#<n>)
     slots: float | None = None  # a single-kind bundle of a limited kind: jobs it runs at once
+    # Jobs handed to a running bundle (urgent jobs, see dispatcher/stages/handoff.py), and how
+    # many: the count is set (to 0) by a runner that takes handed jobs when it claims, and
+    # every write that must not miss a handed job checks it.
+    handed_jobs: list[str] | None = None
+    handed: float | None = None
     # launch
     bundle_ids: list[str] | None = None
     task_arns: list[str] | None = None
@@ -88,21 +93,21 @@ ATTRIBUTES: frozenset[str] = frozenset(f.name for f in fields(Record))
 JSON_ATTRIBUTES = frozenset({"payload", "result", "error", "history", "checkpoint", "credit",
                              "container_env", "summary"})
 LIST_ATTRIBUTES = frozenset({"job_ids", "cancel_jobs", "running_jobs", "bundle_ids",
-                             "task_arns"})
+                             "task_arns", "handed_jobs"})
 NUMBER_ATTRIBUTES = frozenset(
     f.name for f in fields(Record) if f.type == "float | None")
 
 # What the status index holds of an item besides its keys (pk, status_key, status_at): what its
 # readers filter on, show or decode, and not the large or unbounded attributes (a job's payload,
 # result, error, history, checkpoint; a REJECTED record's body; the tick's credit and summary;
-# a bundle's cancel requests and running jobs) nor those no reader of the index reads (expires_at,
-# reported_stop, a job's sequence) nor the deployment record's (image, container_env,
-# derived_from, version: that item has no index key). A write that changes none of these nor a
-# key writes nothing to the index (a checkpoint); a reader that needs the whole item reads it
-# (``dispatcher.store.index.full``).
+# a bundle's cancel requests, running jobs and handed jobs, whose count the hand-off reads
+# whole) nor those no reader of the index reads (expires_at, reported_stop, a job's sequence)
+# nor the deployment record's (image, container_env, derived_from, version: that item has no
+# index key). A write that changes none of these nor a key writes nothing to the index (a
+# checkpoint); a reader that needs the whole item reads it (``dispatcher.store.index.full``).
 INDEX_KEYS = ("pk", "status_key", "status_at")
 NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint", "body",
                            "credit", "summary", "cancel_jobs", "running_jobs", "expires_at",
                            "reported_stop", "image", "container_env", "derived_from",
-                           "version", "sequence"})
+                           "version", "sequence", "handed_jobs", "handed"})
 INDEX_ATTRIBUTES: tuple[str, ...] = tuple(sorted(ATTRIBUTES - NOT_PROJECTED - set(INDEX_KEYS)))

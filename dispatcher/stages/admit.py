@@ -149,8 +149,33 @@ class Admission:
                 left -= bundler.opened
                 room = bundler.kind_room
 
+    def intake(self, priority: Priority, jobs: int, deadline: float, stats: AdmissionStats,
+               *, wait_seconds: int = 0) -> list[Bundle]:
+        """Admit up to ``jobs`` messages of ``priority``'s own queue although no task slot is
+        free: each is recorded in a bundle that waits (PENDING, due now), returned for the
+        hand-off to running tasks (dispatcher/stages/handoff.py). One receive, long-polling
+        ``wait_seconds`` (the tick's watch for urgent jobs): the jobs it brings are handed at
+        once, not after the polls that would follow. Nothing, if that priority has no queue
+        of its own."""
+        # A queue shared with normal is listed under normal (see __init__): not this one's.
+        queue = next((q for p, q in self._queues if p == priority), None)
+        if queue is None or jobs <= 0:
+            return []
+        bundler = Bundler(self._policy.bundling, 0, at=self._clock(),
+                          kind_limits=self._policy.kind_limits, waiting=jobs)
+        drain = _Drain(self, queue, bundler, deadline, stats, wait_seconds=wait_seconds,
+                       receives=1)
+        with ThreadPoolExecutor(self._concurrency, thread_name_prefix="intake") as pool:
+            for _ in drain.run(pool):
+                pass  # nothing is ready to launch: every bundle of it waits
+        return drain.waiting
+
     # -- work done on the pool ------------------------------------------------------------------
-    def receive(self, queue: Queue, max_messages: int = BATCH) -> list[Received]:
+    def receive(self, queue: Queue, max_messages: int = BATCH,
+                wait_seconds: int = 0) -> list[Received]:
+        if wait_seconds > 0:
+            return queue.receive(max_messages, visibility_timeout=int(self._hold),
+                                 wait_seconds=wait_seconds)
         return queue.receive(max_messages, visibility_timeout=int(self._hold))
 
 
@@ -159,7 +184,8 @@ class _Drain:
     results that this thread applies."""
 
     def __init__(self, admission: Admission, queue: Queue, bundler: Bundler, deadline: float,
-                 stats: AdmissionStats) -> None:
+                 stats: AdmissionStats, *, wait_seconds: int = 0,
+                 receives: int | None = None) -> None:
         self.admission = admission
         self.recorder = admission._recorder
         self.queue = queue
@@ -170,6 +196,9 @@ class _Drain:
         self.failed: list[str] = []  # bundles that could not be recorded (still held)
         self.admitted: dict[str, str] = {}  # job ids admitted by this drain: their bundle
         self.ready: list[Bundle] = []  # recorded, to launch now: yielded to the tick
+        self.waiting: list[Bundle] = []  # recorded to wait, of an intake (Admission.intake)
+        self.wait_seconds = wait_seconds  # each receive's long poll
+        self.receives_left = receives  # None: until the slots are taken or the queue is empty
         self.receiving = False  # still receiving
         self.empty = 0
 
@@ -185,10 +214,13 @@ class _Drain:
             # is received beyond them waits in the table rather than launch now.
             while self.receiving and len(receives) < ahead:
                 want = min(BATCH, self.bundler.room() - BATCH * len(receives))
-                if want <= 0:
+                if want <= 0 or self.receives_left == 0:
                     self.receiving = bool(receives)  # none in flight: no room left at all
                     break
-                receives.add(pool.submit(self.admission.receive, self.queue, want))
+                if self.receives_left is not None:
+                    self.receives_left -= 1
+                receives.add(pool.submit(self.admission.receive, self.queue, want,
+                                         self.wait_seconds))
             if not receives:
                 self.bundler.close()  # nothing more is coming: record what is open
             self._close_held_too_long()
@@ -260,10 +292,11 @@ class _Drain:
                 continue
             job = to_job(msg, received, now)
             if not self.bundler.offer(job):
-                # Every slot is taken: this one waits in the table, and the drain stops here.
+                # Every slot is taken: this one waits in the table, and the drain stops here
+                # (an intake of urgent jobs, Admission.intake, takes up to its ``waiting``).
                 self.bundler.wait(job)
                 stats.waiting += 1
-                self.receiving = False
+                self.receiving = self.receiving and self.bundler.takes_waiting
             assert job.bundle_id is not None
             self.admitted[job.job_id] = job.bundle_id
             held = self.held.setdefault(job.bundle_id, Held())
@@ -327,5 +360,6 @@ class _Drain:
             stats.bundles_recorded += 1
             if bundle.bundle_id in self.bundler.deferred:
                 stats.deferred_bundles += 1  # a later tick launches it (due, kind has room)
+                self.waiting.append(bundle)
             else:
                 self.ready.append(bundle)

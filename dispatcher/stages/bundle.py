@@ -44,8 +44,12 @@ class Bundler:
 
     def __init__(self, policy: BundlePolicy, capacity: int, target_jobs: int | None = None,
                  *, at: float = 0.0, kind_limits: Mapping[str, int] | None = None,
-                 kind_room: Mapping[str, int] | None = None) -> None:
+                 kind_room: Mapping[str, int] | None = None, waiting: int = 0) -> None:
+        """``waiting``: jobs to admit although no slot can take them (they all :meth:`wait`):
+        the urgent intake of a tick with every slot busy (dispatcher/stages/handoff.py)."""
         self._policy = policy
+        self._waiting = waiting
+        self._waited = 0
         self.capacity = max(0, capacity)
         self._target = target_jobs
         self._at = at
@@ -105,6 +109,8 @@ class Bundler:
         how many messages are worth receiving. Until the jobs seen are mostly small, a free
         slot counts for one job (a job that is not small takes a slot of its own), so a drain
         with few free slots does not receive jobs that could only wait."""
+        if self.takes_waiting:
+            return self._waiting - self._waited
         per = min(self._target or self._policy.bundle_max_jobs, self._policy.bundle_max_jobs)
         if self._seconds > 0:  # the work limit, at the mean estimate seen so far
             per = min(per, int(self._policy.max_work_seconds * self._seen / self._seconds))
@@ -122,8 +128,13 @@ class Bundler:
     @property
     def full(self) -> bool:
         """No task slot is left: only deferred work could still be admitted."""
-        return self.opened >= self.capacity and not any(
+        return self.opened >= self.capacity and not self.takes_waiting and not any(
             b.bundle_id not in self.deferred for b in self._open.values())
+
+    @property
+    def takes_waiting(self) -> bool:
+        """Still admits jobs that wait (``waiting``), whether or not a slot is left."""
+        return self._waited < self._waiting
 
     def offer(self, job: Job) -> bool:
         """Admit ``job`` into a bundle; False when no bundle can take it (capacity spent)."""
@@ -136,6 +147,7 @@ class Bundler:
         maxReceiveCount, so a valid job bounced by a few busy ticks would end as a dead letter.
         """
         priority, resources, when, kind = self.shape(job)
+        self._waited += 1
         placed = self._place(job, (priority, resources, self._at if when is None else when, kind))
         assert placed  # a deferred shape never needs a slot
 

@@ -74,3 +74,14 @@ class TickPolicy:
     # Each priority's weight in sharing the free task slots (dispatcher.domain.fairness).
     priority_weights: Mapping[str, int] = field(
         default_factory=lambda: {"high": 6, "normal": 3, "low": 1})
+
+
+@dataclass(frozen=True)
+class HandoffPolicy:
+    """Urgent jobs handed to running tasks when no slot is free (stages/handoff.py)."""
+
+    heartbeat_seconds: float = 30.0  # a host must have beaten within two of these
+    task_concurrency: int = 1  # jobs handed to one host in one tick, at most
+    # How long a tick with every slot busy keeps long-polling the high queue for urgent jobs
+    # (0: one look); the tick runs every minute, so a little less than that.
+    watch_seconds: float = 0.0

@@ -21,12 +21,19 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dispatcher.domain.bundles import Bundle
+from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.fairness import allocate
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import TableUnavailable
 from dispatcher.stages.admit import Admission, AdmissionStats
+from dispatcher.stages.handoff import (
+    LONG_POLL_SECONDS,
+    Handoffs,
+    HandoffStats,
+    is_host,
+    is_source,
+)
 from dispatcher.stages.launch import Launches, LaunchStats, launch_slots
 from dispatcher.stages.policy import TickPolicy
 from dispatcher.stages.reconcile import Reconciler, ReconcileStats
@@ -37,6 +44,11 @@ log = logging.getLogger(__name__)
 
 # Outside Lambda: time kept back from the drain for recording and launching.
 LAUNCH_RESERVE_SECONDS = 5.0
+# Due high bundles read by a tick with every slot busy, to hand their jobs (one Query).
+URGENT_READ = 100
+# Receives of the high queue at most, in a tick with every slot busy (its watch for urgent
+# jobs: a long poll each, so a watch of 50 s takes about three when nothing comes).
+WATCH_ROUNDS = 100
 # The lease outlives the longest tick by this much.
 LEASE_MARGIN_SECONDS = 60.0
 # Due bundles read beyond the free slots. Those of a kind with no room left are left out of the
@@ -62,6 +74,7 @@ class TickReport:
     intake: AdmissionStats = field(default_factory=AdmissionStats)  # the admit stage (Admission)
     launch: LaunchStats = field(default_factory=LaunchStats)
     reconcile: ReconcileStats = field(default_factory=ReconcileStats)
+    handoff: HandoffStats = field(default_factory=HandoffStats)  # urgent jobs, no slot free
     elapsed_ms: int = 0
 
     def as_dict(self) -> dict[str, Any]:
@@ -77,7 +90,8 @@ class Tick:
 
     def __init__(self, store: StageStore, revisions: Revisions, admission: Admission,
                  launches: Launches, reconciler: Reconciler, policy: TickPolicy, *,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 handoffs: Handoffs | None = None) -> None:
         self._store = store
         self._revisions = revisions
         self._admission = admission
@@ -85,6 +99,7 @@ class Tick:
         self._reconciler = reconciler
         self._policy = policy
         self._clock = clock
+        self._handoffs = handoffs
 
     def budget(self, remaining_ms: Callable[[], int] | None) -> float:
         """Seconds this tick may drain for."""
@@ -162,6 +177,8 @@ class Tick:
                             b, self._policy.task_concurrency, self._policy.kind_limits)
             d.new_bundles = d.intake.bundles_recorded
         d.capacity_left = d.capacity - d.launch.bundles_launched
+        if self._handoffs is not None and d.capacity_left <= 0:
+            self._urgent(d, active, drain_deadline)
         for b in due:
             if b.kind is not None and b.kind in kind_running:
                 kind_running[b.kind] += b.slots
@@ -170,6 +187,42 @@ class Tick:
             max_running=self._policy.max_running_tasks,
             kinds={k: (n, self._policy.kind_limits[k]) for k, n in kind_running.items()},
             left_due=dict(left_due), blocked=frozenset(blocked)))
+
+    def _urgent(self, d: TickReport, active: list[Bundle], drain_deadline: float) -> None:
+        """No slot is left: take the high queue's jobs in and hand them to running tasks
+        (stages/handoff.py); with a watch, go on long-polling the high queue until the watch
+        ends (the next tick is a minute away). A receive a tick (a long poll, a few) when no
+        urgent job comes; reads and writes only for those that do."""
+        assert self._handoffs is not None
+        handoffs, now = self._handoffs, self._clock()
+        room = handoffs.room([b for b in active if is_host(b, now, handoffs.policy)])
+        if room <= 0:
+            return
+        until = now + handoffs.policy.watch_seconds
+        # Taken in and not handed yet: first those an earlier tick left (it died before its
+        # hand-off, or no task could take them then), one read of the due high bundles.
+        waiting = [b for b in self._store.due_bundles(URGENT_READ, now, (), [Priority.HIGH])
+                   if is_source(b, now)]
+        # One receive a round (a long poll while watching): an empty one takes its wait, so
+        # the rounds end with the watch; the bound is for a queue that does not wait.
+        for n in range(WATCH_ROUNDS):
+            before = self._clock()
+            left = min(until - before, drain_deadline - time.monotonic())
+            wait = int(max(0.0, min(LONG_POLL_SECONDS, left)))
+            came = self._admission.intake(Priority.HIGH, room,
+                                          time.monotonic() + LONG_POLL_SECONDS + 5,
+                                          d.intake, wait_seconds=wait)
+            waiting += came
+            if waiting and (came or n == 0):  # the hosts as they are now: a task may end
+                hosts = handoffs.hosts(active)
+                d.handoff.hosts = max(d.handoff.hosts, len(hosts))
+                handoffs.hand(waiting, hosts, d.handoff)
+                waiting = [b for b in waiting if b.state == BundleState.PENDING and b.job_ids]
+            if not came and self._clock() <= before:  # nothing came, no time passed
+                break
+            if self._clock() >= until or time.monotonic() >= drain_deadline:
+                break
+        d.handoff.watched_seconds = int(max(0.0, self._clock() - now))
 
     def _save_summary(self, summary: TickSummary) -> None:
         """One write a tick: what every waiting job's ``waiting_for`` is derived from."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dispatcher.store.base import Reads
 from dispatcher.store.operator import OperatorStore
-from dispatcher.store.runner import Claim, RunnerStore
+from dispatcher.store.runner import Beat, Claim, RunnerStore
 from dispatcher.store.stage_store import StageStore
 from dispatcher.store.values import Fence, JobUpdate, LaunchOutcome
 
@@ -21,6 +21,7 @@ class Store(StageStore, RunnerStore, OperatorStore):
 
 
 __all__ = [
+    "Beat",
     "Claim",
     "Fence",
     "JobUpdate",

@@ -201,12 +201,15 @@ class Reads:
         """A bundle's job ids in bundle order. A paged bundle read from the status index has
         none on its item: they are read from its pages (one BatchGetItem per 100 pages). A
         page that is missing was never written (its transaction did not commit): its jobs
-        were not recorded in this bundle."""
+        were not recorded in this bundle. Jobs handed to it while it ran come last: they
+        are its jobs too (a rerun runs them, a settle settles them)."""
         if not bundle.pages or bundle.job_ids:
-            return list(bundle.job_ids)
-        keys = [r.page_key(bundle.bundle_id, n) for n in range(bundle.pages)]
-        found = {rec.pk: rec for rec in self.table.get_many(keys)}
-        return [j for k in keys if k in found for j in found[k].job_ids or ()]
+            own = list(bundle.job_ids)
+        else:
+            keys = [r.page_key(bundle.bundle_id, n) for n in range(bundle.pages)]
+            found = {rec.pk: rec for rec in self.table.get_many(keys)}
+            own = [j for k in keys if k in found for j in found[k].job_ids or ()]
+        return list(dict.fromkeys([*own, *bundle.handed_jobs]))
 
     def bundle_for_task(self, task_arn: str) -> Bundle | None:
         """The bundle a task was assigned, read strongly consistent (the runner polls this)."""

@@ -193,7 +193,8 @@ def record_bundle(rec: Record) -> Bundle:
         heartbeat_at=rec.heartbeat_at, pages=_int(rec.pages),
         running_jobs=list(rec.running_jobs or []),
         priority=Priority(rec.priority or Priority.NORMAL), resources=record_resources(rec),
-        kind=rec.kind, slots=_int(rec.slots),
+        kind=rec.kind, slots=_int(rec.slots), handed_jobs=list(rec.handed_jobs or []),
+        takes_handed=rec.handed is not None,
     )
 
 

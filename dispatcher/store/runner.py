@@ -16,7 +16,7 @@ from typing import Any
 
 from dispatcher.domain import lifecycle, sizes
 from dispatcher.domain.bundles import Bundle, BundleState
-from dispatcher.domain.errors import ConflictError
+from dispatcher.domain.errors import ConflictError, HandedJobs
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.ports.table import (
     MAX_TRANSACTION_BYTES,
@@ -28,6 +28,7 @@ from dispatcher.ports.table import (
     Condition,
     Eq,
     In,
+    Lacks,
     Op,
     Remove,
     Set,
@@ -201,12 +202,26 @@ def expire_pages_later(table: Table, bundle_id: str, transactions: list[list[Op]
             return
 
 
+def handed_as_read(bundle: Bundle) -> Condition:
+    """No job was handed to ``bundle`` since it was read: a write that ends or settles it
+    then covers every job it has (dispatcher/stages/handoff.py)."""
+    return Eq("handed", len(bundle.handed_jobs)) if bundle.takes_handed else Lacks("handed")
+
+
 @dataclass(frozen=True)
 class Claim:
     """A claimed bundle, and the cancellations requested before its task claimed it."""
 
     bundle: Bundle
     cancel_requested: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Beat:
+    """What a heartbeat learns: the cancel requests, and every job handed to the bundle."""
+
+    cancel_requested: frozenset[str]
+    handed: tuple[str, ...] = ()
 
 
 class RunnerStore(Reads):
@@ -218,8 +233,12 @@ class RunnerStore(Reads):
         The update returns the bundle as written, with the cancel requests an operator made
         while it waited for its task, so a cancel before the job starts is not lost."""
         t = self.clock()
+        # ``handed`` (ADD 0: set to 0 if missing, kept on a rerun) says this runner takes
+        # urgent jobs handed to its bundle while it runs; a runner of an older release, which
+        # would not, leaves it missing, and then nothing is handed to it.
         rec = self._write(Update(r.bundle_key(fence.bundle_id), [
-            *bundle_actions(BundleState.RUNNING, t, None), Set("heartbeat_at", t)],
+            *bundle_actions(BundleState.RUNNING, t, None), Set("heartbeat_at", t),
+            Add("handed", 0)],
             fenced(fence, (BundleState.LAUNCHED,))),
             f"task {fence.task_arn} lost the claim of bundle {fence.bundle_id} "
             f"attempt {fence.attempt}")
@@ -228,15 +247,18 @@ class RunnerStore(Reads):
         bundle.job_ids = self.job_ids_of(bundle)  # a paged bundle's ids are on its pages
         return Claim(bundle, frozenset(rec.cancel_jobs or ()))
 
-    def heartbeat(self, fence: Fence, running: Collection[str] = ()) -> set[str]:
+    def heartbeat(self, fence: Fence, running: Collection[str] = ()) -> Beat:
         """Prove liveness and say which jobs run now (``running_jobs`` on the bundle, for
-        operators); return the job ids whose cancellation was requested."""
+        operators); learn, from the item as written (no call more), the job ids whose
+        cancellation was requested and the jobs handed to the bundle."""
         actions: list[Action] = [Set("heartbeat_at", self.clock())]
         actions.append(Set("running_jobs", sorted(running)) if running
                        else Remove("running_jobs"))
         rec = self._write(Update(r.bundle_key(fence.bundle_id), actions, fenced(fence)),
                           f"task {fence.task_arn} lost bundle {fence.bundle_id}")
-        return set(rec.cancel_jobs or ()) if rec else set()
+        if rec is None:
+            return Beat(frozenset())
+        return Beat(frozenset(rec.cancel_jobs or ()), tuple(rec.handed_jobs or ()))
 
     def bundle_jobs(self, bundle: Bundle, page_size: int = JOB_PAGE) -> Iterator[list[Job]]:
         """The bundle's jobs, a page at a time, in bundle order: a runner holds one page of a
@@ -245,14 +267,19 @@ class RunnerStore(Reads):
             yield self.get_jobs(bundle.job_ids[start:start + page_size])
 
     def apply(self, fence: Fence, updates: list[JobUpdate],
-              bundle_to: BundleState | None = None, retry_at: float | None = None) -> set[str]:
+              bundle_to: BundleState | None = None, retry_at: float | None = None,
+              *, handed: int | None = None) -> set[str]:
         """Job results, grouped: one transaction per 98 jobs or 3.5 MB of updates
         (:func:`update_chunks`), each checking the fence; the last one also moves the bundle
         to ``bundle_to``.
 
         A refused job (its item moved on: failed as overdue, cancelled, retried elsewhere)
         is left out and the rest written again; its id is returned. Only a lost fence raises
-        ConflictError: then nothing of this task may be written any more."""
+        ConflictError: then nothing of this task may be written any more.
+
+        ``handed``: the jobs handed to the bundle that its runner has seen (None: its runner
+        takes none). The bundle moves only if no other was handed since; if one was, the
+        results are written without the move and HandedJobs raised: the runner runs them."""
         t = self.clock()
         chunks = update_chunks(updates)
         refused: set[str] = set()
@@ -260,15 +287,22 @@ class RunnerStore(Reads):
             last = n == len(chunks) - 1
             if last and bundle_to is not None:
                 lifecycle.check_bundle(fence.bundle_id, BundleState.RUNNING, bundle_to)
-            refused |= self._apply_chunk(fence, chunk, bundle_to if last else None, retry_at, t)
+            try:
+                refused |= self._apply_chunk(fence, chunk, bundle_to if last else None,
+                                             retry_at, t, handed)
+            except HandedJobs as more:  # the earlier chunks' refusals go with it
+                more.refused |= refused
+                raise
         return refused
 
     def _apply_chunk(self, fence: Fence, chunk: list[JobUpdate], bundle_to: BundleState | None,
-                     retry_at: float | None, t: float) -> set[str]:
+                     retry_at: float | None, t: float, handed: int | None = None) -> set[str]:
         key = r.bundle_key(fence.bundle_id)
         expires_at = self._expiry(t)
-        head: Op = Update(key, bundle_actions(bundle_to, t, retry_at, expires_at),
-                          fenced(fence)) \
+        moving = fenced(fence)
+        if bundle_to is not None and handed is not None:
+            moving = And(moving, Eq("handed", handed))
+        head: Op = Update(key, bundle_actions(bundle_to, t, retry_at, expires_at), moving) \
             if bundle_to is not None else Check(key, fenced(fence))
         # Moving the bundle off this task (DONE, or PENDING): the task's pointer may expire;
         # a DONE bundle's pages too (Fence.pages: the runner read them at its claim).
@@ -286,6 +320,12 @@ class RunnerStore(Reads):
                 return refused
             except TransactionCancelled as exc:
                 failed = exc.failed_conditions()
+                if 0 in failed and bundle_to is not None and handed is not None:
+                    more = self._handed_since(fence, handed)
+                    if more is not None:  # still ours: the results alone, then run those
+                        refused |= self._apply_chunk(fence, chunk, None, retry_at, t)
+                        raise HandedJobs(f"bundle {fence.bundle_id} was handed jobs its "
+                                         "runner has not run yet", more, refused) from None
                 if 0 in failed:  # the fence: a newer attempt owns the bundle
                     raise ConflictError(f"task {fence.task_arn} lost bundle "
                                         f"{fence.bundle_id}; its results were not written") \
@@ -300,6 +340,16 @@ class RunnerStore(Reads):
                     raise
                 time.sleep(CONFLICT_BACKOFF_SECONDS * 2 ** (conflicts - 1))
         return refused
+
+    def _handed_since(self, fence: Fence, seen: int) -> list[str] | None:
+        """Every job handed to the bundle, if the fence still holds and more than ``seen``
+        were handed (why a move of the bundle was refused); None if the fence is lost."""
+        rec = self.table.get(r.bundle_key(fence.bundle_id))
+        if rec is None or rec.state != str(BundleState.RUNNING) or rec.task_arn != \
+                fence.task_arn or int(rec.attempt or 0) != fence.attempt:
+            return None
+        handed = list(rec.handed_jobs or ())
+        return handed if len(handed) > seen else None
 
     def save_checkpoint(self, fence: Fence, job_id: str, checkpoint: dict[str, Any]) -> None:
         """Persist a running job's progress, fenced like every other write of its task.

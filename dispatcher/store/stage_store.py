@@ -43,12 +43,14 @@ from dispatcher.store import codec as r
 from dispatcher.store import index
 from dispatcher.store.base import job_state, status
 from dispatcher.store.deployments import Deployments
+from dispatcher.store.handing import Handing
 from dispatcher.store.held import HeldRetries
 from dispatcher.store.recording import PROBE_KEY, Recordings
 from dispatcher.store.runner import (
     bundle_actions,
     expire_pages_later,
     fit_pages,
+    handed_as_read,
     job_updates,
     page_expiry,
     pointer_expiry,
@@ -66,7 +68,7 @@ LAUNCH_TTL_SECONDS = 7 * 86400
 TICK_SUMMARY_TTL_SECONDS = 86400
 
 
-class StageStore(Recordings, HeldRetries, Deployments):
+class StageStore(Recordings, HeldRetries, Deployments, Handing):
     """What the tick and the task-event handler ask of the table (the dry run wraps this)."""
 
     # -- lease ----------------------------------------------------------------------------------
@@ -210,6 +212,8 @@ class StageStore(Recordings, HeldRetries, Deployments):
         conds: list[Condition] = [Eq("state", str(bundle.state)), Eq("attempt", bundle.attempt)]
         if bundle.task_arn:
             conds.append(Eq("task_arn", bundle.task_arn))
+        if bundle.state == BundleState.RUNNING:  # no urgent job handed to it since it was read
+            conds.append(handed_as_read(bundle))
         expires_at = self._expiry(t)
         key = r.bundle_key(bundle.bundle_id)
         actions = bundle_actions(target, t, retry_at, expires_at)

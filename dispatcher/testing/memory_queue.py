@@ -29,7 +29,8 @@ class MemoryQueue(Queue):
         return {}
 
     def receive(self, max_messages: int = BATCH,
-                visibility_timeout: int | None = None) -> list[Received]:
+                visibility_timeout: int | None = None, wait_seconds: int = 0) -> list[Received]:
+        """``wait_seconds`` is not waited: the twin's clock moves only when a test moves it."""
         t, out = self._clock(), list[Received]()
         hide = self.visibility_seconds if visibility_timeout is None else visibility_timeout
         with self._lock:

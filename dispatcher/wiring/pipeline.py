@@ -23,10 +23,12 @@ from dispatcher.ports.task_definitions import TaskDefinitions
 from dispatcher.settings import Config
 from dispatcher.stages.admit import Admission
 from dispatcher.stages.finish import Finishes
+from dispatcher.stages.handoff import Handoffs
 from dispatcher.stages.launch import Launches
 from dispatcher.stages.policy import (
     AdmitPolicy,
     BundlePolicy,
+    HandoffPolicy,
     LaunchPolicy,
     ReconcilePolicy,
     RerunPolicy,
@@ -88,11 +90,13 @@ def build(cfg: Config, *, queue: Queue, store: StageStore, launcher: Launcher,
     admission = Admission(queues, Recorder(store),
                           AdmitPolicy(cfg.allowed_kinds, bundling, cfg.kind_limits), clock,
                           concurrency=cfg.tick_concurrency, hold_seconds=cfg.hold_seconds)
+    handoffs = Handoffs(store, HandoffPolicy(cfg.heartbeat_seconds, cfg.task_concurrency,
+                                             cfg.urgent_watch_seconds), clock)
     tick = Tick(store, revisions, admission, launches, reconciler,
                 TickPolicy(cfg.max_running_tasks, cfg.tick_seconds, cfg.lease_seconds,
                            cfg.tick_reserve_seconds, cfg.tick_concurrency, cfg.hold_seconds,
                            cfg.kind_limits, cfg.task_concurrency, cfg.priority_weights),
-                clock=clock)
+                clock=clock, handoffs=handoffs)
     return Stages(tick, revisions, reruns, launches, queue, store, launcher, queues)
 
 

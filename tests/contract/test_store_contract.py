@@ -186,7 +186,7 @@ def test_cancel_pending_now_and_running_by_request(env: tuple[Store, Clock]) -> 
     assert store.cancel("j3").state == JobState.PENDING  # requested, not yet honoured
     store.cancel("j4")
     store.cancel("j3")  # a repeated request finds the first standing: kept once
-    assert store.heartbeat(fence) == {"j3", "j4"}
+    assert store.heartbeat(fence).cancel_requested == {"j3", "j4"}
     b2 = store.table.get("BUNDLE#b2")
     assert b2 is not None and b2.cancel_jobs == ["j3", "j4"]
 

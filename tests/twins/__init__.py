@@ -20,9 +20,10 @@ import pytest
 
 from dispatcher import settings
 from dispatcher.domain.bundles import Bundle
-from dispatcher.domain.jobs import Job
+from dispatcher.domain.jobs import Job, Priority
 from dispatcher.domain.pacing import LaunchPacer
 from dispatcher.ops.client import JobClient
+from dispatcher.ports.queue import Queue
 from dispatcher.ports.table import Record
 from dispatcher.settings import Config
 from dispatcher.store import Store
@@ -79,6 +80,9 @@ class Twins:
         self.store = Store(self.table, clock=self.clock)
         self.queue = MemoryQueue(clock=self.clock)
         self.launcher = MemoryLauncher(family=FAMILY, cluster=CLUSTER, clock=self.clock)
+        # Queues of their own for some priorities (the others share ``queue``), if a test
+        # gives them.
+        self.priority_queues: dict[Priority, Queue] = {}
 
     # -- wiring ---------------------------------------------------------------------------------
     def env(self, **overrides: str) -> dict[str, str]:
@@ -90,7 +94,8 @@ class Twins:
     def stages(self, **overrides: str) -> pipeline.Stages:
         return pipeline.build(self.config(**overrides), queue=self.queue, store=self.store,
                             launcher=self.launcher, clock=self.clock,
-                            pacer=LaunchPacer.simulated())
+                            pacer=LaunchPacer.simulated(),
+                            priority_queues=dict(self.priority_queues) or None)
 
     def client(self, **kwargs: Any) -> JobClient:
         c = JobClient(queue_url=ENV["LONGJOBS_QUEUE_URL"], table_name=ENV["LONGJOBS_TABLE"],

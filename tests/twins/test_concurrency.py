@@ -21,7 +21,7 @@ from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.ports.table import Add, Update
 from dispatcher.settings import Config
-from dispatcher.store import Fence, Store
+from dispatcher.store import Beat, Fence, Store
 from dispatcher.store import codec as r
 from dispatcher.testing.memory_table import MemoryTable
 from job_runner import JobContext, executor
@@ -334,7 +334,7 @@ def test_the_heartbeat_reports_the_running_jobs() -> None:
     all_reported = threading.Event()
 
     class Watched(Store):
-        def heartbeat(self, fence: Fence, running: Collection[str] = ()) -> set[str]:
+        def heartbeat(self, fence: Fence, running: Collection[str] = ()) -> Beat:
             got = super().heartbeat(fence, running)
             reported.append(sorted(running))
             if sorted(running) == ids:

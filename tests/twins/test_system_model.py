@@ -31,17 +31,22 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.errors import LongjobsError
-from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState, Priority, Resources
 from dispatcher.domain.stops import TaskStop
+from dispatcher.ops.client import JobClient
 from dispatcher.stages import bundle as bundle_stage
+from dispatcher.stages import handoff
+from dispatcher.stages.policy import HandoffPolicy
+from dispatcher.store import codec, handing
 from dispatcher.store import operator as operator_store
 from dispatcher.testing.memory_event_sink import MemoryEventSink, follow
+from dispatcher.testing.memory_queue import MemoryQueue
 from job_runner import writes as writes_module
 from tests import model_checks as checks
 from tests.model_faults import FaultRules, FaultyTable, model_store
 from tests.model_runner import BEHAVIOURS, NATURES, ModelIds, ModelTime, SimTask, expire
 from tests.model_stats import stats_disagree
-from tests.twins import Twins
+from tests.twins import ENV, Twins
 
 # Checks skipped because today's code fails them; remove a name once its fix is merged.
 KNOWN_GAPS: frozenset[str] = frozenset()
@@ -73,6 +78,7 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         self.twins.store = model_store(self.table, self.twins.clock)
         self.job_events = MemoryEventSink()  # every job state change, as the stream tells it
         follow(self.table, self.job_events)
+        self.expired: dict[str, int] = {}  # job id: events told when TTL deleted its record
         self.hooks_time.clock = self.twins.clock
         self.hooks_ids.reset()
         self.settings = {"LONGJOBS_TASK_CONCURRENCY": "2", "LONGJOBS_KIND_LIMITS": "",
@@ -89,6 +95,10 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         self.nature: dict[str, str] = {}  # what each job's handler does (runners_pass)
         self.waiting: dict[tuple[str, int], list[int]] = {}  # bundle: [ticks, ahead]
         self.n = 0
+        # Urgent jobs have a queue of their own (as on AWS): sent into whatever backlog runs,
+        # a tick with no slot free hands them to running tasks (dispatcher/stages/handoff.py).
+        self.high = MemoryQueue(clock=self.twins.clock)
+        self.twins.priority_queues[Priority.HIGH] = self.high
 
     # -- helpers ----------------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -166,6 +176,51 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
             self.budget.setdefault(j["job_id"], j["max_attempts"] + MAX_INFRA_ATTEMPTS
                                    + LAUNCH_SLACK)
 
+    @rule(copies=st.sampled_from([1, 2, 3]))
+    def urgent(self, copies: int) -> None:
+        """A producer sends small high jobs to the high queue, into whatever backlog runs."""
+        jobs: list[dict[str, Any]] = []
+        for _ in range(copies):
+            self.n += 1
+            jobs.append({"kind": "plain", "payload": {}, "job_id": f"u{self.n:03d}",
+                         "estimated_seconds": 5.0, "priority": "high"})
+        JobClient(queue_url=ENV["LONGJOBS_QUEUE_URL"], table_name=ENV["LONGJOBS_TABLE"],
+                  region="us-east-1", queues={Priority.NORMAL: self.twins.queue,
+                                              Priority.HIGH: self.high}).submit_many(jobs)
+        for j in jobs:
+            self.submitted[j["job_id"]] = "valid"
+            self.nature[j["job_id"]] = "succeed"
+            self.budget[j["job_id"]] = 3 + MAX_INFRA_ATTEMPTS + LAUNCH_SLACK
+
+    def view(self) -> checks.View:
+        """The table, and both queues' messages."""
+        view = checks.View.read(self.twins.table, self.twins.queue)
+        view.queued += checks.View.read(self.twins.table, self.high).queued
+        return view
+
+    def urgent_hosts(self, view: checks.View, now: float) -> int:
+        """Running tasks that can take an urgent job (of the default size) now, as the tick's
+        hand-off tells them (dispatcher/stages/handoff.py)."""
+        policy = HandoffPolicy(30.0, int(self.settings["LONGJOBS_TASK_CONCURRENCY"]))
+        return sum(1 for b in view.bundles()
+                   if handoff.is_host(b, now, policy) and b.takes_handed
+                   and len(b.handed_jobs) < handing.MAX_HANDED and b.resources == Resources())
+
+    def urgent_left_waiting(self, view: checks.View, urgent: set[str], hosts: int,
+                            env: dict[str, str]) -> None:
+        """After a tick that began with every slot busy and running tasks able to take them:
+        the urgent jobs that were in the high queue are handed to a running task (at most
+        each task's slots' worth a tick), none left waiting for a slot behind the backlog."""
+        left = sorted(j for j in urgent if (job := view.job(j)) is not None
+                      and job.state == JobState.PENDING
+                      and (b := view.bundle(job.bundle_id or "")) is not None
+                      and b.state == BundleState.PENDING)
+        can = hosts * int(env["LONGJOBS_TASK_CONCURRENCY"])
+        if left and len(urgent) <= can:
+            self.fail("urgent_waits", [
+                f"urgent jobs {left} wait for a slot behind the backlog although {hosts} "
+                f"running tasks could take them; settings {env}"])
+
     @rule(shape=st.sampled_from(["not_json", "unknown_field", "huge_unknown_field",
                                  "payload_too_large"]))
     def submit_malformed(self, shape: str) -> None:
@@ -212,12 +267,17 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
                    and b.next_attempt_at <= now]
         for b in due:
             self.waiting.setdefault((b.bundle_id, b.attempt), [0, len(all_due) - 1])
+        urgent = {m.group(1) for body, _ in checks.View.read(self.twins.table, self.high).queued
+                  if (m := checks._JOB_ID.search(body[:400]))}
+        hosts = self.urgent_hosts(view, now)
         decision = self.guarded("tick_raises", "the tick",
                                 lambda: self.twins.stages(**env).tick.tick())
         self.sync()
         if decision is None or decision.skipped:
             return
         self.after_tick(visible)
+        if decision.capacity == 0 and urgent and hosts:
+            self.urgent_left_waiting(self.view(), urgent, hosts, env)
         for b in due:
             key = (b.bundle_id, b.attempt)
             after = self.twins.store.get_bundle(b.bundle_id)
@@ -272,7 +332,11 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
     @rule()
     def ttl(self) -> None:
         """DynamoDB's TTL deletes every item whose ``expires_at`` has passed."""
+        jobs = {pk for pk in self.table.snapshot() if pk.startswith("JOB#")}
         expire(self.twins.table, self.twins.clock())
+        told = len(self.job_events.events)
+        for pk in jobs - set(self.table.snapshot()):
+            self.expired[codec.ident(pk)] = told
 
     # -- operators ------------------------------------------------------------------------------
     @precondition(lambda self: bool(self.submitted))
@@ -395,7 +459,7 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
     @invariant()
     def holds(self) -> None:
         self.sync()
-        view = checks.View.read(self.twins.table, self.twins.queue)
+        view = self.view()
         for job_id in self.submitted:
             job = view.job(job_id)
             if (job is not None and job.state in TERMINAL_JOB_STATES) or view.rejected(job_id):
@@ -419,7 +483,7 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         self.fail("item_size", checks.oversized(view))
         self.fail("blamed_innocent", checks.blamed(view, self.submitted, self.tasks))
         self.fail("waiting_for", checks.unexplained_waits(view, self.twins.clock()))
-        self.fail("job_events", checks.untold(view, self.job_events.events))
+        self.fail("job_events", checks.untold(view, self.job_events.events, self.expired))
 
 
 @pytest.mark.timeout(300 + EXAMPLES)  # about 0.2 s an example on two busy cores

@@ -28,7 +28,8 @@ class BlockingStore:
         self.written = threading.Event()  # set by every apply
 
     def apply(self, fence: Fence, updates: list[JobUpdate],
-              bundle_to: BundleState | None = None, retry_at: float | None = None) -> set[str]:
+              bundle_to: BundleState | None = None, retry_at: float | None = None,
+              *, handed: int | None = None) -> set[str]:
         if not self.applied and not self.release.is_set():
             self.entered.set()
             assert self.release.wait(30), "the test never released the first flush"
