@@ -75,10 +75,9 @@ test: $(VENV) $(TOOLS)/bin/checkov $(MINISTACK)/bin/ministack lint
 
 # The twin tier alone, for the loop of changing code: in-process on the in-memory twins, no
 # moto, no AWS endpoint, no lint. Two workers, one per core: this tier is all CPU. The two
-# hypothesis machines run fewer examples than in `make test` (150 and 300), and the bulk cancel
-# 2,000 jobs instead of 10,000.
+# hypothesis machines run fewer examples than in `make test` (150 and 300).
 test-fast: $(VENV)
-	LONGJOBS_MODEL_EXAMPLES=30 LONGJOBS_LIFECYCLE_EXAMPLES=60 LONGJOBS_BULK_JOBS=2000 \
+	LONGJOBS_MODEL_EXAMPLES=30 LONGJOBS_LIFECYCLE_EXAMPLES=60 \
 	  $(VENV)/bin/pytest -q -n 2 tests/twins
 
 bench: $(VENV)
