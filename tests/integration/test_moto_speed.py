@@ -1,6 +1,7 @@
-"""moto's server with its two per-request costs removed (``dispatcher.testing.moto_speed``)
+"""moto's server with its per-request costs removed (``dispatcher.testing.moto_speed``)
 answers exactly what moto's own code answers: the same bytes for DynamoDB's answers holding
-values of every type, and the same services found for a request."""
+values of every type, the same projections of an item, and the same services found for a
+request."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from moto import backends
 from moto.core.serialize import BaseJSONSerializer, XFormedAttributePicker, get_serializer_class
 from moto.core.utils import get_service_model
+from moto.dynamodb.models.dynamo_type import DynamoType, Item
 from moto.dynamodb.responses import DynamoResult
 
 from dispatcher.testing import moto_speed
@@ -70,6 +72,29 @@ def test_the_fast_path_writes_the_plain_values_itself() -> None:
     assert written["M"]["m"]["M"]["l"]["L"][3] == {"NULL": True}
     with pytest.raises(moto_speed._Fallback):
         moto_speed._attribute_value(BINARY["nested"])
+    item = Item(DynamoType({"S": "JOB#1"}), None, EVERY_TYPE)
+    assert set(Item.project(item, PROJECTIONS[0]).attrs) == {"pk", "n", "ss", "m"}
+
+
+# Projections as a GSI (top-level names, missing ones) and ProjectionExpressions (nested paths,
+# list items, paths that overlap in either order) ask for them.
+PROJECTIONS = [
+    [["pk"], ["n"], ["missing"], ["ss"], ["m"]],
+    [["m", "a"], ["m"]], [["m"], ["m", "a"]], [["m", "l[1]"], ["m", "l[0]"]],
+    [["m", "l[4]", "SS"]], [["empty_l[0]"]], [],
+]
+
+
+@pytest.mark.parametrize("expressions", PROJECTIONS)
+def test_a_projected_item_is_the_one_moto_projects(expressions: list[list[str]]) -> None:
+    moto_speed.patch_moto_speed()
+    own = moto_speed.unpatched("project")
+    item = Item(DynamoType({"S": "JOB#1"}), None, EVERY_TYPE)
+    before = item.to_json()
+    fast = Item.project(item, expressions)
+    assert fast.to_json() == own(item, expressions).to_json()
+    assert item.to_json() == before  # the item projected is left as it was
+    assert (fast.hash_key, fast.range_key) == (item.hash_key, item.range_key)
 
 
 def test_the_services_are_listed_once_and_as_moto_lists_them(moto_server: MotoEndpoint) -> None:
@@ -84,3 +109,4 @@ def test_both_are_installed_by_start_moto(moto_server: MotoEndpoint) -> None:
     assert BaseJSONSerializer._serialize_type_structure is not moto_speed.unpatched(
         "_serialize_type_structure")
     assert backends.list_of_moto_modules is not moto_speed.unpatched("list_of_moto_modules")
+    assert Item.project is not moto_speed.unpatched("project")
