@@ -22,6 +22,7 @@ import json
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -92,12 +93,16 @@ def _value_bytes(attr: str, value: Any) -> int:
     return len(str(value)) if isinstance(value, int | float) else 1
 
 
+def _attribute_bytes(attr: str, value: Any) -> int:
+    """An attribute's share of its item's size: its name and its value (0 if not set)."""
+    return 0 if value is None else len(attr.encode()) + _value_bytes(attr, value)
+
+
 def _item_bytes(rec: Record) -> int:
-    return sum(len(k.encode()) + _value_bytes(k, v) for k, v in rec.present().items())
+    return sum(_attribute_bytes(k, v) for k, v in rec.present().items())
 
 
-def _check_item(rec: Record) -> None:
-    size = _item_bytes(rec)
+def _check_item(rec: Record, size: int) -> None:
     if size > MAX_ITEM_BYTES:
         raise InvalidTransaction(f"{rec.pk}: item size has exceeded the maximum allowed size "
                                  f"({size} > {MAX_ITEM_BYTES} bytes)")
@@ -183,8 +188,9 @@ def evaluate(cond: Condition | None, rec: Record | None) -> bool:
 
 
 def _apply(rec: Record, actions: tuple[Action, ...]) -> Record:
-    out = _clone(rec)
-    assert out is not None
+    # A new record sharing the values it does not change with ``rec``: no stored value is
+    # changed in place (each action sets a new one), and every item handed out is a copy.
+    out = Record(**rec.present())
     for a in actions:
         if isinstance(a, Set):
             setattr(out, a.attr, _store_value(a.attr, a.value))
@@ -236,6 +242,21 @@ class MemoryTable(Table):
         self._lock = threading.RLock()
         self._clock = clock
         self._tokens: dict[str, tuple[str, float]] = {}  # token: digest of its ops, done at
+        # The size of each item this table made, while it lives (by id, dropped with it): an
+        # Update's item is sized from the item before and the attributes it changes, so an
+        # item holding a payload near 400 KB is not measured again at every write.
+        self._sizes: dict[int, int] = {}
+
+    def _size(self, rec: Record) -> int:
+        size = self._sizes.get(id(rec))
+        return self._sized(rec, _item_bytes(rec)) if size is None else size
+
+    def _sized(self, rec: Record, size: int) -> int:
+        key = id(rec)
+        if key not in self._sizes:
+            self._sizes[key] = size
+            weakref.finalize(rec, self._sizes.pop, key, None)
+        return size
 
     def get(self, pk: str) -> Record | None:
         with self._lock:
@@ -300,12 +321,20 @@ class MemoryTable(Table):
         after: Record | None = current  # Check
         if isinstance(op, Put):
             after = _copy_in(op.record)
+            _check_item(after, self._size(after))
         elif isinstance(op, Update):
             after = _apply(current or Record(op.pk), op.actions)
+            if current is None:
+                size = self._size(after)
+            else:  # the item before, less the changed attributes as they were, plus as they are
+                changed = {a.attr for a in op.actions
+                           if isinstance(a, Set | Add | Remove | Append)}  # (as _apply's)
+                size = self._sized(after, self._size(current) + sum(
+                    _attribute_bytes(k, getattr(after, k)) - _attribute_bytes(k, getattr(
+                        current, k)) for k in changed))
+            _check_item(after, size)
         elif isinstance(op, Delete):
             after = None
-        if after is not None and not isinstance(op, Check):
-            _check_item(after)
         if not evaluate(op.condition, current):
             raise ConditionFailed(op.pk)
         return after
@@ -336,7 +365,7 @@ class MemoryTable(Table):
             # "The aggregate size of the items in the transaction cannot exceed 4 MB" (moto
             # does not check it). https://docs.aws.amazon.com/amazondynamodb/latest/
             # developerguide/transaction-apis.html
-            size = sum(_item_bytes(rec) for rec in results if rec is not None)
+            size = sum(self._size(rec) for rec in results if rec is not None)
             if size > MAX_TRANSACTION_BYTES:
                 raise InvalidTransaction(f"the transaction's items are {size} bytes; at most "
                                          f"{MAX_TRANSACTION_BYTES}")
