@@ -12,7 +12,7 @@ MINISTACK_VERSION := 1.5.33
 UV_VENV := .venv-uv
 UV := $(UV_VENV)/bin/uv
 
-.PHONY: demo test test-fast lint docs bench bench-nightly bench-backlog ministack clean
+.PHONY: demo test test-fast lint docs bench bench-nightly bench-backlog bench-bulk ministack clean
 
 # $(call make_venv,DIR,PACKAGES): DIR as a venv holding PACKAGES (pip's syntax), by uv if it
 # is there, else by pip.
@@ -86,6 +86,11 @@ bench: $(VENV)
 # The seed's nightly batch scaled down (bench/nightly.py --help); SQS on MiniStack.
 bench-nightly: $(VENV) $(MINISTACK)/bin/ministack
 	$(VENV)/bin/python bench/nightly.py $(NIGHTLY_ARGS)
+
+# A bulk cancel by filter of 10,000 jobs on moto: its peak RSS and calls per job (BULK_ARGS:
+# another number of jobs, --per-bundle).
+bench-bulk: $(VENV)
+	$(VENV)/bin/python bench/bulk.py $(BULK_ARGS)
 
 # The dispatcher's peak RSS admitting backlogs of 5,000 and 20,000 messages.
 bench-backlog: $(VENV) $(MINISTACK)/bin/ministack
