@@ -255,7 +255,7 @@ class MemoryTable(Table):
         key = id(rec)
         if key not in self._sizes:
             self._sizes[key] = size
-            weakref.finalize(rec, self._sizes.pop, key, None)
+            weakref.finalize(rec, self._sizes.pop, key, None).atexit = False  # (nothing to do)
         return size
 
     def get(self, pk: str) -> Record | None:
