@@ -84,9 +84,12 @@ class Record:
     version: float | None = None
 
     def present(self) -> dict[str, Any]:
-        """The attributes that are set (what the table stores)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if getattr(self, f.name) is not None}
+        """The attributes that are set (what the table stores), in the fields' order.
+
+        Read from the instance's ``__dict__`` (which a dataclass fills in the fields' order)
+        rather than through ``dataclasses.fields``: the twin calls this for every item it
+        copies, and ``fields`` rebuilt its tuple each time."""
+        return {k: v for k, v in vars(self).items() if v is not None and k in ATTRIBUTES}
 
 
 ATTRIBUTES: frozenset[str] = frozenset(f.name for f in fields(Record))

@@ -22,8 +22,8 @@ import json
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from dispatcher.domain.message import compact_json
@@ -93,15 +93,32 @@ def _value_bytes(attr: str, value: Any) -> int:
     return len(str(value)) if isinstance(value, int | float) else 1
 
 
+def _attribute_bytes(attr: str, value: Any) -> int:
+    """An attribute's share of its item's size: its name and its value (0 if not set)."""
+    return 0 if value is None else len(attr.encode()) + _value_bytes(attr, value)
+
+
 def _item_bytes(rec: Record) -> int:
-    return sum(len(k.encode()) + _value_bytes(k, v) for k, v in rec.present().items())
+    return sum(_attribute_bytes(k, v) for k, v in rec.present().items())
 
 
-def _check_item(rec: Record) -> None:
-    size = _item_bytes(rec)
+def _check_item(rec: Record, size: int) -> None:
     if size > MAX_ITEM_BYTES:
         raise InvalidTransaction(f"{rec.pk}: item size has exceeded the maximum allowed size "
                                  f"({size} > {MAX_ITEM_BYTES} bytes)")
+
+
+def _copied(value: Any) -> Any:
+    """A deep copy of a stored value: what ``copy.deepcopy`` gives for the JSON-shaped values
+    the table holds (dicts, lists, strings, numbers), walked directly (deepcopy's memo and
+    dispatch cost several times more, and the twin copies every item it hands out)."""
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    return copy.deepcopy(value)
 
 
 def _store_value(attr: str, value: Any) -> Any:
@@ -171,8 +188,9 @@ def evaluate(cond: Condition | None, rec: Record | None) -> bool:
 
 
 def _apply(rec: Record, actions: tuple[Action, ...]) -> Record:
-    out = _clone(rec)
-    assert out is not None
+    # A new record sharing the values it does not change with ``rec``: no stored value is
+    # changed in place (each action sets a new one), and every item handed out is a copy.
+    out = Record(**rec.present())
     for a in actions:
         if isinstance(a, Set):
             setattr(out, a.attr, _store_value(a.attr, a.value))
@@ -184,8 +202,7 @@ def _apply(rec: Record, actions: tuple[Action, ...]) -> Record:
         elif isinstance(a, Remove):
             setattr(out, a.attr, None)
         elif isinstance(a, Append):
-            setattr(out, a.attr, list(getattr(out, a.attr) or []) + copy.deepcopy(
-                list(a.values)))
+            setattr(out, a.attr, list(getattr(out, a.attr) or []) + _copied(list(a.values)))
         else:
             raise TypeError(f"unknown action {a!r}")
     return out
@@ -198,16 +215,21 @@ def _clone(rec: Record | None) -> Record | None:
     """A copy sharing nothing mutable with ``rec``: what ``copy.deepcopy`` gives, copying
     only the values that can change (lists, JSON): a bulk action copies items by the
     thousand, and deep-copying every string and number of each made that slow."""
-    if rec is None:
-        return None
-    values: dict[str, Any] = {k: v if isinstance(v, str | int | float) else copy.deepcopy(v)
-                              for k, v in rec.present().items()}
-    return Record(**values)
+    return None if rec is None else _copy_record(rec)
+
+
+def _copy_record(rec: Record) -> Record:
+    return Record(**{k: _copied(v) for k, v in rec.present().items()})
 
 
 def _projected(rec: Record) -> Record:
     """The index's copy of an item: its keys and the attributes the index projects."""
-    return Record(**{k: copy.deepcopy(v) for k, v in rec.present().items() if k in _PROJECTED})
+    return Record(**{k: _copied(v) for k, v in rec.present().items() if k in _PROJECTED})
+
+
+def _index_order(rec: Record) -> tuple[str, str]:
+    # The index's order: (status_at, pk), as DynamoDB's keys.
+    return rec.status_at or "", rec.pk
 
 
 def _copy_in(record: Record) -> Record:
@@ -221,6 +243,22 @@ class MemoryTable(Table):
         self._clock = clock
         self._tokens: dict[str, tuple[str, float]] = {}  # token: digest of its ops, done at
         self._watchers: list[Callable[[Record | None, Record | None], None]] = []
+        # The size of each item this table made, while it lives (by id, dropped with it): an
+        # Update's item is sized from the item before and the attributes it changes, so an
+        # item holding a payload near 400 KB is not measured again at every write.
+        self._sizes: dict[int, int] = {}
+
+    def _size(self, rec: Record) -> int:
+        size = self._sizes.get(id(rec))
+        return self._sized(rec, _item_bytes(rec)) if size is None else size
+
+    def _sized(self, rec: Record, size: int) -> int:
+        key = id(rec)
+        if key not in self._sizes:
+            self._sizes[key] = size
+            # dropped when the item is; nothing to drop when the interpreter exits
+            weakref.finalize(rec, self._sizes.pop, key, None).atexit = False
+        return size
 
     def watch(self, watcher: Callable[[Record | None, Record | None], None]) -> None:
         """Call ``watcher(before, after)`` (copies; None: absent) after each item written,
@@ -237,15 +275,30 @@ class MemoryTable(Table):
             return [r for pk in dict.fromkeys(pks)
                     if pk in self._items and (r := _clone(self._items[pk])) is not None]
 
-    def _select(self, status_key: str, at_most: str | None, at_least: str | None,
-                where: Condition | None) -> list[Record]:
-        rows = [p for p in (_projected(r) for r in self._items.values()
-                            if r.status_key == status_key)
-                if p.status_at is not None  # the index holds only items with both keys
-                and (at_most is None or p.status_at <= at_most)
-                and (at_least is None or p.status_at >= at_least)
-                and evaluate(where, p)]  # a filter sees what the index holds
-        return sorted(rows, key=lambda r: (r.status_at or "", r.pk))
+    def _in_range(self, status_key: str, at_most: str | None,
+                  at_least: str | None) -> list[Record]:
+        """The stored items the index holds under ``status_key`` within the range, in the
+        index's order (not yet projected: the keys are the same in the index's copy)."""
+        rows = [r for r in self._items.values()
+                if r.status_key == status_key
+                and r.status_at is not None  # the index holds only items with both keys
+                and (at_most is None or r.status_at <= at_most)
+                and (at_least is None or r.status_at >= at_least)]
+        return sorted(rows, key=_index_order)
+
+    @staticmethod
+    def _filtered(rows: list[Record], where: Condition | None,
+                  limit: int | None) -> list[Record]:
+        """The index's copies of ``rows`` that pass ``where`` (a filter sees what the index
+        holds), the first ``limit`` of them: only those are copied."""
+        out: list[Record] = []
+        for r in rows:
+            if limit is not None and len(out) >= limit:
+                break
+            p = _projected(r)
+            if evaluate(where, p):
+                out.append(p)
+        return out
 
     def query(self, status_key: str, *, at_most: str | None = None,
               at_least: str | None = None, limit: int | None = None,
@@ -254,19 +307,20 @@ class MemoryTable(Table):
         if limit is not None and limit <= 0:
             return []
         with self._lock:
-            rows = self._select(status_key, at_most, at_least, where)
-            if after is not None:  # the index's order: (status_at, pk), as DynamoDB's keys
-                mark = (after.status_at or "", after.pk)
-                rows = [r for r in rows if ((r.status_at or "", r.pk) < mark if newest_first
-                                            else (r.status_at or "", r.pk) > mark)]
+            rows = self._in_range(status_key, at_most, at_least)
+            if after is not None:
+                mark = _index_order(after)
+                rows = [r for r in rows if (_index_order(r) < mark if newest_first
+                                            else _index_order(r) > mark)]
             if newest_first:
                 rows.reverse()
-            return rows[:limit] if limit is not None else rows
+            return self._filtered(rows, where, limit)
 
     def count(self, status_key: str, *, at_least: str | None = None,
               where: Condition | None = None) -> int:
         with self._lock:
-            return len(self._select(status_key, None, at_least, where))
+            rows = self._in_range(status_key, None, at_least)
+            return len(rows) if where is None else len(self._filtered(rows, where, None))
 
     def _after(self, op: Op) -> Record | None:
         """The item after ``op`` (None: deleted), or ConditionFailed, or InvalidTransaction for
@@ -275,12 +329,20 @@ class MemoryTable(Table):
         after: Record | None = current  # Check
         if isinstance(op, Put):
             after = _copy_in(op.record)
+            _check_item(after, self._size(after))
         elif isinstance(op, Update):
             after = _apply(current or Record(op.pk), op.actions)
+            if current is None:
+                size = self._size(after)
+            else:  # the item before, less the changed attributes as they were, plus as they are
+                changed = {a.attr for a in op.actions
+                           if isinstance(a, Set | Add | Remove | Append)}  # (as _apply's)
+                size = self._sized(after, self._size(current) + sum(
+                    _attribute_bytes(k, getattr(after, k)) - _attribute_bytes(k, getattr(
+                        current, k)) for k in changed))
+            _check_item(after, size)
         elif isinstance(op, Delete):
             after = None
-        if after is not None and not isinstance(op, Check):
-            _check_item(after)
         if not evaluate(op.condition, current):
             raise ConditionFailed(op.pk)
         return after
@@ -298,7 +360,7 @@ class MemoryTable(Table):
         with self._lock:
             after = self._after(op)
             self._set(op.pk, after)
-            return copy.deepcopy(after) if isinstance(op, Update) else None
+            return _clone(after) if isinstance(op, Update) else None
 
     def _transact(self, ops: list[Op]) -> None:
         with self._lock:
@@ -314,7 +376,7 @@ class MemoryTable(Table):
             # "The aggregate size of the items in the transaction cannot exceed 4 MB" (moto
             # does not check it). https://docs.aws.amazon.com/amazondynamodb/latest/
             # developerguide/transaction-apis.html
-            size = sum(_item_bytes(rec) for rec in results if rec is not None)
+            size = sum(self._size(rec) for rec in results if rec is not None)
             if size > MAX_TRANSACTION_BYTES:
                 raise InvalidTransaction(f"the transaction's items are {size} bytes; at most "
                                          f"{MAX_TRANSACTION_BYTES}")
@@ -370,4 +432,4 @@ class MemoryTable(Table):
     def snapshot(self) -> dict[str, Record]:
         """Every item (a copy), for assertions."""
         with self._lock:
-            return {pk: replace(copy.deepcopy(r)) for pk, r in self._items.items()}
+            return {pk: _copy_record(r) for pk, r in self._items.items()}

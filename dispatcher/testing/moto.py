@@ -15,6 +15,7 @@ from typing import Any
 
 from moto.server import ThreadedMotoServer
 
+from dispatcher.testing.moto_speed import patch_moto_speed
 from dispatcher.testing.sqs_clock import patch_sqs_clock
 
 __all__ = ["MotoEndpoint", "patch_transactions", "start_moto"]
@@ -96,6 +97,7 @@ def start_moto() -> MotoEndpoint:
     logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
     patch_transactions()
     patch_sqs_clock()
+    patch_moto_speed()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
