@@ -144,7 +144,8 @@ class Admission:
                 target = self.target_jobs(visible.get(priority, 0), slots)
                 stats.target_jobs = max(stats.target_jobs, target)
                 bundler = Bundler(self._policy.bundling, slots, target, at=self._clock(),
-                                  kind_limits=self._policy.kind_limits, kind_room=room)
+                                  kind_limits=self._policy.kind_limits, kind_room=room,
+                                  backlog=visible.get(priority, 0), clock=self._clock)
                 yield from _Drain(self, queue, bundler, deadline, stats).run(pool)
                 left -= bundler.opened
                 room = bundler.kind_room
