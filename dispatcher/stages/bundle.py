@@ -90,7 +90,6 @@ class Bundler:
         self._seconds = 0.0
         self._backlog = backlog
         self._clock = clock
-        self._shares: dict[str, int] = {}  # bundle id -> its tapered share
         self._opening: dict[str, tuple[int, int]] = {}  # -> (backlog left, slots) at opening
 
     def is_small(self, job: Job) -> bool:
@@ -115,14 +114,15 @@ class Bundler:
         limit = self._policy.bundle_max_jobs
         if self._target is not None and self.opened < self.capacity \
                 and bundle.bundle_id not in self.deferred:
-            share = self._shares.get(bundle.bundle_id) or self._tapered(bundle.bundle_id)
-            limit = min(limit, max(1, share or self._target))
+            limit = min(limit, max(1, self._tapered(bundle.bundle_id) or self._target))
         return limit
 
     def _tapered(self, bundle_id: str) -> int | None:
         """A bundle's tapered share (see :func:`tapered_share`), from the backlog left and the
-        slots free when it opened, once the drain's admission rate is known (a bundle opened
-        before it was, the drain's first, gets its share with its first jobs)."""
+        slots free when it opened and the drain's admission rate so far (None until there is
+        one). Taken again at each job it is offered: the rate a drain's first jobs show is
+        a poor guess (ten arrive at once), so its first bundle's share follows the rate as
+        it settles."""
         opened = self._opening.get(bundle_id)
         if opened is None or self._clock is None:
             return None
@@ -131,9 +131,7 @@ class Bundler:
             return None
         task_rate = self._policy.task_concurrency * self._seen / self._seconds
         share = tapered_share(*opened, self._seen / elapsed, task_rate)
-        del self._opening[bundle_id]
-        self._shares[bundle_id] = max(share, self._policy.task_concurrency)
-        return self._shares[bundle_id]
+        return max(share, self._policy.task_concurrency)
 
     def _fits(self, shape: Shape, job: Job) -> bool:
         b = self._open.get(shape)
