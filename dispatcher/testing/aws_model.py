@@ -219,6 +219,9 @@ class ModelLauncher(Launcher):
         self.calls.charge("RunTask")
         result = self.inner.run(request)
         at = self.calls.clock()
+        # The launch thread takes every bundle handed over by then for its next RunTask: wait
+        # until the drain (the lead) has reached this time, as it would have on AWS.
+        self.calls.clock.wait_for_lead()
         with self._lock:
             fresh = [arn for arn in result.task_arns if arn not in self._seen]
             self._seen.update(fresh)

@@ -170,6 +170,7 @@ class BatchModel:
     def one_tick(self) -> tuple[float, float, TickReport]:
         """One tick at T0 (its start and end, virtual) on what the queue holds."""
         self.clock.set(T0)
+        self.clock.lead()
         with patched(self.clock), lean_table():
             report = self.dispatcher.tick.tick(remaining_ms=self._remaining(T0 + LAMBDA_TIMEOUT))
         return T0, self.clock(), report
@@ -196,6 +197,7 @@ class BatchModel:
         seen: set[str] = set()
         tick_free = T0
         last_end = T0
+        self.clock.lead()
         with patched(self.clock), lean_table():
             while events and out.jobs_run < s.jobs + (s.urgent_at is not None):
                 t, _, kind, what = heapq.heappop(events)

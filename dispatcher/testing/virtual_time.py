@@ -29,28 +29,60 @@ T = TypeVar("T")
 
 class VirtualClock:
     """A clock per thread: ``clock()`` is the calling thread's virtual time (a thread that
-    never set it reads ``base``)."""
+    never set it reads ``base``).
+
+    One thread may *lead* (:meth:`lead`: the event loop that runs the tick): a thread that
+    hands work to the lead's pools may wait until the lead's clock catches up with its own
+    (:meth:`wait_for_lead`), so that what the lead hands over later in virtual time is not
+    missed because this machine ran the helper thread first."""
 
     def __init__(self, base: float) -> None:
         self.base = base
         self._local = threading.local()
+        self._moved = threading.Condition()
+        self._lead: int | None = None
+        self._lead_time = base
+        self.lead_done = False  # the lead waits for the helpers now: they need not wait
 
     def __call__(self) -> float:
         t: float = getattr(self._local, "t", self.base)
         return t
 
+    def lead(self) -> None:
+        """The calling thread leads from now on."""
+        self._lead = threading.get_ident()
+
     def set(self, t: float) -> None:
         self._local.t = t
+        if threading.get_ident() == self._lead:
+            with self._moved:
+                self._lead_time = t
+                self._moved.notify_all()
 
     def charge(self, seconds: float) -> None:
         """The calling thread spends ``seconds`` (an AWS call's latency, a paced wait)."""
-        self._local.t = self() + max(0.0, seconds)
+        self.set(self() + max(0.0, seconds))
 
     def at_least(self, t: float) -> None:
         """The calling thread cannot be earlier than ``t`` (it waited for something ending
         then)."""
         if t > self():
-            self._local.t = t
+            self.set(t)
+
+    def wait_for_lead(self) -> None:
+        """Wait (for real) until the lead's clock reaches the calling thread's, or the lead
+        waits for the helpers."""
+        if self._lead is None or threading.get_ident() == self._lead:
+            return
+        mine = self()
+        with self._moved:
+            while self._lead_time < mine and not self.lead_done:
+                self._moved.wait(0.05)
+
+    def release_helpers(self, done: bool) -> None:
+        with self._moved:
+            self.lead_done = done
+            self._moved.notify_all()
 
 
 class VirtualFuture(cf.Future[T]):
@@ -116,6 +148,14 @@ class VirtualPool(ThreadPoolExecutor):
 
         super().submit(task)
         return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """The lead waits for this pool's threads: none of them waits for the lead."""
+        self._vclock.release_helpers(True)
+        try:
+            super().shutdown(wait, cancel_futures=cancel_futures)
+        finally:
+            self._vclock.release_helpers(False)
 
     def _end(self, lane: int) -> float:
         end = self._vclock()
