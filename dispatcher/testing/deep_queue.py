@@ -96,6 +96,12 @@ class DeepQueue(Queue):
                 self._hidden.pop(m.message_id, None)
                 self._bodies.pop(m.message_id, None)
                 self._counts.pop(m.message_id, None)
+            if len(self._reappear) > 2 * len(self._hidden) + 1000:
+                # Deleted messages leave their heap entries behind: drop them now and then,
+                # so the twin holds what is in flight, not every message ever received.
+                self._reappear = [(at, mid) for at, mid in self._reappear
+                                  if self._hidden.get(mid, (None,))[0] == at]
+                heapq.heapify(self._reappear)
         return {}
 
     def release(self, messages: list[Received]) -> None:
