@@ -69,13 +69,14 @@ def report(shape: Shape, out: Outcome, wall: float) -> list[str]:
         lines.append(f"admitted: {len(out.admitted_at)} jobs from +{out.admitted_at[0]:.1f} s "
                      f"to +{out.admitted_at[-1]:.1f} s: peak {peak:,.0f} jobs/s, mean "
                      f"{mean:,.0f} jobs/s")
-    launched = sorted(t.launched_at for t in out.tasks)
+    batch = [t for t in out.tasks if not t.urgent]
+    launched = sorted(t.launched_at for t in batch)
     if launched:
         lpeak, lmean = rates(launched)
         lines.append(f"launched: {len(launched)} tasks from +{launched[0]:.1f} s to "
                      f"+{launched[-1]:.1f} s: peak {lpeak:.0f} tasks/s, mean {lmean:.1f} "
                      f"tasks/s")
-    ends = sorted(t.ended_at for t in out.tasks if t.ended_at is not None and t.jobs_run)
+    ends = sorted(t.ended_at for t in batch if t.ended_at is not None and t.jobs_run)
     if ends:
         spread = ends[-1] - ends[0]
         lines.append(f"task ends: first +{ends[0]:.1f} s, last +{ends[-1]:.1f} s: spread "

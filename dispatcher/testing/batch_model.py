@@ -225,7 +225,8 @@ class BatchModel:
                     else:
                         out.jobs_run += task.jobs_run
                         task.ended_at = (task.ended_at or t) - T0
-                        last_end = max(last_end, task.ended_at + T0)
+                        if not task.urgent:  # the drain is the batch's
+                            last_end = max(last_end, task.ended_at + T0)
                         at(self.clock() + EXIT_TO_EVENT, "stopped", task)
                 elif kind == "stopped":
                     self.ecs.stop_task(what.task_arn, StopCode.ESSENTIAL_CONTAINER_EXITED,
@@ -259,10 +260,14 @@ class BatchModel:
     def _job_started(self, job: Job, at: float) -> None:
         if job.job_id == self.urgent_id:
             self.outcome.urgent_started = at - T0
+            for task in self.outcome.tasks:
+                task.urgent = task.urgent or task.bundle_id == job.bundle_id
 
     def _admission_times(self) -> Iterator[float]:
+        """When each of the batch's jobs was admitted (the urgent one left out)."""
         for pk, rec in self.table.snapshot().items():
-            if pk.startswith("JOB#") and rec.created_at is not None:
+            if pk.startswith("JOB#") and rec.created_at is not None \
+                    and rec.pk != r.job_key(self.urgent_id or ""):
                 yield float(rec.created_at) - T0
 
 

@@ -41,6 +41,7 @@ class TaskRun:
     bundle_id: str | None = None
     jobs_run: int = 0
     last_job_end: float | None = None
+    urgent: bool = False  # it ran the urgent job: not part of the batch's figures
 
 
 class TaskModel:
