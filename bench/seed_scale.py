@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 from dispatcher.testing.aws_model import Latencies, per_job
-from dispatcher.testing.batch_model import BatchModel, Outcome, Shape
+from dispatcher.testing.batch_model import BatchModel, BatchRun, Shape
 
 
 def vm_kib(field: str = "VmHWM") -> int:
@@ -58,7 +58,7 @@ def rates(times: list[float]) -> tuple[float, float]:
     return float(peak), len(times) / span if span > 0 else float(len(times))
 
 
-def report(shape: Shape, out: Outcome, wall: float) -> list[str]:
+def report(shape: Shape, out: BatchRun, wall: float) -> list[str]:
     n = shape.jobs
     lines = [f"drain: {out.drain:.1f} s (end of enqueueing to the last job done; "
              f"{out.jobs_run} jobs run)",

@@ -91,7 +91,7 @@ class Shape:
 
 
 @dataclass
-class Outcome:
+class BatchRun:
     """What the batch did, in virtual seconds from the end of enqueueing."""
 
     drain: float = 0.0
@@ -131,7 +131,7 @@ class BatchModel:
         # The JSON logs' level is read once, at import: the model's is its settings'.
         logging.getLogger("dispatcher").setLevel(self.env["LONGJOBS_LOG_LEVEL"])
         self.urgent_id: str | None = None
-        self.outcome = Outcome()
+        self.outcome = BatchRun()
 
     def _stages(self, component: str) -> pipeline.Stages:
         calls = self.calls[component]
@@ -176,7 +176,7 @@ class BatchModel:
         return T0, self.clock(), report
 
     # -- the event loop --------------------------------------------------------------------------
-    def run(self, *, max_seconds: float = 24 * 3600.0) -> Outcome:
+    def run(self, *, max_seconds: float = 24 * 3600.0) -> BatchRun:
         s, out = self.shape, self.outcome
         with lean_table():
             self.enqueue()
