@@ -34,7 +34,7 @@ class VirtualClock:
     One thread may *lead* (:meth:`lead`: the event loop that runs the tick): a thread that
     hands work to the lead's pools may wait until the lead's clock catches up with its own
     (:meth:`wait_for_lead`), so that what the lead hands over later in virtual time is not
-    missed because this machine ran the helper thread first."""
+    missed because this machine ran the pool thread first."""
 
     def __init__(self, base: float) -> None:
         self.base = base
@@ -42,7 +42,7 @@ class VirtualClock:
         self._moved = threading.Condition()
         self._lead: int | None = None
         self._lead_time = base
-        self.lead_done = False  # the lead waits for the helpers now: they need not wait
+        self.lead_done = False  # the lead waits for the pool threads now: they need not wait
 
     def __call__(self) -> float:
         t: float = getattr(self._local, "t", self.base)
@@ -71,7 +71,7 @@ class VirtualClock:
 
     def wait_for_lead(self) -> None:
         """Wait (for real) until the lead's clock reaches the calling thread's, or the lead
-        waits for the helpers."""
+        waits for the pool threads."""
         if self._lead is None or threading.get_ident() == self._lead:
             return
         mine = self()
@@ -79,7 +79,7 @@ class VirtualClock:
             while self._lead_time < mine and not self.lead_done:
                 self._moved.wait(0.05)
 
-    def release_helpers(self, done: bool) -> None:
+    def release_followers(self, done: bool) -> None:
         with self._moved:
             self.lead_done = done
             self._moved.notify_all()
@@ -151,11 +151,11 @@ class VirtualPool(ThreadPoolExecutor):
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """The lead waits for this pool's threads: none of them waits for the lead."""
-        self._vclock.release_helpers(True)
+        self._vclock.release_followers(True)
         try:
             super().shutdown(wait, cancel_futures=cancel_futures)
         finally:
-            self._vclock.release_helpers(False)
+            self._vclock.release_followers(False)
 
     def _end(self, lane: int) -> float:
         end = self._vclock()
