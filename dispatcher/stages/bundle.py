@@ -209,7 +209,10 @@ class Bundler:
         if deferred:
             self.deferred.add(bundle.bundle_id)
         else:
-            if self.is_small(job) and self._target is not None and self._backlog is not None:
+            # Jobs beyond the backlog counted at the start (sent meanwhile, or SQS's count
+            # was low) fill bundles of the even share, as they did before tapering.
+            if self.is_small(job) and self._target is not None and self._backlog is not None \
+                    and self._backlog > self._seen:
                 self._opening[bundle.bundle_id] = (self._backlog - self._seen,
                                                    self.capacity - self.opened)
             self.opened += 1

@@ -76,3 +76,20 @@ def test_the_shares_sum_to_the_backlog(remaining: int, slots: int, admit_rate: f
 def test_a_drain_much_faster_than_a_task_gives_even_shares() -> None:
     assert tapered_share(60_000, 60, 1e9, TASK_RATE) == 1_000
     assert tapered_share(60_000, 60, 0.0, TASK_RATE) == 1_000
+
+
+def test_jobs_beyond_the_counted_backlog_get_the_even_share() -> None:
+    """SQS's count is approximate and producers go on sending: past the backlog the drain
+    counted (100 here, its even share of 10 slots set at 100 by a larger count), a new bundle
+    takes the even share again instead of a task's slots' worth."""
+    now = [0.0]
+    bundler = Bundler(POLICY, 10, 100, at=0.0, backlog=100, clock=lambda: now[0])
+    sizes = []
+    for i in range(2_000):
+        now[0] = (i + 1) / 1_000.0
+        if not bundler.offer(Job(job_id=f"j{i}", kind="k", payload={},
+                                 estimated_seconds=JOB_SECONDS)):
+            break
+        sizes += [len(b.job_ids) for b in bundler.take_closed()]
+    assert sizes[:5] == [20] * 5  # the counted 100, tapered (a task's 20 slots at least)
+    assert sizes[5:9] == [100] * 4  # then the even share
