@@ -15,6 +15,9 @@ import botocore.session
 from botocore.config import Config as BotoConfig
 from botocore.configprovider import ConfiguredEndpointProvider
 
+# LONGJOBS_TICK_CONCURRENCY's maximum: calls a tick may have in flight on one client.
+MAX_POOL_CONNECTIONS = 64
+
 
 def service_endpoint(service: str, session: Any = None) -> str | None:
     """The endpoint configured for ``service`` alone, if any: ``AWS_ENDPOINT_URL_<SERVICE>``
@@ -71,6 +74,9 @@ def endpoint_client(service: str, endpoint: str | None, region: str | None, *,
         # total_max_attempts counts every attempt, the first included; botocore's
         # max_attempts would count retries after it (one attempt more than meant).
         # https://boto3.amazonaws.com/v1/documentation/api/latest/guide/retries.html
+        # One client serves every thread of a tick (LONGJOBS_TICK_CONCURRENCY, up to 64):
+        # botocore's default pool of 10 connections would open and drop one per call beyond.
         config=BotoConfig(retries={"total_max_attempts": retries, "mode": "standard"},
-                          connect_timeout=5, read_timeout=30),
+                          connect_timeout=5, read_timeout=30,
+                          max_pool_connections=MAX_POOL_CONNECTIONS),
     )

@@ -144,7 +144,8 @@ class Admission:
                 target = self.target_jobs(visible.get(priority, 0), slots)
                 stats.target_jobs = max(stats.target_jobs, target)
                 bundler = Bundler(self._policy.bundling, slots, target, at=self._clock(),
-                                  kind_limits=self._policy.kind_limits, kind_room=room)
+                                  kind_limits=self._policy.kind_limits, kind_room=room,
+                                  backlog=visible.get(priority, 0), clock=self._clock)
                 yield from _Drain(self, queue, bundler, deadline, stats).run(pool)
                 left -= bundler.opened
                 room = bundler.kind_room
@@ -235,7 +236,7 @@ class _Drain:
                 work |= self._admit(pool, r)
             for w in [f for f in work if f.done()]:
                 work.discard(w)
-                self._recorded(w)
+                work |= self._recorded(pool, w)
                 for bundle in self.ready:  # one at a time, in the order they were recorded
                     yield [bundle]
                 self.ready.clear()
@@ -307,7 +308,12 @@ class _Drain:
             out.add(pool.submit(self.recorder.reject, self.queue, rejections, finished))
         return out
 
-    def _recorded(self, f: Future[Recorded]) -> None:
+    def _recorded(self, pool: ThreadPoolExecutor,
+                  f: Future[Recorded]) -> set[Future[Recorded]]:
+        """Apply what recording a bundle (or deleting messages) did; return the work it starts:
+        deleting a recorded bundle's messages, on the pool, while the bundle launches (a
+        bundle of 3,000 jobs takes 300 DeleteMessageBatch calls, seconds its launch need not
+        wait)."""
         stats = self.stats
         try:
             result = f.result()
@@ -318,7 +324,7 @@ class _Drain:
             stats.record_failures += 1
             log.error("recording a bundle failed; its messages are kept for redelivery",
                       extra={"error": repr(exc)})
-            return
+            return set()
         stats.delete_failures += result.delete_failures
         if result.rejections:
             stats.rejected += len(result.rejections)
@@ -326,7 +332,7 @@ class _Drain:
                                     for r in result.rejections)
         bundle = result.bundle
         if bundle is None:
-            return
+            return set()
         if result.failure is not None:
             # Kept held (a later copy of one of its jobs waits with it), given back at the end
             # of the drain; receiving more would only spend their receives too.
@@ -339,15 +345,10 @@ class _Drain:
             log.error("recording a bundle failed; its messages are given back for a later "
                       "tick", extra={"error": result.failure, "bundle_id": bundle.bundle_id,
                                      "messages": len(self.held[bundle.bundle_id].messages)})
-            return
+            return set()
+        # Its messages, and copies of its jobs received while it was recorded: all recorded.
         held = self.held.pop(bundle.bundle_id)
-        late = held.messages[result.deleted:]
-        if late:  # copies received while it was recorded: their job is recorded now
-            try:
-                stats.delete_failures += self.recorder.delete(self.queue, late)
-            except Exception as exc:  # they come back after the hold, as duplicates
-                stats.delete_failures += len(late)
-                log.error("deleting duplicate copies failed", extra={"error": repr(exc)})
+        deleting = pool.submit(self.recorder.reject, self.queue, [], held.messages)
         stats.duplicates += result.duplicates
         stats.rejected += len(result.refused)
         stats.rejections.extend({"key": j.job_id, "reason": j.reason or ""}
@@ -363,3 +364,4 @@ class _Drain:
                 self.waiting.append(bundle)
             else:
                 self.ready.append(bundle)
+        return {deleting}

@@ -15,12 +15,18 @@ its time) but takes no task slot now; a later tick launches it when due and when
 room.
 
 A bundle is closed as soon as it is full, so the tick records and launches it while it keeps
-draining the queue.
+draining the queue. So the bundles of a large backlog launch one after another, as fast as the
+drain admits their jobs: at the reference batch's shape (200,000 jobs of 2 s, 60 tasks x 20)
+the last of 60 equal bundles launched about a minute after the first, and ended a minute later.
+Given the drain's clock and the backlog, each bundle's share is *tapered* instead
+(:func:`tapered_share`): a bundle opened later gets fewer jobs, by the jobs its task would have
+run while the drain admitted the bundles before it, so that all the tasks end together.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import Job, Priority, Resources, new_id
@@ -33,18 +39,42 @@ MAX_BUNDLE_BYTES = 16_000_000
 Shape = tuple[Priority, Resources, float | None, str | None]
 
 
+def tapered_share(remaining: int, slots: int, admit_rate: float, task_rate: float) -> int:
+    """Jobs for the next of ``slots`` bundles that share ``remaining`` jobs, so that every
+    task ends at the same time although each bundle launches after the drain admitted it.
+
+    The drain admits ``admit_rate`` jobs/s; a task runs ``task_rate`` jobs/s. Bundle k+1
+    closes ``n(k+1) / admit_rate`` seconds after bundle k, and to end together it runs that
+    much less: n(k) - n(k+1) = task_rate x n(k+1) / admit_rate, so n(k+1) = rho x n(k) with
+    rho = admit_rate / (admit_rate + task_rate), and the next bundle's share is the first
+    term of that geometric series summing to ``remaining``. A drain much faster than a task
+    (rho near 1) gives the even share, remaining / slots."""
+    if slots <= 1 or remaining <= 0:
+        return max(1, remaining)
+    if admit_rate <= 0 or task_rate <= 0:
+        return max(1, math.ceil(remaining / slots))
+    x = task_rate / admit_rate  # 1 - rho = x / (1 + x); rho ** slots = (1 + x) ** -slots
+    share = remaining * x / (1 + x) / -math.expm1(-slots * math.log1p(x))
+    return max(1, round(share))
+
+
 class Bundler:
     """Admits jobs while they fit into ``capacity`` bundles, closing each one when full.
 
     Jobs estimated at or under the small-job threshold fill the open bundle of their shape; any
     other job (including one with no estimate) gets a bundle of its own, closed at once.
     ``kind_room``: jobs each limited kind may still start (its limit less what runs);
-    ``kind_limits``: the limits; ``at``: now, to tell scheduled jobs.
+    ``kind_limits``: the limits; ``at``: now, to tell scheduled jobs. With ``backlog`` (the
+    jobs the even share ``target_jobs`` was taken from) and ``clock`` (the one ``at`` is on),
+    each bundle's share is tapered by the drain's admission rate so far
+    (:func:`tapered_share`).
     """
 
     def __init__(self, policy: BundlePolicy, capacity: int, target_jobs: int | None = None,
                  *, at: float = 0.0, kind_limits: Mapping[str, int] | None = None,
-                 kind_room: Mapping[str, int] | None = None, waiting: int = 0) -> None:
+                 kind_room: Mapping[str, int] | None = None, waiting: int = 0,
+                 backlog: int | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
         """``waiting``: jobs to admit although no slot can take them (they all :meth:`wait`):
         the urgent intake of a tick with every slot busy (dispatcher/stages/handoff.py)."""
         self._policy = policy
@@ -63,6 +93,9 @@ class Bundler:
         self._seen = 0  # jobs admitted, the small ones, their estimated seconds (room())
         self._small_seen = 0
         self._seconds = 0.0
+        self._backlog = backlog
+        self._clock = clock
+        self._opening: dict[str, tuple[int, int]] = {}  # -> (backlog left, slots) at opening
 
     def is_small(self, job: Job) -> bool:
         est = job.estimated_seconds
@@ -86,8 +119,24 @@ class Bundler:
         limit = self._policy.bundle_max_jobs
         if self._target is not None and self.opened < self.capacity \
                 and bundle.bundle_id not in self.deferred:
-            limit = min(limit, max(1, self._target))
+            limit = min(limit, max(1, self._tapered(bundle.bundle_id) or self._target))
         return limit
+
+    def _tapered(self, bundle_id: str) -> int | None:
+        """A bundle's tapered share (see :func:`tapered_share`), from the backlog left and the
+        slots free when it opened and the drain's admission rate so far (None until there is
+        one). Taken again at each job it is offered: the rate a drain's first jobs show is
+        a poor guess (ten arrive at once), so its first bundle's share follows the rate as
+        it settles."""
+        opened = self._opening.get(bundle_id)
+        if opened is None or self._clock is None:
+            return None
+        elapsed = self._clock() - self._at
+        if elapsed <= 0 or self._seen == 0 or self._seconds <= 0:
+            return None
+        task_rate = self._policy.task_concurrency * self._seen / self._seconds
+        share = tapered_share(*opened, self._seen / elapsed, task_rate)
+        return max(share, self._policy.task_concurrency)
 
     def _fits(self, shape: Shape, job: Job) -> bool:
         b = self._open.get(shape)
@@ -173,6 +222,12 @@ class Bundler:
         if deferred:
             self.deferred.add(bundle.bundle_id)
         else:
+            # Jobs beyond the backlog counted at the start (sent meanwhile, or SQS's count
+            # was low) fill bundles of the even share, as they did before tapering.
+            if self.is_small(job) and self._target is not None and self._backlog is not None \
+                    and self._backlog > self._seen:
+                self._opening[bundle.bundle_id] = (self._backlog - self._seen,
+                                                   self.capacity - self.opened)
             self.opened += 1
         self._add(bundle, job)
         if self.is_small(job):

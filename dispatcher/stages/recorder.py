@@ -57,9 +57,6 @@ class Recorded:
     rejections: list[Rejection] = field(default_factory=list)
     delete_failures: int = 0
     failure: str | None = None  # the bundle could not be recorded: why (nothing deleted)
-    # How many of its held messages were deleted: copies of its jobs received meanwhile were
-    # appended after them, and the drain deletes those (:meth:`Recorder.delete`).
-    deleted: int = 0
 
 
 def refused(job: Job) -> Rejection:
@@ -83,7 +80,8 @@ class Recorder:
         self._store = store
 
     def record(self, queue: Queue, bundle: Bundle, held: Held) -> Recorded:
-        """Record a bundle, then delete its messages (never before). A failure to record is
+        """Record a bundle; its messages are deleted after it (never before), by the drain
+        (:meth:`reject` with no rejections), while the bundle launches. A failure to record is
         returned, not raised: its messages are kept for :meth:`give_back`."""
         try:
             duplicates = self._store.record([bundle], held.jobs)
@@ -92,13 +90,7 @@ class Recorder:
                 self._store.reject([refused(j) for j in refused_items])
         except Exception as exc:
             return Recorded(bundle, failure=f"{type(exc).__name__}: {exc}"[:1000])
-        out = Recorded(bundle, len(duplicates), refused_items)
-        # The drain thread may append a later copy of one of these jobs while this runs: delete
-        # the messages held now, and say how many, so it deletes the rest.
-        messages = list(held.messages)
-        out.delete_failures = self.delete(queue, messages)
-        out.deleted = len(messages)
-        return out
+        return Recorded(bundle, len(duplicates), refused_items)
 
     def reject(self, queue: Queue, rejections: list[Rejection],
                messages: list[Received]) -> Recorded:

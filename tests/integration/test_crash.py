@@ -21,9 +21,10 @@ from tests.conftest import Aws
 from tests.helpers import check_converged, ecs_tasks, wait_for
 
 JOBS = [f"crash-{i}" for i in range(5)]
-# (operation, calls of it to let through first) — the tick's order of effects for 5 long jobs:
-# TransactWriteItems #1 records, DeleteMessageBatch deletes, TransactWriteItems #2 begins the
-# launch, RunTask starts the tasks, TransactWriteItems #3 assigns them.
+# (operation, calls of it to let through first) — the tick's effects for 5 long jobs:
+# TransactWriteItems #1 records; then, at once, DeleteMessageBatch deletes the messages while
+# TransactWriteItems #2 begins the launch, RunTask starts the tasks, TransactWriteItems #3
+# assigns them.
 CRASH_POINTS = {
     "after-record": ("dynamodb.TransactWriteItems", 0),
     "after-delete": ("sqs.DeleteMessageBatch", 0),

@@ -1,0 +1,159 @@
+"""The reference batch at its full scale, in virtual time: the production dispatcher on the twins
+behind a model of AWS's latencies and limits.
+
+The reference batch: 200,000 jobs of ~2 s, 60 tasks x 20 at once; its floor is
+200,000 x 2 s / 1,200 = 333 s plus one Fargate start (30-60 s, 45 s mean). ``bench/nightly.py``
+runs it scaled down through local mode with real runner processes; this runs it at full scale
+with the real tick, admission, bundling, recording, launches, stop events and reconcile, and the
+real store, on the in-memory twins, where each AWS call costs its modelled latency in virtual
+time (:mod:`dispatcher.testing.aws_model`, figures and sources there), Fargate's launch limits
+are enforced (RunTask 20/s; 100 tasks at once and 20/s per capacity provider), each task starts
+30-60 s after its RunTask and runs its bundle as the runner does, 20 jobs at once, writing
+through the real runner store (:mod:`dispatcher.testing.task_model`). The tick is one Lambda
+invocation a minute with its 15 minutes.
+
+Prints: drain time (end of enqueueing to the last job done), the floor, admitted jobs/s (peak
+over one virtual second, and mean), launched tasks/s, the spread of the tasks' end times, the
+ticks, calls per job by API and component, this process's peak RSS (the twins' state included),
+and last ``seed: drain/floor = X.XX``. ``--backlog N``: one tick admitting from a backlog of N
+messages instead (no tasks run), with its admission rate and the peak RSS it added.
+
+Run: .venv/bin/python bench/seed_scale.py [--jobs N] [--seconds D] [--urgent-at 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections import Counter
+from pathlib import Path
+
+from dispatcher.testing.aws_model import Latencies, per_job
+from dispatcher.testing.batch_model import BatchModel, BatchRun, Shape
+
+
+def vm_kib(field: str = "VmHWM") -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def reset_peak() -> bool:
+    """Reset VmHWM to the current RSS (Linux: ``5`` to clear_refs); False if not allowed."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def rates(times: list[float]) -> tuple[float, float]:
+    """(peak per 1-second bin, mean over first to last) of the events at ``times``."""
+    if not times:
+        return 0.0, 0.0
+    peak = max(Counter(int(t) for t in times).values())
+    span = max(times) - min(times)
+    return float(peak), len(times) / span if span > 0 else float(len(times))
+
+
+def report(shape: Shape, out: BatchRun, wall: float) -> list[str]:
+    n = shape.jobs
+    lines = [f"drain: {out.drain:.1f} s (end of enqueueing to the last job done; "
+             f"{out.jobs_run} jobs run)",
+             f"floor: {shape.floor:.1f} s = {n} x {shape.seconds:g} s / ({shape.tasks} x "
+             f"{shape.concurrency}) + {sum(shape.start) / 2:g} s mean start"]
+    peak, mean = rates(out.admitted_at)
+    if out.admitted_at:
+        lines.append(f"admitted: {len(out.admitted_at)} jobs from +{out.admitted_at[0]:.1f} s "
+                     f"to +{out.admitted_at[-1]:.1f} s: peak {peak:,.0f} jobs/s, mean "
+                     f"{mean:,.0f} jobs/s")
+    batch = [t for t in out.tasks if not t.urgent]
+    launched = sorted(t.launched_at for t in batch)
+    if launched:
+        lpeak, lmean = rates(launched)
+        lines.append(f"launched: {len(launched)} tasks from +{launched[0]:.1f} s to "
+                     f"+{launched[-1]:.1f} s: peak {lpeak:.0f} tasks/s, mean {lmean:.1f} "
+                     f"tasks/s")
+    ends = sorted(t.ended_at for t in batch if t.ended_at is not None and t.jobs_run)
+    if ends:
+        spread = ends[-1] - ends[0]
+        lines.append(f"task ends: first +{ends[0]:.1f} s, last +{ends[-1]:.1f} s: spread "
+                     f"{spread:.1f} s = {100 * spread / max(out.drain, 1e-9):.1f} % of the "
+                     f"drain ({len(ends)} tasks ran jobs)")
+    for start, end, tick in out.ticks[:8]:
+        lines.append(f"  tick at +{start:.0f} s: {end - start:.1f} s, received "
+                     f"{tick.intake.received}, admitted {tick.intake.admitted}, "
+                     f"{tick.intake.bundles_recorded} bundles, launched "
+                     f"{tick.launch.bundles_launched} (paced {tick.launch.paced_seconds:.1f} s)")
+    lines.append(f"ticks: {len(out.ticks)} run, {out.skipped_ticks} skipped (lease held)")
+    if shape.urgent_at is not None:
+        started = "never" if out.urgent_started is None else f"+{out.urgent_started:.1f} s"
+        lines.append(f"urgent job: submitted at +{shape.urgent_at:g} s, started {started}")
+    total = sum(sum(c.values()) for c in out.calls.values())
+    lines.append(f"AWS calls per job: {total / n:.3f} end to end ("
+                 + ", ".join(f"{c} {sum(v.values()) / n:.3f}" for c, v in out.calls.items())
+                 + ")")
+    for c, v in out.calls.items():
+        lines.append(f"  {c}: {per_job(v, n)}")
+    lines.append(f"peak RSS (VmHWM) of this process (dispatcher, twins, model): "
+                 f"{vm_kib() / 1024:.0f} MiB; wall {wall:.0f} s")
+    lines.append(f"seed: drain/floor = {out.drain / shape.floor:.2f}")
+    return lines
+
+
+def backlog(args: argparse.Namespace, shape: Shape) -> None:
+    """One tick from a backlog of ``args.backlog`` messages (tasks are launched, never run)."""
+    from dispatcher.testing.jobless_table import JoblessTable
+
+    model = BatchModel(shape, backlog=args.backlog, table=JoblessTable())
+    base = vm_kib("VmRSS")
+    reset = reset_peak()
+    t0 = time.monotonic()
+    start, end, tick = model.one_tick()
+    wall = time.monotonic() - t0
+    admitting = model.items.last_job_write - start
+    print(f"backlog {args.backlog:,}: one tick of {end - start:.1f} s (virtual) admitted "
+          f"{tick.intake.admitted:,} jobs in {tick.intake.bundles_recorded} bundles, recorded "
+          f"within {admitting:.1f} s = {tick.intake.admitted / max(admitting, 1e-9):,.0f} "
+          f"jobs/s; {tick.launch.bundles_launched} launched; wall {wall:.0f} s")
+    print(f"backlog {args.backlog:,}: RSS before the tick {base / 1024:.0f} MiB, peak during it "
+          f"{vm_kib() / 1024:.0f} MiB" + ("" if reset else " (VmHWM not resettable here)"))
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=200_000)
+    parser.add_argument("--seconds", type=float, default=2.0, help="each job's mean length")
+    parser.add_argument("--tasks", type=int, default=60, help="LONGJOBS_MAX_RUNNING_TASKS")
+    parser.add_argument("--concurrency", type=int, default=20, help="jobs at once per task")
+    parser.add_argument("--start", default="30-60", help="Fargate start latency, s (min-max)")
+    parser.add_argument("--tick-interval", type=float, default=60.0)
+    parser.add_argument("--latency-scale", type=float, default=1.0,
+                        help="multiplies every modelled AWS latency")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a LONGJOBS_* setting of the dispatcher and runner")
+    parser.add_argument("--urgent-at", type=float, default=None,
+                        help="submit one high-priority job this many seconds into the batch")
+    parser.add_argument("--backlog", type=int, default=None,
+                        help="instead: one tick from a backlog of this many messages")
+    args = parser.parse_args()
+    low, _, high = args.start.partition("-")
+    shape = Shape(jobs=args.jobs, seconds=args.seconds, tasks=args.tasks,
+                  concurrency=args.concurrency, start=(float(low), float(high or low)),
+                  tick_interval=args.tick_interval,
+                  latencies=Latencies().scaled(args.latency_scale),
+                  settings=dict(s.split("=", 1) for s in args.set), urgent_at=args.urgent_at)
+    if args.backlog is not None:
+        backlog(args, shape)
+        return
+    print(f"seed: {shape.jobs} jobs of {shape.seconds:g} s, {shape.tasks} tasks x "
+          f"{shape.concurrency}, start {args.start} s, a tick every {shape.tick_interval:g} s "
+          f"(pid {os.getpid()})", flush=True)
+    t0 = time.monotonic()
+    out = BatchModel(shape).run()
+    print("\n".join(report(shape, out, time.monotonic() - t0)))
+
+
+if __name__ == "__main__":
+    main()

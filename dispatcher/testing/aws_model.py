@@ -1,0 +1,243 @@
+"""AWS at the port boundary: each call's latency charged to its caller's virtual clock, counted.
+
+The model wraps the twins (any Queue, Table, Launcher) and adds what AWS adds: a latency per
+call (:class:`Latencies`), charged to the calling thread's :class:`VirtualClock`, and a count per
+API. The limits are the ports' own (SQS's 10 messages a call, DynamoDB's 100 items a
+transaction, RunTask's 10 tasks) or the twins' (Fargate's launch buckets:
+``MemoryLauncher(limits=...)``). Nothing sleeps.
+
+The figures (seconds per call, client side, one Region; ``--latency-scale`` in the bench
+multiplies them all):
+
+- SQS SendMessageBatch, ReceiveMessage (short poll), DeleteMessageBatch,
+  ChangeMessageVisibilityBatch, GetQueueAttributes: 20 ms. AWS gives "tens or low hundreds of
+  milliseconds" as typical for SendMessage, ReceiveMessage and DeleteMessage
+  (https://aws.amazon.com/sqs/faqs/, "latency"); the low end is taken, as a Lambda in the
+  queue's Region sees it.
+- DynamoDB GetItem, PutItem, UpdateItem, DeleteItem, Query: 10 ms; BatchGetItem 15 ms + 0.1 ms
+  per key; TransactWriteItems 15 ms + 0.5 ms per item (100 items: 65 ms). DynamoDB promises
+  single-digit milliseconds on the service side
+  (https://aws.amazon.com/blogs/database/understanding-amazon-dynamodb-latency/); 10-20 ms is
+  typical seen from a client (https://dynobase.dev/dynamodb-performance-latency). A
+  transaction's latency grows with its items and is several times a single write's
+  (https://www.alexdebrie.com/posts/dynamodb-transactions-performance/): the per-item term
+  is this model's assumption, not a measurement.
+- ECS RunTask: 300 ms (it places up to 10 tasks; an assumption: AWS publishes no figure);
+  DescribeTasks, StopTask, DescribeTaskDefinition: 50 ms (assumption).
+- Fargate's limits (enforced by the launcher twin): RunTask 20 calls/s, task launches 100 burst
+  and 20/s per capacity provider
+  (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/throttling.html).
+
+A write waits for the item's last write: a thread that writes an item last written at a
+later virtual time (a bundle the drain recorded, handed to the launch thread) moves its clock
+there first, so no effect precedes its cause however this machine ordered the threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+from dispatcher.domain.jobs import Resources
+from dispatcher.ports.launcher import Launcher, LaunchRequest, LaunchResult, TaskStatus
+from dispatcher.ports.queue import Backlog, Queue, Received
+from dispatcher.ports.table import Condition, Delete, Op, Put, Record, Table, Update
+from dispatcher.testing.virtual_time import VirtualClock
+
+SQS_CALL = 0.020
+DDB_CALL = 0.010
+
+
+@dataclass(frozen=True)
+class Latencies:
+    """Seconds per call of each API, plus seconds per item for the APIs that take many."""
+
+    per_call: dict[str, float] = field(default_factory=lambda: {
+        "SendMessageBatch": SQS_CALL, "ReceiveMessage": SQS_CALL,
+        "DeleteMessageBatch": SQS_CALL, "ChangeMessageVisibilityBatch": SQS_CALL,
+        "GetQueueAttributes": SQS_CALL,
+        "GetItem": DDB_CALL, "PutItem": DDB_CALL, "UpdateItem": DDB_CALL,
+        "DeleteItem": DDB_CALL, "Query": DDB_CALL, "BatchGetItem": 0.015,
+        "TransactWriteItems": 0.015,
+        "RunTask": 0.300, "DescribeTasks": 0.050, "StopTask": 0.050,
+        "DescribeTaskDefinition": 0.050})
+    per_item: dict[str, float] = field(default_factory=lambda: {
+        "BatchGetItem": 0.0001, "TransactWriteItems": 0.0005})
+    scale: float = 1.0
+
+    def of(self, api: str, items: int = 1) -> float:
+        return self.scale * (self.per_call.get(api, DDB_CALL)
+                             + self.per_item.get(api, 0.0) * items)
+
+    def scaled(self, scale: float) -> Latencies:
+        return Latencies(self.per_call, self.per_item, scale)
+
+
+class Calls:
+    """Calls per API of one component (thread-safe), and the charge for each."""
+
+    def __init__(self, clock: VirtualClock, latencies: Latencies) -> None:
+        self.clock = clock
+        self.latencies = latencies
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def charge(self, api: str, items: int = 1, calls: int = 1) -> None:
+        with self._lock:
+            self.counts[api] += calls
+        self.clock.charge(calls * self.latencies.of(api, items))
+
+
+class ItemTimes:
+    """When each item was last written, in virtual time (shared by every component's table).
+    Jobs and pages are left out (``UNTRACKED``): only the runner writes them after their
+    recording, always later, and a million of them would be this model's memory; the last
+    job write's time is kept (``last_job_write``: when a drain's recording ended)."""
+
+    UNTRACKED = ("JOB#", "PAGE#")
+
+    def __init__(self) -> None:
+        self._at: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self.last_job_write = 0.0
+
+    def after(self, clock: VirtualClock, pks: list[str]) -> None:
+        with self._lock:
+            latest = max((self._at.get(pk, 0.0) for pk in pks), default=0.0)
+        clock.at_least(latest)
+
+    def wrote(self, clock: VirtualClock, pks: list[str]) -> None:
+        t = clock()
+        with self._lock:
+            for pk in pks:
+                if pk.startswith(self.UNTRACKED):
+                    self.last_job_write = max(self.last_job_write, t)
+                else:
+                    self._at[pk] = t
+
+
+class ModelQueue(Queue):
+    def __init__(self, inner: Queue, calls: Calls) -> None:
+        self.inner = inner
+        self.calls = calls
+
+    def send(self, entries: list[tuple[str, str]]) -> dict[str, str]:
+        self.calls.charge("SendMessageBatch")
+        return self.inner.send(entries)
+
+    def receive(self, max_messages: int = 10,
+                visibility_timeout: int | None = None, wait_seconds: int = 0) -> list[Received]:
+        self.calls.charge("ReceiveMessage")
+        return self.inner.receive(max_messages, visibility_timeout, wait_seconds)
+
+    def delete(self, messages: list[Received]) -> dict[str, str]:
+        self.calls.charge("DeleteMessageBatch")
+        return self.inner.delete(messages)
+
+    def release(self, messages: list[Received]) -> None:
+        self.calls.charge("ChangeMessageVisibilityBatch")
+        self.inner.release(messages)
+
+    def backlog(self) -> Backlog:
+        self.calls.charge("GetQueueAttributes")
+        return self.inner.backlog()
+
+
+class ModelTable(Table):
+    def __init__(self, inner: Table, calls: Calls, times: ItemTimes) -> None:
+        self.inner = inner
+        self.calls = calls
+        self.times = times
+
+    def get(self, pk: str) -> Record | None:
+        self.calls.charge("GetItem")
+        return self.inner.get(pk)
+
+    def get_many(self, pks: list[str]) -> list[Record]:
+        for start in range(0, len(pks), 100):  # BatchGetItem takes 100 keys
+            self.calls.charge("BatchGetItem", len(pks[start:start + 100]))
+        return self.inner.get_many(pks)
+
+    def query(self, status_key: str, *, at_most: str | None = None,
+              at_least: str | None = None, limit: int | None = None,
+              newest_first: bool = False, where: Condition | None = None,
+              after: Record | None = None) -> list[Record]:
+        self.calls.charge("Query")
+        return self.inner.query(status_key, at_most=at_most, at_least=at_least, limit=limit,
+                                newest_first=newest_first, where=where, after=after)
+
+    def count(self, status_key: str, *, at_least: str | None = None,
+              where: Condition | None = None) -> int:
+        self.calls.charge("Query")
+        return self.inner.count(status_key, at_least=at_least, where=where)
+
+    def write(self, op: Put | Update | Delete) -> Record | None:
+        api = {Put: "PutItem", Update: "UpdateItem", Delete: "DeleteItem"}[type(op)]
+        self.times.after(self.calls.clock, [op.pk])
+        self.calls.charge(api)
+        try:
+            return self.inner.write(op)
+        finally:
+            self.times.wrote(self.calls.clock, [op.pk])
+
+    def transact(self, ops: list[Op], *, token: str | None = None) -> None:
+        pks = [op.pk for op in ops]
+        self.times.after(self.calls.clock, pks)
+        self.calls.charge("TransactWriteItems", len(ops))
+        try:
+            self.inner.transact(ops, token=token)
+        finally:
+            self.times.wrote(self.calls.clock, pks)
+
+    def _transact(self, ops: list[Op]) -> None:  # every transaction goes through transact
+        raise NotImplementedError
+
+    def create(self) -> None:
+        self.inner.create()
+
+    def clear(self) -> None:
+        self.inner.clear()
+
+
+class ModelLauncher(Launcher):
+    """The launcher twin behind ECS's latencies; ``started`` lists each task it started with
+    the virtual time its RunTask returned (when Fargate begins to provision it)."""
+
+    def __init__(self, inner: Launcher, calls: Calls) -> None:
+        self.inner = inner
+        self.calls = calls
+        self.started: list[tuple[str, float, Resources]] = []
+        self._seen: set[str] = set()  # a repeated clientToken returns the same tasks
+        self._lock = threading.Lock()
+
+    def resolve_task_definition(self) -> str:
+        self.calls.charge("DescribeTaskDefinition")
+        return self.inner.resolve_task_definition()
+
+    def run(self, request: LaunchRequest) -> LaunchResult:
+        self.calls.charge("RunTask")
+        result = self.inner.run(request)
+        at = self.calls.clock()
+        # The launch thread takes every bundle handed over by then for its next RunTask: wait
+        # until the drain (the lead) has reached this time, as it would have on AWS.
+        self.calls.clock.wait_for_lead()
+        with self._lock:
+            fresh = [arn for arn in result.task_arns if arn not in self._seen]
+            self._seen.update(fresh)
+            self.started.extend((arn, at, request.resources) for arn in fresh)
+        return result
+
+    def describe(self, task_arns: list[str]) -> list[TaskStatus]:
+        self.calls.charge("DescribeTasks", calls=max(1, -(-len(task_arns) // 100)))
+        return self.inner.describe(task_arns)
+
+    def stop(self, task_arn: str, reason: str) -> None:
+        self.calls.charge("StopTask")
+        self.inner.stop(task_arn, reason)
+
+
+def per_job(counts: Counter[str], jobs: int) -> str:
+    """``API n/job, ...``, most frequent first."""
+    return ", ".join(f"{api} {n / jobs:.3f}" for api, n in counts.most_common())
+

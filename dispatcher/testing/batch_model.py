@@ -1,0 +1,323 @@
+"""A whole batch in virtual time: the production pipeline on the twins behind the AWS model.
+
+:class:`BatchModel` wires the real stages (``dispatcher.wiring.pipeline.build``: tick,
+admission, bundling, recording, launches, reconcile, and the task-event handler's reruns) and
+the real store to the twins, each component behind its own :mod:`~dispatcher.testing.aws_model`
+wrappers (so calls are counted per component) and all on one :class:`VirtualClock`. Then a
+discrete-event loop (:meth:`BatchModel.run`) plays the batch: the schedule's ticks (one Lambda
+invocation each, with the invocation's remaining time; a tick due while the previous one still
+runs is skipped, as its lease would refuse it), each launched task's start after Fargate's
+start latency and its runner (:mod:`~dispatcher.testing.task_model`), each task's stop event
+after it exits. The stage code runs unmodified; only its thread pools are virtual
+(:func:`dispatcher.testing.virtual_time.patched`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import heapq
+import itertools
+import json
+import logging
+import random
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from dispatcher import settings
+from dispatcher.domain import message
+from dispatcher.domain.jobs import Job
+from dispatcher.domain.pacing import LaunchLimits, LaunchPacer
+from dispatcher.domain.stops import StopCode, TaskStop
+from dispatcher.ops.client import JobClient
+from dispatcher.ports.table import Record
+from dispatcher.stages.tick import TickReport
+from dispatcher.store import Store
+from dispatcher.store import codec as r
+from dispatcher.testing import memory_table
+from dispatcher.testing.aws_model import (
+    Calls,
+    ItemTimes,
+    Latencies,
+    ModelLauncher,
+    ModelQueue,
+    ModelTable,
+)
+from dispatcher.testing.deep_queue import DeepQueue
+from dispatcher.testing.memory_launcher import MemoryLauncher
+from dispatcher.testing.memory_table import MemoryTable
+from dispatcher.testing.task_model import TaskModel, TaskRun
+from dispatcher.testing.virtual_time import VirtualClock, patched
+from dispatcher.wiring import pipeline
+
+T0 = 1_700_000_000.0
+QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/000000000000/longjobs-jobs"
+ENV = {
+    "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
+    "LONGJOBS_QUEUE_URL": QUEUE_URL,
+    "LONGJOBS_DLQ_URL": "https://sqs.us-east-1.amazonaws.com/000000000000/longjobs-dlq",
+    "LONGJOBS_TABLE": "longjobs-jobs", "LONGJOBS_CLUSTER": "longjobs",
+    "LONGJOBS_TASK_FAMILY": "longjobs-worker", "LONGJOBS_CONTAINER": "worker",
+    "LONGJOBS_SUBNETS": "subnet-00000000", "LONGJOBS_SECURITY_GROUPS": "sg-00000000000000000",
+    "LONGJOBS_LOG_LEVEL": "WARNING",
+}
+LAMBDA_TIMEOUT = 900.0  # the tick's Lambda: 15 minutes, AWS's maximum
+EXIT_TO_EVENT = 5.0  # a task's exit to its stop event reaching the handler (assumed)
+
+
+@dataclass
+class Shape:
+    """The batch and the model's parameters."""
+
+    jobs: int = 200_000
+    seconds: float = 2.0  # each job's mean length
+    jitter: float = 0.1  # each job is seconds x U(1 - jitter, 1 + jitter)
+    tasks: int = 60
+    concurrency: int = 20
+    start: tuple[float, float] = (30.0, 60.0)  # Fargate's start latency
+    tick_interval: float = 60.0  # the schedule: rate(1 minute)
+    latencies: Latencies = field(default_factory=Latencies)
+    settings: dict[str, str] = field(default_factory=dict)  # LONGJOBS_* overrides
+    urgent_at: float | None = None  # a high-priority job submitted this long into the batch
+    seed: int = 1
+
+    @property
+    def floor(self) -> float:
+        """The work over the slots, plus one mean start."""
+        return self.jobs * self.seconds / (self.tasks * self.concurrency) \
+            + sum(self.start) / 2
+
+
+@dataclass
+class BatchRun:
+    """What the batch did, in virtual seconds from the end of enqueueing."""
+
+    drain: float = 0.0
+    ticks: list[tuple[float, float, TickReport]] = field(default_factory=list)  # start, end
+    skipped_ticks: int = 0
+    tasks: list[TaskRun] = field(default_factory=list)
+    jobs_run: int = 0
+    calls: dict[str, Counter[str]] = field(default_factory=dict)
+    admitted_at: list[float] = field(default_factory=list)
+    urgent_started: float | None = None
+
+
+class BatchModel:
+    """``backlog``: the queue holds that many messages of the batch's jobs, made as they are
+    received (:class:`DeepQueue`'s synthetic backlog) instead of enqueued; ``table``: the
+    table twin (default a :class:`MemoryTable`)."""
+
+    def __init__(self, shape: Shape, *, backlog: int = 0,
+                 table: MemoryTable | None = None) -> None:
+        self.shape = shape
+        self.clock = VirtualClock(T0)
+        self.rng = random.Random(shape.seed)
+        lat = shape.latencies
+        self.calls = {c: Calls(self.clock, lat)
+                      for c in ("producer", "dispatcher", "events", "runner")}
+        self.items = ItemTimes()
+        self.table = table if table is not None else MemoryTable(clock=self.clock)
+        self.sqs = DeepQueue(clock=self.clock, synthetic=backlog, body_of=_synthetic_body(shape))
+        self.ecs = MemoryLauncher(clock=self.clock, limits=LaunchLimits(clock=self.clock))
+        self.env = {**ENV, "LONGJOBS_MAX_RUNNING_TASKS": str(shape.tasks),
+                    "LONGJOBS_TASK_CONCURRENCY": str(shape.concurrency), **shape.settings}
+        self.cfg = settings.load("dispatcher", self.env)
+        self.dispatcher = self._stages("dispatcher")
+        self.events = self._stages("events")
+        self.runner_store = Store(ModelTable(self.table, self.calls["runner"], self.items),
+                                  clock=self.clock)
+        # The JSON logs' level is read once, at import: the model's is its settings'.
+        logging.getLogger("dispatcher").setLevel(self.env["LONGJOBS_LOG_LEVEL"])
+        self.urgent_id: str | None = None
+        self.outcome = BatchRun()
+
+    def _stages(self, component: str) -> pipeline.Stages:
+        calls = self.calls[component]
+        launcher = ModelLauncher(self.ecs, calls)
+        store = Store(ModelTable(self.table, calls, self.items), clock=self.clock)
+        pacer = LaunchPacer(runtask_per_second=self.cfg.runtask_per_second,
+                            task_launch_burst=self.cfg.task_launch_burst,
+                            task_launch_per_second=self.cfg.task_launch_per_second,
+                            clock=self.clock, sleep=self.clock.charge)
+        return pipeline.build(self.cfg, queue=ModelQueue(self.sqs, calls), store=store,
+                              launcher=launcher, clock=self.clock, pacer=pacer)
+
+    def producer(self) -> JobClient:
+        return JobClient(queue_url=QUEUE_URL, queue=ModelQueue(self.sqs, self.calls["producer"]))
+
+    def jobs(self) -> Iterator[dict[str, Any]]:
+        s = self.shape
+        for i in range(s.jobs):
+            seconds = s.seconds * self.rng.uniform(1 - s.jitter, 1 + s.jitter)
+            yield {"kind": "seed.call", "job_id": f"j{i:07d}",
+                   "payload": {"seconds": round(seconds, 3)}, "estimated_seconds": s.seconds}
+
+    def enqueue(self, chunk: int = 10_000) -> None:
+        """The batch on the queue before the first tick (the producer's calls are counted,
+        its time is not: the drain is measured from the end of enqueueing)."""
+        client = self.producer()
+        batch: list[dict[str, Any]] = []
+        for job in self.jobs():
+            batch.append(job)
+            if len(batch) == chunk:
+                client.submit_many(batch)
+                batch = []
+        if batch:
+            client.submit_many(batch)
+
+    def one_tick(self) -> tuple[float, float, TickReport]:
+        """One tick at T0 (its start and end, virtual) on what the queue holds."""
+        self.clock.set(T0)
+        self.clock.lead()
+        with patched(self.clock), lean_table():
+            report = self.dispatcher.tick.tick(remaining_ms=self._remaining(T0 + LAMBDA_TIMEOUT))
+        return T0, self.clock(), report
+
+    # -- the event loop --------------------------------------------------------------------------
+    def run(self, *, max_seconds: float = 24 * 3600.0) -> BatchRun:
+        s, out = self.shape, self.outcome
+        with lean_table():
+            self.enqueue()
+        self.clock.set(T0)
+        seq = itertools.count()
+        events: list[tuple[float, int, str, Any]] = []
+
+        def at(t: float, kind: str, what: Any = None) -> None:
+            heapq.heappush(events, (t, next(seq), kind, what))
+
+        at(T0, "tick")
+        if s.urgent_at is not None:
+            at(T0 + s.urgent_at, "urgent")
+        model = TaskModel(self.runner_store, self.clock, concurrency=s.concurrency,
+                          seconds_of=_seconds_of, flush_seconds=self.cfg.flush_seconds,
+                          heartbeat_seconds=self.cfg.heartbeat_seconds,
+                          on_job_start=self._job_started)
+        seen: set[str] = set()
+        tick_free = T0
+        last_end = T0
+        self.clock.lead()
+        with patched(self.clock), lean_table():
+            while events and out.jobs_run < s.jobs + (s.urgent_at is not None):
+                t, _, kind, what = heapq.heappop(events)
+                if t - T0 > max_seconds:
+                    break
+                self.clock.set(t)
+                if kind == "tick":
+                    if t < tick_free:
+                        out.skipped_ticks += 1  # the running tick holds the lease
+                    else:
+                        report = self.dispatcher.tick.tick(
+                            remaining_ms=self._remaining(t + LAMBDA_TIMEOUT))
+                        tick_free = self.clock()
+                        out.ticks.append((t - T0, tick_free - T0, report))
+                    at(t + s.tick_interval, "tick")
+                elif kind == "urgent":
+                    self.urgent_id = self.producer().submit(
+                        "seed.call", {"seconds": s.seconds}, estimated_seconds=s.seconds,
+                        priority="high", job_id="urgent-0000001")
+                elif kind == "task":
+                    task, steps = what
+                    wake = next(steps, None)
+                    if wake is not None:
+                        at(wake, "task", what)
+                    else:
+                        out.jobs_run += task.jobs_run
+                        task.ended_at = (task.ended_at or t) - T0
+                        if not task.urgent:  # the drain is the batch's
+                            last_end = max(last_end, task.ended_at + T0)
+                        at(self.clock() + EXIT_TO_EVENT, "stopped", task)
+                elif kind == "stopped":
+                    self.ecs.stop_task(what.task_arn, StopCode.ESSENTIAL_CONTAINER_EXITED,
+                                       "Essential container in task exited", 0)
+                    self.events.reruns.on_stop(TaskStop(
+                        what.task_arn, str(StopCode.ESSENTIAL_CONTAINER_EXITED),
+                        "Essential container in task exited", 0, stopped_at=t))
+                if kind not in ("tick", "stopped"):
+                    continue  # only these launch tasks
+                for arn, launched in self._launched(seen):
+                    task = TaskRun(arn, launched - T0, launched + self.rng.uniform(*s.start) - T0)
+                    out.tasks.append(task)
+                    at(T0 + task.started_at, "task", (task, model.run(task)))
+        out.drain = last_end - T0
+        out.calls = {c: calls.counts for c, calls in self.calls.items()}
+        out.admitted_at = sorted(self._admission_times())
+        return out
+
+    def _launched(self, seen: set[str]) -> list[tuple[str, float]]:
+        """Tasks started since the last look (not in ``seen``, which they join)."""
+        fresh: list[tuple[str, float]] = []
+        for stages in (self.dispatcher, self.events):
+            assert isinstance(stages.launcher, ModelLauncher)
+            fresh += [(arn, at) for arn, at, _ in stages.launcher.started if arn not in seen]
+        seen.update(arn for arn, _ in fresh)
+        return sorted(fresh, key=lambda s: s[1])
+
+    def _remaining(self, deadline: float) -> Callable[[], int]:
+        return lambda: int(max(0.0, deadline - self.clock()) * 1000)
+
+    def _job_started(self, job: Job, at: float) -> None:
+        if job.job_id == self.urgent_id:
+            self.outcome.urgent_started = at - T0
+            for task in self.outcome.tasks:
+                task.urgent = task.urgent or task.bundle_id == job.bundle_id
+
+    def _admission_times(self) -> Iterator[float]:
+        """When each of the batch's jobs was admitted (the urgent one left out)."""
+        for pk, rec in self.table.snapshot().items():
+            if pk.startswith("JOB#") and rec.created_at is not None \
+                    and rec.pk != r.job_key(self.urgent_id or ""):
+                yield float(rec.created_at) - T0
+
+
+@contextlib.contextmanager
+def lean_table() -> Iterator[None]:
+    """The table twin without DynamoDB's item-size checks, copying items through their
+    ``__dict__``: the size checks and ``Record.present`` were half of the model's CPU at
+    200,000 jobs, and the batch's items are a few hundred bytes, far below 400 KB. Conditions,
+    transactions and the values stored are the twin's own."""
+
+    def clone(rec: Record | None) -> Record | None:
+        if rec is None:
+            return None
+        values: dict[str, Any] = {k: v if isinstance(v, str | int | float) else copy.deepcopy(v)
+                                  for k, v in vars(rec).items() if v is not None}
+        return Record(**values)
+
+    def copy_in(rec: Record) -> Record:
+        values: dict[str, Any] = {k: memory_table._store_value(k, v)
+                                  for k, v in vars(rec).items() if v is not None}
+        return Record(**values)
+
+    names = ("_check_item", "_item_bytes", "_clone", "_copy_in")
+    saved = {n: getattr(memory_table, n) for n in names}
+    lean = {"_check_item": lambda rec, size: None, "_item_bytes": lambda rec: 0, "_clone": clone,
+            "_copy_in": copy_in}
+    for n in names:
+        setattr(memory_table, n, lean[n])
+    try:
+        yield
+    finally:
+        for n in names:
+            setattr(memory_table, n, saved[n])
+
+
+def _synthetic_body(shape: Shape) -> Callable[[int], str]:
+    """Message ``i`` of a synthetic backlog: a job of the batch, as the producer sends it."""
+    mark = "j0000000"
+    template = message.JobMessage.model_validate({
+        "kind": "seed.call", "job_id": mark, "payload": {"seconds": shape.seconds},
+        "estimated_seconds": shape.seconds, "schema_version": message.SCHEMA_VERSION,
+    }).model_dump_json(exclude_none=True, exclude={"priority"})
+    return lambda i: template.replace(mark, f"b{i:07d}")
+
+
+def _seconds_of(job: Job) -> float:
+    payload = job.payload if isinstance(job.payload, dict) else json.loads(job.payload or "{}")
+    return float(payload.get("seconds", 1.0))
+
+
+def job_states(table: MemoryTable) -> Counter[str]:
+    return Counter(str(r.record_job(rec).state) for pk, rec in table.snapshot().items()
+                   if pk.startswith("JOB#"))

@@ -1,0 +1,120 @@
+"""A task's runner in virtual time: its bundle's jobs at the task's concurrency, written through
+the real runner store and the runner's own grouped writes.
+
+What a Fargate task of ``python -m job_runner`` does (:class:`job_runner.worker.Worker`), as a
+generator that yields the virtual time it next wakes at (:meth:`TaskModel.run`): it reads its
+bundle (the task's pointer, then the bundle), claims it, reads its jobs a page of 100 at a time
+as slots free, runs ``concurrency`` at once, each for its modelled seconds, and records starts
+and results through :class:`job_runner.writes.Writes` (grouped: a flush ``flush_seconds`` after
+the oldest unwritten result, or at 98 pending updates; write-through on a rerun), beats every
+``heartbeat_seconds``, and ends with the bundle's DONE write. Handlers are not run: a job takes
+``seconds_of(job)`` of virtual time and succeeds. The store calls cost what the AWS model
+charges them (:mod:`dispatcher.testing.aws_model`); the jobs do not wait for the writes, as the
+flusher is a thread of its own in the runner.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from dispatcher.domain import lifecycle
+from dispatcher.domain.bundles import BundleState
+from dispatcher.domain.errors import ConflictError
+from dispatcher.domain.jobs import Job, JobState
+from dispatcher.store import Fence, RunnerStore
+from dispatcher.testing.virtual_time import VirtualClock
+from job_runner.outcome import Outcome
+from job_runner.writes import FLUSH_AT_JOBS, Writes
+
+
+@dataclass
+class TaskRun:
+    """What one task did, in virtual time."""
+
+    task_arn: str
+    launched_at: float
+    started_at: float
+    claimed_at: float | None = None
+    ended_at: float | None = None
+    bundle_id: str | None = None
+    jobs_run: int = 0
+    last_job_end: float | None = None
+    urgent: bool = False  # it ran the urgent job: not part of the batch's figures
+
+
+class TaskModel:
+    def __init__(self, store: RunnerStore, clock: VirtualClock, *, concurrency: int,
+                 seconds_of: Callable[[Job], float], flush_seconds: float,
+                 heartbeat_seconds: float,
+                 on_job_start: Callable[[Job, float], None] | None = None) -> None:
+        self.store = store
+        self.clock = clock
+        self.concurrency = concurrency
+        self.seconds_of = seconds_of
+        self.flush_seconds = flush_seconds
+        self.heartbeat_seconds = heartbeat_seconds
+        self.on_job_start = on_job_start
+
+    def run(self, task: TaskRun) -> Iterator[float]:
+        """The task from its container's start to its exit; yields the times it sleeps until
+        (the caller sets the clock to each before resuming it)."""
+        clock = self.clock
+        bundle = self.store.bundle_for_task(task.task_arn)
+        if bundle is None or bundle.task_arn != task.task_arn \
+                or bundle.state != BundleState.LAUNCHED:
+            task.ended_at = clock()
+            return
+        fence = Fence(bundle.bundle_id, bundle.attempt, task.task_arn, pages=bundle.pages)
+        try:
+            bundle = self.store.claim(fence).bundle
+        except ConflictError:
+            task.ended_at = clock()
+            return
+        task.bundle_id, task.claimed_at = bundle.bundle_id, clock()
+        writes = Writes(self.store, fence, bundle.task_definition or "", self.flush_seconds,
+                        write_through=lifecycle.writes_through(bundle.attempt,
+                                                              len(bundle.job_ids)))
+        pages = self.store.bundle_jobs(bundle)
+        page: list[Job] = []
+        running: list[tuple[float, int, Job]] = []  # (ends at, order, job)
+        started = 0
+        oldest: float | None = None  # the oldest unwritten result's time
+        next_beat = clock() + self.heartbeat_seconds
+        while True:
+            now = clock()
+            while len(running) < self.concurrency:
+                if not page:
+                    page = [j for j in next(pages, []) if j.state == JobState.PENDING]
+                    if not page:
+                        break
+                job = page.pop(0)
+                writes.start(job)
+                if self.on_job_start is not None:
+                    self.on_job_start(job, now)
+                started += 1
+                heapq.heappush(running, (now + self.seconds_of(job), started, job))
+            if not running:
+                break
+            due = [running[0][0], next_beat]
+            if oldest is not None:
+                due.append(oldest + self.flush_seconds)
+            wake = min(due)
+            yield wake
+            now = clock()
+            while running and running[0][0] <= now:
+                _, _, job = heapq.heappop(running)
+                writes.finish(job, Outcome(JobState.SUCCEEDED), started=True)
+                task.jobs_run += 1
+                task.last_job_end = now
+                oldest = now if oldest is None else oldest
+            if not writes.write_through and writes.pending and oldest is not None and (
+                    len(writes.pending) >= FLUSH_AT_JOBS or now >= oldest + self.flush_seconds):
+                writes.flush()
+                oldest = None
+            if now >= next_beat:
+                self.store.heartbeat(fence, [j.job_id for _, _, j in running])
+                next_beat = now + self.heartbeat_seconds
+        writes.flush(BundleState.DONE)
+        task.ended_at = clock()

@@ -1,0 +1,76 @@
+"""The seed-scale model (``bench/seed_scale.py``) at a tiny scale: it runs every job once through
+the production stages and the runner store, its calls per job stay bounded, and its tasks end
+together. Counts only: virtual time is the model's, never this machine's."""
+
+from __future__ import annotations
+
+import pytest
+
+from dispatcher.domain.jobs import JobState
+from dispatcher.testing.batch_model import BatchModel, Shape, job_states
+from dispatcher.testing.virtual_time import VirtualClock, VirtualPool, virtual_wait
+
+# 1,500 jobs of 2 s on 4 tasks x 10: 75 s of work a task; a fixed start so the end times'
+# spread is the dispatcher's alone.
+SHAPE = Shape(jobs=1_500, seconds=2.0, tasks=4, concurrency=10, start=(30.0, 30.0))
+
+
+@pytest.fixture(scope="module")
+def model() -> BatchModel:
+    model = BatchModel(SHAPE)
+    model.run()
+    return model
+
+
+def test_every_job_runs_once_and_succeeds(model: BatchModel) -> None:
+    out = model.outcome
+    assert out.jobs_run == SHAPE.jobs
+    assert job_states(model.table) == {str(JobState.SUCCEEDED): SHAPE.jobs}
+    assert len(out.tasks) == SHAPE.tasks  # one bundle a task, no rerun
+    assert sum(t.jobs_run for t in out.tasks) == SHAPE.jobs
+
+
+def test_calls_per_job_stay_bounded(model: BatchModel) -> None:
+    calls = model.outcome.calls
+    # SQS's batches of 10: a send, a receive and a delete per 10 jobs.
+    assert sum(calls["producer"].values()) == SHAPE.jobs // 10
+    assert calls["dispatcher"]["ReceiveMessage"] <= SHAPE.jobs // 10 + 10
+    assert calls["dispatcher"]["DeleteMessageBatch"] <= SHAPE.jobs // 10 + SHAPE.tasks
+    total = sum(sum(c.values()) for c in calls.values())
+    assert total / SHAPE.jobs <= 0.5
+
+
+def test_the_tasks_end_within_a_tenth_of_the_drain(model: BatchModel) -> None:
+    out = model.outcome
+    ends = [t.ended_at for t in out.tasks if t.ended_at is not None]
+    assert len(ends) == SHAPE.tasks
+    assert max(ends) - min(ends) <= 0.1 * out.drain
+    assert out.drain >= SHAPE.floor  # never faster than the work allows
+
+
+def test_an_urgent_job_submitted_mid_batch_runs() -> None:
+    shape = Shape(jobs=400, seconds=2.0, tasks=2, concurrency=10, start=(30.0, 30.0),
+                  urgent_at=60.0)
+    model = BatchModel(shape)
+    out = model.run()
+    assert out.urgent_started is not None and out.urgent_started >= 60.0
+    assert out.jobs_run == shape.jobs + 1
+
+
+def test_a_pool_task_starts_when_a_lane_is_free_and_its_result_moves_the_waiter() -> None:
+    clock = VirtualClock(100.0)
+    clock.set(100.0)
+    wait = virtual_wait(clock)
+
+    def call(seconds: float) -> float:
+        clock.charge(seconds)
+        return clock()
+
+    with VirtualPool(2, clock=clock) as pool:
+        futures = [pool.submit(call, s) for s in (5.0, 1.0, 1.0)]
+        done, _ = wait(futures, return_when="FIRST_COMPLETED")
+        assert done == {futures[1]}  # the first to end in virtual time, whatever ran first
+        assert clock() == 101.0
+        ends = sorted(f.result() for f in futures)
+    assert ends == [101.0, 102.0, 105.0]  # two lanes: the third waits for the second
+    assert clock() == 105.0
