@@ -7,7 +7,9 @@ bundle (the task's pointer, then the bundle), claims it, reads its jobs a page o
 as slots free, runs ``concurrency`` at once, each for its modelled seconds, and records starts
 and results through :class:`job_runner.writes.Writes` (grouped: a flush ``flush_seconds`` after
 the oldest unwritten result, or at 98 pending updates; write-through on a rerun), beats every
-``heartbeat_seconds``, and ends with the bundle's DONE write. Handlers are not run: a job takes
+``heartbeat_seconds`` (learning from each beat the urgent jobs handed to the bundle, which it
+starts before the rest, as the worker does), and ends with the bundle's DONE write, running
+first any job handed since its last beat that the write turns up. Handlers are not run: a job takes
 ``seconds_of(job)`` of virtual time and succeeds. The store calls cost what the AWS model
 charges them (:mod:`dispatcher.testing.aws_model`); the jobs do not wait for the writes, as the
 flusher is a thread of its own in the runner.
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 
 from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import BundleState
-from dispatcher.domain.errors import ConflictError
+from dispatcher.domain.errors import ConflictError, HandedJobs
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.store import Fence, RunnerStore
 from dispatcher.testing.virtual_time import VirtualClock
@@ -78,6 +80,8 @@ class TaskModel:
                                                               len(bundle.job_ids)))
         pages = self.store.bundle_jobs(bundle)
         page: list[Job] = []
+        handed: list[str] = list(bundle.handed_jobs or ())  # seen; those of an earlier run
+        urgent: list[str] = []  # handed and not started yet: they start first
         running: list[tuple[float, int, Job]] = []  # (ends at, order, job)
         started = 0
         oldest: float | None = None  # the oldest unwritten result's time
@@ -85,6 +89,11 @@ class TaskModel:
         while True:
             now = clock()
             while len(running) < self.concurrency:
+                if urgent:
+                    found = self.store.get_job(urgent.pop(0))
+                    if found is None or found.state != JobState.PENDING:
+                        continue
+                    page.insert(0, found)
                 if not page:
                     page = [j for j in next(pages, []) if j.state == JobState.PENDING]
                     if not page:
@@ -96,7 +105,13 @@ class TaskModel:
                 started += 1
                 heapq.heappush(running, (now + self.seconds_of(job), started, job))
             if not running:
-                break
+                try:
+                    writes.flush(BundleState.DONE, handed=len(handed))
+                    break
+                except HandedJobs as more:  # handed since the last beat: run them, then end
+                    urgent += more.job_ids[len(handed):]
+                    handed = list(more.job_ids)
+                    continue
             due = [running[0][0], next_beat]
             if oldest is not None:
                 due.append(oldest + self.flush_seconds)
@@ -114,7 +129,8 @@ class TaskModel:
                 writes.flush()
                 oldest = None
             if now >= next_beat:
-                self.store.heartbeat(fence, [j.job_id for _, _, j in running])
+                beat = self.store.heartbeat(fence, [j.job_id for _, _, j in running])
+                urgent += list(beat.handed[len(handed):])
+                handed = list(beat.handed)
                 next_beat = now + self.heartbeat_seconds
-        writes.flush(BundleState.DONE)
         task.ended_at = clock()
