@@ -39,6 +39,10 @@ MAX_BUNDLE_BYTES = 16_000_000
 Shape = tuple[Priority, Resources, float | None, str | None]
 
 
+# Rounds of a task's concurrency an even share must hold before bundles are tapered.
+TAPER_ROUNDS = 4
+
+
 def tapered_share(remaining: int, slots: int, admit_rate: float, task_rate: float) -> int:
     """Jobs for the next of ``slots`` bundles that share ``remaining`` jobs, so that every
     task ends at the same time although each bundle launches after the drain admitted it.
@@ -127,9 +131,12 @@ class Bundler:
         slots free when it opened and the drain's admission rate so far (None until there is
         one). Taken again at each job it is offered: the rate a drain's first jobs show is
         a poor guess (ten arrive at once), so its first bundle's share follows the rate as
-        it settles."""
+        it settles. Only for shares of several rounds of a task's jobs (``TAPER_ROUNDS``):
+        a task of one or two rounds cannot end at a finer grain than a job, and a share cut
+        below the even one there only launches more tasks for the same drain."""
         opened = self._opening.get(bundle_id)
-        if opened is None or self._clock is None:
+        if opened is None or self._clock is None or self._target is None \
+                or self._target < TAPER_ROUNDS * self._policy.task_concurrency:
             return None
         elapsed = self._clock() - self._at
         if elapsed <= 0 or self._seen == 0 or self._seconds <= 0:
