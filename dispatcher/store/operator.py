@@ -147,7 +147,7 @@ class OperatorStore(Deployments):
             [r.bundle_key(j.bundle_id) for j in jobs.values() if j.bundle_id])}
         bundles = {b.bundle_id: b for b in map(r.record_bundle, recs.values())}
         out: dict[str, PageOutcome] = {}
-        now: dict[str, list[Job]] = {}  # by bundle ("" and the job id: a job without one)
+        now: dict[str, list[Job]] = {}  # by bundle ("#" and its id: a job without one)
         asks: dict[str, list[str]] = {}
         alone: list[str] = [j for j in job_ids if j not in jobs]  # cancel() says why
         for job in jobs.values():
@@ -171,15 +171,12 @@ class OperatorStore(Deployments):
         mates = {j.job_id: j for j in self.get_jobs(
             [m for key in now if key in bundles for m in bundles[key].job_ids
              if m not in jobs])}
-        # A bundle with more of its jobs in the page than one transaction holds: its last
-        # part (which may close it) goes once the parts before have committed.
-        first: list[tuple[Bundle | None, list[Job]]] = []
-        last: list[tuple[Bundle | None, list[Job]]] = []
-        for key, group in now.items():
-            parts = [group[i:i + MAX_TRANSACTION_ITEMS - 1]
-                     for i in range(0, len(group), MAX_TRANSACTION_ITEMS - 1)]
-            first += [(bundles.get(key), part) for part in parts[:1]]
-            last += [(bundles.get(key), part) for part in parts[1:]]
+        # A bundle with more of its jobs in the page than one transaction holds is cancelled
+        # in parts, one round each: a part may close it only when the parts before it have
+        # committed (they count as cancelled then), so only its last part closes it.
+        parts = {key: [group[i:i + MAX_TRANSACTION_ITEMS - 1]
+                       for i in range(0, len(group), MAX_TRANSACTION_ITEMS - 1)]
+                 for key, group in now.items()}
 
         def unit(bundle: Bundle | None, part: list[Job], done: set[str]) -> job_ops.Unit:
             ids = {j.job_id for j in part}
@@ -191,11 +188,13 @@ class OperatorStore(Deployments):
                                             expires_at=self._expiry(t), reason=reason, by=by)
             return job_ops.Unit(list(ids), ops, later, bundle.bundle_id if bundle else "")
 
-        done, refused = self._commit_units([unit(b, part, set()) for b, part in first])
-        more, refused2 = self._commit_units([unit(b, part, done) for b, part in last])
-        for job_id in done | more:
-            out[job_id] = PageOutcome(job_id, "acted")
-        alone += refused + refused2
+        done: set[str] = set()
+        for n in range(max(map(len, parts.values()), default=0)):
+            acted, refused = self._commit_units([unit(bundles.get(key), part[n], done)
+                                                 for key, part in parts.items() if n < len(part)])
+            done |= acted
+            alone += refused
+        out.update({j: PageOutcome(j, "acted") for j in done})
         for bid, ids in asks.items():
             op, over = job_ops.request_op(bid, recs[r.bundle_key(bid)].cancel_jobs or [], ids)
             out.update({j: PageOutcome(j, "error", exc) for j, exc in over.items()})

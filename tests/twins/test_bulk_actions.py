@@ -337,3 +337,23 @@ def test_the_cli_without_yes_and_without_a_terminal_refuses(
     assert done.exit_code == 0, done.output
     assert "cancelled 20, errors 0" in done.output
     assert states(store, ids) == {"CANCELLED": 20}
+
+
+def test_a_bundle_with_more_jobs_in_a_page_than_a_transaction_holds_is_closed_once() -> None:
+    table = Counting()
+    store = Store(table, clock=lambda: NOW)
+    ids = pending(store, 2_000, per_bundle=2_000)  # one bundle, recorded in pages
+    rec = table.get(r.bundle_key("b-j0"))
+    assert rec is not None and (rec.pages or 0) > 1
+    table.calls.clear()
+    # Pages of up to 1,000 index rows: over 200 of the bundle's jobs in each, cancelled in
+    # parts of 99 (and the bundle's write): only the last part of the last page closes it.
+    report = BulkAction(store, clock=lambda: NOW, page=1_000).run(
+        BulkFilter(BulkVerb.CANCEL, "PENDING"), bulk_id="bulk-p")
+    assert (report.acted, report.errors) == (2_000, 0), report
+    assert states(store, ids) == {"CANCELLED": 2_000}
+    bundle = table.get(r.bundle_key("b-j0"))
+    assert bundle is not None and str(bundle.state) == "DONE"
+    assert all(p.expires_at for p in table.get_many(
+        [r.page_key("b-j0", n) for n in range(rec.pages or 0)]))
+    assert table.calls["TransactWriteItems"] <= 2_000 / 99 + 9 + 1, table.calls
