@@ -142,6 +142,10 @@ class OperatorStore(Deployments):
         and it is done on its own by :meth:`cancel`, which looks again: skipped or reported
         as it would be alone, never clobbered."""
         t = self.clock()
+        # BatchGetItem reads at most 100 items and 16 MB a call: get_many (pynamodb's
+        # batch_get) asks 100 keys at a time, and asks again for the keys a call leaves
+        # unread past 16 MB (UnprocessedKeys).
+        # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
         jobs = {j.job_id: j for j in self.get_jobs(job_ids)}
         recs = {rec.pk: rec for rec in self.table.get_many(
             [r.bundle_key(j.bundle_id) for j in jobs.values() if j.bundle_id])}

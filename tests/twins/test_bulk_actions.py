@@ -1,5 +1,7 @@
 """Operator actions on many jobs (``dispatcher.ops.bulk``): each selected job acted on once,
-through the single-job operations, one page of the status index held at a time, resumable."""
+with the single-job operations' writes and fences, a page of jobs in a few calls, one page of
+the status index held at a time, resumable; a job that moves on meanwhile is reported and its
+neighbours still acted on."""
 
 from __future__ import annotations
 
