@@ -359,3 +359,29 @@ def test_a_bundle_with_more_jobs_in_a_page_than_a_transaction_holds_is_closed_on
     assert all(p.expires_at for p in table.get_many(
         [r.page_key("b-j0", n) for n in range(rec.pages or 0)]))
     assert table.calls["TransactWriteItems"] <= 2_000 / 99 + 9 + 1, table.calls
+
+
+def test_a_bulk_retry_leaves_out_the_jobs_another_operator_retried_meanwhile() -> None:
+    table = Racing(None)
+    store = Store(table, clock=lambda: NOW)
+    ids = failed(store, 300)
+    other = Store(table, clock=lambda: NOW)
+    taken: list[str] = []
+
+    def move_on(batch: list[str]) -> None:
+        taken.extend(batch[::7])
+        for j in taken:
+            other.retry(j, reason="by hand")
+
+    table.move_on = move_on
+    report = BulkAction(store, clock=lambda: NOW).run(
+        BulkFilter(BulkVerb.RETRY, "FAILED"), bulk_id="bulk-y")
+    assert len(taken) >= 3
+    assert (report.acted, report.errors) == (300 - len(taken), len(taken)), report
+    jobs = {j.job_id: j for j in store.get_jobs(ids)}
+    assert all(str(j.state) == "PENDING" for j in jobs.values())
+    # Each retried once: by the other operator (its words kept) or by this action.
+    assert all("by hand" in (jobs[j].reason or "") and not any(
+        h.get("by") == "bulk-y" for h in jobs[j].history) for j in taken)
+    assert all(jobs[j].history[-1]["by"] == "bulk-y" for j in ids if j not in taken)
+    assert len({j.bundle_id for j in jobs.values()}) == 300
