@@ -3,11 +3,13 @@
 ``longjobs jobs cancel|retry --status S [--kind K] [--since D]`` and ``JobClient.bulk_cancel``
 / ``bulk_retry`` are thin layers over :class:`BulkAction`. It walks the status index page by
 page (:meth:`OperatorStore.job_pages`: one page of index rows held at a time, so 100,000 jobs
-take the memory of 100) and acts on each job through the single-job operations
-(:meth:`OperatorStore.cancel` / :meth:`OperatorStore.retry`), so every fence and condition of
-those stays; one job at a time, each call waiting for the one before (as fast as a person's
-``jobs cancel`` in a loop, far below the table's limits; botocore and the store's own retry
-absorb throttling).
+take the memory of 100) and acts on each page at once (:meth:`OperatorStore.cancel_page` /
+:meth:`OperatorStore.retry_page`): a few BatchGetItem reads and a few transactions of up to
+100 actions a page, not a few calls a job, with the very ops and conditions of the single-job
+operations (:mod:`dispatcher.store.job_ops`); a job that moved on meanwhile is done on its own
+by :meth:`OperatorStore.cancel` / :meth:`OperatorStore.retry`, as a single ``jobs cancel``
+would be. One page at a time, each call waiting for the one before, far below the table's
+limits; botocore and the store's own retry absorb throttling.
 
 Resumable: each action has an id (``bulk_id``), which every job it acts on keeps in its history
 (and ``reason``); a run given the same id skips the jobs that carry it (``AlreadyActed``), so a
@@ -25,9 +27,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from dispatcher.domain.errors import AlreadyActed, LongjobsError
+from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import JobState
-from dispatcher.ports.table import TableUnavailable
 from dispatcher.store import OperatorStore
 from dispatcher.store.codec import iso
 
@@ -126,26 +127,22 @@ class BulkAction:
             return report
         said = f"{reason or 'operator action'} ({report.bulk_id}: {report.selection})"
         for rows in self.store.job_pages(state, page=self.page, **where):
-            for row in rows:
-                job_id = row.job_id or row.pk.split("#", 1)[1]
-                try:
-                    if f.verb == BulkVerb.CANCEL:
-                        job = self.store.cancel(job_id, reason=said, by=report.bulk_id,
-                                                only=state)
-                        if job.state == JobState.CANCELLED:
-                            report.acted += 1
-                        else:
-                            report.requested += 1
-                    else:
-                        self.store.retry(job_id, from_scratch=from_scratch, reason=said,
-                                         by=report.bulk_id, only=state)
-                        report.acted += 1
-                except AlreadyActed:
+            ids = [row.job_id or row.pk.split("#", 1)[1] for row in rows]
+            if f.verb == BulkVerb.CANCEL:
+                outcomes = self.store.cancel_page(ids, reason=said, by=report.bulk_id,
+                                                  only=state)
+            else:
+                outcomes = self.store.retry_page(ids, from_scratch=from_scratch, reason=said,
+                                                 by=report.bulk_id, only=state)
+            for outcome in outcomes:
+                if outcome.done == "acted":
+                    report.acted += 1
+                elif outcome.done == "requested":
+                    report.requested += 1
+                elif outcome.done == "skipped":
                     report.skipped += 1
-                except TableUnavailable:
-                    raise  # not this job's doing: stop; the same bulk id resumes
-                except LongjobsError as exc:
+                else:
                     report.errors += 1
                     if len(report.error_samples) < ERROR_SAMPLES:
-                        report.error_samples.append(str(exc))
+                        report.error_samples.append(str(outcome.error))
         return report

@@ -9,51 +9,36 @@ The reads return table records (:class:`dispatcher.ports.table.Record`): the ope
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 
-from dispatcher.domain import lifecycle, sizes
-from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
+from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import AlreadyActed, ConflictError, JobNotFound, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState, new_id
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import (
-    Absent,
+    MAX_TRANSACTION_ITEMS,
     And,
-    Append,
-    Check,
     Condition,
+    ConditionFailed,
     Eq,
     Ge,
     Gt,
     Has,
-    In,
-    Op,
-    Put,
     Record,
-    Remove,
-    Set,
-    Update,
+    TableUnavailable,
+    TransactionCancelled,
 )
 from dispatcher.store import codec as r
-from dispatcher.store import index
-from dispatcher.store.base import job_state, status
+from dispatcher.store import index, job_ops
 from dispatcher.store.deployments import Deployments
-from dispatcher.store.held import WAITING
-from dispatcher.store.runner import expire_pages_later, fit_pages, page_expiry
+from dispatcher.store.runner import expire_pages_later
+from dispatcher.store.values import PageOutcome
 
 TRIES = 3
 # A finished state's list of one kind without a window reads at most this many index rows of
 # each of its partitions (nine), newest first: see OperatorStore.list_jobs.
 FILTERED_READ = 1000
-
-
-def _check_mark(job: Job, by: str | None, only: JobState | None) -> None:
-    """AlreadyActed if the bulk action ``by`` has acted on ``job`` (its history's mark);
-    ConflictError if the job is no longer in the state ``only`` it was selected in."""
-    if by and any(isinstance(h, dict) and h.get("by") == by for h in job.history):
-        raise AlreadyActed(f"already acted on by {by}", job_id=job.job_id)
-    if only is not None and job.state != only:
-        raise ConflictError(f"now {job.state}, no longer {only}", job_id=job.job_id)
 
 
 def _where(kind: str | None, scheduled_after: float | None) -> Condition | None:
@@ -92,14 +77,10 @@ class OperatorStore(Deployments):
         a job still in this state (a bulk action's filter), else ConflictError."""
         for _ in range(TRIES):
             job = self._job(job_id)
-            _check_mark(job, by, only)
-            if job.state in TERMINAL_JOB_STATES:
-                raise LongjobsError(f"job is already {job.state}; nothing to cancel",
-                                    job_id=job_id)
+            job_ops.check_cancel(job, by, only)
             bundle = self.get_bundle(job.bundle_id) if job.bundle_id else None
             try:
-                if job.state == JobState.PENDING and (bundle is None
-                                                      or bundle.state == BundleState.PENDING):
+                if job_ops.cancels_now(job, bundle):
                     self._cancel_now(job, bundle, reason=reason, by=by)
                 else:
                     self._request_cancel(job, bundle)
@@ -110,57 +91,27 @@ class OperatorStore(Deployments):
 
     def _cancel_now(self, job: Job, bundle: Bundle | None, *, reason: str | None = None,
                     by: str | None = None) -> None:
-        lifecycle.check_job(job.job_id, job.state, JobState.CANCELLED)
         t = self.clock()
-        # A bulk cancel's mark: a boundary entry, like a retry's (who acted, and why).
-        mark = [Set("history", sizes.bound_history([*job.history, {
-            "cancelled_at": t, "by": by, "reason": reason}]))] if by else []
         others = [] if bundle is None else [
             j for j in self.get_jobs(bundle.job_ids)
             if j.job_id != job.job_id and j.bundle_id == bundle.bundle_id]
-        ops: list[Op] = [Update(r.job_key(job.job_id), [
-            *job_state(job.job_id, JobState.CANCELLED, t),
-            Set("reason", "cancelled on request before it started"
-                + (f": {reason}" if reason else "")), *mark, *self._expires(t)],
-            Eq("state", str(JobState.PENDING)))]
-        pages_later: list[list[Op]] = []
-        if bundle is not None:
-            cond = And(Eq("state", str(BundleState.PENDING)), Eq("attempt", bundle.attempt))
-            if all(j.state in TERMINAL_JOB_STATES for j in others):  # the last one: close it
-                lifecycle.check_bundle(bundle.bundle_id, bundle.state, BundleState.DONE)
-                ops.append(Update(r.bundle_key(bundle.bundle_id),
-                                  [*status(r.bundle_status(BundleState.DONE), t),
-                                   *self._expires(t)], cond))
-                # DONE: its pages may expire with it (kept until now: see page_expiry).
-                pages_now, pages_later = fit_pages(
-                    page_expiry(bundle.bundle_id, bundle.pages, self._expiry(t)), len(ops), [])
-                ops += pages_now
-            else:
-                ops.append(Check(r.bundle_key(bundle.bundle_id), cond))
+        ops, pages_later = job_ops.cancel_ops([job], bundle, others, t=t,
+                                              expires_at=self._expiry(t), reason=reason, by=by)
         self._transact(ops, "changed while cancelling", job_id=job.job_id)
         if bundle is not None:
             expire_pages_later(self.table, bundle.bundle_id, pages_later)
 
     def _request_cancel(self, job: Job, bundle: Bundle | None) -> None:
-        """A cancel request on the job's active bundle: each job once (a repeated ``jobs
-        cancel`` finds its request standing), and at most MAX_CANCEL_REQUESTS per bundle, so
-        the bundle's item keeps its size budget (dispatcher.domain.sizes). Two operators
-        cancelling one job at the same instant may both append it: harmless, the runner reads
-        a set."""
+        """A cancel request on the job's active bundle (:func:`job_ops.request_op`)."""
         if bundle is None:
             raise LongjobsError("job has no bundle to stop", job_id=job.job_id)
         rec = self.table.get(r.bundle_key(bundle.bundle_id))
-        requested = (rec.cancel_jobs if rec else None) or []
-        if job.job_id in requested:
-            return
-        if len(requested) >= sizes.MAX_CANCEL_REQUESTS:
-            raise LongjobsError(f"bundle {bundle.bundle_id} already holds {len(requested)} "
-                                "cancel requests, the most its item keeps (DynamoDB's "
-                                "400 KB item limit); this job was not cancelled",
-                                job_id=job.job_id)
-        self._write(Update(r.bundle_key(bundle.bundle_id), [Append("cancel_jobs", [job.job_id])],
-                           In("state", [str(s) for s in ACTIVE_BUNDLE_STATES])),
-                    "bundle changed", job_id=job.job_id)
+        op, refused = job_ops.request_op(bundle.bundle_id, (rec.cancel_jobs if rec else None)
+                                         or [], [job.job_id])
+        if job.job_id in refused:
+            raise refused[job.job_id]
+        if op is not None:
+            self._write(op, "bundle changed", job_id=job.job_id)
 
     def retry(self, job_id: str, *, from_scratch: bool = False, reason: str | None = None,
               by: str | None = None, only: JobState | None = None) -> Job:
@@ -173,43 +124,163 @@ class OperatorStore(Deployments):
         and in its history's retry boundary; a job already marked by ``by`` raises
         AlreadyActed; ``only`` as for :meth:`cancel`."""
         job = self._job(job_id)
-        _check_mark(job, by, only)
-        if job.state not in (JobState.FAILED, JobState.CANCELLED):
-            raise LongjobsError(f"only FAILED or CANCELLED jobs can be retried, not {job.state}",
-                                job_id=job_id)
-        lifecycle.check_job(job_id, job.state, JobState.PENDING)
-        t = self.clock()
-        # A run of the job may still be alive in job.live_task (abandoned, or failed as
-        # overdue while its task ran on): the new bundle is held until the tick's
-        # reconciliation sees that task stopped, so two runs never overlap (lifecycle,
-        # "Live runs"). The retry is recorded now; only its launch waits.
-        due = lifecycle.HELD_AT if job.live_task else max(t, job.not_before or 0.0)
-        # The job's own bundle of one: its priority, task size and schedule, as it was
-        # admitted with; its kind, so that it counts its one slot against the kind's limit
-        # if the kind has one (the tick counts only limited kinds).
-        bundle = Bundle(bundle_id=new_id(), job_ids=[job_id],
-                        estimated_seconds=job.estimated_seconds or 0.0,
-                        next_attempt_at=due, created_at=t,
-                        priority=job.priority, resources=job.resources, kind=job.kind,
-                        slots=1)
-        waits = f"{WAITING}{job.live_task} is known stopped (a run of this job may still " \
-            "be alive there)" if job.live_task else ""
-        self._transact([
-            Put(r.bundle_record(bundle), Absent()),
-            Update(r.job_key(job_id), [
-                *job_state(job_id, JobState.PENDING, t),
-                Set("attempts", 0), Set("infra_attempts", 0), Set("bundle_id", bundle.bundle_id),
-                Set("reason", f"retried on request after {job.state}"
-                    + (" from scratch" if from_scratch else "")
-                    + (f": {reason}" if reason else "") + waits),
-                # The retry's boundary in the attempt history: attempts count from 1 again.
-                Set("history", sizes.bound_history([*job.history, {
-                    "retried_at": t, "after": str(job.state), "from_scratch": from_scratch,
-                    **({"by": by, "reason": reason} if by else {})}])),
-                Remove("expires_at"), *([Remove("checkpoint")] if from_scratch else [])],
-                Eq("state", str(job.state)))],
-            "job changed while retrying; try again", job_id=job_id)
+        job_ops.check_retry(job, by, only)
+        self._transact(job_ops.retry_ops(job, new_id(), t=self.clock(),
+                                         from_scratch=from_scratch, reason=reason, by=by),
+                       "job changed while retrying; try again", job_id=job_id)
         return self._job(job_id)
+
+    # -- a page of a bulk action: few calls for many jobs ------------------------------------
+    def cancel_page(self, job_ids: list[str], *, reason: str | None = None,
+                    by: str | None = None, only: JobState | None = None) -> list[PageOutcome]:
+        """:meth:`cancel` of each of ``job_ids`` (a page of a bulk action, ``by``), in few
+        calls: the jobs, their bundles and the bundles' other jobs read at once (BatchGetItem,
+        100 keys a call), the cancels grouped into transactions (:func:`job_ops.pack`) with
+        the same ops and conditions as one job's, each bundle's jobs in one of them (the
+        last closes it), a cancel request one write per bundle. A job whose write is refused
+        (it or its bundle moved on meanwhile) is left out, its neighbours written without it,
+        and it is done on its own by :meth:`cancel`, which looks again: skipped or reported
+        as it would be alone, never clobbered."""
+        t = self.clock()
+        # BatchGetItem reads at most 100 items and 16 MB a call: get_many (pynamodb's
+        # batch_get) asks 100 keys at a time, and asks again for the keys a call leaves
+        # unread past 16 MB (UnprocessedKeys).
+        # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
+        jobs = {j.job_id: j for j in self.get_jobs(job_ids)}
+        recs = {rec.pk: rec for rec in self.table.get_many(
+            [r.bundle_key(j.bundle_id) for j in jobs.values() if j.bundle_id])}
+        bundles = {b.bundle_id: b for b in map(r.record_bundle, recs.values())}
+        out: dict[str, PageOutcome] = {}
+        now: dict[str, list[Job]] = {}  # by bundle ("#" and its id: a job without one)
+        asks: dict[str, list[str]] = {}
+        alone: list[str] = [j for j in job_ids if j not in jobs]  # cancel() says why
+        for job in jobs.values():
+            bundle = bundles.get(job.bundle_id or "")
+            try:
+                job_ops.check_cancel(job, by, only)
+                if job_ops.cancels_now(job, bundle):
+                    now.setdefault(bundle.bundle_id if bundle else "#" + job.job_id,
+                                   []).append(job)
+                elif bundle is None:
+                    alone.append(job.job_id)
+                else:
+                    asks.setdefault(bundle.bundle_id, []).append(job.job_id)
+            except AlreadyActed:
+                out[job.job_id] = PageOutcome(job.job_id, "skipped")
+            except LongjobsError as exc:
+                out[job.job_id] = PageOutcome(job.job_id, "error", exc)
+        for bundle in bundles.values():
+            if bundle.bundle_id in now:  # its pages read only if it has them
+                bundle.job_ids = self.job_ids_of(bundle)
+        mates = {j.job_id: j for j in self.get_jobs(
+            [m for key in now if key in bundles for m in bundles[key].job_ids
+             if m not in jobs])}
+        # A bundle with more of its jobs in the page than one transaction holds is cancelled
+        # in parts, one round each: a part may close it only when the parts before it have
+        # committed (they count as cancelled then), so only its last part closes it.
+        parts = {key: [group[i:i + MAX_TRANSACTION_ITEMS - 1]
+                       for i in range(0, len(group), MAX_TRANSACTION_ITEMS - 1)]
+                 for key, group in now.items()}
+
+        def unit(bundle: Bundle | None, part: list[Job], done: set[str]) -> job_ops.Unit:
+            ids = {j.job_id for j in part}
+            others = [] if bundle is None else [
+                replace(j, state=JobState.CANCELLED) if j.job_id in done else j
+                for m in bundle.job_ids if m not in ids
+                for j in [jobs.get(m) or mates.get(m)] if j and j.bundle_id == bundle.bundle_id]
+            ops, later = job_ops.cancel_ops(part, bundle, others, t=t,
+                                            expires_at=self._expiry(t), reason=reason, by=by)
+            return job_ops.Unit(list(ids), ops, later, bundle.bundle_id if bundle else "")
+
+        done: set[str] = set()
+        for n in range(max(map(len, parts.values()), default=0)):
+            acted, refused = self._commit_units([unit(bundles.get(key), part[n], done)
+                                                 for key, part in parts.items() if n < len(part)])
+            done |= acted
+            alone += refused
+        out.update({j: PageOutcome(j, "acted") for j in done})
+        for bid, ids in asks.items():
+            op, over = job_ops.request_op(bid, recs[r.bundle_key(bid)].cancel_jobs or [], ids)
+            out.update({j: PageOutcome(j, "error", exc) for j, exc in over.items()})
+            try:
+                if op is not None:
+                    self.table.write(op)
+                out.update({j: PageOutcome(j, "requested") for j in ids if j not in over})
+            except ConditionFailed:
+                alone += [j for j in ids if j not in over]  # the bundle moved on: look again
+        for job_id in alone:
+            out[job_id] = self._alone(job_id, lambda j: self.cancel(
+                j, reason=reason, by=by, only=only), cancel=True)
+        return [out[j] for j in dict.fromkeys(job_ids)]
+
+    def retry_page(self, job_ids: list[str], *, from_scratch: bool = False,
+                   reason: str | None = None, by: str | None = None,
+                   only: JobState | None = None) -> list[PageOutcome]:
+        """:meth:`retry` of each of ``job_ids`` in few calls, as :meth:`cancel_page`: the
+        jobs read at once, each job's retry (its new bundle and its own write, one unit)
+        grouped into transactions; a job refused is left out and done on its own."""
+        t = self.clock()
+        jobs = {j.job_id: j for j in self.get_jobs(job_ids)}
+        out: dict[str, PageOutcome] = {}
+        units: list[job_ops.Unit] = []
+        for job in jobs.values():
+            try:
+                job_ops.check_retry(job, by, only)
+                units.append(job_ops.Unit([job.job_id], job_ops.retry_ops(
+                    job, new_id(), t=t, from_scratch=from_scratch, reason=reason, by=by), []))
+            except AlreadyActed:
+                out[job.job_id] = PageOutcome(job.job_id, "skipped")
+            except LongjobsError as exc:
+                out[job.job_id] = PageOutcome(job.job_id, "error", exc)
+        done, refused = self._commit_units(units)
+        out.update({j: PageOutcome(j, "acted") for j in done})
+        for job_id in [*refused, *(j for j in job_ids if j not in jobs)]:
+            out[job_id] = self._alone(job_id, lambda j: self.retry(
+                j, from_scratch=from_scratch, reason=reason, by=by, only=only))
+        return [out[j] for j in dict.fromkeys(job_ids)]
+
+    def _commit_units(self, units: list[job_ops.Unit]) -> tuple[set[str], list[str]]:
+        """Write the units in as few transactions as fit; return the jobs written and those
+        refused. A transaction refused for some units' conditions (their job or bundle moved
+        on) is made again without them, so one job that moved on never holds back its
+        neighbours; one refused otherwise (a conflict that persisted) refuses all its units.
+        Either way the refused are not written here: the caller does each on its own."""
+        done: set[str] = set()
+        refused: list[str] = []
+        for group in job_ops.pack(units):
+            while group:
+                try:
+                    self._transact_retrying([op for u in group for op in u.ops])
+                except TransactionCancelled as exc:
+                    failed, at, keep = exc.failed_conditions(), 0, []
+                    for u in group:
+                        if not failed or failed & set(range(at, at + len(u.ops))):
+                            refused.extend(u.job_ids)
+                        else:
+                            keep.append(u)
+                        at += len(u.ops)
+                    group = keep
+                    continue
+                for u in group:
+                    done.update(u.job_ids)
+                    expire_pages_later(self.table, u.bundle_id, u.later)
+                break
+        return done, refused
+
+    @staticmethod
+    def _alone(job_id: str, act: Callable[[str], Job], *, cancel: bool = False) -> PageOutcome:
+        """One job of a page done on its own (``act``: :meth:`cancel` or :meth:`retry`): a
+        ``cancel`` that leaves the job not CANCELLED was a request to its task."""
+        try:
+            job = act(job_id)
+        except AlreadyActed:
+            return PageOutcome(job_id, "skipped")
+        except TableUnavailable:
+            raise  # not this job's doing: stop; the same bulk id resumes
+        except LongjobsError as exc:
+            return PageOutcome(job_id, "error", exc)
+        requested = cancel and job.state != JobState.CANCELLED
+        return PageOutcome(job_id, "requested" if requested else "acted")
 
     # -- queries --------------------------------------------------------------------------------
     def list_jobs(self, state: JobState, *, since: float | None = None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import JobState
 
 
@@ -45,3 +46,14 @@ class JobUpdate:
     settled_by: str | None = None  # a stop's settle: the stopped task's ARN (Job.settled_by)
     drop_checkpoint: bool = False  # the item is too large for the update: make room
     live_task: str | None = None  # its run there was abandoned still running (Job.live_task)
+
+
+@dataclass(frozen=True)
+class PageOutcome:
+    """What a bulk action did to one job of a page (OperatorStore.cancel_page/retry_page):
+    ``done`` is "acted" (cancelled or retried), "requested" (a cancel asked of its task),
+    "skipped" (this bulk action had acted on it already) or "error" (``error`` says why)."""
+
+    job_id: str
+    done: str
+    error: LongjobsError | None = None

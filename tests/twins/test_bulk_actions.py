@@ -1,5 +1,7 @@
 """Operator actions on many jobs (``dispatcher.ops.bulk``): each selected job acted on once,
-through the single-job operations, one page of the status index held at a time, resumable."""
+with the single-job operations' writes and fences, a page of jobs in a few calls, one page of
+the status index held at a time, resumable; a job that moves on meanwhile is reported and its
+neighbours still acted on."""
 
 from __future__ import annotations
 
@@ -129,11 +131,15 @@ def test_a_bulk_cancel_of_every_pending_job_holds_one_page_at_a_time() -> None:
     # number of jobs (rows held through the run would count all of them, as above).
     assert PAGE < table.most_rows_held <= 2 * PAGE < BULK_JOBS, table.most_rows_held
     assert table.rows_held == 0
-    per_job = {k: v / BULK_JOBS for k, v in calls.items()}
-    # Each cancel: the job, its bundle, its bundle-mates (one BatchGetItem), one
-    # transaction, the job again; the walk: one query per 100 rows (and one past each shard).
-    assert calls["TransactWriteItems"] == BULK_JOBS
-    assert per_job["GetItem"] == 3 and per_job["BatchGetItem"] == 1
+    # A page of 100 jobs at once: the jobs, their bundles and the bundles' other jobs read
+    # in a few BatchGetItem calls (100 keys each), the cancels written in transactions of up
+    # to 100 actions (each bundle's jobs and its close in one); no GetItem at all. One job at
+    # a time cost 5 calls a job (3 GetItem, 1 BatchGetItem, 1 TransactWriteItems).
+    assert calls["GetItem"] == 0, calls
+    assert calls["TransactWriteItems"] <= BULK_JOBS / PAGE * 3, calls
+    assert calls["BatchGetItem"] <= BULK_JOBS / PAGE * 6, calls
+    assert sum(calls.values()) / BULK_JOBS <= 0.1, calls
+    # The walk: one query per 100 rows (and one past each shard).
     assert BULK_JOBS / PAGE <= calls["Query"] <= BULK_JOBS / PAGE + len(keys)
     assert calls["Query(COUNT)"] == len(keys)
     job = store.get_job(ids[0])
@@ -143,39 +149,46 @@ def test_a_bulk_cancel_of_every_pending_job_holds_one_page_at_a_time() -> None:
     assert table.count(r.bundle_status("DONE")) == BULK_JOBS // 4
 
 
-class Interrupting(Store):
-    """A store whose retry fails (as a killed process would stop) after ``after`` retries."""
+class Interrupting(MemoryTable):
+    """A table that stops (as a killed process would) at its transaction number ``stop``,
+    counting the jobs the transactions before it retried (each retry puts a new bundle)."""
 
-    after = 10**9
-    done = 0
+    stop = 10**9
+    made = 0
+    retried = 0
 
-    def retry(self, job_id: str, **kw: Any) -> Job:
-        if self.done >= self.after:
+    def _transact(self, ops: list[Op]) -> None:
+        self.made += 1
+        if self.made == self.stop:
             raise KeyboardInterrupt
-        job = super().retry(job_id, **kw)
-        self.done += 1
-        return job
+        super()._transact(ops)
+        self.retried += sum(1 for op in ops if isinstance(op, Put))
 
 
 def test_an_interrupted_bulk_retry_resumed_acts_on_each_remaining_job_once() -> None:
-    store = Interrupting(MemoryTable(), clock=lambda: NOW)
+    table = Interrupting()
+    store = Store(table, clock=lambda: NOW)
     ids = failed(store, 1_000)
-    action = BulkAction(store, clock=lambda: NOW, page=50)
+    # Pages of 75 jobs: a retry is two actions (its bundle, the job), so each page is two
+    # transactions (50 jobs, then 25): the stop falls in the middle of a page.
+    action = BulkAction(store, clock=lambda: NOW, page=75)
     f = BulkFilter(BulkVerb.RETRY, "FAILED")
-    store.after = 370
+    table.stop = table.made + 8
     with pytest.raises(KeyboardInterrupt):
         action.run(f, bulk_id="bulk-r", reason="fixed the bug")
-    assert states(store, ids) == {"PENDING": 370, "FAILED": 630}
+    first = table.retried
+    assert 0 < first < 1_000
+    assert states(store, ids) == {"PENDING": first, "FAILED": 1_000 - first}
     # Some retried jobs failed again before the resumed run: in FAILED again, selected
     # again, and skipped (this bulk id's mark), not retried a second time.
     again = [j.job_id for j in store.get_jobs(ids) if j.state == JobState.PENDING][:40]
     for j in again:
         store.table.write(Update(r.job_key(j), [
             Set("state", "FAILED"), Set("status_key", r.job_status(JobState.FAILED, j))]))
-    store.after = 10**9
+    table.stop = 10**9
     report = action.run(f, bulk_id="bulk-r", reason="fixed the bug")
-    assert (report.acted, report.skipped, report.errors) == (630, 40, 0)
-    assert store.done == 1_000
+    assert (report.acted, report.skipped, report.errors) == (1_000 - first, 40, 0)
+    assert table.retried == 1_000
     marks = Counter(sum(1 for h in j.history if h.get("by") == "bulk-r")
                     for j in store.get_jobs(ids))
     assert marks == {1: 1_000}  # every job retried by this action exactly once
@@ -203,26 +216,78 @@ def test_the_filters_select_exactly_the_matching_jobs() -> None:
         BulkFilter(BulkVerb.RETRY, "PENDING")
 
 
-def test_a_job_that_changed_meanwhile_is_counted_as_an_error_not_acted_on() -> None:
-    class Racing(Store):
-        """Between the walk's read and the cancel, every tenth job is cancelled by someone
-        else."""
+class Racing(Counting):
+    """Another writer moves jobs on between the bulk action's reads and its writes:
+    ``move_on`` is called once, with the jobs the first transaction writes, just before it."""
 
-        seen = 0
+    def __init__(self, move_on: Any) -> None:
+        super().__init__()
+        self.move_on = move_on
 
-        def cancel(self, job_id: str, **kw: Any) -> Job:
-            self.seen += 1
-            if self.seen % 10 == 0:
-                super().cancel(job_id)
-            return super().cancel(job_id, **kw)
+    def _transact(self, ops: list[Op]) -> None:
+        move_on, self.move_on = self.move_on, None
+        if move_on is not None:
+            move_on(sorted(op.pk.split("#", 1)[1] for op in ops if op.pk.startswith("JOB#")))
+        super()._transact(ops)
 
-    store = Racing(MemoryTable(), clock=lambda: NOW)
-    ids = pending(store, 100)
+
+def test_jobs_that_move_on_in_the_middle_of_a_batch_are_skipped_and_reported() -> None:
+    moved: dict[str, list[str]] = {}
+
+    def move_on(batch: list[str]) -> None:
+        """In the middle of the batch: a job of every third bundle cancelled by another
+        operator, one finished (its item rewritten as SUCCEEDED by another writer), and one
+        bundle launched (its fence moves on, its jobs stay PENDING until they start)."""
+        bundles = sorted({bundle_of[j] for j in batch})
+        launched = bundles[1]
+        cancelled = [next(j for j in batch if bundle_of[j] == b) for b in bundles[2::3]]
+        finished = next(j for j in batch if bundle_of[j] not in (launched, bundle_of[
+            cancelled[0]]))
+        for j in cancelled:
+            other.cancel(j)
+        table.write(Update(r.job_key(finished), [
+            Set("state", "SUCCEEDED"), Set("status_key",
+                                           r.job_status(JobState.SUCCEEDED, finished))]))
+        table.write(Update(r.bundle_key(launched), [Set("state", "LAUNCHED")]))
+        moved.update(batch=batch, cancelled=cancelled, finished=[finished],
+                     launched=[j for j in batch if bundle_of[j] == launched])
+
+    table = Racing(None)
+    store = Store(table, clock=lambda: NOW)
+    ids = pending(store, 100)  # ten bundles of ten
+    bundle_of = {j: f"b-j{i // 10 * 10}" for i, j in enumerate(ids)}
+    other = Store(table, clock=lambda: NOW)  # another operator, on the same table
+    table.move_on = move_on
+    table.calls.clear()
     report = BulkAction(store, clock=lambda: NOW).run(
-        BulkFilter(BulkVerb.CANCEL, "PENDING"), bulk_id="bulk-x")
-    assert (report.acted, report.errors) == (90, 10)
-    assert "no longer PENDING" in report.error_samples[0]
-    assert states(store, ids) == {"CANCELLED": 100}
+        BulkFilter(BulkVerb.CANCEL, "PENDING"), bulk_id="bulk-x", reason="bad input")
+    gone = {*moved["cancelled"], *moved["finished"]}
+    assert len(moved["batch"]) > 5 and len(gone) >= 2 and moved["launched"]
+    # Each one that moved on is reported, never written over: the other operator's cancel
+    # keeps its own reason and history, the finished job stays SUCCEEDED.
+    assert report.errors == len(gone), report
+    assert sorted(e.split(":")[0] for e in report.error_samples) == sorted(gone)
+    assert all("no longer PENDING" in e for e in report.error_samples), report.error_samples
+    jobs = {j.job_id: j for j in store.get_jobs(ids)}
+    assert not any(h.get("by") == "bulk-x" for j in gone for h in jobs[j].history)
+    assert str(jobs[moved["finished"][0]].state) == "SUCCEEDED"
+    assert all(str(jobs[j].state) == "CANCELLED" for j in moved["cancelled"])
+    # Their neighbours, in the same transactions, were acted on all the same: cancelled,
+    # with this action's mark, their bundles closed; those of the launched bundle (whose
+    # fence moved on) were asked of its task, as a single cancel does.
+    asked = [j for j in moved["launched"] if j not in gone]
+    rest = [j for j in ids if j not in gone and bundle_of[j] != bundle_of[asked[0]]]
+    assert (report.acted, report.requested) == (len(rest), 10), report
+    assert all(str(jobs[j].state) == "CANCELLED" and jobs[j].history[-1]["by"] == "bulk-x"
+               for j in rest)
+    bundle = table.get(r.bundle_key(bundle_of[asked[0]]))
+    assert bundle is not None and str(bundle.state) == "LAUNCHED"
+    assert sorted(bundle.cancel_jobs or []) == sorted(
+        j for j in ids if bundle_of[j] == bundle_of[asked[0]])
+    assert table.count(r.bundle_status("DONE")) == 9
+    # The refused transaction was made again without the refused bundles, not given up: a
+    # few transactions a page, and the single cancels of the refused bundles' jobs.
+    assert table.calls["TransactWriteItems"] <= 2 * len(gone) + 3 * 10, table.calls
 
 
 def snapshot(table: MemoryTable) -> dict[str, Any]:
@@ -274,3 +339,49 @@ def test_the_cli_without_yes_and_without_a_terminal_refuses(
     assert done.exit_code == 0, done.output
     assert "cancelled 20, errors 0" in done.output
     assert states(store, ids) == {"CANCELLED": 20}
+
+
+def test_a_bundle_with_more_jobs_in_a_page_than_a_transaction_holds_is_closed_once() -> None:
+    table = Counting()
+    store = Store(table, clock=lambda: NOW)
+    ids = pending(store, 2_000, per_bundle=2_000)  # one bundle, recorded in pages
+    rec = table.get(r.bundle_key("b-j0"))
+    assert rec is not None and (rec.pages or 0) > 1
+    table.calls.clear()
+    # Pages of up to 1,000 index rows: over 200 of the bundle's jobs in each, cancelled in
+    # parts of 99 (and the bundle's write): only the last part of the last page closes it.
+    report = BulkAction(store, clock=lambda: NOW, page=1_000).run(
+        BulkFilter(BulkVerb.CANCEL, "PENDING"), bulk_id="bulk-p")
+    assert (report.acted, report.errors) == (2_000, 0), report
+    assert states(store, ids) == {"CANCELLED": 2_000}
+    bundle = table.get(r.bundle_key("b-j0"))
+    assert bundle is not None and str(bundle.state) == "DONE"
+    assert all(p.expires_at for p in table.get_many(
+        [r.page_key("b-j0", n) for n in range(rec.pages or 0)]))
+    assert table.calls["TransactWriteItems"] <= 2_000 / 99 + 9 + 1, table.calls
+
+
+def test_a_bulk_retry_leaves_out_the_jobs_another_operator_retried_meanwhile() -> None:
+    table = Racing(None)
+    store = Store(table, clock=lambda: NOW)
+    ids = failed(store, 300)
+    other = Store(table, clock=lambda: NOW)
+    taken: list[str] = []
+
+    def move_on(batch: list[str]) -> None:
+        taken.extend(batch[::7])
+        for j in taken:
+            other.retry(j, reason="by hand")
+
+    table.move_on = move_on
+    report = BulkAction(store, clock=lambda: NOW).run(
+        BulkFilter(BulkVerb.RETRY, "FAILED"), bulk_id="bulk-y")
+    assert len(taken) >= 3
+    assert (report.acted, report.errors) == (300 - len(taken), len(taken)), report
+    jobs = {j.job_id: j for j in store.get_jobs(ids)}
+    assert all(str(j.state) == "PENDING" for j in jobs.values())
+    # Each retried once: by the other operator (its words kept) or by this action.
+    assert all("by hand" in (jobs[j].reason or "") and not any(
+        h.get("by") == "bulk-y" for h in jobs[j].history) for j in taken)
+    assert all(jobs[j].history[-1]["by"] == "bulk-y" for j in ids if j not in taken)
+    assert len({j.bundle_id for j in jobs.values()}) == 300

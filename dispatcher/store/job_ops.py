@@ -1,0 +1,196 @@
+"""The writes of one operator action on jobs, written once for both of its callers: a single
+``jobs cancel|retry`` (:meth:`OperatorStore.cancel`, :meth:`OperatorStore.retry`) and a page
+of a bulk action (:meth:`OperatorStore.cancel_page`, :meth:`OperatorStore.retry_page`), which
+groups many of them into few transactions (:func:`pack`).
+
+Each function here only decides and builds: the reads are the caller's, and so is the
+transaction; the conditions on each op are the fences, whichever call carries them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dispatcher.domain import lifecycle, sizes
+from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
+from dispatcher.domain.errors import AlreadyActed, ConflictError, LongjobsError
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
+from dispatcher.ports.table import (
+    MAX_TRANSACTION_ITEMS,
+    Absent,
+    Action,
+    And,
+    Append,
+    Check,
+    Eq,
+    In,
+    Op,
+    Put,
+    Remove,
+    Set,
+    Update,
+)
+from dispatcher.store import codec as r
+from dispatcher.store.base import job_state, status
+from dispatcher.store.held import WAITING
+from dispatcher.store.runner import UPDATES_BYTES, fit_pages, page_expiry
+
+
+def check_mark(job: Job, by: str | None, only: JobState | None) -> None:
+    """AlreadyActed if the bulk action ``by`` has acted on ``job`` (its history's mark);
+    ConflictError if the job is no longer in the state ``only`` it was selected in."""
+    if by and any(isinstance(h, dict) and h.get("by") == by for h in job.history):
+        raise AlreadyActed(f"already acted on by {by}", job_id=job.job_id)
+    if only is not None and job.state != only:
+        raise ConflictError(f"now {job.state}, no longer {only}", job_id=job.job_id)
+
+
+def check_cancel(job: Job, by: str | None, only: JobState | None) -> None:
+    """Raises as :func:`check_mark` does, or if the job has finished: nothing to cancel."""
+    check_mark(job, by, only)
+    if job.state in TERMINAL_JOB_STATES:
+        raise LongjobsError(f"job is already {job.state}; nothing to cancel", job_id=job.job_id)
+
+
+def cancels_now(job: Job, bundle: Bundle | None) -> bool:
+    """Whether a cancel of ``job`` (checked by :func:`check_cancel`), in ``bundle``, is done
+    at once (True: it has not started) or requested from its task (False)."""
+    return job.state == JobState.PENDING and (bundle is None
+                                              or bundle.state == BundleState.PENDING)
+
+
+def cancel_ops(jobs: list[Job], bundle: Bundle | None, others: list[Job], *, t: float,
+               expires_at: int | None, reason: str | None = None,
+               by: str | None = None) -> tuple[list[Op], list[list[Op]]]:
+    """The ops cancelling ``jobs`` at once, all of one ``bundle`` (None: they have none), whose
+    other jobs are ``others``: each job from PENDING, and the bundle fenced as PENDING at its
+    attempt, closed DONE when no other job of it is left unfinished. The second value: the
+    transactions giving the rest of a closed bundle's pages their expiry, made after these
+    ops commit (:func:`dispatcher.store.runner.expire_pages_later`)."""
+    expires: list[Action] = [] if expires_at is None else [Set("expires_at", expires_at)]
+    ops: list[Op] = []
+    for job in jobs:
+        lifecycle.check_job(job.job_id, job.state, JobState.CANCELLED)
+        # A bulk cancel's mark: a boundary entry, like a retry's (who acted, and why).
+        mark = [Set("history", sizes.bound_history([*job.history, {
+            "cancelled_at": t, "by": by, "reason": reason}]))] if by else []
+        ops.append(Update(r.job_key(job.job_id), [
+            *job_state(job.job_id, JobState.CANCELLED, t),
+            Set("reason", "cancelled on request before it started"
+                + (f": {reason}" if reason else "")), *mark, *expires],
+            Eq("state", str(JobState.PENDING))))
+    if bundle is None:
+        return ops, []
+    cond = And(Eq("state", str(BundleState.PENDING)), Eq("attempt", bundle.attempt))
+    if any(j.state not in TERMINAL_JOB_STATES for j in others):
+        return [*ops, Check(r.bundle_key(bundle.bundle_id), cond)], []
+    # The last of its jobs: close it.
+    lifecycle.check_bundle(bundle.bundle_id, bundle.state, BundleState.DONE)
+    ops.append(Update(r.bundle_key(bundle.bundle_id),
+                      [*status(r.bundle_status(BundleState.DONE), t), *expires], cond))
+    # DONE: its pages may expire with it (kept until now: see page_expiry).
+    pages_now, pages_later = fit_pages(page_expiry(bundle.bundle_id, bundle.pages, expires_at),
+                                       len(ops), [])
+    return ops + pages_now, pages_later
+
+
+def request_op(bundle_id: str, requested: list[str], job_ids: list[str]
+               ) -> tuple[Update | None, dict[str, LongjobsError]]:
+    """The write asking the task of active bundle ``bundle_id`` (whose standing requests are
+    ``requested``) to cancel ``job_ids``: each job once (a repeated ``jobs cancel`` finds its
+    request standing), and at most MAX_CANCEL_REQUESTS per bundle, so the bundle's item keeps
+    its size budget (dispatcher.domain.sizes): the jobs past it are refused (the second
+    value). None when there is nothing to write. Two operators cancelling one job at the same
+    instant may both append it: harmless, the runner reads a set."""
+    new = [j for j in dict.fromkeys(job_ids) if j not in requested]
+    room = max(0, sizes.MAX_CANCEL_REQUESTS - len(requested))
+    refused = {j: LongjobsError(
+        f"bundle {bundle_id} already holds {len(requested) + room} cancel requests, the most "
+        "its item keeps (DynamoDB's 400 KB item limit); this job was not cancelled", job_id=j)
+        for j in new[room:]}
+    if not new[:room]:
+        return None, refused
+    return Update(r.bundle_key(bundle_id), [Append("cancel_jobs", new[:room])],
+                  In("state", [str(s) for s in ACTIVE_BUNDLE_STATES])), refused
+
+
+def check_retry(job: Job, by: str | None, only: JobState | None) -> None:
+    check_mark(job, by, only)
+    if job.state not in (JobState.FAILED, JobState.CANCELLED):
+        raise LongjobsError(f"only FAILED or CANCELLED jobs can be retried, not {job.state}",
+                            job_id=job.job_id)
+    lifecycle.check_job(job.job_id, job.state, JobState.PENDING)
+
+
+def retry_ops(job: Job, bundle_id: str, *, t: float, from_scratch: bool = False,
+              reason: str | None = None, by: str | None = None) -> list[Op]:
+    """The ops retrying ``job`` (checked by :func:`check_retry`) into a new bundle of its own,
+    ``bundle_id``: its put, and the job back to PENDING if it is still in its state."""
+    # A run of the job may still be alive in job.live_task (abandoned, or failed as
+    # overdue while its task ran on): the new bundle is held until the tick's
+    # reconciliation sees that task stopped, so two runs never overlap (lifecycle,
+    # "Live runs"). The retry is recorded now; only its launch waits.
+    due = lifecycle.HELD_AT if job.live_task else max(t, job.not_before or 0.0)
+    # The job's own bundle of one: its priority, task size and schedule, as it was
+    # admitted with; its kind, so that it counts its one slot against the kind's limit
+    # if the kind has one (the tick counts only limited kinds).
+    bundle = Bundle(bundle_id=bundle_id, job_ids=[job.job_id],
+                    estimated_seconds=job.estimated_seconds or 0.0,
+                    next_attempt_at=due, created_at=t,
+                    priority=job.priority, resources=job.resources, kind=job.kind, slots=1)
+    waits = f"{WAITING}{job.live_task} is known stopped (a run of this job may still " \
+        "be alive there)" if job.live_task else ""
+    return [
+        Put(r.bundle_record(bundle), Absent()),
+        Update(r.job_key(job.job_id), [
+            *job_state(job.job_id, JobState.PENDING, t),
+            Set("attempts", 0), Set("infra_attempts", 0), Set("bundle_id", bundle.bundle_id),
+            Set("reason", f"retried on request after {job.state}"
+                + (" from scratch" if from_scratch else "")
+                + (f": {reason}" if reason else "") + waits),
+            # The retry's boundary in the attempt history: attempts count from 1 again.
+            Set("history", sizes.bound_history([*job.history, {
+                "retried_at": t, "after": str(job.state), "from_scratch": from_scratch,
+                **({"by": by, "reason": reason} if by else {})}])),
+            Remove("expires_at"), *([Remove("checkpoint")] if from_scratch else [])],
+            Eq("state", str(job.state)))]
+
+
+@dataclass
+class Unit:
+    """Ops that must commit together (one bundle's cancels, one job's retry), the jobs they
+    act on, and what follows their commit (a closed bundle's remaining page expiries)."""
+
+    job_ids: list[str]
+    ops: list[Op]
+    later: list[list[Op]]
+    bundle_id: str = ""
+
+
+def op_bytes(op: Op) -> int:
+    """An upper estimate of an op's size in a transaction: a job's update is bounded by its
+    history (MAX_HISTORY_BYTES) and reason; the rest are small items."""
+    if isinstance(op, Update):
+        return 512 + sum(sizes.json_bytes(a.value) for a in op.actions if isinstance(a, Set))
+    if isinstance(op, Put):
+        return 4096
+    return 512
+
+
+def pack(units: list[Unit]) -> list[list[Unit]]:
+    """Units grouped into transactions within TransactWriteItems' limits: at most 100 actions
+    (MAX_TRANSACTION_ITEMS) and 4 MB (kept under UPDATES_BYTES, 3,500,000, as the runner's
+    writes are), a unit never split.
+    https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
+    """
+    groups: list[list[Unit]] = []
+    items = size = 0
+    for unit in units:
+        u_items, u_size = len(unit.ops), sum(op_bytes(op) for op in unit.ops)
+        if not groups or items + u_items > MAX_TRANSACTION_ITEMS or size + u_size > UPDATES_BYTES:
+            groups.append([])
+            items = size = 0
+        groups[-1].append(unit)
+        items += u_items
+        size += u_size
+    return groups
