@@ -143,7 +143,7 @@ class HistoryTable(MemoryTable):
         """Every item the key condition matches past ``after`` (DynamoDB's ExclusiveStartKey:
         reading starts there), the twin's and the history's, in index order (the history's
         made only as the reader reaches them)."""
-        mine = self._select(status_key, at_most, at_least, None)
+        mine = self._filtered(self._in_range(status_key, at_most, at_least), None, None)
         span = self.history.span(status_key, at_most, at_least)
         if after is not None:
             mark = _order(after)
@@ -159,7 +159,7 @@ class HistoryTable(MemoryTable):
 
     def count(self, status_key: str, *, at_least: str | None = None,
               where: Condition | None = None) -> int:
-        mine = self._select(status_key, None, at_least, None)
+        mine = self._filtered(self._in_range(status_key, None, at_least), None, None)
         span = self.history.span(status_key, None, at_least)
         self.items_read += len(mine) + len(span)  # a COUNT reads every item it matches
         if where is None:
