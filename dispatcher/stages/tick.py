@@ -209,6 +209,8 @@ class Tick:
             before = self._clock()
             left = min(until - before, drain_deadline - time.monotonic())
             wait = int(max(0.0, min(LONG_POLL_SECONDS, left)))
+            if wait <= 0 and n > 0:  # under a second left: short polls until then would
+                break  # spend a receive every few milliseconds; the next tick looks again
             came = self._admission.intake(Priority.HIGH, room,
                                           time.monotonic() + LONG_POLL_SECONDS + 5,
                                           d.intake, wait_seconds=wait)

@@ -28,10 +28,11 @@ from typing import Any
 
 from dispatcher import settings
 from dispatcher.domain import message
-from dispatcher.domain.jobs import Job
+from dispatcher.domain.jobs import Job, Priority
 from dispatcher.domain.pacing import LaunchLimits, LaunchPacer
 from dispatcher.domain.stops import StopCode, TaskStop
 from dispatcher.ops.client import JobClient
+from dispatcher.ports.queue import Backlog, Queue, Received
 from dispatcher.ports.table import Record
 from dispatcher.stages.tick import TickReport
 from dispatcher.store import Store
@@ -47,6 +48,7 @@ from dispatcher.testing.aws_model import (
 )
 from dispatcher.testing.deep_queue import DeepQueue
 from dispatcher.testing.memory_launcher import MemoryLauncher
+from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.testing.memory_table import MemoryTable
 from dispatcher.testing.task_model import TaskModel, TaskRun
 from dispatcher.testing.virtual_time import VirtualClock, patched
@@ -121,8 +123,12 @@ class BatchModel:
         self.table = table if table is not None else MemoryTable(clock=self.clock)
         self.sqs = DeepQueue(clock=self.clock, synthetic=backlog, body_of=_synthetic_body(shape))
         self.ecs = MemoryLauncher(clock=self.clock, limits=LaunchLimits(clock=self.clock))
+        # The high queue of its own, as the stack has it; urgent jobs arrive there on time.
+        self.high = ArrivingQueue(MemoryQueue(clock=self.clock), self.clock)
+        # The stack's watch for urgent jobs (its default: the tick runs every minute).
         self.env = {**ENV, "LONGJOBS_MAX_RUNNING_TASKS": str(shape.tasks),
-                    "LONGJOBS_TASK_CONCURRENCY": str(shape.concurrency), **shape.settings}
+                    "LONGJOBS_TASK_CONCURRENCY": str(shape.concurrency),
+                    "LONGJOBS_URGENT_WATCH_SECONDS": "50", **shape.settings}
         self.cfg = settings.load("dispatcher", self.env)
         self.dispatcher = self._stages("dispatcher")
         self.events = self._stages("events")
@@ -142,7 +148,8 @@ class BatchModel:
                             task_launch_per_second=self.cfg.task_launch_per_second,
                             clock=self.clock, sleep=self.clock.charge)
         return pipeline.build(self.cfg, queue=ModelQueue(self.sqs, calls), store=store,
-                              launcher=launcher, clock=self.clock, pacer=pacer)
+                              launcher=launcher, clock=self.clock, pacer=pacer,
+                              priority_queues={Priority.HIGH: ModelQueue(self.high, calls)})
 
     def producer(self) -> JobClient:
         return JobClient(queue_url=QUEUE_URL, queue=ModelQueue(self.sqs, self.calls["producer"]))
@@ -188,8 +195,12 @@ class BatchModel:
             heapq.heappush(events, (t, next(seq), kind, what))
 
         at(T0, "tick")
-        if s.urgent_at is not None:
-            at(T0 + s.urgent_at, "urgent")
+        if s.urgent_at is not None:  # on the high queue from then, seen by a tick under way
+            self.urgent_id = "urgent-0000001"
+            self.high.arrive(T0 + s.urgent_at, message.JobMessage.model_validate({
+                "kind": "seed.call", "job_id": self.urgent_id, "payload": {"seconds": s.seconds},
+                "estimated_seconds": s.seconds, "priority": "high",
+                "schema_version": message.SCHEMA_VERSION}).model_dump_json(exclude_none=True))
         model = TaskModel(self.runner_store, self.clock, concurrency=s.concurrency,
                           seconds_of=_seconds_of, flush_seconds=self.cfg.flush_seconds,
                           heartbeat_seconds=self.cfg.heartbeat_seconds,
@@ -213,10 +224,6 @@ class BatchModel:
                         tick_free = self.clock()
                         out.ticks.append((t - T0, tick_free - T0, report))
                     at(t + s.tick_interval, "tick")
-                elif kind == "urgent":
-                    self.urgent_id = self.producer().submit(
-                        "seed.call", {"seconds": s.seconds}, estimated_seconds=s.seconds,
-                        priority="high", job_id="urgent-0000001")
                 elif kind == "task":
                     task, steps = what
                     wake = next(steps, None)
@@ -301,6 +308,53 @@ def lean_table() -> Iterator[None]:
     finally:
         for n in names:
             setattr(memory_table, n, saved[n])
+
+
+class ArrivingQueue(Queue):
+    """A queue whose messages arrive at set virtual times: each is sent into ``inner`` by the
+    first call at or after its time, so a tick under way meets a message sent mid-drain as
+    SQS would show it; an empty long poll waits (in virtual time) until the next arrival or
+    its ``wait_seconds``, as SQS's does."""
+
+    def __init__(self, inner: MemoryQueue, clock: VirtualClock) -> None:
+        self.inner = inner
+        self.clock = clock
+        self.due: list[tuple[float, str]] = []
+        self.receives = 0  # every receive of this queue, of every component
+
+    def arrive(self, at: float, body: str) -> None:
+        self.due.append((at, body))
+
+    def _land(self) -> None:
+        t = self.clock()
+        for item in [d for d in self.due if d[0] <= t]:
+            self.due.remove(item)
+            self.inner.send([("arriving", item[1])])
+
+    def send(self, entries: list[tuple[str, str]]) -> dict[str, str]:
+        return self.inner.send(entries)
+
+    def receive(self, max_messages: int = 10, visibility_timeout: int | None = None,
+                wait_seconds: int = 0) -> list[Received]:
+        self.receives += 1
+        self._land()
+        got = self.inner.receive(max_messages, visibility_timeout)
+        if got or wait_seconds <= 0:
+            return got
+        until = min([self.clock() + wait_seconds, *(at for at, _ in self.due)])
+        self.clock.at_least(until)
+        self._land()
+        return self.inner.receive(max_messages, visibility_timeout)
+
+    def delete(self, messages: list[Received]) -> dict[str, str]:
+        return self.inner.delete(messages)
+
+    def release(self, messages: list[Received]) -> None:
+        self.inner.release(messages)
+
+    def backlog(self) -> Backlog:
+        self._land()
+        return self.inner.backlog()
 
 
 def _synthetic_body(shape: Shape) -> Callable[[int], str]:
