@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 
 from dispatcher import settings
-from dispatcher.domain.bundles import Bundle
-from dispatcher.domain.jobs import Job, Priority
+from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.jobs import Job, JobState, Priority
 from dispatcher.domain.pacing import LaunchPacer
 from dispatcher.ops.client import JobClient
 from dispatcher.ports.queue import Queue
 from dispatcher.ports.table import Record
 from dispatcher.settings import Config
-from dispatcher.store import Store
+from dispatcher.store import Fence, JobUpdate, Store
 from dispatcher.store import codec as r
 from dispatcher.testing.memory_launcher import MemoryLauncher
 from dispatcher.testing.memory_queue import MemoryQueue
@@ -154,3 +154,20 @@ class Twins:
 @pytest.fixture
 def twins() -> Twins:
     return Twins()
+
+
+def finish_as_runner(store: Store, job_id: str, target: JobState) -> None:
+    """What a runner does: claim the job's bundle, record its start (``target`` RUNNING)
+    or its outcome (the bundle DONE)."""
+    job = store.get_job(job_id)
+    assert job is not None and job.bundle_id
+    bundle = store.get_bundle(job.bundle_id)
+    assert bundle is not None and bundle.task_arn
+    fence = Fence(bundle.bundle_id, bundle.attempt, bundle.task_arn)
+    store.claim(fence)
+    if target == JobState.RUNNING:
+        store.apply(fence, [JobUpdate(job_id, JobState.PENDING, JobState.RUNNING,
+                                      attempts_delta=1)])
+    else:
+        store.apply(fence, [JobUpdate(job_id, JobState.PENDING, target, via=JobState.RUNNING,
+                                      attempts_delta=1)], bundle_to=BundleState.DONE)

@@ -18,39 +18,22 @@ from typing import Any
 
 import pytest
 
-from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState
 from dispatcher.ops.queries import Queries
 from dispatcher.ops.top import Top
 from dispatcher.ports.table import Eq, Gt, Put
-from dispatcher.store import Fence, JobUpdate, Store
+from dispatcher.store import Store
 from dispatcher.store import codec as r
 from dispatcher.store.operator import FILTERED_READ
 from dispatcher.testing.memory_table import MemoryTable
 from tests.history_table import History, HistoryTable
-from tests.twins import Twins
+from tests.twins import Twins, finish_as_runner
 
 T0 = 1_700_000_000.0
 DAY = 86_400.0
 HISTORY = 1_000_000
 # Created over the 30 days' retention before the window: one a second, from 30 days ago.
 HISTORY_START = T0 - 30 * DAY
-
-
-def _finish(store: Store, job_id: str, target: JobState) -> None:
-    """What a runner does: claim the job's bundle, record its start or its outcome."""
-    job = store.get_job(job_id)
-    assert job is not None and job.bundle_id
-    bundle = store.get_bundle(job.bundle_id)
-    assert bundle is not None and bundle.task_arn
-    fence = Fence(bundle.bundle_id, bundle.attempt, bundle.task_arn)
-    store.claim(fence)
-    if target == JobState.RUNNING:
-        store.apply(fence, [JobUpdate(job_id, JobState.PENDING, JobState.RUNNING,
-                                      attempts_delta=1)])
-    else:
-        store.apply(fence, [JobUpdate(job_id, JobState.PENDING, target, via=JobState.RUNNING,
-                                      attempts_delta=1)], bundle_to=BundleState.DONE)
 
 
 def world(history: History | None) -> tuple[Twins, HistoryTable]:
@@ -69,7 +52,7 @@ def world(history: History | None) -> tuple[Twins, HistoryTable]:
     for job_id, state in (("j0", JobState.SUCCEEDED), ("j1", JobState.SUCCEEDED),
                           ("j2", JobState.FAILED), ("j3", JobState.RUNNING),
                           ("j4", JobState.RUNNING)):
-        _finish(tw.store, job_id, state)
+        finish_as_runner(tw.store, job_id, state)
     tw.store.cancel("later")  # waiting for tomorrow: cancelled at once
     tw.clock.advance(60)
     tw.launcher.inject_failures(["RESOURCE:MEMORY"])

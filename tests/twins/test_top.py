@@ -16,16 +16,14 @@ from typer.testing import CliRunner
 
 from dispatcher.cli import top_commands as top_cli
 from dispatcher.cli.app import app
-from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState, Priority
 from dispatcher.domain.pacing import LaunchPacer
 from dispatcher.ops.queries import Queries
 from dispatcher.ops.top import KindRow, QueueRow, Top
 from dispatcher.ports.queue import Backlog
-from dispatcher.store import Fence, JobUpdate, Store
 from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.wiring import pipeline
-from tests.twins import Twins
+from tests.twins import Twins, finish_as_runner
 
 runner = CliRunner()
 T0 = 1_700_000_000.0
@@ -34,22 +32,6 @@ T0 = 1_700_000_000.0
 def _job(job_id: str, kind: str = "resize") -> str:
     """A message as a producer sends it (no estimate: the job runs alone)."""
     return json.dumps({"schema_version": 1, "job_id": job_id, "kind": kind, "payload": {}})
-
-
-def _finish(store: Store, job_id: str, target: JobState) -> None:
-    """What a runner does for a job that ends: claim its bundle, record the outcome."""
-    job = store.get_job(job_id)
-    assert job is not None and job.bundle_id
-    bundle = store.get_bundle(job.bundle_id)
-    assert bundle is not None and bundle.task_arn
-    fence = Fence(bundle.bundle_id, bundle.attempt, bundle.task_arn)
-    store.claim(fence)
-    if target == JobState.RUNNING:
-        store.apply(fence, [JobUpdate(job_id, JobState.PENDING, JobState.RUNNING,
-                                      attempts_delta=1)])
-    else:
-        store.apply(fence, [JobUpdate(job_id, JobState.PENDING, target, via=JobState.RUNNING,
-                                      attempts_delta=1)], bundle_to=BundleState.DONE)
 
 
 class World:
@@ -83,9 +65,9 @@ class World:
             [("ok-1", "resize"), ("bad-1", "resize"), ("run-1", "resize"),
              ("rep-1", "report"), ("rep-2", "report")])] + [("bad", "{not json")])
         self.stages.tick.tick()  # 4 launched on revision 1; rep-2 waits (report=1)
-        _finish(store, "ok-1", JobState.SUCCEEDED)
-        _finish(store, "bad-1", JobState.FAILED)
-        _finish(store, "run-1", JobState.RUNNING)
+        finish_as_runner(store, "ok-1", JobState.SUCCEEDED)
+        finish_as_runner(store, "bad-1", JobState.FAILED)
+        finish_as_runner(store, "run-1", JobState.RUNNING)
         tw.clock.advance(10)
         tw.launcher.register_task_definition()  # a deploy: revision 2
         tw.launcher.inject_failures(["RESOURCE:MEMORY"])
