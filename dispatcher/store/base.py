@@ -6,8 +6,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from tenacity import (
     RetryCallState,
@@ -41,6 +42,26 @@ log = logging.getLogger(__name__)
 
 # LONGJOBS_RETENTION_DAYS's default: how long finished jobs stay queryable.
 DEFAULT_RETENTION_DAYS = 30.0
+
+
+U = TypeVar("U")
+
+
+def pack_groups(units: Iterable[U], items_of: Callable[[U], int], bytes_of: Callable[[U], int],
+                max_items: int, max_bytes: int) -> list[list[U]]:
+    """``units`` in order, grouped greedily for transactions: a group closes before the unit
+    that would take it past ``max_items`` actions or ``max_bytes``; a unit is never split."""
+    groups: list[list[U]] = []
+    items = size = 0
+    for unit in units:
+        u_items, u_size = items_of(unit), bytes_of(unit)
+        if not groups or items + u_items > max_items or size + u_size > max_bytes:
+            groups.append([])
+            items = size = 0
+        groups[-1].append(unit)
+        items += u_items
+        size += u_size
+    return groups
 
 
 def status(status_key: str, t: float, at: float | None = None) -> list[Action]:

@@ -31,7 +31,7 @@ from dispatcher.ports.table import (
     Update,
 )
 from dispatcher.store import codec as r
-from dispatcher.store.base import job_state, status
+from dispatcher.store.base import job_state, pack_groups, status
 from dispatcher.store.held import WAITING
 from dispatcher.store.runner import UPDATES_BYTES, fit_pages, page_expiry
 
@@ -183,14 +183,5 @@ def pack(units: list[Unit]) -> list[list[Unit]]:
     writes are), a unit never split.
     https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
     """
-    groups: list[list[Unit]] = []
-    items = size = 0
-    for unit in units:
-        u_items, u_size = len(unit.ops), sum(op_bytes(op) for op in unit.ops)
-        if not groups or items + u_items > MAX_TRANSACTION_ITEMS or size + u_size > UPDATES_BYTES:
-            groups.append([])
-            items = size = 0
-        groups[-1].append(unit)
-        items += u_items
-        size += u_size
-    return groups
+    return pack_groups(units, lambda u: len(u.ops), lambda u: sum(op_bytes(op) for op in u.ops),
+                       MAX_TRANSACTION_ITEMS, UPDATES_BYTES)

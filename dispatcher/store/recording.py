@@ -35,7 +35,7 @@ from dispatcher.ports.table import (
     Update,
 )
 from dispatcher.store import codec as r
-from dispatcher.store.base import Reads
+from dispatcher.store.base import Reads, pack_groups
 from dispatcher.store.runner import (
     UPDATES_BYTES,
     bundle_actions,
@@ -320,16 +320,6 @@ def _chunks(job_ids: list[str], by_id: dict[str, Job]) -> list[list[str]]:
 
 def _pack(bundles: list[Bundle], by_id: dict[str, Job]) -> list[list[Bundle]]:
     """Group bundles into transactions: a bundle and all its jobs always share one."""
-    groups: list[list[Bundle]] = []
-    items = size = 0
-    for bundle in bundles:
-        b_items = 1 + len(bundle.job_ids)
-        b_size = 1024 + sum(by_id[j].item_bytes() for j in bundle.job_ids)
-        if not groups or items + b_items > MAX_TRANSACTION_ITEMS or \
-                size + b_size > MAX_RECORD_BYTES:
-            groups.append([])
-            items = size = 0
-        groups[-1].append(bundle)
-        items += b_items
-        size += b_size
-    return groups
+    return pack_groups(bundles, lambda b: 1 + len(b.job_ids),
+                       lambda b: 1024 + sum(by_id[j].item_bytes() for j in b.job_ids),
+                       MAX_TRANSACTION_ITEMS, MAX_RECORD_BYTES)
