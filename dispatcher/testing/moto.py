@@ -17,6 +17,7 @@ from moto.server import ThreadedMotoServer
 
 from dispatcher.testing.moto_speed import patch_moto_speed
 from dispatcher.testing.sqs_clock import patch_sqs_clock
+from dispatcher.testing.sqs_deletes import patch_sqs_deletes
 
 __all__ = ["MotoEndpoint", "patch_transactions", "start_moto"]
 
@@ -97,6 +98,7 @@ def start_moto() -> MotoEndpoint:
     logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
     patch_transactions()
     patch_sqs_clock()
+    patch_sqs_deletes()
     patch_moto_speed()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

@@ -1,5 +1,5 @@
 """The local backends' fixes: moto's TransactWriteItems without whole-table copies, its SQS
-clock, and the per-service endpoint (SQS on a second endpoint).
+clock and atomic deletes, and the per-service endpoint (SQS on a second endpoint).
 
 The transaction patch (``dispatcher.testing.moto.patch_transactions``) must keep moto's
 behaviour exactly: the same commits, the same cancellation reasons, the same validation errors,
@@ -99,6 +99,43 @@ def test_on_the_sqs_clock_a_received_message_hides_until_its_visibility_ends(aws
     wait_for(lambda: counts() == (3, 0), what="the received messages visible again")
     again = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=60)
     assert len(again["Messages"]) == 3
+
+
+def test_concurrent_deletes_on_one_queue_all_stick(moto_server: MotoEndpoint) -> None:
+    """moto rebuilds a queue's message list on each delete; two at once lost one of them (the
+    message stayed in flight after a successful DeleteMessageBatch). Installed by start_moto,
+    the locked delete keeps every one. The threads switch every 0.1 ms so that, without the
+    lock, deletes interleave (unlocked, this lost ~40% of them)."""
+    import sys
+    import threading
+
+    from moto.sqs.models import sqs_backends
+
+    from dispatcher.testing.sqs_deletes import patch_sqs_deletes
+
+    assert patch_sqs_deletes()  # installed already; a second call keeps it
+    backend = sqs_backends[ACCOUNT][REGION]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
+    try:
+        for n in range(3):
+            queue = backend.create_queue(f"deletes-{n}")
+            for i in range(100):
+                backend.send_message(queue.name, str(i))
+            handles: list[str] = []
+            while got := backend.receive_message(queue.name, 10, 0, 60):
+                handles += [m.receipt_handle for m in got]
+            assert len(handles) == 100
+            threads = [threading.Thread(target=lambda part=handles[k::4], name=queue.name: [
+                backend.delete_message(name, h) for h in part]) for k in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert queue._messages == []
+            backend.delete_queue(queue.name)
+    finally:
+        sys.setswitchinterval(interval)
 
 
 def test_a_reset_forgets_queues_tables_and_tasks_and_keeps_the_network(aws: Aws) -> None:
