@@ -125,3 +125,17 @@ def wait_for(pred: Callable[[], bool], timeout: float = 120.0, what: str = "cond
         if time.monotonic() >= deadline:
             raise AssertionError(f"{what} not reached in {timeout:.0f} s")
         time.sleep(0.2)
+
+
+def exits_within(proc: subprocess.Popen[Any], seconds: float, stderr: Path) -> int:
+    """``proc``'s exit status once it ends; if it is still running after ``seconds``, kill it
+    and fail with the end of its stderr (``longjobs local`` prints every thread's stack there
+    when its stop hangs)."""
+    try:
+        return proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        tail = stderr.read_text(errors="replace")[-12000:] if stderr.exists() else ""
+        raise AssertionError(f"still running {seconds:.0f} s after the signal; its stderr "
+                             f"ends:\n{tail}") from None

@@ -4,6 +4,7 @@ Both need the ``local`` extra (moto's server mode); without it they say so in on
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -15,6 +16,9 @@ import typer
 from dispatcher.cli.error_policy import fail, guarded
 
 LOCAL_EXTRA = "pip install 'longjobs[local]'"
+# Stopping takes seconds (the ticker's tick, SIGTERM's grace for the tasks); one still under
+# way after this long prints every thread's stack on stderr, so a hang says where it is.
+STOP_REPORT_SECONDS = 45.0
 
 # Run in a child process, as a task would import them: the parent must not import the handler
 # modules, or forked tasks would inherit them and miss the user's later edits.
@@ -53,6 +57,15 @@ def check_handlers(specs: str, env: dict[str, str] | None = None) -> str:
     if done.returncode == 0:
         return ""
     return done.stdout.strip() or done.stderr.strip().splitlines()[-1]
+
+
+def _report_a_slow_stop() -> None:
+    """Arm faulthandler's watchdog for the rest of the process (exit included: the threads
+    joined at interpreter exit can hang too); a stderr without a file descriptor has none."""
+    import faulthandler
+
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        faulthandler.dump_traceback_later(STOP_REPORT_SECONDS, file=sys.stderr)
 
 
 def _need_local_extra(command: str) -> None:
@@ -134,6 +147,7 @@ def local(
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)
         typer.echo("# longjobs local: stopping its tasks...", err=True)
+        _report_a_slow_stop()
         env.stop()
         follower.stop()
         typer.echo(f"# the tasks' output stays in {log_path}", err=True)

@@ -24,7 +24,7 @@ import boto3
 import pytest
 
 from dispatcher.cli import app as cli_app
-from tests.helpers import local_exports, wait_for
+from tests.helpers import exits_within, local_exports, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 HANDLERS = "echo=tests.handlers:echo,sleepy=tests.handlers:sleepy"
@@ -223,6 +223,6 @@ def test_the_newcomer_path(local: tuple[dict[str, str], subprocess.Popen[str]],
 
     # SIGINT stops it, though it was started with SIGINT ignored, and it says so.
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=120) == 0
+    assert exits_within(proc, 120, Path(env["STDERR"])) == 0
     said = Path(env["STDERR"]).read_text()
     assert "longjobs local stopped" in said, said

@@ -24,7 +24,7 @@ from dispatcher.local.environment import LocalEnv
 from dispatcher.local.event_feed import PrintingSink
 from dispatcher.ops.client import JobClient
 from dispatcher.testing.moto import MotoEndpoint
-from tests.helpers import wait_for
+from tests.helpers import exits_within, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,10 +93,12 @@ def test_longjobs_local_events_prints_them_on_stdout(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LONGJOBS_", "AWS_"))}
     env.update(PYTHONPATH=str(ROOT), LONGJOBS_TEST_LOG=str(tmp_path / "executions.jsonl"),
                LONGJOBS_HANDLERS="echo=tests.handlers:echo", POWERTOOLS_LOG_LEVEL="WARNING")
-    local = subprocess.Popen([sys.executable, "-m", "dispatcher.cli.entry", "local",
-                              "--tick-seconds", "0.5", "--events"], env=env, cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                             stdin=subprocess.DEVNULL, text=True)
+    stderr = tmp_path / "stderr"
+    with stderr.open("w") as err_file:
+        local = subprocess.Popen([sys.executable, "-m", "dispatcher.cli.entry", "local",
+                                  "--tick-seconds", "0.5", "--events"], env=env, cwd=ROOT,
+                                 stdout=subprocess.PIPE, stderr=err_file,
+                                 stdin=subprocess.DEVNULL, text=True)
     lines: list[str] = []
     try:
         assert local.stdout is not None
@@ -113,7 +115,7 @@ def test_longjobs_local_events_prints_them_on_stdout(tmp_path: Path) -> None:
         wait_for(lambda: any('"SUCCEEDED"' in line for line in list(lines)), 120,
                  "the job's last event")
         local.send_signal(signal.SIGINT)
-        assert local.wait(timeout=120) == 0
+        assert exits_within(local, 120, stderr) == 0
     finally:
         if local.poll() is None:
             local.kill()

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import alive, wait_for
+from tests.helpers import alive, exits_within, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,10 +20,12 @@ def test_sighup_stops_local_mode_and_its_runners(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LONGJOBS_", "AWS_"))}
     env.update(PYTHONPATH=str(ROOT), LONGJOBS_TEST_LOG=str(log),
                LONGJOBS_HANDLERS="sleepy=tests.handlers:sleepy", POWERTOOLS_LOG_LEVEL="WARNING")
-    local = subprocess.Popen([sys.executable, "-m", "dispatcher.cli.entry", "local",
-                              "--tick-seconds", "0.5"], env=env, cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                             stdin=subprocess.DEVNULL, text=True)
+    stderr = tmp_path / "stderr"
+    with stderr.open("w") as err_file:
+        local = subprocess.Popen([sys.executable, "-m", "dispatcher.cli.entry", "local",
+                                  "--tick-seconds", "0.5"], env=env, cwd=ROOT,
+                                 stdout=subprocess.PIPE, stderr=err_file,
+                                 stdin=subprocess.DEVNULL, text=True)
     try:
         assert local.stdout is not None
         exports = {}
@@ -41,7 +43,7 @@ def test_sighup_stops_local_mode_and_its_runners(tmp_path: Path) -> None:
         runner = json.loads(log.read_text().splitlines()[0])["pid"]
         assert alive(runner)
         local.send_signal(signal.SIGHUP)  # the terminal closed
-        assert local.wait(timeout=120) == 0
+        assert exits_within(local, 120, stderr) == 0
         wait_for(lambda: not alive(runner), 60, "the runner gone with local mode")
     finally:
         if local.poll() is None:
