@@ -17,12 +17,16 @@ from dispatcher.domain.errors import Interrupted
 
 class JobContext:
     def __init__(self, job_id: str, attempt: int, last_checkpoint: dict[str, Any] | None,
-                 save: Callable[[dict[str, Any]], None], logger: Any) -> None:
+                 save: Callable[[dict[str, Any]], None], logger: Any, *,
+                 array_index: int | None = None) -> None:
         """``logger`` is the runner's powertools Logger: JSON lines carrying job_id and
         job_attempt, as every ``logging`` record and ``print()`` line of the handler does
         (:mod:`job_runner.joblog`)."""
         self.job_id = job_id
         self.attempt = attempt
+        # A child of an array job: its index (0 to size-1), the part of the payload's work it
+        # does. None for a job that is no array's child.
+        self.array_index = array_index
         self.last_checkpoint = last_checkpoint
         self.logger = logger
         self._save = save

@@ -275,7 +275,8 @@ class Worker:
 
     def _start(self, job: Job, writes: Writes) -> None:
         ctx = JobContext(job.job_id, job.attempts + 1, job.checkpoint,
-                         lambda state: self._checkpoint(writes, job, ctx, state), log)
+                         lambda state: self._checkpoint(writes, job, ctx, state), log,
+                         array_index=job.array_index)
         with self._changed:
             self.running[job.job_id] = ctx
             self._slots += 1

@@ -112,6 +112,8 @@ def live_path(view: View, job: Job) -> str | None:
     in a bundle that lists it and will launch or runs; a RUNNING one in an active bundle; and
     an active bundle's task can still be found from its ARN (its stop event and the
     reconciliation find the bundle through the task's pointer)."""
+    if job.array_size is not None:  # an array's parent: its children run (model_arrays)
+        return None if r.array_key(job.job_id) in view.items else "its array marker is gone"
     bundle = view.bundle(job.bundle_id) if job.bundle_id else None
     if bundle is None:
         return "its bundle is gone"

@@ -13,7 +13,7 @@ import itertools
 import json
 import re
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -136,6 +136,16 @@ def jobs_show(job_id: Annotated[str, typer.Argument(help="The job id.")],
     _render_detail(detail, Console())
 
 
+def _array_text(array: dict[str, Any]) -> str:
+    if "parent" in array:
+        return f"child {array['index']} of {array['parent']}"
+    counts = ", ".join(f"{n} {state}" for state, n in array["by_state"].items() if n)
+    failed = array["failed_indexes"]
+    return (f"{array['size']} children ({array['children']}): {counts or 'none yet'}"
+            + (f"; failed indexes {', '.join(map(str, failed[:20]))}"
+               + (" …" if len(failed) > 20 else "") if failed else ""))
+
+
 def _render_detail(d: JobDetail, console: Console) -> None:
     data = d.to_json()
     head = Table(box=None, show_header=False)
@@ -155,6 +165,8 @@ def _render_detail(d: JobDetail, console: Console) -> None:
             head.add_row(name, Text(value if isinstance(value, str) else json.dumps(value)))
     if d.summary.waiting_for is not None:
         head.add_row("waiting for", Text(_waiting_text(data["waiting_for"])))
+    if d.array is not None:
+        head.add_row("array", Text(_array_text(d.array)))
     if d.error:
         head.add_row("error", Text(f"{d.error.get('type', '?')}: {d.error.get('message', '')}"))
     if d.bundle:

@@ -39,9 +39,16 @@ def submit(
     not_before: Annotated[str | None, typer.Option(
         help="Not before this UTC time: epoch seconds or ISO-8601 with a timezone "
         "(e.g. 2026-01-31T02:00:00Z).")] = None,
+    array: Annotated[int | None, typer.Option(
+        "--array", help="An array job of N children (2-100000): ID:0 to ID:N-1, each with "
+        "this payload and its index; ID is their parent.")] = None,
+    tolerated_failures: Annotated[str, typer.Option(
+        help="An array's children that may fail with the parent still SUCCEEDED: a count "
+        "or a percentage, e.g. 5%.")] = "0",
     as_json: JsonOpt = False,
 ) -> None:
-    """Enqueue one job; prints its id (`longjobs jobs show ID` follows it)."""
+    """Enqueue one job (or an array of them); prints its id (`longjobs jobs show ID` follows
+    it)."""
     from dispatcher.ops.client import JobClient
 
     def run() -> str:
@@ -57,7 +64,8 @@ def submit(
             return client.submit(kind, data, job_id=job_id, estimated_seconds=estimated_seconds,
                                  max_attempts=max_attempts, timeout_seconds=timeout_seconds,
                                  cpu=cpu, memory=memory, ephemeral_storage=ephemeral_storage,
-                                 priority=priority, not_before=_time(not_before))
+                                 priority=priority, not_before=_time(not_before),
+                                 array_size=array, tolerated_failures=_count(tolerated_failures))
         except InvalidMessage as exc:
             raise InvalidMessage(as_flags(exc.reason), job_id=job_id) from None
 
@@ -68,10 +76,17 @@ def submit(
         typer.echo(sent)
 
 
+def _count(value: str) -> int | str:
+    """--tolerated-failures as the message takes it: a count, or a percentage (checked by
+    the schema either way)."""
+    return int(value) if value.strip().isdigit() else value
+
+
 # The message fields `submit` sets, by the flag that sets them.
 _FLAGS = {name: "--" + name.replace("_", "-") for name in (
     "job_id", "estimated_seconds", "max_attempts", "timeout_seconds", "cpu", "memory",
-    "ephemeral_storage", "priority", "not_before", "payload")}
+    "ephemeral_storage", "priority", "not_before", "payload", "tolerated_failures")} | {
+    "array_size": "--array"}
 _FIELD = re.compile(r"(^|; )(\w+): ")
 
 

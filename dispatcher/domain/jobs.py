@@ -100,6 +100,12 @@ class Job:
     priority: Priority = Priority.NORMAL
     not_before: float | None = None  # scheduled: not launched before this UTC epoch time
     resources: Resources = field(default_factory=Resources)
+    # An array job (dispatcher.domain.arrays): the parent has a size and never runs; each
+    # child names its parent and its index.
+    array_size: int | None = None
+    array_tolerated: int = 0
+    array_parent: str | None = None
+    array_index: int | None = None
 
     def scheduled(self, at: float) -> bool:
         """Waiting for its ``not_before`` (shown to operators as SCHEDULED)."""

@@ -24,7 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from dispatcher.domain import fargate, sizes
+from dispatcher.domain import arrays, fargate, sizes
 from dispatcher.domain.errors import InvalidMessage
 from dispatcher.domain.jobs import Priority, Resources
 
@@ -147,6 +147,14 @@ class JobMessage(BaseModel):
         default=None, ge=0, le=MAX_NOT_BEFORE, allow_inf_nan=False,
         description="Do not start before this UTC time: epoch seconds, or an ISO-8601 time "
         "with a timezone (e.g. 2026-01-31T02:00:00Z). Stored as epoch seconds.")
+    array_size: int | None = Field(
+        default=None, ge=arrays.MIN_ARRAY_SIZE, le=arrays.MAX_ARRAY_SIZE,
+        description=f"An array job: this many children ({arrays.MIN_ARRAY_SIZE} to "
+        f"{arrays.MAX_ARRAY_SIZE}), each the job <job_id>:<index> running this kind with this "
+        "payload; the job itself is their parent and never runs.")
+    tolerated_failures: int | str = Field(
+        default=0, validate_default=True, description="An array job's children that may "
+        "fail with the parent still SUCCEEDED: a count, or a percentage such as \"5%\".")
 
     @field_validator("job_id")
     @classmethod
@@ -199,6 +207,24 @@ class JobMessage(BaseModel):
                                  "e.g. 2026-01-31T02:00:00Z or 2026-01-31T03:00:00+01:00")
             return value.timestamp()
         return value
+
+    @field_validator("tolerated_failures")
+    @classmethod
+    def _tolerated(cls, value: int | str, info: ValidationInfo) -> int | str:
+        if info.data.get("array_size") is None:
+            if value not in (0, "0"):
+                raise ValueError("tolerated_failures is for array jobs (with array_size)")
+            return value
+        arrays.tolerated_count(value, info.data["array_size"])  # raises a readable error
+        if len(info.data.get("job_id", "")) > arrays.MAX_PARENT_ID_LENGTH:
+            raise ValueError(f"an array job's job_id has at most {arrays.MAX_PARENT_ID_LENGTH} "
+                             "characters (its children's ids add :<index>)")
+        return value
+
+    @property
+    def tolerated(self) -> int:
+        """How many of its children may fail (0 for a job that is no array)."""
+        return arrays.tolerated_count(self.tolerated_failures, self.array_size or 0)
 
     @property
     def resources(self) -> Resources:

@@ -72,11 +72,15 @@ class JobClient:
                timeout_seconds: float | None = None, cpu: int | None = None,
                memory: int | None = None, ephemeral_storage: int | None = None,
                priority: Priority | str | None = None,
-               not_before: float | str | datetime | None = None) -> str:
+               not_before: float | str | datetime | None = None,
+               array_size: int | None = None, tolerated_failures: int | str = 0) -> str:
         """Enqueue one job; returns its id. ``cpu`` (units) and ``memory`` (MiB) together, a
         pair Fargate runs, and ``ephemeral_storage`` (GiB) size its task; ``priority`` picks
         the queue; ``not_before`` (epoch seconds, ISO-8601 with a timezone, or an aware
-        datetime) holds it until then. A bad value raises ``InvalidMessage``."""
+        datetime) holds it until then. ``array_size`` N makes it an array job: one message,
+        N children ``<id>:0`` to ``<id>:N-1`` (each sees ``ctx.array_index``), the job itself
+        their parent, FAILED once more than ``tolerated_failures`` (a count, or a percentage
+        such as ``"5%"``) of them failed. A bad value raises ``InvalidMessage``."""
         return self.submit_many([{
             # Not a mapping: left for the schema to refuse with a readable reason.
             "kind": kind, "payload": dict(payload) if isinstance(payload, Mapping) else payload,
@@ -84,7 +88,8 @@ class JobClient:
             "estimated_seconds": estimated_seconds, "max_attempts": max_attempts,
             "timeout_seconds": timeout_seconds, "cpu": cpu, "memory": memory,
             "ephemeral_storage": ephemeral_storage, "priority": priority,
-            "not_before": not_before}])[0]
+            "not_before": not_before, "array_size": array_size,
+            "tolerated_failures": tolerated_failures or None}])[0]
 
     def submit_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[str]:
         """Send jobs in batches of 10 to the queue of each job's priority; retry partial
@@ -116,8 +121,10 @@ class JobClient:
         message.check(msg, self.allowed_kinds)
         # priority normal is the default: left out, so the body stays what it was before the
         # field existed (and what a dispatcher that does not know it yet accepts).
-        leave_out = {"priority"} if msg.priority == Priority.NORMAL else None
-        return msg.job_id, msg.model_dump_json(exclude_none=True, exclude=leave_out), \
+        leave_out = {"priority"} if msg.priority == Priority.NORMAL else set()
+        if msg.array_size is None:  # likewise: a job that is no array says nothing of arrays
+            leave_out.add("tolerated_failures")
+        return msg.job_id, msg.model_dump_json(exclude_none=True, exclude=leave_out or None), \
             msg.priority
 
     # -- reading --------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from dispatcher.ports.queue import BATCH, Backlog, Queue, Received
 from dispatcher.settings import Config
 from dispatcher.stages.tick import Tick
 from dispatcher.store import JobUpdate, LaunchOutcome, StageStore
+from dispatcher.store.array_jobs import OpenArray
 from dispatcher.wiring import adapters, pipeline
 
 READ_SECONDS = 60
@@ -194,6 +195,22 @@ class DryRunStore(StageStore):
 
     def fail_overdue(self, job: Job, reason: str) -> None:
         self._plan.would("fail", job_id=job.job_id, reason=reason)
+
+    def record_parents(self, parents: list[Job]) -> set[str]:
+        existing = {j.job_id for j in self._inner.get_jobs([j.job_id for j in parents])}
+        self._plan.would("record_arrays", jobs=[j.job_id for j in parents
+                                                if j.job_id not in existing],
+                         duplicates=sorted(existing))
+        return existing
+
+    def open_arrays(self, priority: Priority | None = None) -> list[OpenArray]:
+        return self._inner.open_arrays(priority)
+
+    def recorded_up_to(self, parent_id: str, n: int) -> None:
+        self._plan.would("record_children", job_id=parent_id, up_to=n)
+
+    def settle_array(self, array: OpenArray, deadline_pages: int = 1000) -> OpenArray:
+        return array  # its parent's state is written by a real tick
 
     def end_live_runs(self, task_arn: str, jobs: list[Job]) -> None:
         ended = [j.job_id for j in jobs if j.live_task == task_arn]

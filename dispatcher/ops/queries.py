@@ -23,13 +23,21 @@ from typing import Any
 
 from dispatcher.domain.errors import JobNotFound, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
-from dispatcher.domain.waiting import REASONS, BundleFacts, TickSummary, Waiting, waiting_for
+from dispatcher.domain.waiting import (
+    CHILDREN,
+    REASONS,
+    BundleFacts,
+    TickSummary,
+    Waiting,
+    waiting_for,
+)
 from dispatcher.ops.history import Attempt, Flat, flat, opt
 from dispatcher.ops.job_log import JobLog, LogCursor, log_streams, read
 from dispatcher.ports.job_logs import JobLogs
 from dispatcher.ports.queue import Queue
 from dispatcher.ports.table import Record
 from dispatcher.store import OperatorStore
+from dispatcher.store.array_ops import array_counts
 from dispatcher.store.codec import iso
 
 # What `jobs show` prints of a payload, result or checkpoint: enough to recognise it, small
@@ -110,6 +118,9 @@ def waiting_of(item: Record, bundle: Record | None, summary: TickSummary | None,
     record, its bundle's and the last tick's summary."""
     if item.pk.startswith("REJECT#") or item.state != JobState.PENDING:
         return None
+    if item.array_size is not None:  # a parent never runs: its children do
+        return Waiting(CHILDREN, detail=f"{int(item.array_next or 0)} of "
+                       f"{int(item.array_size)} children recorded")
     runs = int(item.attempts or 0) + int(item.infra_attempts or 0)
     return waiting_for(item.state, not_before=item.not_before, runs=runs, reason=item.reason,
                        bundle=None if bundle is None else bundle_facts(bundle),
@@ -146,6 +157,9 @@ class JobDetail:
     body: str | None
     # Where each run's lines are (its task's log stream; the latest run last), if known.
     logs: list[dict[str, Any]] = field(default_factory=list)
+    # An array job's parent: its children's counts (dispatcher.store.array_ops.array_counts);
+    # a child: its parent and index.
+    array: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         rest = {k: v for k, v in flat(self).items() if k != "summary"}
@@ -310,9 +324,12 @@ class Queries:
                 and error.get("type") in CANCEL_ERRORS:
             error = None  # how the stop reached the handler, not something that went wrong
         ran = [a for a in attempts if a.retry is None]
+        array = array_counts(job_id, item) if item.array_size is not None else {
+            "parent": item.array_parent, "index": int(item.array_index or 0)} \
+            if item.array_parent is not None else None
         return JobDetail(summary, item.payload or {}, cut, item.result, error, item.checkpoint,
                          _checkpoint_at(item, ran), attempts, _bundle(bundle),
-                         item.message_id, None, self._streams(job_id, attempts, bundle))
+                         item.message_id, None, self._streams(job_id, attempts, bundle), array)
 
     # -- a job's own log lines (dispatcher.ops.job_log) ----------------------------------------
     def _streams(self, job_id: str, attempts: list[Attempt],

@@ -29,6 +29,9 @@ class Received:
     body: str
     sent_at: float | None = None
     receive_count: int = 1
+    # A child of an array job (dispatcher.stages.fanout): its body is its parent's message,
+    # and this its index. Never set from a queue a producer can send to.
+    array_index: int | None = None
 
 
 @dataclass(frozen=True)

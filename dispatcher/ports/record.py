@@ -46,6 +46,14 @@ class Record:
     cpu: float | None = None  # jobs and bundles: the resource class
     memory: float | None = None
     ephemeral_storage: float | None = None
+    # array jobs (dispatcher.domain.arrays): a parent's size, tolerated failures, children
+    # recorded so far and what is known of how they ended; a child's parent and index
+    array_size: float | None = None
+    array_tolerated: float | None = None
+    array_next: float | None = None
+    array_tally: Any = None
+    array_parent: str | None = None
+    array_index: float | None = None
     # bundle
     job_ids: list[str] | None = None
     attempt: float | None = None
@@ -94,7 +102,7 @@ class Record:
 
 ATTRIBUTES: frozenset[str] = frozenset(f.name for f in fields(Record))
 JSON_ATTRIBUTES = frozenset({"payload", "result", "error", "history", "checkpoint", "credit",
-                             "container_env", "summary"})
+                             "container_env", "summary", "array_tally"})
 LIST_ATTRIBUTES = frozenset({"job_ids", "cancel_jobs", "running_jobs", "bundle_ids",
                              "task_arns", "handed_jobs"})
 NUMBER_ATTRIBUTES = frozenset(
@@ -112,5 +120,7 @@ INDEX_KEYS = ("pk", "status_key", "status_at")
 NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint", "body",
                            "credit", "summary", "cancel_jobs", "running_jobs", "expires_at",
                            "reported_stop", "image", "container_env", "derived_from",
-                           "version", "sequence", "handed_jobs", "handed"})
+                           "version", "sequence", "handed_jobs", "handed", "array_size",
+                           "array_tolerated", "array_next", "array_tally", "array_parent",
+                           "array_index"})
 INDEX_ATTRIBUTES: tuple[str, ...] = tuple(sorted(ATTRIBUTES - NOT_PROJECTED - set(INDEX_KEYS)))

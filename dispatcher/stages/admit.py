@@ -31,7 +31,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from dispatcher.domain import message
+from dispatcher.domain import arrays, message
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import InvalidMessage
 from dispatcher.domain.jobs import PRIORITY_ORDER, Job, Priority, Rejection
@@ -57,6 +57,7 @@ class AdmissionStats:
     rejected: int = 0
     duplicates: int = 0
     waiting: int = 0  # received once every slot was taken: recorded to wait for one
+    arrays: int = 0  # array jobs' parents received (their children are admitted later)
     delete_failures: int = 0
     record_failures: int = 0  # bundles left for redelivery (their messages kept)
     record_errors: list[str] = field(default_factory=list)  # why (the first few, distinct)
@@ -70,12 +71,20 @@ class AdmissionStats:
 
 
 def to_job(msg: message.JobMessage, received: Received, at: float) -> Job:
-    return Job(job_id=msg.job_id, kind=msg.kind, payload=msg.payload,
-               estimated_seconds=msg.estimated_seconds, max_attempts=msg.max_attempts,
-               timeout_seconds=msg.timeout_seconds, created_at=at,
-               enqueued_at=received.sent_at, message_id=received.message_id,
-               payload_bytes=msg.payload_bytes, priority=msg.priority,
-               not_before=msg.not_before, resources=msg.resources)
+    """The job a message asks for: a job, an array's parent, or (``received.array_index``
+    set, the body being its parent's message) an array's child."""
+    job = Job(job_id=msg.job_id, kind=msg.kind, payload=msg.payload,
+              estimated_seconds=msg.estimated_seconds, max_attempts=msg.max_attempts,
+              timeout_seconds=msg.timeout_seconds, created_at=at,
+              enqueued_at=received.sent_at, message_id=received.message_id,
+              payload_bytes=msg.payload_bytes, priority=msg.priority,
+              not_before=msg.not_before, resources=msg.resources)
+    if received.array_index is not None:
+        job.job_id = arrays.child_id(msg.job_id, received.array_index)
+        job.array_parent, job.array_index = msg.job_id, received.array_index
+    elif msg.array_size is not None:
+        job.array_size, job.array_tolerated = msg.array_size, msg.tolerated
+    return job
 
 
 def to_rejection(exc: InvalidMessage, received: Received, at: float) -> Rejection:
@@ -198,6 +207,7 @@ class _Drain:
         self.admitted: dict[str, str] = {}  # job ids admitted by this drain: their bundle
         self.ready: list[Bundle] = []  # recorded, to launch now: yielded to the tick
         self.waiting: list[Bundle] = []  # recorded to wait, of an intake (Admission.intake)
+        self.kept: list[Received] = []  # array parents not recorded: given back at the end
         self.wait_seconds = wait_seconds  # each receive's long poll
         self.receives_left = receives  # None: until the slots are taken or the queue is empty
         self.receiving = False  # still receiving
@@ -243,7 +253,7 @@ class _Drain:
         # Only now, as this queue is not received from again in this tick: given back
         # earlier, the same messages would be received again at once, each time spending a
         # receive. Duplicates of their jobs that arrived later are in their held messages.
-        given_back = [m for b in self.failed for m in self.held[b].messages]
+        given_back = [m for b in self.failed for m in self.held[b].messages] + self.kept
         self.stats.released += self.recorder.give_back(self.queue, given_back)
 
     def _close_held_too_long(self) -> None:
@@ -269,6 +279,7 @@ class _Drain:
         stats.received += len(batch)
         rejections: list[Rejection] = []
         finished: list[Received] = []  # rejected, or duplicates of a recorded job: delete now
+        parents: list[tuple[Job, Received]] = []
         for received in batch:
             if received.sent_at is not None:
                 stats.oldest_sent_at = min(stats.oldest_sent_at or received.sent_at,
@@ -279,7 +290,12 @@ class _Drain:
                 rejections.append(to_rejection(exc, received, now))
                 finished.append(received)
                 continue
-            first = self.admitted.get(msg.job_id)
+            job = to_job(msg, received, now)
+            if job.array_size is not None:  # an array's parent: recorded, never bundled
+                stats.arrays += 1
+                parents.append((job, received))
+                continue
+            first = self.admitted.get(job.job_id)
             if first is not None:  # the same job twice in one drain (a redelivery, a resend)
                 stats.duplicates += 1
                 if first in self.held:
@@ -291,7 +307,6 @@ class _Drain:
                 else:
                     finished.append(received)
                 continue
-            job = to_job(msg, received, now)
             if not self.bundler.offer(job):
                 # Every slot is taken: this one waits in the table, and the drain stops here
                 # (an intake of urgent jobs, Admission.intake, takes up to its ``waiting``).
@@ -304,9 +319,21 @@ class _Drain:
             held.jobs.append(job)
             held.messages.append(received)
         out: set[Future[Recorded]] = set()
+        if parents:
+            out.add(pool.submit(self.recorder.record_parents, self.queue, parents))
         if rejections or finished:
             out.add(pool.submit(self.recorder.reject, self.queue, rejections, finished))
         return out
+
+    def _failed(self, failure: str, messages: int, bundle_id: str | None = None) -> None:
+        """A recording failed: counted, its reason kept, and the drain receives no more."""
+        stats = self.stats
+        stats.record_failures += 1
+        if failure not in stats.record_errors and len(stats.record_errors) < RECORD_ERRORS_KEPT:
+            stats.record_errors.append(failure)
+        self.receiving = False
+        log.error("recording failed; its messages are given back for a later tick",
+                  extra={"error": failure, "bundle_id": bundle_id, "messages": messages})
 
     def _recorded(self, pool: ThreadPoolExecutor,
                   f: Future[Recorded]) -> set[Future[Recorded]]:
@@ -331,20 +358,18 @@ class _Drain:
             stats.rejections.extend({"key": r.key, "reason": r.reason}
                                     for r in result.rejections)
         bundle = result.bundle
-        if bundle is None:
+        if bundle is None:  # rejections, or array parents (dispatcher.stages.fanout)
+            stats.duplicates += result.duplicates
+            if result.failure is not None:  # given back at the end, as a failed bundle's
+                self._failed(result.failure, len(result.kept))
+                self.kept += result.kept
             return set()
         if result.failure is not None:
             # Kept held (a later copy of one of its jobs waits with it), given back at the end
             # of the drain; receiving more would only spend their receives too.
-            stats.record_failures += 1
-            if result.failure not in stats.record_errors and \
-                    len(stats.record_errors) < RECORD_ERRORS_KEPT:
-                stats.record_errors.append(result.failure)
             self.failed.append(bundle.bundle_id)
-            self.receiving = False
-            log.error("recording a bundle failed; its messages are given back for a later "
-                      "tick", extra={"error": result.failure, "bundle_id": bundle.bundle_id,
-                                     "messages": len(self.held[bundle.bundle_id].messages)})
+            self._failed(result.failure, len(self.held[bundle.bundle_id].messages),
+                         bundle.bundle_id)
             return set()
         # Its messages, and copies of its jobs received while it was recorded: all recorded.
         held = self.held.pop(bundle.bundle_id)

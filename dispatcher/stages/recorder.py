@@ -57,6 +57,7 @@ class Recorded:
     rejections: list[Rejection] = field(default_factory=list)
     delete_failures: int = 0
     failure: str | None = None  # the bundle could not be recorded: why (nothing deleted)
+    kept: list[Received] = field(default_factory=list)  # not recorded: give back at the end
 
 
 def refused(job: Job) -> Rejection:
@@ -91,6 +92,18 @@ class Recorder:
         except Exception as exc:
             return Recorded(bundle, failure=f"{type(exc).__name__}: {exc}"[:1000])
         return Recorded(bundle, len(duplicates), refused_items)
+
+    def record_parents(self, queue: Queue, parents: list[tuple[Job, Received]]) -> Recorded:
+        """Record array jobs' parents (their children are recorded in later drains, see
+        :mod:`dispatcher.stages.fanout`), then delete their messages. A failure is returned
+        with the messages, to be given back as a failed bundle's are."""
+        try:
+            duplicates = self._store.record_parents([job for job, _ in parents])
+        except Exception as exc:
+            return Recorded(failure=f"{type(exc).__name__}: {exc}"[:1000],
+                            kept=[m for _, m in parents])
+        return Recorded(duplicates=len(duplicates),
+                        delete_failures=self.delete(queue, [m for _, m in parents]))
 
     def reject(self, queue: Queue, rejections: list[Rejection],
                messages: list[Received]) -> Recorded:

@@ -27,6 +27,7 @@ from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import TableUnavailable
 from dispatcher.stages.admit import Admission, AdmissionStats
+from dispatcher.stages.fanout import ArrayStats, ArrayTally
 from dispatcher.stages.handoff import (
     LONG_POLL_SECONDS,
     Handoffs,
@@ -75,6 +76,7 @@ class TickReport:
     launch: LaunchStats = field(default_factory=LaunchStats)
     reconcile: ReconcileStats = field(default_factory=ReconcileStats)
     handoff: HandoffStats = field(default_factory=HandoffStats)  # urgent jobs, no slot free
+    arrays: ArrayStats = field(default_factory=ArrayStats)  # array jobs: open, decided
     elapsed_ms: int = 0
 
     def as_dict(self) -> dict[str, Any]:
@@ -91,8 +93,9 @@ class Tick:
     def __init__(self, store: StageStore, revisions: Revisions, admission: Admission,
                  launches: Launches, reconciler: Reconciler, policy: TickPolicy, *,
                  clock: Callable[[], float] = time.time,
-                 handoffs: Handoffs | None = None) -> None:
+                 handoffs: Handoffs | None = None, arrays: ArrayTally | None = None) -> None:
         self._store = store
+        self._arrays = arrays
         self._revisions = revisions
         self._admission = admission
         self._launches = launches
@@ -147,6 +150,8 @@ class Tick:
         d.active_bundles = len(active) - d.reconcile.freed
         d.capacity = max(0, self._policy.max_running_tasks - d.active_bundles)
         room = self._kind_room(active)
+        if self._arrays is not None:  # the open arrays' children, offered to the drain
+            self._arrays.offer(d.arrays)
         # Jobs of each limited kind running as the tick ends: as active, plus what it launches.
         kind_running = Counter({k: self._policy.kind_limits[k] - left
                                 for k, left in room.items()})
@@ -182,6 +187,8 @@ class Tick:
         for b in due:
             if b.kind is not None and b.kind in kind_running:
                 kind_running[b.kind] += b.slots
+        if self._arrays is not None:  # their parents' states, from what this tick recorded
+            self._arrays.settle(d.arrays)
         self._save_summary(TickSummary(
             at=self._clock(), active=d.active_bundles + d.launch.bundles_launched,
             max_running=self._policy.max_running_tasks,

@@ -5,7 +5,9 @@ Key prefixes: ``JOB#<job_id>``, ``REJECT#<job_id or message_id>``, ``BUNDLE#<id>
 ``TASK#<task arn>`` (points a task at its bundle), ``LEASE#dispatcher``, ``FAIR#priorities``
 (each priority's credit for task slots, carried from tick to tick), ``TICK#summary`` (the last
 tick's view of the slots, what a job's ``waiting_for`` is derived from), ``DEPLOY#current`` (the
-deployed job code, :class:`~dispatcher.domain.deployment.Deployment`). Index
+deployed job code, :class:`~dispatcher.domain.deployment.Deployment`), ``ARRAY#<parent id>``
+(an array job whose children are not all recorded or not all ended: index key ``ARRAY#open``,
+what the tick reads to materialise and settle them; deleted once the parent is decided). Index
 keys: ``status_key`` = ``<TYPE>#<STATE>#<shard>`` for jobs (and their REJECTED records),
 ``<TYPE>#<STATE>`` for bundles and launches; ``status_at`` = ISO-8601 UTC time.
 
@@ -72,6 +74,14 @@ def task_key(task_arn: str) -> str:
     return f"TASK#{task_arn}"
 
 
+def array_key(parent_id: str) -> str:
+    return f"ARRAY#{parent_id}"
+
+
+# The index key of every open array's marker (few at once: one partition).
+OPEN_ARRAYS = "ARRAY#open"
+
+
 def shard(ident: str, shards: int = JOB_SHARDS) -> int:
     """The index shard of an item: a stable hash of its id (CRC-32: the same in every process
     and Python version, unlike ``hash``), so an item keeps its shard through every state."""
@@ -136,8 +146,17 @@ def job_record(job: Job) -> Record:
         checkpoint=job.checkpoint, not_before=job.not_before,
         priority=None if job.priority == Priority.NORMAL else str(job.priority),
         sequence=1,  # its creation is its first state change (base.job_state counts the rest)
-        **_resources(job.resources),
+        **_resources(job.resources), **_array(job),
     )
+
+
+def _array(job: Job) -> dict[str, Any]:
+    if job.array_size is not None:
+        return {"array_size": job.array_size, "array_tolerated": job.array_tolerated,
+                "array_next": 0}
+    if job.array_parent is not None:
+        return {"array_parent": job.array_parent, "array_index": job.array_index}
+    return {}
 
 
 def _resources(res: Resources) -> dict[str, Any]:
@@ -163,6 +182,9 @@ def record_job(rec: Record) -> Job:
         checkpoint=rec.checkpoint, not_before=rec.not_before, settled_by=rec.settled_by,
         live_task=rec.live_task,
         priority=Priority(rec.priority or Priority.NORMAL), resources=record_resources(rec),
+        array_size=None if rec.array_size is None else int(rec.array_size),
+        array_tolerated=_int(rec.array_tolerated), array_parent=rec.array_parent,
+        array_index=None if rec.array_index is None else int(rec.array_index),
     )
 
 

@@ -29,8 +29,8 @@ from dispatcher.ports.table import (
     TableUnavailable,
     TransactionCancelled,
 )
+from dispatcher.store import array_ops, index, job_ops
 from dispatcher.store import codec as r
-from dispatcher.store import index, job_ops
 from dispatcher.store.deployments import Deployments
 from dispatcher.store.runner import expire_pages_later
 from dispatcher.store.values import PageOutcome
@@ -77,6 +77,8 @@ class OperatorStore(Deployments):
         a job still in this state (a bulk action's filter), else ConflictError."""
         for _ in range(TRIES):
             job = self._job(job_id)
+            if job.array_size is not None:  # its children are what runs
+                return array_ops.cancel_array(self, job, reason)
             job_ops.check_cancel(job, by, only)
             bundle = self.get_bundle(job.bundle_id) if job.bundle_id else None
             try:
@@ -124,6 +126,8 @@ class OperatorStore(Deployments):
         and in its history's retry boundary; a job already marked by ``by`` raises
         AlreadyActed; ``only`` as for :meth:`cancel`."""
         job = self._job(job_id)
+        if job.array_size is not None:  # its failed children are retried
+            return array_ops.retry_array(self, job, from_scratch=from_scratch, reason=reason)
         job_ops.check_retry(job, by, only)
         self._transact(job_ops.retry_ops(job, new_id(), t=self.clock(),
                                          from_scratch=from_scratch, reason=reason, by=by),

@@ -41,6 +41,7 @@ from dispatcher.ports.table import (
 )
 from dispatcher.store import codec as r
 from dispatcher.store import index
+from dispatcher.store.array_jobs import ArrayRecords
 from dispatcher.store.base import job_state, status
 from dispatcher.store.deployments import Deployments
 from dispatcher.store.handing import Handing
@@ -68,7 +69,7 @@ LAUNCH_TTL_SECONDS = 7 * 86400
 TICK_SUMMARY_TTL_SECONDS = 86400
 
 
-class StageStore(Recordings, HeldRetries, Deployments, Handing):
+class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords):
     """What the tick and the task-event handler ask of the table (the dry run wraps this)."""
 
     # -- lease ----------------------------------------------------------------------------------

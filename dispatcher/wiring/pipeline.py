@@ -22,6 +22,7 @@ from dispatcher.ports.queue import Queue
 from dispatcher.ports.task_definitions import TaskDefinitions
 from dispatcher.settings import Config
 from dispatcher.stages.admit import Admission
+from dispatcher.stages.fanout import ArrayChildren, ArrayTally, FannedQueue
 from dispatcher.stages.finish import Finishes
 from dispatcher.stages.handoff import Handoffs
 from dispatcher.stages.launch import Launches
@@ -87,7 +88,14 @@ def build(cfg: Config, *, queue: Queue, store: StageStore, launcher: Launcher,
         cfg.max_infra_attempts, cfg.task_concurrency, cfg.kind_limits), clock)
     reconciler = Reconciler(store, launcher, reruns, ReconcilePolicy(
         cfg.start_timeout_seconds, cfg.heartbeat_seconds), clock)
-    admission = Admission(queues, Recorder(store),
+    # One fanned queue per distinct queue (levels that share a queue share its array children,
+    # as they share its messages: Admission drains a shared queue once).
+    fanned: dict[int, FannedQueue] = {}
+    for q in queues.values():
+        fanned.setdefault(id(q), FannedQueue(q, ArrayChildren(store)))
+    children = {p: fanned[id(q)].children for p, q in queues.items()}
+    admission = Admission({p: fanned[id(q)] for p, q in queues.items()},
+                          Recorder(store),
                           AdmitPolicy(cfg.allowed_kinds, bundling, cfg.kind_limits), clock,
                           concurrency=cfg.tick_concurrency, hold_seconds=cfg.hold_seconds)
     handoffs = Handoffs(store, HandoffPolicy(cfg.heartbeat_seconds, cfg.task_concurrency,
@@ -96,7 +104,7 @@ def build(cfg: Config, *, queue: Queue, store: StageStore, launcher: Launcher,
                 TickPolicy(cfg.max_running_tasks, cfg.tick_seconds, cfg.lease_seconds,
                            cfg.tick_reserve_seconds, cfg.tick_concurrency, cfg.hold_seconds,
                            cfg.kind_limits, cfg.task_concurrency, cfg.priority_weights),
-                clock=clock, handoffs=handoffs)
+                clock=clock, handoffs=handoffs, arrays=ArrayTally(store, children))
     return Stages(tick, revisions, reruns, launches, queue, store, launcher, queues)
 
 

@@ -29,6 +29,7 @@ from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from dispatcher.domain import arrays
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState, Priority, Resources
@@ -43,6 +44,7 @@ from dispatcher.testing.memory_event_sink import MemoryEventSink, follow
 from dispatcher.testing.memory_queue import MemoryQueue
 from job_runner import writes as writes_module
 from tests import model_checks as checks
+from tests.model_arrays import array_problems
 from tests.model_faults import FaultRules, FaultyTable, model_store, one_thread
 from tests.model_runner import BEHAVIOURS, NATURES, ModelIds, ModelTime, SimTask, expire
 from tests.model_stats import stats_disagree
@@ -175,6 +177,23 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
             self.nature.setdefault(j["job_id"], nature)
             self.budget.setdefault(j["job_id"], j["max_attempts"] + MAX_INFRA_ATTEMPTS
                                    + LAUNCH_SLACK)
+
+    @rule(size=st.sampled_from([2, 7, 30]), tolerated=st.sampled_from([0, 1, "50%"]),
+          nature=st.sampled_from(NATURES), estimate=st.sampled_from([1.0, 600.0]))
+    def submit_array(self, size: int, tolerated: int | str, nature: str,
+                     estimate: float) -> None:
+        """An array job: one message; its children are recorded by the ticks."""
+        self.n += 1
+        job_id = f"a{self.n:03d}"
+        self.twins.client().submit("k", {"n": self.n}, job_id=job_id, array_size=size,
+                                   tolerated_failures=tolerated, estimated_seconds=estimate,
+                                   max_attempts=2)
+        self.submitted[job_id] = "valid"
+        self.budget[job_id] = 0  # the parent itself never runs
+        for i in range(size):
+            child = arrays.child_id(job_id, i)
+            self.nature[child] = nature if i % 3 == 0 else "succeed"
+            self.budget[child] = 2 + MAX_INFRA_ATTEMPTS + LAUNCH_SLACK
 
     @rule(copies=st.sampled_from([1, 2, 3]))
     def urgent(self, copies: int) -> None:
@@ -488,6 +507,7 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         self.fail("blamed_innocent", checks.blamed(view, self.submitted, self.tasks))
         self.fail("waiting_for", checks.unexplained_waits(view, self.twins.clock()))
         self.fail("job_events", checks.untold(view, self.job_events.events, self.expired))
+        self.fail("arrays", array_problems(view, self.expired))
 
 
 @pytest.mark.timeout(300 + EXAMPLES)  # about 0.2 s an example on two busy cores

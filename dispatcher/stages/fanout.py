@@ -1,0 +1,243 @@
+"""Fan-out: array jobs' children admitted from the table as if they were queued messages.
+
+A producer sends one message for an array of N children (:mod:`dispatcher.domain.arrays`); its
+parent is recorded by the admit stage. Each priority's queue is then read through a
+:class:`FannedQueue`: its receives alternate between the real queue and an
+:class:`ArrayChildren` source, which makes child ``i`` of each open array into a message (its
+parent's body, ``array_index`` = i) without any call. So children go through admission as
+every job does: validated, de-duplicated, bundled (their estimate decides), recorded, and only
+then "deleted", which raises the parent's ``array_next`` past every child recorded in order
+(a conditional UpdateItem per :data:`WRITE_EVERY` children, and one at the tick's end). A tick
+that dies first leaves ``array_next`` lower than what was recorded: the next one offers those
+children again, and the record stage finds them duplicates. None is lost, none recorded twice,
+and the producer's one message costs the dispatcher about 0.05 calls per child
+(``bench/arrays.py``).
+
+:class:`ArrayTally` is the tick's two steps: it hands each source the open arrays at the
+tick's start, and at its end settles them (their parents' state follows their children:
+:meth:`dispatcher.store.StageStore.settle_array`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+
+from dispatcher.domain import arrays
+from dispatcher.domain.errors import LongjobsError
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Priority
+from dispatcher.ports.queue import BATCH, Backlog, Queue, Received
+from dispatcher.store import StageStore
+from dispatcher.store.array_jobs import OpenArray
+
+log = logging.getLogger(__name__)
+
+# While the queue answers empty, a fanned queue asks it only every this many receives.
+EMPTY_EVERY = 8
+# A parent's ``array_next`` is written once this many more of its children are recorded in
+# order, and at the tick's end: a tick that dies offers at most this many again (duplicates).
+WRITE_EVERY = 100
+
+
+@dataclass
+class _Cursor:
+    """One array's children as this tick offers them."""
+
+    parent_id: str
+    size: int
+    body: str
+    sent_at: float | None
+    recorded: int  # children below it are recorded (in this tick's view)
+    offered: int  # the next index never offered in this tick
+    written: int  # array_next as last written
+    done: set[int] = field(default_factory=set)  # recorded, above ``recorded``
+    back: list[int] = field(default_factory=list)  # offered, given back: offered again first
+
+
+class ArrayChildren(Queue):
+    """The children of one priority's open arrays, as messages (see the module). Receives,
+    deletes and releases come from the drain's pool threads: one lock guards the cursors."""
+
+    def __init__(self, store: StageStore) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._cursors: list[_Cursor] = []
+
+    def load(self, open_arrays: list[OpenArray]) -> None:
+        """This tick's arrays: those undecided with children still to record."""
+        cursors = [_Cursor(a.parent.job_id, a.size,
+                           json.dumps(arrays.parent_message(a.parent), separators=(",", ":")),
+                           a.parent.enqueued_at, a.recorded, a.recorded, a.recorded)
+                   for a in open_arrays
+                   if a.parent.state not in TERMINAL_JOB_STATES and a.recorded < a.size]
+        with self._lock:
+            self._cursors = cursors
+
+    def send(self, entries: list[tuple[str, str]]) -> dict[str, str]:
+        raise LongjobsError("array children are made by the dispatcher, not sent")
+
+    def receive(self, max_messages: int = BATCH, visibility_timeout: int | None = None,
+                wait_seconds: int = 0) -> list[Received]:
+        out: list[Received] = []
+        with self._lock:
+            for c in self._cursors:
+                while len(out) < max_messages and (c.back or c.offered < c.size):
+                    if c.back:
+                        index = c.back.pop(0)
+                    else:
+                        index, c.offered = c.offered, c.offered + 1
+                    ident = arrays.child_id(c.parent_id, index)
+                    out.append(Received(ident, ident, c.body, c.sent_at, array_index=index))
+                if len(out) >= max_messages:
+                    break
+        return out
+
+    def delete(self, messages: list[Received]) -> dict[str, str]:
+        """The children's jobs are recorded: raise each parent's ``array_next`` over those
+        recorded in order."""
+        raised: list[tuple[str, int]] = []
+        with self._lock:
+            by_parent = {c.parent_id: c for c in self._cursors}
+            for m in messages:
+                c = by_parent.get(m.message_id.rpartition(":")[0])
+                if c is not None and m.array_index is not None:
+                    c.done.add(m.array_index)
+            for c in {id(c): c for c in by_parent.values()}.values():
+                n = c.recorded
+                while n in c.done:
+                    c.done.discard(n)
+                    n += 1
+                c.recorded = n
+                if n - c.written >= WRITE_EVERY:
+                    c.written = n
+                    raised.append((c.parent_id, n))
+        for parent_id, n in raised:
+            self._store.recorded_up_to(parent_id, n)
+        return {}
+
+    def flush(self) -> None:
+        """Write ``array_next`` where it is behind what this tick recorded (its end)."""
+        with self._lock:
+            behind = [(c.parent_id, c.recorded) for c in self._cursors if c.recorded > c.written]
+            for c in self._cursors:
+                c.written = max(c.written, c.recorded)
+        for parent_id, n in behind:
+            self._store.recorded_up_to(parent_id, n)
+
+    def release(self, messages: list[Received]) -> None:
+        with self._lock:
+            by_parent = {c.parent_id: c for c in self._cursors}
+            for m in messages:
+                c = by_parent.get(m.message_id.rpartition(":")[0])
+                if c is not None and m.array_index is not None:
+                    c.back.append(m.array_index)
+            for c in self._cursors:
+                c.back.sort()
+
+    def backlog(self) -> Backlog:
+        with self._lock:
+            left = sum(c.size - c.offered + len(c.back) for c in self._cursors)
+        return Backlog(visible=left, in_flight=0, delayed=0)
+
+
+class FannedQueue(Queue):
+    """A priority's queue and its arrays' children, read in turn (see the module). While the
+    queue answers empty and children remain, it is asked only every :data:`EMPTY_EVERY`-th
+    receive: a receive of an empty queue is a call that brings nothing."""
+
+    def __init__(self, queue: Queue, children: ArrayChildren) -> None:
+        self._queue = queue
+        self.children = children
+        self._turn = 0
+        self._queue_empty = False
+        self._lock = threading.Lock()
+
+    def send(self, entries: list[tuple[str, str]]) -> dict[str, str]:
+        return self._queue.send(entries)
+
+    def receive(self, max_messages: int = BATCH, visibility_timeout: int | None = None,
+                wait_seconds: int = 0) -> list[Received]:
+        with self._lock:
+            self._turn += 1
+            every = EMPTY_EVERY if self._queue_empty else 2
+            children_first = self._turn % every != 0
+        if children_first:
+            got = self.children.receive(max_messages)
+            if got:
+                return got
+        wait = 0 if self.children.backlog().visible else wait_seconds
+        got = self._queue.receive(max_messages, visibility_timeout, wait) if wait > 0 else \
+            self._queue.receive(max_messages, visibility_timeout)
+        with self._lock:
+            self._queue_empty = not got
+        return got or ([] if children_first else self.children.receive(max_messages))
+
+    def delete(self, messages: list[Received]) -> dict[str, str]:
+        queued = [m for m in messages if m.array_index is None]
+        failed = self._queue.delete(queued) if queued else {}
+        children = [m for m in messages if m.array_index is not None]
+        if children:
+            failed.update(self.children.delete(children))
+        return failed
+
+    def release(self, messages: list[Received]) -> None:
+        queued = [m for m in messages if m.array_index is None]
+        if queued:
+            self._queue.release(queued)
+        children = [m for m in messages if m.array_index is not None]
+        if children:
+            self.children.release(children)
+
+    def backlog(self) -> Backlog:
+        queued = self._queue.backlog()
+        return Backlog(queued.visible + self.children.backlog().visible, queued.in_flight,
+                       queued.delayed)
+
+
+@dataclass
+class ArrayStats:
+    """What the tick's array step did."""
+
+    open: int = 0
+    decided: list[dict[str, str]] = field(default_factory=list)  # parent id, state
+
+
+class ArrayTally:
+    """The tick's array steps: :meth:`offer` (at its start) hands each priority's source the
+    open arrays; :meth:`settle` (at its end, when this tick's children are recorded) writes
+    each parent's state from its children's."""
+
+    def __init__(self, store: StageStore, children: dict[Priority, ArrayChildren]) -> None:
+        """``children``: each level's source (levels that share a queue share its source)."""
+        self._store = store
+        self._children = children
+        self._open: list[OpenArray] = []
+
+    def offer(self, stats: ArrayStats) -> None:
+        self._open = self._store.open_arrays()
+        stats.open = len(self._open)
+        for source in self._sources():  # a source serves the levels that share its queue
+            source.load([a for a in self._open if self._children[a.parent.priority] is source])
+
+    def _sources(self) -> list[ArrayChildren]:
+        return list({id(c): c for c in self._children.values()}.values())
+
+    def settle(self, stats: ArrayStats) -> None:
+        if not self._open:  # arrays recorded in this tick have no children yet
+            return
+        for source in self._sources():
+            source.flush()
+        for array in self._store.reread(self._open):
+            try:
+                settled = self._store.settle_array(array)
+            except Exception as exc:  # one array's trouble never fails the tick
+                log.error("settling an array job failed; the next tick tries again",
+                          extra={"job_id": array.parent.job_id, "error": repr(exc)})
+                continue
+            if settled.parent.state != array.parent.state and \
+                    settled.parent.state in TERMINAL_JOB_STATES:
+                stats.decided.append({"job_id": array.parent.job_id,
+                                      "state": str(settled.parent.state)})
+        self._open = []

@@ -1,0 +1,169 @@
+"""Array jobs in the table: the parent and its marker, how far its children are recorded, and
+what is known of how they ended (the rules are :mod:`dispatcher.domain.arrays`').
+
+An open array has a marker item (``ARRAY#<parent>``, index key ``ARRAY#open``) beside its parent
+job, written in the same transaction; the tick reads the markers (one query) instead of
+looking for parents among the jobs. Children are recorded by the record stage like any job;
+the parent's ``array_next`` says how many are (only ever raised, so a tick that recorded more
+and crashed before saying so records them again, as duplicates, and loses none).
+
+How the children ended is read, not counted as they end: :meth:`ArrayRecords.settle_array` reads
+them in index order from the first one not known ended (``array_tally.settled``), a page of
+100 per BatchGetItem, and stops at the first one still unfinished. Children are recorded,
+bundled and launched in index order, so they end roughly in it, and the reads come to one
+per 100 children plus one per tick while some run: no write of the runner, the task-event
+handler or an operator changes for arrays, and nothing grows with how often a child changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from dispatcher.domain import arrays
+from dispatcher.domain.arrays import Tally
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState, Priority
+from dispatcher.ports.table import (
+    Absent,
+    Action,
+    ConditionFailed,
+    Delete,
+    Eq,
+    Lt,
+    Op,
+    Put,
+    Record,
+    Set,
+    TransactionCancelled,
+    Update,
+)
+from dispatcher.store import codec as r
+from dispatcher.store.base import Reads, job_state
+
+# BatchGetItem reads at most 100 items per call.
+# https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
+CHILD_PAGE = 100
+
+
+@dataclass
+class OpenArray:
+    """An array whose children are not all recorded or not all ended."""
+
+    parent: Job
+    size: int
+    tolerated: int
+    recorded: int  # array_next: children 0..recorded-1 are recorded
+    tally: Tally
+
+
+class ArrayRecords(Reads):
+    """The array jobs' part of :class:`~dispatcher.store.StageStore`."""
+
+    def record_parents(self, parents: list[Job]) -> set[str]:
+        """Record array parents and their markers; return the ids that existed already."""
+        duplicates: set[str] = set()
+        for job in parents:
+            marker = Record(r.array_key(job.job_id), status_key=r.OPEN_ARRAYS,
+                            status_at=r.iso(job.created_at), job_id=job.job_id,
+                            priority=str(job.priority), created_at=job.created_at)
+            try:
+                self._transact_retrying([Put(r.job_record(job), Absent()),
+                                         Put(marker, Absent())])
+            except TransactionCancelled as exc:
+                if not exc.failed_conditions():
+                    raise
+                duplicates.add(job.job_id)
+        return duplicates
+
+    def open_arrays(self, priority: Priority | None = None) -> list[OpenArray]:
+        """The open arrays (of ``priority``), oldest first, parents read whole."""
+        markers = [m for m in self.table.query(r.OPEN_ARRAYS)
+                   if priority is None or (m.priority or Priority.NORMAL) == priority]
+        found = {rec.pk: rec for rec in self.table.get_many(
+            [r.job_key(m.job_id) for m in markers if m.job_id])}
+        # A marker whose parent is gone (expired, or never written): nothing to do.
+        return [_open(rec) for m in markers
+                if (rec := found.get(r.job_key(m.job_id or ""))) is not None
+                and rec.array_size is not None]
+
+    def reread(self, open_arrays: list[OpenArray]) -> list[OpenArray]:
+        """The same arrays, their parents read again (one BatchGetItem per 100)."""
+        found = {rec.pk: rec for rec in self.table.get_many(
+            [r.job_key(a.parent.job_id) for a in open_arrays])}
+        return [_open(rec) for a in open_arrays
+                if (rec := found.get(r.job_key(a.parent.job_id))) is not None]
+
+    def recorded_up_to(self, parent_id: str, n: int) -> None:
+        """Children ``0..n-1`` are recorded: raise the parent's ``array_next`` to ``n`` (never
+        lower it: a later call may have raised it further already)."""
+        with contextlib.suppress(ConditionFailed):
+            self.table.write(Update(r.job_key(parent_id), [Set("array_next", n)],
+                                    Lt("array_next", n)))
+
+    def settle_array(self, array: OpenArray, deadline_pages: int = 1000) -> OpenArray:
+        """Read the children from the first not known ended, in order, until one is
+        unfinished (or ``deadline_pages`` pages were read); write the parent's state and tally
+        if they changed, and close the array (delete its marker) once it is decided and every
+        recorded child has ended."""
+        tally = Tally(**vars(array.tally))
+        tally.failed_indexes = list(array.tally.failed_indexes)
+        for _ in range(deadline_pages):
+            start = tally.settled
+            stop = min(array.recorded, start + CHILD_PAGE)
+            if start >= stop:
+                break
+            ids = [arrays.child_id(array.parent.job_id, i) for i in range(start, stop)]
+            states = {job.job_id: job.state for job in self.get_jobs(ids)}
+            for i, job_id in enumerate(ids, start):
+                # Recorded (array_next says so) and gone: expired by TTL long after it ended
+                # (an array open past the retention period). Counted as failed rather than
+                # guessed a success, and never waited for.
+                state = states.get(job_id, JobState.FAILED)
+                if state not in TERMINAL_JOB_STATES:
+                    break
+                tally.add(i, state)
+            if tally.settled < stop:
+                break
+        tally.recorded = array.recorded
+        target = arrays.aggregate(array.size, array.tolerated, tally)
+        if array.parent.state == JobState.CANCELLED:  # by an operator: it stays so
+            target = JobState.CANCELLED
+        decided = target in TERMINAL_JOB_STATES
+        # Closed once decided and every recorded child has ended: a FAILED array records no
+        # more children (dispatcher.stages.fanout), so its recorded ones are all there is.
+        close = decided and tally.settled >= array.recorded
+        parent = array.parent
+        changed = target != parent.state or tally != array.tally
+        if changed or close:
+            t = self.clock()
+            actions: list[Action] = [Set("array_tally", tally.as_json())]
+            if target != parent.state:
+                actions += job_state(parent.job_id, target, t)
+                if decided:
+                    actions += self._expires(t)
+                    actions.append(Set("reason", _reason(array, tally, target)))
+            ops: list[Op] = [Update(r.job_key(parent.job_id), actions,
+                                                       Eq("state", str(parent.state)))]
+            if close:
+                ops.append(Delete(r.array_key(parent.job_id)))
+            try:
+                self._transact_retrying(ops)
+            except TransactionCancelled as exc:
+                if not exc.failed_conditions():
+                    raise
+                return array  # an operator acted on the parent meanwhile: next tick
+            parent.state = target
+        return OpenArray(parent, array.size, array.tolerated, array.recorded, tally)
+
+
+def _open(rec: Record) -> OpenArray:
+    return OpenArray(r.record_job(rec), int(rec.array_size or 0), int(rec.array_tolerated or 0),
+                     int(rec.array_next or 0), Tally.from_json(rec.array_tally))
+
+
+def _reason(array: OpenArray, tally: Tally, target: JobState) -> str:
+    if target == JobState.FAILED:
+        shown = ", ".join(map(str, tally.failed_indexes[:10]))
+        return (f"{tally.failed} of {array.size} children failed or were cancelled, more "
+                f"than the {array.tolerated} tolerated (first: {shown})")
+    return f"{tally.succeeded} of {array.size} children succeeded"

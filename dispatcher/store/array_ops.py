@@ -1,0 +1,124 @@
+"""An operator's cancel and retry of an array job act on its children (the operator side of
+:mod:`dispatcher.store.array_jobs`).
+
+- Cancel: the parent goes CANCELLED first (so no tick records another child of it: the
+  children source takes only undecided parents), then every recorded child still unfinished
+  is cancelled, 100 at a time (:meth:`OperatorStore.cancel_page`); the recorded count is read
+  again after, and children a tick recorded meanwhile are cancelled too.
+- Retry: the FAILED and CANCELLED children are retried, 100 at a time
+  (:meth:`OperatorStore.retry_page`), the parent goes back to RUNNING (PENDING if no child
+  was recorded yet) with its tally read
+  again from child 0, and its marker is put back, so the ticks settle it again and record
+  the children a cancel or an early failure left unrecorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from dispatcher.domain import arrays
+from dispatcher.domain.arrays import Tally
+from dispatcher.domain.errors import LongjobsError
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
+from dispatcher.ports.table import Action, Eq, Op, Put, Record, Set, Table, Update
+from dispatcher.store import codec as r
+from dispatcher.store.array_jobs import CHILD_PAGE
+from dispatcher.store.base import job_state
+from dispatcher.store.values import PageOutcome
+
+
+class JobActions(Protocol):
+    """What these actions use of :class:`dispatcher.store.OperatorStore` (which calls them)."""
+
+    table: Table
+    clock: Callable[[], float]
+
+    def _transact(self, ops: list[Op], lost: str, job_id: str | None = None) -> None: ...
+    def _expires(self, t: float) -> list[Action]: ...
+    def _job(self, job_id: str) -> Job: ...
+    def get_jobs(self, job_ids: list[str]) -> list[Job]: ...
+    def cancel_page(self, job_ids: list[str], *, reason: str | None = None,
+                    by: str | None = None, only: JobState | None = None) -> list[PageOutcome]: ...
+    def retry_page(self, job_ids: list[str], *, from_scratch: bool = False,
+                   reason: str | None = None, by: str | None = None,
+                   only: JobState | None = None) -> list[PageOutcome]: ...
+
+# A cancel reads the recorded count again at most this often, for children a tick recorded
+# while it cancelled (a tick records children only while it runs: one more look suffices
+# unless ticks overlap the cancel for long).
+CANCEL_ROUNDS = 5
+
+
+def cancel_array(store: JobActions, parent: Job, reason: str | None) -> Job:
+    if parent.state in TERMINAL_JOB_STATES:
+        raise LongjobsError(f"array job is already {parent.state}; nothing to cancel",
+                            job_id=parent.job_id)
+    t = store.clock()
+    store._transact([Update(r.job_key(parent.job_id), [
+        *job_state(parent.job_id, JobState.CANCELLED, t),
+        Set("reason", f"cancelled by an operator{': ' + reason if reason else ''}"),
+        *store._expires(t)], Eq("state", str(parent.state)))],
+        "the array job changed while cancelling; try again", job_id=parent.job_id)
+    done = 0
+    for _ in range(CANCEL_ROUNDS):
+        recorded = _recorded(store, parent.job_id)
+        if recorded <= done:
+            break
+        for start in range(done, recorded, CHILD_PAGE):
+            ids = [arrays.child_id(parent.job_id, i)
+                   for i in range(start, min(recorded, start + CHILD_PAGE))]
+            unfinished = [j.job_id for j in store.get_jobs(ids)
+                          if j.state not in TERMINAL_JOB_STATES]
+            if unfinished:
+                store.cancel_page(unfinished, reason=f"its array {parent.job_id} was cancelled")
+        done = recorded
+    return store._job(parent.job_id)
+
+
+def retry_array(store: JobActions, parent: Job, *, from_scratch: bool,
+                reason: str | None) -> Job:
+    if parent.state not in (JobState.FAILED, JobState.CANCELLED):
+        raise LongjobsError(f"only a FAILED or CANCELLED array job can be retried, not "
+                            f"{parent.state}", job_id=parent.job_id)
+    recorded = _recorded(store, parent.job_id)
+    for start in range(0, recorded, CHILD_PAGE):
+        ids = [arrays.child_id(parent.job_id, i)
+               for i in range(start, min(recorded, start + CHILD_PAGE))]
+        ended = [j.job_id for j in store.get_jobs(ids)
+                 if j.state in (JobState.FAILED, JobState.CANCELLED)]
+        if ended:
+            store.retry_page(ended, from_scratch=from_scratch, reason=reason)
+    t = store.clock()
+    marker = Record(r.array_key(parent.job_id), status_key=r.OPEN_ARRAYS, status_at=r.iso(t),
+                    job_id=parent.job_id, priority=str(parent.priority), created_at=t)
+    tally = Tally(recorded=recorded)  # read again from child 0 by the next tick
+    target = arrays.aggregate(int(parent.array_size or 0), parent.array_tolerated, tally)
+    store._transact([
+        Update(r.job_key(parent.job_id), [
+            *job_state(parent.job_id, target, t), Set("array_tally", tally.as_json()),
+            Set("reason", f"retried by an operator{': ' + reason if reason else ''}")],
+            Eq("state", str(parent.state))),
+        Put(marker)], "the array job changed while retrying; try again", job_id=parent.job_id)
+    return store._job(parent.job_id)
+
+
+def array_counts(parent_id: str, rec: Record) -> dict[str, Any]:
+    """What ``jobs show`` says of an array: its size, children recorded, how the settled ones
+    ended (the first failed indexes among them), and how many are still unsettled."""
+    tally = Tally.from_json(rec.array_tally)
+    size, recorded = int(rec.array_size or 0), int(rec.array_next or 0)
+    return {"size": size, "recorded": recorded, "tolerated_failures":
+            int(rec.array_tolerated or 0),
+            # Settled: the children read ended, in index order, up to the first unfinished.
+            "by_state": {"SUCCEEDED": tally.succeeded, "FAILED or CANCELLED": tally.failed,
+                         "not settled yet": recorded - tally.settled,
+                         "not recorded yet": size - recorded},
+            "failed_indexes": tally.failed_indexes,
+            "children": f"{arrays.child_id(parent_id, 0)} .. "
+                        f"{arrays.child_id(parent_id, size - 1)}"}
+
+
+def _recorded(store: JobActions, parent_id: str) -> int:
+    rec = store.table.get(r.job_key(parent_id))
+    return int(rec.array_next or 0) if rec is not None else 0
