@@ -214,8 +214,11 @@ class _Drain:
         self.empty = 0
 
     def run(self, pool: ThreadPoolExecutor) -> Iterator[list[Bundle]]:
-        receives: set[Future[list[Received]]] = set()
-        work: set[Future[Recorded]] = set()
+        # In flight, in the order submitted (dicts as ordered sets): what is done is applied in
+        # that order, so bundles recorded at once launch in the order they were recorded, not
+        # in their futures' hash order (their addresses: another order on every run).
+        receives: dict[Future[list[Received]], None] = {}
+        work: dict[Future[Recorded], None] = {}
         self.receiving = True
         ahead = max(1, self.admission._concurrency // 2)
         while True:
@@ -230,23 +233,24 @@ class _Drain:
                     break
                 if self.receives_left is not None:
                     self.receives_left -= 1
-                receives.add(pool.submit(self.admission.receive, self.queue, want,
-                                         self.wait_seconds))
+                receives[pool.submit(self.admission.receive, self.queue, want,
+                                     self.wait_seconds)] = None
             if not receives:
                 self.bundler.close()  # nothing more is coming: record what is open
             self._close_held_too_long()
-            work |= {pool.submit(self.recorder.record, self.queue, b, self.held[b.bundle_id])
-                     for b in self.bundler.take_closed()}
+            work.update(dict.fromkeys(
+                pool.submit(self.recorder.record, self.queue, b, self.held[b.bundle_id])
+                for b in self.bundler.take_closed()))
             if not receives and not work:
                 break
             pending: list[Future[Any]] = [*receives, *work]
             wait(pending, return_when=FIRST_COMPLETED)
             for r in [f for f in receives if f.done()]:
-                receives.discard(r)
-                work |= self._admit(pool, r)
+                del receives[r]
+                work.update(dict.fromkeys(self._admit(pool, r)))
             for w in [f for f in work if f.done()]:
-                work.discard(w)
-                work |= self._recorded(pool, w)
+                del work[w]
+                work.update(dict.fromkeys(self._recorded(pool, w)))
                 for bundle in self.ready:  # one at a time, in the order they were recorded
                     yield [bundle]
                 self.ready.clear()
@@ -262,18 +266,18 @@ class _Drain:
                 self.bundler.close_bundle(b.bundle_id)
 
     def _admit(self, pool: ThreadPoolExecutor,
-               f: Future[list[Received]]) -> set[Future[Recorded]]:
+               f: Future[list[Received]]) -> list[Future[Recorded]]:
         """Validate and bundle one received batch; return the work it starts."""
         try:
             batch = f.result()
         except Exception as exc:  # stop receiving; what was admitted is still recorded
             log.error("receive failed; the drain stops here", extra={"error": repr(exc)})
             self.receiving = False
-            return set()
+            return []
         if not batch:
             self.empty += 1
             self.receiving = self.receiving and self.empty < EMPTY_RECEIVES
-            return set()
+            return []
         self.empty = 0
         stats, now = self.stats, self.admission._clock()
         stats.received += len(batch)
@@ -318,11 +322,11 @@ class _Drain:
             held = self.held.setdefault(job.bundle_id, Held())
             held.jobs.append(job)
             held.messages.append(received)
-        out: set[Future[Recorded]] = set()
+        out: list[Future[Recorded]] = []
         if parents:
-            out.add(pool.submit(self.recorder.record_parents, self.queue, parents))
+            out.append(pool.submit(self.recorder.record_parents, self.queue, parents))
         if rejections or finished:
-            out.add(pool.submit(self.recorder.reject, self.queue, rejections, finished))
+            out.append(pool.submit(self.recorder.reject, self.queue, rejections, finished))
         return out
 
     def _failed(self, failure: str, messages: int, bundle_id: str | None = None) -> None:
@@ -336,7 +340,7 @@ class _Drain:
                   extra={"error": failure, "bundle_id": bundle_id, "messages": messages})
 
     def _recorded(self, pool: ThreadPoolExecutor,
-                  f: Future[Recorded]) -> set[Future[Recorded]]:
+                  f: Future[Recorded]) -> list[Future[Recorded]]:
         """Apply what recording a bundle (or deleting messages) did; return the work it starts:
         deleting a recorded bundle's messages, on the pool, while the bundle launches (a
         bundle of 3,000 jobs takes 300 DeleteMessageBatch calls, seconds its launch need not
@@ -351,7 +355,7 @@ class _Drain:
             stats.record_failures += 1
             log.error("recording a bundle failed; its messages are kept for redelivery",
                       extra={"error": repr(exc)})
-            return set()
+            return []
         stats.delete_failures += result.delete_failures
         if result.rejections:
             stats.rejected += len(result.rejections)
@@ -363,14 +367,14 @@ class _Drain:
             if result.failure is not None:  # given back at the end, as a failed bundle's
                 self._failed(result.failure, len(result.kept))
                 self.kept += result.kept
-            return set()
+            return []
         if result.failure is not None:
             # Kept held (a later copy of one of its jobs waits with it), given back at the end
             # of the drain; receiving more would only spend their receives too.
             self.failed.append(bundle.bundle_id)
             self._failed(result.failure, len(self.held[bundle.bundle_id].messages),
                          bundle.bundle_id)
-            return set()
+            return []
         # Its messages, and copies of its jobs received while it was recorded: all recorded.
         held = self.held.pop(bundle.bundle_id)
         deleting = pool.submit(self.recorder.reject, self.queue, [], held.messages)
@@ -389,4 +393,4 @@ class _Drain:
                 self.waiting.append(bundle)
             else:
                 self.ready.append(bundle)
-        return {deleting}
+        return [deleting]

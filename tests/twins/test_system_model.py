@@ -520,8 +520,5 @@ def test_the_whole_system_keeps_its_invariants(monkeypatch: pytest.MonkeyPatch) 
     run = hyp_settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
                        phases=[Phase.explicit, Phase.generate, Phase.shrink],
                        suppress_health_check=list(HealthCheck),
-                       # Random examples in CI too (hypothesis derandomizes under CI=true):
-                       # some step still does not replay exactly (FlakyStrategyDefinition on a
-                       # few fixed paths), and a fixed path would fail every CI run on it.
-                       derandomize=False, print_blob=True)(SystemModel).TestCase
+                       print_blob=True)(SystemModel).TestCase
     run().runTest()
