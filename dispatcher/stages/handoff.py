@@ -12,7 +12,8 @@ item), and starts it before the rest of its bundle as soon as one of its running
 
 So an urgent job starts within: the tick's look at the high queue (every minute; with
 ``LONGJOBS_URGENT_WATCH_SECONDS`` a tick with every slot busy keeps long-polling it, so within
-seconds) + one heartbeat interval + one running job's length. It costs the drain no task
+seconds; during a long drain, every 15 s of it: dispatcher/stages/lookout.py) + one heartbeat
+interval + one running job's length. It costs the drain no task
 slot and no call per job of the backlog: a receive of the high queue per tick with every slot
 busy (three long polls a minute when watching), one read of the hosts' items and one
 transaction per host when there is an urgent job to hand.

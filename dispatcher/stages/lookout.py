@@ -15,11 +15,12 @@ backlog over all of them); a hand-off takes none, and a running task starts the 
 heartbeat and a job, where a fresh task needs 30-60 s to start. The tasks it may go to: those
 active at the tick's start and those the tick launched since (``hosts_among`` reads them whole
 and keeps those running, recently beating, of its size). A job no task can take yet (none has
-started) waits in the table, due: the next look, the look after the drain or the next tick's
-launch of due bundles (high first) takes it.
+started) waits in the table, due: the next look hands it, or a later tick (its hand-off reads
+the due high bundles; a free slot launches them, high first).
 
-Cost: one ReceiveMessage per ``LOOK_SECONDS`` of drain, none while no task could take a job
-(about eight in the reference batch's first tick: 0.00004 a job); for a job that comes, its
+Cost: one ReceiveMessage per ``LOOK_SECONDS`` of drain, none before the tick knows of a task
+(active, or launched by it): at most eight in the reference batch's first tick, a drain of
+124 s (0.00004 a job); for a job that comes, its
 intake (a transaction, a delete), one BatchGetItem per 100 tasks and a transaction per task
 it is handed to.
 """
