@@ -86,7 +86,10 @@ def report(shape: Shape, out: BatchRun, wall: float) -> list[str]:
         lines.append(f"  tick at +{start:.0f} s: {end - start:.1f} s, received "
                      f"{tick.intake.received}, admitted {tick.intake.admitted}, "
                      f"{tick.intake.bundles_recorded} bundles, launched "
-                     f"{tick.launch.bundles_launched} (paced {tick.launch.paced_seconds:.1f} s)")
+                     f"{tick.launch.bundles_launched} (paced {tick.launch.paced_seconds:.1f} s)"
+                     + (f"; looked at the high queue {tick.handoff.looks}x while draining"
+                        if tick.handoff.looks else "")
+                     + (f"; handed {tick.handoff.handed} urgent" if tick.handoff.handed else ""))
     lines.append(f"ticks: {len(out.ticks)} run, {out.skipped_ticks} skipped (lease held)")
     if shape.urgent_at is not None:
         started = "never" if out.urgent_started is None else f"+{out.urgent_started:.1f} s"

@@ -129,7 +129,8 @@ class Admission:
     def drain(self, capacity: int, deadline: float, stats: AdmissionStats, *,
               kind_room: Mapping[str, int] | None = None,
               shares: Mapping[Priority, int] | None = None,
-              visible: Mapping[Priority, int] | None = None) -> Iterator[list[Bundle]]:
+              visible: Mapping[Priority, int] | None = None,
+              beat_seconds: float | None = None) -> Iterator[list[Bundle]]:
         """Admit up to ``capacity`` bundles of work before ``deadline`` (monotonic), each
         priority's queue in turn, yielding each recorded bundle that can launch now as soon as
         it is recorded (``stats.bundles_recorded`` counts every bundle recorded, deferred ones
@@ -137,7 +138,9 @@ class Admission:
         not be recorded given back. ``kind_room``: jobs each limited kind may still start;
         ``shares``: the slots each level may take (besides what the levels above it leave;
         default: all of them, highest first); ``visible``: each level's backlog, if read
-        already (:meth:`backlog`)."""
+        already (:meth:`backlog`); ``beat_seconds``: yield an empty list whenever that long
+        (on the clock) passed without a yield, so the tick can look around (at the high queue,
+        stages/lookout.py) however long the drain goes without a bundle to launch."""
         if capacity <= 0:
             return
         visible = dict(visible) if visible is not None else self.backlog()
@@ -155,9 +158,14 @@ class Admission:
                 bundler = Bundler(self._policy.bundling, slots, target, at=self._clock(),
                                   kind_limits=self._policy.kind_limits, kind_room=room,
                                   backlog=visible.get(priority, 0), clock=self._clock)
-                yield from _Drain(self, queue, bundler, deadline, stats).run(pool)
+                yield from _Drain(self, queue, bundler, deadline, stats,
+                                  beat_seconds=beat_seconds).run(pool)
                 left -= bundler.opened
                 room = bundler.kind_room
+
+    def has_queue(self, priority: Priority) -> bool:
+        """Whether ``priority`` has a queue of its own, which :meth:`intake` takes from."""
+        return any(p == priority for p, _ in self._queues)
 
     def intake(self, priority: Priority, jobs: int, deadline: float, stats: AdmissionStats,
                *, wait_seconds: int = 0) -> list[Bundle]:
@@ -195,7 +203,7 @@ class _Drain:
 
     def __init__(self, admission: Admission, queue: Queue, bundler: Bundler, deadline: float,
                  stats: AdmissionStats, *, wait_seconds: int = 0,
-                 receives: int | None = None) -> None:
+                 receives: int | None = None, beat_seconds: float | None = None) -> None:
         self.admission = admission
         self.recorder = admission._recorder
         self.queue = queue
@@ -212,6 +220,7 @@ class _Drain:
         self.receives_left = receives  # None: until the slots are taken or the queue is empty
         self.receiving = False  # still receiving
         self.empty = 0
+        self.beat = beat_seconds
 
     def run(self, pool: ThreadPoolExecutor) -> Iterator[list[Bundle]]:
         # In flight, in the order submitted (dicts as ordered sets): what is done is applied in
@@ -221,6 +230,8 @@ class _Drain:
         work: dict[Future[Recorded], None] = {}
         self.receiving = True
         ahead = max(1, self.admission._concurrency // 2)
+        clock = self.admission._clock
+        yielded_at = clock()
         while True:
             if self.receiving and (self.bundler.full or time.monotonic() >= self.deadline):
                 self.receiving = False
@@ -253,7 +264,11 @@ class _Drain:
                 work.update(dict.fromkeys(self._recorded(pool, w)))
                 for bundle in self.ready:  # one at a time, in the order they were recorded
                     yield [bundle]
+                    yielded_at = clock()
                 self.ready.clear()
+            if self.beat is not None and clock() - yielded_at >= self.beat:
+                yield []  # nothing to launch for a while: the tick may look around meanwhile
+                yielded_at = clock()
         # Only now, as this queue is not received from again in this tick: given back
         # earlier, the same messages would be received again at once, each time spending a
         # receive. Duplicates of their jobs that arrived later are in their held messages.

@@ -12,7 +12,8 @@ item), and starts it before the rest of its bundle as soon as one of its running
 
 So an urgent job starts within: the tick's look at the high queue (every minute; with
 ``LONGJOBS_URGENT_WATCH_SECONDS`` a tick with every slot busy keeps long-polling it, so within
-seconds) + one heartbeat interval + one running job's length. It costs the drain no task
+seconds; during a long drain, every 15 s of it: dispatcher/stages/lookout.py) + one heartbeat
+interval + one running job's length. It costs the drain no task
 slot and no call per job of the backlog: a receive of the high queue per tick with every slot
 busy (three long polls a minute when watching), one read of the hosts' items and one
 transaction per host when there is an urgent job to hand.
@@ -49,6 +50,7 @@ class HandoffStats:
     urgent: int = 0  # urgent jobs that had no slot
     handed: int = 0  # of them, handed to a running task
     watched_seconds: int = 0  # how long the tick watched the high queue
+    looks: int = 0  # receives of the high queue while the drain went on (stages/lookout.py)
 
 
 def is_host(b: Bundle, now: float, policy: HandoffPolicy) -> bool:
@@ -79,11 +81,14 @@ class Handoffs:
         """The running bundles that can take urgent jobs now, read whole (one BatchGetItem
         per 100: the status index holds neither ``handed`` nor ``handed_jobs``, and the
         tick's read of ``active`` may be a watch old)."""
+        return self.hosts_among([b.bundle_id for b in active if b.state == BundleState.RUNNING])
+
+    def hosts_among(self, bundle_ids: list[str]) -> list[Bundle]:
+        """Those of ``bundle_ids`` (in any state when read) that can take urgent jobs now."""
         now = self._clock()
-        ids = [b.bundle_id for b in active if b.state == BundleState.RUNNING]
-        if not ids:
+        if not bundle_ids:
             return []
-        return [b for b in self._store.full_bundles(ids)
+        return [b for b in self._store.full_bundles(bundle_ids)
                 if is_host(b, now, self.policy) and b.takes_handed
                 and len(b.handed_jobs) < MAX_HANDED]
 

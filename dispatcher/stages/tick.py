@@ -36,6 +36,7 @@ from dispatcher.stages.handoff import (
     is_source,
 )
 from dispatcher.stages.launch import Launches, LaunchStats, launch_slots
+from dispatcher.stages.lookout import LOOK_SECONDS, Lookout
 from dispatcher.stages.policy import TickPolicy
 from dispatcher.stages.reconcile import Reconciler, ReconcileStats
 from dispatcher.stages.revision import Revisions
@@ -169,13 +170,20 @@ class Tick:
         # The walk of a job: admit (receive, validate) -> bundle -> record, all in the drain,
         # which yields each bundle it recorded that can launch now; the tick hands it to the
         # launch thread at once, so launching goes on while the drain does.
+        # While it drains, the high queue is looked at between its rounds (stages/lookout.py).
+        lookout = None if self._handoffs is None else Lookout(
+            self._admission, self._handoffs, [*active, *due], drain_deadline, d.intake,
+            d.handoff, self._clock)
         with _LaunchQueue(self._launches, d.task_definition, d.launch) as launch:
             if due:
                 launch(due)
             for ready in self._admission.drain(d.capacity - len(due), drain_deadline, d.intake,
                                                kind_room=room, shares=queue_slots,
-                                               visible=visible):
-                launch(ready)
+                                               visible=visible, beat_seconds=LOOK_SECONDS):
+                if ready:
+                    launch(ready)
+                if lookout is not None:
+                    lookout.after(ready)
                 for b in ready:
                     if b.kind is not None and b.kind in kind_running:
                         kind_running[b.kind] += launch_slots(

@@ -21,6 +21,7 @@ import itertools
 import json
 import logging
 import random
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,12 +33,12 @@ from dispatcher.domain.jobs import Job, Priority
 from dispatcher.domain.pacing import LaunchLimits, LaunchPacer
 from dispatcher.domain.stops import StopCode, TaskStop
 from dispatcher.ops.client import JobClient
-from dispatcher.ports.queue import Backlog, Queue, Received
 from dispatcher.ports.table import Record
 from dispatcher.stages.tick import TickReport
 from dispatcher.store import Store
 from dispatcher.store import codec as r
 from dispatcher.testing import memory_table
+from dispatcher.testing.arriving_queue import ArrivingQueue
 from dispatcher.testing.aws_model import (
     Calls,
     ItemTimes,
@@ -138,6 +139,16 @@ class BatchModel:
         logging.getLogger("dispatcher").setLevel(self.env["LONGJOBS_LOG_LEVEL"])
         self.urgent_id: str | None = None
         self.outcome = BatchRun()
+        # The event loop's state (run): the events, the tasks seen launched, their runners.
+        self._events: list[tuple[float, int, str, Any]] = []
+        self._seq = itertools.count()
+        self._seen: set[str] = set()
+        self._last_end = T0
+        self._world = threading.Lock()  # the loop's state, from a tick's thread (_catch_up)
+        self._tasks = TaskModel(self.runner_store, self.clock, concurrency=shape.concurrency,
+                                seconds_of=_seconds_of, flush_seconds=self.cfg.flush_seconds,
+                                heartbeat_seconds=self.cfg.heartbeat_seconds,
+                                on_job_start=self._job_started)
 
     def _stages(self, component: str) -> pipeline.Stages:
         calls = self.calls[component]
@@ -188,30 +199,19 @@ class BatchModel:
         with lean_table():
             self.enqueue()
         self.clock.set(T0)
-        seq = itertools.count()
-        events: list[tuple[float, int, str, Any]] = []
-
-        def at(t: float, kind: str, what: Any = None) -> None:
-            heapq.heappush(events, (t, next(seq), kind, what))
-
-        at(T0, "tick")
+        self._at(T0, "tick")
         if s.urgent_at is not None:  # on the high queue from then, seen by a tick under way
             self.urgent_id = "urgent-0000001"
             self.high.arrive(T0 + s.urgent_at, message.JobMessage.model_validate({
                 "kind": "seed.call", "job_id": self.urgent_id, "payload": {"seconds": s.seconds},
                 "estimated_seconds": s.seconds, "priority": "high",
                 "schema_version": message.SCHEMA_VERSION}).model_dump_json(exclude_none=True))
-        model = TaskModel(self.runner_store, self.clock, concurrency=s.concurrency,
-                          seconds_of=_seconds_of, flush_seconds=self.cfg.flush_seconds,
-                          heartbeat_seconds=self.cfg.heartbeat_seconds,
-                          on_job_start=self._job_started)
-        seen: set[str] = set()
         tick_free = T0
-        last_end = T0
         self.clock.lead()
+        self.high.before_receive = self._catch_up
         with patched(self.clock), lean_table():
-            while events and out.jobs_run < s.jobs + (s.urgent_at is not None):
-                t, _, kind, what = heapq.heappop(events)
+            while self._events and out.jobs_run < s.jobs + (s.urgent_at is not None):
+                t, _, kind, what = heapq.heappop(self._events)
                 if t - T0 > max_seconds:
                     break
                 self.clock.set(t)
@@ -223,34 +223,65 @@ class BatchModel:
                             remaining_ms=self._remaining(t + LAMBDA_TIMEOUT))
                         tick_free = self.clock()
                         out.ticks.append((t - T0, tick_free - T0, report))
-                    at(t + s.tick_interval, "tick")
+                    self._at(t + s.tick_interval, "tick")
                 elif kind == "task":
-                    task, steps = what
-                    wake = next(steps, None)
-                    if wake is not None:
-                        at(wake, "task", what)
-                    else:
-                        out.jobs_run += task.jobs_run
-                        task.ended_at = (task.ended_at or t) - T0
-                        if not task.urgent:  # the drain is the batch's
-                            last_end = max(last_end, task.ended_at + T0)
-                        at(self.clock() + EXIT_TO_EVENT, "stopped", task)
+                    self._task_step(t, what)
                 elif kind == "stopped":
                     self.ecs.stop_task(what.task_arn, StopCode.ESSENTIAL_CONTAINER_EXITED,
                                        "Essential container in task exited", 0)
                     self.events.reruns.on_stop(TaskStop(
                         what.task_arn, str(StopCode.ESSENTIAL_CONTAINER_EXITED),
                         "Essential container in task exited", 0, stopped_at=t))
-                if kind not in ("tick", "stopped"):
-                    continue  # only these launch tasks
-                for arn, launched in self._launched(seen):
-                    task = TaskRun(arn, launched - T0, launched + self.rng.uniform(*s.start) - T0)
-                    out.tasks.append(task)
-                    at(T0 + task.started_at, "task", (task, model.run(task)))
-        out.drain = last_end - T0
+                if kind in ("tick", "stopped"):  # only these launch tasks
+                    self._start_tasks()
+        self.high.before_receive = None
+        out.drain = self._last_end - T0
         out.calls = {c: calls.counts for c, calls in self.calls.items()}
         out.admitted_at = sorted(self._admission_times())
         return out
+
+    def _at(self, t: float, kind: str, what: Any = None) -> None:
+        heapq.heappush(self._events, (t, next(self._seq), kind, what))
+
+    def _start_tasks(self) -> None:
+        """The tasks launched since the last look, each starting after Fargate's start."""
+        s = self.shape
+        for arn, launched in self._launched(self._seen):
+            task = TaskRun(arn, launched - T0, launched + self.rng.uniform(*s.start) - T0)
+            self.outcome.tasks.append(task)
+            self._at(T0 + task.started_at, "task", (task, self._tasks.run(task)))
+
+    def _task_step(self, t: float, what: tuple[TaskRun, Iterator[float]]) -> None:
+        task, steps = what
+        wake = next(steps, None)
+        if wake is not None:
+            self._at(wake, "task", what)
+            return
+        self.outcome.jobs_run += task.jobs_run
+        task.ended_at = (task.ended_at or t) - T0
+        if not task.urgent:  # the drain is the batch's
+            self._last_end = max(self._last_end, task.ended_at + T0)
+        self._at(self.clock() + EXIT_TO_EVENT, "stopped", task)
+
+    def _catch_up(self) -> None:
+        """The tasks' steps up to the calling thread's time, run while a tick is under way
+        (called as it receives from the high queue): a tick runs whole between two events of
+        the loop, and a long one would otherwise look for running tasks in a table where none
+        has claimed its bundle yet. Stop events and ticks stay for the loop."""
+        with self._world:
+            now = self.clock()
+            self._start_tasks()
+            later: list[tuple[float, int, str, Any]] = []
+            while self._events and self._events[0][0] <= now:
+                event = heapq.heappop(self._events)
+                if event[2] == "task":
+                    self.clock.set(event[0])
+                    self._task_step(event[0], event[3])
+                else:
+                    later.append(event)
+            for event in later:
+                heapq.heappush(self._events, event)
+            self.clock.set(now)
 
     def _launched(self, seen: set[str]) -> list[tuple[str, float]]:
         """Tasks started since the last look (not in ``seen``, which they join)."""
@@ -308,53 +339,6 @@ def lean_table() -> Iterator[None]:
     finally:
         for n in names:
             setattr(memory_table, n, saved[n])
-
-
-class ArrivingQueue(Queue):
-    """A queue whose messages arrive at set virtual times: each is sent into ``inner`` by the
-    first call at or after its time, so a tick under way meets a message sent mid-drain as
-    SQS would show it; an empty long poll waits (in virtual time) until the next arrival or
-    its ``wait_seconds``, as SQS's does."""
-
-    def __init__(self, inner: MemoryQueue, clock: VirtualClock) -> None:
-        self.inner = inner
-        self.clock = clock
-        self.due: list[tuple[float, str]] = []
-        self.receives = 0  # every receive of this queue, of every component
-
-    def arrive(self, at: float, body: str) -> None:
-        self.due.append((at, body))
-
-    def _land(self) -> None:
-        t = self.clock()
-        for item in [d for d in self.due if d[0] <= t]:
-            self.due.remove(item)
-            self.inner.send([("arriving", item[1])])
-
-    def send(self, entries: list[tuple[str, str]]) -> dict[str, str]:
-        return self.inner.send(entries)
-
-    def receive(self, max_messages: int = 10, visibility_timeout: int | None = None,
-                wait_seconds: int = 0) -> list[Received]:
-        self.receives += 1
-        self._land()
-        got = self.inner.receive(max_messages, visibility_timeout)
-        if got or wait_seconds <= 0:
-            return got
-        until = min([self.clock() + wait_seconds, *(at for at, _ in self.due)])
-        self.clock.at_least(until)
-        self._land()
-        return self.inner.receive(max_messages, visibility_timeout)
-
-    def delete(self, messages: list[Received]) -> dict[str, str]:
-        return self.inner.delete(messages)
-
-    def release(self, messages: list[Received]) -> None:
-        self.inner.release(messages)
-
-    def backlog(self) -> Backlog:
-        self._land()
-        return self.inner.backlog()
 
 
 def _synthetic_body(shape: Shape) -> Callable[[int], str]:

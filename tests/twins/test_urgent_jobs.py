@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
@@ -158,9 +159,13 @@ class World:
                                                     task.exit_code, task.stopped_at))
 
     # -- the run --------------------------------------------------------------------------------
+    def threads(self) -> AbstractContextManager[None]:
+        """How the tick's threads run: in one order, its launches at its end."""
+        return one_thread()
+
     def run(self, until: float) -> None:
         next_tick = self.t0
-        with one_thread():
+        with self.threads():
             while self.now() < self.t0 + until:
                 if self.now() >= next_tick:
                     self.stages.tick.tick()

@@ -1,0 +1,83 @@
+"""Urgent jobs during a long drain: the tick looks at the high queue between the drain's rounds.
+
+A tick admits a backlog in one drain (stages/admit.py), the high queue first: a deep backlog
+keeps it draining for minutes (the reference batch, 200,000 jobs: ~2 minutes at the default
+concurrency), and the tick's look for urgent jobs (``Tick._urgent``, stages/handoff.py) comes
+only after it, while the next ticks find the lease held. A high job sent meanwhile waited for
+the drain, then for a later tick. So, while it drains, the tick looks at the high queue once
+every ``LOOK_SECONDS`` (on its clock: the drain yields at least that often, see
+``Admission.drain``'s ``beat_seconds``): one receive without a long poll, whose jobs are
+taken in (``Admission.intake``: recorded in bundles that wait) and handed to running tasks, as
+the look after the drain does.
+
+Handed, not launched: the slots the drain has not filled yet are the backlog's (it spreads the
+backlog over all of them); a hand-off takes none, and a running task starts the job within a
+heartbeat and a job, where a fresh task needs 30-60 s to start. The tasks it may go to: those
+active at the tick's start and those the tick launched since (``hosts_among`` reads them whole
+and keeps those running, recently beating, of its size). A job no task can take yet (none has
+started) waits in the table, due: the next look hands it, or a later tick (its hand-off reads
+the due high bundles; a free slot launches them, high first).
+
+Cost: one ReceiveMessage per ``LOOK_SECONDS`` of drain, none before the tick knows of a task
+(active, or launched by it): at most eight in the reference batch's first tick, a drain of
+124 s (0.00004 a job); for a job that comes, its
+intake (a transaction, a delete), one BatchGetItem per 100 tasks and a transaction per task
+it is handed to.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.jobs import Priority
+from dispatcher.stages.admit import Admission, AdmissionStats
+from dispatcher.stages.handoff import Handoffs, HandoffStats
+
+# Drain time between two looks: an urgent job waits at most this, a heartbeat interval (30 s)
+# and a running job before it starts, within the minute asked for; about eight receives in a
+# drain of two minutes.
+LOOK_SECONDS = 15.0
+
+
+class Lookout:
+    """One tick's looks at the high queue while its drain goes on (:meth:`after` each yield)."""
+
+    def __init__(self, admission: Admission, handoffs: Handoffs, active: list[Bundle],
+                 deadline: float, intake: AdmissionStats, stats: HandoffStats,
+                 clock: Callable[[], float] = time.time) -> None:
+        """``active``: the tick's active bundles (and any it launched before the drain);
+        ``deadline``: the drain's (monotonic); ``intake``, ``stats``: the tick's."""
+        self._admission = admission
+        self._handoffs = handoffs
+        self._deadline = deadline
+        self._intake = intake
+        self._stats = stats
+        self._clock = clock
+        self._tasks = {b.bundle_id: b for b in active if b.state != BundleState.DONE}
+        self._waiting: list[Bundle] = []  # taken in, not handed yet
+        self._next = clock() + LOOK_SECONDS
+        self.enabled = admission.has_queue(Priority.HIGH)
+
+    def after(self, launched: list[Bundle]) -> None:
+        """At each yield of the drain, with the bundles it yielded (the tick launches them):
+        look at the high queue if ``LOOK_SECONDS`` passed since the drain began or the last
+        look, and a task could take what comes."""
+        self._tasks.update((b.bundle_id, b) for b in launched)
+        now = self._clock()
+        if not self.enabled or now < self._next or not self._tasks:
+            return
+        self._next = now + LOOK_SECONDS
+        tasks = list(self._tasks.values())
+        room = self._handoffs.room(tasks) - sum(len(b.job_ids) for b in self._waiting)
+        if room > 0:
+            self._stats.looks += 1
+            self._waiting += self._admission.intake(Priority.HIGH, room, self._deadline,
+                                                    self._intake)
+        if not self._waiting:
+            return
+        hosts = self._handoffs.hosts_among(list(self._tasks))
+        self._stats.hosts = max(self._stats.hosts, len(hosts))
+        self._handoffs.hand(self._waiting, hosts, self._stats)
+        self._waiting = [b for b in self._waiting if b.state == BundleState.PENDING and b.job_ids]
