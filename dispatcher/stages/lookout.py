@@ -32,7 +32,8 @@ from collections.abc import Callable
 
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.jobs import Priority
-from dispatcher.stages.admit import Admission, AdmissionStats
+from dispatcher.stages.admit import Admission
+from dispatcher.stages.admitted import AdmissionStats
 from dispatcher.stages.handoff import Handoffs, HandoffStats
 
 # Drain time between two looks: an urgent job waits at most this, a heartbeat interval (30 s)

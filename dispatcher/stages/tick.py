@@ -26,7 +26,8 @@ from dispatcher.domain.fairness import allocate
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import TableUnavailable
-from dispatcher.stages.admit import Admission, AdmissionStats
+from dispatcher.stages.admit import Admission
+from dispatcher.stages.admitted import AdmissionStats
 from dispatcher.stages.fanout import ArrayStats, ArrayTally
 from dispatcher.stages.handoff import (
     LONG_POLL_SECONDS,

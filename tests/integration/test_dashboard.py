@@ -23,7 +23,7 @@ from samtranslator.yaml_helper import yaml_parse
 from dispatcher.domain.stops import StopClass
 from dispatcher.ops import metrics
 from dispatcher.ports.queue import Backlog
-from dispatcher.stages.admit import AdmissionStats
+from dispatcher.stages.admitted import AdmissionStats
 from dispatcher.stages.launch import LaunchStats
 from dispatcher.stages.rerun import StopOutcome, StopResult
 from dispatcher.stages.tick import TickReport

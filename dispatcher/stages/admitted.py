@@ -1,0 +1,58 @@
+"""What admission makes of each received message: a job (or an array's parent or child), or
+the REJECTED record of one that is no job; and the counts of a tick's admission.
+
+The conversions are pure (a message, its receipt, the time); the drain that calls them is
+:mod:`dispatcher.stages.admit`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dispatcher.domain import arrays, message
+from dispatcher.domain.errors import InvalidMessage
+from dispatcher.domain.jobs import Job, Rejection
+from dispatcher.ports.queue import Received
+
+
+@dataclass
+class AdmissionStats:
+    received: int = 0
+    admitted: int = 0
+    rejected: int = 0
+    duplicates: int = 0
+    waiting: int = 0  # received once every slot was taken: recorded to wait for one
+    arrays: int = 0  # array jobs' parents received (their children are admitted later)
+    delete_failures: int = 0
+    record_failures: int = 0  # bundles left for redelivery (their messages kept)
+    record_errors: list[str] = field(default_factory=list)  # why (the first few, distinct)
+    released: int = 0  # their messages made visible again at once
+    bundles_recorded: int = 0
+    deferred_bundles: int = 0  # recorded for later: scheduled, or their kind at its limit
+    admitted_by_priority: dict[str, int] = field(default_factory=dict)
+    target_jobs: int = 0  # the even share of the backlog per bundle
+    oldest_sent_at: float | None = None
+    rejections: list[dict[str, str]] = field(default_factory=list)
+
+
+def to_job(msg: message.JobMessage, received: Received, at: float) -> Job:
+    """The job a message asks for: a job, an array's parent, or (``received.array_index``
+    set, the body being its parent's message) an array's child."""
+    job = Job(job_id=msg.job_id, kind=msg.kind, payload=msg.payload,
+              estimated_seconds=msg.estimated_seconds, max_attempts=msg.max_attempts,
+              timeout_seconds=msg.timeout_seconds, created_at=at,
+              enqueued_at=received.sent_at, message_id=received.message_id,
+              payload_bytes=msg.payload_bytes, priority=msg.priority,
+              not_before=msg.not_before, resources=msg.resources)
+    if received.array_index is not None:
+        job.job_id = arrays.child_id(msg.job_id, received.array_index)
+        job.array_parent, job.array_index = msg.job_id, received.array_index
+    elif msg.array_size is not None:
+        job.array_size, job.array_tolerated = msg.array_size, msg.tolerated
+    return job
+
+
+def to_rejection(exc: InvalidMessage, received: Received, at: float) -> Rejection:
+    body = received.body.encode()[:message.REJECTED_BODY_BYTES].decode(errors="replace")
+    return Rejection(key=exc.job_id or received.message_id, message_id=received.message_id,
+                     reason=exc.reason, body=body, job_id=exc.job_id, created_at=at)
