@@ -12,7 +12,7 @@ MINISTACK_VERSION := 1.5.33
 UV_VENV := .venv-uv
 UV := $(UV_VENV)/bin/uv
 
-.PHONY: demo test test-fast lint docs bench bench-nightly bench-backlog bench-bulk ministack clean
+.PHONY: demo test test-fast lint docs bench bench-nightly bench-backlog bench-bulk bench-arrays ministack clean
 
 # $(call make_venv,DIR,PACKAGES): DIR as a venv holding PACKAGES (pip's syntax), by uv if it
 # is there, else by pip.
@@ -91,6 +91,11 @@ bench-nightly: $(VENV) $(MINISTACK)/bin/ministack
 # another number of jobs, --per-bundle).
 bench-bulk: $(VENV)
 	$(VENV)/bin/python bench/bulk.py $(BULK_ARGS)
+
+# An array job of 100,000 children end to end on the twins: calls per child, RSS (ARRAYS_ARGS:
+# another number of children, --max-tasks).
+bench-arrays: $(VENV)
+	$(VENV)/bin/python bench/arrays.py $(ARRAYS_ARGS)
 
 # The dispatcher's peak RSS admitting backlogs of 5,000 and 20,000 messages.
 bench-backlog: $(VENV) $(MINISTACK)/bin/ministack
