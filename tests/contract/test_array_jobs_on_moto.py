@@ -1,0 +1,39 @@
+"""Array jobs on the real adapters (DynamoDB through pynamodb, SQS, ECS on moto): the parent's
+and the children's attributes round-trip, one message becomes the children, and an operator
+sees the array's counts and cancels it whole."""
+
+from __future__ import annotations
+
+from dispatcher.aws.dynamodb import open_store
+from dispatcher.domain import arrays
+from dispatcher.domain.jobs import Job, JobState
+from dispatcher.ops.client import JobClient
+from dispatcher.testing.workload import run_until_drained
+from dispatcher.wiring import pipeline
+from tests.conftest import Aws
+from tests.helpers import queue_counts
+
+
+def test_one_message_becomes_an_arrays_children_on_the_real_adapters(aws: Aws) -> None:
+    d = pipeline.aws_tick(aws.config(LONGJOBS_MAX_RUNNING_TASKS="5"))
+    client = JobClient()
+    client.submit("k", {"day": "2026-12-01"}, job_id="arr", array_size=12,
+                  tolerated_failures="10%", estimated_seconds=1)
+    run_until_drained(d)
+    d.tick()  # the parent was recorded by a tick that offered no child: this one settles it
+    store = open_store(aws.env["LONGJOBS_TABLE"])
+    parent = store.get_job("arr")
+    assert parent is not None and parent.array_size == 12 and parent.array_tolerated == 1
+    assert parent.state == JobState.RUNNING and parent.bundle_id is None
+    children = store.get_jobs([arrays.child_id("arr", i) for i in range(12)])
+    assert [c.array_index for c in children] == list(range(12))
+    assert {c.array_parent for c in children} == {"arr"}
+    assert all(c.payload == {"day": "2026-12-01"} and c.bundle_id for c in children)
+    assert queue_counts(aws.proxy.url, aws.env["LONGJOBS_QUEUE_URL"]) == (0, 0)
+
+    shown = client.show("arr").to_json()["array"]
+    assert shown["recorded"] == 12
+    assert shown["by_state"]["not settled yet"] == 12
+    client.cancel("arr")
+    got = client.get("arr")
+    assert isinstance(got, Job) and got.state == JobState.CANCELLED
