@@ -94,17 +94,21 @@ class ArrayChildren(Queue):
                     break
         return out
 
+    def _children(self, messages: list[Received]) -> list[tuple[_Cursor, int]]:
+        """Each message's array and index (under the lock; a message of no array offered in
+        this tick is left out)."""
+        by_parent = {c.parent_id: c for c in self._cursors}
+        return [(c, m.array_index) for m in messages if m.array_index is not None
+                and (c := by_parent.get(m.message_id.rpartition(":")[0])) is not None]
+
     def delete(self, messages: list[Received]) -> dict[str, str]:
         """The children's jobs are recorded: raise each parent's ``array_next`` over those
         recorded in order."""
         raised: list[tuple[str, int]] = []
         with self._lock:
-            by_parent = {c.parent_id: c for c in self._cursors}
-            for m in messages:
-                c = by_parent.get(m.message_id.rpartition(":")[0])
-                if c is not None and m.array_index is not None:
-                    c.done.add(m.array_index)
-            for c in {id(c): c for c in by_parent.values()}.values():
+            for c, index in self._children(messages):
+                c.done.add(index)
+            for c in self._cursors:
                 n = c.recorded
                 while n in c.done:
                     c.done.discard(n)
@@ -128,11 +132,8 @@ class ArrayChildren(Queue):
 
     def release(self, messages: list[Received]) -> None:
         with self._lock:
-            by_parent = {c.parent_id: c for c in self._cursors}
-            for m in messages:
-                c = by_parent.get(m.message_id.rpartition(":")[0])
-                if c is not None and m.array_index is not None:
-                    c.back.append(m.array_index)
+            for c, index in self._children(messages):
+                c.back.append(index)
             for c in self._cursors:
                 c.back.sort()
 

@@ -196,3 +196,27 @@ def test_a_crash_at_any_write_while_children_are_recorded_loses_and_doubles_none
     assert set(in_bundles.values()) == {1}
     parent = t.job("a")
     assert parent is not None and parent.state == JobState.SUCCEEDED
+
+
+def test_children_whose_recording_failed_are_offered_again_and_run_once(twins: Twins) -> None:
+    twins.client().submit("k", {}, job_id="a", array_size=50, estimated_seconds=1)
+    stages = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="2")
+    stages.tick.tick()  # the parent
+    record = twins.store.record
+    failed: list[int] = []
+
+    def failing_record(*args: object) -> set[str]:
+        if not failed:
+            failed.append(1)
+            raise RuntimeError("InjectedFailure: DynamoDB throttled after retries")
+        return record(*args)  # type: ignore[arg-type]
+
+    twins.store.record = failing_record  # type: ignore[method-assign]
+    decision = stages.tick.tick()
+    assert decision.intake.record_failures == 1 and decision.intake.released > 0
+    ran: Counter[str] = Counter()
+    drive(twins, 4, ran=ran, LONGJOBS_MAX_RUNNING_TASKS="2")
+    assert sorted(ran) == sorted(arrays.child_id("a", i) for i in range(50))
+    assert set(ran.values()) == {1}
+    parent = twins.job("a")
+    assert parent is not None and parent.state == JobState.SUCCEEDED
