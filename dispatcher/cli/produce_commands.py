@@ -45,6 +45,12 @@ def submit(
     tolerated_failures: Annotated[str, typer.Option(
         help="An array's children that may fail with the parent still SUCCEEDED: a count "
         "or a percentage, e.g. 5%.")] = "0",
+    depends_on: Annotated[list[str] | None, typer.Option(
+        help="A job this one waits for (repeat for several, up to 20; an array's parent "
+        "stands for its array).")] = None,
+    condition: Annotated[str, typer.Option(
+        help="What each --depends-on job must end as: succeeded, finished (any end) or "
+        "failed; otherwise this job is CANCELLED with the reason.")] = "succeeded",
     as_json: JsonOpt = False,
 ) -> None:
     """Enqueue one job (or an array of them); prints its id (`longjobs jobs show ID` follows
@@ -65,7 +71,9 @@ def submit(
                                  max_attempts=max_attempts, timeout_seconds=timeout_seconds,
                                  cpu=cpu, memory=memory, ephemeral_storage=ephemeral_storage,
                                  priority=priority, not_before=_time(not_before),
-                                 array_size=array, tolerated_failures=_count(tolerated_failures))
+                                 array_size=array, tolerated_failures=_count(tolerated_failures),
+                                 depends_on=[{"job_id": d, "condition": condition}
+                                             for d in depends_on or []])
         except InvalidMessage as exc:
             raise InvalidMessage(as_flags(exc.reason), job_id=job_id) from None
 
@@ -85,8 +93,8 @@ def _count(value: str) -> int | str:
 # The message fields `submit` sets, by the flag that sets them.
 _FLAGS = {name: "--" + name.replace("_", "-") for name in (
     "job_id", "estimated_seconds", "max_attempts", "timeout_seconds", "cpu", "memory",
-    "ephemeral_storage", "priority", "not_before", "payload", "tolerated_failures")} | {
-    "array_size": "--array"}
+    "ephemeral_storage", "priority", "not_before", "payload", "tolerated_failures",
+    "depends_on")} | {"array_size": "--array"}
 _FIELD = re.compile(r"(^|; )(\w+): ")
 
 

@@ -24,7 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from dispatcher.domain import arrays, fargate, sizes
+from dispatcher.domain import arrays, dependencies, fargate, sizes
 from dispatcher.domain.errors import InvalidMessage
 from dispatcher.domain.jobs import Priority, Resources
 
@@ -104,6 +104,15 @@ def _check_json_value(value: Any) -> None:
                              "number, boolean, null, list or object)")
 
 
+class DependsOn(BaseModel):
+    """One dependency of a job (:mod:`dispatcher.domain.dependencies`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    job_id: str
+    condition: dependencies.Requires = dependencies.Requires.SUCCEEDED
+
+
 class JobMessage(BaseModel):
     """One job as it travels through SQS (schema v1)."""
 
@@ -152,6 +161,11 @@ class JobMessage(BaseModel):
         description=f"An array job: this many children ({arrays.MIN_ARRAY_SIZE} to "
         f"{arrays.MAX_ARRAY_SIZE}), each the job <job_id>:<index> running this kind with this "
         "payload; the job itself is their parent and never runs.")
+    depends_on: list[str | DependsOn] | None = Field(
+        default=None, max_length=dependencies.MAX_DEPENDENCIES,
+        description="Jobs this one waits for: job ids, or objects {job_id, condition} with "
+        "condition succeeded (the default), finished or failed. An array job's parent stands "
+        "for its whole array. When one ends otherwise, this job is CANCELLED with the reason.")
     tolerated_failures: int | str = Field(
         default=0, validate_default=True, description="An array job's children that may "
         "fail with the parent still SUCCEEDED: a count, or a percentage such as \"5%\".")
@@ -220,6 +234,27 @@ class JobMessage(BaseModel):
             raise ValueError(f"an array job's job_id has at most {arrays.MAX_PARENT_ID_LENGTH} "
                              "characters (its children's ids add :<index>)")
         return value
+
+    @field_validator("depends_on")
+    @classmethod
+    def _depends_on(cls, value: list[str | DependsOn] | None,
+                    info: ValidationInfo) -> list[str | DependsOn] | None:
+        if not value:
+            return None
+        ids = [d if isinstance(d, str) else d.job_id for d in value]
+        bad = next((i for i in ids if not _JOB_ID.fullmatch(i)), None)
+        if bad is not None:
+            raise ValueError(f"depends_on: {bad[:140]!r} is not a job id")
+        if info.data.get("job_id") in ids:
+            raise ValueError("a job cannot depend on itself")
+        if len(set(ids)) != len(ids):
+            raise ValueError("depends_on names a job twice")
+        return value
+
+    @property
+    def dependencies(self) -> list[dependencies.Dependency]:
+        return [dependencies.Dependency(d) if isinstance(d, str) else
+                dependencies.Dependency(d.job_id, d.condition) for d in self.depends_on or []]
 
     @property
     def tolerated(self) -> int:

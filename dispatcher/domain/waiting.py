@@ -28,8 +28,9 @@ STARTING = "starting"  # its bundle has a task that has not claimed it yet
 RERUN_PENDING = "rerun_pending"  # a rerun, waiting for its backoff or an earlier run to end
 RECORDING = "recording"  # its bundle is still being written
 CHILDREN = "children"  # an array job's parent: for its children to be recorded and run
+DEPENDENCIES = "dependencies"  # for the jobs it depends on to end (detail: which)
 REASONS = (SCHEDULED, KIND_LIMIT, CAPACITY, SPOT_BACKOFF, LAUNCH_BACKOFF, PRIORITY, LAUNCHING,
-           STARTING, RERUN_PENDING, RECORDING, CHILDREN)
+           STARTING, RERUN_PENDING, RECORDING, CHILDREN, DEPENDENCIES)
 
 # How RunTask's failures[] reason starts when Fargate (Spot or on-demand) has no capacity.
 # https://repost.aws/knowledge-center/ecs-fargate-runtask-capacity

@@ -31,6 +31,7 @@ import boto3
 
 from dispatcher.aws.dynamodb import open_store
 from dispatcher.domain.jobs import JobState
+from dispatcher.local.demo_handlers import FLAKY_CHILD, MAP_JOB, REDUCE_JOB
 from dispatcher.local.environment import LocalEnv
 from dispatcher.local.provision import Names, register_task_definition
 from dispatcher.local.verdict import POISON_ATTEMPTS, read_log, verdict
@@ -41,7 +42,10 @@ from dispatcher.stages.rerun import StopOutcome
 HANDLERS = ("demo.sleep=dispatcher.local.demo_handlers:sleep,"
             "demo.steps=dispatcher.local.demo_handlers:steps,"
             "demo.poison=dispatcher.local.demo_handlers:poison,"
-            "demo.report=dispatcher.local.demo_handlers:report")
+            "demo.report=dispatcher.local.demo_handlers:report,"
+            "demo.map=dispatcher.local.demo_handlers:mapper,"
+            "demo.reduce=dispatcher.local.demo_handlers:reducer")
+
 # A kind with a limit across tasks (LONGJOBS_KIND_LIMITS): never more running at once.
 REPORT_LIMIT = 2
 # moto's SQS slows with queue depth (~170 ms a call at 500 deep), so the burst goes in waves:
@@ -62,13 +66,15 @@ class Script:
     kill_at: int  # checkpoint step of kill_job at which its task is SIGKILLed
     urgent: list[dict[str, Any]] = field(default_factory=list)  # priority high, sent late
     reports: list[dict[str, Any]] = field(default_factory=list)  # a kind with a limit
+    map_size: int = 0  # the map-reduce's array (none when 0)
 
     @property
     def good(self) -> list[str]:
         return [j["job_id"] for j in self.long + self.small + self.urgent + self.reports]
 
 
-def make_script(small: int, long: int, seed: int, long_seconds: tuple[int, int]) -> Script:
+def make_script(small: int, long: int, seed: int, long_seconds: tuple[int, int],
+                map_size: int = 0) -> Script:
     rng = random.Random(seed)
     smalls: list[dict[str, Any]] = []
     for i in range(small):
@@ -92,7 +98,8 @@ def make_script(small: int, long: int, seed: int, long_seconds: tuple[int, int])
     # No estimate: each report runs alone, so the limit is held across tasks.
     reports = [{"kind": "demo.report", "job_id": f"report-{i}", "payload": {"seconds": 2.0}}
                for i in range(8)]
-    return Script(smalls, longs, poison, target["job_id"], deploy_at, kill_at, urgent, reports)
+    return Script(smalls, longs, poison, target["job_id"], deploy_at, kill_at, urgent, reports,
+                  map_size)
 
 
 @dataclass
@@ -124,6 +131,16 @@ class Scenario:
 
     def submit_burst(self) -> None:
         self._send_wave()
+        if self.plan.map_size:
+            self.client.submit("demo.map", {"flaky": FLAKY_CHILD, "seconds": 0.05},
+                               job_id=MAP_JOB, array_size=self.plan.map_size,
+                               estimated_seconds=0.05, max_attempts=2)
+            self.client.submit("demo.reduce", {}, job_id=REDUCE_JOB, depends_on=[MAP_JOB],
+                               estimated_seconds=0.1)
+            self.submitted += 2
+            self.event(f"map-reduce: an array of {self.plan.map_size} demo.map jobs (one "
+                       f"message; child {FLAKY_CHILD} fails once) and {REDUCE_JOB}, which "
+                       "depends on it")
         sqs = boto3.client("sqs", endpoint_url=self.env.endpoint)
         sqs.send_message(QueueUrl=self.env.cfg.queue_url, MessageBody='{"kind": "oops"')
         self.submitted += 1
@@ -215,7 +232,8 @@ class Scenario:
                            f"checkpoint step {step}): simulated host loss")
 
     def finished(self, snap: DemoSnapshot) -> bool:
-        expected = len(self.plan.good) + 1  # + the poison job
+        # + the poison job, and the map-reduce's children, parent and reduce
+        expected = len(self.plan.good) + 1 + (self.plan.map_size + 2 if self.plan.map_size else 0)
         return (not self.waves and self.duplicate_sent and bool(self.killed)
                 and snap.succeeded + snap.failed >= expected)
 
@@ -228,12 +246,12 @@ def reruns(env: LocalEnv) -> int:
 
 def run(*, small: int = 500, long: int = 4, seed: int = 1, max_running: int = 6,
         bundle_jobs: int = 25, long_seconds: tuple[int, int] = (20, 40),
-        timeout: float = 165.0, say: Say | None = None) -> tuple[bool, str]:
+        timeout: float = 165.0, say: Say | None = None, map_size: int = 200) -> tuple[bool, str]:
     """Run the scenario; return (every invariant held, the verdict line).
 
     ``say`` captures plain output (tests); without it a terminal gets the live table.
     """
-    plan = make_script(small, long, seed, long_seconds)
+    plan = make_script(small, long, seed, long_seconds, map_size)
     workdir = Path(tempfile.mkdtemp(prefix="longjobs-demo-"))
     log = workdir / "executions.jsonl"
     settings = {"LONGJOBS_HANDLERS": HANDLERS, "LONGJOBS_DEMO_LOG": str(log),

@@ -14,6 +14,10 @@ from typing import Any
 
 from job_runner import JobContext
 
+# The map-reduce: an array (one message) and a reduce job that depends on its parent; this
+# child fails its first attempt and succeeds on the retry.
+MAP_JOB, REDUCE_JOB, FLAKY_CHILD = "mapreduce", "mapreduce-reduce", 7
+
 
 def _record(ctx: JobContext, **extra: Any) -> None:
     path = os.environ.get("LONGJOBS_DEMO_LOG")
@@ -56,3 +60,20 @@ def report(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     time.sleep(float(payload.get("seconds", 1.0)))
     _record(ctx, event="done")
     return {"slept": payload.get("seconds", 1.0)}
+
+
+def mapper(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """A child of the demo's array: child ``payload["flaky"]`` fails its first attempt (the
+    runner retries it); each records its index as done."""
+    if ctx.array_index == payload.get("flaky") and ctx.attempt == 1:
+        _record(ctx, event="raise", index=ctx.array_index)
+        raise RuntimeError("flaky map child: fails on its first attempt")
+    time.sleep(float(payload.get("seconds", 0.05)))
+    _record(ctx, event="done", index=ctx.array_index)
+    return {"index": ctx.array_index}
+
+
+def reducer(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Runs once the whole array has succeeded (it depends on the array's parent)."""
+    _record(ctx, event="done")
+    return {"reduced": True}

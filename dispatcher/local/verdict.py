@@ -12,7 +12,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Protocol
 
+from dispatcher.domain.arrays import child_id
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
+from dispatcher.local.demo_handlers import FLAKY_CHILD, MAP_JOB, REDUCE_JOB
 from dispatcher.local.environment import LocalEnv
 from dispatcher.store import OperatorStore, Store
 from dispatcher.store.codec import record_rejection
@@ -186,6 +188,11 @@ def verdict(s: Run, records: list[dict[str, Any]]) -> tuple[bool, str, list[tupl
                                    f"{env.cfg.heartbeat_seconds} s)"))
     rows.append(("execution log", f"{sum(done.values())} done records for {len(plan.good)} good "
                                   f"jobs, {len(duplicate_runs)} ran twice"))
+    if plan.map_size:
+        held, row = map_reduce(store, records, plan.map_size)
+        checks["the map-reduce: each child once, the flaky one after one failure, the reduce "
+               "once after the last child"] = held
+        rows.append(("map-reduce", row))
     failed = [name for name, held in checks.items() if not held]
     rows.append(("checks", f"all {len(checks)} held" if not failed
                  else "FAILED: " + "; ".join(failed)))
@@ -193,6 +200,35 @@ def verdict(s: Run, records: list[dict[str, Any]]) -> tuple[bool, str, list[tupl
             f"{1 if failed_ok else 0} failed as expected, {len(rejected)} rejected, "
             f"{len(lost)} lost, {len(duplicate_runs)} duplicate runs")
     return not failed, line, rows
+
+
+def map_reduce(store: Store, records: list[dict[str, Any]], size: int) -> tuple[bool, str]:
+    """The demo's array and its reduce, from the table and the execution log: every child
+    succeeded and is recorded done once, the flaky child raised once first, the reduce ran
+    once, after the last child's done record."""
+    children = [child_id(MAP_JOB, i) for i in range(size)]
+    jobs = {j.job_id: j for i in range(0, size, 100)
+            for j in store.get_jobs(children[i:i + 100])}
+    done = done_counts(records)
+    ok = [c for c in children if c in jobs and jobs[c].state == JobState.SUCCEEDED
+          and done[c] == 1]
+    flaky = child_id(MAP_JOB, FLAKY_CHILD)
+    raised = sum(1 for r in records if r["job_id"] == flaky and r.get("event") == "raise")
+    parent, reduce_job = store.get_job(MAP_JOB), store.get_job(REDUCE_JOB)
+    last_child = max((float(r["at"]) for r in records
+                      if str(r["job_id"]).startswith(MAP_JOB + ":") and r.get("event") == "done"),
+                     default=0.0)
+    reduced = [float(r["at"]) for r in records
+               if r["job_id"] == REDUCE_JOB and r.get("event") == "done"]
+    held = (len(ok) == size and raised == 1 and parent is not None
+            and parent.state == JobState.SUCCEEDED and reduce_job is not None
+            and reduce_job.state == JobState.SUCCEEDED and len(reduced) == 1
+            and reduced[0] > last_child)
+    after = f"{reduced[0] - last_child:.1f} s after the last child" if reduced else "never"
+    return held, (f"{MAP_JOB}: {len(ok)} of {size} children succeeded once from one message "
+                  f"(child {FLAKY_CHILD} raised {raised} time(s) first), parent "
+                  f"{parent.state if parent else '?'}; {REDUCE_JOB} ran {len(reduced)} "
+                  f"time(s), {after}")
 
 
 def _fmt(counts: Counter[str]) -> str:

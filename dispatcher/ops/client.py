@@ -7,10 +7,11 @@ about a bad job at submit time instead of finding a REJECTED record later.
 from __future__ import annotations
 
 import builtins
+import json
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from pydantic import ValidationError
 
 from dispatcher import settings
 from dispatcher.domain import message
+from dispatcher.domain.dependencies import REJECTED
 from dispatcher.domain.errors import ConfigError, InvalidMessage, JobNotFound, SubmitError
 from dispatcher.domain.jobs import PRIORITY_ORDER, Job, Priority, Rejection
 from dispatcher.ports.queue import Queue, send_all
@@ -30,6 +32,10 @@ if TYPE_CHECKING:  # the table's model (pynamodb) loads only when a client reads
     from dispatcher.ops.job_log import JobLog, LogCursor
     from dispatcher.ops.queries import JobDetail, JobSummary, Queries, Stats
     from dispatcher.ports.job_logs import LogLine
+
+# How many of the ids it sent a client remembers (see JobClient._check_dependencies).
+SENT_KEPT = 100_000
+
 
 class JobClient:
     """Submits jobs to the queue of their priority and reads the job table.
@@ -65,6 +71,9 @@ class JobClient:
         self._queues: dict[Priority, Queue] = {p: given.get(p) or normal for p in PRIORITY_ORDER}
         self._send_tries = send_tries
         self._store: Store | None = None
+        # The ids this client sent last (at most SENT_KEPT): a job depending on one of them
+        # may be submitted before a tick has recorded it.
+        self._sent: dict[str, None] = {}
 
     # -- producing ------------------------------------------------------------------------------
     def submit(self, kind: str, payload: Mapping[str, Any], *, job_id: str | None = None,
@@ -73,14 +82,17 @@ class JobClient:
                memory: int | None = None, ephemeral_storage: int | None = None,
                priority: Priority | str | None = None,
                not_before: float | str | datetime | None = None,
-               array_size: int | None = None, tolerated_failures: int | str = 0) -> str:
+               array_size: int | None = None, tolerated_failures: int | str = 0,
+               depends_on: Sequence[str | Mapping[str, str]] | None = None) -> str:
         """Enqueue one job; returns its id. ``cpu`` (units) and ``memory`` (MiB) together, a
         pair Fargate runs, and ``ephemeral_storage`` (GiB) size its task; ``priority`` picks
         the queue; ``not_before`` (epoch seconds, ISO-8601 with a timezone, or an aware
         datetime) holds it until then. ``array_size`` N makes it an array job: one message,
         N children ``<id>:0`` to ``<id>:N-1`` (each sees ``ctx.array_index``), the job itself
         their parent, FAILED once more than ``tolerated_failures`` (a count, or a percentage
-        such as ``"5%"``) of them failed. A bad value raises ``InvalidMessage``."""
+        such as ``"5%"``) of them failed. ``depends_on``: job ids (or ``{"job_id", "condition"}``
+        with ``succeeded``, ``finished`` or ``failed``) it waits for; with a table configured,
+        an unknown or REJECTED one is refused here. A bad value raises ``InvalidMessage``."""
         return self.submit_many([{
             # Not a mapping: left for the schema to refuse with a readable reason.
             "kind": kind, "payload": dict(payload) if isinstance(payload, Mapping) else payload,
@@ -89,12 +101,15 @@ class JobClient:
             "timeout_seconds": timeout_seconds, "cpu": cpu, "memory": memory,
             "ephemeral_storage": ephemeral_storage, "priority": priority,
             "not_before": not_before, "array_size": array_size,
-            "tolerated_failures": tolerated_failures or None}])[0]
+            "tolerated_failures": tolerated_failures or None,
+            "depends_on": [d if isinstance(d, str) else dict(d) for d in depends_on]
+            if depends_on else None}])[0]
 
     def submit_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[str]:
         """Send jobs in batches of 10 to the queue of each job's priority; retry partial
         failures; raise one error for what's left. Every job is validated before any is sent."""
         bodies = [self._body(spec) for spec in jobs]
+        self._check_dependencies(bodies)
         # SQS batch entry ids allow only [A-Za-z0-9_-]; job ids allow more, so number them.
         pending = {f"e{n}": (self._queues[priority], body)
                    for n, (_, body, priority) in enumerate(bodies)}
@@ -103,11 +118,42 @@ class JobClient:
             failed = send_all((queue, k, body) for k, (queue, body) in pending.items())
             pending = {k: pending[k] for k in failed}
             if not pending:
+                self._remember([job_id for job_id, _, _ in bodies])
                 return [job_id for job_id, _, _ in bodies]
             time.sleep(min(2.0, 0.1 * 2 ** attempt))
         lost = {bodies[int(k[1:])][0]: reason for k, reason in failed.items()}
         raise SubmitError(f"{len(lost)} of {len(bodies)} jobs could not be enqueued: "
                           + ", ".join(sorted(lost)[:10]), failed=lost)
+
+    def _remember(self, job_ids: list[str]) -> None:
+        self._sent.update(dict.fromkeys(job_ids))
+        while len(self._sent) > SENT_KEPT:  # the oldest first (dicts keep insertion order)
+            del self._sent[next(iter(self._sent))]
+
+    def _check_dependencies(self, bodies: list[tuple[str, str, Priority]]) -> None:
+        """Refuse a dependency that is neither recorded nor sent by this client (earlier, or
+        earlier in this batch: so no batch makes a cycle), or that was REJECTED. Without a
+        table configured (a producer that may only send) the dispatcher judges instead: it
+        cancels a job whose dependency is still unknown 15 minutes after it was recorded."""
+        earlier: set[str] = set(self._sent)  # sent by this client: on their way
+        wanted: dict[str, str] = {}  # dependency -> the first job naming it
+        for job_id, body, _ in bodies:
+            for dep in json.loads(body).get("depends_on") or []:
+                dep_id = dep if isinstance(dep, str) else dep["job_id"]
+                if dep_id not in earlier:
+                    wanted.setdefault(dep_id, job_id)
+            earlier.add(job_id)
+        if not wanted or not self.cfg.table:
+            return
+        states = self._table().job_states(sorted(wanted))
+        for dep_id, job_id in wanted.items():
+            if states.get(dep_id) is None:
+                raise InvalidMessage(f"depends_on: no job {dep_id!r} is known (submit it first, "
+                                     "from this client or earlier in the same batch)",
+                                     job_id=job_id)
+            if states[dep_id] == REJECTED:
+                raise InvalidMessage(f"depends_on: job {dep_id!r} was REJECTED, never admitted",
+                                     job_id=job_id)
 
     def _body(self, spec: Mapping[str, Any]) -> tuple[str, str, Priority]:
         fields = {k: v for k, v in spec.items() if v is not None}

@@ -212,6 +212,16 @@ class DryRunStore(StageStore):
     def settle_array(self, array: OpenArray, deadline_pages: int = 1000) -> OpenArray:
         return array  # its parent's state is written by a real tick
 
+    def job_states(self, job_ids: list[str]) -> dict[str, str | None]:
+        return self._inner.job_states(job_ids)
+
+    def cancel_held(self, bundle: Bundle, job: Job, reason: str) -> None:
+        self._plan.would("cancel_dependent", job_id=job.job_id, reason=reason)
+
+    def array_may_start(self, parent: Job, reason: str | None = None) -> None:
+        self._plan.would("start_array" if reason is None else "cancel_dependent",
+                         job_id=parent.job_id, reason=reason)
+
     def end_live_runs(self, task_arn: str, jobs: list[Job]) -> None:
         ended = [j.job_id for j in jobs if j.live_task == task_arn]
         if ended:

@@ -25,6 +25,7 @@ from dispatcher.domain.errors import JobNotFound, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
 from dispatcher.domain.waiting import (
     CHILDREN,
+    DEPENDENCIES,
     REASONS,
     BundleFacts,
     TickSummary,
@@ -118,6 +119,10 @@ def waiting_of(item: Record, bundle: Record | None, summary: TickSummary | None,
     record, its bundle's and the last tick's summary."""
     if item.pk.startswith("REJECT#") or item.state != JobState.PENDING:
         return None
+    if item.depends_on:  # held until they end (dispatcher.domain.dependencies)
+        return Waiting(DEPENDENCIES, detail=", ".join(
+            f"{d['job_id']} ({d.get('condition', 'succeeded')})" if isinstance(d, dict)
+            else str(d) for d in item.depends_on))
     if item.array_size is not None:  # a parent never runs: its children do
         return Waiting(CHILDREN, detail=f"{int(item.array_next or 0)} of "
                        f"{int(item.array_size)} children recorded")

@@ -54,6 +54,7 @@ class Record:
     array_tally: Any = None
     array_parent: str | None = None
     array_index: float | None = None
+    depends_on: Any = None  # job: what it waits for (dispatcher.domain.dependencies)
     # bundle
     job_ids: list[str] | None = None
     attempt: float | None = None
@@ -102,7 +103,7 @@ class Record:
 
 ATTRIBUTES: frozenset[str] = frozenset(f.name for f in fields(Record))
 JSON_ATTRIBUTES = frozenset({"payload", "result", "error", "history", "checkpoint", "credit",
-                             "container_env", "summary", "array_tally"})
+                             "container_env", "summary", "array_tally", "depends_on"})
 LIST_ATTRIBUTES = frozenset({"job_ids", "cancel_jobs", "running_jobs", "bundle_ids",
                              "task_arns", "handed_jobs"})
 NUMBER_ATTRIBUTES = frozenset(
@@ -122,5 +123,5 @@ NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint"
                            "reported_stop", "image", "container_env", "derived_from",
                            "version", "sequence", "handed_jobs", "handed", "array_size",
                            "array_tolerated", "array_next", "array_tally", "array_parent",
-                           "array_index"})
+                           "array_index", "depends_on"})
 INDEX_ATTRIBUTES: tuple[str, ...] = tuple(sorted(ATTRIBUTES - NOT_PROJECTED - set(INDEX_KEYS)))

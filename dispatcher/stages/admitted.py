@@ -43,10 +43,12 @@ def to_job(msg: message.JobMessage, received: Received, at: float) -> Job:
               timeout_seconds=msg.timeout_seconds, created_at=at,
               enqueued_at=received.sent_at, message_id=received.message_id,
               payload_bytes=msg.payload_bytes, priority=msg.priority,
-              not_before=msg.not_before, resources=msg.resources)
-    if received.array_index is not None:
+              not_before=msg.not_before, resources=msg.resources,
+              depends_on=[d.as_json() for d in msg.dependencies] or None)
+    if received.array_index is not None:  # its parent waited for the dependencies already
         job.job_id = arrays.child_id(msg.job_id, received.array_index)
         job.array_parent, job.array_index = msg.job_id, received.array_index
+        job.depends_on = None
     elif msg.array_size is not None:
         job.array_size, job.array_tolerated = msg.array_size, msg.tolerated
     return job

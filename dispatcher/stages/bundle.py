@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import Job, Priority, Resources, new_id
+from dispatcher.domain.lifecycle import HELD_AT
 from dispatcher.stages.policy import BundlePolicy
 
 # Bytes of job items one bundle may hold: what the tick keeps in memory per bundle it is
@@ -102,12 +103,16 @@ class Bundler:
         self._opening: dict[str, tuple[int, int]] = {}  # -> (backlog left, slots) at opening
 
     def is_small(self, job: Job) -> bool:
+        """Bundled with others: a small job that waits for no other (one that does is held in
+        a bundle of its own, released when its dependencies are met)."""
         est = job.estimated_seconds
-        return est is not None and est <= self._policy.small_job_seconds
+        return est is not None and est <= self._policy.small_job_seconds and not job.depends_on
 
     def shape(self, job: Job) -> Shape:
         scheduled = job.not_before if job.not_before is not None \
             and job.not_before > self._at else None
+        if job.depends_on:  # held until its dependencies are met (stages/reconcile.py)
+            scheduled = HELD_AT
         kind = job.kind if job.kind in self._limits else None
         return job.priority, job.resources, scheduled, kind
 

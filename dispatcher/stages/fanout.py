@@ -23,12 +23,17 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dispatcher.domain import arrays
-from dispatcher.domain.errors import LongjobsError
-from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Priority
+from dispatcher.domain import dependencies as deps
+from dispatcher.domain.errors import ConflictError, LongjobsError
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState, Priority
 from dispatcher.ports.queue import BATCH, Backlog, Queue, Received
+from dispatcher.ports.table import TableUnavailable
+from dispatcher.stages.depends import judge
 from dispatcher.store import StageStore
 from dispatcher.store.array_jobs import OpenArray
 
@@ -210,17 +215,38 @@ class ArrayTally:
     open arrays; :meth:`settle` (at its end, when this tick's children are recorded) writes
     each parent's state from its children's."""
 
-    def __init__(self, store: StageStore, children: dict[Priority, ArrayChildren]) -> None:
+    def __init__(self, store: StageStore, children: dict[Priority, ArrayChildren],
+                 clock: Callable[[], float] = time.time) -> None:
         """``children``: each level's source (levels that share a queue share its source)."""
         self._store = store
+        self._clock = clock
         self._children = children
         self._open: list[OpenArray] = []
 
     def offer(self, stats: ArrayStats) -> None:
-        self._open = self._store.open_arrays()
+        self._open = [a for a in self._store.open_arrays() if self._may_start(a)]
         stats.open = len(self._open)
         for source in self._sources():  # a source serves the levels that share its queue
             source.load([a for a in self._open if self._children[a.parent.priority] is source])
+
+    def _may_start(self, array: OpenArray) -> bool:
+        """An array whose parent waits for dependencies records no child until they are met;
+        one decided against it is CANCELLED (and closed by its next settle)."""
+        parent = array.parent
+        if not parent.depends_on or parent.state in TERMINAL_JOB_STATES:
+            return True
+        said = judge(self._store, parent.depends_on, self._clock() - parent.created_at)
+        if said.verdict == deps.WAITING:
+            return False
+        try:
+            self._store.array_may_start(parent, said.reason if said.verdict == deps.AGAINST
+                                        else None)
+        except (ConflictError, TableUnavailable):
+            return False  # an operator acted meanwhile, or the table failed: next tick
+        if said.verdict == deps.AGAINST:
+            parent.state = JobState.CANCELLED
+        parent.depends_on = None
+        return True
 
     def _sources(self) -> list[ArrayChildren]:
         return list({id(c): c for c in self._children.values()}.values())

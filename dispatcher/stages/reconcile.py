@@ -22,12 +22,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from dispatcher.domain import dependencies as deps
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job
 from dispatcher.domain.stops import USER_STOP_PREFIX, LastStatus, StopCode, TaskStop
 from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.table import TableUnavailable
+from dispatcher.stages.depends import judge
 from dispatcher.stages.policy import ReconcilePolicy
 from dispatcher.stages.rerun import Reruns, StopOutcome, StopResult
 from dispatcher.store import StageStore
@@ -50,7 +52,8 @@ class ReconcileStats:
     stopped_found: int = 0
     stuck_stopped: int = 0
     timed_out: list[str] = field(default_factory=list)
-    released: list[str] = field(default_factory=list)  # retried jobs whose old run ended
+    released: list[str] = field(default_factory=list)  # held jobs now due
+    dependents_cancelled: list[str] = field(default_factory=list)  # a dependency went against
     outcomes: list[StopOutcome] = field(default_factory=list)
 
     @property
@@ -144,6 +147,20 @@ class Reconciler:
                 self._launcher.stop(bundle.task_arn,
                                     f"{USER_STOP_PREFIX} job {job.job_id} timed out")
 
+    def _dependencies_met(self, bundle: Bundle, job: Job, stats: ReconcileStats) -> bool:
+        """A held job that waits for dependencies: cancelled (False) when one decided against
+        it, kept held (False) while one is undecided; True when none is left to wait for."""
+        if not job.depends_on:
+            return True
+        said = judge(self._store, job.depends_on, self._clock() - job.created_at)
+        if said.verdict == deps.AGAINST:
+            try:
+                self._store.cancel_held(bundle, job, said.reason or "a dependency failed")
+                stats.dependents_cancelled.append(job.job_id)
+            except (ConflictError, TableUnavailable):
+                pass  # cancelled or changed meanwhile, or the table failed: next tick
+        return said.verdict == deps.MET
+
     def held(self, stats: ReconcileStats) -> None:
         """Release the retries held for a run that may still be alive (lifecycle, "Live
         runs"): each becomes due once its job's ``live_task`` is STOPPED or unknown to ECS
@@ -154,6 +171,7 @@ class Reconciler:
             jobs = [j for j in self._store.get_jobs(self._store.job_ids_of(bundle))
                     if j.bundle_id == bundle.bundle_id]
             waiting += [(bundle, j) for j in jobs]
+        waiting = [(b, j) for b, j in waiting if self._dependencies_met(b, j, stats)]
         arns = sorted({j.live_task for _, j in waiting if j.live_task})
         gone = {s.task_arn for s in self._launcher.describe(arns) if s.last_status.gone} \
             if arns else set()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from dispatcher.domain import arrays
+from dispatcher.domain import arrays, sizes
 from dispatcher.domain.arrays import Tally
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState, Priority
 from dispatcher.ports.table import (
@@ -33,6 +33,7 @@ from dispatcher.ports.table import (
     Op,
     Put,
     Record,
+    Remove,
     Set,
     TransactionCancelled,
     Update,
@@ -92,6 +93,18 @@ class ArrayRecords(Reads):
             [r.job_key(a.parent.job_id) for a in open_arrays])}
         return [_open(rec) for a in open_arrays
                 if (rec := found.get(r.job_key(a.parent.job_id))) is not None]
+
+    def array_may_start(self, parent: Job, reason: str | None = None) -> None:
+        """An array whose dependencies decided: its children may be recorded now (``reason``
+        None: its ``depends_on`` is cleared), or it is CANCELLED with ``reason`` before any
+        child was. ConflictError if the parent changed meanwhile."""
+        t = self.clock()
+        actions: list[Action] = [Remove("depends_on")] if reason is None else [
+            *job_state(parent.job_id, JobState.CANCELLED, t),
+            Set("reason", sizes.clip_text(reason, sizes.MAX_REASON_BYTES)), *self._expires(t)]
+        self._transact([Update(r.job_key(parent.job_id), actions,
+                               Eq("state", str(parent.state)))],
+                       "the array job changed meanwhile", job_id=parent.job_id)
 
     def recorded_up_to(self, parent_id: str, n: int) -> None:
         """Children ``0..n-1`` are recorded: raise the parent's ``array_next`` to ``n`` (never

@@ -146,7 +146,7 @@ def job_record(job: Job) -> Record:
         checkpoint=job.checkpoint, not_before=job.not_before,
         priority=None if job.priority == Priority.NORMAL else str(job.priority),
         sequence=1,  # its creation is its first state change (base.job_state counts the rest)
-        **_resources(job.resources), **_array(job),
+        **_resources(job.resources), **_array(job), depends_on=job.depends_on or None,
     )
 
 
@@ -185,6 +185,7 @@ def record_job(rec: Record) -> Job:
         array_size=None if rec.array_size is None else int(rec.array_size),
         array_tolerated=_int(rec.array_tolerated), array_parent=rec.array_parent,
         array_index=None if rec.array_index is None else int(rec.array_index),
+        depends_on=rec.depends_on or None,
     )
 
 

@@ -1,4 +1,5 @@
-"""Retried jobs that wait for an earlier run of theirs to end.
+"""Held jobs: retries that wait for an earlier run of theirs to end, and jobs that wait for
+their dependencies (:mod:`dispatcher.domain.dependencies`).
 
 A job whose run may still be alive in a task (``Job.live_task``: a handler abandoned still
 running, or a job failed as overdue while its task ran on) is retried into a bundle held at
@@ -8,12 +9,14 @@ here and releases each one once its job's task is known stopped (see lifecycle, 
 
 from __future__ import annotations
 
-from dispatcher.domain import lifecycle
+from dispatcher.domain import lifecycle, sizes
 from dispatcher.domain.bundles import Bundle, BundleState
-from dispatcher.domain.jobs import Job
+from dispatcher.domain.dependencies import REJECTED
+from dispatcher.domain.jobs import Job, JobState
 from dispatcher.ports.table import And, Eq, Remove, Set, Update
 from dispatcher.store import codec as r
-from dispatcher.store.base import Reads, status
+from dispatcher.store.base import Reads, job_state, status
+from dispatcher.store.runner import bundle_actions
 
 # How a held retry's reason says what it waits for (operator.retry writes it, the release
 # replaces it).
@@ -42,6 +45,30 @@ class HeldRetries(Reads):
                     Set("next_attempt_at", due)],
                    And(Eq("state", str(BundleState.PENDING)),
                        Eq("next_attempt_at", lifecycle.HELD_AT))),
-            Update(r.job_key(job.job_id), [Remove("live_task"), *reason],
+            Update(r.job_key(job.job_id), [Remove("live_task"), Remove("depends_on"), *reason],
                    Eq("bundle_id", bundle.bundle_id))],
             f"bundle {bundle.bundle_id} changed while it was released", job_id=job.job_id)
+
+    def cancel_held(self, bundle: Bundle, job: Job, reason: str) -> None:
+        """A held job whose dependency decided against it: CANCELLED with ``reason``, its
+        bundle (its own) DONE. Conditional as :meth:`release_held`."""
+        t = self.clock()
+        self._transact([
+            Update(r.bundle_key(bundle.bundle_id),
+                   bundle_actions(BundleState.DONE, t, None, self._expiry(t)),
+                   And(Eq("state", str(BundleState.PENDING)),
+                       Eq("next_attempt_at", lifecycle.HELD_AT))),
+            Update(r.job_key(job.job_id), [
+                *job_state(job.job_id, JobState.CANCELLED, t), Remove("depends_on"),
+                Set("reason", sizes.clip_text(reason, sizes.MAX_REASON_BYTES)),
+                *self._expires(t)],
+                And(Eq("bundle_id", bundle.bundle_id), Eq("state", str(JobState.PENDING))))],
+            f"bundle {bundle.bundle_id} changed while it was cancelled", job_id=job.job_id)
+
+    def job_states(self, job_ids: list[str]) -> dict[str, str | None]:
+        """Each job's state; REJECTED for one that was never admitted, None if unknown."""
+        found: dict[str, str | None] = {j.job_id: str(j.state) for j in self.get_jobs(job_ids)}
+        for job_id in job_ids:
+            if job_id not in found:
+                found[job_id] = REJECTED if self.get_rejection(job_id) is not None else None
+        return found

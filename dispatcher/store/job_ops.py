@@ -152,7 +152,10 @@ def retry_ops(job: Job, bundle_id: str, *, t: float, from_scratch: bool = False,
             Set("history", sizes.bound_history([*job.history, {
                 "retried_at": t, "after": str(job.state), "from_scratch": from_scratch,
                 **({"by": by, "reason": reason} if by else {})}])),
-            Remove("expires_at"), *([Remove("checkpoint")] if from_scratch else [])],
+            # A retry waits for no dependency: they decided (or the operator decided for
+            # them) when the job ended; it runs now.
+            Remove("expires_at"), Remove("depends_on"),
+            *([Remove("checkpoint")] if from_scratch else [])],
             Eq("state", str(job.state)))]
 
 

@@ -31,7 +31,7 @@ def test_demo_verdict_holds(moto_server: MotoEndpoint, monkeypatch: pytest.Monke
     try:
         # The timeout only guards against a hang (about 40 s alone, longer beside three other
         # test workers on two cores): the verdict is checked, not how fast it came.
-        ok, verdict = run(small=40, long=2, seed=3, max_running=3, bundle_jobs=8,
+        ok, verdict = run(small=40, long=2, seed=3, max_running=3, bundle_jobs=8, map_size=20,
                           long_seconds=(6, 7), timeout=300, say=lines.append)
     finally:  # local mode exports its settings to the process environment
         os.environ.clear()
@@ -42,6 +42,9 @@ def test_demo_verdict_holds(moto_server: MotoEndpoint, monkeypatch: pytest.Monke
                        "1 rejected, 0 lost, 0 duplicate runs"), text
     assert ok, text
     assert any("SIGKILL task" in line for line in lines), text
+    # An array of 20 from one message, its flaky child retried, and the reduce after it.
+    assert any("mapreduce: 20 of 20 children succeeded once" in line
+               and "raised 1 time(s)" in line and "ran 1 time(s)" in line for line in lines), text
     # moto's backends are per process: after other tests the family may already have revisions,
     # so the deploy is "one more than was current", not a fixed number.
     assert any("deploy: registered longjobs-worker:" in line and "was current" in line

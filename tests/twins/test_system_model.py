@@ -29,9 +29,10 @@ from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from dispatcher.domain import arrays
+from dispatcher.domain import arrays, dependencies
 from dispatcher.domain.bundles import BundleState
-from dispatcher.domain.errors import LongjobsError
+from dispatcher.domain.dependencies import Dependency
+from dispatcher.domain.errors import InvalidMessage, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState, Priority, Resources
 from dispatcher.domain.stops import TaskStop
 from dispatcher.ops.client import JobClient
@@ -93,6 +94,8 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         self.delivered: list[TaskStop] = []
         self.stopped: set[str] = set()
         self.runs: dict[str, int] = {}  # handler runs per job since its last retry
+        self.depends: dict[str, list[Dependency]] = {}  # what each dependent job waits for
+        self.early: list[str] = []  # dependents that ran before their dependencies allowed
         self.budget: dict[str, int] = {}
         self.nature: dict[str, str] = {}  # what each job's handler does (runners_pass)
         self.waiting: dict[tuple[str, int], list[int]] = {}  # bundle: [ticks, ahead]
@@ -144,6 +147,12 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
 
     def ran(self, job_id: str) -> None:
         self.runs[job_id] = self.runs.get(job_id, 0) + 1
+        if job_id in self.depends:  # it runs now: each dependency ended as it asked
+            wanted = self.depends[job_id]
+            states = self.twins.store.job_states([d.job_id for d in wanted])
+            self.early += [f"{job_id} ran while its dependency {d.job_id} was "
+                           f"{states.get(d.job_id)} ({d.condition} needed)" for d in wanted
+                           if dependencies.verdict(d, states.get(d.job_id)) != dependencies.MET]
 
     def pick(self, data: st.DataObject, ok: Any) -> SimTask | None:
         tasks = sorted((t for t in self.tasks.values() if ok(t)), key=lambda t: t.key)
@@ -160,8 +169,10 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         now = self.twins.clock()
         jobs = []
         for _ in range(copies):
-            if resend and self.submitted:  # a producer sends a job id again
-                job_id = sorted(self.submitted)[len(self.submitted) // 2]
+            # Not an array's or a dependent's id: its model (budget, dependencies) is its own.
+            plain = sorted(j for j in self.submitted if not j.startswith(("a", "d")))
+            if resend and plain:  # a producer sends a job id again
+                job_id = plain[len(plain) // 2]
             else:
                 self.n += 1
                 job_id = f"j{self.n:03d}"
@@ -194,6 +205,30 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
             child = arrays.child_id(job_id, i)
             self.nature[child] = nature if i % 3 == 0 else "succeed"
             self.budget[child] = 2 + MAX_INFRA_ATTEMPTS + LAUNCH_SLACK
+
+    @precondition(lambda self: bool(self.submitted))
+    @rule(data=st.data(), condition=st.sampled_from(list(dependencies.Requires)),
+          nature=st.sampled_from(NATURES))
+    def submit_dependent(self, data: st.DataObject, condition: dependencies.Requires,
+                         nature: str) -> None:
+        """A job that waits for one or two submitted jobs (an array's parent among them)."""
+        known = sorted(j for j, how in self.submitted.items() if how == "valid")
+        if not known:
+            return
+        picked = sorted(set(data.draw(st.lists(st.sampled_from(known), min_size=1,
+                                               max_size=2))))
+        self.n += 1
+        job_id = f"d{self.n:03d}"
+        wanted = [dependencies.Dependency(j, condition) for j in picked]
+        try:
+            self.twins.client().submit("k", {}, job_id=job_id, estimated_seconds=1.0,
+                                       max_attempts=1, depends_on=[d.as_json() for d in wanted])
+        except InvalidMessage:
+            return  # a dependency not recorded yet (this client did not send it): refused
+        self.submitted[job_id] = "valid"
+        self.depends[job_id] = wanted
+        self.nature[job_id] = nature
+        self.budget[job_id] = 1 + MAX_INFRA_ATTEMPTS + LAUNCH_SLACK
 
     @rule(copies=st.sampled_from([1, 2, 3]))
     def urgent(self, copies: int) -> None:
@@ -383,6 +418,7 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
             else:
                 client.retry(job_id, from_scratch=action == "retry_from_scratch")
                 self.runs[job_id] = 0  # a fresh budget
+                self.depends.pop(job_id, None)  # a retry waits for no dependency
         except LongjobsError:
             pass  # not found, already finished, not retryable: said to the operator
         self.sync()
@@ -508,6 +544,7 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         self.fail("waiting_for", checks.unexplained_waits(view, self.twins.clock()))
         self.fail("job_events", checks.untold(view, self.job_events.events, self.expired))
         self.fail("arrays", array_problems(view, self.expired))
+        self.fail("dependencies", self.early)
 
 
 @pytest.mark.timeout(300 + EXAMPLES)  # about 0.2 s an example on two busy cores

@@ -1,0 +1,72 @@
+"""Jobs that wait for others: ``depends_on`` and what each dependency's end means for its job.
+
+A job may name up to :data:`MAX_DEPENDENCIES` jobs it depends on (AWS Batch allows 20:
+https://docs.aws.amazon.com/batch/latest/APIReference/API_JobDependency.html), each with a
+condition: ``succeeded`` (the default), ``finished`` (any end) or ``failed``. An array job's
+parent is a job like any other here, so a job depending on it waits for the whole array (fan-in).
+
+The job is recorded at once, held (it takes no slot), and says it waits for ``dependencies``.
+Once every dependency has ended as its condition asks, it becomes due; as soon as one has ended
+otherwise (or was REJECTED, or is unknown past :data:`UNKNOWN_GRACE_SECONDS`), the job is
+CANCELLED with a reason naming that dependency: nothing waits forever.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
+
+MAX_DEPENDENCIES = 20
+# A dependency the table does not know may still be on its way (SQS does not keep the order
+# in which a producer sent the two): the dependent waits this long for it to be recorded.
+UNKNOWN_GRACE_SECONDS = 900.0
+
+
+class Requires(StrEnum):
+    SUCCEEDED = "succeeded"
+    FINISHED = "finished"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Dependency:
+    job_id: str
+    condition: Requires = Requires.SUCCEEDED
+
+    def as_json(self) -> dict[str, str]:
+        return {"job_id": self.job_id, "condition": str(self.condition)}
+
+    @classmethod
+    def from_json(cls, value: object) -> Dependency:
+        if isinstance(value, str):
+            return cls(value)
+        assert isinstance(value, dict)
+        return cls(str(value["job_id"]), Requires(value.get("condition", "succeeded")))
+
+
+MET, AGAINST, WAITING = "met", "against", "waiting"
+REJECTED = "REJECTED"  # a dependency that was never admitted
+
+
+def verdict(dep: Dependency, state: JobState | str | None) -> str:
+    """What the dependency's ``state`` (None: unknown) means for its job: MET, AGAINST or
+    WAITING."""
+    if state == REJECTED:
+        return AGAINST
+    if state is None or state not in TERMINAL_JOB_STATES:
+        return WAITING
+    if dep.condition == Requires.FINISHED:
+        return MET
+    wanted = JobState.SUCCEEDED if dep.condition == Requires.SUCCEEDED else JobState.FAILED
+    return MET if state == wanted else AGAINST
+
+
+def against_reason(dep: Dependency, state: JobState | str | None) -> str:
+    if state is None:
+        return (f"its dependency {dep.job_id} is unknown: no such job was recorded within "
+                f"{UNKNOWN_GRACE_SECONDS:.0f} s")
+    if state == REJECTED:
+        return f"its dependency {dep.job_id} was REJECTED, never admitted"
+    return f"its dependency {dep.job_id} ended {state}; it needed {dep.condition}"
