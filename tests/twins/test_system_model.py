@@ -36,6 +36,7 @@ from dispatcher.domain.errors import InvalidMessage, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState, Priority, Resources
 from dispatcher.domain.stops import TaskStop
 from dispatcher.ops.client import JobClient
+from dispatcher.ports.queue import Received
 from dispatcher.stages import bundle as bundle_stage
 from dispatcher.stages import handoff
 from dispatcher.stages.policy import HandoffPolicy
@@ -305,6 +306,29 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
             if n:
                 self.advance(60.0)
             self.one_tick()
+
+    @rule(urgent_at=st.sampled_from([None, 1, 3]))
+    def slow_drain_tick(self, urgent_at: int | None) -> None:
+        """A tick whose drain takes the world's time (each receive of the normal queue lets
+        6 s go by, the runners silent meanwhile), an urgent job sent at its ``urgent_at``-th
+        receive: past 15 s of drain, the tick looks at the high queue and hands what came to
+        running tasks (dispatcher/stages/lookout.py)."""
+        queue, clock = self.twins.queue, self.twins.clock
+        receive = queue.receive
+        receives = [0]
+
+        def slow(*args: Any, **kwargs: Any) -> list[Received]:
+            clock.advance(6.0)
+            receives[0] += 1
+            if receives[0] == urgent_at:
+                self.urgent(1)
+            return receive(*args, **kwargs)
+
+        queue.receive = slow  # type: ignore[method-assign]
+        try:
+            self.one_tick()
+        finally:
+            del queue.receive  # the class's own again
 
     def one_tick(self) -> None:
         """One tick; each due bundle with room for it counts a tick of waiting (not a tick
