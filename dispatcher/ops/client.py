@@ -23,6 +23,7 @@ from dispatcher.domain.dependencies import REJECTED
 from dispatcher.domain.errors import ConfigError, InvalidMessage, JobNotFound, SubmitError
 from dispatcher.domain.jobs import PRIORITY_ORDER, Job, Priority, Rejection
 from dispatcher.ports.queue import Queue, send_all
+from dispatcher.ports.table import TableUnavailable
 from dispatcher.store import Store
 from dispatcher.wiring import adapters
 
@@ -133,8 +134,9 @@ class JobClient:
     def _check_dependencies(self, bodies: list[tuple[str, str, Priority]]) -> None:
         """Refuse a dependency that is neither recorded nor sent by this client (earlier, or
         earlier in this batch: so no batch makes a cycle), or that was REJECTED. Without a
-        table configured (a producer that may only send) the dispatcher judges instead: it
-        cancels a job whose dependency is still unknown 15 minutes after it was recorded."""
+        table configured, or one whose role may not read it (a producer that may only send),
+        the dispatcher judges instead: it cancels a job whose dependency is still unknown 15
+        minutes after it was recorded."""
         earlier: set[str] = set(self._sent)  # sent by this client: on their way
         wanted: dict[str, str] = {}  # dependency -> the first job naming it
         for job_id, body, _ in bodies:
@@ -145,7 +147,10 @@ class JobClient:
             earlier.add(job_id)
         if not wanted or not self.cfg.table:
             return
-        states = self._table().job_states(sorted(wanted))
+        try:
+            states = self._table().job_states(sorted(wanted))
+        except TableUnavailable:  # not allowed to read (ProducerPolicy sends only), or down
+            return  # the dispatcher judges, as for a producer without a table
         for dep_id, job_id in wanted.items():
             if states.get(dep_id) is None:
                 raise InvalidMessage(f"depends_on: no job {dep_id!r} is known (submit it first, "

@@ -209,7 +209,7 @@ class DryRunStore(StageStore):
     def recorded_up_to(self, parent_id: str, n: int) -> None:
         self._plan.would("record_children", job_id=parent_id, up_to=n)
 
-    def settle_array(self, array: OpenArray, deadline_pages: int = 1000) -> OpenArray:
+    def settle_array(self, array: OpenArray, pages: int = 1000) -> OpenArray:
         return array  # its parent's state is written by a real tick
 
     def job_states(self, job_ids: list[str]) -> dict[str, str | None]:

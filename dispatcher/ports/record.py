@@ -113,8 +113,9 @@ NUMBER_ATTRIBUTES = frozenset(
 # readers filter on, show or decode, and not the large or unbounded attributes (a job's payload,
 # result, error, history, checkpoint; a REJECTED record's body; the tick's credit and summary;
 # a bundle's cancel requests, running jobs and handed jobs, whose count the hand-off reads
-# whole) nor those no reader of the index reads (expires_at, reported_stop, a job's sequence)
-# nor the deployment record's (image, container_env, derived_from, version: that item has no
+# whole; an array's bookkeeping and a job's dependencies, read with the whole item) nor those
+# no reader of the index reads (expires_at, reported_stop, a job's sequence) nor the
+# deployment record's (image, container_env, derived_from, version: that item has no
 # index key). A write that changes none of these nor a key writes nothing to the index (a
 # checkpoint); a reader that needs the whole item reads it (``dispatcher.store.index.full``).
 INDEX_KEYS = ("pk", "status_key", "status_at")

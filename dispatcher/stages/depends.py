@@ -1,7 +1,8 @@
-"""What a held job's (or an array parent's) dependencies say now: met, against it, or still
+"""What held jobs' (or array parents') dependencies say now: met, against them, or still
 waiting (the rule is :mod:`dispatcher.domain.dependencies`'). Read by the reconciliation, which
 releases or cancels held jobs, and by the fan-out, which offers an array's children only once
-its parent's dependencies are met."""
+its parent's dependencies are met. The dependencies of every job a tick looks at are read at
+once (one BatchGetItem per 100, and a GetItem for each one not found, to tell a REJECTED one)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 
 from dispatcher.domain import dependencies as deps
 from dispatcher.domain.dependencies import Dependency
+from dispatcher.domain.jobs import Job
 from dispatcher.store import StageStore
 
 
@@ -18,10 +20,17 @@ class Judgement:
     reason: str | None = None  # AGAINST: which dependency, and how it ended
 
 
-def judge(store: StageStore, depends_on: list[dict[str, str]], waited: float) -> Judgement:
-    """``depends_on`` as the job stores it; ``waited``: seconds since it was recorded."""
-    wanted = [Dependency.from_json(d) for d in depends_on]
-    states = store.job_states([d.job_id for d in wanted])
+def judge_all(store: StageStore, jobs: list[Job], now: float) -> dict[str, Judgement]:
+    """Each job's judgement (by job id), from its ``depends_on`` and how long it has waited
+    since it was recorded."""
+    wanted = {j.job_id: [Dependency.from_json(d) for d in j.depends_on or []] for j in jobs}
+    ids = sorted({d.job_id for ds in wanted.values() for d in ds})
+    states = store.job_states(ids) if ids else {}
+    return {j.job_id: _judge(wanted[j.job_id], states, now - j.created_at) for j in jobs}
+
+
+def _judge(wanted: list[Dependency], states: dict[str, str | None],
+           waited: float) -> Judgement:
     waiting = False
     for dep in wanted:
         state = states.get(dep.job_id)

@@ -33,7 +33,7 @@ from dispatcher.domain.errors import ConflictError, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState, Priority
 from dispatcher.ports.queue import BATCH, Backlog, Queue, Received
 from dispatcher.ports.table import TableUnavailable
-from dispatcher.stages.depends import judge
+from dispatcher.stages.depends import Judgement, judge_all
 from dispatcher.store import StageStore
 from dispatcher.store.array_jobs import OpenArray
 
@@ -44,6 +44,9 @@ EMPTY_EVERY = 8
 # A parent's ``array_next`` is written once this many more of its children are recorded in
 # order, and at the tick's end: a tick that dies offers at most this many again (duplicates).
 WRITE_EVERY = 100
+# Pages of 100 children a tick's settle reads at most, shared by the open arrays: a tick's end
+# takes seconds, not minutes, however many children ended; the rest is read by the next ticks.
+SETTLE_PAGES = 1000
 
 
 @dataclass
@@ -224,18 +227,27 @@ class ArrayTally:
         self._open: list[OpenArray] = []
 
     def offer(self, stats: ArrayStats) -> None:
-        self._open = [a for a in self._store.open_arrays() if self._may_start(a)]
+        arrays_open = self._store.open_arrays()
+        waiting = [a.parent for a in arrays_open
+                   if a.parent.depends_on and a.parent.state not in TERMINAL_JOB_STATES]
+        try:
+            said = judge_all(self._store, waiting, self._clock()) if waiting else {}
+        except TableUnavailable as exc:  # those arrays wait for the next tick
+            log.error("reading array jobs' dependencies failed; the next tick looks again",
+                      extra={"reason": exc.reason})
+            said = {p.job_id: Judgement(deps.WAITING) for p in waiting}
+        self._open = [a for a in arrays_open if self._may_start(a, said.get(a.parent.job_id))]
         stats.open = len(self._open)
         for source in self._sources():  # a source serves the levels that share its queue
             source.load([a for a in self._open if self._children[a.parent.priority] is source])
 
-    def _may_start(self, array: OpenArray) -> bool:
-        """An array whose parent waits for dependencies records no child until they are met;
-        one decided against it is CANCELLED (and closed by its next settle)."""
+    def _may_start(self, array: OpenArray, said: Judgement | None) -> bool:
+        """An array whose parent waits for dependencies (``said``: their judgement) records
+        no child until they are met; one decided against it is CANCELLED (and closed by its
+        next settle)."""
         parent = array.parent
-        if not parent.depends_on or parent.state in TERMINAL_JOB_STATES:
+        if said is None:  # it waits for none (any more), or it ended
             return True
-        said = judge(self._store, parent.depends_on, self._clock() - parent.created_at)
         if said.verdict == deps.WAITING:
             return False
         try:
@@ -256,9 +268,11 @@ class ArrayTally:
             return
         for source in self._sources():
             source.flush()
-        for array in self._store.reread(self._open):
+        reread = self._store.reread(self._open)
+        pages = max(1, SETTLE_PAGES // max(1, len(reread)))
+        for array in reread:
             try:
-                settled = self._store.settle_array(array)
+                settled = self._store.settle_array(array, pages)
             except Exception as exc:  # one array's trouble never fails the tick
                 log.error("settling an array job failed; the next tick tries again",
                           extra={"job_id": array.parent.job_id, "error": repr(exc)})

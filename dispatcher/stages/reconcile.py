@@ -29,7 +29,7 @@ from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job
 from dispatcher.domain.stops import USER_STOP_PREFIX, LastStatus, StopCode, TaskStop
 from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.table import TableUnavailable
-from dispatcher.stages.depends import judge
+from dispatcher.stages.depends import judge_all
 from dispatcher.stages.policy import ReconcilePolicy
 from dispatcher.stages.rerun import Reruns, StopOutcome, StopResult
 from dispatcher.store import StageStore
@@ -147,19 +147,31 @@ class Reconciler:
                 self._launcher.stop(bundle.task_arn,
                                     f"{USER_STOP_PREFIX} job {job.job_id} timed out")
 
-    def _dependencies_met(self, bundle: Bundle, job: Job, stats: ReconcileStats) -> bool:
-        """A held job that waits for dependencies: cancelled (False) when one decided against
-        it, kept held (False) while one is undecided; True when none is left to wait for."""
-        if not job.depends_on:
-            return True
-        said = judge(self._store, job.depends_on, self._clock() - job.created_at)
-        if said.verdict == deps.AGAINST:
-            try:
-                self._store.cancel_held(bundle, job, said.reason or "a dependency failed")
-                stats.dependents_cancelled.append(job.job_id)
-            except (ConflictError, TableUnavailable):
-                pass  # cancelled or changed meanwhile, or the table failed: next tick
-        return said.verdict == deps.MET
+    def _dependencies_met(self, waiting: list[tuple[Bundle, Job]],
+                          stats: ReconcileStats) -> list[tuple[Bundle, Job]]:
+        """The held jobs with nothing left to wait for (no dependencies, or all met); one
+        whose dependency decided against it is cancelled, one still undecided stays held."""
+        dependents = [j for _, j in waiting if j.depends_on]
+        if not dependents:
+            return waiting
+        try:
+            said = judge_all(self._store, dependents, self._clock())
+        except TableUnavailable as exc:  # as below: the next tick looks again
+            log.error("reading held jobs' dependencies failed; the next tick looks again",
+                      extra={"reason": exc.reason})
+            return [(b, j) for b, j in waiting if not j.depends_on]
+        out = []
+        for bundle, job in waiting:
+            verdict = said[job.job_id] if job.depends_on else None
+            if verdict is None or verdict.verdict == deps.MET:
+                out.append((bundle, job))
+            elif verdict.verdict == deps.AGAINST:
+                try:
+                    self._store.cancel_held(bundle, job, verdict.reason or "a dependency failed")
+                    stats.dependents_cancelled.append(job.job_id)
+                except (ConflictError, TableUnavailable):
+                    pass  # cancelled or changed meanwhile, or the table failed: next tick
+        return out
 
     def held(self, stats: ReconcileStats) -> None:
         """Release the retries held for a run that may still be alive (lifecycle, "Live
@@ -171,7 +183,7 @@ class Reconciler:
             jobs = [j for j in self._store.get_jobs(self._store.job_ids_of(bundle))
                     if j.bundle_id == bundle.bundle_id]
             waiting += [(bundle, j) for j in jobs]
-        waiting = [(b, j) for b, j in waiting if self._dependencies_met(b, j, stats)]
+        waiting = self._dependencies_met(waiting, stats)
         arns = sorted({j.live_task for _, j in waiting if j.live_task})
         gone = {s.task_arn for s in self._launcher.describe(arns) if s.last_status.gone} \
             if arns else set()

@@ -113,14 +113,14 @@ class ArrayRecords(Reads):
             self.table.write(Update(r.job_key(parent_id), [Set("array_next", n)],
                                     Lt("array_next", n)))
 
-    def settle_array(self, array: OpenArray, deadline_pages: int = 1000) -> OpenArray:
+    def settle_array(self, array: OpenArray, pages: int = 1000) -> OpenArray:
         """Read the children from the first not known ended, in order, until one is
-        unfinished (or ``deadline_pages`` pages were read); write the parent's state and tally
+        unfinished (or ``pages`` pages were read); write the parent's state and tally
         if they changed, and close the array (delete its marker) once it is decided and every
         recorded child has ended."""
         tally = Tally(**vars(array.tally))
         tally.failed_indexes = list(array.tally.failed_indexes)
-        for _ in range(deadline_pages):
+        for _ in range(pages):
             start = tally.settled
             stop = min(array.recorded, start + CHILD_PAGE)
             if start >= stop:
