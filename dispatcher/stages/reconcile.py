@@ -46,6 +46,10 @@ TIMEOUT_MARGIN_SECONDS = 5.0
 STUCK_REASON = "longjobs-reconcile: task stopped heartbeating; rerun elsewhere"
 
 
+# Job ids a tick's report names of what it cancelled (its log line stays small).
+IDS_KEPT = 100
+
+
 @dataclass
 class ReconcileStats:
     checked: int = 0
@@ -53,7 +57,9 @@ class ReconcileStats:
     stuck_stopped: int = 0
     timed_out: list[str] = field(default_factory=list)
     released: list[str] = field(default_factory=list)  # held jobs now due
-    dependents_cancelled: list[str] = field(default_factory=list)  # a dependency went against
+    # Held jobs cancelled as a dependency went against them (how many; the first ids).
+    dependents_cancelled: int = 0
+    dependents_cancelled_ids: list[str] = field(default_factory=list)
     outcomes: list[StopOutcome] = field(default_factory=list)
 
     @property
@@ -168,16 +174,19 @@ class Reconciler:
             elif verdict.verdict == deps.AGAINST:
                 try:
                     self._store.cancel_held(bundle, job, verdict.reason or "a dependency failed")
-                    stats.dependents_cancelled.append(job.job_id)
+                    stats.dependents_cancelled += 1
+                    if len(stats.dependents_cancelled_ids) < IDS_KEPT:
+                        stats.dependents_cancelled_ids.append(job.job_id)
                 except (ConflictError, TableUnavailable):
                     pass  # cancelled or changed meanwhile, or the table failed: next tick
         return out
 
     def held(self, stats: ReconcileStats) -> None:
-        """Release the retries held for a run that may still be alive (lifecycle, "Live
-        runs"): each becomes due once its job's ``live_task`` is STOPPED or unknown to ECS
-        (DescribeTasks forgets a task about an hour after it stopped). A held bundle whose job
-        no longer names a task (or left it) has nothing to wait for."""
+        """Release the held jobs: retries held for a run that may still be alive (lifecycle,
+        "Live runs"), each due once its job's ``live_task`` is STOPPED or unknown to ECS
+        (DescribeTasks forgets a task about an hour after it stopped), and jobs that wait for
+        dependencies, due once those are met (cancelled when one is not). A held bundle whose
+        job no longer names a task (or left it) and waits for no dependency is due now."""
         waiting: list[tuple[Bundle, Job]] = []
         for bundle in self._store.held_bundles():
             jobs = [j for j in self._store.get_jobs(self._store.job_ids_of(bundle))

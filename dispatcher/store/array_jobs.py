@@ -18,7 +18,7 @@ handler or an operator changes for arrays, and nothing grows with how often a ch
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dispatcher.domain import arrays, sizes
 from dispatcher.domain.arrays import Tally
@@ -118,8 +118,7 @@ class ArrayRecords(Reads):
         unfinished (or ``pages`` pages were read); write the parent's state and tally
         if they changed, and close the array (delete its marker) once it is decided and every
         recorded child has ended."""
-        tally = Tally(**vars(array.tally))
-        tally.failed_indexes = list(array.tally.failed_indexes)
+        tally = replace(array.tally, failed_indexes=list(array.tally.failed_indexes))
         for _ in range(pages):
             start = tally.settled
             stop = min(array.recorded, start + CHILD_PAGE)

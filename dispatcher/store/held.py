@@ -27,7 +27,8 @@ class HeldRetries(Reads):
     """The held bundles, and their release (the tick's reconciliation)."""
 
     def held_bundles(self) -> list[Bundle]:
-        """PENDING bundles due at HELD_AT: retries waiting for a task to stop."""
+        """PENDING bundles due at HELD_AT: retries waiting for a task to stop, and jobs
+        waiting for their dependencies."""
         return [r.record_bundle(rec) for rec in self.table.query(
             r.bundle_status(BundleState.PENDING), at_least=r.iso(lifecycle.HELD_AT))]
 
