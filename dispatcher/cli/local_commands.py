@@ -107,6 +107,7 @@ def local(
     import signal
 
     from dispatcher import settings
+    from dispatcher.cli.stop_signals import wait_for_a_stop
     from dispatcher.local.environment import LocalEnv
     from dispatcher.local.event_feed import PrintingSink
     from dispatcher.local.output import Follower
@@ -135,11 +136,8 @@ def local(
 
     # SIGHUP: the terminal closed. Without this the process dies and its runners (in their
     # own sessions) run on, detached.
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, on_term)
     try:
-        while True:
-            signal.pause()  # until Ctrl-C, SIGTERM or SIGHUP
+        wait_for_a_stop((signal.SIGTERM, signal.SIGHUP), on_term)  # or Ctrl-C
     except KeyboardInterrupt:
         pass
     finally:

@@ -48,3 +48,34 @@ def test_sighup_stops_local_mode_and_its_runners(tmp_path: Path) -> None:
     finally:
         if local.poll() is None:
             local.kill()
+
+
+_SIGNAL_TAKEN_BY_ANOTHER_THREAD = """
+import signal, sys, threading
+from dispatcher.cli.stop_signals import wait_for_a_stop
+
+class Stopped(Exception):
+    pass
+
+def on_stop(signum, frame):
+    raise Stopped
+
+def take_it_here():
+    signal.pthread_kill(threading.get_ident(), signal.SIGHUP)  # this thread, not the main one
+
+threading.Timer(0.5, take_it_here).start()
+try:
+    wait_for_a_stop((signal.SIGHUP,), on_stop)
+except Stopped:
+    print("stopped", flush=True)
+"""
+
+
+def test_a_stop_signal_taken_by_another_thread_still_stops_the_wait() -> None:
+    """The kernel may hand a process's SIGHUP to any of its threads; the main thread's wait
+    (where the Python handler runs) must wake all the same. `signal.pause()` there never
+    returned: local mode ignored the signal when a worker thread took it."""
+    done = subprocess.run([sys.executable, "-c", _SIGNAL_TAKEN_BY_ANOTHER_THREAD], cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True, timeout=60, check=False)  # the timeout guards a hang only
+    assert (done.returncode, done.stdout.strip()) == (0, "stopped"), done.stderr
