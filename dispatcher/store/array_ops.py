@@ -21,7 +21,7 @@ from dispatcher.domain import arrays
 from dispatcher.domain.arrays import Tally
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
-from dispatcher.ports.table import Action, Eq, Op, Put, Record, Set, Table, Update
+from dispatcher.ports.table import Action, Eq, Op, Put, Record, Remove, Set, Table, Update
 from dispatcher.store import codec as r
 from dispatcher.store.array_jobs import CHILD_PAGE
 from dispatcher.store.base import job_state
@@ -97,7 +97,8 @@ def retry_array(store: JobActions, parent: Job, *, from_scratch: bool,
     store._transact([
         Update(r.job_key(parent.job_id), [
             *job_state(parent.job_id, target, t), Set("array_tally", tally.as_json()),
-            Set("reason", f"retried by an operator{': ' + reason if reason else ''}")],
+            Set("reason", f"retried by an operator{': ' + reason if reason else ''}"),
+            Remove("expires_at")],  # undecided again: its end's TTL no longer applies
             Eq("state", str(parent.state))),
         Put(marker)], "the array job changed while retrying; try again", job_id=parent.job_id)
     return store._job(parent.job_id)

@@ -161,7 +161,10 @@ def test_retrying_a_failed_array_reruns_only_its_failed_children(twins: Twins) -
           job.attempts == 0 and not job.history[1:] else JobState.SUCCEEDED, ran)
     parent = twins.job("a")
     assert parent is not None and parent.state == JobState.FAILED
+    assert twins.table.snapshot()[r.job_key("a")].expires_at is not None  # ended: kept a while
     assert client.retry("a").state == JobState.RUNNING
+    # Undecided again: its end's expiry is gone, so the table does not delete it meanwhile.
+    assert twins.table.snapshot()[r.job_key("a")].expires_at is None
     drive(twins, 4, ran=ran)
     parent = twins.job("a")
     assert parent is not None and parent.state == JobState.SUCCEEDED, parent.reason
