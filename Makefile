@@ -117,5 +117,5 @@ LAMBDA_BUILD := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))infra/lambda/lambd
 build-LambdaDependencies:
 	python3 $(LAMBDA_BUILD) layer "$(ARTIFACTS_DIR)" --runtime $(LAMBDA_RUNTIME)
 
-build-DispatcherFunction build-TaskEventFunction build-JobEventsFunction:
+build-DispatcherFunction build-TaskEventFunction build-JobEventsFunction build-DependentsFunction:
 	python3 $(LAMBDA_BUILD) code "$(ARTIFACTS_DIR)" --runtime $(LAMBDA_RUNTIME)

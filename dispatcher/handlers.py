@@ -6,6 +6,7 @@ publish their metrics. Their import closure holds no CLI, local mode or test sup
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from dispatcher import settings
@@ -95,3 +96,15 @@ def publish_job_events(event: dict[str, Any], context: Any) -> dict[str, Any]:
         logger.warning("job events not published; their records are read again",
                        extra={"records": len(failed), "first": failed[0]})
     return {"batchItemFailures": [{"itemIdentifier": position} for position in failed]}
+
+
+def release_dependents(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The job table's stream, the writes that end a job with waiters (the mapping's filter):
+    the jobs waiting for those are released or cancelled (dispatcher/stages/dependents.py).
+    A failure (settings, the table refusing) fails the batch: the mapping bisects it and
+    retries it; each release is conditional, so what a retry repeats does nothing more."""
+    cfg = settings.load("dispatcher")
+    stats = pipeline.release_stream(cfg, list(event.get("Records", [])))
+    if stats.released or stats.dependents_cancelled or stats.links_missing:
+        logger.info("dependents", extra=asdict(stats))
+    return asdict(stats)

@@ -109,6 +109,9 @@ class Job:
     # Jobs this one waits for (dispatcher.domain.dependencies: {"job_id", "condition"} each),
     # None once they are all met, or for a job that waits for none.
     depends_on: list[dict[str, str]] | None = None
+    # How many jobs were linked as waiting for this one (its end releases them); written
+    # only by those links, never by the job's own writes.
+    waiters: int = 0
 
     def scheduled(self, at: float) -> bool:
         """Waiting for its ``not_before`` (shown to operators as SCHEDULED)."""

@@ -33,6 +33,12 @@ J, B = JobState, BundleState
 # (9999-12-31T23:59:59Z, the last second an ISO-8601 index key can carry): the tick's read of
 # due bundles never reaches it, and reconciliation finds such bundles at it.
 HELD_AT = 253_402_300_799.0
+# The due time of a job's bundle while the job waits for its dependencies: never either, one
+# second before HELD_AT, so that the tick reads the few held retries every tick (a query from
+# HELD_AT on) without the many jobs that may wait for others (released by their dependencies'
+# ends, :mod:`dispatcher.stages.dependents`, and looked at all together only now and then).
+DEPENDENTS_HELD_AT = HELD_AT - 1.0
+HELD_TIMES = (HELD_AT, DEPENDENTS_HELD_AT)
 
 
 def writes_through(attempt: int, jobs: int) -> bool:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher.domain.jobs import PRIORITY_ORDER
-from dispatcher.domain.lifecycle import HELD_AT
+from dispatcher.domain.lifecycle import DEPENDENTS_HELD_AT
 
 # The reasons, as ``waiting_for.reason`` says them (``jobs list --waiting-for REASON``).
 SCHEDULED = "scheduled"  # until its not_before (or its bundle's due time)
@@ -130,7 +130,8 @@ def waiting_for(state: str, *, not_before: float | None, runs: int, reason: str 
     if bundle.state in ("LAUNCHED", "RUNNING"):  # RUNNING: its task has not taken it yet
         return Waiting(STARTING, since=bundle.updated_at, task_arn=bundle.task_arn)
     due = bundle.next_attempt_at
-    if due is not None and due >= HELD_AT:  # a retry held until an earlier run's task stops
+    if due is not None and due >= DEPENDENTS_HELD_AT:  # held: a retry until an earlier run's
+        # task stops (a job held for its dependencies says so before it gets here)
         return Waiting(RERUN_PENDING, attempt=runs + 1, detail=reason)
     if due is not None and due > now:
         if bundle.launch_failures and bundle.last_failure:

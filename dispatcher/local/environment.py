@@ -100,8 +100,9 @@ class LocalEnv:
                                       ecs=adapters.client("ecs", self.cfg),
                                       output=self.output)
         self.stages = pipeline.for_aws(self.cfg, self.launcher)
-        self._feed = None if self.job_events is None else \
-            StreamFeed(self.cfg, self.job_events).start()
+        # The stream's readers: the dependents' release, and the events if asked for.
+        self._feed: StreamFeed | None = StreamFeed(self.cfg, self.job_events,
+                                                   self.stages.dependents).start()
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, daemon=True, name="ticker")
         self._ticker.start()

@@ -1,6 +1,7 @@
-"""Local mode's job state-change events: the job table's stream, read from moto as Lambda's
-event source mapping reads it on AWS, handed batch by batch to the same publish stage
-(:mod:`dispatcher.stages.publish`) the publisher function runs, into a local sink.
+"""Local mode's readers of the job table's stream: read from moto as Lambda's event source
+mappings read it on AWS, handed batch by batch to the stages the stack's two stream functions
+run: the release of dependents (:mod:`dispatcher.stages.dependents`), always, and the job
+state-change events (:mod:`dispatcher.stages.publish`), into a local sink, when asked for.
 
 The stream is enabled when the feed starts (NEW_AND_OLD_IMAGES, as the template's). Its reads
 are the feed's own and go to moto directly, as Lambda's polling of a stream is not a call of
@@ -21,6 +22,7 @@ from dispatcher.aws import job_stream
 from dispatcher.domain.job_events import JobStateChange
 from dispatcher.ports.event_sink import EventSink
 from dispatcher.settings import Config
+from dispatcher.stages.dependents import Dependents
 from dispatcher.stages.publish import publish_changes
 from dispatcher.wiring import adapters
 
@@ -58,9 +60,11 @@ class StreamFeed:
     """Polls the job table's stream every ``poll_seconds`` while there is nothing new (at
     once while there is), from its beginning."""
 
-    def __init__(self, cfg: Config, sink: EventSink, *, poll_seconds: float = 0.1) -> None:
+    def __init__(self, cfg: Config, sink: EventSink | None, dependents: Dependents | None = None,
+                 *, poll_seconds: float = 0.1) -> None:
         self.cfg = cfg
         self.sink = sink
+        self.dependents = dependents
         self.poll_seconds = poll_seconds
         self._ddb = adapters.client("dynamodb", cfg)
         self._streams = adapters.client("dynamodbstreams", cfg)
@@ -126,7 +130,14 @@ class StreamFeed:
         # from it): give them the table's, so local events name it as AWS's do.
         for rec in records:
             rec.setdefault("eventSourceARN", self.stream_arn)
-        failed = publish_changes(job_stream.changes(records), self.sink)
+        changes = job_stream.changes(records)
+        if self.dependents is not None:
+            try:
+                self.dependents.on_changes(changes)
+            except Exception as exc:  # as the function failing: the batch is read again
+                log.warning("releasing dependents failed; reading the batch again: %r", exc)
+                return False
+        failed = publish_changes(changes, self.sink) if self.sink is not None else []
         if failed:
             log.warning("job events not delivered; reading them again",
                         extra={"records": len(failed)})

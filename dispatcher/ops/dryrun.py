@@ -193,6 +193,22 @@ class DryRunStore(StageStore):
     def release_held(self, bundle: Bundle, job: Job) -> None:
         self._plan.would("release_held", bundle_id=bundle.bundle_id, job_id=job.job_id)
 
+    def claim_sweep(self, every: float) -> bool:
+        return True  # a dry tick shows the look at every held dependent, writing nothing
+
+    def held_dependents(self) -> list[tuple[Bundle, Job]]:
+        return self._inner.held_dependents()
+
+    def held_dependent(self, job_id: str) -> tuple[Bundle, Job] | None:
+        return self._inner.held_dependent(job_id)
+
+    def link(self, dependent_id: str, job_ids: list[str]) -> list[str]:
+        self._plan.would("link_dependent", job_id=dependent_id, waits_for=job_ids)
+        return []
+
+    def waiting_for(self, job_id: str) -> list[str]:
+        return self._inner.waiting_for(job_id)
+
     def fail_overdue(self, job: Job, reason: str) -> None:
         self._plan.would("fail", job_id=job.job_id, reason=reason)
 

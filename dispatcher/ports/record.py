@@ -55,6 +55,9 @@ class Record:
     array_parent: str | None = None
     array_index: float | None = None
     depends_on: Any = None  # job: what it waits for (dispatcher.domain.dependencies)
+    # job: how many jobs were linked to it as waiting for it to end (WAIT#<it>#<dependent>);
+    # its end, seen in the table's stream with this set, releases them (stages/dependents.py)
+    waiters: float | None = None
     # bundle
     job_ids: list[str] | None = None
     attempt: float | None = None
@@ -124,5 +127,5 @@ NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint"
                            "reported_stop", "image", "container_env", "derived_from",
                            "version", "sequence", "handed_jobs", "handed", "array_size",
                            "array_tolerated", "array_next", "array_tally", "array_parent",
-                           "array_index", "depends_on"})
+                           "array_index", "depends_on", "waiters"})
 INDEX_ATTRIBUTES: tuple[str, ...] = tuple(sorted(ATTRIBUTES - NOT_PROJECTED - set(INDEX_KEYS)))

@@ -351,6 +351,9 @@ class _Drain:
         held = self.held.pop(bundle.bundle_id)
         deleting = pool.submit(self.recorder.reject, self.queue, [], held.messages)
         stats.duplicates += result.duplicates
+        if result.dependents is not None:
+            stats.dependents_released += len(result.dependents.released)
+            stats.dependents_cancelled += result.dependents.dependents_cancelled
         stats.rejected += len(result.refused)
         stats.rejections.extend({"key": j.job_id, "reason": j.reason or ""}
                                 for j in result.refused)

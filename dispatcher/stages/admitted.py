@@ -29,6 +29,10 @@ class AdmissionStats:
     released: int = 0  # their messages made visible again at once
     bundles_recorded: int = 0
     deferred_bundles: int = 0  # recorded for later: scheduled, or their kind at its limit
+    # Jobs recorded to wait for others whose dependencies had all decided already: released
+    # at once, or cancelled (stages/dependents.py).
+    dependents_released: int = 0
+    dependents_cancelled: int = 0
     admitted_by_priority: dict[str, int] = field(default_factory=dict)
     target_jobs: int = 0  # the even share of the backlog per bundle
     oldest_sent_at: float | None = None

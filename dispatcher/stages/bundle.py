@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import Job, Priority, Resources, new_id
-from dispatcher.domain.lifecycle import HELD_AT
+from dispatcher.domain.lifecycle import DEPENDENTS_HELD_AT
 from dispatcher.stages.policy import BundlePolicy
 
 # Bytes of job items one bundle may hold: what the tick keeps in memory per bundle it is
@@ -111,8 +111,8 @@ class Bundler:
     def shape(self, job: Job) -> Shape:
         scheduled = job.not_before if job.not_before is not None \
             and job.not_before > self._at else None
-        if job.depends_on:  # held until its dependencies are met (stages/reconcile.py)
-            scheduled = HELD_AT
+        if job.depends_on:  # held until its dependencies are met (stages/dependents.py)
+            scheduled = DEPENDENTS_HELD_AT
         kind = job.kind if job.kind in self._limits else None
         return job.priority, job.resources, scheduled, kind
 

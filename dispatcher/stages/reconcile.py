@@ -22,14 +22,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dispatcher.domain import dependencies as deps
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError
-from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES
 from dispatcher.domain.stops import USER_STOP_PREFIX, LastStatus, StopCode, TaskStop
 from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.table import TableUnavailable
-from dispatcher.stages.depends import judge_all
+from dispatcher.stages.dependents import Dependents, DependentsStats
 from dispatcher.stages.policy import ReconcilePolicy
 from dispatcher.stages.rerun import Reruns, StopOutcome, StopResult
 from dispatcher.store import StageStore
@@ -46,20 +45,15 @@ TIMEOUT_MARGIN_SECONDS = 5.0
 STUCK_REASON = "longjobs-reconcile: task stopped heartbeating; rerun elsewhere"
 
 
-# Job ids a tick's report names of what it cancelled (its log line stays small).
-IDS_KEPT = 100
-
-
 @dataclass
-class ReconcileStats:
+class ReconcileStats(DependentsStats):
+    """What reconciliation did; as :class:`DependentsStats`, the held jobs it released or
+    cancelled (retries, and dependents at its look at every one)."""
+
     checked: int = 0
     stopped_found: int = 0
     stuck_stopped: int = 0
     timed_out: list[str] = field(default_factory=list)
-    released: list[str] = field(default_factory=list)  # held jobs now due
-    # Held jobs cancelled as a dependency went against them (how many; the first ids).
-    dependents_cancelled: int = 0
-    dependents_cancelled_ids: list[str] = field(default_factory=list)
     outcomes: list[StopOutcome] = field(default_factory=list)
 
     @property
@@ -72,8 +66,10 @@ class ReconcileStats:
 
 class Reconciler:
     def __init__(self, store: StageStore, launcher: Launcher, reruns: Reruns,
-                 policy: ReconcilePolicy, clock: Callable[[], float]) -> None:
+                 policy: ReconcilePolicy, clock: Callable[[], float],
+                 dependents: Dependents) -> None:
         self._store = store
+        self._dependents = dependents
         self._launcher = launcher
         self._reruns = reruns
         self._policy = policy
@@ -153,46 +149,25 @@ class Reconciler:
                 self._launcher.stop(bundle.task_arn,
                                     f"{USER_STOP_PREFIX} job {job.job_id} timed out")
 
-    def _dependencies_met(self, waiting: list[tuple[Bundle, Job]],
-                          stats: ReconcileStats) -> list[tuple[Bundle, Job]]:
-        """The held jobs with nothing left to wait for (no dependencies, or all met); one
-        whose dependency decided against it is cancelled, one still undecided stays held."""
-        dependents = [j for _, j in waiting if j.depends_on]
-        if not dependents:
-            return waiting
-        try:
-            said = judge_all(self._store, dependents, self._clock())
-        except TableUnavailable as exc:  # as below: the next tick looks again
-            log.error("reading held jobs' dependencies failed; the next tick looks again",
-                      extra={"reason": exc.reason})
-            return [(b, j) for b, j in waiting if not j.depends_on]
-        out = []
-        for bundle, job in waiting:
-            verdict = said[job.job_id] if job.depends_on else None
-            if verdict is None or verdict.verdict == deps.MET:
-                out.append((bundle, job))
-            elif verdict.verdict == deps.AGAINST:
-                try:
-                    self._store.cancel_held(bundle, job, verdict.reason or "a dependency failed")
-                    stats.dependents_cancelled += 1
-                    if len(stats.dependents_cancelled_ids) < IDS_KEPT:
-                        stats.dependents_cancelled_ids.append(job.job_id)
-                except (ConflictError, TableUnavailable):
-                    pass  # cancelled or changed meanwhile, or the table failed: next tick
-        return out
+    def after_drain(self, stats: ReconcileStats) -> None:
+        """The jobs the drain recorded to wait for others recorded after them in it: linked
+        to those now (stages/dependents.py)."""
+        self._dependents.link_late(stats)
 
     def held(self, stats: ReconcileStats) -> None:
-        """Release the held jobs: retries held for a run that may still be alive (lifecycle,
+        """Release the held retries: those held for a run that may still be alive (lifecycle,
         "Live runs"), each due once its job's ``live_task`` is STOPPED or unknown to ECS
-        (DescribeTasks forgets a task about an hour after it stopped), and jobs that wait for
-        dependencies, due once those are met (cancelled when one is not). A held bundle whose
-        job no longer names a task (or left it) and waits for no dependency is due now."""
-        waiting: list[tuple[Bundle, Job]] = []
-        for bundle in self._store.held_bundles():
-            jobs = [j for j in self._store.get_jobs(self._store.job_ids_of(bundle))
-                    if j.bundle_id == bundle.bundle_id]
-            waiting += [(bundle, j) for j in jobs]
-        waiting = self._dependencies_met(waiting, stats)
+        (DescribeTasks forgets a task about an hour after it stopped). A held bundle whose job
+        no longer names a task (or left it) and waits for no dependency is due now. Jobs that
+        wait for dependencies are released by those (stages/dependents.py); this looks at all
+        of them only once per SWEEP_SECONDS."""
+        self._dependents.sweep(stats)
+        bundles = {b.bundle_id: b for b in self._store.held_bundles()}
+        waiting = [(bundles[j.bundle_id], j) for j in self._store.get_jobs(
+            [i for b in bundles.values() for i in self._store.job_ids_of(b)])
+            if j.bundle_id in bundles]
+        # Dependents held here by an earlier release (before they were held apart).
+        waiting = self._dependents.judge(waiting, stats)
         arns = sorted({j.live_task for _, j in waiting if j.live_task})
         gone = {s.task_arn for s in self._launcher.describe(arns) if s.last_status.gone} \
             if arns else set()

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import Job, JobState, Rejection
 from dispatcher.ports.queue import BATCH, Queue, Received
+from dispatcher.stages.dependents import Dependents, DependentsStats
 from dispatcher.store import StageStore
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,9 @@ class Recorded:
     rejections: list[Rejection] = field(default_factory=list)
     delete_failures: int = 0
     failure: str | None = None  # the bundle could not be recorded: why (nothing deleted)
+    # A job recorded to wait for others: linked to them, and released or cancelled at once if
+    # they had decided already (stages/dependents.py).
+    dependents: DependentsStats | None = None
     kept: list[Received] = field(default_factory=list)  # not recorded: give back at the end
 
 
@@ -77,8 +81,9 @@ class Recorder:
     """Records bundles and rejections, deletes their messages after, gives back the rest. Its
     methods run on the drain's pool: each touches only what it is given."""
 
-    def __init__(self, store: StageStore) -> None:
+    def __init__(self, store: StageStore, dependents: Dependents) -> None:
         self._store = store
+        self._dependents = dependents
 
     def record(self, queue: Queue, bundle: Bundle, held: Held) -> Recorded:
         """Record a bundle; its messages are deleted after it (never before), by the drain
@@ -91,7 +96,18 @@ class Recorder:
                 self._store.reject([refused(j) for j in refused_items])
         except Exception as exc:
             return Recorded(bundle, failure=f"{type(exc).__name__}: {exc}"[:1000])
-        return Recorded(bundle, len(duplicates), refused_items)
+        done = Recorded(bundle, len(duplicates), refused_items)
+        waits = [j for j in held.jobs if j.depends_on and j.job_id in bundle.job_ids]
+        if waits:
+            done.dependents = DependentsStats()
+            for job in waits:  # each in a bundle of its own (stages/bundle.py)
+                try:
+                    done.dependents.add(self._dependents.recorded(bundle, job))
+                except Exception as exc:  # recorded and held: the next look links it
+                    log.error("linking a dependent failed; the next look at every held "
+                              "dependent links it", extra={"job_id": job.job_id,
+                                                           "error": repr(exc)})
+        return done
 
     def record_parents(self, queue: Queue, parents: list[tuple[Job, Received]]) -> Recorded:
         """Record array jobs' parents (their children are recorded in later drains, see

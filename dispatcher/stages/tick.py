@@ -190,6 +190,7 @@ class Tick:
                         kind_running[b.kind] += launch_slots(
                             b, self._policy.task_concurrency, self._policy.kind_limits)
             d.new_bundles = d.intake.bundles_recorded
+        self._reconciler.after_drain(d.reconcile)
         d.capacity_left = d.capacity - d.launch.bundles_launched
         if self._handoffs is not None and d.capacity_left <= 0:
             self._urgent(d, active, drain_deadline)

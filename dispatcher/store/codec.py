@@ -7,7 +7,10 @@ Key prefixes: ``JOB#<job_id>``, ``REJECT#<job_id or message_id>``, ``BUNDLE#<id>
 tick's view of the slots, what a job's ``waiting_for`` is derived from), ``DEPLOY#current`` (the
 deployed job code, :class:`~dispatcher.domain.deployment.Deployment`), ``ARRAY#<parent id>``
 (an array job whose children are not all recorded or not all ended: index key ``ARRAY#open``,
-what the tick reads to materialise and settle them; deleted once the parent is decided). Index
+what the tick reads to materialise and settle them; deleted once the parent is decided),
+``WAIT#<job id>#<dependent id>`` (a job that waits for another to end: index key
+``WAIT#<job id>``, what that job's end reads to release its dependents; expires with the
+retention), ``SWEEP#dependents`` (when the tick last looked at every held dependent). Index
 keys: ``status_key`` = ``<TYPE>#<STATE>#<shard>`` for jobs (and their REJECTED records),
 ``<TYPE>#<STATE>`` for bundles and launches; ``status_at`` = ISO-8601 UTC time.
 
@@ -80,6 +83,18 @@ def array_key(parent_id: str) -> str:
 
 # The index key of every open array's marker (few at once: one partition).
 OPEN_ARRAYS = "ARRAY#open"
+SWEEP_KEY = "SWEEP#dependents"
+
+
+def waiter_key(job_id: str, dependent_id: str) -> str:
+    """The link of ``dependent_id`` to ``job_id``, a job it waits for."""
+    return f"WAIT#{job_id}#{dependent_id}"
+
+
+def waiters_status(job_id: str) -> str:
+    """The index key of every link to ``job_id``: the jobs that wait for it (one partition
+    per job waited for; a job has as many waiters as producers give it)."""
+    return f"WAIT#{job_id}"
 
 
 def shard(ident: str, shards: int = JOB_SHARDS) -> int:
@@ -185,7 +200,7 @@ def record_job(rec: Record) -> Job:
         array_size=None if rec.array_size is None else int(rec.array_size),
         array_tolerated=_int(rec.array_tolerated), array_parent=rec.array_parent,
         array_index=None if rec.array_index is None else int(rec.array_index),
-        depends_on=rec.depends_on or None,
+        depends_on=rec.depends_on or None, waiters=_int(rec.waiters),
     )
 
 

@@ -5,6 +5,10 @@ A job whose run may still be alive in a task (``Job.live_task``: a handler aband
 running, or a job failed as overdue while its task ran on) is retried into a bundle held at
 :data:`dispatcher.domain.lifecycle.HELD_AT`; the tick's reconciliation finds the held bundles
 here and releases each one once its job's task is known stopped (see lifecycle, "Live runs").
+A job that waits for others is held at ``DEPENDENTS_HELD_AT``, one second earlier: the tick's
+look at held retries does not read it; its dependencies' ends release it
+(:mod:`dispatcher.stages.dependents`), and :meth:`HeldRetries.held_dependents` reads them all
+for the rare look at every one.
 """
 
 from __future__ import annotations
@@ -13,7 +17,20 @@ from dispatcher.domain import lifecycle, sizes
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.dependencies import REJECTED
 from dispatcher.domain.jobs import Job, JobState
-from dispatcher.ports.table import And, Eq, Remove, Set, Update
+from dispatcher.ports.record import Record
+from dispatcher.ports.table import (
+    Absent,
+    And,
+    ConditionFailed,
+    Eq,
+    In,
+    Lt,
+    Or,
+    Put,
+    Remove,
+    Set,
+    Update,
+)
 from dispatcher.store import codec as r
 from dispatcher.store.base import Reads, job_state, status
 from dispatcher.store.runner import bundle_actions
@@ -27,10 +44,44 @@ class HeldRetries(Reads):
     """The held bundles, and their release (the tick's reconciliation)."""
 
     def held_bundles(self) -> list[Bundle]:
-        """PENDING bundles due at HELD_AT: retries waiting for a task to stop, and jobs
-        waiting for their dependencies."""
+        """PENDING bundles due at HELD_AT: retries waiting for a task to stop (and jobs that
+        waited for dependencies when they were held there too)."""
         return [r.record_bundle(rec) for rec in self.table.query(
             r.bundle_status(BundleState.PENDING), at_least=r.iso(lifecycle.HELD_AT))]
+
+    def held_dependents(self) -> list[tuple[Bundle, Job]]:
+        """Every job held for its dependencies, with its bundle (of its own)."""
+        at = r.iso(lifecycle.DEPENDENTS_HELD_AT)
+        bundles = {b.bundle_id: b for b in map(r.record_bundle, self.table.query(
+            r.bundle_status(BundleState.PENDING), at_least=at, at_most=at))}
+        jobs = self.get_jobs([j for b in bundles.values() for j in b.job_ids])
+        return [(bundles[j.bundle_id], j) for j in jobs if j.bundle_id in bundles]
+
+    def held_dependent(self, job_id: str) -> tuple[Bundle, Job] | None:
+        """The job ``job_id`` with its bundle if it is held for its dependencies; None
+        otherwise (released, cancelled or retried meanwhile, or unknown)."""
+        job = self.get_job(job_id)
+        if job is None or job.state != JobState.PENDING or not job.depends_on \
+                or not job.bundle_id:
+            return None
+        bundle = self.get_bundle(job.bundle_id)
+        if bundle is None or bundle.state != BundleState.PENDING \
+                or bundle.next_attempt_at not in lifecycle.HELD_TIMES:
+            return None
+        return bundle, job
+
+    def claim_sweep(self, every: float) -> bool:
+        """Whether this tick looks at every held dependent: true once per ``every`` seconds
+        (a conditional write of SWEEP#dependents), false for the other ticks."""
+        t = self.clock()
+        try:
+            # It may expire once it no longer holds a look back (nothing is left behind).
+            self.table.write(Put(Record(r.SWEEP_KEY, updated_at=t,
+                                        expires_at=int(t + 2 * every)),
+                                 Or(Absent(), Lt("updated_at", t - every))))
+        except ConditionFailed:
+            return False
+        return True
 
     def release_held(self, bundle: Bundle, job: Job) -> None:
         """Make a held bundle due (at once, or at its job's ``not_before``) and clear the
@@ -45,7 +96,7 @@ class HeldRetries(Reads):
                    [*status(r.bundle_status(BundleState.PENDING), t, at=due),
                     Set("next_attempt_at", due)],
                    And(Eq("state", str(BundleState.PENDING)),
-                       Eq("next_attempt_at", lifecycle.HELD_AT))),
+                       In("next_attempt_at", lifecycle.HELD_TIMES))),
             Update(r.job_key(job.job_id), [Remove("live_task"), Remove("depends_on"), *reason],
                    Eq("bundle_id", bundle.bundle_id))],
             f"bundle {bundle.bundle_id} changed while it was released", job_id=job.job_id)
@@ -58,7 +109,7 @@ class HeldRetries(Reads):
             Update(r.bundle_key(bundle.bundle_id),
                    bundle_actions(BundleState.DONE, t, None, self._expiry(t)),
                    And(Eq("state", str(BundleState.PENDING)),
-                       Eq("next_attempt_at", lifecycle.HELD_AT))),
+                       In("next_attempt_at", lifecycle.HELD_TIMES))),
             Update(r.job_key(job.job_id), [
                 *job_state(job.job_id, JobState.CANCELLED, t), Remove("depends_on"),
                 Set("reason", sizes.clip_text(reason, sizes.MAX_REASON_BYTES)),

@@ -58,6 +58,7 @@ from dispatcher.store.runner import (
     update_chunks,
 )
 from dispatcher.store.values import JobUpdate, LaunchOutcome
+from dispatcher.store.waiters import Waiters
 
 # A DONE launch (LAUNCH#): only a STARTING one is ever read again (a crashed tick's launch is
 # retried from it, see orphaned_launches); a DONE one is kept this long to look at, then
@@ -69,7 +70,7 @@ LAUNCH_TTL_SECONDS = 7 * 86400
 TICK_SUMMARY_TTL_SECONDS = 86400
 
 
-class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords):
+class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Waiters):
     """What the tick and the task-event handler ask of the table (the dry run wraps this)."""
 
     # -- lease ----------------------------------------------------------------------------------

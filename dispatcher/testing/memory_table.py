@@ -242,7 +242,8 @@ class MemoryTable(Table):
         self._lock = threading.RLock()
         self._clock = clock
         self._tokens: dict[str, tuple[str, float]] = {}  # token: digest of its ops, done at
-        self._watchers: list[Callable[[Record | None, Record | None], None]] = []
+        self._watchers: list[tuple[Callable[[Record | None, Record | None], None],
+                                   Callable[[Record | None], bool] | None]] = []
         # The size of each item this table made, while it lives (by id, dropped with it): an
         # Update's item is sized from the item before and the attributes it changes, so an
         # item holding a payload near 400 KB is not measured again at every write.
@@ -260,11 +261,14 @@ class MemoryTable(Table):
             weakref.finalize(rec, self._sizes.pop, key, None).atexit = False
         return size
 
-    def watch(self, watcher: Callable[[Record | None, Record | None], None]) -> None:
+    def watch(self, watcher: Callable[[Record | None, Record | None], None],
+              where: Callable[[Record | None], bool] | None = None) -> None:
         """Call ``watcher(before, after)`` (copies; None: absent) after each item written,
         in the order written: the twin's change feed, as a DynamoDB stream with
-        NEW_AND_OLD_IMAGES carries it (the job state-change events are read from it)."""
-        self._watchers.append(watcher)
+        NEW_AND_OLD_IMAGES carries it (the job state-change events are read from it).
+        ``where``: only the writes whose item after it passes (as a mapping's filter; it
+        sees the stored item, not a copy: it must not change it)."""
+        self._watchers.append((watcher, where))
 
     def get(self, pk: str) -> Record | None:
         with self._lock:
@@ -353,8 +357,9 @@ class MemoryTable(Table):
             self._items.pop(pk, None)
         else:
             self._items[pk] = rec
-        for watcher in self._watchers:
-            watcher(_clone(before), _clone(rec))
+        for watcher, where in self._watchers:
+            if where is None or where(rec):
+                watcher(_clone(before), _clone(rec))
 
     def write(self, op: Put | Update | Delete) -> Record | None:
         with self._lock:

@@ -22,6 +22,7 @@ from dispatcher.ports.queue import Queue
 from dispatcher.ports.task_definitions import TaskDefinitions
 from dispatcher.settings import Config
 from dispatcher.stages.admit import Admission
+from dispatcher.stages.dependents import Dependents, DependentsStats
 from dispatcher.stages.fanout import ArrayChildren, ArrayTally, FannedQueue
 from dispatcher.stages.finish import Finishes
 from dispatcher.stages.handoff import Handoffs
@@ -57,6 +58,7 @@ class Stages:
     store: StageStore
     launcher: Launcher
     queues: dict[Priority, Queue]  # one per priority level (several may be the same queue)
+    dependents: Dependents  # releases jobs that wait for others (the table's stream consumer)
 
 
 def build(cfg: Config, *, queue: Queue, store: StageStore, launcher: Launcher,
@@ -86,8 +88,9 @@ def build(cfg: Config, *, queue: Queue, store: StageStore, launcher: Launcher,
     revisions = Revisions(store, launcher, task_definitions, cfg.stack_task_definition or None)
     reruns = Reruns(store, revisions, Finishes(store), launches, RerunPolicy(
         cfg.max_infra_attempts, cfg.task_concurrency, cfg.kind_limits), clock)
+    dependents = Dependents(store, clock)
     reconciler = Reconciler(store, launcher, reruns, ReconcilePolicy(
-        cfg.start_timeout_seconds, cfg.heartbeat_seconds), clock)
+        cfg.start_timeout_seconds, cfg.heartbeat_seconds), clock, dependents)
     # One fanned queue per distinct queue (levels that share a queue share its array children,
     # as they share its messages: Admission drains a shared queue once).
     fanned: dict[int, FannedQueue] = {}
@@ -95,7 +98,7 @@ def build(cfg: Config, *, queue: Queue, store: StageStore, launcher: Launcher,
         fanned.setdefault(id(q), FannedQueue(q, ArrayChildren(store)))
     children = {p: fanned[id(q)].children for p, q in queues.items()}
     admission = Admission({p: fanned[id(q)] for p, q in queues.items()},
-                          Recorder(store),
+                          Recorder(store, dependents),
                           AdmitPolicy(cfg.allowed_kinds, bundling, cfg.kind_limits), clock,
                           concurrency=cfg.tick_concurrency, hold_seconds=cfg.hold_seconds)
     handoffs = Handoffs(store, HandoffPolicy(cfg.heartbeat_seconds, cfg.task_concurrency,
@@ -105,7 +108,7 @@ def build(cfg: Config, *, queue: Queue, store: StageStore, launcher: Launcher,
                            cfg.tick_reserve_seconds, cfg.tick_concurrency, cfg.hold_seconds,
                            cfg.kind_limits, cfg.task_concurrency, cfg.priority_weights),
                 clock=clock, handoffs=handoffs, arrays=ArrayTally(store, children, clock))
-    return Stages(tick, revisions, reruns, launches, queue, store, launcher, queues)
+    return Stages(tick, revisions, reruns, launches, queue, store, launcher, queues, dependents)
 
 
 def for_aws(cfg: Config, launch_with: Launcher | None = None) -> Stages:
@@ -127,3 +130,10 @@ def publish_stream(cfg: Config, records: list[dict[str, Any]]) -> list[str]:
     table's stream records, sent to the configured bus; the SequenceNumbers of the records
     whose events were not sent (the batch is read again from the first of them)."""
     return publish_changes(adapters.stream_changes(records), adapters.event_sink(cfg, records))
+
+
+def release_stream(cfg: Config, records: list[dict[str, Any]]) -> DependentsStats:
+    """The dependents function's work: the jobs that wait for those a batch of the job
+    table's stream records ended, released or cancelled (stages/dependents.py)."""
+    return Dependents(adapters.store(cfg), time.time).on_changes(
+        adapters.stream_changes(records))

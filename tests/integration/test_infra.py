@@ -224,7 +224,8 @@ def test_dispatcher_runs_every_minute_one_at_a_time(
 def test_every_handler_is_importable(template: dict[str, Any]) -> None:
     handlers = {f["Properties"]["Handler"] for f in functions(template).values()}
     assert handlers == {"dispatcher.handlers.dispatch", "dispatcher.handlers.task_event",
-                        "dispatcher.handlers.publish_job_events"}
+                        "dispatcher.handlers.publish_job_events",
+                        "dispatcher.handlers.release_dependents"}
     for handler in sorted(handlers):
         module_name, _, attr = handler.rpartition(".")
         module = importlib.import_module(module_name)
@@ -326,12 +327,14 @@ def stopped_event(last_status: str = "STOPPED", cluster_arn: str = CLUSTER_ARN) 
 
 
 def matches(pattern: Any, event: Any) -> bool:
-    """EventBridge matching for the subset the template uses: value lists, nested objects and
-    prefix filters."""
+    """EventBridge matching for the subset the template uses: value lists, nested objects,
+    prefix filters and ``{"exists": true}``."""
     if isinstance(pattern, dict):
         return isinstance(event, dict) and all(
             key in event and matches(sub, event[key]) for key, sub in pattern.items())
     if isinstance(pattern, list):
+        if pattern == [{"exists": True}]:
+            return True  # the key is there (checked above), whatever its value
         if any(isinstance(p, dict) and set(p) != {"prefix"} for p in pattern):
             raise AssertionError(f"the template now uses a content filter this matcher cannot "
                                  f"evaluate: {pattern}")

@@ -42,8 +42,7 @@ def stream_record(pk: str, event_name: str = "MODIFY") -> dict[str, Any]:
 
 def test_the_mapping_hands_over_jobs_writes_in_batches_and_gives_up_loudly(
         template: dict[str, Any]) -> None:
-    (mapping,) = [r["Properties"] for r in template["Resources"].values()
-                  if r["Type"] == "AWS::Lambda::EventSourceMapping"]
+    mapping = template["Resources"]["JobEventsStreamMapping"]["Properties"]
     assert mapping["EventSourceArn"] == {"Fn::GetAtt": ["JobTable", "StreamArn"]}
     assert mapping["FunctionName"] == {"Ref": "JobEventsFunction"}
     assert mapping["BatchSize"] == 100 and mapping["MaximumBatchingWindowInSeconds"] == 0
@@ -165,3 +164,39 @@ def test_the_handler_publishes_what_the_template_rule_sends_to_the_topic(
     (failed,) = got
     assert failed["resources"] == [table_arn] and failed["detail"]["reason"] == "it broke"
     assert failed["detail"]["previous_state"] == "RUNNING" and failed["detail"]["attempt"] == 1
+
+
+def ending(pk: str, state: str, waiters: int | None) -> dict[str, Any]:
+    image: dict[str, Any] = {"pk": {"S": pk}, "state": {"S": state}}
+    if waiters is not None:
+        image["waiters"] = {"N": str(waiters)}
+    return {"eventName": "MODIFY", "dynamodb": {"Keys": {"pk": {"S": pk}}, "NewImage": image}}
+
+
+def test_the_dependents_mapping_hands_over_only_ends_of_jobs_with_waiters(
+        template: dict[str, Any]) -> None:
+    """The stream's second reader: the function that releases dependents gets the writes that
+    end a job someone waits for, and no other (no bundle, no job without waiters, no state
+    that is not an end)."""
+    mapping = template["Resources"]["DependentsStreamMapping"]["Properties"]
+    assert mapping["EventSourceArn"] == {"Fn::GetAtt": ["JobTable", "StreamArn"]}
+    assert mapping["FunctionName"] == {"Ref": "DependentsFunction"}
+    assert template["Resources"]["DependentsFunction"]["Properties"]["Handler"] == \
+        "dispatcher.handlers.release_dependents"
+    assert callable(handlers.release_dependents)
+    (only,) = mapping["FilterCriteria"]["Filters"]
+    pattern = json.loads(only["Pattern"])
+    for state in ("SUCCEEDED", "FAILED", "CANCELLED"):
+        assert matches(pattern, ending("JOB#a", state, 1))
+    assert not matches(pattern, ending("JOB#a", "SUCCEEDED", None))  # nobody waits for it
+    assert not matches(pattern, ending("JOB#a", "RUNNING", 2))  # not an end
+    assert not matches(pattern, ending("BUNDLE#b", "DONE", 1))
+    assert not matches(pattern, {**ending("JOB#a", "FAILED", 1), "eventName": "INSERT"})
+    from moto.events.models import EventPattern  # the same verdicts from another matcher
+
+    other = EventPattern.load(only["Pattern"])
+    assert other.matches_event(ending("JOB#a", "FAILED", 1))
+    assert not other.matches_event(ending("JOB#a", "FAILED", None))
+    assert mapping["DestinationConfig"]["OnFailure"]["Destination"] == {
+        "Fn::GetAtt": ["EventDeadLetterQueue", "Arn"]}
+

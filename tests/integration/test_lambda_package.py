@@ -73,7 +73,8 @@ def test_both_functions_use_one_dependency_layer(template: dict[str, Any]) -> No
     assert layer["Type"] == "AWS::Serverless::LayerVersion"
     functions = {name: r for name, r in template["Resources"].items()
                  if r["Type"] == "AWS::Serverless::Function"}
-    assert sorted(functions) == ["DispatcherFunction", "JobEventsFunction", "TaskEventFunction"]
+    assert sorted(functions) == ["DependentsFunction", "DispatcherFunction", "JobEventsFunction",
+                                 "TaskEventFunction"]
     for function in functions.values():
         assert "Layers" not in function["Properties"]
         assert "CodeUri" not in function["Properties"]
@@ -98,8 +99,8 @@ def test_every_makefile_build_has_its_target(template: dict[str, Any]) -> None:
     """Each resource built by make reads the project's Makefile (ContextPath), which has its
     build-<LogicalId> target."""
     builds = makefile_builds(template)
-    assert sorted(builds) == ["DispatcherFunction", "JobEventsFunction", "LambdaDependencies",
-                              "TaskEventFunction"]
+    assert sorted(builds) == ["DependentsFunction", "DispatcherFunction", "JobEventsFunction",
+                              "LambdaDependencies", "TaskEventFunction"]
     makefile = (ROOT / "Makefile").read_text()
     targets = {t for line in makefile.splitlines() if line.startswith("build-")
                for t in line.split(":")[0].split()}

@@ -68,6 +68,7 @@ COMPONENTS = {
     "task-event": "TaskEventFunctionRole",
     "runner": "WorkerTaskRole",
     "deploy": "DeployPolicy",
+    "dependents": "DependentsFunctionRole",
 }
 # The functions whose every statement must be needed (the proof that the test has teeth).
 PROVEN = {"dispatcher": "DispatcherFunction", "task-event": "TaskEventFunction"}
@@ -325,14 +326,22 @@ def exercise(moto_server: MotoEndpoint, proxy: AwsProxy,
         roles = {registered["taskDefinitionArn"].rsplit("/", 1)[-1]: [TASK_ROLE, EXECUTION_ROLE]}
         # The functions get the stack's revision, as the template hands it to them.
         mp.setenv("LONGJOBS_STACK_TASK_DEFINITION", registered["taskDefinitionArn"])
+        # The table's stream, as the template enables it (its readers are the functions'
+        # mappings, whose reads are not the functions' calls: read from moto directly).
+        endpoint_client("dynamodb", moto_server.url, REGION).update_table(
+            TableName=NAMES.table, StreamSpecification={
+                "StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"})
         proxy.clear_recorded()
 
-        # Producers (not a component of the stack): small jobs share a bundle, long ones don't.
+        # Producers (not a component of the stack): small jobs share a bundle, long ones don't;
+        # one waits for small0 (the tick links it; small0's end releases it).
         JobClient().submit_many(
             [{"kind": "echo", "payload": {"n": i}, "job_id": f"small{i}",
               "estimated_seconds": 0.1} for i in range(2)]
             + [{"kind": "echo", "payload": {}, "job_id": name, "estimated_seconds": 3600}
-               for name in ("spot", "stuck")])
+               for name in ("spot", "stuck")]
+            + [{"kind": "echo", "payload": {}, "job_id": "after0", "estimated_seconds": 0.1,
+                "depends_on": ["small0"]}])
         sqs = endpoint_client("sqs", proxy.url, REGION)
         sqs.send_message(QueueUrl=env["LONGJOBS_QUEUE_URL"], MessageBody='{"kind": "oops"')
         # One job on each other priority's queue (sent as a producer would, to its queue): the
@@ -358,6 +367,10 @@ def exercise(moto_server: MotoEndpoint, proxy: AwsProxy,
         with proxy.recording("runner"):
             _run_runner(dict(os.environ), small_arn, small_launch,
                         tmp_path_factory.mktemp("runner") / "log.jsonl")
+        with proxy.recording("dependents"):
+            released = handlers.release_dependents(
+                {"Records": _stream_records(moto_server.url)}, None)
+        assert released["released"] == ["after0"], released
 
         with proxy.recording("task-event"):
             finished = handlers.task_event(task_events.sample_event(
@@ -397,6 +410,21 @@ def exercise(moto_server: MotoEndpoint, proxy: AwsProxy,
         roles[rederived.task_definition] = [TASK_ROLE, EXECUTION_ROLE]
         yield Exercise(proxy.recorded(), roles)
         proxy.clear_recorded()
+
+
+def _stream_records(endpoint: str) -> list[dict[str, Any]]:
+    """The table's stream records so far, as Lambda's mapping hands them to its function."""
+    ddb = endpoint_client("dynamodb", endpoint, REGION)
+    streams = endpoint_client("dynamodbstreams", endpoint, REGION)
+    arn = ddb.describe_table(TableName=NAMES.table)["Table"]["LatestStreamArn"]
+    out: list[dict[str, Any]] = []
+    for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+        it = streams.get_shard_iterator(StreamArn=arn, ShardId=shard["ShardId"],
+                                        ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+        while it and (got := streams.get_records(ShardIterator=it))["Records"]:
+            out += [{**r, "eventSourceARN": arn} for r in got["Records"]]
+            it = got.get("NextShardIterator")
+    return out
 
 
 def _priority_queues(endpoint: str, dlq_url: str) -> dict[str, str]:

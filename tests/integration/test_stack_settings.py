@@ -33,7 +33,8 @@ from tests.integration.test_infra import (
 
 # The deployed processes and the role each reads its settings as.
 PROCESSES = {"DispatcherFunction": "dispatcher", "TaskEventFunction": "dispatcher",
-             "JobEventsFunction": "events", "worker": "runner"}
+             "JobEventsFunction": "events", "DependentsFunction": "dispatcher",
+             "worker": "runner"}
 
 # Non-default values for the free-form string parameters (numbers and lists of allowed values
 # get theirs from the template). A new string parameter needs one here.

@@ -26,8 +26,10 @@ from dispatcher.ops.client import JobClient
 from dispatcher.ports.queue import Queue
 from dispatcher.ports.table import Record
 from dispatcher.settings import Config
+from dispatcher.stages.dependents import Dependents, DependentsStats
 from dispatcher.store import Fence, JobUpdate, Store
 from dispatcher.store import codec as r
+from dispatcher.testing.ended_jobs_feed import EndedJobsFeed
 from dispatcher.testing.memory_launcher import MemoryLauncher
 from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.testing.memory_table import MemoryTable
@@ -83,6 +85,8 @@ class Twins:
         # Queues of their own for some priorities (the others share ``queue``), if a test
         # gives them.
         self.priority_queues: dict[Priority, Queue] = {}
+        # The table's stream as the dependents function reads it: :meth:`flow` delivers it.
+        self.feed = EndedJobsFeed(self.table)
 
     # -- wiring ---------------------------------------------------------------------------------
     def env(self, **overrides: str) -> dict[str, str]:
@@ -96,6 +100,12 @@ class Twins:
                             launcher=self.launcher, clock=self.clock,
                             pacer=LaunchPacer.simulated(),
                             priority_queues=dict(self.priority_queues) or None)
+
+    def flow(self) -> DependentsStats:
+        """Deliver the stream's writes so far to the release stage, as its function would a
+        moment after them: the jobs that waited for a job that ended are released (or
+        cancelled)."""
+        return self.feed.deliver(Dependents(self.store, self.clock))
 
     def client(self, **kwargs: Any) -> JobClient:
         c = JobClient(queue_url=ENV["LONGJOBS_QUEUE_URL"], table_name=ENV["LONGJOBS_TABLE"],

@@ -42,6 +42,7 @@ def run_launched(t: Twins, outcome: Callable[[Job], JobState] = lambda job: JobS
                                      via=JobState.RUNNING, attempts_delta=1))
         t.store.apply(fence, updates, bundle_to=BundleState.DONE)
         n += len(updates)
+    t.flow()  # the ends release their dependents (the table's stream)
     return n
 
 
@@ -50,6 +51,7 @@ def drive(t: Twins, ticks: int, outcome: Callable[[Job], JobState] = lambda job:
     stages = t.stages(**cfg)
     for _ in range(ticks):
         stages.tick.tick()
+        t.flow()  # arrays its end decided release their dependents
         run_launched(t, outcome, ran)
         t.clock.advance(60)
 

@@ -1,0 +1,192 @@
+"""Release: a job that waits for others is released, or cancelled, as soon as they decide.
+
+A job recorded with ``depends_on`` is held (its bundle of one due at ``DEPENDENTS_HELD_AT``, it
+takes no slot). Right after it is recorded, :meth:`Dependents.recorded` links it to each job it
+waits for (:mod:`dispatcher.store.waiters`) and judges it at once: dependencies that had
+already ended (or were REJECTED) decide it in that tick. Otherwise the end of the last one
+decides it: every write that ends a job with waiters shows in the table's stream, and
+:meth:`Dependents.on_changes` (the stream's consumer: a function of its own on AWS, a thread
+in local mode) follows that job's links to its dependents, reads their other dependencies,
+and releases (due now: the next tick launches it) or cancels each one (the reason names the
+dependency). Nothing reads the jobs that wait: a job's end costs a query of its own links,
+and a GetItem of each dependent and its bundle.
+
+The look at every held dependent (:meth:`Dependents.sweep`, by the tick, once per
+:data:`SWEEP_SECONDS`) is the backstop for what a link cannot see: a dependency recorded after
+its dependent (SQS keeps no order between two messages: it is linked by the first sweep after
+it is recorded), an unknown dependency's grace running out, and a link too new for the
+eventually consistent index when its job ended (its stream record finds fewer links than its
+``waiters``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from dispatcher.domain import dependencies as deps
+from dispatcher.domain.bundles import Bundle
+from dispatcher.domain.dependencies import Dependency
+from dispatcher.domain.errors import ConflictError
+from dispatcher.domain.job_events import JOB_PREFIX, TableChange
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job
+from dispatcher.ports.table import TableUnavailable
+from dispatcher.stages.depends import judge_all
+from dispatcher.store import StageStore
+
+log = logging.getLogger(__name__)
+
+# How often the tick looks at every held dependent (see the module): the longest a dependent
+# waits past its dependencies' end in the cases the links cannot see.
+SWEEP_SECONDS = 300.0
+# Job ids a report names of what it cancelled or released (its log line stays small).
+IDS_KEPT = 100
+
+
+@dataclass
+class DependentsStats:
+    """What releasing and cancelling dependents did (a tick's, a stream batch's)."""
+
+    released: list[str] = field(default_factory=list)  # held jobs now due
+    # Held jobs cancelled as a dependency went against them (how many; the first ids).
+    dependents_cancelled: int = 0
+    dependents_cancelled_ids: list[str] = field(default_factory=list)
+    swept: int = 0  # held dependents the look at every one read (0: no look this tick)
+    # Ended jobs whose links the index did not show all of yet: left to the next sweep.
+    links_missing: int = 0
+
+    def add(self, other: DependentsStats) -> None:
+        self.released += other.released[:max(0, IDS_KEPT - len(self.released))]
+        self.dependents_cancelled += other.dependents_cancelled
+        room = max(0, IDS_KEPT - len(self.dependents_cancelled_ids))
+        self.dependents_cancelled_ids += other.dependents_cancelled_ids[:room]
+        self.swept += other.swept
+        self.links_missing += other.links_missing
+
+
+def ended_with_waiters(change: TableChange) -> str | None:
+    """The id of the job a change ended, if that job has waiters; None for any other change
+    (a write that changes no state, a job without waiters, an item that is no job)."""
+    new, old = change.new, change.old
+    if new is None or not str(new.get("pk", "")).startswith(JOB_PREFIX):
+        return None
+    state = new.get("state")
+    if not new.get("waiters") or state not in TERMINAL_JOB_STATES:
+        return None
+    if old is not None and old.get("state") == state:
+        return None  # the link's own write, a TTL-less touch: no end here
+    return str(new["pk"])[len(JOB_PREFIX):]
+
+
+class Dependents:
+    """The release stage (see the module)."""
+
+    def __init__(self, store: StageStore, clock: Callable[[], float]) -> None:
+        self._store = store
+        self._clock = clock
+        self._lock = threading.Lock()
+        # Recorded dependents whose dependencies were not all recorded when they were linked,
+        # and those: a dependency recorded later in the same drain is linked after it.
+        self._late: list[tuple[Bundle, Job, list[str]]] = []
+
+    def recorded(self, bundle: Bundle, job: Job) -> DependentsStats:
+        """``job`` was just recorded, held in ``bundle``: link it, then judge it. (Called by
+        the record stage from the drain's threads.)"""
+        stats = DependentsStats()
+        unknown = self._store.link(job.job_id, _ids(job))
+        if unknown:
+            with self._lock:
+                self._late.append((bundle, job, unknown))
+        self.release([(bundle, job)], stats)
+        return stats
+
+    def link_late(self, stats: DependentsStats) -> None:
+        """After a drain: link the dependents recorded in it to the dependencies recorded
+        after them in it (a producer's job and the next one that waits for it often share a
+        drain, recorded in parallel), and judge them again. What is still unknown is left to
+        the look at every held dependent."""
+        with self._lock:
+            late, self._late = self._late, []
+        if not late:
+            return
+        for _, job, unknown in late:
+            self._store.link(job.job_id, unknown)
+        self.release([(b, j) for b, j, _ in late], stats)
+
+    def on_changes(self, feed: Sequence[TableChange]) -> DependentsStats:
+        """The dependents of every job ``feed`` shows ending, released or cancelled if their
+        dependencies now decide. Repeating a change does nothing more (each release and
+        cancel is conditional on the job being held still)."""
+        stats = DependentsStats()
+        ended = {c.new["pk"]: int(c.new.get("waiters") or 0) for c in feed
+                 if c.new is not None and ended_with_waiters(c) is not None}
+        waiting: dict[str, None] = {}
+        for pk, count in ended.items():
+            found = self._store.waiting_for(str(pk)[len(JOB_PREFIX):])
+            if len(found) < count:
+                stats.links_missing += 1
+            waiting.update(dict.fromkeys(found))
+        held = [p for d in waiting if (p := self._store.held_dependent(d)) is not None]
+        self.release(held, stats)
+        return stats
+
+    def sweep(self, stats: DependentsStats) -> None:
+        """Once per :data:`SWEEP_SECONDS` (the first tick after it passed): judge every held
+        dependent, and link again the young ones (see the module)."""
+        if not self._store.claim_sweep(SWEEP_SECONDS):
+            return
+        held = self._store.held_dependents()
+        stats.swept = len(held)
+        young = self._clock() - deps.UNKNOWN_GRACE_SECONDS - 2 * SWEEP_SECONDS
+        for _, job in held:
+            if job.created_at >= young:  # a dependency unknown at its link may exist now
+                self._store.link(job.job_id, _ids(job))
+        self.release(held, stats)
+
+    def release(self, held: list[tuple[Bundle, Job]], stats: DependentsStats) -> None:
+        """Release the held jobs whose dependencies are met; cancel those one went against."""
+        for bundle, job in self.judge(held, stats):
+            try:
+                self._store.release_held(bundle, job)
+            except ConflictError:
+                continue  # released, cancelled or retried meanwhile
+            except TableUnavailable as exc:  # the next sweep looks again
+                log.error("releasing a dependent failed; the next look releases it",
+                          extra={"job_id": job.job_id, "reason": exc.reason})
+                continue
+            if len(stats.released) < IDS_KEPT:
+                stats.released.append(job.job_id)
+
+    def judge(self, held: list[tuple[Bundle, Job]],
+              stats: DependentsStats) -> list[tuple[Bundle, Job]]:
+        """The held jobs with nothing left to wait for (no dependencies, or all met); one
+        whose dependency decided against it is cancelled, one still undecided stays held."""
+        dependents = [j for _, j in held if j.depends_on]
+        if not dependents:
+            return held
+        try:
+            said = judge_all(self._store, dependents, self._clock())
+        except TableUnavailable as exc:  # they stay held: the next look judges them
+            log.error("reading held jobs' dependencies failed; the next look judges them",
+                      extra={"reason": exc.reason})
+            return [(b, j) for b, j in held if not j.depends_on]
+        out = []
+        for bundle, job in held:
+            verdict = said[job.job_id] if job.depends_on else None
+            if verdict is None or verdict.verdict == deps.MET:
+                out.append((bundle, job))
+            elif verdict.verdict == deps.AGAINST:
+                try:
+                    self._store.cancel_held(bundle, job, verdict.reason or "a dependency failed")
+                except (ConflictError, TableUnavailable):
+                    continue  # cancelled or changed meanwhile, or the table failed: next look
+                stats.dependents_cancelled += 1
+                if len(stats.dependents_cancelled_ids) < IDS_KEPT:
+                    stats.dependents_cancelled_ids.append(job.job_id)
+        return out
+
+
+def _ids(job: Job) -> list[str]:
+    return [Dependency.from_json(d).job_id for d in job.depends_on or []]
