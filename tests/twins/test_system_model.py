@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from dispatcher.domain import arrays, dependencies
+from dispatcher.domain.arrays import Tally
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.dependencies import Dependency
 from dispatcher.domain.errors import InvalidMessage, LongjobsError
@@ -96,6 +97,8 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         self.stopped: set[str] = set()
         self.runs: dict[str, int] = {}  # handler runs per job since its last retry
         self.depends: dict[str, list[Dependency]] = {}  # what each dependent job waits for
+        self.sizes: dict[str, int] = {}  # each array's size (n_to_n dependents pick one)
+        self.arrays_client = self.twins.client()
         self.early: list[str] = []  # dependents that ran before their dependencies allowed
         self.budget: dict[str, int] = {}
         self.nature: dict[str, str] = {}  # what each job's handler does (runners_pass)
@@ -191,21 +194,36 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
                                    + LAUNCH_SLACK)
 
     @rule(size=st.sampled_from([2, 7, 30]), tolerated=st.sampled_from([0, 1, "50%"]),
-          nature=st.sampled_from(NATURES), estimate=st.sampled_from([1.0, 600.0]))
+          nature=st.sampled_from(NATURES), estimate=st.sampled_from([1.0, 600.0]),
+          element_wise=st.sampled_from([None, None, *dependencies.Requires]))
     def submit_array(self, size: int, tolerated: int | str, nature: str,
-                     estimate: float) -> None:
-        """An array job: one message; its children are recorded by the ticks."""
+                     estimate: float, element_wise: dependencies.Requires | None = None) -> None:
+        """An array job: one message; its children are recorded by the ticks. With
+        ``element_wise``, it depends n_to_n on an earlier array (taking its size), the one
+        whose children have gone furthest: its child i waits for that array's child i to end
+        so."""
         self.n += 1
         job_id = f"a{self.n:03d}"
-        self.twins.client().submit("k", {"n": self.n}, job_id=job_id, array_size=size,
-                                   tolerated_failures=tolerated, estimated_seconds=estimate,
-                                   max_attempts=2)
+        view = self.view()
+        on = max(self.sizes, default=None, key=lambda a: (
+            Tally.from_json(rec.array_tally).settled, int(rec.array_next or 0))
+            if (rec := view.items.get(codec.job_key(a))) is not None else (-1, -1))
+        wanted = [] if element_wise is None or on is None else [
+            dependencies.Dependency(on, element_wise, n_to_n=True)]
+        size = self.sizes[on] if wanted and on is not None else size
+        # One producer sends the arrays: it knows those it sent before a tick recorded them.
+        self.arrays_client.submit("k", {"n": self.n}, job_id=job_id, array_size=size,
+                                  tolerated_failures=tolerated, estimated_seconds=estimate,
+                                  max_attempts=2, depends_on=[d.as_json() for d in wanted])
         self.submitted[job_id] = "valid"
+        self.sizes[job_id] = size
         self.budget[job_id] = 0  # the parent itself never runs
         for i in range(size):
             child = arrays.child_id(job_id, i)
             self.nature[child] = nature if i % 3 == 0 else "succeed"
             self.budget[child] = 2 + MAX_INFRA_ATTEMPTS + LAUNCH_SLACK
+            if wanted:
+                self.depends[child] = [d.element(i) for d in wanted]
 
     @precondition(lambda self: bool(self.submitted))
     @rule(data=st.data(), condition=st.sampled_from(list(dependencies.Requires)),
@@ -436,6 +454,11 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
             return
         job_id = data.draw(st.sampled_from(jobs))
         client = self.twins.client()
+        # An array's retry retries its FAILED and CANCELLED children (those an n_to_n
+        # dependency cancelled too): those wait for nothing any more.
+        retried = [c for c in self.depends if c.startswith(f"{job_id}:")
+                   and (child := view.job(c)) is not None
+                   and child.state in (JobState.FAILED, JobState.CANCELLED)]
         try:
             if action == "cancel":
                 client.cancel(job_id)
@@ -443,6 +466,8 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
                 client.retry(job_id, from_scratch=action == "retry_from_scratch")
                 self.runs[job_id] = 0  # a fresh budget
                 self.depends.pop(job_id, None)  # a retry waits for no dependency
+                for child in retried:
+                    self.depends.pop(child, None)
         except LongjobsError:
             pass  # not found, already finished, not retryable: said to the operator
         self.sync()
