@@ -16,6 +16,7 @@ from dispatcher.domain.dependencies import Dependency, Requires
 from dispatcher.domain.errors import InvalidMessage
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.domain.message import JobMessage
+from dispatcher.ops.queries import Queries
 from dispatcher.store import Fence, JobUpdate
 from tests.twins import Twins
 
@@ -209,6 +210,8 @@ def test_an_unknown_array_cancels_the_parent_after_the_grace(twins: Twins) -> No
     stages.tick.tick()
     stages.tick.tick()
     assert _state(twins, "b").state == JobState.PENDING
+    shown = Queries(twins.store, clock=twins.clock).show("b").summary.waiting_for
+    assert shown is not None and shown.detail == "ghost (succeeded, n_to_n)"
     twins.clock.advance(dependencies.UNKNOWN_GRACE_SECONDS + 1)
     stages.tick.tick()
     parent = _state(twins, "b")
