@@ -258,7 +258,7 @@ class JobMessage(BaseModel):
         element_wise = next((d.job_id for d in value if isinstance(d, DependsOn) and d.n_to_n),
                             None)
         if element_wise is not None and info.data.get("array_size") is None:
-            raise ValueError(f"depends_on: an n_to_n dependency (on {element_wise!r}) is for "
+            raise ValueError(f"an n_to_n dependency (on {element_wise!r}) is for "
                              "array jobs: its child i waits for child i of that array; add "
                              "array_size, or drop n_to_n to wait for the whole array")
         return value

@@ -67,11 +67,12 @@ class Frontier:
 
 def frontiers(store: StageStore, open_arrays: list[OpenArray],
               now: float) -> dict[str, Frontier]:
-    """The frontier of each array (by parent id) that has n_to_n dependencies and is not
-    decided; one BatchGetItem per 100 of their dependencies, then per page of elements.
-    TableUnavailable propagates (the caller offers none of them in this tick)."""
+    """The frontier of each array (by parent id) that has n_to_n dependencies, is not
+    decided and has children to record; one BatchGetItem per 100 of their dependencies, then
+    per page of elements. TableUnavailable propagates (the caller offers none of them in this
+    tick)."""
     wanted = {a.parent.job_id: (a, element_wise(a.parent)) for a in open_arrays
-              if a.parent.state not in TERMINAL_JOB_STATES}
+              if a.parent.state not in TERMINAL_JOB_STATES and a.recorded < a.size}
     wanted = {k: v for k, v in wanted.items() if v[1]}
     if not wanted:
         return {}

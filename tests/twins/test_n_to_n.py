@@ -9,7 +9,9 @@ from collections.abc import Callable
 
 import pytest
 from pydantic import ValidationError
+from typer.testing import CliRunner
 
+from dispatcher.cli.app import app
 from dispatcher.domain import arrays, dependencies
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.dependencies import Dependency, Requires
@@ -218,3 +220,22 @@ def test_an_unknown_array_cancels_the_parent_after_the_grace(twins: Twins) -> No
     assert parent.state == JobState.CANCELLED
     assert parent.reason is not None and "ghost is unknown" in parent.reason
     assert not [j for j in twins.jobs() if j.array_parent == "b"]
+
+
+def test_the_cli_makes_each_depends_on_element_wise(twins: Twins,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    client = twins.client()
+    client.submit("k", {}, job_id="a", array_size=5)
+    monkeypatch.setattr("dispatcher.ops.client.JobClient", lambda *a, **kw: client)
+    result = CliRunner().invoke(app, ["submit", "k", "--job-id", "b", "--array", "5",
+                                      "--depends-on", "a", "--condition", "finished",
+                                      "--n-to-n"])
+    assert result.exit_code == 0, result.output
+    bodies = [json.loads(m.body) for m in twins.queue.receive(10)]
+    assert [b["job_id"] for b in bodies] == ["a", "b"]
+    assert bodies[1]["depends_on"] == [{"job_id": "a", "condition": "finished", "n_to_n": True}]
+    result = CliRunner().invoke(app, ["submit", "k", "--job-id", "c", "--depends-on", "a",
+                                      "--n-to-n"])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: c: --depends-on: an n_to_n dependency (on 'a') is "
+                                    "for array jobs"), result.output
