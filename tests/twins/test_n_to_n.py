@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -13,13 +14,18 @@ from typer.testing import CliRunner
 
 from dispatcher.cli.app import app
 from dispatcher.domain import arrays, dependencies
+from dispatcher.domain.arrays import Tally
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.dependencies import Dependency, Requires
 from dispatcher.domain.errors import InvalidMessage
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.domain.message import JobMessage
 from dispatcher.ops.queries import Queries
-from dispatcher.store import Fence, JobUpdate
+from dispatcher.ports.table import Put, Record
+from dispatcher.stages.n_to_n import frontiers
+from dispatcher.store import Fence, JobUpdate, Store, codec
+from dispatcher.store.array_jobs import CHILD_PAGE, OpenArray
+from dispatcher.testing.memory_table import MemoryTable
 from tests.twins import Twins
 
 SIZE = 30
@@ -239,3 +245,45 @@ def test_the_cli_makes_each_depends_on_element_wise(twins: Twins,
     assert result.exit_code == 2, result.output
     assert result.output.startswith("error: c: --depends-on: an n_to_n dependency (on 'a') is "
                                     "for array jobs"), result.output
+
+
+class _CountingTable(MemoryTable):
+    """The twin table, counting the BatchGetItems it answers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batch_gets = 0
+
+    def get_many(self, pks: list[str]) -> list[Record]:
+        self.batch_gets += 1
+        assert len(pks) <= CHILD_PAGE
+        return super().get_many(pks)
+
+
+def _recorded(table: MemoryTable, job_id: str, state: JobState, **fields: Any) -> Job:
+    job = Job(job_id=job_id, kind="k", payload={}, state=state, **fields)
+    table.write(Put(codec.job_record(job)))
+    return job
+
+
+@pytest.mark.parametrize(("running", "failed", "limit", "batch_gets"), [
+    (None, None, 1000, 1 + 10),  # a bounded window a tick: 10 pages of 100
+    (450, 3, 450, 1 + 5),  # up to the first element not ended; held where it went against
+])
+def test_a_frontier_reads_a_bounded_window_and_stops_at_the_first_element_not_ended(
+        running: int | None, failed: int | None, limit: int, batch_gets: int) -> None:
+    table = _CountingTable()
+    store = Store(table, clock=lambda: 0.0)
+    _recorded(table, "a", JobState.RUNNING, array_size=2500)
+    for i in range(1200):
+        state = JobState.RUNNING if i == running else \
+            JobState.FAILED if i == failed else JobState.SUCCEEDED
+        _recorded(table, _a(i), state, array_parent="a", array_index=i)
+    parent = _recorded(table, "b", JobState.PENDING, array_size=2500, depends_on=[
+        {"job_id": "a", "condition": "succeeded", "n_to_n": True}])
+    table.batch_gets = 0
+    said = frontiers(store, [OpenArray(parent, 2500, 0, 0, Tally())], 0.0)
+    assert said["b"].limit == limit and said["b"].cancel is None
+    assert said["b"].held == ({} if failed is None else
+                              {failed: [{"job_id": _a(failed), "condition": "succeeded"}]})
+    assert table.batch_gets == batch_gets
