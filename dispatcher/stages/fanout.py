@@ -65,8 +65,18 @@ class _Cursor:
     limit: int  # children below it may be offered in this tick (its size, or its frontier)
     done: set[int] = field(default_factory=set)  # recorded, above ``recorded``
     back: list[int] = field(default_factory=list)  # offered, given back: offered again first
-    # Children whose message names a dependency (n_to_n: their element ended against them).
-    bodies: dict[int, str] = field(default_factory=dict)
+    # Children whose message names dependencies (n_to_n: their elements that ended against
+    # them), by index.
+    held: dict[int, list[dict[str, str | bool]]] = field(default_factory=dict)
+
+    def body_of(self, index: int) -> str:
+        """Child ``index``'s message: its parent's, with ``depends_on`` if it is held. Made as
+        it is offered: a held child's body is a copy of the parent's payload, and a tick may
+        hold up to a window of them."""
+        if index not in self.held:
+            return self.body
+        # The parent's message names no dependency (arrays.parent_message): one key added.
+        return f'{self.body[:-1]},"depends_on":{_dumps(self.held[index])}}}'
 
 
 class ArrayChildren(Queue):
@@ -86,13 +96,12 @@ class ArrayChildren(Queue):
         for a in open_arrays:
             if a.parent.state in TERMINAL_JOB_STATES or a.recorded >= a.size:
                 continue
-            message = arrays.parent_message(a.parent)
             frontier = (limits or {}).get(a.parent.job_id)
             cursors.append(_Cursor(
-                a.parent.job_id, a.size, _dumps(message), a.parent.enqueued_at, a.recorded,
-                a.recorded, a.recorded, a.size if frontier is None else frontier.limit,
-                bodies={i: _dumps({**message, "depends_on": d})
-                        for i, d in (frontier.held if frontier else {}).items()}))
+                a.parent.job_id, a.size, _dumps(arrays.parent_message(a.parent)),
+                a.parent.enqueued_at, a.recorded, a.recorded, a.recorded,
+                a.size if frontier is None else frontier.limit,
+                held=frontier.held if frontier else {}))
         with self._lock:
             self._cursors = cursors
 
@@ -110,7 +119,7 @@ class ArrayChildren(Queue):
                     else:
                         index, c.offered = c.offered, c.offered + 1
                     ident = arrays.child_id(c.parent_id, index)
-                    out.append(Received(ident, ident, c.bodies.get(index, c.body), c.sent_at,
+                    out.append(Received(ident, ident, c.body_of(index), c.sent_at,
                                         array_index=index))
                 if len(out) >= max_messages:
                     break
@@ -165,8 +174,8 @@ class ArrayChildren(Queue):
         return Backlog(visible=left, in_flight=0, delayed=0)
 
 
-def _dumps(message: dict[str, object]) -> str:
-    return json.dumps(message, separators=(",", ":"))
+def _dumps(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 class FannedQueue(Queue):
@@ -280,8 +289,8 @@ class ArrayTally:
 
     def _may_start(self, array: OpenArray, said: Judgement | None) -> bool:
         """An array whose parent waits for dependencies (``said``: their judgement) records
-        no child until they are met; one decided against it is CANCELLED (and closed by its
-        next settle)."""
+        no child until they are met (its n_to_n ones are kept: they decide child by child);
+        one decided against it is CANCELLED (and closed by its next settle)."""
         parent = array.parent
         if said is None:  # it waits for none (any more), or it ended
             return True
