@@ -84,6 +84,7 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         self.job_events = MemoryEventSink()  # every job state change, as the stream tells it
         follow(self.table, self.job_events)
         self.expired: dict[str, int] = {}  # job id: events told when TTL deleted its record
+        self.expired_as: dict[str, str] = {}  # job id: the state TTL deleted it in
         self.hooks_time.clock = self.twins.clock
         self.hooks_ids.reset()
         self.settings = {"LONGJOBS_TASK_CONCURRENCY": "2", "LONGJOBS_KIND_LIMITS": "",
@@ -154,6 +155,9 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         if job_id in self.depends:  # it runs now: each dependency ended as it asked
             wanted = self.depends[job_id]
             states = self.twins.store.job_states([d.job_id for d in wanted])
+            # One TTL deleted ended long ago, as it then was (its dependents ran since).
+            states = {k: v if v is not None else self.expired_as.get(k)
+                      for k, v in states.items()}
             self.early += [f"{job_id} ran while its dependency {d.job_id} was "
                            f"{states.get(d.job_id)} ({d.condition} needed)" for d in wanted
                            if dependencies.verdict(d, states.get(d.job_id)) != dependencies.MET]
@@ -432,11 +436,13 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
     @rule()
     def ttl(self) -> None:
         """DynamoDB's TTL deletes every item whose ``expires_at`` has passed."""
-        jobs = {pk for pk in self.table.snapshot() if pk.startswith("JOB#")}
+        jobs = {pk: rec.state for pk, rec in self.table.snapshot().items()
+                if pk.startswith("JOB#")}
         expire(self.twins.table, self.twins.clock())
         told = len(self.job_events.events)
-        for pk in jobs - set(self.table.snapshot()):
+        for pk in set(jobs) - set(self.table.snapshot()):
             self.expired[codec.ident(pk)] = told
+            self.expired_as[codec.ident(pk)] = str(jobs[pk])
 
     # -- operators ------------------------------------------------------------------------------
     @precondition(lambda self: bool(self.submitted))
