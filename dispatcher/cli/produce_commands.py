@@ -51,6 +51,9 @@ def submit(
     condition: Annotated[str, typer.Option(
         help="What each --depends-on job must end as: succeeded, finished (any end) or "
         "failed; otherwise this job is CANCELLED with the reason.")] = "succeeded",
+    n_to_n: Annotated[bool, typer.Option(
+        "--n-to-n", help="With --array: each --depends-on is an array of the same size this "
+        "one depends on element-wise: child i waits for its child i only.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Enqueue one job (or an array of them); prints its id (`longjobs jobs show ID` follows
@@ -73,6 +76,7 @@ def submit(
                                  priority=priority, not_before=_time(not_before),
                                  array_size=array, tolerated_failures=_count(tolerated_failures),
                                  depends_on=[{"job_id": d, "condition": condition}
+                                             | ({"n_to_n": True} if n_to_n else {})
                                              for d in depends_on or []])
         except InvalidMessage as exc:
             raise InvalidMessage(as_flags(exc.reason), job_id=job_id) from None

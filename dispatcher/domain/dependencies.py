@@ -4,6 +4,8 @@ A job may name up to :data:`MAX_DEPENDENCIES` jobs it depends on (AWS Batch allo
 https://docs.aws.amazon.com/batch/latest/APIReference/API_JobDependency.html), each with a
 condition: ``succeeded`` (the default), ``finished`` (any end) or ``failed``. An array job's
 parent is a job like any other here, so a job depending on it waits for the whole array (fan-in).
+An array may instead depend on another array of its size element-wise (``n_to_n``, AWS Batch's
+N_TO_N): its child i waits for the other's child i only (:mod:`dispatcher.stages.n_to_n`).
 
 The job is recorded at once, held (it takes no slot), and says it waits for ``dependencies``.
 Once every dependency has ended as its condition asks, it becomes due; as soon as one has ended
@@ -16,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from dispatcher.domain.arrays import child_id
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
 
 MAX_DEPENDENCIES = 20
@@ -34,16 +37,27 @@ class Requires(StrEnum):
 class Dependency:
     job_id: str
     condition: Requires = Requires.SUCCEEDED
+    # Element-wise: this array's child i depends on child i of the array ``job_id``.
+    n_to_n: bool = False
 
-    def as_json(self) -> dict[str, str]:
-        return {"job_id": self.job_id, "condition": str(self.condition)}
+    def as_json(self) -> dict[str, str | bool]:
+        """Its stored form; ``n_to_n`` only when set, so a plain one reads as it always did."""
+        out: dict[str, str | bool] = {"job_id": self.job_id, "condition": str(self.condition)}
+        if self.n_to_n:
+            out["n_to_n"] = True
+        return out
 
     @classmethod
     def from_json(cls, value: object) -> Dependency:
         if isinstance(value, str):
             return cls(value)
         assert isinstance(value, dict)
-        return cls(str(value["job_id"]), Requires(value.get("condition", "succeeded")))
+        return cls(str(value["job_id"]), Requires(value.get("condition", "succeeded")),
+                   bool(value.get("n_to_n", False)))
+
+    def element(self, index: int) -> Dependency:
+        """An n_to_n dependency as child ``index`` sees it: a plain one on child ``index``."""
+        return Dependency(child_id(self.job_id, index), self.condition)
 
 
 MET, AGAINST, WAITING = "met", "against", "waiting"

@@ -107,8 +107,9 @@ class Job:
     array_parent: str | None = None
     array_index: int | None = None
     # Jobs this one waits for (dispatcher.domain.dependencies: {"job_id", "condition"} each),
-    # None once they are all met, or for a job that waits for none.
-    depends_on: list[dict[str, str]] | None = None
+    # None once they are all met, or for a job that waits for none. An array's n_to_n ones
+    # ({..., "n_to_n": true}) stay: its children are offered by them one by one.
+    depends_on: list[dict[str, str | bool]] | None = None
     # How many jobs were linked as waiting for this one (its end releases them); written
     # only by those links, never by the job's own writes.
     waiters: int = 0

@@ -111,6 +111,9 @@ class DependsOn(BaseModel):
 
     job_id: str
     condition: dependencies.Requires = dependencies.Requires.SUCCEEDED
+    # Element-wise (an array on an array of its size). None rather than False when absent, so
+    # a body leaves it out (exclude_none) and reads as it did before the field existed.
+    n_to_n: bool | None = None
 
 
 class JobMessage(BaseModel):
@@ -165,7 +168,10 @@ class JobMessage(BaseModel):
         default=None, max_length=dependencies.MAX_DEPENDENCIES,
         description="Jobs this one waits for: job ids, or objects {job_id, condition} with "
         "condition succeeded (the default), finished or failed. An array job's parent stands "
-        "for its whole array. When one ends otherwise, this job is CANCELLED with the reason.")
+        "for its whole array. When one ends otherwise, this job is CANCELLED with the reason. "
+        "An array job may add n_to_n: true, naming an array of its size: its child i then "
+        "waits for that array's child i only (and only it is CANCELLED when that one ends "
+        "otherwise).")
     tolerated_failures: int | str = Field(
         default=0, validate_default=True, description="An array job's children that may "
         "fail with the parent still SUCCEEDED: a count, or a percentage such as \"5%\".")
@@ -249,12 +255,19 @@ class JobMessage(BaseModel):
             raise ValueError("a job cannot depend on itself")
         if len(set(ids)) != len(ids):
             raise ValueError("depends_on names a job twice")
+        element_wise = next((d.job_id for d in value if isinstance(d, DependsOn) and d.n_to_n),
+                            None)
+        if element_wise is not None and info.data.get("array_size") is None:
+            raise ValueError(f"an n_to_n dependency (on {element_wise!r}) is for "
+                             "array jobs: its child i waits for child i of that array; add "
+                             "array_size, or drop n_to_n to wait for the whole array")
         return value
 
     @property
     def dependencies(self) -> list[dependencies.Dependency]:
         return [dependencies.Dependency(d) if isinstance(d, str) else
-                dependencies.Dependency(d.job_id, d.condition) for d in self.depends_on or []]
+                dependencies.Dependency(d.job_id, d.condition, bool(d.n_to_n))
+                for d in self.depends_on or []]
 
     @property
     def tolerated(self) -> int:

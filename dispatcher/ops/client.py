@@ -72,9 +72,9 @@ class JobClient:
         self._queues: dict[Priority, Queue] = {p: given.get(p) or normal for p in PRIORITY_ORDER}
         self._send_tries = send_tries
         self._store: Store | None = None
-        # The ids this client sent last (at most SENT_KEPT): a job depending on one of them
-        # may be submitted before a tick has recorded it.
-        self._sent: dict[str, None] = {}
+        # The ids this client sent last (at most SENT_KEPT), with their array sizes (None: no
+        # array): a job depending on one of them may be submitted before a tick recorded it.
+        self._sent: dict[str, int | None] = {}
 
     # -- producing ------------------------------------------------------------------------------
     def submit(self, kind: str, payload: Mapping[str, Any], *, job_id: str | None = None,
@@ -84,7 +84,7 @@ class JobClient:
                priority: Priority | str | None = None,
                not_before: float | str | datetime | None = None,
                array_size: int | None = None, tolerated_failures: int | str = 0,
-               depends_on: Sequence[str | Mapping[str, str]] | None = None) -> str:
+               depends_on: Sequence[str | Mapping[str, str | bool]] | None = None) -> str:
         """Enqueue one job; returns its id. ``cpu`` (units) and ``memory`` (MiB) together, a
         pair Fargate runs, and ``ephemeral_storage`` (GiB) size its task; ``priority`` picks
         the queue; ``not_before`` (epoch seconds, ISO-8601 with a timezone, or an aware
@@ -93,7 +93,9 @@ class JobClient:
         their parent, FAILED once more than ``tolerated_failures`` (a count, or a percentage
         such as ``"5%"``) of them failed. ``depends_on``: job ids (or ``{"job_id", "condition"}``
         with ``succeeded``, ``finished`` or ``failed``) it waits for; with a table configured,
-        an unknown or REJECTED one is refused here. A bad value raises ``InvalidMessage``."""
+        an unknown or REJECTED one is refused here. An array adds ``"n_to_n": True`` to depend
+        on an array of its size element-wise (its child i waits for that array's child i); one
+        known not to be such an array is refused here. A bad value raises ``InvalidMessage``."""
         return self.submit_many([{
             # Not a mapping: left for the schema to refuse with a readable reason.
             "kind": kind, "payload": dict(payload) if isinstance(payload, Mapping) else payload,
@@ -119,15 +121,16 @@ class JobClient:
             failed = send_all((queue, k, body) for k, (queue, body) in pending.items())
             pending = {k: pending[k] for k in failed}
             if not pending:
-                self._remember([job_id for job_id, _, _ in bodies])
+                self._remember({job_id: json.loads(body).get("array_size")
+                                for job_id, body, _ in bodies})
                 return [job_id for job_id, _, _ in bodies]
             time.sleep(min(2.0, 0.1 * 2 ** attempt))
         lost = {bodies[int(k[1:])][0]: reason for k, reason in failed.items()}
         raise SubmitError(f"{len(lost)} of {len(bodies)} jobs could not be enqueued: "
                           + ", ".join(sorted(lost)[:10]), failed=lost)
 
-    def _remember(self, job_ids: list[str]) -> None:
-        self._sent.update(dict.fromkeys(job_ids))
+    def _remember(self, sizes: dict[str, int | None]) -> None:
+        self._sent.update(sizes)
         while len(self._sent) > SENT_KEPT:  # the oldest first (dicts keep insertion order)
             del self._sent[next(iter(self._sent))]
 
@@ -136,19 +139,29 @@ class JobClient:
         earlier in this batch: so no batch makes a cycle), or that was REJECTED. Without a
         table configured, or one whose role may not read it (a producer that may only send),
         the dispatcher judges instead: it cancels a job whose dependency is still unknown 15
-        minutes after it was recorded."""
-        earlier: set[str] = set(self._sent)  # sent by this client: on their way
+        minutes after it was recorded. An n_to_n dependency known (sent or recorded) not to be
+        an array of its dependent's size is refused too."""
+        earlier: dict[str, int | None] = dict(self._sent)  # sent by this client: on their way
         wanted: dict[str, str] = {}  # dependency -> the first job naming it
+        element: list[tuple[str, str, int]] = []  # n_to_n: dependency, job, its size, unsent
         for job_id, body, _ in bodies:
-            for dep in json.loads(body).get("depends_on") or []:
+            doc = json.loads(body)
+            for dep in doc.get("depends_on") or []:
                 dep_id = dep if isinstance(dep, str) else dep["job_id"]
                 if dep_id not in earlier:
                     wanted.setdefault(dep_id, job_id)
-            earlier.add(job_id)
+                if isinstance(dep, dict) and dep.get("n_to_n"):  # array_size set (schema)
+                    if dep_id in earlier:
+                        _same_size(dep_id, earlier[dep_id], job_id, doc["array_size"])
+                    else:
+                        element.append((dep_id, job_id, doc["array_size"]))
+            earlier[job_id] = doc.get("array_size")
         if not wanted or not self.cfg.table:
             return
         try:
             states = self._table().job_states(sorted(wanted))
+            recorded = {j.job_id: j for j in self._table().get_jobs(
+                sorted({d for d, _, _ in element}))} if element else {}
         except TableUnavailable:  # not allowed to read (ProducerPolicy sends only), or down
             return  # the dispatcher judges, as for a producer without a table
         for dep_id, job_id in wanted.items():
@@ -159,6 +172,9 @@ class JobClient:
             if states[dep_id] == REJECTED:
                 raise InvalidMessage(f"depends_on: job {dep_id!r} was REJECTED, never admitted",
                                      job_id=job_id)
+        for dep_id, job_id, size in element:
+            if dep_id in recorded:
+                _same_size(dep_id, recorded[dep_id].array_size, job_id, size)
 
     def _body(self, spec: Mapping[str, Any]) -> tuple[str, str, Priority]:
         fields = {k: v for k, v in spec.items() if v is not None}
@@ -303,3 +319,15 @@ class JobClient:
         only PENDING jobs waiting for that reason (:mod:`dispatcher.domain.waiting`)."""
         return self.queries().list_jobs(status=status, kind=kind, since_seconds=since_seconds,
                                          limit=limit, waiting_for=waiting_for)
+
+
+def _same_size(dep_id: str, its_size: int | None, job_id: str, size: int) -> None:
+    """An n_to_n dependency names an array of the dependent's size (as AWS Batch requires)."""
+    if its_size is None:
+        raise InvalidMessage(f"depends_on: job {dep_id!r} is not an array job; an n_to_n "
+                             "dependency names an array (drop n_to_n to wait for the job)",
+                             job_id=job_id)
+    if its_size != size:
+        raise InvalidMessage(f"depends_on: array {dep_id!r} has {its_size} children, this one "
+                             f"{size}; an n_to_n dependency needs arrays of one size",
+                             job_id=job_id)

@@ -234,7 +234,8 @@ class DryRunStore(StageStore):
     def cancel_held(self, bundle: Bundle, job: Job, reason: str) -> None:
         self._plan.would("cancel_dependent", job_id=job.job_id, reason=reason)
 
-    def array_may_start(self, parent: Job, reason: str | None = None) -> None:
+    def array_may_start(self, parent: Job, reason: str | None = None,
+                        keep: list[dict[str, str | bool]] | None = None) -> None:
         self._plan.would("start_array" if reason is None else "cancel_dependent",
                          job_id=parent.job_id, reason=reason)
 

@@ -120,9 +120,7 @@ def waiting_of(item: Record, bundle: Record | None, summary: TickSummary | None,
     if item.pk.startswith("REJECT#") or item.state != JobState.PENDING:
         return None
     if item.depends_on:  # held until they end (dispatcher.domain.dependencies)
-        return Waiting(DEPENDENCIES, detail=", ".join(
-            f"{d['job_id']} ({d.get('condition', 'succeeded')})" if isinstance(d, dict)
-            else str(d) for d in item.depends_on))
+        return Waiting(DEPENDENCIES, detail=", ".join(map(_dependency, item.depends_on)))
     if item.array_size is not None:  # a parent never runs: its children do
         return Waiting(CHILDREN, detail=f"{int(item.array_next or 0)} of "
                        f"{int(item.array_size)} children recorded")
@@ -130,6 +128,15 @@ def waiting_of(item: Record, bundle: Record | None, summary: TickSummary | None,
     return waiting_for(item.state, not_before=item.not_before, runs=runs, reason=item.reason,
                        bundle=None if bundle is None else bundle_facts(bundle),
                        summary=summary, now=at)
+
+
+def _dependency(dep: object) -> str:
+    """One dependency as ``jobs show`` says it: ``id (condition)``, ``, n_to_n`` added for an
+    array's element-wise one (its children start as their counterparts end)."""
+    if not isinstance(dep, dict):
+        return str(dep)
+    element_wise = ", n_to_n" if dep.get("n_to_n") else ""
+    return f"{dep['job_id']} ({dep.get('condition', 'succeeded')}{element_wise})"
 
 
 def bundle_facts(bundle: Record) -> BundleFacts:

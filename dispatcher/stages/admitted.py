@@ -49,10 +49,13 @@ def to_job(msg: message.JobMessage, received: Received, at: float) -> Job:
               payload_bytes=msg.payload_bytes, priority=msg.priority,
               not_before=msg.not_before, resources=msg.resources,
               depends_on=[d.as_json() for d in msg.dependencies] or None)
-    if received.array_index is not None:  # its parent waited for the dependencies already
+    if received.array_index is not None:
         job.job_id = arrays.child_id(msg.job_id, received.array_index)
         job.array_parent, job.array_index = msg.job_id, received.array_index
-        job.depends_on = None
+        # Its parent waited for the whole-array dependencies already (its body names none);
+        # the fan-out names one only for a child whose n_to_n element ended against it, so
+        # that the child is held and CANCELLED by it (dispatcher.stages.n_to_n).
+        job.depends_on = [d.as_json() for d in msg.dependencies if not d.n_to_n] or None
     elif msg.array_size is not None:
         job.array_size, job.array_tolerated = msg.array_size, msg.tolerated
     return job

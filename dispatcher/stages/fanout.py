@@ -15,7 +15,8 @@ and the producer's one message costs the dispatcher about 0.05 calls per child
 
 :class:`ArrayTally` is the tick's two steps: it hands each source the open arrays at the
 tick's start, and at its end settles them (their parents' state follows their children:
-:meth:`dispatcher.store.StageStore.settle_array`).
+:meth:`dispatcher.store.StageStore.settle_array`). An array with n_to_n dependencies is offered
+only up to its frontier (:mod:`dispatcher.stages.n_to_n`).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 
 from dispatcher.domain import arrays
 from dispatcher.domain import dependencies as deps
@@ -34,6 +35,7 @@ from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState, Priority
 from dispatcher.ports.queue import BATCH, Backlog, Queue, Received
 from dispatcher.ports.table import TableUnavailable
 from dispatcher.stages.depends import Judgement, judge_all
+from dispatcher.stages.n_to_n import Frontier, element_wise, frontiers, whole
 from dispatcher.store import StageStore
 from dispatcher.store.array_jobs import OpenArray
 
@@ -60,8 +62,21 @@ class _Cursor:
     recorded: int  # children below it are recorded (in this tick's view)
     offered: int  # the next index never offered in this tick
     written: int  # array_next as last written
+    limit: int  # children below it may be offered in this tick (its size, or its frontier)
     done: set[int] = field(default_factory=set)  # recorded, above ``recorded``
     back: list[int] = field(default_factory=list)  # offered, given back: offered again first
+    # Children whose message names dependencies (n_to_n: their elements that ended against
+    # them), by index.
+    held: dict[int, list[dict[str, str | bool]]] = field(default_factory=dict)
+
+    def body_of(self, index: int) -> str:
+        """Child ``index``'s message: its parent's, with ``depends_on`` if it is held. Made as
+        it is offered: a held child's body is a copy of the parent's payload, and a tick may
+        hold up to a window of them."""
+        if index not in self.held:
+            return self.body
+        # The parent's message names no dependency (arrays.parent_message): one key added.
+        return f'{self.body[:-1]},"depends_on":{_dumps(self.held[index])}}}'
 
 
 class ArrayChildren(Queue):
@@ -73,13 +88,20 @@ class ArrayChildren(Queue):
         self._lock = threading.Lock()
         self._cursors: list[_Cursor] = []
 
-    def load(self, open_arrays: list[OpenArray]) -> None:
-        """This tick's arrays: those undecided with children still to record."""
-        cursors = [_Cursor(a.parent.job_id, a.size,
-                           json.dumps(arrays.parent_message(a.parent), separators=(",", ":")),
-                           a.parent.enqueued_at, a.recorded, a.recorded, a.recorded)
-                   for a in open_arrays
-                   if a.parent.state not in TERMINAL_JOB_STATES and a.recorded < a.size]
+    def load(self, open_arrays: list[OpenArray],
+             limits: Mapping[str, Frontier] | None = None) -> None:
+        """This tick's arrays: those undecided with children still to record (``limits``:
+        the frontiers of those with n_to_n dependencies, by parent id)."""
+        cursors = []
+        for a in open_arrays:
+            if a.parent.state in TERMINAL_JOB_STATES or a.recorded >= a.size:
+                continue
+            frontier = (limits or {}).get(a.parent.job_id)
+            cursors.append(_Cursor(
+                a.parent.job_id, a.size, _dumps(arrays.parent_message(a.parent)),
+                a.parent.enqueued_at, a.recorded, a.recorded, a.recorded,
+                a.size if frontier is None else frontier.limit,
+                held=frontier.held if frontier else {}))
         with self._lock:
             self._cursors = cursors
 
@@ -91,13 +113,14 @@ class ArrayChildren(Queue):
         out: list[Received] = []
         with self._lock:
             for c in self._cursors:
-                while len(out) < max_messages and (c.back or c.offered < c.size):
+                while len(out) < max_messages and (c.back or c.offered < c.limit):
                     if c.back:
                         index = c.back.pop(0)
                     else:
                         index, c.offered = c.offered, c.offered + 1
                     ident = arrays.child_id(c.parent_id, index)
-                    out.append(Received(ident, ident, c.body, c.sent_at, array_index=index))
+                    out.append(Received(ident, ident, c.body_of(index), c.sent_at,
+                                        array_index=index))
                 if len(out) >= max_messages:
                     break
         return out
@@ -147,8 +170,12 @@ class ArrayChildren(Queue):
 
     def backlog(self) -> Backlog:
         with self._lock:
-            left = sum(c.size - c.offered + len(c.back) for c in self._cursors)
+            left = sum(c.limit - c.offered + len(c.back) for c in self._cursors)
         return Backlog(visible=left, in_flight=0, delayed=0)
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 class FannedQueue(Queue):
@@ -228,8 +255,9 @@ class ArrayTally:
 
     def offer(self, stats: ArrayStats) -> None:
         arrays_open = self._store.open_arrays()
-        waiting = [a.parent for a in arrays_open
-                   if a.parent.depends_on and a.parent.state not in TERMINAL_JOB_STATES]
+        # Judged on their dependencies on whole jobs; n_to_n ones decide child by child.
+        waiting = [replace(a.parent, depends_on=whole(a.parent)) for a in arrays_open
+                   if whole(a.parent) and a.parent.state not in TERMINAL_JOB_STATES]
         try:
             said = judge_all(self._store, waiting, self._clock()) if waiting else {}
         except TableUnavailable as exc:  # those arrays wait for the next tick
@@ -238,26 +266,45 @@ class ArrayTally:
             said = {p.job_id: Judgement(deps.WAITING) for p in waiting}
         self._open = [a for a in arrays_open if self._may_start(a, said.get(a.parent.job_id))]
         stats.open = len(self._open)
+        limits = self._frontiers()
         for source in self._sources():  # a source serves the levels that share its queue
-            source.load([a for a in self._open if self._children[a.parent.priority] is source])
+            source.load([a for a in self._open if self._children[a.parent.priority] is source],
+                        limits)
+
+    def _frontiers(self) -> dict[str, Frontier]:
+        """The n_to_n arrays' frontiers; an array whose n_to_n dependency cannot be met is
+        CANCELLED (as one whose dependency went against it)."""
+        try:
+            limits = frontiers(self._store, self._open, self._clock())
+        except TableUnavailable as exc:  # none of them is offered: the next tick reads again
+            log.error("reading array jobs' n_to_n dependencies failed; the next tick looks "
+                      "again", extra={"reason": exc.reason})
+            return {a.parent.job_id: Frontier(a.recorded) for a in self._open
+                    if element_wise(a.parent)}
+        for a in self._open:
+            reason = limits[a.parent.job_id].cancel if a.parent.job_id in limits else None
+            if reason is not None and self._may_start(a, Judgement(deps.AGAINST, reason)):
+                limits.pop(a.parent.job_id)
+        return limits
 
     def _may_start(self, array: OpenArray, said: Judgement | None) -> bool:
         """An array whose parent waits for dependencies (``said``: their judgement) records
-        no child until they are met; one decided against it is CANCELLED (and closed by its
-        next settle)."""
+        no child until they are met (its n_to_n ones are kept: they decide child by child);
+        one decided against it is CANCELLED (and closed by its next settle)."""
         parent = array.parent
         if said is None:  # it waits for none (any more), or it ended
             return True
         if said.verdict == deps.WAITING:
             return False
+        keep = [d.as_json() for d in element_wise(parent)]
         try:
             self._store.array_may_start(parent, said.reason if said.verdict == deps.AGAINST
-                                        else None)
+                                        else None, keep)
         except (ConflictError, TableUnavailable):
             return False  # an operator acted meanwhile, or the table failed: next tick
         if said.verdict == deps.AGAINST:
             parent.state = JobState.CANCELLED
-        parent.depends_on = None
+        parent.depends_on = keep if said.verdict == deps.MET and keep else None
         return True
 
     def _sources(self) -> list[ArrayChildren]:

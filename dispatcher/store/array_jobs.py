@@ -94,12 +94,15 @@ class ArrayRecords(Reads):
         return [_open(rec) for a in open_arrays
                 if (rec := found.get(r.job_key(a.parent.job_id))) is not None]
 
-    def array_may_start(self, parent: Job, reason: str | None = None) -> None:
+    def array_may_start(self, parent: Job, reason: str | None = None,
+                        keep: list[dict[str, str | bool]] | None = None) -> None:
         """An array whose dependencies decided: its children may be recorded now (``reason``
-        None: its ``depends_on`` is cleared), or it is CANCELLED with ``reason`` before any
-        child was. ConflictError if the parent changed meanwhile."""
+        None: its ``depends_on`` is cleared, but for ``keep``, its n_to_n ones, which go on
+        deciding child by child), or it is CANCELLED with ``reason`` before any child was.
+        ConflictError if the parent changed meanwhile."""
         t = self.clock()
-        actions: list[Action] = [Remove("depends_on")] if reason is None else [
+        kept: list[Action] = [Set("depends_on", keep)] if keep else [Remove("depends_on")]
+        actions: list[Action] = kept if reason is None else [
             *job_state(parent.job_id, JobState.CANCELLED, t),
             Set("reason", sizes.clip_text(reason, sizes.MAX_REASON_BYTES)), *self._expires(t)]
         self._transact([Update(r.job_key(parent.job_id), actions,

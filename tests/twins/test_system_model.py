@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from dispatcher.domain import arrays, dependencies
+from dispatcher.domain.arrays import Tally
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.dependencies import Dependency
 from dispatcher.domain.errors import InvalidMessage, LongjobsError
@@ -87,6 +88,7 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         self.job_events = MemoryEventSink()  # every job state change, as the stream tells it
         follow(self.table, self.job_events)
         self.expired: dict[str, int] = {}  # job id: events told when TTL deleted its record
+        self.expired_as: dict[str, str] = {}  # job id: the state TTL deleted it in
         self.hooks_time.clock = self.twins.clock
         self.hooks_ids.reset()
         self.settings = {"LONGJOBS_TASK_CONCURRENCY": "2", "LONGJOBS_KIND_LIMITS": "",
@@ -100,6 +102,8 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         self.stopped: set[str] = set()
         self.runs: dict[str, int] = {}  # handler runs per job since its last retry
         self.depends: dict[str, list[Dependency]] = {}  # what each dependent job waits for
+        self.sizes: dict[str, int] = {}  # each array's size (n_to_n dependents pick one)
+        self.arrays_client = self.twins.client()
         self.early: list[str] = []  # dependents that ran before their dependencies allowed
         # The table's stream as the dependents function reads it (the stream rule delivers
         # it), and the time of the last look at every held dependent by a tick no fault hit.
@@ -159,6 +163,9 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         if job_id in self.depends:  # it runs now: each dependency ended as it asked
             wanted = self.depends[job_id]
             states = self.twins.store.job_states([d.job_id for d in wanted])
+            # One TTL deleted ended long ago, as it then was (its dependents ran since).
+            states = {k: v if v is not None else self.expired_as.get(k)
+                      for k, v in states.items()}
             self.early += [f"{job_id} ran while its dependency {d.job_id} was "
                            f"{states.get(d.job_id)} ({d.condition} needed)" for d in wanted
                            if dependencies.verdict(d, states.get(d.job_id)) != dependencies.MET]
@@ -199,21 +206,36 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
                                    + LAUNCH_SLACK)
 
     @rule(size=st.sampled_from([2, 7, 30]), tolerated=st.sampled_from([0, 1, "50%"]),
-          nature=st.sampled_from(NATURES), estimate=st.sampled_from([1.0, 600.0]))
+          nature=st.sampled_from(NATURES), estimate=st.sampled_from([1.0, 600.0]),
+          element_wise=st.sampled_from([None, None, *dependencies.Requires]))
     def submit_array(self, size: int, tolerated: int | str, nature: str,
-                     estimate: float) -> None:
-        """An array job: one message; its children are recorded by the ticks."""
+                     estimate: float, element_wise: dependencies.Requires | None = None) -> None:
+        """An array job: one message; its children are recorded by the ticks. With
+        ``element_wise``, it depends n_to_n on an earlier array (taking its size), the one
+        whose children have gone furthest: its child i waits for that array's child i to end
+        so."""
         self.n += 1
         job_id = f"a{self.n:03d}"
-        self.twins.client().submit("k", {"n": self.n}, job_id=job_id, array_size=size,
-                                   tolerated_failures=tolerated, estimated_seconds=estimate,
-                                   max_attempts=2)
+        view = self.view()
+        on = max(self.sizes, default=None, key=lambda a: (
+            Tally.from_json(rec.array_tally).settled, int(rec.array_next or 0))
+            if (rec := view.items.get(codec.job_key(a))) is not None else (-1, -1))
+        wanted = [] if element_wise is None or on is None else [
+            dependencies.Dependency(on, element_wise, n_to_n=True)]
+        size = self.sizes[on] if wanted and on is not None else size
+        # One producer sends the arrays: it knows those it sent before a tick recorded them.
+        self.arrays_client.submit("k", {"n": self.n}, job_id=job_id, array_size=size,
+                                  tolerated_failures=tolerated, estimated_seconds=estimate,
+                                  max_attempts=2, depends_on=[d.as_json() for d in wanted])
         self.submitted[job_id] = "valid"
+        self.sizes[job_id] = size
         self.budget[job_id] = 0  # the parent itself never runs
         for i in range(size):
             child = arrays.child_id(job_id, i)
             self.nature[child] = nature if i % 3 == 0 else "succeed"
             self.budget[child] = 2 + MAX_INFRA_ATTEMPTS + LAUNCH_SLACK
+            if wanted:
+                self.depends[child] = [d.element(i) for d in wanted]
 
     @precondition(lambda self: bool(self.submitted))
     @rule(data=st.data(), condition=st.sampled_from(list(dependencies.Requires)),
@@ -426,11 +448,13 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
     @rule()
     def ttl(self) -> None:
         """DynamoDB's TTL deletes every item whose ``expires_at`` has passed."""
-        jobs = {pk for pk in self.table.snapshot() if pk.startswith("JOB#")}
+        jobs = {pk: rec.state for pk, rec in self.table.snapshot().items()
+                if pk.startswith("JOB#")}
         expire(self.twins.table, self.twins.clock())
         told = len(self.job_events.events)
-        for pk in jobs - set(self.table.snapshot()):
+        for pk in set(jobs) - set(self.table.snapshot()):
             self.expired[codec.ident(pk)] = told
+            self.expired_as[codec.ident(pk)] = str(jobs[pk])
 
     # -- operators ------------------------------------------------------------------------------
     @precondition(lambda self: bool(self.submitted))
@@ -448,6 +472,11 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
             return
         job_id = data.draw(st.sampled_from(jobs))
         client = self.twins.client()
+        # An array's retry retries its FAILED and CANCELLED children (those an n_to_n
+        # dependency cancelled too): those wait for nothing any more.
+        retried = [c for c in self.depends if c.startswith(f"{job_id}:")
+                   and (child := view.job(c)) is not None
+                   and child.state in (JobState.FAILED, JobState.CANCELLED)]
         try:
             if action == "cancel":
                 client.cancel(job_id)
@@ -455,6 +484,8 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
                 client.retry(job_id, from_scratch=action == "retry_from_scratch")
                 self.runs[job_id] = 0  # a fresh budget
                 self.depends.pop(job_id, None)  # a retry waits for no dependency
+                for child in retried:
+                    self.depends.pop(child, None)
         except LongjobsError:
             pass  # not found, already finished, not retryable: said to the operator
         self.sync()
