@@ -1,5 +1,6 @@
 """An array job of 100,000 children end to end on the twins: the dispatcher's calls per child,
-its peak RSS, and how soon the parent is decided after the last child ends.
+its peak RSS, how soon the parent is decided after the last child ends, and how soon a job that
+depends on the array (a merge) is launched after that.
 
 Run: .venv/bin/python bench/arrays.py [N_CHILDREN] [--max-tasks T]
 One message makes the array; each tick (a minute apart on the twins' clock) records children
@@ -7,7 +8,9 @@ through the admission pipeline, launches their bundles and settles the parent; a
 runs every launched bundle to its end between ticks (as ``tests/twins/test_array_jobs.py``
 does), each child once. The dispatcher's table and queue calls are counted by API
 (``dispatcher.testing.aws_model``'s wrappers over the same twins); the runner's are not (they are
-a bundle's claim, heartbeats and grouped results, as for any job). The last line is the headline.
+a bundle's claim, heartbeats and grouped results, as for any job), nor are the dependents
+function's (the table's stream, delivered after each tick and each runner pass: one end, the
+parent's, releases the merge). The last line is the headline.
 """
 
 from __future__ import annotations
@@ -46,24 +49,31 @@ def main() -> None:
                                      LONGJOBS_TASK_CONCURRENCY="20"),
                             queue=queue, store=store, launcher=t.launcher, clock=t.clock,
                             pacer=LaunchPacer.simulated())
-    t.client().submit("k", {"day": "2026-12-01"}, job_id="nightly", array_size=args.children,
-                      estimated_seconds=2)
+    client = t.client()
+    client.submit("k", {"day": "2026-12-01"}, job_id="nightly", array_size=args.children,
+                  estimated_seconds=2)
+    client.submit("merge", {}, job_id="merge", depends_on=["nightly"], estimated_seconds=2)
     started = time.process_time()
     ran: Counter[str] = Counter()
     ticks = last_end_tick = 0
-    decided_tick = None
-    while decided_tick is None and ticks < 10_000:
+    decided_tick = merge_tick = None
+    while merge_tick is None and ticks < 10_000:
         stages.tick.tick()
         ticks += 1
-        parent = t.job("nightly")
-        if parent is not None and parent.state == JobState.SUCCEEDED:
+        t.flow()  # the parent's end, if this tick decided it, releases the merge
+        parent, merge = t.job("nightly"), t.job("merge")
+        if decided_tick is None and parent is not None and parent.state == JobState.SUCCEEDED:
             decided_tick = ticks
+        if merge is not None and merge.bundle_id and (b := t.bundle(merge.bundle_id)) \
+                and b.task_arn:
+            merge_tick = ticks
             break
         if run_launched(t, ran=ran):
             last_end_tick = ticks
         t.clock.advance(60)
     cpu = time.process_time() - started
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    ran.pop("merge", None)
     if len(ran) != args.children or set(ran.values()) != {1}:
         raise SystemExit("a child ran twice or never")
     total = sum(calls.counts.values())
@@ -72,6 +82,8 @@ def main() -> None:
     print(f"dispatcher calls per child: {total / args.children:.3f}")
     print(f"parent SUCCEEDED in the tick after the last child ended: "
           f"{decided_tick is not None and decided_tick == last_end_tick + 1}")
+    print(f"merge (depends on the array) launched by tick {merge_tick}: "
+          f"{(merge_tick or 0) - last_end_tick} ticks (60 s apart) after the last child ended")
     print(f"CPU {cpu:.1f} s, peak RSS {rss_mb:.0f} MiB (this process: twins, dispatcher, runner)")
     print(f"arrays: calls/child = {total / args.children:.3f}")
 
