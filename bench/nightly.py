@@ -142,6 +142,7 @@ class Stack:
         self.env = LocalEnv(
             endpoint=self.proxies["dispatcher"].url,
             sqs_endpoint=self.proxies["dispatcher-sqs"].url,
+            stream_endpoint=moto_url,  # Lambda's reads of the stream: not the dispatcher's
             tick_seconds=3600,  # the benchmark ticks itself, once the jobs are enqueued
             settings=settings, output=self.tasks_log.fileno(),
             task_env={"AWS_ENDPOINT_URL": self.proxies["runner"].url,

@@ -42,6 +42,10 @@ class LocalEnv:
     # URL, or with `ministack` a MiniStack process started and stopped with this environment
     # (`make ministack`), for queues too deep for moto. Default: SQS on `endpoint` too.
     sqs_endpoint: str | None = None
+    # The table's stream is read from here (default: ``endpoint``). Its reads are Lambda's
+    # event source mappings' on AWS, no call of ours: a proxy in front of moto that counts the
+    # dispatcher's calls is bypassed with moto's own URL here.
+    stream_endpoint: str | None = None
     ministack: bool = False
     # Extra environment for the task processes only (e.g. their own endpoint, so that a
     # benchmark's proxy can count the runners' calls apart from the dispatcher's).
@@ -101,8 +105,9 @@ class LocalEnv:
                                       output=self.output)
         self.stages = pipeline.for_aws(self.cfg, self.launcher)
         # The stream's readers: the dependents' release, and the events if asked for.
-        self._feed: StreamFeed | None = StreamFeed(self.cfg, self.job_events,
-                                                   self.stages.dependents).start()
+        self._feed: StreamFeed | None = StreamFeed(
+            self.cfg, self.job_events, self.stages.dependents,
+            endpoint=self.stream_endpoint).start()
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, daemon=True, name="ticker")
         self._ticker.start()

@@ -61,13 +61,15 @@ class StreamFeed:
     once while there is), from its beginning."""
 
     def __init__(self, cfg: Config, sink: EventSink | None, dependents: Dependents | None = None,
-                 *, poll_seconds: float = 0.1) -> None:
+                 *, poll_seconds: float = 0.1, endpoint: str | None = None) -> None:
+        """``endpoint``: where the stream is read (default: the settings' endpoint)."""
         self.cfg = cfg
         self.sink = sink
         self.dependents = dependents
         self.poll_seconds = poll_seconds
-        self._ddb = adapters.client("dynamodb", cfg)
-        self._streams = adapters.client("dynamodbstreams", cfg)
+        at = cfg if endpoint is None else cfg.model_copy(update={"endpoint_url": endpoint})
+        self._ddb = adapters.client("dynamodb", at)
+        self._streams = adapters.client("dynamodbstreams", at)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.stream_arn = ""

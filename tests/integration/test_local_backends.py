@@ -429,7 +429,8 @@ def test_local_mode_puts_its_queues_on_the_sqs_endpoint(
     moto_server.reset()
     moto_server.pin_ecs_tasks()
     proxy.reset_counts()
-    env = LocalEnv(endpoint=proxy.url, sqs_endpoint=sqs_proxy.url, tick_seconds=3600)
+    env = LocalEnv(endpoint=proxy.url, sqs_endpoint=sqs_proxy.url, tick_seconds=3600,
+                   stream_endpoint=moto_server.url)
     try:
         env.start()
         assert env.env["AWS_ENDPOINT_URL_SQS"] == sqs_proxy.url

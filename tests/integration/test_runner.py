@@ -60,6 +60,7 @@ def own_local(moto_server: MotoEndpoint, tmp_path: Path, monkeypatch: pytest.Mon
     # process; the tests after this one on the same worker must not inherit it.
     saved = dict(os.environ)
     env = LocalEnv(endpoint=endpoint or moto_server.url, tick_seconds=tick_seconds,
+                   stream_endpoint=moto_server.url,  # Lambda's reads: not counted by a proxy
                    settings={"LONGJOBS_HANDLERS": HANDLERS, **settings})
     try:
         env.start()
