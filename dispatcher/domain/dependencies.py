@@ -62,12 +62,24 @@ class Dependency:
 
 MET, AGAINST, WAITING = "met", "against", "waiting"
 REJECTED = "REJECTED"  # a dependency that was never admitted
+# A child of an array that ended before it made that child (the n_to_n counterpart of a child
+# past where its array stopped): it never will be, so it decides now, not after the grace.
+NEVER_MADE = "NEVER_MADE"
+
+
+def never_made(job_id: str, parent_state: JobState | str | None,
+               parent_is_array: bool) -> bool:
+    """Whether ``job_id``, not recorded, is a child its array will not make: the id of a
+    child (``<parent>:<index>``) of an array that has ended."""
+    _, sep, index = job_id.rpartition(":")
+    return bool(sep) and index.isdigit() and parent_is_array \
+        and parent_state in TERMINAL_JOB_STATES
 
 
 def verdict(dep: Dependency, state: JobState | str | None) -> str:
     """What the dependency's ``state`` (None: unknown) means for its job: MET, AGAINST or
     WAITING."""
-    if state == REJECTED:
+    if state in (REJECTED, NEVER_MADE):
         return AGAINST
     if state is None or state not in TERMINAL_JOB_STATES:
         return WAITING
@@ -83,4 +95,7 @@ def against_reason(dep: Dependency, state: JobState | str | None) -> str:
                 f"{UNKNOWN_GRACE_SECONDS:.0f} s")
     if state == REJECTED:
         return f"its dependency {dep.job_id} was REJECTED, never admitted"
+    if state == NEVER_MADE:
+        return (f"its dependency {dep.job_id} was never made: its array "
+                f"{dep.job_id.rpartition(':')[0]} ended before it")
     return f"its dependency {dep.job_id} ended {state}; it needed {dep.condition}"

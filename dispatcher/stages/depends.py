@@ -26,6 +26,7 @@ def judge_all(store: StageStore, jobs: list[Job], now: float) -> dict[str, Judge
     wanted = {j.job_id: [Dependency.from_json(d) for d in j.depends_on or []] for j in jobs}
     ids = sorted({d.job_id for ds in wanted.values() for d in ds})
     states = store.job_states(ids) if ids else {}
+    _children_never_made(store, states)
     return {j.job_id: _judge(wanted[j.job_id], states, now - j.created_at) for j in jobs}
 
 
@@ -39,3 +40,19 @@ def _judge(wanted: list[Dependency], states: dict[str, str | None],
             return Judgement(deps.AGAINST, deps.against_reason(dep, state))
         waiting = waiting or said == deps.WAITING
     return Judgement(deps.WAITING if waiting else deps.MET)
+
+
+def _children_never_made(store: StageStore, states: dict[str, str | None]) -> None:
+    """Mark NEVER_MADE the unknown dependencies that are children of an array that ended
+    (one more BatchGetItem, only when some dependency is unknown)."""
+    unknown = [i for i, s in states.items() if s is None and ":" in i]
+    if not unknown:
+        return
+    parents = {p.job_id: p for p in store.get_jobs(sorted({i.rpartition(":")[0]
+                                                           for i in unknown}))}
+    for job_id in unknown:
+        parent = parents.get(job_id.rpartition(":")[0])
+        if parent is not None and deps.never_made(job_id, parent.state,
+                                                  parent.array_size is not None):
+            states[job_id] = deps.NEVER_MADE
+

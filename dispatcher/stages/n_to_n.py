@@ -17,9 +17,9 @@ launched in index order too, so they end roughly in it); it never starts ``B:i``
 ended as asked.
 
 A child of A never recorded because A ended first (FAILED past its tolerated failures, or
-CANCELLED) is offered as a dependency too: ``B:i`` is held on it and cancelled once it is
-still unknown after :data:`~dispatcher.domain.dependencies.UNKNOWN_GRACE_SECONDS` (an operator
-who retries A within that time records it, and ``B:i`` follows its end).
+CANCELLED) is offered as a dependency too: ``B:i`` is held on it and cancelled at once, its
+reason saying that ``A:i`` was never made (``NEVER_MADE`` in
+:mod:`dispatcher.domain.dependencies`); an operator who retries A later retries B too.
 
 B's parent is CANCELLED (with the reason) when A is REJECTED, unknown past that grace, not an
 array, or an array of another size.

@@ -289,9 +289,10 @@ def test_a_frontier_reads_a_bounded_window_and_stops_at_the_first_element_not_en
     assert table.batch_gets == batch_gets
 
 
-def test_elements_never_made_cancel_their_counterparts_after_the_grace(twins: Twins) -> None:
+def test_elements_never_made_cancel_their_counterparts_at_once(twins: Twins) -> None:
     """A cancelled before it made a child: B's children are held on children that will never
-    be recorded, and cancelled once the grace for an unknown dependency has passed."""
+    be recorded, and cancelled in the same tick (their array ended first: no grace to wait),
+    each reason naming its counterpart."""
     client = twins.client()
     client.submit("k", {}, job_id="a", array_size=3)
     client.submit("k", {}, job_id="b", array_size=3, depends_on=[{"job_id": "a",
@@ -300,13 +301,11 @@ def test_elements_never_made_cancel_their_counterparts_after_the_grace(twins: Tw
     stages.tick.tick()  # both parents recorded, no child yet
     client.cancel("a")
     stages.tick.tick()
-    assert [_state(twins, _b(i)).state for i in range(3)] == [JobState.PENDING] * 3
     assert not [j for j in twins.jobs() if j.array_parent == "a"]
-    twins.clock.advance(dependencies.UNKNOWN_GRACE_SECONDS + 1)
-    stages.tick.tick()
-    stages.tick.tick()
     for i in range(3):
         child = _state(twins, _b(i))
         assert child.state == JobState.CANCELLED
-        assert child.reason is not None and f"{_a(i)} is unknown" in child.reason
+        assert child.reason == f"its dependency {_a(i)} was never made: its array a ended " \
+            "before it"
+    stages.tick.tick()  # its settle
     assert _state(twins, "b").state == JobState.FAILED
