@@ -1,0 +1,91 @@
+"""Urgent jobs share a running task's hand-off room: those already waiting go first.
+
+A tick hands a running task (a host) at most its slots' worth of urgent jobs
+(dispatcher/stages/handoff.py): at one job at a time, one a tick. An urgent job taken in by a
+look during a drain, before any task ran, waits in the table; the next tick with every slot
+busy hands it first, and one from the high queue that the room leaves out goes with the tick
+after. The system model's ``urgent_waits`` check counts the room the tick used, not only the
+queue's jobs; these are its steps, replayed (tests/twins/test_system_model.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dispatcher.domain.bundles import Bundle
+from dispatcher.stages import bundle as bundle_stage
+from dispatcher.stages.handoff import Handoffs, HandoffStats
+from dispatcher.store import operator as operator_store
+from job_runner import writes as writes_module
+from tests.twins import test_system_model as model
+
+
+class FirstDraw:
+    """The model's ``data`` for a rule that picks a task: the first."""
+
+    def draw(self, strategy: Any) -> int:
+        return 0
+
+
+@pytest.fixture
+def world(monkeypatch: pytest.MonkeyPatch) -> model.SystemModel:
+    """A fresh model world (as the model test sets it up), with every check on."""
+    monkeypatch.setattr(bundle_stage, "new_id", model.SystemModel.hooks_ids)
+    monkeypatch.setattr(operator_store, "new_id", model.SystemModel.hooks_ids)
+    monkeypatch.setattr(writes_module, "time", model.SystemModel.hooks_time)
+    monkeypatch.setattr(model, "GAPS", frozenset())
+    return model.SystemModel()
+
+
+def one_urgent_job_waits_in_the_table(m: model.SystemModel) -> None:
+    """Two urgent jobs launch a task; a third, sent during that tick's drain, is taken in
+    before the task runs (it waits in the table); a fourth is queued; the operator leaves
+    one task of one job at a time, and the task claims its bundle."""
+    m.urgent(2)
+    m.slow_drain_tick(urgent_at=1)
+    m.holds()
+    m.urgent(1)
+    m.change_settings("1", "", "1")
+    m.claim(FirstDraw())
+    m.holds()
+
+
+def test_the_urgent_job_waiting_longest_is_handed_first_and_the_next_one_a_tick_later(
+        world: model.SystemModel) -> None:
+    m = world
+    one_urgent_job_waits_in_the_table(m)
+    host = m.view().job("u001")
+    assert host is not None and host.bundle_id is not None
+    waited = m.view().job("u003")
+    assert waited is not None and waited.bundle_id != host.bundle_id
+
+    m.slow_drain_tick(urgent_at=None)  # every model check holds, urgent_waits among them
+    m.holds()
+    view = m.view()
+    handed = view.bundle(host.bundle_id)
+    assert handed is not None and handed.handed_jobs == ["u003"]  # the room: one a tick
+    queued = view.job("u004")
+    assert queued is not None and queued.bundle_id != host.bundle_id  # taken in, waits
+
+    m.tick(1)
+    m.holds()
+    handed = m.view().bundle(host.bundle_id)
+    assert handed is not None and handed.handed_jobs == ["u003", "u004"]
+
+
+def test_a_tick_that_hands_less_than_its_room_still_fails_the_check(
+        world: model.SystemModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check is not lost: a hand-off that hands nothing leaves the queue's urgent job
+    waiting while the host's room was free."""
+    m = world
+    one_urgent_job_waits_in_the_table(m)
+
+    def hands_nothing(self: Handoffs, sources: list[Bundle], hosts: list[Bundle],
+                      stats: HandoffStats) -> None:
+        return None
+
+    monkeypatch.setattr(Handoffs, "hand", hands_nothing)
+    with pytest.raises(AssertionError, match=r"\[urgent_waits\].*u004.*handed 0"):
+        m.slow_drain_tick(urgent_at=None)
