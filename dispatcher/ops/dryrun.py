@@ -196,11 +196,8 @@ class DryRunStore(StageStore):
     def claim_sweep(self, every: float) -> bool:
         return True  # a dry tick shows the look at every held dependent, writing nothing
 
-    def held_dependents(self) -> list[tuple[Bundle, Job]]:
-        return self._inner.held_dependents()
-
-    def held_dependent(self, job_id: str) -> tuple[Bundle, Job] | None:
-        return self._inner.held_dependent(job_id)
+    def held_dependents(self, among: list[str] | None = None) -> list[tuple[Bundle, Job]]:
+        return self._inner.held_dependents(among)
 
     def link(self, dependent_id: str, job_ids: list[str]) -> list[str]:
         self._plan.would("link_dependent", job_id=dependent_id, waits_for=job_ids)

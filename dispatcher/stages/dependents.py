@@ -9,7 +9,7 @@ decides it: every write that ends a job with waiters shows in the table's stream
 in local mode) follows that job's links to its dependents, reads their other dependencies,
 and releases (due now: the next tick launches it) or cancels each one (the reason names the
 dependency). Nothing reads the jobs that wait: a job's end costs a query of its own links,
-and a GetItem of each dependent and its bundle.
+and batched reads of its dependents, their bundles and their dependencies.
 
 The look at every held dependent (:meth:`Dependents.sweep`, by the tick, once per
 :data:`SWEEP_SECONDS`) is the backstop for what a link cannot see: a dependency recorded after
@@ -128,8 +128,7 @@ class Dependents:
             if len(found) < count:
                 stats.links_missing += 1
             waiting.update(dict.fromkeys(found))
-        held = [p for d in waiting if (p := self._store.held_dependent(d)) is not None]
-        self.release(held, stats)
+        self.release(self._store.held_dependents(list(waiting)), stats)
         return stats
 
     def sweep(self, stats: DependentsStats) -> None:

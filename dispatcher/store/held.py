@@ -49,26 +49,22 @@ class HeldRetries(Reads):
         return [r.record_bundle(rec) for rec in self.table.query(
             r.bundle_status(BundleState.PENDING), at_least=r.iso(lifecycle.HELD_AT))]
 
-    def held_dependents(self) -> list[tuple[Bundle, Job]]:
-        """Every job held for its dependencies, with its bundle (of its own)."""
-        at = r.iso(lifecycle.DEPENDENTS_HELD_AT)
-        bundles = {b.bundle_id: b for b in map(r.record_bundle, self.table.query(
-            r.bundle_status(BundleState.PENDING), at_least=at, at_most=at))}
-        jobs = self.get_jobs([j for b in bundles.values() for j in b.job_ids])
+    def held_dependents(self, among: list[str] | None = None) -> list[tuple[Bundle, Job]]:
+        """The jobs held for their dependencies, each with its bundle (of its own): every one
+        (a query of the held bundles), or those of ``among`` (batched reads of those jobs and
+        their bundles; one released, cancelled or retried meanwhile is left out)."""
+        if among is None:
+            at = r.iso(lifecycle.DEPENDENTS_HELD_AT)
+            bundles = {b.bundle_id: b for b in map(r.record_bundle, self.table.query(
+                r.bundle_status(BundleState.PENDING), at_least=at, at_most=at))}
+            jobs = self.get_jobs([j for b in bundles.values() for j in b.job_ids])
+        else:
+            jobs = [j for j in self.get_jobs(among) if j.state == JobState.PENDING
+                    and j.depends_on and j.bundle_id]
+            bundles = {b.bundle_id: b for b in map(r.record_bundle, self.table.get_many(
+                [r.bundle_key(j.bundle_id) for j in jobs if j.bundle_id]))
+                if b.state == BundleState.PENDING and b.next_attempt_at in lifecycle.HELD_TIMES}
         return [(bundles[j.bundle_id], j) for j in jobs if j.bundle_id in bundles]
-
-    def held_dependent(self, job_id: str) -> tuple[Bundle, Job] | None:
-        """The job ``job_id`` with its bundle if it is held for its dependencies; None
-        otherwise (released, cancelled or retried meanwhile, or unknown)."""
-        job = self.get_job(job_id)
-        if job is None or job.state != JobState.PENDING or not job.depends_on \
-                or not job.bundle_id:
-            return None
-        bundle = self.get_bundle(job.bundle_id)
-        if bundle is None or bundle.state != BundleState.PENDING \
-                or bundle.next_attempt_at not in lifecycle.HELD_TIMES:
-            return None
-        return bundle, job
 
     def claim_sweep(self, every: float) -> bool:
         """Whether this tick looks at every held dependent: true once per ``every`` seconds

@@ -43,13 +43,13 @@ def test_a_held_dependent_is_found_released_and_then_no_longer_held(store: Store
     dependent = Job(job_id="d", kind="k", payload={}, created_at=T0,
                     depends_on=[{"job_id": "a", "condition": "succeeded"}])
     bundle = _record(store, dependent, due=DEPENDENTS_HELD_AT)
-    held = store.held_dependent("d")
-    assert held is not None and held[0].bundle_id == bundle.bundle_id
+    (held,) = store.held_dependents(["d", "ghost"])
+    assert held[0].bundle_id == bundle.bundle_id
     assert [(b.bundle_id, j.job_id) for b, j in store.held_dependents()] == [
         (bundle.bundle_id, "d")]
     assert store.held_bundles() == []  # the retries' look does not read it
     store.release_held(*held)
-    assert store.held_dependent("d") is None and store.held_dependents() == []
+    assert store.held_dependents(["d"]) == [] and store.held_dependents() == []
     got = store.get_bundle(bundle.bundle_id)
     assert got is not None and got.state == BundleState.PENDING and got.next_attempt_at == T0
     job = store.get_job("d")
