@@ -139,3 +139,21 @@ def exits_within(proc: subprocess.Popen[Any], seconds: float, stderr: Path) -> i
         tail = stderr.read_text(errors="replace")[-12000:] if stderr.exists() else ""
         raise AssertionError(f"still running {seconds:.0f} s after the signal; its stderr "
                              f"ends:\n{tail}") from None
+
+
+def stream_records(table: str, ddb: Any = None, streams: Any = None) -> list[dict[str, Any]]:
+    """Every record of the table's stream so far, as Lambda's mapping hands them to a function
+    (eventSourceARN set: moto's records lack it). ``ddb``/``streams``: clients (default: the
+    environment's endpoint)."""
+    ddb = ddb or boto3.client("dynamodb")
+    streams = streams or boto3.client("dynamodbstreams")
+    arn = ddb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
+    out: list[dict[str, Any]] = []
+    for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+        it = streams.get_shard_iterator(StreamArn=arn, ShardId=shard["ShardId"],
+                                        ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+        while it and (got := streams.get_records(ShardIterator=it))["Records"]:
+            out += [{**r, "eventSourceARN": arn} for r in got["Records"]]
+            it = got.get("NextShardIterator")
+    return out
+

@@ -18,6 +18,7 @@ from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.domain.launches import Launch
 from dispatcher.store import Fence, JobUpdate, LaunchOutcome
+from tests.helpers import stream_records
 from tests.integration.test_infra import TEMPLATE, matches, resolve, sam_expand
 
 
@@ -97,21 +98,6 @@ def test_the_failed_job_topic_is_encrypted_and_only_the_rule_publishes(
     rule = res["JobFailedRule"]["Properties"]
     assert rule["EventBusName"] == {"Ref": "EventBus"}
     assert rule["Targets"] == [{"Id": "job-failed-topic", "Arn": {"Ref": "JobFailedTopic"}}]
-
-
-def stream_records(table: str) -> list[dict[str, Any]]:
-    """Every record of the table's stream so far, as Lambda hands them (eventSourceARN set:
-    moto's records lack it)."""
-    ddb, streams = boto3.client("dynamodb"), boto3.client("dynamodbstreams")
-    arn = ddb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
-    out: list[dict[str, Any]] = []
-    for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
-        it = streams.get_shard_iterator(StreamArn=arn, ShardId=shard["ShardId"],
-                                        ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
-        while it and (got := streams.get_records(ShardIterator=it))["Records"]:
-            out += [{**r, "eventSourceARN": arn} for r in got["Records"]]
-            it = got.get("NextShardIterator")
-    return out
 
 
 def test_the_handler_publishes_what_the_template_rule_sends_to_the_topic(

@@ -45,6 +45,7 @@ from dispatcher.ops.client import JobClient
 from dispatcher.testing.moto import MotoEndpoint
 from dispatcher.testing.proxy import AwsProxy, RecordedCall
 from tests.conftest import BASE_ENV
+from tests.helpers import stream_records
 from tests.integration.test_infra import TEMPLATE, sam_expand
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -369,7 +370,9 @@ def exercise(moto_server: MotoEndpoint, proxy: AwsProxy,
                         tmp_path_factory.mktemp("runner") / "log.jsonl")
         with proxy.recording("dependents"):
             released = handlers.release_dependents(
-                {"Records": _stream_records(moto_server.url)}, None)
+                {"Records": stream_records(
+                    NAMES.table, endpoint_client("dynamodb", moto_server.url, REGION),
+                    endpoint_client("dynamodbstreams", moto_server.url, REGION))}, None)
         assert released["released"] == ["after0"], released
 
         with proxy.recording("task-event"):
@@ -410,21 +413,6 @@ def exercise(moto_server: MotoEndpoint, proxy: AwsProxy,
         roles[rederived.task_definition] = [TASK_ROLE, EXECUTION_ROLE]
         yield Exercise(proxy.recorded(), roles)
         proxy.clear_recorded()
-
-
-def _stream_records(endpoint: str) -> list[dict[str, Any]]:
-    """The table's stream records so far, as Lambda's mapping hands them to its function."""
-    ddb = endpoint_client("dynamodb", endpoint, REGION)
-    streams = endpoint_client("dynamodbstreams", endpoint, REGION)
-    arn = ddb.describe_table(TableName=NAMES.table)["Table"]["LatestStreamArn"]
-    out: list[dict[str, Any]] = []
-    for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
-        it = streams.get_shard_iterator(StreamArn=arn, ShardId=shard["ShardId"],
-                                        ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
-        while it and (got := streams.get_records(ShardIterator=it))["Records"]:
-            out += [{**r, "eventSourceARN": arn} for r in got["Records"]]
-            it = got.get("NextShardIterator")
-    return out
 
 
 def _priority_queues(endpoint: str, dlq_url: str) -> dict[str, str]:
