@@ -181,9 +181,14 @@ class FaultRules:
     whole tick (mixed into tests/twins/test_system_model.py's SystemModel, which provides the
     world and the helpers below)."""
 
-    # Provided by SystemModel: table, twins, env(), fail(), guarded(), sync(), advance().
+    # Provided by SystemModel: table, twins, forced, env(), fail(), guarded(), sync(),
+    # advance(), queues().
     table: FaultyTable
     twins: Twins
+    # Receives of each message (by queue name and id) spent by a tick a fault cut short
+    # before it recorded the message: the dead_letter check does not count them against the
+    # dispatcher (tests/model_checks.py dead_letters says why).
+    forced: dict[tuple[str, str], int]
 
     def after_tick(self, visible: set[str]) -> None:
         """Checked after a tick that ran to its end: what a crashed tick left is taken over,
@@ -206,7 +211,16 @@ class FaultRules:
             finally:
                 self.table.revive()
 
-        return self.guarded("tick_raises", "a tick on a faulty table", tick)
+        before = checks.receive_counts(self.queues())
+        failed, deaths = self.table.failed, self.table.deaths
+        decision = self.guarded("tick_raises", "a tick on a faulty table", tick)
+        hit = self.table.failed > failed or self.table.deaths > deaths
+        if hit and (decision is None or decision.intake.record_failures):
+            # Cut short by the fault: each message it received and did not delete comes back
+            # (given back now, or after its hold) for a receive the fault spent.
+            for key, n in checks.receive_counts(self.queues()).items():
+                self.forced[key] = self.forced.get(key, 0) + n - before.get(key, 0)
+        return decision
 
     @rule(writes=st.one_of(st.integers(0, 4), st.integers(5, 30)), expire_lease=st.booleans())
     def crashing_tick(self, writes: int, expire_lease: bool) -> None:

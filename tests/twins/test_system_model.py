@@ -117,6 +117,7 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         # a tick with no slot free hands them to running tasks (dispatcher/stages/handoff.py).
         self.high = MemoryQueue(clock=self.twins.clock)
         self.twins.priority_queues[Priority.HIGH] = self.high
+        self.forced: dict[tuple[str, str], int] = {}  # receives a fault spent (FaultRules)
 
     # -- helpers ----------------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -282,6 +283,10 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         view = checks.View.read(self.twins.table, self.twins.queue)
         view.queued += checks.View.read(self.twins.table, self.high).queued
         return view
+
+    def queues(self) -> dict[str, MemoryQueue]:
+        """Both queues, by name (the twins number each one's messages from 1)."""
+        return {"normal": self.twins.queue, "high": self.high}
 
     def urgent_hosts(self, view: checks.View, now: float) -> int:
         """Running tasks that can take an urgent job (of the default size) now, as the tick's
@@ -631,7 +636,7 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
                  for b in self.bodies if b not in self.finished
                  and all(body != b for body, _ in view.queued)]
         self.fail("lost_job", lost)
-        self.fail("dead_letter", checks.dead_letters(view))
+        self.fail("dead_letter", checks.dead_letters(self.queues(), self.forced))
         self.fail("two_live_runs", checks.live_twice(view, self.tasks.values()))
         self.fail("budget", [f"{j} ran {n} times, over its budget {self.budget[j]}: "
                              f"{checks.describe(view.job(j))}"
