@@ -32,7 +32,7 @@ from dispatcher.domain.dependencies import Dependency
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.job_events import JOB_PREFIX, TableChange
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job
-from dispatcher.ports.table import TableUnavailable
+from dispatcher.ports.table import TableUnavailable, TransactionCancelled
 from dispatcher.stages.depends import judge_all
 from dispatcher.store import StageStore
 
@@ -112,7 +112,7 @@ class Dependents:
         if not late:
             return
         for _, job, unknown in late:
-            self._store.link(job.job_id, unknown)
+            self._link(job, unknown)
         self.release([(b, j) for b, j, _ in late], stats)
 
     def on_changes(self, feed: Sequence[TableChange]) -> DependentsStats:
@@ -134,15 +134,28 @@ class Dependents:
     def sweep(self, stats: DependentsStats) -> None:
         """Once per :data:`SWEEP_SECONDS` (the first tick after it passed): judge every held
         dependent, and link again the young ones (see the module)."""
-        if not self._store.claim_sweep(SWEEP_SECONDS):
+        try:
+            if not self._store.claim_sweep(SWEEP_SECONDS):
+                return
+            held = self._store.held_dependents()
+        except TableUnavailable as exc:  # the table's trouble: a later tick looks
+            log.error("looking at the held dependents failed; a later tick looks again",
+                      extra={"reason": exc.reason})
             return
-        held = self._store.held_dependents()
         stats.swept = len(held)
         young = self._clock() - deps.UNKNOWN_GRACE_SECONDS - 2 * SWEEP_SECONDS
         for _, job in held:
             if job.created_at >= young:  # a dependency unknown at its link may exist now
-                self._store.link(job.job_id, _ids(job))
+                self._link(job, _ids(job))
         self.release(held, stats)
+
+    def _link(self, job: Job, job_ids: list[str]) -> None:
+        """Link ``job`` to ``job_ids``; a table that refuses leaves it to a later look."""
+        try:
+            self._store.link(job.job_id, job_ids)
+        except (TableUnavailable, TransactionCancelled) as exc:
+            log.error("linking a dependent failed; a later look links it",
+                      extra={"job_id": job.job_id, "reason": str(exc)})
 
     def release(self, held: list[tuple[Bundle, Job]], stats: DependentsStats) -> None:
         """Release the held jobs whose dependencies are met; cancel those one went against."""

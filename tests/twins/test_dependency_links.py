@@ -12,7 +12,7 @@ from dispatcher.domain.job_events import TableChange
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.domain.lifecycle import DEPENDENTS_HELD_AT
 from dispatcher.ports.record import Record
-from dispatcher.ports.table import Put
+from dispatcher.ports.table import Put, TableUnavailable
 from dispatcher.stages.dependents import SWEEP_SECONDS, Dependents
 from dispatcher.store import Store
 from dispatcher.store import codec as r
@@ -209,3 +209,23 @@ def test_an_end_whose_links_the_index_does_not_show_yet_is_left_to_the_look(
                                   status_at=r.iso(twins.clock()), job_id="x")))
     stats = Dependents(twins.store, twins.clock).on_changes([change])
     assert stats.links_missing == 1 and stats.released == []
+
+
+def test_a_table_that_refuses_the_look_fails_no_tick(twins: Twins) -> None:
+    """The look at every held dependent is the backstop: when the table refuses it, the tick
+    goes on (its other work done) and a later tick looks."""
+    client = twins.client()
+    client.submit("k", {}, job_id="a", estimated_seconds=1, not_before=FAR)
+    client.submit("k", {}, job_id="b", depends_on=["a"], estimated_seconds=1)
+    twins.stages().tick.tick()
+
+    def refused(every: float) -> bool:
+        raise TableUnavailable("PutItem", "ProvisionedThroughputExceededException")
+
+    twins.store.claim_sweep = refused  # type: ignore[method-assign]
+    twins.clock.advance(SWEEP_SECONDS + 1)
+    client.submit("k", {}, job_id="c", estimated_seconds=1)
+    report = twins.stages().tick.tick()
+    assert report.intake.admitted == 1 and report.reconcile.swept == 0
+    c = twins.job("c")
+    assert c is not None and c.bundle_id  # the tick did the rest of its work
