@@ -12,26 +12,24 @@ spent of its own, not those a fault spent; these are the steps that showed it
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from dispatcher.stages import bundle as bundle_stage
-from dispatcher.store import operator as operator_store
-from job_runner import writes as writes_module
 from tests import model_checks as checks
 from tests.twins import test_system_model as model
+from tests.twins.test_system_model_gaps import machines
+
+__all__ = ["machines"]  # the fixture: fresh model worlds with every check on
 
 # Transactions failing in a row: the store's five tries of one recording all fail.
 OUTAGE = 5
 
 
 @pytest.fixture
-def world(monkeypatch: pytest.MonkeyPatch) -> model.SystemModel:
+def world(machines: Callable[[], model.SystemModel]) -> model.SystemModel:
     """A fresh model world (as the model test sets it up), with every check on."""
-    monkeypatch.setattr(bundle_stage, "new_id", model.SystemModel.hooks_ids)
-    monkeypatch.setattr(operator_store, "new_id", model.SystemModel.hooks_ids)
-    monkeypatch.setattr(writes_module, "time", model.SystemModel.hooks_time)
-    monkeypatch.setattr(model, "GAPS", frozenset())
-    return model.SystemModel()
+    return machines()
 
 
 def send(m: model.SystemModel, shape: str) -> str:

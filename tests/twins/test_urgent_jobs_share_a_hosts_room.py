@@ -10,16 +10,17 @@ queue's jobs; these are its steps, replayed (tests/twins/test_system_model.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from dispatcher.domain.bundles import Bundle
-from dispatcher.stages import bundle as bundle_stage
 from dispatcher.stages.handoff import Handoffs, HandoffStats
-from dispatcher.store import operator as operator_store
-from job_runner import writes as writes_module
 from tests.twins import test_system_model as model
+from tests.twins.test_system_model_gaps import machines
+
+__all__ = ["machines"]  # the fixture: fresh model worlds with every check on
 
 
 class FirstDraw:
@@ -30,13 +31,9 @@ class FirstDraw:
 
 
 @pytest.fixture
-def world(monkeypatch: pytest.MonkeyPatch) -> model.SystemModel:
+def world(machines: Callable[[], model.SystemModel]) -> model.SystemModel:
     """A fresh model world (as the model test sets it up), with every check on."""
-    monkeypatch.setattr(bundle_stage, "new_id", model.SystemModel.hooks_ids)
-    monkeypatch.setattr(operator_store, "new_id", model.SystemModel.hooks_ids)
-    monkeypatch.setattr(writes_module, "time", model.SystemModel.hooks_time)
-    monkeypatch.setattr(model, "GAPS", frozenset())
-    return model.SystemModel()
+    return machines()
 
 
 def one_urgent_job_waits_in_the_table(m: model.SystemModel) -> None:
