@@ -32,7 +32,7 @@ from dispatcher.domain.dependencies import Dependency
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.job_events import JOB_PREFIX, TableChange
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job
-from dispatcher.ports.table import TableUnavailable, TransactionCancelled
+from dispatcher.ports.table import InvalidTransaction, TableUnavailable, TransactionCancelled
 from dispatcher.stages.depends import judge_all
 from dispatcher.store import StageStore
 
@@ -76,7 +76,7 @@ def ended_with_waiters(change: TableChange) -> str | None:
     if not new.get("waiters") or state not in TERMINAL_JOB_STATES:
         return None
     if old is not None and old.get("state") == state:
-        return None  # the link's own write, a TTL-less touch: no end here
+        return None  # a write that changes no state (a link's count on an ended job)
     return str(new["pk"])[len(JOB_PREFIX):]
 
 
@@ -120,11 +120,11 @@ class Dependents:
         dependencies now decide. Repeating a change does nothing more (each release and
         cancel is conditional on the job being held still)."""
         stats = DependentsStats()
-        ended = {c.new["pk"]: int(c.new.get("waiters") or 0) for c in feed
-                 if c.new is not None and ended_with_waiters(c) is not None}
+        ended = {job_id: int(c.new.get("waiters") or 0) for c in feed
+                 if c.new is not None and (job_id := ended_with_waiters(c)) is not None}
         waiting: dict[str, None] = {}
-        for pk, count in ended.items():
-            found = self._store.waiting_for(str(pk)[len(JOB_PREFIX):])
+        for job_id, count in ended.items():
+            found = self._store.waiting_for(job_id)
             if len(found) < count:
                 stats.links_missing += 1
             waiting.update(dict.fromkeys(found))
@@ -153,8 +153,10 @@ class Dependents:
         """Link ``job`` to ``job_ids``; a table that refuses leaves it to a later look."""
         try:
             self._store.link(job.job_id, job_ids)
-        except (TableUnavailable, TransactionCancelled) as exc:
-            log.error("linking a dependent failed; a later look links it",
+        except (TableUnavailable, TransactionCancelled, InvalidTransaction) as exc:
+            # Refused for a moment, or for good (the job waited for is at DynamoDB's item
+            # limit, so its count cannot grow): the look at every held dependent judges it.
+            log.error("linking a dependent failed; a later look judges it",
                       extra={"job_id": job.job_id, "reason": str(exc)})
 
     def release(self, held: list[tuple[Bundle, Job]], stats: DependentsStats) -> None:

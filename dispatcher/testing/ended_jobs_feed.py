@@ -36,11 +36,6 @@ class EndedJobsFeed:
                                              before.present() if before else None,
                                              after.present() if after else None))
 
-    @property
-    def pending(self) -> int:
-        with self._lock:
-            return len(self._pending)
-
     def deliver(self, dependents: Dependents) -> DependentsStats:
         """Hand every change written so far to ``dependents``, a batch at a time."""
         with self._lock:

@@ -229,3 +229,29 @@ def test_a_table_that_refuses_the_look_fails_no_tick(twins: Twins) -> None:
     assert report.intake.admitted == 1 and report.reconcile.swept == 0
     c = twins.job("c")
     assert c is not None and c.bundle_id  # the tick did the rest of its work
+
+
+def test_a_dependency_at_the_item_limit_is_waited_for_without_a_link(twins: Twins) -> None:
+    """The job waited for is a hair under DynamoDB's 400 KB (a large checkpoint): its count of
+    waiters cannot grow, so no link is made. No tick fails for it; the look at every held
+    dependent releases the dependent once that job has ended."""
+    from dispatcher.ports.table import Remove, Set, Update
+    from tests.model_checks import checkpoint_near_limit
+
+    client = twins.client()
+    client.submit("k", {}, job_id="a", estimated_seconds=1, not_before=FAR)
+    twins.stages().tick.tick()
+    twins.table.write(Update(r.job_key("a"), [Set("checkpoint", checkpoint_near_limit(
+        twins.table, "a", 2))]))
+    client.submit("k", {}, job_id="b", depends_on=["a"], estimated_seconds=1)
+    twins.stages().tick.tick()  # b recorded and held; linking it to a is refused
+    a = twins.job("a")
+    assert a is not None and a.waiters == 0 and twins.store.waiting_for("a") == []
+    b = twins.job("b")
+    assert b is not None and b.state == JobState.PENDING and b.depends_on
+    twins.table.write(Update(r.job_key("a"), [Remove("checkpoint")]))  # room for its end
+    client.cancel("a")
+    assert twins.flow().dependents_cancelled == 0  # no link: the stream's reader finds nobody
+    twins.clock.advance(SWEEP_SECONDS + 1)
+    report = twins.stages().tick.tick()  # the look: b judged, a CANCELLED against it
+    assert report.reconcile.dependents_cancelled_ids == ["b"]
