@@ -233,8 +233,8 @@ def test_a_table_that_refuses_the_look_fails_no_tick(twins: Twins) -> None:
 
 def test_a_dependency_at_the_item_limit_is_waited_for_without_a_link(twins: Twins) -> None:
     """The job waited for is a hair under DynamoDB's 400 KB (a large checkpoint): its count of
-    waiters cannot grow, so no link is made. No tick fails for it; the look at every held
-    dependent releases the dependent once that job has ended."""
+    waiters cannot grow, so no link is made, at the record or at the look. No tick fails for
+    it; the look at every held dependent judges the dependent once that job has ended."""
     from dispatcher.ports.table import Remove, Set, Update
     from tests.model_checks import checkpoint_near_limit
 
@@ -245,13 +245,15 @@ def test_a_dependency_at_the_item_limit_is_waited_for_without_a_link(twins: Twin
         twins.table, "a", 2))]))
     client.submit("k", {}, job_id="b", depends_on=["a"], estimated_seconds=1)
     twins.stages().tick.tick()  # b recorded and held; linking it to a is refused
-    a = twins.job("a")
+    twins.clock.advance(SWEEP_SECONDS + 1)
+    report = twins.stages().tick.tick()  # the look links again: refused again, tick goes on
+    assert report.reconcile.swept == 1
+    a, b = twins.job("a"), twins.job("b")
     assert a is not None and a.waiters == 0 and twins.store.waiting_for("a") == []
-    b = twins.job("b")
     assert b is not None and b.state == JobState.PENDING and b.depends_on
     twins.table.write(Update(r.job_key("a"), [Remove("checkpoint")]))  # room for its end
     client.cancel("a")
     assert twins.flow().dependents_cancelled == 0  # no link: the stream's reader finds nobody
     twins.clock.advance(SWEEP_SECONDS + 1)
-    report = twins.stages().tick.tick()  # the look: b judged, a CANCELLED against it
+    report = twins.stages().tick.tick()  # the next look: b judged, a CANCELLED against it
     assert report.reconcile.dependents_cancelled_ids == ["b"]
