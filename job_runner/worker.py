@@ -50,7 +50,6 @@ from types import FrameType
 from aws_lambda_powertools import Logger
 
 from dispatcher import settings
-from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, HandedJobs, Interrupted, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
@@ -165,10 +164,8 @@ class Worker:
         # that ran (see job_runner.writes and dispatcher.domain.lifecycle).
         # A failed write, whichever thread made it (a slot, the flusher, a handler's
         # checkpoint), is the runner's failure: it starts no more jobs and exits.
-        writes = Writes(self.store, fence, bundle.task_definition or "", self.cfg.flush_seconds,
-                        write_through=lifecycle.writes_through(bundle.attempt,
-                                                              len(bundle.job_ids)),
-                        on_error=self._fail)
+        writes = Writes.for_bundle(self.store, fence, bundle, self.cfg.flush_seconds,
+                                   on_error=self._fail)
         beat = threading.Thread(target=self._heartbeat, args=(fence,), daemon=True)
         beat.start()
         try:

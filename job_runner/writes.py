@@ -31,9 +31,10 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from dispatcher.domain.bundles import BundleState
+from dispatcher.domain import lifecycle
+from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import HandedJobs
-from dispatcher.domain.jobs import Job, JobState
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.store import Fence, JobUpdate, RunnerStore
 from job_runner.outcome import Outcome
 
@@ -54,7 +55,8 @@ class Writes:
 
     def __init__(self, store: RunnerStore, fence: Fence, task_definition: str,
                  flush_seconds: float, *, write_through: bool = False,
-                 on_error: Callable[[Exception], None] | None = None) -> None:
+                 on_error: Callable[[Exception], None] | None = None,
+                 slots: int = 0, jobs: int = 0) -> None:
         self.store = store
         self.fence = fence
         self.task_definition = task_definition
@@ -65,6 +67,14 @@ class Writes:
         self.retrying = False
         self.retry_at = 0.0
         self._on_error = on_error
+        # A bundle of a limited kind holds ``slots`` of that kind's limit while it is active.
+        # Once fewer of its ``jobs`` are left than that, a write lowers its ``slots`` to those
+        # left, so that its last long job does not keep the kind's other slots from the next
+        # bundle. A job counts as left until its outcome is final and no handler of it still
+        # runs (an abandoned one holds its slot until the task ends).
+        self._slots = slots
+        self._left = jobs
+        self._slots_written = slots
         # Each running job's slot thread records into it, a handler flushes too (a checkpoint
         # writes what is pending first, from the handler's thread or the event loop's), and an
         # abandoned handler may still checkpoint while the worker records its outcome.
@@ -74,6 +84,17 @@ class Writes:
         self._oldest: float | None = None  # when the oldest unwritten result was recorded
         self._closed = False
         self._flusher: threading.Thread | None = None
+
+    @classmethod
+    def for_bundle(cls, store: RunnerStore, fence: Fence, bundle: Bundle, flush_seconds: float,
+                   on_error: Callable[[Exception], None] | None = None) -> Writes:
+        """The writes of ``bundle`` as claimed: through at once for a bundle of one job or a
+        later launch (dispatcher.domain.lifecycle.writes_through), its ``slots`` lowered as
+        its jobs end when it is of a limited kind."""
+        return cls(store, fence, bundle.task_definition or "", flush_seconds,
+                   write_through=lifecycle.writes_through(bundle.attempt, len(bundle.job_ids)),
+                   on_error=on_error, slots=bundle.slots if bundle.kind is not None else 0,
+                   jobs=len(bundle.job_ids))
 
     def __enter__(self) -> Writes:
         if not self.write_through:
@@ -103,6 +124,8 @@ class Writes:
         with self._lock:
             self._finish(job, outcome, started=started)
             self.pending[job.job_id].live_task = live_task
+            if outcome.target in TERMINAL_JOB_STATES and live_task is None:
+                self._left -= 1
             if self._oldest is None or len(self.pending) >= FLUSH_AT_JOBS:
                 self._oldest = self._oldest or time.monotonic()
                 self._due.notify()  # the flusher learns its deadline, or flushes now
@@ -152,8 +175,11 @@ class Writes:
             self._oldest = None
             retry_at = self.retry_at if bundle_to == BundleState.PENDING and self.retry_at \
                 else None
+            lower = max(0, min(self._slots, self._left))
+            slots = lower if bundle_to is None and lower < self._slots_written else None
         try:
-            refused = self.store.apply(self.fence, updates, bundle_to, retry_at, handed=handed)
+            refused = self.store.apply(self.fence, updates, bundle_to, retry_at, handed=handed,
+                                       slots=slots)
         except HandedJobs as more:  # the updates are written; the bundle stays RUNNING
             with self._lock:
                 self.refused |= more.refused
@@ -162,6 +188,8 @@ class Writes:
             if self._on_error is not None:
                 self._on_error(exc)
             raise
+        if slots is not None:
+            self._slots_written = slots
         if refused:
             log.warning("the table refused some job updates (the jobs moved on meanwhile)",
                         extra={"job_ids": sorted(refused)})

@@ -20,7 +20,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.errors import ConflictError, HandedJobs, Interrupted, PermanentError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
@@ -163,10 +162,7 @@ class SimTask:
         bundle = claim.bundle
         self.cancel_requested |= claim.cancel_requested
         self.handed = list(bundle.handed_jobs)
-        self.writes = Writes(self.store, self.fence, bundle.task_definition or "", 2.0,
-                             write_through=lifecycle.writes_through(bundle.attempt,
-                                                                    len(bundle.job_ids)),
-                             on_error=self._fail)
+        self.writes = Writes.for_bundle(self.store, self.fence, bundle, 2.0, on_error=self._fail)
         self.plan = Schedule(self.store.bundle_jobs(bundle), self.store.get_jobs)
         self.concurrency = min(self.concurrency, bundle.slots or self.concurrency)
         self.phase = "running"

@@ -48,7 +48,8 @@ class Bundle:
     resources: Resources = field(default_factory=Resources)  # of all its jobs: launch overrides
     # Set when every job is of one kind that has a limit (LONGJOBS_KIND_LIMITS), and on the
     # bundle of one job a retry makes: the bundle then counts ``slots`` (jobs it can run at
-    # once) against that kind's limit while active, if the kind has one.
+    # once) against that kind's limit while active, if the kind has one. While it runs, its
+    # runner lowers it to the jobs it has left, once those are fewer (job_runner.writes).
     kind: str | None = None
     slots: int = 0
     # Urgent jobs handed to this bundle while it ran (dispatcher/stages/handoff.py): members of

@@ -268,7 +268,7 @@ class RunnerStore(Reads):
 
     def apply(self, fence: Fence, updates: list[JobUpdate],
               bundle_to: BundleState | None = None, retry_at: float | None = None,
-              *, handed: int | None = None) -> set[str]:
+              *, handed: int | None = None, slots: int | None = None) -> set[str]:
         """Job results, grouped: one transaction per 98 jobs or 3.5 MB of updates
         (:func:`update_chunks`), each checking the fence; the last one also moves the bundle
         to ``bundle_to``.
@@ -279,7 +279,10 @@ class RunnerStore(Reads):
 
         ``handed``: the jobs handed to the bundle that its runner has seen (None: its runner
         takes none). The bundle moves only if no other was handed since; if one was, the
-        results are written without the move and HandedJobs raised: the runner runs them."""
+        results are written without the move and HandedJobs raised: the runner runs them.
+
+        ``slots``: the bundle's ``slots`` lowered to the jobs it has left (written with the
+        first chunk, when the bundle does not move: see job_runner.writes)."""
         t = self.clock()
         chunks = update_chunks(updates)
         refused: set[str] = set()
@@ -289,21 +292,24 @@ class RunnerStore(Reads):
                 lifecycle.check_bundle(fence.bundle_id, BundleState.RUNNING, bundle_to)
             try:
                 refused |= self._apply_chunk(fence, chunk, bundle_to if last else None,
-                                             retry_at, t, handed)
+                                             retry_at, t, handed,
+                                             slots=slots if n == 0 else None)
             except HandedJobs as more:  # the earlier chunks' refusals go with it
                 more.refused |= refused
                 raise
         return refused
 
     def _apply_chunk(self, fence: Fence, chunk: list[JobUpdate], bundle_to: BundleState | None,
-                     retry_at: float | None, t: float, handed: int | None = None) -> set[str]:
+                     retry_at: float | None, t: float, handed: int | None = None,
+                     slots: int | None = None) -> set[str]:
         key = r.bundle_key(fence.bundle_id)
         expires_at = self._expiry(t)
         moving = fenced(fence)
         if bundle_to is not None and handed is not None:
             moving = And(moving, Eq("handed", handed))
         head: Op = Update(key, bundle_actions(bundle_to, t, retry_at, expires_at), moving) \
-            if bundle_to is not None else Check(key, fenced(fence))
+            if bundle_to is not None else Check(key, fenced(fence)) if slots is None \
+            else Update(key, [Set("slots", slots)], fenced(fence))
         # Moving the bundle off this task (DONE, or PENDING): the task's pointer may expire;
         # a DONE bundle's pages too (Fence.pages: the runner read them at its claim).
         leaving = pointer_expiry(fence.task_arn, expires_at) if bundle_to is not None else []

@@ -21,7 +21,6 @@ import heapq
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.errors import ConflictError, HandedJobs
 from dispatcher.domain.jobs import Job, JobState
@@ -75,9 +74,7 @@ class TaskModel:
             task.ended_at = clock()
             return
         task.bundle_id, task.claimed_at = bundle.bundle_id, clock()
-        writes = Writes(self.store, fence, bundle.task_definition or "", self.flush_seconds,
-                        write_through=lifecycle.writes_through(bundle.attempt,
-                                                              len(bundle.job_ids)))
+        writes = Writes.for_bundle(self.store, fence, bundle, self.flush_seconds)
         pages = self.store.bundle_jobs(bundle)
         page: list[Job] = []
         handed: list[str] = list(bundle.handed_jobs or ())  # seen; those of an earlier run

@@ -29,7 +29,7 @@ class BlockingStore:
 
     def apply(self, fence: Fence, updates: list[JobUpdate],
               bundle_to: BundleState | None = None, retry_at: float | None = None,
-              *, handed: int | None = None) -> set[str]:
+              *, handed: int | None = None, slots: int | None = None) -> set[str]:
         if not self.applied and not self.release.is_set():
             self.entered.set()
             assert self.release.wait(30), "the test never released the first flush"
