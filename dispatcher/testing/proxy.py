@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import re
 import sys
 import threading
 import urllib.parse
@@ -19,12 +18,17 @@ import uuid
 from collections import Counter, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from dispatcher.testing import item_changes
-from dispatcher.testing.item_changes import ItemChange, ReadSizes
+from dispatcher.testing.aws_requests import (
+    RecordedCall,
+    request_operation,
+    request_scope,
+    request_target,
+)
 
 __all__ = ["AwsProxy", "RecordedCall"]
 
@@ -36,85 +40,8 @@ _HOP_BY_HOP = frozenset(
 )
 # BaseHTTPRequestHandler writes its own Server and Date headers; don't send two of each.
 _DROP_FROM_UPSTREAM = _HOP_BY_HOP | {"server", "date"}
-_TARGET_SERVICES = {
-    "DynamoDB_20120810": "dynamodb",
-    "DynamoDBStreams_20120810": "dynamodbstreams",
-    "AmazonSQS": "sqs",
-    "AmazonEC2ContainerServiceV20141113": "ecs",
-    "AWSEvents": "events",
-}
-_SCOPE = re.compile(r"Credential=[^/,]+/\d{8}/([^/,]+)/([^/,]+)/aws4_request")
-
 # status, headers, body
 Response = tuple[int, list[tuple[str, str]], bytes]
-
-# Request fields that name what a call acts on (kept by :meth:`AwsProxy.recording`); payloads,
-# message bodies and item values are dropped so a recording stays small.
-_TARGET_FIELDS = frozenset({
-    "QueueUrl", "QueueName", "TableName", "IndexName",
-    "cluster", "taskDefinition", "task", "tasks", "family", "taskRoleArn", "executionRoleArn",
-    "resourceArn", "include", "logGroupName",
-})
-
-
-@dataclass(frozen=True)
-class RecordedCall:
-    """One AWS request made while a component label was set (see :meth:`AwsProxy.recording`).
-
-    ``target`` holds the request fields that name resources (queue URL, table and index names,
-    cluster, task definition, task ARNs, roles, log group), plus: ``TransactItems`` as ``[kind,
-    table]`` pairs (``Put``, ``Update``, ``Delete``, ``ConditionCheck``, ``Get``),
-    ``RequestItems`` as the list of table names, ``pk`` the partition key of a single-item
-    request, ``tags`` as the number of tags sent, and the role ARNs of ``overrides``. With the
-    proxy's ``capture_items``, a DynamoDB write keeps each item it named before and after
-    (``items``) and a read the sizes of what it returned (``read``), for the capacity model
-    (:mod:`dispatcher.testing.capacity`).
-    """
-
-    component: str
-    operation: str  # service.Operation, as counted
-    target: dict[str, Any]
-    items: tuple[ItemChange, ...] = ()
-    read: ReadSizes | None = None
-
-
-def _target(body: bytes, path: str, content_type: str) -> dict[str, Any]:
-    """The resource-naming fields of a request (JSON body, or query/form parameters)."""
-    params: dict[str, Any] = {}
-    if "x-www-form-urlencoded" in content_type or not body:
-        query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
-        if body:
-            query.update(urllib.parse.parse_qs(body.decode("utf-8", "replace")))
-        params = {k: v[0] for k, v in query.items()}
-    else:
-        try:
-            parsed = json.loads(body)
-        except ValueError:
-            parsed = None
-        params = parsed if isinstance(parsed, dict) else {}
-    target = {k: v for k, v in params.items() if k in _TARGET_FIELDS}
-    items = params.get("TransactItems")
-    if isinstance(items, list):
-        target["TransactItems"] = [[kind, spec.get("TableName")] for item in items
-                                   if isinstance(item, dict)
-                                   for kind, spec in item.items() if isinstance(spec, dict)]
-    requests = params.get("RequestItems")
-    if isinstance(requests, dict):
-        target["RequestItems"] = sorted(requests)
-    # A single-item request's partition key (the job table's hash key is ``pk``): what IAM's
-    # ``dynamodb:LeadingKeys`` condition key compares.
-    item = params.get("Key") or params.get("Item")
-    if isinstance(item, dict) and isinstance(item.get("pk"), dict):
-        target["pk"] = item["pk"].get("S")
-    tags = params.get("tags")
-    if isinstance(tags, list):
-        target["tags"] = len(tags)
-    overrides = params.get("overrides")
-    if isinstance(overrides, dict):
-        target["overrides"] = {k: v for k, v in overrides.items()
-                               if k in ("taskRoleArn", "executionRoleArn")}
-    return target
-
 
 def _json_response(status: int, payload: dict[str, Any], error_type: str | None = None) -> Response:
     headers = [("Content-Type", "application/x-amz-json-1.1"),
@@ -270,7 +197,7 @@ class AwsProxy:
                 body: bytes) -> Response:
         if path.startswith("/moto-api/"):
             return self._forward(method, path, headers, body)
-        operation = _operation(path, headers, body)
+        operation = request_operation(path, headers, body)
         request: dict[str, Any] | None = None
         if operation == RUNTASK:
             try:
@@ -283,7 +210,7 @@ class AwsProxy:
         record = None
         if component is not None and operation is not None:
             content_type = next((v for k, v in headers if k.lower() == "content-type"), "")
-            record = RecordedCall(component, operation, _target(body, path, content_type))
+            record = RecordedCall(component, operation, request_target(body, path, content_type))
         captured = record is not None and self.capture_items and request is None and (
             operation in item_changes.WRITES or operation in item_changes.READS)
         with self._lock:
@@ -363,7 +290,7 @@ class AwsProxy:
             payload: dict[str, Any] = json.loads(response_body)
         else:
             status, response_headers, payload = 200, _json_response(200, {})[1], {"tasks": []}
-        region = _scope(headers)[0] or "us-east-1"
+        region = request_scope(headers)[0] or "us-east-1"
         arn = f"arn:aws:ecs:{region}:123456789012:container-instance/injected"
         payload.setdefault("failures", []).extend({"arn": arn, "reason": r} for r in reasons)
         return status, response_headers, json.dumps(payload).encode()
@@ -464,27 +391,3 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         """Silent: one line per request would drown test output, as with werkzeug."""
-
-
-def _scope(headers: list[tuple[str, str]]) -> tuple[str | None, str | None]:
-    """(region, service) from the SigV4 credential scope, if the request is signed."""
-    for name, value in headers:
-        if name.lower() == "authorization" and (match := _SCOPE.search(value)):
-            return match.group(1), match.group(2)
-    return None, None
-
-
-def _operation(path: str, headers: list[tuple[str, str]], body: bytes) -> str | None:
-    """``service.Operation`` from X-Amz-Target (JSON protocols) or ``Action=`` (query)."""
-    lowered = {name.lower(): value for name, value in headers}
-    service = _scope(headers)[1]
-    target = lowered.get("x-amz-target")
-    if target and "." in target:
-        prefix, _, action = target.rpartition(".")
-        return f"{_TARGET_SERVICES.get(prefix) or service or prefix.lower()}.{action}"
-    params = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
-    if "x-www-form-urlencoded" in lowered.get("content-type", ""):
-        params.update(urllib.parse.parse_qs(body.decode("utf-8", "replace")))
-    if actions := params.get("Action"):
-        return f"{service or 'unknown'}.{actions[0]}"
-    return None

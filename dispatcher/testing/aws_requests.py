@@ -1,0 +1,114 @@
+"""What an AWS request is, read from its HTTP form: the operation it calls, the region and
+service it is signed for, and the fields that name what it acts on. The proxy
+(:mod:`dispatcher.testing.proxy`) counts and records calls by these."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any
+
+from dispatcher.testing.item_changes import ItemChange, ReadSizes
+
+_TARGET_SERVICES = {
+    "DynamoDB_20120810": "dynamodb",
+    "DynamoDBStreams_20120810": "dynamodbstreams",
+    "AmazonSQS": "sqs",
+    "AmazonEC2ContainerServiceV20141113": "ecs",
+    "AWSEvents": "events",
+}
+_SCOPE = re.compile(r"Credential=[^/,]+/\d{8}/([^/,]+)/([^/,]+)/aws4_request")
+
+# Request fields that name what a call acts on (kept by the proxy's recording); payloads,
+# message bodies and item values are dropped so a recording stays small.
+_TARGET_FIELDS = frozenset({
+    "QueueUrl", "QueueName", "TableName", "IndexName",
+    "cluster", "taskDefinition", "task", "tasks", "family", "taskRoleArn", "executionRoleArn",
+    "resourceArn", "include", "logGroupName",
+})
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """One AWS request made while a component label was set (see
+    :meth:`dispatcher.testing.proxy.AwsProxy.recording`).
+
+    ``target`` holds the request fields that name resources (queue URL, table and index names,
+    cluster, task definition, task ARNs, roles, log group), plus: ``TransactItems`` as ``[kind,
+    table]`` pairs (``Put``, ``Update``, ``Delete``, ``ConditionCheck``, ``Get``),
+    ``RequestItems`` as the list of table names, ``pk`` the partition key of a single-item
+    request, ``tags`` as the number of tags sent, and the role ARNs of ``overrides``. With the
+    proxy's ``capture_items``, a DynamoDB write keeps each item it named before and after
+    (``items``) and a read the sizes of what it returned (``read``), for the capacity model
+    (:mod:`dispatcher.testing.capacity`).
+    """
+
+    component: str
+    operation: str  # service.Operation, as counted
+    target: dict[str, Any]
+    items: tuple[ItemChange, ...] = ()
+    read: ReadSizes | None = None
+
+
+def request_target(body: bytes, path: str, content_type: str) -> dict[str, Any]:
+    """The resource-naming fields of a request (JSON body, or query/form parameters)."""
+    params: dict[str, Any] = {}
+    if "x-www-form-urlencoded" in content_type or not body:
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
+        if body:
+            query.update(urllib.parse.parse_qs(body.decode("utf-8", "replace")))
+        params = {k: v[0] for k, v in query.items()}
+    else:
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            parsed = None
+        params = parsed if isinstance(parsed, dict) else {}
+    target = {k: v for k, v in params.items() if k in _TARGET_FIELDS}
+    items = params.get("TransactItems")
+    if isinstance(items, list):
+        target["TransactItems"] = [[kind, spec.get("TableName")] for item in items
+                                   if isinstance(item, dict)
+                                   for kind, spec in item.items() if isinstance(spec, dict)]
+    requests = params.get("RequestItems")
+    if isinstance(requests, dict):
+        target["RequestItems"] = sorted(requests)
+    # A single-item request's partition key (the job table's hash key is ``pk``): what IAM's
+    # ``dynamodb:LeadingKeys`` condition key compares.
+    item = params.get("Key") or params.get("Item")
+    if isinstance(item, dict) and isinstance(item.get("pk"), dict):
+        target["pk"] = item["pk"].get("S")
+    tags = params.get("tags")
+    if isinstance(tags, list):
+        target["tags"] = len(tags)
+    overrides = params.get("overrides")
+    if isinstance(overrides, dict):
+        target["overrides"] = {k: v for k, v in overrides.items()
+                               if k in ("taskRoleArn", "executionRoleArn")}
+    return target
+
+
+def request_scope(headers: list[tuple[str, str]]) -> tuple[str | None, str | None]:
+    """(region, service) from the SigV4 credential scope, if the request is signed."""
+    for name, value in headers:
+        if name.lower() == "authorization" and (match := _SCOPE.search(value)):
+            return match.group(1), match.group(2)
+    return None, None
+
+
+def request_operation(path: str, headers: list[tuple[str, str]], body: bytes) -> str | None:
+    """``service.Operation`` from X-Amz-Target (JSON protocols) or ``Action=`` (query)."""
+    lowered = {name.lower(): value for name, value in headers}
+    service = request_scope(headers)[1]
+    target = lowered.get("x-amz-target")
+    if target and "." in target:
+        prefix, _, action = target.rpartition(".")
+        return f"{_TARGET_SERVICES.get(prefix) or service or prefix.lower()}.{action}"
+    params = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
+    if "x-www-form-urlencoded" in lowered.get("content-type", ""):
+        params.update(urllib.parse.parse_qs(body.decode("utf-8", "replace")))
+    if actions := params.get("Action"):
+        return f"{service or 'unknown'}.{actions[0]}"
+    return None
