@@ -1,5 +1,5 @@
 import sys
 
-from job_runner.worker import main
+from job_runner.process import main
 
 sys.exit(main())

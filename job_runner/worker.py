@@ -24,71 +24,44 @@ Ways to stop taking jobs:
   outcome and this task's ARN (``live_task``: a ``jobs retry`` waits until this task is known
   stopped), and nothing new starts: a thread cannot be killed, and a job must never run twice
   at once. The other running jobs finish (each within its own timeout and grace) and are
-  recorded, the writes are flushed, the bundle stays RUNNING, and :func:`main` ends the process
-  (``os._exit``) without waiting for the abandoned handler; the stop event reruns the rest of
-  the bundle elsewhere.
+  recorded, the writes are flushed, the bundle stays RUNNING, and the process ends
+  (``os._exit``, :func:`job_runner.process.main`) without waiting for the abandoned handler;
+  the stop event reruns the rest of the bundle elsewhere.
 - A lost claim (the heartbeat or a write finds a newer attempt owning the bundle): every running
   job is cancelled ("claim lost") and nothing more is written.
 - Any other failed write or read: nothing new starts, the running jobs finish, and the error is
-  raised; :func:`main` exits with RUNNER_FAILED_EXIT (the runner failed, not a job).
+  raised; the process exits with RUNNER_FAILED_EXIT (the runner failed, not a job:
+  :func:`job_runner.process.main`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import signal
 import sys
 import threading
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Sequence
 from types import FrameType
 
 from aws_lambda_powertools import Logger
 
-from dispatcher import settings
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, HandedJobs, Interrupted, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
-from dispatcher.domain.stops import RUNNER_FAILED_EXIT
 from dispatcher.settings import Config
 from dispatcher.store import Fence, RunnerStore
-from dispatcher.wiring import adapters
 from job_runner.context import JobContext
 from job_runner.executor import POLL_SECONDS, Executor, Signals
-from job_runner.joblog import HandlerOutput, running
+from job_runner.joblog import running
 from job_runner.kinds import HandlerRegistry
-from job_runner.outcome import Outcome, error_of, log_fields
+from job_runner.outcome import Outcome, log_fields
 from job_runner.schedule import Schedule
 from job_runner.writes import Writes
 
 # JSON lines with task_arn / bundle_id / job_id on every line (payloads are never logged).
-# Its level is LONGJOBS_LOG_LEVEL, set in main() once the settings are loaded.
+# Its level is LONGJOBS_LOG_LEVEL, set by job_runner.process.main once the settings are loaded.
 log = Logger(service="longjobs-runner", logger_handler=logging.StreamHandler(sys.stderr))
-
-
-def task_arn(cfg: Config | None = None) -> str:
-    """ECS task metadata endpoint v4 (``$ECS_CONTAINER_METADATA_URI_V4/task``, ``TaskARN``);
-    local mode sets LONGJOBS_TASK_ARN instead. Both are read through :mod:`dispatcher.settings`.
-    https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-metadata-endpoint-v4.html
-    """
-    cfg = settings.load("task") if cfg is None else cfg
-    if cfg.task_arn:
-        return cfg.task_arn
-    base = cfg.ecs_metadata_uri
-    if not base:
-        raise LongjobsError("cannot find this task's ARN: neither ECS_CONTAINER_METADATA_URI_V4 "
-                            "nor LONGJOBS_TASK_ARN is set")
-    try:
-        with urllib.request.urlopen(f"{base}/task", timeout=5) as resp:  # noqa: S310
-            return str(json.loads(resp.read())["TaskARN"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:  # URLError and timeouts are
-        # OSErrors; a body that is not JSON, or has no TaskARN, the others
-        raise LongjobsError(f"cannot read this task's ARN from the ECS metadata endpoint "
-                            f"{base}/task: {type(exc).__name__}: {exc}") from None
 
 
 class Worker:
@@ -390,34 +363,3 @@ class Worker:
                 return
             except Exception as exc:  # a missed beat is retried at the next interval
                 log.warning("heartbeat failed: %s", type(exc).__name__)
-
-
-def main() -> int:
-    try:
-        cfg = settings.load("runner")
-        log.setLevel(cfg.log_level)
-        # Modules of the runner log through the standard tree; give it the same JSON handler.
-        tree = logging.getLogger("job_runner")
-        tree.addHandler(log.registered_handler)
-        tree.propagate = False
-        # What handlers log or print becomes JSON lines of their job (job_runner.joblog).
-        HandlerOutput(log.registered_handler, cfg.job_log_level).install()
-        arn = task_arn(cfg)
-        store = adapters.store(cfg)
-        registry = HandlerRegistry.load(cfg.handlers)
-    except LongjobsError as exc:
-        print(f"job_runner: {exc}", file=sys.stderr)
-        return 2
-    worker = Worker(cfg, store, registry, arn)
-    signal.signal(signal.SIGTERM, worker.on_sigterm)
-    try:
-        code = worker.run()
-    except Exception as exc:
-        # The runner failed itself (e.g. a write still refused after retries): its exit code
-        # tells the stop handler that the running job is not to blame (infrastructure).
-        print(f"job_runner: {error_of(exc)['traceback']}", file=sys.stderr)
-        sys.stderr.flush()
-        os._exit(RUNNER_FAILED_EXIT)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # do not wait for a handler thread that ignored its cancellation

@@ -5,7 +5,7 @@ pydantic: about a second of CPU) are part of a start latency that local mode mod
 (``LONGJOBS_LOCAL_START_SECONDS``). Here 60 tasks share the machine's cores, so 60 cold
 ``python -m job_runner`` processes would spend a minute of CPU importing the same modules,
 delaying each other and the dispatcher by far more than Fargate does. A forked task runs the same
-entrypoint (:func:`job_runner.worker.main`) with its own environment, process group and exit
+entrypoint (:func:`job_runner.process.main`) with its own environment, process group and exit
 status, so the dispatcher, the task-event handler and the runner see nothing different.
 
 Two sides:
@@ -49,7 +49,7 @@ START_FAILED_EXIT = 70
 # prctl(2): deliver this signal to the calling process when its parent dies.
 PR_SET_PDEATHSIG = 1
 # What a task runs: ``python -m job_runner`` calls this.
-RUNNER = "job_runner.worker:main"
+RUNNER = "job_runner.process:main"
 
 
 class WarmProcess:

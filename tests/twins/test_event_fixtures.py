@@ -32,7 +32,7 @@ from dispatcher.domain.stops import (
     classify,
 )
 from dispatcher.domain.task_events import Ignored
-from job_runner.worker import task_arn
+from job_runner.process import task_arn
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 # The worker container of the published Fargate sample (its only container).

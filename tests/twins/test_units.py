@@ -102,7 +102,7 @@ def test_runner_reads_its_task_arn_from_the_metadata_endpoint(
     import json
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
-    from job_runner.worker import task_arn
+    from job_runner.process import task_arn
 
     class Metadata(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

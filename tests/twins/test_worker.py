@@ -287,7 +287,7 @@ def test_a_handler_that_returns_after_it_was_stopped_is_not_a_success(
 
 def test_an_unreadable_task_metadata_endpoint_is_a_clear_error() -> None:
     from dispatcher.domain.errors import LongjobsError
-    from job_runner.worker import task_arn
+    from job_runner.process import task_arn
 
     cfg = settings.load("runner", {"LONGJOBS_TABLE": "t",
                                    "ECS_CONTAINER_METADATA_URI_V4": "http://127.0.0.1:9/v4"})
