@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from dispatcher.ops.job_log import JobLog
-    from dispatcher.ops.queries import JobDetail, Stats
+    from dispatcher.ops.job_views import JobDetail, Stats
     from dispatcher.ports.job_logs import LogLine
 
 jobs_app = typer.Typer(name="jobs", no_args_is_help=True,

@@ -31,7 +31,8 @@ if TYPE_CHECKING:  # the table's model (pynamodb) loads only when a client reads
     from dispatcher.ops.bulk import BulkAction, BulkFilter, BulkReport
     from dispatcher.ops.dead_letters import DeadLetters
     from dispatcher.ops.job_log import JobLog, LogCursor
-    from dispatcher.ops.queries import JobDetail, JobSummary, Queries, Stats
+    from dispatcher.ops.job_views import JobDetail, JobSummary, Stats
+    from dispatcher.ops.queries import Queries
     from dispatcher.ports.job_logs import LogLine
 
 # How many of the ids it sent a client remembers (see JobClient._check_dependencies).

@@ -13,10 +13,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dispatcher.domain.jobs import Priority
+from dispatcher.ops.job_views import DISPLAY_BYTES  # bodies are shown cut as payloads are
 from dispatcher.ports.queue import BATCH, Queue, Received, send_all
 
-# Bodies are shown cut to this many bytes (the full body stays in the queue).
-DISPLAY_BYTES = 2048
 # A redriven message is hidden in the DLQ this long; one that could not be sent reappears then.
 REDRIVE_VISIBILITY_SECONDS = 30
 

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import json
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher.domain.errors import JobNotFound, LongjobsError
@@ -32,8 +31,16 @@ from dispatcher.domain.waiting import (
     Waiting,
     waiting_for,
 )
-from dispatcher.ops.history import Attempt, Flat, flat, opt
+from dispatcher.ops.history import Attempt, opt
 from dispatcher.ops.job_log import JobLog, LogCursor, log_streams, read
+from dispatcher.ops.job_views import (
+    SCHEDULED,
+    BacklogStats,
+    JobDetail,
+    JobSummary,
+    Stats,
+    clip,
+)
 from dispatcher.ports.job_logs import JobLogs
 from dispatcher.ports.queue import Queue
 from dispatcher.ports.table import Record
@@ -41,76 +48,14 @@ from dispatcher.store import OperatorStore
 from dispatcher.store.array_ops import array_counts
 from dispatcher.store.codec import iso
 
-# What `jobs show` prints of a payload, result or checkpoint: enough to recognise it, small
-# enough for a terminal (payloads may be 256 KiB).
-DISPLAY_BYTES = 2048
 HOUR = 3600.0
 JOB_STATES: tuple[JobState, ...] = tuple(JobState)
-# Not a stored state: a PENDING job whose not_before is still ahead (see Job.scheduled).
-SCHEDULED = "SCHEDULED"
 # `stats`' default window for finished jobs: those admitted within the last day.
 FINISHED_WINDOW = 24 * HOUR
 # `jobs list --waiting-for`: the newest PENDING jobs read to find those waiting so.
 WAITING_READ = 1000
 # The error a cancelled handler's stop leaves (ctx.raise_if_cancelled, an async task's cancel).
 CANCEL_ERRORS = ("Interrupted", "CancelledError")
-
-
-def clip(value: Any, limit: int = DISPLAY_BYTES) -> tuple[str | None, bool]:
-    """A JSON rendering of ``value`` cut to ``limit`` bytes, and whether it was cut."""
-    if value is None:
-        return None, False
-    text = value if isinstance(value, str) else json.dumps(value, default=str,
-                                                           separators=(",", ":"))
-    raw = text.encode()
-    if len(raw) <= limit:
-        return text, False
-    return raw[:limit].decode(errors="ignore"), True
-
-
-@dataclass(frozen=True)
-class JobSummary(Flat):
-    """One row of ``jobs list``; a REJECTED record has no kind and is keyed by its job id
-    (or, when no id could be read, its SQS message id)."""
-
-    job_id: str
-    state: str
-    kind: str | None
-    created_at: float | None
-    updated_at: float | None
-    attempts: int
-    max_attempts: int | None
-    infra_attempts: int
-    bundle_id: str | None
-    reason: str | None
-    # What a job not running waits for (dispatcher.domain.waiting); None once it runs or ended.
-    waiting_for: Waiting | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out = flat(self)
-        w = self.waiting_for
-        out["waiting_for"] = None if w is None else {
-            k: opt(iso, v) if k in ("until", "since") else v for k, v in w.to_json().items()}
-        return out
-
-    @staticmethod
-    def from_item(item: Record, at: float | None = None,
-                  waiting: Waiting | None = None) -> JobSummary:
-        """``at``: now, to show a PENDING job waiting for its not_before as SCHEDULED;
-        ``waiting``: what it waits for (:func:`waiting_of`)."""
-        rejected = item.pk.startswith("REJECT#")
-        state = item.state or ""
-        if state == JobState.PENDING and at is not None and item.not_before is not None \
-                and item.not_before > at:
-            state = SCHEDULED
-        return JobSummary(
-            job_id=item.pk.split("#", 1)[1] if rejected or not item.job_id else item.job_id,
-            state=state, kind=None if rejected else item.kind,
-            created_at=item.created_at, updated_at=item.updated_at,
-            attempts=int(item.attempts or 0),
-            max_attempts=None if rejected else int(item.max_attempts or 0),
-            infra_attempts=int(item.infra_attempts or 0), bundle_id=item.bundle_id,
-            reason=item.reason, waiting_for=waiting)
 
 
 def waiting_of(item: Record, bundle: Record | None, summary: TickSummary | None,
@@ -147,82 +92,6 @@ def bundle_facts(bundle: Record) -> BundleFacts:
         task_arn=bundle.task_arn, launch_id=bundle.launch_id, updated_at=bundle.updated_at,
         kind=bundle.kind, priority=bundle.priority or "normal", slots=int(bundle.slots or 0),
         stopped_task=bundle.reported_stop)
-
-
-@dataclass(frozen=True)
-class JobDetail:
-    """Everything ``jobs show`` prints. Payload, result and checkpoint are the stored JSON
-    values (``display`` clips one for a terminal; ``payload_truncated``: the payload's display
-    is cut); ``body`` is set only for REJECTED records (the first 4 KiB of the message, as
-    kept). A cancelled job has no error: its stop is its reason, not a traceback."""
-
-    summary: JobSummary
-    payload: Any
-    payload_truncated: bool
-    result: Any
-    error: dict[str, Any] | None
-    checkpoint: Any
-    checkpoint_at: float | None
-    history: list[Attempt]  # every attempt and retry boundary, oldest first
-    bundle: dict[str, Any] | None
-    message_id: str | None
-    body: str | None
-    # Where each run's lines are (its task's log stream; the latest run last), if known.
-    logs: list[dict[str, Any]] = field(default_factory=list)
-    # An array job's parent: its children's counts (dispatcher.store.array_ops.array_counts);
-    # a child: its parent and index.
-    array: dict[str, Any] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        rest = {k: v for k, v in flat(self).items() if k != "summary"}
-        return {**self.summary.to_json(), **rest,
-                "history": [a.to_json() for a in self.history]}
-
-    @staticmethod
-    def display(value: Any) -> str | None:
-        """A value as compact JSON for a terminal, clipped to DISPLAY_BYTES."""
-        text, cut = clip(value)
-        return None if text is None else text + (" … (truncated)" if cut else "")
-
-
-@dataclass(frozen=True)
-class BacklogStats:
-    visible: int
-    in_flight: int
-    delayed: int
-    oldest_age_seconds: float | None = None  # None: unknown (SQS has it only in CloudWatch)
-    dead_letters: int | None = None  # visible messages in the DLQ, when one is configured
-
-
-@dataclass(frozen=True)
-class Stats:
-    """``jobs``: the active jobs (PENDING, RUNNING) all of them; the finished ones (SUCCEEDED,
-    FAILED, CANCELLED, REJECTED) those admitted since ``finished_since``, by the state they are
-    in now."""
-
-    at: float
-    backlog: BacklogStats | None
-    jobs: dict[str, int]
-    running_by_revision: dict[str, dict[str, int]]
-    launch_failures_last_hour: dict[str, int]
-    reruns_last_hour: dict[str, int]
-    finished_since: float
-
-    def to_json(self) -> dict[str, Any]:
-        b = self.backlog
-        return {
-            "at": iso(self.at),
-            "backlog": None if b is None else asdict(b),
-            "jobs": dict(self.jobs),
-            "finished_since": iso(self.finished_since),
-            "finished_window_seconds": self.at - self.finished_since,
-            "running_by_revision": {k: dict(v) for k, v in self.running_by_revision.items()},
-            "launch_failures_last_hour": {
-                "bundles": sum(self.launch_failures_last_hour.values()),
-                "by_reason": dict(self.launch_failures_last_hour)},
-            "reruns_last_hour": {"jobs": sum(self.reruns_last_hour.values()),
-                                 "by_stop_class": dict(self.reruns_last_hour)},
-        }
 
 
 def finished_since(now: float, since: float | None = None,

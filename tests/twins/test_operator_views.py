@@ -3,7 +3,8 @@ state alike (a PENDING job whose ``not_before`` is ahead is SCHEDULED in both)."
 
 from __future__ import annotations
 
-from dispatcher.ops.queries import SCHEDULED, Queries
+from dispatcher.ops.job_views import SCHEDULED
+from dispatcher.ops.queries import Queries
 from tests.twins import Twins
 
 

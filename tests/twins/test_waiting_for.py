@@ -17,7 +17,8 @@ from dispatcher.cli.app import app
 from dispatcher.cli.top_commands import render
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.stops import StopCode, TaskStop
-from dispatcher.ops.queries import JobSummary, Queries
+from dispatcher.ops.job_views import JobSummary
+from dispatcher.ops.queries import Queries
 from dispatcher.ops.top import Top
 from dispatcher.ports.table import Put, Record, Set, Update
 from dispatcher.store import codec as r
