@@ -95,8 +95,9 @@ def demo(
 def local(
     tick_seconds: Annotated[float, typer.Option(help="Seconds between two ticks.")] = 5.0,
     verbose: Annotated[bool, typer.Option(
-        "--verbose", "-v", help="Every tick's decision record, not only those of ticks that "
-        "admitted, launched or finished something.")] = False,
+        "--verbose", "-v", help="Every tick's whole decision record, as the JSON line the "
+        "Lambda logs, not a line for each tick that admitted, launched or finished "
+        "something.")] = False,
     events: Annotated[bool, typer.Option(
         "--events", help="Print every job state change on stdout, one JSON line each (the "
         "event EventBridge gets on AWS: detail-type \"longjobs Job State Change\").")] = False,
@@ -110,7 +111,8 @@ def local(
     from dispatcher.cli.stop_signals import wait_for_a_stop
     from dispatcher.local.environment import LocalEnv
     from dispatcher.local.event_feed import PrintingSink
-    from dispatcher.local.output import Follower
+    from dispatcher.local.output import Follower, ReadableRecords
+    from dispatcher.logs import logger
 
     problem = check_handlers(",".join(guarded(lambda: settings.load("task")).handlers))
     if problem:
@@ -125,6 +127,8 @@ def local(
     sink = PrintingSink(typer.echo) if events else None
     env = guarded(lambda: LocalEnv(tick_seconds=tick_seconds, log_path=log_path,
                                    verbose=verbose, job_events=sink).start())
+    if not verbose:  # the dispatcher's records as the tasks' lines are shown, not JSON
+        logger.registered_handler.setFormatter(ReadableRecords())
     follower = Follower(log_path, sys.stderr.write).start()
     for line in env.exports():
         typer.echo(line)

@@ -1,5 +1,6 @@
-"""What ``longjobs local`` shows: its tasks' lines, readable, and the tick's decision records
-only when a tick changed something (or with ``--verbose``).
+"""What ``longjobs local`` shows: its tasks' lines, readable; the dispatcher's own records, one
+readable line each (a tick says what it did), and a tick's only when it changed something; with
+``--verbose``, every tick's whole decision record as the JSON line the Lambda logs.
 
 Every local task appends its output to one file (``LONGJOBS_LOCAL_LOG``), where ``longjobs jobs
 logs`` finds a job's lines; :class:`Follower` echoes that file to the terminal as it grows, each
@@ -12,9 +13,12 @@ import contextlib
 import json
 import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from dispatcher.ports.job_logs import said
 
 POLL_SECONDS = 0.2
 
@@ -33,9 +37,7 @@ def render(text: str) -> str:
     at = str(data.get("timestamp", ""))[11:19]
     who = str(data.get("logger") or data.get("service") or "")
     job = f" [job {data['job_id']} #{data.get('job_attempt', '?')}]" if "job_id" in data else ""
-    message = data.get("message")
-    out = f"{at} {data.get('level', 'INFO'):<7}{job} {who}: " + (
-        message if isinstance(message, str) else json.dumps(message))
+    out = f"{at} {data.get('level', 'INFO'):<7}{job} {who}: {said(data)}"
     exception = data.get("exception")
     return out + (f"\n{exception.rstrip()}" if isinstance(exception, str) else "")
 
@@ -93,3 +95,51 @@ def changed(decision: dict[str, Any]) -> bool:
                 decision.get("recovered_recordings"), reconcile.get("stopped_found"),
                 reconcile.get("timed_out"), reconcile.get("released"),
                 reconcile.get("outcomes")))
+
+
+def tick_said(decision: Mapping[str, Any]) -> str:
+    """What a tick did, in a few words (what :func:`changed` looks at)."""
+    intake = decision.get("intake") or {}
+    launch = decision.get("launch") or {}
+    reconcile = decision.get("reconcile") or {}
+    facts = [(intake.get("admitted"), "admitted {}"), (intake.get("rejected"), "rejected {}"),
+             (intake.get("released"), "released {} waiting"),
+             (launch.get("bundles_launched"), "launched {} task(s)"),
+             (sum((launch.get("failures") or {}).values()), "{} launch failure(s)"),
+             (decision.get("recovered_recordings"), "took over {} recording(s)"),
+             (reconcile.get("stopped_found"), "found {} stopped task(s)"),
+             (len(reconcile.get("timed_out") or ()), "{} job(s) timed out"),
+             (len(reconcile.get("released") or ()), "released {} held"),
+             (len(reconcile.get("outcomes") or ()), "settled {} stop(s)")]
+    return ", ".join(form.format(n) for n, form in facts if n) or "nothing to do"
+
+
+def stop_said(outcome: Mapping[str, Any]) -> str:
+    """What the task-event handler did with one task's stop, in a few words."""
+    task = str(outcome.get("task_arn") or "?").rsplit("/", 1)[-1]
+    counts = [(len(outcome.get("succeeded") or ()), "{} succeeded"),
+              (len(outcome.get("rerun") or ()), "{} to rerun"),
+              (len(outcome.get("failed") or ()), "{} failed"),
+              (outcome.get("relaunched"), "relaunched")]
+    said = [form.format(n) for n, form in counts if n]
+    reason = outcome.get("reason")
+    return f"task {task} stopped: {outcome.get('result')}" + (
+        f" ({', '.join(said)})" if said else "") + (f": {reason}" if reason else "")
+
+
+class ReadableRecords(logging.Formatter):
+    """The dispatcher's own records, for a person: ``HH:MM:SS LEVEL longjobs: what it did``, as
+    the tasks' lines are shown (their JSON keeps every field: ``--verbose``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        at = time.strftime("%H:%M:%S", time.localtime(record.created))
+        message, data = record.getMessage(), record.__dict__
+        if message in ("tick", "tick skipped"):
+            text = f"{message}: {tick_said(data)}"
+        elif message == "task stopped":
+            text = stop_said(data)
+        else:
+            extra = [f"{key}: {data[key]}" for key in ("reason", "error") if data.get(key)]
+            text = message + (f" ({'; '.join(extra)})" if extra else "")
+        out = f"{at} {record.levelname:<7} longjobs: {text}"
+        return out + (f"\n{self.formatException(record.exc_info)}" if record.exc_info else "")

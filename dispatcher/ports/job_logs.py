@@ -96,20 +96,28 @@ def parse_line(text: str, key: str, at: float | None = None) -> LogLine | None:
     if not isinstance(data, dict) or not isinstance(data.get("job_id"), str):
         return None
     attempt = data.get("job_attempt")
-    message = data.get("message")
-    if isinstance(message, str) and isinstance(data.get("state"), str):
-        # The runner's "job finished": its state, and an error's type and redacted message.
-        error = f", {data.get('error_type')}: {data.get('error')}" if data.get("error_type") \
-            else ""
-        message = f"{message} ({data['state']}{error})"
+    message = said(data)
     return LogLine(
         key=key, at=at if at is not None else _time(data.get("timestamp")),
         job_id=data["job_id"], attempt=attempt if isinstance(attempt, int) else None,
         level=str(data.get("level") or "INFO"),
         logger=str(data.get("logger") or data.get("service") or ""),
-        message=message if isinstance(message, str) else json.dumps(message),
+        message=message,
         exception=data.get("exception") if isinstance(data.get("exception"), str) else None,
         task_arn=data.get("task_arn") if isinstance(data.get("task_arn"), str) else None)
+
+
+def said(data: dict[str, Any]) -> str:
+    """What a runner's JSON line says: its message, and for the runner's "job finished" the
+    job's state, with an error's type and redacted message."""
+    message = data.get("message")
+    if not isinstance(message, str):
+        return json.dumps(message)
+    if isinstance(data.get("state"), str):
+        error = f", {data.get('error_type')}: {data.get('error')}" if data.get("error_type") \
+            else ""
+        return f"{message} ({data['state']}{error})"
+    return message
 
 
 def _time(value: Any) -> float:

@@ -7,7 +7,8 @@ import json
 import logging
 from pathlib import Path
 
-from dispatcher.local.output import Follower, QuietTicks, render
+from dispatcher.local.output import Follower, QuietTicks, ReadableRecords, render, tick_said
+from dispatcher.stages.rerun import StopOutcome, StopResult
 from dispatcher.stages.tick import TickReport
 from tests.helpers import wait_for
 
@@ -53,3 +54,35 @@ def test_the_follower_echoes_each_complete_line_once_rendered(tmp_path: Path) ->
                      "bare text\n", "partial line\n"]
     assert render('{"level":"INFO","message":"tick","service":"longjobs"}') == \
         " INFO    longjobs: tick"
+
+
+def test_the_dispatchers_own_records_read_as_what_they_did() -> None:
+    """Without --verbose, a tick's decision record and a task's stop are one line each that
+    say what happened, as the tasks' lines are shown, not the JSON the Lambda logs."""
+    busy = TickReport(tick_id="b")
+    busy.intake.admitted, busy.intake.rejected = 5, 1
+    busy.launch.bundles_launched = 2
+    line = ReadableRecords().format(tick_record(busy))
+    assert line.endswith(" INFO    longjobs: tick: admitted 5, rejected 1, launched 2 task(s)")
+    assert tick_said(TickReport(tick_id="a").as_dict()) == "nothing to do"
+    stop = StopOutcome(StopResult.FINISHED, "arn:aws:ecs:r:1:task/c/abc123", bundle_id="b1",
+                       succeeded=["j1", "j2"], failed=["j3"])
+    record = logging.LogRecord("dispatcher.handlers", logging.INFO, "", 0, "task stopped",
+                               None, None)
+    record.__dict__.update(stop.as_dict())
+    assert ReadableRecords().format(record).endswith(
+        " longjobs: task abc123 stopped: finished (2 succeeded, 1 failed)")
+    warning = logging.LogRecord("dispatcher.stages.launch", logging.WARNING, "", 0,
+                                "launch failed", None, None)
+    warning.__dict__["reason"] = "no subnets"
+    assert ReadableRecords().format(warning).endswith(
+        " WARNING longjobs: launch failed (reason: no subnets)")
+
+
+def test_a_finished_jobs_line_says_how_it_ended() -> None:
+    line = json.dumps({"level": "WARNING", "message": "job finished", "job_id": "j1",
+                       "job_attempt": 1, "logger": "longjobs-runner", "state": "FAILED",
+                       "error_type": "UnknownKind", "error": "nosuchkind",
+                       "timestamp": "2026-12-01 10:00:01,000+0000"})
+    assert render(line) == ("10:00:01 WARNING [job j1 #1] longjobs-runner: job finished "
+                            "(FAILED, UnknownKind: nosuchkind)")
