@@ -53,8 +53,8 @@ class AlreadyActed(LongjobsError):
 class MarkNotKept(LongjobsError):
     """A resumed bulk operator action cannot tell whether it acted on the job: the job keeps
     the marks of only its latest bulk actions (``dispatcher.domain.sizes.MAX_BULK_MARKS``),
-    and it has had that many others since, or before, so this action's mark may have been
-    let go. Refused rather than risk acting twice; a single action on the job still works."""
+    it holds that many and not this action's, which may have been let go. Refused rather than
+    risk acting twice; a single action on the job still works."""
 
 
 class JobNotFound(LongjobsError):
