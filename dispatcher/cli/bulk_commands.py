@@ -61,7 +61,7 @@ def bulk(verb: str, *, status: str | None, kind: str | None, since_seconds: floa
     typer.echo(f"{verb} {matched} job(s) as {bid}; if interrupted, run the same command with "
                f"--bulk-id {bid}", err=True)
     report = guarded(lambda: action.run(f, bulk_id=bid, reason=reason,
-                                        from_scratch=from_scratch))
+                                        from_scratch=from_scratch, resume=bulk_id is not None))
     if as_json:
         print_json(report.to_json())
         return

@@ -50,6 +50,13 @@ class AlreadyActed(LongjobsError):
     resumed run skips the job instead of acting twice)."""
 
 
+class MarkNotKept(LongjobsError):
+    """A resumed bulk operator action cannot tell whether it acted on the job: the job keeps
+    the marks of only its latest bulk actions (``dispatcher.domain.sizes.MAX_BULK_MARKS``),
+    it holds that many and not this action's, which may have been let go. Refused rather than
+    risk acting twice; a single action on the job still works."""
+
+
 class JobNotFound(LongjobsError):
     """No job with this id exists in the table."""
 

@@ -113,6 +113,9 @@ class Job:
     # How many jobs were linked as waiting for this one (its end releases them); written
     # only by those links, never by the job's own writes.
     waiters: int = 0
+    # The ids of the bulk operator actions that acted on it, oldest first, the latest
+    # sizes.MAX_BULK_MARKS of them (dispatcher.store.bulk_marks): a resumed action skips it.
+    bulk_ids: list[str] = field(default_factory=list)
 
     def scheduled(self, at: float) -> bool:
         """Waiting for its ``not_before`` (shown to operators as SCHEDULED)."""

@@ -48,15 +48,25 @@ MAX_REASON_BYTES = 2 * 1024  # 2,048
 MAX_HISTORY_BYTES = 16 * 1024  # 16,384
 HISTORY_ENTRIES = 12
 HISTORY_TEXT_BYTES = 512
+# The ids of the bulk actions that acted on the job (``bulk_ids``, the marks that let a resumed
+# action skip it: dispatcher.store.bulk_marks): the latest MAX_BULK_MARKS, each at most
+# MAX_BULK_ID_BYTES (a new action's id is 17 characters; an operator may name one), stored as
+# a list of strings (1 byte a value besides its characters, 3 the list, 8 its name): at most
+# 4,139 bytes.
+MAX_BULK_MARKS = 32
+MAX_BULK_ID_BYTES = 128
+MAX_BULK_MARKS_BYTES = len("bulk_ids") + 3 + MAX_BULK_MARKS * (MAX_BULK_ID_BYTES + 1)
 # Everything else on a job's item, generously: attribute names (~400 bytes), job id and kind
 # (128 each, the id twice: key and attribute), bundle id, message id (100), settled_by and
 # live_task (a task ARN each, ~350), the status keys, ISO times and about 15 numbers (at most 40
 # bytes each as DynamoDB stores them).
 OTHER_JOB_BYTES = 8 * 1024  # 8,192
-# 262,144 + 32,768 + 65,536 + 8,192 + 2,048 + 16,384 + 8,192 = 395,264 < 409,600: the largest
-# job item that can be written is 14 KB under the limit (tests/twins/test_sizes.py encodes it).
+# 262,144 + 32,768 + 65,536 + 8,192 + 2,048 + 16,384 + 4,139 + 8,192 = 399,403 < 409,600: the
+# largest job item that can be written is 10 KB under the limit (tests/twins/test_sizes.py
+# encodes it).
 JOB_ITEM_BUDGET = (MAX_PAYLOAD_BYTES + MAX_CHECKPOINT_BYTES + MAX_RESULT_BYTES + MAX_ERROR_BYTES
-                   + MAX_REASON_BYTES + MAX_HISTORY_BYTES + OTHER_JOB_BYTES)
+                   + MAX_REASON_BYTES + MAX_HISTORY_BYTES + MAX_BULK_MARKS_BYTES
+                   + OTHER_JOB_BYTES)
 
 # -- a REJECTED record --------------------------------------------------------------------------
 # The first 4 KiB of the message body and the reason (MAX_REASON_BYTES), clipped: a record of

@@ -11,9 +11,14 @@ by :meth:`OperatorStore.cancel` / :meth:`OperatorStore.retry`, as a single ``job
 would be. One page at a time, each call waiting for the one before, far below the table's
 limits; botocore and the store's own retry absorb throttling.
 
-Resumable: each action has an id (``bulk_id``), which every job it acts on keeps in its history
-(and ``reason``); a run given the same id skips the jobs that carry it (``AlreadyActed``), so a
-run interrupted anywhere and run again acts on every remaining job once and on none twice.
+Resumable: each action has an id (``bulk_id``), which every job it acts on keeps as its mark,
+in an attribute of its own written by the very write that acts (and in its ``reason`` and
+history, for the operator to read); a run given the same id skips the jobs that carry it
+(``AlreadyActed``), so a run interrupted anywhere and run again acts on every remaining job
+once and on none twice, however long the job ran since. A job keeps the marks of its latest
+bulk actions only (:mod:`dispatcher.store.bulk_marks`): a resumed run that cannot tell whether
+it acted on a job (one acted on by that many other bulk actions) refuses it, an error
+reported with the job's id, rather than act on it twice.
 A job that changed meanwhile (no longer in the state it was selected in, gone) is counted as
 an error and reported, not fatal; a table that does not answer stops the run (run it again).
 """
@@ -30,6 +35,7 @@ from typing import Any
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import JobState
 from dispatcher.store import OperatorStore
+from dispatcher.store.bulk_marks import check_bulk_id
 from dispatcher.store.codec import iso
 
 # The first few errors are kept whole in the report; the rest only counted.
@@ -118,8 +124,16 @@ class BulkAction:
         return self.store.count_jobs(state, **where)
 
     def run(self, f: BulkFilter, *, bulk_id: str | None = None, reason: str | None = None,
-            from_scratch: bool = False, dry_run: bool = False) -> BulkReport:
-        """Act on every selected job once (``bulk_id``: an earlier run's, to resume it)."""
+            from_scratch: bool = False, dry_run: bool = False,
+            resume: bool | None = None) -> BulkReport:
+        """Act on every selected job once (``bulk_id``: an earlier run's, to resume it).
+
+        ``resume``: whether ``bulk_id`` names an action begun before (by default, whether one
+        is given); False for a new action given a new id (the CLI names its id before it runs,
+        so that an interrupted run can be resumed), which cannot have acted on any job yet."""
+        if bulk_id is not None:
+            check_bulk_id(bulk_id)
+        resuming = bulk_id is not None if resume is None else resume
         state, where, since = self._query(f)
         report = BulkReport(bulk_id or new_bulk_id(), str(f.verb), f.describe(since),
                             self.store.count_jobs(state, **where), dry_run=dry_run)
@@ -130,10 +144,11 @@ class BulkAction:
             ids = [row.job_id or row.pk.split("#", 1)[1] for row in rows]
             if f.verb == BulkVerb.CANCEL:
                 outcomes = self.store.cancel_page(ids, reason=said, by=report.bulk_id,
-                                                  only=state)
+                                                  only=state, resume=resuming)
             else:
                 outcomes = self.store.retry_page(ids, from_scratch=from_scratch, reason=said,
-                                                 by=report.bulk_id, only=state)
+                                                 by=report.bulk_id, only=state,
+                                                 resume=resuming)
             for outcome in outcomes:
                 if outcome.done == "acted":
                     report.acted += 1

@@ -58,6 +58,9 @@ class Record:
     # job: how many jobs were linked to it as waiting for it to end (WAIT#<it>#<dependent>);
     # its end, seen in the table's stream with this set, releases them (stages/dependents.py)
     waiters: float | None = None
+    # job: the ids of the bulk actions that acted on it, oldest first, bounded
+    # (dispatcher.store.bulk_marks); read with the whole item, never from the index
+    bulk_ids: list[str] | None = None
     # bundle
     job_ids: list[str] | None = None
     attempt: float | None = None
@@ -108,7 +111,7 @@ ATTRIBUTES: frozenset[str] = frozenset(f.name for f in fields(Record))
 JSON_ATTRIBUTES = frozenset({"payload", "result", "error", "history", "checkpoint", "credit",
                              "container_env", "summary", "array_tally", "depends_on"})
 LIST_ATTRIBUTES = frozenset({"job_ids", "cancel_jobs", "running_jobs", "bundle_ids",
-                             "task_arns", "handed_jobs"})
+                             "task_arns", "handed_jobs", "bulk_ids"})
 NUMBER_ATTRIBUTES = frozenset(
     f.name for f in fields(Record) if f.type == "float | None")
 
@@ -116,7 +119,8 @@ NUMBER_ATTRIBUTES = frozenset(
 # readers filter on, show or decode, and not the large or unbounded attributes (a job's payload,
 # result, error, history, checkpoint; a REJECTED record's body; the tick's credit and summary;
 # a bundle's cancel requests, running jobs and handed jobs, whose count the hand-off reads
-# whole; an array's bookkeeping and a job's dependencies, read with the whole item) nor those
+# whole; an array's bookkeeping, a job's dependencies and its bulk actions' marks, read with
+# the whole item) nor those
 # no reader of the index reads (expires_at, reported_stop, a job's sequence) nor the
 # deployment record's (image, container_env, derived_from, version: that item has no
 # index key). A write that changes none of these nor a key writes nothing to the index (a
@@ -127,5 +131,5 @@ NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint"
                            "reported_stop", "image", "container_env", "derived_from",
                            "version", "sequence", "handed_jobs", "handed", "array_size",
                            "array_tolerated", "array_next", "array_tally", "array_parent",
-                           "array_index", "depends_on", "waiters"})
+                           "array_index", "depends_on", "waiters", "bulk_ids"})
 INDEX_ATTRIBUTES: tuple[str, ...] = tuple(sorted(ATTRIBUTES - NOT_PROJECTED - set(INDEX_KEYS)))

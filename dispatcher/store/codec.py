@@ -162,6 +162,7 @@ def job_record(job: Job) -> Record:
         priority=None if job.priority == Priority.NORMAL else str(job.priority),
         sequence=1,  # its creation is its first state change (base.job_state counts the rest)
         **_resources(job.resources), **_array(job), depends_on=job.depends_on or None,
+        bulk_ids=job.bulk_ids or None,
     )
 
 
@@ -201,6 +202,7 @@ def record_job(rec: Record) -> Job:
         array_tolerated=_int(rec.array_tolerated), array_parent=rec.array_parent,
         array_index=None if rec.array_index is None else int(rec.array_index),
         depends_on=rec.depends_on or None, waiters=_int(rec.waiters),
+        bulk_ids=list(rec.bulk_ids or []),
     )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from dispatcher.domain import lifecycle, sizes
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
-from dispatcher.domain.errors import AlreadyActed, ConflictError, LongjobsError
+from dispatcher.domain.errors import ConflictError, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.ports.table import (
     MAX_TRANSACTION_ITEMS,
@@ -22,6 +22,7 @@ from dispatcher.ports.table import (
     And,
     Append,
     Check,
+    Condition,
     Eq,
     In,
     Op,
@@ -30,24 +31,38 @@ from dispatcher.ports.table import (
     Set,
     Update,
 )
+from dispatcher.store import bulk_marks
 from dispatcher.store import codec as r
 from dispatcher.store.base import job_state, pack_groups, status
 from dispatcher.store.held import WAITING
 from dispatcher.store.runner import UPDATES_BYTES, fit_pages, page_expiry
 
 
-def check_mark(job: Job, by: str | None, only: JobState | None) -> None:
-    """AlreadyActed if the bulk action ``by`` has acted on ``job`` (its history's mark);
+def check_mark(job: Job, by: str | None, only: JobState | None, *,
+               resume: bool = False) -> None:
+    """AlreadyActed if the bulk action ``by`` has acted on ``job`` (its mark); MarkNotKept if
+    ``resume`` (a run of an action started before) cannot tell (:mod:`.bulk_marks`);
     ConflictError if the job is no longer in the state ``only`` it was selected in."""
-    if by and any(isinstance(h, dict) and h.get("by") == by for h in job.history):
-        raise AlreadyActed(f"already acted on by {by}", job_id=job.job_id)
+    if by:
+        bulk_marks.check(job, by, resume=resume)
     if only is not None and job.state != only:
         raise ConflictError(f"now {job.state}, no longer {only}", job_id=job.job_id)
 
 
-def check_cancel(job: Job, by: str | None, only: JobState | None) -> None:
+def marked(job: Job, by: str | None, actions: list[Action], cond: Condition
+           ) -> tuple[list[Action], Condition]:
+    """The acting write's ``actions`` and ``cond`` with bulk action ``by``'s mark added (and
+    its fence), in the same conditional write; unchanged for a single action (no ``by``)."""
+    if not by:
+        return actions, cond
+    mark, fence = bulk_marks.mark(job, by)
+    return [*actions, *mark], And(cond, fence)
+
+
+def check_cancel(job: Job, by: str | None, only: JobState | None, *,
+                 resume: bool = False) -> None:
     """Raises as :func:`check_mark` does, or if the job has finished: nothing to cancel."""
-    check_mark(job, by, only)
+    check_mark(job, by, only, resume=resume)
     if job.state in TERMINAL_JOB_STATES:
         raise LongjobsError(f"job is already {job.state}; nothing to cancel", job_id=job.job_id)
 
@@ -71,14 +86,16 @@ def cancel_ops(jobs: list[Job], bundle: Bundle | None, others: list[Job], *, t: 
     ops: list[Op] = []
     for job in jobs:
         lifecycle.check_job(job.job_id, job.state, JobState.CANCELLED)
-        # A bulk cancel's mark: a boundary entry, like a retry's (who acted, and why).
-        mark = [Set("history", sizes.bound_history([*job.history, {
+        # A bulk cancel's entry in the history: a boundary, like a retry's (who acted, and
+        # why), for the operator to read; the mark a resume reads is bulk_marks'.
+        said = [Set("history", sizes.bound_history([*job.history, {
             "cancelled_at": t, "by": by, "reason": reason}]))] if by else []
-        ops.append(Update(r.job_key(job.job_id), [
+        actions, cond = marked(job, by, [
             *job_state(job.job_id, JobState.CANCELLED, t),
             Set("reason", "cancelled on request before it started"
-                + (f": {reason}" if reason else "")), *mark, *expires],
-            Eq("state", str(JobState.PENDING))))
+                + (f": {reason}" if reason else "")), *said, *expires],
+            Eq("state", str(JobState.PENDING)))
+        ops.append(Update(r.job_key(job.job_id), actions, cond))
     if bundle is None:
         return ops, []
     cond = And(Eq("state", str(BundleState.PENDING)), Eq("attempt", bundle.attempt))
@@ -114,8 +131,9 @@ def request_op(bundle_id: str, requested: list[str], job_ids: list[str]
                   In("state", [str(s) for s in ACTIVE_BUNDLE_STATES])), refused
 
 
-def check_retry(job: Job, by: str | None, only: JobState | None) -> None:
-    check_mark(job, by, only)
+def check_retry(job: Job, by: str | None, only: JobState | None, *,
+                resume: bool = False) -> None:
+    check_mark(job, by, only, resume=resume)
     if job.state not in (JobState.FAILED, JobState.CANCELLED):
         raise LongjobsError(f"only FAILED or CANCELLED jobs can be retried, not {job.state}",
                             job_id=job.job_id)
@@ -140,23 +158,22 @@ def retry_ops(job: Job, bundle_id: str, *, t: float, from_scratch: bool = False,
                     priority=job.priority, resources=job.resources, kind=job.kind, slots=1)
     waits = f"{WAITING}{job.live_task} is known stopped (a run of this job may still " \
         "be alive there)" if job.live_task else ""
-    return [
-        Put(r.bundle_record(bundle), Absent()),
-        Update(r.job_key(job.job_id), [
-            *job_state(job.job_id, JobState.PENDING, t),
-            Set("attempts", 0), Set("infra_attempts", 0), Set("bundle_id", bundle.bundle_id),
-            Set("reason", f"retried on request after {job.state}"
-                + (" from scratch" if from_scratch else "")
-                + (f": {reason}" if reason else "") + waits),
-            # The retry's boundary in the attempt history: attempts count from 1 again.
-            Set("history", sizes.bound_history([*job.history, {
-                "retried_at": t, "after": str(job.state), "from_scratch": from_scratch,
-                **({"by": by, "reason": reason} if by else {})}])),
-            # A retry waits for no dependency: they decided (or the operator decided for
-            # them) when the job ended; it runs now.
-            Remove("expires_at"), Remove("depends_on"),
-            *([Remove("checkpoint")] if from_scratch else [])],
-            Eq("state", str(job.state)))]
+    actions, cond = marked(job, by, [
+        *job_state(job.job_id, JobState.PENDING, t),
+        Set("attempts", 0), Set("infra_attempts", 0), Set("bundle_id", bundle.bundle_id),
+        Set("reason", f"retried on request after {job.state}"
+            + (" from scratch" if from_scratch else "")
+            + (f": {reason}" if reason else "") + waits),
+        # The retry's boundary in the attempt history: attempts count from 1 again.
+        Set("history", sizes.bound_history([*job.history, {
+            "retried_at": t, "after": str(job.state), "from_scratch": from_scratch,
+            **({"by": by, "reason": reason} if by else {})}])),
+        # A retry waits for no dependency: they decided (or the operator decided for
+        # them) when the job ended; it runs now.
+        Remove("expires_at"), Remove("depends_on"),
+        *([Remove("checkpoint")] if from_scratch else [])],
+        Eq("state", str(job.state)))
+    return [Put(r.bundle_record(bundle), Absent()), Update(r.job_key(job.job_id), actions, cond)]
 
 
 @dataclass

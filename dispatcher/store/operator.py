@@ -66,20 +66,22 @@ class OperatorStore(Deployments):
         return job
 
     def cancel(self, job_id: str, *, reason: str | None = None, by: str | None = None,
-               only: JobState | None = None) -> Job:
+               only: JobState | None = None, resume: bool = False) -> Job:
         """Cancel now if not started, else request it from the job's running task.
 
         ``reason``: the operator's words, kept in the job's reason. ``by``: the bulk action
-        doing this (``dispatcher.ops.bulk``); a job cancelled at once keeps it in its history,
-        and a job that already has it raises AlreadyActed (a resumed run acts once). A cancel
-        *request* leaves the job to its task's runner (it alone writes the job then): it is
-        done once anyway, as a repeated request finds itself standing. ``only``: act only on
-        a job still in this state (a bulk action's filter), else ConflictError."""
+        doing this (``dispatcher.ops.bulk``); a job cancelled at once keeps its id among its
+        marks (:mod:`dispatcher.store.bulk_marks`), and a job that already has it raises
+        AlreadyActed (a resumed run acts once); ``resume``: ``by`` is a resumed action, which
+        refuses a job it cannot tell it acted on (MarkNotKept). A cancel *request* leaves the
+        job to its task's runner (it alone writes the job then): it is done once anyway, as a
+        repeated request finds itself standing. ``only``: act only on a job still in this
+        state (a bulk action's filter), else ConflictError."""
         for _ in range(TRIES):
             job = self._job(job_id)
             if job.array_size is not None:  # its children are what runs
                 return array_ops.cancel_array(self, job, reason)
-            job_ops.check_cancel(job, by, only)
+            job_ops.check_cancel(job, by, only, resume=resume)
             bundle = self.get_bundle(job.bundle_id) if job.bundle_id else None
             try:
                 if job_ops.cancels_now(job, bundle):
@@ -116,19 +118,20 @@ class OperatorStore(Deployments):
             self._write(op, "bundle changed", job_id=job.job_id)
 
     def retry(self, job_id: str, *, from_scratch: bool = False, reason: str | None = None,
-              by: str | None = None, only: JobState | None = None) -> Job:
+              by: str | None = None, only: JobState | None = None,
+              resume: bool = False) -> Job:
         """FAILED or CANCELLED -> PENDING with a fresh budget, in a new bundle (held while a
         run of the job may still be alive: ``Job.live_task``).
 
         The rerun resumes from the job's last checkpoint (the handler sees it as
         ``ctx.last_checkpoint``), as a rerun after a crash does; ``from_scratch`` drops it.
         ``reason`` and ``by`` (a bulk action) as for :meth:`cancel`: kept in the job's reason
-        and in its history's retry boundary; a job already marked by ``by`` raises
-        AlreadyActed; ``only`` as for :meth:`cancel`."""
+        and in its history's retry boundary, ``by`` among its marks too; a job already marked
+        by ``by`` raises AlreadyActed; ``only`` and ``resume`` as for :meth:`cancel`."""
         job = self._job(job_id)
         if job.array_size is not None:  # its failed children are retried
             return array_ops.retry_array(self, job, from_scratch=from_scratch, reason=reason)
-        job_ops.check_retry(job, by, only)
+        job_ops.check_retry(job, by, only, resume=resume)
         self._transact(job_ops.retry_ops(job, new_id(), t=self.clock(),
                                          from_scratch=from_scratch, reason=reason, by=by),
                        "job changed while retrying; try again", job_id=job_id)
@@ -136,7 +139,8 @@ class OperatorStore(Deployments):
 
     # -- a page of a bulk action: few calls for many jobs ------------------------------------
     def cancel_page(self, job_ids: list[str], *, reason: str | None = None,
-                    by: str | None = None, only: JobState | None = None) -> list[PageOutcome]:
+                    by: str | None = None, only: JobState | None = None,
+                    resume: bool = False) -> list[PageOutcome]:
         """:meth:`cancel` of each of ``job_ids`` (a page of a bulk action, ``by``), in few
         calls: the jobs, their bundles and the bundles' other jobs read at once (BatchGetItem,
         100 keys a call), the cancels grouped into transactions (:func:`job_ops.pack`) with
@@ -161,7 +165,7 @@ class OperatorStore(Deployments):
         for job in jobs.values():
             bundle = bundles.get(job.bundle_id or "")
             try:
-                job_ops.check_cancel(job, by, only)
+                job_ops.check_cancel(job, by, only, resume=resume)
                 if job_ops.cancels_now(job, bundle):
                     now.setdefault(bundle.bundle_id if bundle else "#" + job.job_id,
                                    []).append(job)
@@ -214,12 +218,12 @@ class OperatorStore(Deployments):
                 alone += [j for j in ids if j not in over]  # the bundle moved on: look again
         for job_id in alone:
             out[job_id] = self._alone(job_id, lambda j: self.cancel(
-                j, reason=reason, by=by, only=only), cancel=True)
+                j, reason=reason, by=by, only=only, resume=resume), cancel=True)
         return [out[j] for j in dict.fromkeys(job_ids)]
 
     def retry_page(self, job_ids: list[str], *, from_scratch: bool = False,
                    reason: str | None = None, by: str | None = None,
-                   only: JobState | None = None) -> list[PageOutcome]:
+                   only: JobState | None = None, resume: bool = False) -> list[PageOutcome]:
         """:meth:`retry` of each of ``job_ids`` in few calls, as :meth:`cancel_page`: the
         jobs read at once, each job's retry (its new bundle and its own write, one unit)
         grouped into transactions; a job refused is left out and done on its own."""
@@ -229,7 +233,7 @@ class OperatorStore(Deployments):
         units: list[job_ops.Unit] = []
         for job in jobs.values():
             try:
-                job_ops.check_retry(job, by, only)
+                job_ops.check_retry(job, by, only, resume=resume)
                 units.append(job_ops.Unit([job.job_id], job_ops.retry_ops(
                     job, new_id(), t=t, from_scratch=from_scratch, reason=reason, by=by), []))
             except AlreadyActed:
@@ -240,7 +244,7 @@ class OperatorStore(Deployments):
         out.update({j: PageOutcome(j, "acted") for j in done})
         for job_id in [*refused, *(j for j in job_ids if j not in jobs)]:
             out[job_id] = self._alone(job_id, lambda j: self.retry(
-                j, from_scratch=from_scratch, reason=reason, by=by, only=only))
+                j, from_scratch=from_scratch, reason=reason, by=by, only=only, resume=resume))
         return [out[j] for j in dict.fromkeys(job_ids)]
 
     def _commit_units(self, units: list[job_ops.Unit]) -> tuple[set[str], list[str]]:

@@ -63,6 +63,7 @@ def test_a_bulk_cancel_and_retry_by_filter_through_the_cli(aws: Aws) -> None:
     assert states(store, report + old) == {"PENDING": 80}
     job = store.get_job(resize[0])
     assert job is not None and job.history[-1]["by"] == out["bulk_id"]
+    assert job.bulk_ids == [out["bulk_id"]]  # the mark a resume reads, on the job's item
     assert job.reason is not None and "bad input" in job.reason
 
     again = runner.invoke(app, ["jobs", "retry", "--status", "FAILED", "--yes",

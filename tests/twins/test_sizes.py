@@ -9,6 +9,7 @@ table twin refuses it alike, so these run in-process on the twins.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -230,7 +231,8 @@ def _worst_case_job() -> Record:
               history=sizes.bound_history(history),
               checkpoint=blob("c", sizes.MAX_CHECKPOINT_BYTES), priority=Priority.HIGH,
               not_before=1.7e9 / 9, resources=Resources(cpu=16384, memory=122880,
-                                                         ephemeral_storage=200))
+                                                         ephemeral_storage=200),
+              bulk_ids=["\u00e9" * (sizes.MAX_BULK_ID_BYTES // 2)] * sizes.MAX_BULK_MARKS)
     rec = r.job_record(job)
     rec.settled_by, rec.expires_at, rec.updated_at = arn, 1.7e9 / 11, 1.7e9 / 13
     return rec
@@ -242,8 +244,10 @@ def test_the_largest_job_item_fits_dynamodbs_item_limit() -> None:
     assert sizes.json_bytes(rec.error) <= sizes.MAX_ERROR_BYTES
     assert sizes.json_bytes(rec.history) <= sizes.MAX_HISTORY_BYTES
     assert len((rec.reason or "").encode()) <= sizes.MAX_REASON_BYTES
+    marks = _item_bytes(rec) - _item_bytes(replace(rec, bulk_ids=None))
+    assert marks <= sizes.MAX_BULK_MARKS_BYTES
     others = _item_bytes(rec) - sum(sizes.json_bytes(getattr(rec, a)) for a in (
-        "payload", "checkpoint", "result", "error", "history")) - len(rec.reason or "")
+        "payload", "checkpoint", "result", "error", "history")) - len(rec.reason or "") - marks
     assert others <= sizes.OTHER_JOB_BYTES
     assert _item_bytes(rec) <= sizes.JOB_ITEM_BUDGET < MAX_ITEM_BYTES
     MemoryTable().write(Put(rec))  # the twin, which refuses what DynamoDB refuses, takes it
