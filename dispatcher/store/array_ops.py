@@ -21,8 +21,19 @@ from dispatcher.domain import arrays
 from dispatcher.domain.arrays import Tally
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
-from dispatcher.ports.table import Action, Eq, Op, Put, Record, Remove, Set, Table, Update
+from dispatcher.ports.table import (
+    Action,
+    Eq,
+    Op,
+    Put,
+    Record,
+    Remove,
+    Set,
+    Table,
+    Update,
+)
 from dispatcher.store import codec as r
+from dispatcher.store import job_ops
 from dispatcher.store.array_jobs import CHILD_PAGE
 from dispatcher.store.base import job_state
 from dispatcher.store.values import PageOutcome
@@ -42,7 +53,8 @@ class JobActions(Protocol):
                     by: str | None = None, only: JobState | None = None) -> list[PageOutcome]: ...
     def retry_page(self, job_ids: list[str], *, from_scratch: bool = False,
                    reason: str | None = None, by: str | None = None,
-                   only: JobState | None = None) -> list[PageOutcome]: ...
+                   only: JobState | None = None, resume: bool = False,
+                   by_their_array: bool = False) -> list[PageOutcome]: ...
 
 # A cancel reads the recorded count again at most this often, for children a tick recorded
 # while it cancelled (a tick records children only while it runs: one more look suffices
@@ -50,16 +62,20 @@ class JobActions(Protocol):
 CANCEL_ROUNDS = 5
 
 
-def cancel_array(store: JobActions, parent: Job, reason: str | None) -> Job:
+def cancel_array(store: JobActions, parent: Job, reason: str | None,
+                 by: str | None = None) -> Job:
+    """``by``: the bulk action cancelling it; its mark goes on the parent, in the write that
+    cancels it (a resume then skips the whole array)."""
     if parent.state in TERMINAL_JOB_STATES:
         raise LongjobsError(f"array job is already {parent.state}; nothing to cancel",
                             job_id=parent.job_id)
     t = store.clock()
-    store._transact([Update(r.job_key(parent.job_id), [
+    actions, cond = job_ops.marked(parent, by, [
         *job_state(parent.job_id, JobState.CANCELLED, t),
         Set("reason", f"cancelled by an operator{': ' + reason if reason else ''}"),
-        *store._expires(t)], Eq("state", str(parent.state)))],
-        "the array job changed while cancelling; try again", job_id=parent.job_id)
+        *store._expires(t)], Eq("state", str(parent.state)))
+    store._transact([Update(r.job_key(parent.job_id), actions, cond)],
+                    "the array job changed while cancelling; try again", job_id=parent.job_id)
     done = 0
     for _ in range(CANCEL_ROUNDS):
         recorded = _recorded(store, parent.job_id)
@@ -77,7 +93,9 @@ def cancel_array(store: JobActions, parent: Job, reason: str | None) -> Job:
 
 
 def retry_array(store: JobActions, parent: Job, *, from_scratch: bool,
-                reason: str | None) -> Job:
+                reason: str | None, by: str | None = None) -> Job:
+    """``by``: the bulk action retrying it; its mark goes on the parent, in the write that
+    decides it again (a resume then skips the whole array)."""
     if parent.state not in (JobState.FAILED, JobState.CANCELLED):
         raise LongjobsError(f"only a FAILED or CANCELLED array job can be retried, not "
                             f"{parent.state}", job_id=parent.job_id)
@@ -88,19 +106,20 @@ def retry_array(store: JobActions, parent: Job, *, from_scratch: bool,
         ended = [j.job_id for j in store.get_jobs(ids)
                  if j.state in (JobState.FAILED, JobState.CANCELLED)]
         if ended:
-            store.retry_page(ended, from_scratch=from_scratch, reason=reason)
+            store.retry_page(ended, from_scratch=from_scratch, reason=reason,
+                             by_their_array=True)
     t = store.clock()
     marker = Record(r.array_key(parent.job_id), status_key=r.OPEN_ARRAYS, status_at=r.iso(t),
                     job_id=parent.job_id, priority=str(parent.priority), created_at=t)
     tally = Tally(recorded=recorded)  # read again from child 0 by the next tick
     target = arrays.aggregate(int(parent.array_size or 0), parent.array_tolerated, tally)
-    store._transact([
-        Update(r.job_key(parent.job_id), [
-            *job_state(parent.job_id, target, t), Set("array_tally", tally.as_json()),
-            Set("reason", f"retried by an operator{': ' + reason if reason else ''}"),
-            Remove("expires_at")],  # undecided again: its end's TTL no longer applies
-            Eq("state", str(parent.state))),
-        Put(marker)], "the array job changed while retrying; try again", job_id=parent.job_id)
+    actions, cond = job_ops.marked(parent, by, [
+        *job_state(parent.job_id, target, t), Set("array_tally", tally.as_json()),
+        Set("reason", f"retried by an operator{': ' + reason if reason else ''}"),
+        Remove("expires_at")],  # undecided again: its end's TTL no longer applies
+        Eq("state", str(parent.state)))
+    store._transact([Update(r.job_key(parent.job_id), actions, cond), Put(marker)],
+                    "the array job changed while retrying; try again", job_id=parent.job_id)
     return store._job(parent.job_id)
 
 

@@ -132,8 +132,18 @@ def request_op(bundle_id: str, requested: list[str], job_ids: list[str]
 
 
 def check_retry(job: Job, by: str | None, only: JobState | None, *,
-                resume: bool = False) -> None:
+                resume: bool = False, by_its_array: bool = False) -> None:
+    """Raises as :func:`check_mark` does, or if the job cannot be retried: it has not ended
+    FAILED or CANCELLED, or it is an array's child and not retried by its array's retry. A
+    child retried alone would run again under a parent that has decided (or counted it
+    already), so the parent would not say how its children ended; its array's retry
+    retries every failed child and decides the parent again."""
     check_mark(job, by, only, resume=resume)
+    if job.array_parent is not None and not by_its_array:
+        raise LongjobsError(f"a child of the array job {job.array_parent}: retry the array "
+                            f"(`longjobs jobs retry {job.array_parent}`), which retries its "
+                            "FAILED and CANCELLED children and decides it again",
+                            job_id=job.job_id)
     if job.state not in (JobState.FAILED, JobState.CANCELLED):
         raise LongjobsError(f"only FAILED or CANCELLED jobs can be retried, not {job.state}",
                             job_id=job.job_id)

@@ -80,7 +80,8 @@ class OperatorStore(Deployments):
         for _ in range(TRIES):
             job = self._job(job_id)
             if job.array_size is not None:  # its children are what runs
-                return array_ops.cancel_array(self, job, reason)
+                job_ops.check_mark(job, by, only, resume=resume)
+                return array_ops.cancel_array(self, job, reason, by=by)
             job_ops.check_cancel(job, by, only, resume=resume)
             bundle = self.get_bundle(job.bundle_id) if job.bundle_id else None
             try:
@@ -119,7 +120,7 @@ class OperatorStore(Deployments):
 
     def retry(self, job_id: str, *, from_scratch: bool = False, reason: str | None = None,
               by: str | None = None, only: JobState | None = None,
-              resume: bool = False) -> Job:
+              resume: bool = False, by_its_array: bool = False) -> Job:
         """FAILED or CANCELLED -> PENDING with a fresh budget, in a new bundle (held while a
         run of the job may still be alive: ``Job.live_task``).
 
@@ -127,11 +128,14 @@ class OperatorStore(Deployments):
         ``ctx.last_checkpoint``), as a rerun after a crash does; ``from_scratch`` drops it.
         ``reason`` and ``by`` (a bulk action) as for :meth:`cancel`: kept in the job's reason
         and in its history's retry boundary, ``by`` among its marks too; a job already marked
-        by ``by`` raises AlreadyActed; ``only`` and ``resume`` as for :meth:`cancel`."""
+        by ``by`` raises AlreadyActed; ``only`` and ``resume`` as for :meth:`cancel`. An
+        array's child is retried only by its array's retry (``by_its_array``)."""
         job = self._job(job_id)
         if job.array_size is not None:  # its failed children are retried
-            return array_ops.retry_array(self, job, from_scratch=from_scratch, reason=reason)
-        job_ops.check_retry(job, by, only, resume=resume)
+            job_ops.check_mark(job, by, only, resume=resume)
+            return array_ops.retry_array(self, job, from_scratch=from_scratch, reason=reason,
+                                         by=by)
+        job_ops.check_retry(job, by, only, resume=resume, by_its_array=by_its_array)
         self._transact(job_ops.retry_ops(job, new_id(), t=self.clock(),
                                          from_scratch=from_scratch, reason=reason, by=by),
                        "job changed while retrying; try again", job_id=job_id)
@@ -163,6 +167,9 @@ class OperatorStore(Deployments):
         asks: dict[str, list[str]] = {}
         alone: list[str] = [j for j in job_ids if j not in jobs]  # cancel() says why
         for job in jobs.values():
+            if job.array_size is not None:  # an array's cancel acts on its children
+                alone.append(job.job_id)
+                continue
             bundle = bundles.get(job.bundle_id or "")
             try:
                 job_ops.check_cancel(job, by, only, resume=resume)
@@ -223,17 +230,24 @@ class OperatorStore(Deployments):
 
     def retry_page(self, job_ids: list[str], *, from_scratch: bool = False,
                    reason: str | None = None, by: str | None = None,
-                   only: JobState | None = None, resume: bool = False) -> list[PageOutcome]:
+                   only: JobState | None = None, resume: bool = False,
+                   by_their_array: bool = False) -> list[PageOutcome]:
         """:meth:`retry` of each of ``job_ids`` in few calls, as :meth:`cancel_page`: the
         jobs read at once, each job's retry (its new bundle and its own write, one unit)
-        grouped into transactions; a job refused is left out and done on its own."""
+        grouped into transactions; a job refused is left out and done on its own; an array
+        job is done on its own (its retry acts on its children). ``by_their_array``: the
+        jobs are children retried by their array's retry (:func:`array_ops.retry_array`)."""
         t = self.clock()
         jobs = {j.job_id: j for j in self.get_jobs(job_ids)}
         out: dict[str, PageOutcome] = {}
         units: list[job_ops.Unit] = []
+        arrays_alone: list[str] = []
         for job in jobs.values():
+            if job.array_size is not None:
+                arrays_alone.append(job.job_id)
+                continue
             try:
-                job_ops.check_retry(job, by, only, resume=resume)
+                job_ops.check_retry(job, by, only, resume=resume, by_its_array=by_their_array)
                 units.append(job_ops.Unit([job.job_id], job_ops.retry_ops(
                     job, new_id(), t=t, from_scratch=from_scratch, reason=reason, by=by), []))
             except AlreadyActed:
@@ -242,9 +256,10 @@ class OperatorStore(Deployments):
                 out[job.job_id] = PageOutcome(job.job_id, "error", exc)
         done, refused = self._commit_units(units)
         out.update({j: PageOutcome(j, "acted") for j in done})
-        for job_id in [*refused, *(j for j in job_ids if j not in jobs)]:
+        for job_id in [*refused, *arrays_alone, *(j for j in job_ids if j not in jobs)]:
             out[job_id] = self._alone(job_id, lambda j: self.retry(
-                j, from_scratch=from_scratch, reason=reason, by=by, only=only, resume=resume))
+                j, from_scratch=from_scratch, reason=reason, by=by, only=only, resume=resume,
+                by_its_array=by_their_array))
         return [out[j] for j in dict.fromkeys(job_ids)]
 
     def _commit_units(self, units: list[job_ops.Unit]) -> tuple[set[str], list[str]]:
