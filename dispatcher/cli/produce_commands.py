@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Annotated
 
 import typer
@@ -18,7 +19,9 @@ from dispatcher.domain.errors import InvalidMessage, LongjobsError
 def submit(
     kind: Annotated[str, typer.Argument(help="Job kind: selects the handler (LONGJOBS_HANDLERS "
                                         "kind=module:function in the worker).")],
-    payload: Annotated[str, typer.Option(help="Payload as a JSON object.")] = "{}",
+    payload: Annotated[str, typer.Option(
+        help="Payload as a JSON object; @FILE reads it from FILE, - from stdin (a payload "
+        "too long for a command line).")] = "{}",
     job_id: Annotated[str | None, typer.Option(help="Idempotency key (default: random).")] = None,
     estimated_seconds: Annotated[float | None, typer.Option(
         help="Expected run time: a job under LONGJOBS_SMALL_JOB_SECONDS shares a task with "
@@ -61,8 +64,9 @@ def submit(
     from dispatcher.ops.client import JobClient
 
     def run() -> str:
+        text = payload_text(payload)
         try:
-            data = json.loads(payload)
+            data = json.loads(text)
         except ValueError as exc:
             raise LongjobsError(f"--payload is not JSON: {exc}; quote it for the shell, e.g. "
                                 f"--payload '{{\"day\": \"2026-11-30\"}}'") from None
@@ -86,6 +90,23 @@ def submit(
         print_json({"job_id": sent, "kind": kind})
     else:
         typer.echo(sent)
+
+
+def payload_text(value: str) -> str:
+    """--payload as given, or read from a file (``@FILE``) or stdin (``-``), as curl takes
+    ``-d @FILE``: a payload of up to 256 KiB does not fit a command line (its arguments stop
+    at ~128 KiB each on Linux)."""
+    if value == "-":
+        return sys.stdin.read()
+    if value.startswith("@"):
+        path = value[1:]
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise LongjobsError(f"--payload {value}: cannot read {path!r}: "
+                                f"{getattr(exc, 'strerror', None) or exc}") from None
+    return value
 
 
 def _count(value: str) -> int | str:

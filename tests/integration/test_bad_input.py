@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import boto3
 import pytest
 from typer.testing import CliRunner
 
@@ -42,3 +46,26 @@ def test_submit_rejects_a_bad_job_before_sending(aws: Aws) -> None:
     assert result.exit_code == 2 and "payload too large" in result.output
     result = CliRunner().invoke(app, ["submit", "k", "--job-id", "has space"])
     assert result.exit_code == 2 and "job_id" in result.output
+
+
+def test_submit_reads_a_payload_too_long_for_a_command_line_from_a_file_or_stdin(
+        aws: Aws, tmp_path: Path) -> None:
+    """`--payload @FILE` and `--payload -`: a payload of up to 256 KiB does not fit one
+    command-line argument (~128 KiB on Linux); too large or unreadable, a one-line error."""
+    body = json.dumps({"rows": ["r" * 100] * 1500})  # ~150 KB: too long for argv, under 256 KiB
+    path = tmp_path / "payload.json"
+    path.write_text(body)
+    sent = CliRunner().invoke(app, ["submit", "k", "--payload", f"@{path}", "--json"])
+    assert sent.exit_code == 0, sent.output
+    piped = CliRunner().invoke(app, ["submit", "k", "--payload", "-", "--json"], input=body)
+    assert piped.exit_code == 0, piped.output
+    sqs = boto3.client("sqs", endpoint_url=aws.moto.url, region_name="us-east-1")
+    got = sqs.receive_message(QueueUrl=aws.env["LONGJOBS_QUEUE_URL"],
+                              MaxNumberOfMessages=10)["Messages"]
+    assert [len(json.loads(m["Body"])["payload"]["rows"]) for m in got] == [1500, 1500]
+    path.write_text('{"x": "' + "y" * 300_000 + '"}')
+    big = CliRunner().invoke(app, ["submit", "k", "--payload", f"@{path}"])
+    assert big.exit_code == 2 and "payload too large" in big.output
+    missing = CliRunner().invoke(app, ["submit", "k", "--payload", f"@{tmp_path}/nope.json"])
+    assert missing.exit_code == 2 and "cannot read" in missing.output
+    assert "Traceback" not in big.output + missing.output
