@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from dispatcher.cli import jobs_commands
+from dispatcher.cli import job_detail_view, jobs_commands
 from dispatcher.cli.app import app
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.errors import Interrupted
@@ -38,7 +38,7 @@ def fail(payload: dict[str, Any], ctx: Any) -> None:
 
 def rendered(queries: Queries, job_id: str) -> str:
     out = io.StringIO()
-    jobs_commands._render_detail(queries.show(job_id), Console(file=out, width=100))
+    job_detail_view.render_detail(queries.show(job_id), Console(file=out, width=100))
     return out.getvalue()
 
 

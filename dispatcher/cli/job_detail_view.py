@@ -1,0 +1,115 @@
+"""What `longjobs jobs show` prints for a person: a job's fields, what it waits for, its
+array, its error and traceback, each attempt as a block of its own (and each operator retry as a
+boundary), and where its log lines are."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from dispatcher.cli.common import task_id, when
+
+if TYPE_CHECKING:
+    from dispatcher.ops.job_views import JobDetail
+
+
+def _array_text(array: dict[str, Any]) -> str:
+    if "parent" in array:
+        return f"child {array['index']} of {array['parent']}"
+    counts = ", ".join(f"{n} {state}" for state, n in array["by_state"].items() if n)
+    failed = array["failed_indexes"]
+    return (f"{array['size']} children ({array['children']}): {counts or 'none yet'}"
+            + (f"; failed indexes {', '.join(map(str, failed[:20]))}"
+               + (" …" if len(failed) > 20 else "") if failed else ""))
+
+
+def render_detail(d: JobDetail, console: Console) -> None:
+    """``d`` as `jobs show` prints it (``--json`` prints ``d.to_json()`` instead)."""
+    data = d.to_json()
+    head = Table(box=None, show_header=False)
+    head.add_column(style="bold")
+    head.add_column(overflow="fold")
+    fields = ["job_id", "state", "kind", "created_at", "updated_at", "reason"]
+    if d.summary.state == "REJECTED":
+        fields += ["message_id", "body"]
+    else:
+        fields += ["attempts", "max_attempts", "infra_attempts", "bundle_id", "payload",
+                   "result", "checkpoint", "checkpoint_at"]
+    for name in fields:
+        value = data[name]
+        if name in ("payload", "result", "checkpoint"):
+            value = d.display(value) if name == "payload" or value is not None else None
+        if value is not None:
+            head.add_row(name, Text(value if isinstance(value, str) else json.dumps(value)))
+    if d.summary.waiting_for is not None:
+        head.add_row("waiting for", Text(waiting_text(data["waiting_for"])))
+    if d.array is not None:
+        head.add_row("array", Text(_array_text(d.array)))
+    if d.error:
+        head.add_row("error", Text(f"{d.error.get('type', '?')}: {d.error.get('message', '')}"))
+    if d.bundle:
+        b = d.bundle
+        head.add_row("bundle", Text(f"{b['state']} (launch attempt {b['attempt']}) task "
+                                    f"{task_id(b['task_arn'])} "
+                                    f"{b['task_definition'] or 'no revision yet'}"))
+    console.print(head)
+    traceback = (d.error or {}).get("traceback")
+    if isinstance(traceback, str) and traceback.strip():
+        console.print(Text("traceback:", style="bold"))
+        console.print(Text(traceback.rstrip("\n")))
+    # One block per attempt, not a wide table: task ids and reasons stay whole in a terminal.
+    for a in d.history:
+        j = a.to_json()
+        if a.retry:
+            again = "; attempts count from 1 again" if a.retry.startswith("retried") else ""
+            console.print(Text(f"── {a.retry} at {when(j['started_at'])}{again} ──",
+                               style="bold"))
+            if a.reason:  # a bulk action's reason and selection
+                console.print(Text(f"  reason: {a.reason}"))
+            continue
+        console.print(Text(f"attempt {a.attempt or '?'}: task {task_id(a.task_arn)} on "
+                           f"{a.task_definition or '?'}", style="bold"))
+        console.print(Text(f"  started {when(j['started_at'])}  stopped "
+                           f"{when(j['stopped_at'])}  outcome {a.outcome or '-'}"))
+        console.print(Text(f"  stop code {a.stop_code or '-'}  exit "
+                           f"{'-' if a.exit_code is None else a.exit_code}  class "
+                           f"{a.stop_class or '-'}"))
+        if a.reason:
+            console.print(Text(f"  reason: {a.reason}"))
+    if d.logs:
+        latest = d.logs[-1]
+        if "stream" in latest:
+            console.print(Text(f"log: {latest['group']} {latest['stream']}"))
+            if latest.get("console_url"):  # whole on one line, so that it can be copied
+                console.print(Text(f"  {latest['console_url']}"), soft_wrap=True)
+        else:
+            console.print(Text(f"log: unknown ({latest['unknown']})"))
+        console.print(Text(f"  `longjobs jobs logs {d.summary.job_id}` prints this job's "
+                           "own lines"))
+
+
+def waiting_text(w: dict[str, object]) -> str:
+    """``reason`` then its numbers, e.g. ``kind_limit (render: 4/4 running)``."""
+    reason = w["reason"]
+    if reason == "kind_limit":
+        text = f"{reason} ({w.get('kind')}: {w.get('running')}/{w.get('limit')} running)"
+    elif reason == "capacity" and "limit" in w:
+        text = f"{reason} (tasks {w.get('running')}/{w.get('limit')})"
+    elif reason == "priority":
+        text = f"{reason} ({w.get('ahead')} due bundles ahead)"
+    else:
+        text = str(reason)
+    if "until" in w:
+        text += f" until {when(str(w['until']))}"
+    if "since" in w:
+        text += f" since {when(str(w['since']))}"
+    if "attempt" in w:
+        text += f", attempt {w['attempt']}"
+    for key in ("task_arn", "launch_id", "last_error", "detail"):
+        if w.get(key):
+            text += f"; {key.replace('_', ' ')}: {w[key]}"
+    return text
