@@ -1,14 +1,16 @@
 """Permissions checked against behaviour: every AWS call a component makes is allowed by its role.
 
 Each component runs against moto through the proxy, which records every AWS request it makes
-(:meth:`AwsProxy.recording`): the dispatcher's tick (``handlers.dispatch``), the task-event
-function (``handlers.task_event``, a finished task and a rerun), the job runner
-(``python -m job_runner`` as a subprocess) and ``longjobs deploy``; the tick runs once more after a
-stack update that follows the deploy (it re-derives the deployment).
-Each request is mapped to the IAM authorizations AWS performs for it (the action, the resource
-ARN and the condition keys with static values, including the implicit ones: ``ecs:TagResource``
-for tags on RunTask/RegisterTaskDefinition, ``iam:PassRole`` for the task definition's roles,
-one item action per transaction item), and a small evaluator checks the component's policy in
+(:meth:`AwsProxy.recording`): the dispatcher's tick (``handlers.dispatch``, a first one whose
+recording fails and gives its message back), the task-event function (``handlers.task_event``,
+a finished task and reruns, one of a bundle too large for one transaction), the job runner
+(``python -m job_runner`` as a subprocess), the dependents function
+(``handlers.release_dependents`` on the table's stream) and ``longjobs deploy``; the tick runs
+again after the stops (it settles what it stopped) and after a stack update that follows the
+deploy (it re-derives the deployment).
+Each request is mapped to the IAM authorizations AWS performs for it
+(:mod:`tests.integration.iam_checks`), what AWS itself does with a function's role is added
+(:mod:`tests.integration.aws_on_behalf`), and a small evaluator checks the component's policy in
 ``infra/template.yaml`` (after the SAM transform) allows each of them.
 
 An AWS call added without its permission fails ``test_every_call_is_allowed``; a statement
