@@ -30,19 +30,18 @@ from dispatcher.ops.client import JobClient
 from dispatcher.testing.moto import MotoEndpoint
 from dispatcher.testing.proxy import AwsProxy, RecordedCall
 from tests.conftest import BASE_ENV
-from tests.integration.test_infra import TEMPLATE, sam_expand
-from tests.integration.test_permissions import (
+from tests.integration.iam_checks import (
     ACCOUNT,
     REGION,
     WORKER_LOG_GROUP,
     Auth,
-    Exercise,
-    _Context,
     allowed,
     as_list,
     matches,
     resolve,
 )
+from tests.integration.test_infra import TEMPLATE, sam_expand
+from tests.integration.test_permissions import Exercise, _Context
 from tests.integration.test_template_permissions import Rendering
 
 POLICIES = {"producer": "ProducerPolicy", "operator": "OperatorPolicy"}

@@ -1,14 +1,16 @@
 """Permissions checked against behaviour: every AWS call a component makes is allowed by its role.
 
 Each component runs against moto through the proxy, which records every AWS request it makes
-(:meth:`AwsProxy.recording`): the dispatcher's tick (``handlers.dispatch``), the task-event
-function (``handlers.task_event``, a finished task and a rerun), the job runner
-(``python -m job_runner`` as a subprocess) and ``longjobs deploy``; the tick runs once more after a
-stack update that follows the deploy (it re-derives the deployment).
-Each request is mapped to the IAM authorizations AWS performs for it (the action, the resource
-ARN and the condition keys with static values, including the implicit ones: ``ecs:TagResource``
-for tags on RunTask/RegisterTaskDefinition, ``iam:PassRole`` for the task definition's roles,
-one item action per transaction item), and a small evaluator checks the component's policy in
+(:meth:`AwsProxy.recording`): the dispatcher's tick (``handlers.dispatch``, a first one whose
+recording fails and gives its message back), the task-event function (``handlers.task_event``,
+a finished task and reruns, one of a bundle too large for one transaction), the job runner
+(``python -m job_runner`` as a subprocess), the dependents function
+(``handlers.release_dependents`` on the table's stream) and ``longjobs deploy``; the tick runs
+again after the stops (it settles what it stopped) and after a stack update that follows the
+deploy (it re-derives the deployment).
+Each request is mapped to the IAM authorizations AWS performs for it
+(:mod:`tests.integration.iam_checks`), what AWS itself does with a function's role is added
+(:mod:`tests.integration.aws_on_behalf`), and a small evaluator checks the component's policy in
 ``infra/template.yaml`` (after the SAM transform) allows each of them.
 
 An AWS call added without its permission fails ``test_every_call_is_allowed``; a statement
@@ -21,13 +23,11 @@ from __future__ import annotations
 import copy
 import json
 import os
-import re
 import subprocess
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -40,28 +40,39 @@ from dispatcher.aws.clients import endpoint_client
 from dispatcher.aws.dynamodb import open_store
 from dispatcher.cli.app import app
 from dispatcher.domain import task_events
-from dispatcher.local.provision import Names, provision
+from dispatcher.domain.bundles import Bundle
+from dispatcher.domain.jobs import Job
+from dispatcher.local.provision import provision
 from dispatcher.ops.client import JobClient
+from dispatcher.store import Store
+from dispatcher.store.runner import JOBS_PER_TRANSACTION
 from dispatcher.testing.moto import MotoEndpoint
 from dispatcher.testing.proxy import AwsProxy, RecordedCall
 from tests.conftest import BASE_ENV
 from tests.helpers import stream_records
+from tests.integration.aws_on_behalf import ON_BEHALF, OnBehalf, configured, on_behalf
+from tests.integration.iam_checks import (
+    ACCOUNT,
+    ATTRS,
+    CLUSTER_ARN,
+    EXECUTION_ROLE,
+    HIGH_QUEUE,
+    LOW_QUEUE,
+    NAMES,
+    QUEUE_ARN,
+    REGION,
+    TABLE_ARN,
+    TASK_ROLE,
+    Auth,
+    allowed,
+    as_list,
+    authorizations,
+    matches,
+    resolve,
+)
 from tests.integration.test_infra import TEMPLATE, sam_expand
 
 ROOT = Path(__file__).resolve().parents[2]
-REGION = "us-east-1"
-ACCOUNT = "123456789012"  # moto's account
-NAMES = Names()
-CLUSTER_ARN = f"arn:aws:ecs:{REGION}:{ACCOUNT}:cluster/{NAMES.cluster}"
-TABLE_ARN = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{NAMES.table}"
-QUEUE_ARN = f"arn:aws:sqs:{REGION}:{ACCOUNT}:{NAMES.queue}"
-# The queues of priorities high and low (HighJobQueue, LowJobQueue), created by the scenario.
-HIGH_QUEUE = f"{NAMES.queue}-high"
-LOW_QUEUE = f"{NAMES.queue}-low"
-TASK_ROLE = f"arn:aws:iam::{ACCOUNT}:role/longjobs-WorkerTaskRole-abc"
-EXECUTION_ROLE = f"arn:aws:iam::{ACCOUNT}:role/longjobs-WorkerExecutionRole-abc"
-ECS_TASKS = "ecs-tasks.amazonaws.com"
-WORKER_LOG_GROUP = "longjobs-WorkerLogGroup-abc"
 
 # component label -> the template resource holding its policy
 COMPONENTS = {
@@ -72,197 +83,9 @@ COMPONENTS = {
     "dependents": "DependentsFunctionRole",
 }
 # The functions whose every statement must be needed (the proof that the test has teeth).
-PROVEN = {"dispatcher": "DispatcherFunction", "task-event": "TaskEventFunction"}
+PROVEN = {"dispatcher": "DispatcherFunction", "task-event": "TaskEventFunction",
+          "dependents": "DependentsFunction"}
 
-# What the template's intrinsics resolve to in the moto environment the components run in.
-REFS = {"AWS::Region": REGION, "AWS::AccountId": ACCOUNT, "AWS::Partition": "aws",
-        "TaskFamily": NAMES.family, "Cluster": NAMES.cluster, "JobTable": NAMES.table}
-ATTRS = {"Cluster.Arn": CLUSTER_ARN, "JobTable.Arn": TABLE_ARN, "JobQueue.Arn": QUEUE_ARN,
-         "HighJobQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{HIGH_QUEUE}",
-         "LowJobQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{LOW_QUEUE}",
-         "WorkerTaskRole.Arn": TASK_ROLE, "WorkerExecutionRole.Arn": EXECUTION_ROLE,
-         "EventDeadLetterQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:longjobs-events-dlq",
-         "JobDeadLetterQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{NAMES.dlq}",
-         "WorkerLogGroup.Arn": f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{WORKER_LOG_GROUP}:*"}
-
-
-# ------------------------------------------------------------------------------ the evaluator
-
-
-@dataclass(frozen=True)
-class Auth:
-    """One authorization AWS performs for a request: action, resource, request context."""
-
-    action: str
-    resource: str
-    context: tuple[tuple[str, str], ...] = ()
-    operation: str = ""
-
-    def __str__(self) -> str:
-        ctx = "".join(f" {k}={v}" for k, v in self.context)
-        return f"{self.action} on {self.resource}{ctx} (from {self.operation})"
-
-
-def as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
-
-
-def resolve(value: Any) -> Any:
-    """Evaluate Ref / Fn::GetAtt / Fn::Sub with the fake deployed values above."""
-    if isinstance(value, list):
-        return [resolve(v) for v in value]
-    if isinstance(value, str):
-        return value
-    if "Ref" in value:
-        return REFS[value["Ref"]]
-    if "Fn::GetAtt" in value:
-        return ATTRS[".".join(value["Fn::GetAtt"])]
-    if "Fn::Sub" in value:
-        text = value["Fn::Sub"]
-        assert isinstance(text, str), f"only the one-argument Fn::Sub is supported: {value}"
-        return re.sub(r"\$\{([^}]+)\}",
-                      lambda m: ATTRS[m.group(1)] if "." in m.group(1) else REFS[m.group(1)],
-                      text)
-    return {k: resolve(v) for k, v in value.items()}
-
-
-_OPERATORS: dict[str, Callable[[str, str], bool]] = {
-    "StringEquals": lambda actual, wanted: actual == wanted,
-    "StringLike": fnmatchcase,
-    "ArnEquals": lambda actual, wanted: actual == wanted,
-    "ArnLike": fnmatchcase,
-    "Bool": lambda actual, wanted: actual.lower() == str(wanted).lower(),
-    # One value per key in the requests modelled here (a single item's partition key).
-    "ForAllValues:StringEquals": lambda actual, wanted: actual == wanted,
-}
-
-
-def conditions_hold(condition: dict[str, Any], context: dict[str, str]) -> bool:
-    """All operators and keys must hold; a key the request does not carry fails its test."""
-    for operator, tests in resolve(condition).items():
-        if operator not in _OPERATORS:
-            raise AssertionError(f"the template uses condition operator {operator}, which "
-                                 "this evaluator does not model: add it to _OPERATORS")
-        for key, wanted in tests.items():
-            actual = context.get(key)
-            if actual is None or not any(_OPERATORS[operator](actual, w) for w in as_list(wanted)):
-                return False
-    return True
-
-
-def matches(statement: dict[str, Any], auth: Auth, action: str | None = None) -> bool:
-    actions = [action] if action else as_list(statement["Action"])
-    return (any(fnmatchcase(auth.action.lower(), a.lower()) for a in actions)
-            and any(fnmatchcase(auth.resource, r) for r in as_list(resolve(statement["Resource"])))
-            and conditions_hold(statement.get("Condition", {}), dict(auth.context)))
-
-
-def allowed(statements: list[dict[str, Any]], auth: Auth) -> bool:
-    """IAM's verdict for identity policies alone: an explicit Deny wins, else any Allow."""
-    if any(s["Effect"] == "Deny" and matches(s, auth) for s in statements):
-        return False
-    return any(s["Effect"] == "Allow" and matches(s, auth) for s in statements)
-
-
-# ---------------------------------------------------------------------- requests -> IAM actions
-
-# IAM authorizes each item of a transaction with the item's own action.
-_ITEM_ACTIONS = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",
-                 "ConditionCheck": "ConditionCheckItem", "Get": "GetItem"}
-# Batch SQS operations are authorized as their single-message actions.
-_SQS_ACTIONS = {"SendMessageBatch": "SendMessage", "DeleteMessageBatch": "DeleteMessage",
-                "ChangeMessageVisibilityBatch": "ChangeMessageVisibility"}
-
-
-def _queue_arn(target: dict[str, Any]) -> str:
-    if "QueueUrl" in target:
-        account, name = str(target["QueueUrl"]).rstrip("/").split("/")[-2:]
-        return f"arn:aws:sqs:{REGION}:{account}:{name}"
-    return f"arn:aws:sqs:{REGION}:{ACCOUNT}:{target.get('QueueName', '*')}"
-
-
-def _table_arn(table: str, index: str | None = None) -> str:
-    arn = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{table}"
-    return f"{arn}/index/{index}" if index else arn
-
-
-def _cluster(target: dict[str, Any]) -> tuple[str, str]:
-    """(name, ARN) of the request's cluster."""
-    cluster = str(target.get("cluster") or "default")
-    name = cluster.rsplit("/", 1)[-1]
-    return name, f"arn:aws:ecs:{REGION}:{ACCOUNT}:cluster/{name}"
-
-
-def _task_arn(task: str, cluster_name: str) -> str:
-    return task if task.startswith("arn:") else (
-        f"arn:aws:ecs:{REGION}:{ACCOUNT}:task/{cluster_name}/{task}")
-
-
-def _task_definition_arn(td: str) -> str:
-    return td if td.startswith("arn:") else (
-        f"arn:aws:ecs:{REGION}:{ACCOUNT}:task-definition/{td}")
-
-
-def _pass_roles(roles: list[Any], operation: str) -> list[Auth]:
-    return [Auth("iam:PassRole", str(r), (("iam:PassedToService", ECS_TASKS),), operation)
-            for r in roles if r]
-
-
-def authorizations(call: RecordedCall,
-                   task_definition_roles: Callable[[str], list[str]]) -> list[Auth]:
-    """The IAM authorizations AWS performs for one recorded request."""
-    service, op = call.operation.split(".", 1)
-    t = call.target
-    if service == "dynamodb":
-        if "TransactItems" in t:
-            return [Auth(f"dynamodb:{_ITEM_ACTIONS[kind]}", _table_arn(table),
-                         operation=call.operation) for kind, table in t["TransactItems"]]
-        if "RequestItems" in t:
-            return [Auth(f"dynamodb:{op}", _table_arn(table), operation=call.operation)
-                    for table in t["RequestItems"]]
-        leading = (("dynamodb:LeadingKeys", str(t["pk"])),) if t.get("pk") else ()
-        return [Auth(f"dynamodb:{op}", _table_arn(t["TableName"], t.get("IndexName")),
-                     leading, operation=call.operation)]
-    if service == "sqs":
-        return [Auth(f"sqs:{_SQS_ACTIONS.get(op, op)}", _queue_arn(t), operation=call.operation)]
-    if service == "ecs":
-        name, cluster_arn = _cluster(t)
-        in_cluster = (("ecs:cluster", cluster_arn),)
-        if op == "RunTask":
-            td = str(t["taskDefinition"])
-            auths = [Auth("ecs:RunTask", _task_definition_arn(td), in_cluster, call.operation)]
-            if t.get("tags"):
-                auths.append(Auth("ecs:TagResource", _task_arn("new-task", name),
-                                  (("ecs:CreateAction", "RunTask"),), call.operation))
-            overrides = t.get("overrides", {})
-            roles = task_definition_roles(td)
-            roles = [overrides.get("taskRoleArn") or roles[0],
-                     overrides.get("executionRoleArn") or roles[1]]
-            return auths + _pass_roles(roles, call.operation)
-        if op in ("DescribeTasks", "StopTask"):
-            tasks = t.get("tasks") or [t.get("task")]
-            return [Auth(f"ecs:{op}", _task_arn(str(task), name), in_cluster, call.operation)
-                    for task in tasks]
-        if op == "RegisterTaskDefinition":
-            auths = [Auth("ecs:RegisterTaskDefinition", "*", operation=call.operation)]
-            if t.get("tags"):
-                auths.append(Auth("ecs:TagResource",
-                                  _task_definition_arn(f"{t['family']}:new-revision"),
-                                  (("ecs:CreateAction", "RegisterTaskDefinition"),),
-                                  call.operation))
-            return auths + _pass_roles([t.get("taskRoleArn"), t.get("executionRoleArn")],
-                                       call.operation)
-        if op == "DescribeTaskDefinition":
-            return [Auth("ecs:DescribeTaskDefinition", "*", operation=call.operation)]
-    if service == "logs" and "logGroupName" in t:
-        # A log group's actions are authorized on its ARN with the trailing ":*", the form
-        # GetAtt returns ("Log group" in https://docs.aws.amazon.com/AmazonCloudWatch/latest/
-        # logs/iam-access-control-overview-cwl.html; tagging actions aside).
-        return [Auth(f"logs:{op}",
-                     f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{t['logGroupName']}:*",
-                     operation=call.operation)]
-    # Anything else: the same-named action on every resource; only a "*" grant allows it.
-    return [Auth(f"{service}:{op}", "*", operation=call.operation)]
 
 
 # ------------------------------------------------------------------------- the components run
@@ -284,8 +107,10 @@ class Exercise:
         return self.roles[key]
 
     def auths(self, component: str) -> list[Auth]:
+        """The authorizations made with ``component``'s role: for each call it made, and
+        those AWS makes on its behalf (:mod:`tests.integration.aws_on_behalf`)."""
         return [a for c in self.calls if c.component == component
-                for a in authorizations(c, self.task_definition_roles)]
+                for a in authorizations(c, self.task_definition_roles)] + on_behalf(component)
 
 
 def _run_runner(env: dict[str, str], task_arn: str, launch_id: str, log: Path) -> None:
@@ -334,17 +159,34 @@ def exercise(moto_server: MotoEndpoint, proxy: AwsProxy,
                 "StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"})
         proxy.clear_recorded()
 
+        # A tick whose recording fails gives the messages back at once (the drain's error
+        # path, ChangeMessageVisibilityBatch): spot's first recording is refused; the next
+        # tick records it.
+        JobClient().submit_many([{"kind": "echo", "payload": {}, "job_id": "spot",
+                                  "estimated_seconds": 3600}])
+        proxy.inject_error("dynamodb.TransactWriteItems", after_forward=False)
+        with proxy.recording("dispatcher"):
+            refused = handlers.dispatch({}, _Context())
+        assert refused["intake"]["released"] == 1, refused
+        store = open_store(env["LONGJOBS_TABLE"])
+        bulk = _record_bulk_bundle(store)
+
         # Producers (not a component of the stack): small jobs share a bundle, long ones don't;
         # one waits for small0 (the tick links it; small0's end releases it).
         JobClient().submit_many(
             [{"kind": "echo", "payload": {"n": i}, "job_id": f"small{i}",
               "estimated_seconds": 0.1} for i in range(2)]
-            + [{"kind": "echo", "payload": {}, "job_id": name, "estimated_seconds": 3600}
-               for name in ("spot", "stuck")]
+            + [{"kind": "echo", "payload": {}, "job_id": "stuck", "estimated_seconds": 3600}]
             + [{"kind": "echo", "payload": {}, "job_id": "after0", "estimated_seconds": 0.1,
                 "depends_on": ["small0"]}])
         sqs = endpoint_client("sqs", proxy.url, REGION)
         sqs.send_message(QueueUrl=env["LONGJOBS_QUEUE_URL"], MessageBody='{"kind": "oops"')
+        # One waits for small0 and for a job no one sent (yet), as a producer that cannot
+        # read the table sends it: small0's end finds it waiting on, after reading whether
+        # that other job was REJECTED (a GetItem of its rejection).
+        sqs.send_message(QueueUrl=env["LONGJOBS_QUEUE_URL"], MessageBody=json.dumps(
+            {"schema_version": 1, "job_id": "after1", "kind": "echo", "payload": {},
+             "estimated_seconds": 0.1, "depends_on": ["small0", "never-sent"]}))
         # One job on each other priority's queue (sent as a producer would, to its queue): the
         # tick drains every queue by weight.
         for priority, variable in (("high", "LONGJOBS_HIGH_QUEUE_URL"),
@@ -355,7 +197,6 @@ def exercise(moto_server: MotoEndpoint, proxy: AwsProxy,
 
         with proxy.recording("dispatcher"):
             handlers.dispatch({}, _Context())
-        store = open_store(env["LONGJOBS_TABLE"])
 
         def task_of(job_id: str) -> tuple[str, str]:
             job = store.get_job(job_id)
@@ -382,9 +223,16 @@ def exercise(moto_server: MotoEndpoint, proxy: AwsProxy,
             rerun = handlers.task_event(task_events.sample_event(
                 task_of("spot")[0], stop_code="SpotInterruption", exit_code=143,
                 cluster_arn=CLUSTER_ARN), None)
+            bulk_rerun = handlers.task_event(task_events.sample_event(
+                task_of(bulk.job_ids[0])[0], stop_code="SpotInterruption", exit_code=143,
+                cluster_arn=CLUSTER_ARN), None)
         # small0 ran (alone or bundled with small1: bundles are sized by the backlog).
         assert "small0" in finished.get("succeeded", []), finished
         assert rerun.get("relaunched") is True, rerun
+        # More job updates than one transaction holds: settled in two, the first checking
+        # the bundle (a ConditionCheck).
+        assert len(bulk_rerun["rerun"]) == len(bulk.job_ids), bulk_rerun
+        assert bulk_rerun["relaunched"] is True, bulk_rerun
 
         # A second tick reconciles: the unclaimed tasks still RUNNING are stopped as stuck.
         mp.setenv("LONGJOBS_START_TIMEOUT_SECONDS", "0")
@@ -407,12 +255,30 @@ def exercise(moto_server: MotoEndpoint, proxy: AwsProxy,
             tags=[{"key": "app", "value": "longjobs"}])["taskDefinition"]["taskDefinitionArn"]
         mp.setenv("LONGJOBS_STACK_TASK_DEFINITION", stack)
         with proxy.recording("dispatcher"):
-            handlers.dispatch({}, _Context())
+            third = handlers.dispatch({}, _Context())
+        # It also finds the tasks the second tick stopped STOPPED and settles them: the bulk
+        # bundle, too, in two transactions.
+        (settled,) = [o for o in third["reconcile"]["outcomes"] if o["bundle_id"] == "bulk"]
+        assert len(settled["rerun"]) == len(bulk.job_ids), settled
         rederived = store.deployment()
         assert rederived is not None and rederived.derived_from == stack.rsplit("/", 1)[-1]
         roles[rederived.task_definition] = [TASK_ROLE, EXECUTION_ROLE]
         yield Exercise(proxy.recorded(), roles)
         proxy.clear_recorded()
+
+
+def _record_bulk_bundle(store: Store) -> Bundle:
+    """A bundle of more jobs than one transaction holds the job updates of
+    (``JOBS_PER_TRANSACTION``), recorded as the tick records one (the store's ``record``), due
+    now: a stop of its task is settled in two transactions, the first checking the bundle
+    (a ConditionCheck). Recorded here, not drained from the queue: how a drain cuts its backlog
+    into bundles (by the free task slots) is not what this scenario is about."""
+    ids = [f"bulk{n}" for n in range(JOBS_PER_TRANSACTION + 1)]
+    bundle = Bundle(bundle_id="bulk", job_ids=ids, estimated_seconds=0.1 * len(ids))
+    jobs = [Job(job_id=i, kind="echo", payload={}, bundle_id=bundle.bundle_id,
+                estimated_seconds=0.1) for i in ids]
+    assert store.record([bundle], jobs) == set()
+    return bundle
 
 
 def _priority_queues(endpoint: str, dlq_url: str) -> dict[str, str]:
@@ -536,6 +402,26 @@ def test_a_call_without_its_permission_fails(expanded: dict[str, Any]) -> None:
         f"sqs:SendMessage on {QUEUE_ARN} (from sqs.SendMessageBatch)"]
     assert len(denied(expanded, new, "runner")) == 1
     assert len(denied(expanded, new, "dispatcher")) == 1
+
+
+@pytest.mark.parametrize("entry", ON_BEHALF, ids=lambda o: f"{o.component}-{o.action}")
+def test_what_aws_does_for_a_function_is_configured(entry: OnBehalf) -> None:
+    """A grant kept for AWS's use (not our calls') is kept only while the template makes AWS
+    use it with that function's role: its stream mapping, its on-failure destination, its
+    dead-letter queue."""
+    template = yaml_parse(TEMPLATE.read_text())
+    function = PROVEN[entry.component]
+    assert configured(template, entry, function), (
+        f"{entry.configured_by} no longer makes AWS perform {entry.action} with {function}'s "
+        "role: drop its grant and its entry in tests/integration/aws_on_behalf.py")
+    name, path, _ = entry.configured_by
+    unconfigured = copy.deepcopy(template)
+    *parents, last = path.split(".")
+    holder = unconfigured["Resources"][name]["Properties"]
+    for key in parents:
+        holder = holder[key]
+    del holder[last]
+    assert not configured(unconfigured, entry, function)
 
 
 def permission_matrix(exercise: Exercise) -> dict[str, list[str]]:
