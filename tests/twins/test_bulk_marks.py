@@ -15,27 +15,14 @@ from dispatcher.domain import sizes
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.ops.bulk import BulkAction, BulkFilter, BulkVerb
-from dispatcher.ports.table import Add, Op, Put, Set, Update
+from dispatcher.ports.table import Add, Put, Set, Update
 from dispatcher.store import Store
 from dispatcher.store import codec as r
 from dispatcher.testing.memory_table import MemoryTable
-from tests.twins.test_bulk_actions import FakeClient
+from tests.twins.test_bulk_actions import FakeClient, Interrupting
 
 NOW = 1_800_000_000.0
 RETRY_FAILED = BulkFilter(BulkVerb.RETRY, "FAILED")
-
-
-class Stopping(MemoryTable):
-    """A table that stops (as a killed process would) at its transaction number ``stop``."""
-
-    stop = 10**9
-    made = 0
-
-    def _transact(self, ops: list[Op]) -> None:
-        self.made += 1
-        if self.made == self.stop:
-            raise KeyboardInterrupt
-        super()._transact(ops)
 
 
 def failed_jobs(store: Store, n: int, *, history: list[dict[str, object]] | None = None,
@@ -64,7 +51,7 @@ def run_attempts(store: Store, job_id: str, n: int, *, end: JobState = JobState.
 
 
 def test_a_resumed_bulk_retry_skips_a_job_that_ran_many_attempts_since_it_retried_it() -> None:
-    table = Stopping()
+    table = Interrupting()
     store = Store(table, clock=lambda: NOW)
     ids = failed_jobs(store, 60)
     # Pages of 20 jobs (one transaction each, a retry being two actions): stopped in the
