@@ -207,11 +207,9 @@ class Top(Queries):
     def _kinds(self, active: list[Bundle]) -> list[KindRow]:
         held: Counter[str] = Counter()
         for b in active:
-            if not b.kind:
-                continue
-            # A limited kind as the tick counts it (a running bundle's runner lowers its slots
-            # as its jobs end); another kind by its bundles.
-            held[b.kind] += b.slots if b.kind in self.kind_limits else b.slots or 1
+            # As the tick counts it (a running bundle's runner lowers its slots as its jobs end).
+            if b.kind is not None and b.kind in self.kind_limits:
+                held[b.kind] += b.slots
         kinds = sorted(set(self.kind_limits) | set(held))
         return [KindRow(k, held.get(k, 0), self.kind_limits.get(k)) for k in kinds]
 

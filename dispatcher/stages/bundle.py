@@ -90,6 +90,8 @@ class Bundler:
         self._at = at
         self._limits = dict(kind_limits or {})
         self.kind_room = dict(kind_room or {})
+        # Each bundle's one kind so far ("": several), for take_closed.
+        self._one_kind: dict[str, str] = {}
         self.opened = 0  # bundles that take a task slot now
         self.deferred: set[str] = set()  # bundle ids recorded now, launched later
         self._closed: list[Bundle] = []
@@ -264,8 +266,15 @@ class Bundler:
                 self.close(key)
 
     def take_closed(self) -> list[Bundle]:
-        """The bundles closed since the last call, ready to record."""
+        """The bundles closed since the last call, ready to record. A bundle whose jobs are
+        all of one kind is recorded with that kind even if it has no limit now, so that a
+        limit set before it launches (a scheduled or deferred bundle) applies to it
+        (:func:`dispatcher.stages.launch.launch_slots`); one of several kinds cannot say."""
         out, self._closed = self._closed, []
+        for bundle in out:
+            kind = self._one_kind.pop(bundle.bundle_id, None)
+            if bundle.kind is None and kind:
+                bundle.kind = kind
         return out
 
     def _add(self, bundle: Bundle, job: Job) -> None:
@@ -274,6 +283,9 @@ class Bundler:
         self._seconds += job.estimated_seconds or 0
         bundle.job_ids.append(job.job_id)
         bundle.estimated_seconds += job.estimated_seconds or 0
+        seen = self._one_kind.setdefault(bundle.bundle_id, job.kind)
+        if seen != job.kind:
+            self._one_kind[bundle.bundle_id] = ""  # several kinds
         job.bundle_id = bundle.bundle_id
         if bundle.kind is not None and bundle.bundle_id not in self.deferred \
                 and bundle.slots < self.slots(bundle.kind) \

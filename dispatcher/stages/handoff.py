@@ -58,14 +58,15 @@ def is_host(b: Bundle, now: float, policy: HandoffPolicy) -> bool:
     small jobs (only those share a bundle), or one whose task runs several jobs at once, so
     that a slot of it frees within one job, never behind a long one alone (a bundle rerun one
     job at a time after a crash, ``slots`` 1, does not)."""
-    return b.state == BundleState.RUNNING and b.kind is None \
+    return b.state == BundleState.RUNNING and b.kind not in policy.kind_limits \
         and (b.pages > 0 or len(b.job_ids) > 1 or (b.slots or policy.task_concurrency) > 1) \
         and (b.heartbeat_at or 0.0) >= now - 2 * policy.heartbeat_seconds
 
 
-def is_source(b: Bundle, now: float) -> bool:
+def is_source(b: Bundle, now: float, policy: HandoffPolicy) -> bool:
     return b.state == BundleState.PENDING and b.priority == Priority.HIGH and b.attempt == 0 \
-        and b.kind is None and not b.pages and b.next_attempt_at <= now and bool(b.job_ids)
+        and b.kind not in policy.kind_limits and not b.pages and b.next_attempt_at <= now \
+        and bool(b.job_ids)
 
 
 class Handoffs:
@@ -102,7 +103,7 @@ class Handoffs:
         per_host = max(1, self.policy.task_concurrency)
         given: dict[str, int] = {h.bundle_id: 0 for h in hosts}
         for source in sources:
-            if not is_source(source, now):
+            if not is_source(source, now, self.policy):
                 continue
             stats.urgent += len(source.job_ids)
             plan: dict[str, list[str]] = {}

@@ -85,3 +85,6 @@ class HandoffPolicy:
     # How long a tick with every slot busy keeps long-polling the high queue for urgent jobs
     # (0: one look); the tick runs every minute, so a little less than that.
     watch_seconds: float = 0.0
+    # Running jobs per kind (LONGJOBS_KIND_LIMITS): a bundle of a limited kind neither takes
+    # nor gives urgent jobs, whose runs its limit would not count.
+    kind_limits: Mapping[str, int] = field(default_factory=dict)

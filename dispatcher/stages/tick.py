@@ -219,7 +219,7 @@ class Tick:
         # Taken in and not handed yet: first those an earlier tick left (it died before its
         # hand-off, or no task could take them then), one read of the due high bundles.
         waiting = [b for b in self._store.due_bundles(URGENT_READ, now, (), [Priority.HIGH])
-                   if is_source(b, now)]
+                   if is_source(b, now, handoffs.policy)]
         # One receive a round (a long poll while watching): an empty one takes its wait, so
         # the rounds end with the watch; the bound is for a queue that does not wait.
         for n in range(WATCH_ROUNDS):

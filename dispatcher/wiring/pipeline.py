@@ -102,7 +102,7 @@ def build(cfg: Config, *, queue: Queue, store: StageStore, launcher: Launcher,
                           AdmitPolicy(cfg.allowed_kinds, bundling, cfg.kind_limits), clock,
                           concurrency=cfg.tick_concurrency, hold_seconds=cfg.hold_seconds)
     handoffs = Handoffs(store, HandoffPolicy(cfg.heartbeat_seconds, cfg.task_concurrency,
-                                             cfg.urgent_watch_seconds), clock)
+                                             cfg.urgent_watch_seconds, cfg.kind_limits), clock)
     tick = Tick(store, revisions, admission, launches, reconciler,
                 TickPolicy(cfg.max_running_tasks, cfg.tick_seconds, cfg.lease_seconds,
                            cfg.tick_reserve_seconds, cfg.tick_concurrency, cfg.hold_seconds,

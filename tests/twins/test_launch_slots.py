@@ -51,3 +51,27 @@ def test_an_immediate_relaunch_decides_its_slots_with_the_limits_of_now() -> Non
     again = tw.bundle(bundle.bundle_id)
     assert again is not None and again.state == BundleState.LAUNCHED
     assert again.task_arn != bundle.task_arn and again.slots == 5
+
+
+def test_a_limit_set_after_a_bundle_was_recorded_applies_when_it_launches() -> None:
+    """Reports scheduled for later are recorded while their kind has no limit; a limit of 2
+    is set before they are due: their bundle launches running 2 at once, not all 6. A
+    bundle of several kinds recorded so cannot say which of its jobs the limit is for."""
+    tw = Twins()
+    client = tw.client()
+    for n in range(6):
+        client.submit("report", {}, job_id=f"r{n}", estimated_seconds=1,
+                      not_before=tw.clock() + 3600)
+    for n in range(2):
+        client.submit("report" if n else "resize", {}, job_id=f"m{n}", estimated_seconds=1,
+                      not_before=tw.clock() + 7200)
+    tw.stages(LONGJOBS_TASK_CONCURRENCY="8").tick.tick()
+    by_first = {b.job_ids[0]: b for b in tw.bundles()}
+    assert by_first["r0"].kind == "report" and by_first["m0"].kind is None
+    tw.clock.advance(7300)
+    tw.stages(LONGJOBS_TASK_CONCURRENCY="8", LONGJOBS_KIND_LIMITS="report=2").tick.tick()
+    reports = tw.bundle(by_first["r0"].bundle_id)
+    assert reports is not None and reports.state == BundleState.LAUNCHED
+    assert reports.slots == 2
+    mixed = tw.bundle(by_first["m0"].bundle_id)
+    assert mixed is not None and mixed.state == BundleState.LAUNCHED and mixed.slots == 0

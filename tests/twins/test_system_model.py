@@ -53,6 +53,7 @@ from job_runner import writes as writes_module
 from tests import model_checks as checks
 from tests.model_arrays import array_problems
 from tests.model_faults import FaultRules, FaultyTable, model_store, one_thread
+from tests.model_limits import parse_limits
 from tests.model_runner import BEHAVIOURS, NATURES, ModelIds, ModelTime, SimTask, expire
 from tests.model_stats import stats_disagree
 from tests.twins import ENV, Twins
@@ -291,7 +292,8 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
     def urgent_hosts(self, view: checks.View, now: float) -> int:
         """Running tasks that can take an urgent job (of the default size) now, as the tick's
         hand-off tells them (dispatcher/stages/handoff.py)."""
-        policy = HandoffPolicy(30.0, int(self.settings["LONGJOBS_TASK_CONCURRENCY"]))
+        policy = HandoffPolicy(30.0, int(self.settings["LONGJOBS_TASK_CONCURRENCY"]),
+                               kind_limits=parse_limits(self.settings["LONGJOBS_KIND_LIMITS"]))
         return sum(1 for b in view.bundles()
                    if handoff.is_host(b, now, policy) and b.takes_handed
                    and len(b.handed_jobs) < handing.MAX_HANDED and b.resources == Resources())
@@ -376,11 +378,10 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         env = self.env()
         now = self.twins.clock()
         visible = checks.visible(self.twins.queue)
-        limits = dict(p.split("=") for p in env["LONGJOBS_KIND_LIMITS"].split(",") if p)
         view = checks.View.read(self.twins.table, self.twins.queue)
         due = checks.waiting_for_room(view, now, int(env["LONGJOBS_MAX_RUNNING_TASKS"]),
                                       int(env["LONGJOBS_TASK_CONCURRENCY"]),
-                                      {k: int(v) for k, v in limits.items()})
+                                      parse_limits(env["LONGJOBS_KIND_LIMITS"]))
         all_due = [b for b in view.bundles() if b.state == BundleState.PENDING
                    and b.next_attempt_at <= now]
         for b in due:
