@@ -39,7 +39,8 @@ class RecordedCall:
     cluster, task definition, task ARNs, roles, log group), plus: ``TransactItems`` as ``[kind,
     table]`` pairs (``Put``, ``Update``, ``Delete``, ``ConditionCheck``, ``Get``),
     ``RequestItems`` as the list of table names, ``pk`` the partition key of a single-item
-    request, ``tags`` as the number of tags sent, and the role ARNs of ``overrides``. With the
+    request, ``tags`` as the number of tags sent, the role ARNs of ``overrides``, and
+    ``EventBusNames`` the buses (names or ARNs) a PutEvents' entries name. With the
     proxy's ``capture_items``, a DynamoDB write keeps each item it named before and after
     (``items``) and a read the sizes of what it returned (``read``), for the capacity model
     (:mod:`dispatcher.testing.capacity`).
@@ -87,6 +88,12 @@ def request_target(body: bytes, path: str, content_type: str) -> dict[str, Any]:
     if isinstance(overrides, dict):
         target["overrides"] = {k: v for k, v in overrides.items()
                                if k in ("taskRoleArn", "executionRoleArn")}
+    # The buses PutEvents' entries name (each entry names its own; one without a name goes to
+    # the account's default bus).
+    entries = params.get("Entries")
+    if isinstance(entries, list):
+        target["EventBusNames"] = sorted({str(e.get("EventBusName") or "default")
+                                          for e in entries if isinstance(e, dict)})
     return target
 
 

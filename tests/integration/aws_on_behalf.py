@@ -52,17 +52,27 @@ class OnBehalf:
 
 
 _STREAM = "the event source mapping reading the job table's stream"
+
+
+def _stream_mapping(component: str, mapping: str) -> list[OnBehalf]:
+    """What a function's mapping of the job table's stream does with its role: reads the
+    stream, and sends the batches it gives up on to its on-failure destination."""
+    return [
+        *(OnBehalf(component, action, STREAM_ARN, _STREAM, READS_STREAM,
+                   (mapping, "EventSourceArn", {"Fn::GetAtt": ["JobTable", "StreamArn"]}))
+          for action in ("dynamodb:DescribeStream", "dynamodb:GetRecords",
+                         "dynamodb:GetShardIterator", "dynamodb:ListStreams")),
+        OnBehalf(component, "sqs:SendMessage", EVENT_DLQ_ARN,
+                 "the event source mapping sending a batch it gave up on to its destination",
+                 MAPPING_ON_FAILURE,
+                 (mapping, "DestinationConfig.OnFailure.Destination",
+                  {"Fn::GetAtt": ["EventDeadLetterQueue", "Arn"]})),
+    ]
+
+
 ON_BEHALF = [
-    *(OnBehalf("dependents", action, STREAM_ARN, _STREAM, READS_STREAM,
-               ("DependentsStreamMapping", "EventSourceArn",
-                {"Fn::GetAtt": ["JobTable", "StreamArn"]}))
-      for action in ("dynamodb:DescribeStream", "dynamodb:GetRecords",
-                     "dynamodb:GetShardIterator", "dynamodb:ListStreams")),
-    OnBehalf("dependents", "sqs:SendMessage", EVENT_DLQ_ARN,
-             "the event source mapping sending a batch it gave up on to its destination",
-             MAPPING_ON_FAILURE,
-             ("DependentsStreamMapping", "DestinationConfig.OnFailure.Destination",
-              {"Fn::GetAtt": ["EventDeadLetterQueue", "Arn"]})),
+    *_stream_mapping("dependents", "DependentsStreamMapping"),
+    *_stream_mapping("job-events", "JobEventsStreamMapping"),
     OnBehalf("task-event", "sqs:SendMessage", EVENT_DLQ_ARN,
              "Lambda sending an asynchronous event it gave up on to the dead-letter queue",
              ASYNC_DEAD_LETTERS,
@@ -70,7 +80,8 @@ ON_BEHALF = [
               {"Fn::GetAtt": ["EventDeadLetterQueue", "Arn"]})),
 ]
 # The function each mapping invokes (whose role AWS uses for it).
-MAPPED_FUNCTIONS = {"DependentsStreamMapping": "DependentsFunction"}
+MAPPED_FUNCTIONS = {"DependentsStreamMapping": "DependentsFunction",
+                    "JobEventsStreamMapping": "JobEventsFunction"}
 
 
 def on_behalf(component: str) -> list[Auth]:

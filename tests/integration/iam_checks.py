@@ -4,9 +4,10 @@ and a small evaluator of identity policies.
 :func:`authorizations` maps one request the recording proxy saw to what IAM checks for it (the
 action, the resource ARN, the condition keys with static values, including the implicit ones:
 ``ecs:TagResource`` for tags on RunTask/RegisterTaskDefinition, ``iam:PassRole`` for the task
-definition's roles, one item action per transaction item); :func:`allowed` is IAM's verdict for a
-list of policy statements of ``infra/template.yaml`` (after the SAM transform), with the
-template's intrinsics resolved to the values of the moto environment the components run in.
+definition's roles, one item action per transaction item, ``events:PutEvents`` on each bus a
+PutEvents' entries name); :func:`allowed` is IAM's verdict for a list of policy statements of
+``infra/template.yaml`` (after the SAM transform), with the template's intrinsics resolved to the
+values of the moto environment the components run in.
 """
 
 from __future__ import annotations
@@ -33,10 +34,13 @@ TASK_ROLE = f"arn:aws:iam::{ACCOUNT}:role/longjobs-WorkerTaskRole-abc"
 EXECUTION_ROLE = f"arn:aws:iam::{ACCOUNT}:role/longjobs-WorkerExecutionRole-abc"
 ECS_TASKS = "ecs-tasks.amazonaws.com"
 WORKER_LOG_GROUP = "longjobs-WorkerLogGroup-abc"
+# The bus the publisher sends to (the stack's EventBus parameter), created by the scenario.
+EVENT_BUS = "longjobs-job-events"
 
 # What the template's intrinsics resolve to in the moto environment the components run in.
 REFS = {"AWS::Region": REGION, "AWS::AccountId": ACCOUNT, "AWS::Partition": "aws",
-        "TaskFamily": NAMES.family, "Cluster": NAMES.cluster, "JobTable": NAMES.table}
+        "TaskFamily": NAMES.family, "Cluster": NAMES.cluster, "JobTable": NAMES.table,
+        "EventBus": EVENT_BUS}
 ATTRS = {"Cluster.Arn": CLUSTER_ARN, "JobTable.Arn": TABLE_ARN, "JobQueue.Arn": QUEUE_ARN,
          "HighJobQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{HIGH_QUEUE}",
          "LowJobQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{LOW_QUEUE}",
@@ -221,5 +225,16 @@ def authorizations(call: RecordedCall,
         return [Auth(f"logs:{op}",
                      f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{t['logGroupName']}:*",
                      operation=call.operation)]
+    if service == "events" and op == "PutEvents":
+        # Authorized on each bus the entries name, as its ARN (resource type "event-bus":
+        # arn:${Partition}:events:${Region}:${Account}:event-bus/${EventBusName}; PutEvents
+        # requires it: https://docs.aws.amazon.com/service-authorization/latest/reference/
+        # list_amazoneventbridge.html). An entry names a bus by name or ARN, or none: the
+        # default bus (EventBusName in https://docs.aws.amazon.com/eventbridge/latest/
+        # APIReference/API_PutEventsRequestEntry.html).
+        return [Auth("events:PutEvents", bus if bus.startswith("arn:") else
+                     f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/{bus}",
+                     operation=call.operation)
+                for bus in t.get("EventBusNames", ["default"])]
     # Anything else: the same-named action on every resource; only a "*" grant allows it.
     return [Auth(f"{service}:{op}", "*", operation=call.operation)]

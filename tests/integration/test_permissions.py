@@ -5,7 +5,8 @@ Each component runs against moto through the proxy, which records every AWS requ
 recording fails and gives its message back), the task-event function (``handlers.task_event``,
 a finished task and reruns, one of a bundle too large for one transaction), the job runner
 (``python -m job_runner`` as a subprocess), the dependents function
-(``handlers.release_dependents`` on the table's stream) and ``longjobs deploy``; the tick runs
+(``handlers.release_dependents`` on the table's stream), the job state-change publisher
+(``handlers.publish_job_events`` on the same stream records) and ``longjobs deploy``; the tick runs
 again after the stops (it settles what it stopped) and after a stack update that follows the
 deploy (it re-derives the deployment).
 Each request is mapped to the IAM authorizations AWS performs for it
@@ -41,6 +42,7 @@ from dispatcher.cli.app import app
 from dispatcher.domain import task_events
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import Job
+from dispatcher.local.event_feed import BATCH
 from dispatcher.local.provision import provision
 from dispatcher.ops.client import JobClient
 from dispatcher.store import Store
@@ -54,6 +56,7 @@ from tests.integration.iam_checks import (
     ACCOUNT,
     ATTRS,
     CLUSTER_ARN,
+    EVENT_BUS,
     EXECUTION_ROLE,
     HIGH_QUEUE,
     LOW_QUEUE,
@@ -80,10 +83,11 @@ COMPONENTS = {
     "runner": "WorkerTaskRole",
     "deploy": "DeployPolicy",
     "dependents": "DependentsFunctionRole",
+    "job-events": "JobEventsFunctionRole",
 }
 # The functions whose every statement must be needed (the proof that the test has teeth).
 PROVEN = {"dispatcher": "DispatcherFunction", "task-event": "TaskEventFunction",
-          "dependents": "DependentsFunction"}
+          "dependents": "DependentsFunction", "job-events": "JobEventsFunction"}
 
 
 
@@ -156,6 +160,9 @@ def exercise(moto_server: MotoEndpoint, proxy: AwsProxy,
         endpoint_client("dynamodb", moto_server.url, REGION).update_table(
             TableName=NAMES.table, StreamSpecification={
                 "StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"})
+        # The publisher's bus (the stack's EventBus), as an operator creates it.
+        endpoint_client("events", moto_server.url, REGION).create_event_bus(Name=EVENT_BUS)
+        mp.setenv("LONGJOBS_EVENT_BUS", EVENT_BUS)
         proxy.clear_recorded()
 
         # A tick whose recording fails gives the messages back at once (the drain's error
@@ -208,12 +215,16 @@ def exercise(moto_server: MotoEndpoint, proxy: AwsProxy,
         with proxy.recording("runner"):
             _run_runner(dict(os.environ), small_arn, small_launch,
                         tmp_path_factory.mktemp("runner") / "log.jsonl")
+        records = stream_records(
+            NAMES.table, endpoint_client("dynamodb", moto_server.url, REGION),
+            endpoint_client("dynamodbstreams", moto_server.url, REGION))
         with proxy.recording("dependents"):
-            released = handlers.release_dependents(
-                {"Records": stream_records(
-                    NAMES.table, endpoint_client("dynamodb", moto_server.url, REGION),
-                    endpoint_client("dynamodbstreams", moto_server.url, REGION))}, None)
+            released = handlers.release_dependents({"Records": records}, None)
         assert released["released"] == ["after0"], released
+        # The stream's other reader, the publisher: a batch as its mapping hands one over.
+        with proxy.recording("job-events"):
+            published = handlers.publish_job_events({"Records": records[:BATCH]}, None)
+        assert published == {"batchItemFailures": []}, published
 
         with proxy.recording("task-event"):
             finished = handlers.task_event(task_events.sample_event(
@@ -396,9 +407,15 @@ def test_a_call_without_its_permission_fails(expanded: dict[str, Any]) -> None:
                                  {"QueueUrl": f"https://sqs/{ACCOUNT}/{NAMES.queue}"}),
                     RecordedCall("runner", "ecs.StopTask",
                                  {"cluster": NAMES.cluster, "task": "abc"}),
-                    RecordedCall("dispatcher", "dynamodb.Scan", {"TableName": NAMES.table})])
+                    RecordedCall("dispatcher", "dynamodb.Scan", {"TableName": NAMES.table}),
+                    # Events sent to a bus other than the stack's (here: the default bus).
+                    RecordedCall("job-events", "events.PutEvents",
+                                 {"EventBusNames": ["default", EVENT_BUS]})])
     assert denied(expanded, new, "task-event") == [
         f"sqs:SendMessage on {QUEUE_ARN} (from sqs.SendMessageBatch)"]
+    assert denied(expanded, new, "job-events") == [
+        f"events:PutEvents on arn:aws:events:{REGION}:{ACCOUNT}:event-bus/default "
+        "(from events.PutEvents)"]
     assert len(denied(expanded, new, "runner")) == 1
     assert len(denied(expanded, new, "dispatcher")) == 1
 
