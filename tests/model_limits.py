@@ -1,43 +1,59 @@
 """The whole-system model's check of the kind limits (``LONGJOBS_KIND_LIMITS``): the handlers
 of a limited kind running at once, in all tasks, never exceed its limit.
 
-A changed limit applies to the bundles launched from then on (a running bundle keeps the slots
-its launch decided), so the bound is the largest limit in force since the kind last had no
-handler running: every run live now started after that. A kind without a limit at any moment
-of that window has no bound in it. The model's settings change only between steps, and the
-check runs after every step, so it sees every limit in force."""
+A changed limit applies to the bundles launched from then on; a running bundle keeps the slots
+its launch decided. Each launch counts the slots of the kind's active bundles against the limit
+of then, so the runs of the bundles active now are bounded by the limit in force when the last
+of them launched, at most the largest limit any of them launched under. If one of them
+launched while the kind had no limit (its slots counted nowhere), there is no bound. Runs of a
+bundle of several kinds are not counted: such a bundle is recorded only while none of its kinds
+has a limit, and cannot say later which of its jobs a limit is for (docs/design.md).
+
+The model's settings change only between steps, and the check runs after every step, so the
+limit in force at the step where a launch is first seen is the one it was decided with."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
+from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES
+from tests.model_checks import View
 from tests.model_runner import SimTask
 
 
 class KindLimitWatch:
     def __init__(self) -> None:
-        # Per kind with live runs: the largest limit in force since it had none (None: it
-        # was unlimited at some moment since).
-        self._bound: dict[str, int | None] = {}
+        # Each launch seen (bundle id, attempt): its kind's limit then (None: none).
+        self._launched_under: dict[tuple[str, int], int | None] = {}
 
-    def check(self, tasks: Iterable[SimTask], limits: Mapping[str, int]) -> list[str]:
+    def check(self, view: View, tasks: Iterable[SimTask], limits: Mapping[str, int]
+              ) -> list[str]:
+        for b in view.bundles():
+            if b.kind is not None and b.state in ACTIVE_BUNDLE_STATES:
+                self._launched_under.setdefault((b.bundle_id, b.attempt), limits.get(b.kind))
         live: Counter[str] = Counter()
+        under: dict[str, list[int | None]] = {}
         for sim in tasks:
             for job_id in sim.live_runs():
-                live[sim.runs[job_id].job.kind] += 1
+                job = sim.runs[job_id].job
+                bundle = view.bundle(job.bundle_id or "")
+                if bundle is None or bundle.kind != job.kind:
+                    continue  # a bundle of several kinds
+                live[job.kind] += 1
+                under.setdefault(job.kind, []).append(
+                    self._launched_under.get((sim.key[0], sim.key[1])))
+        for b in view.bundles():
+            if b.kind is not None and b.kind in live and b.state in ACTIVE_BUNDLE_STATES:
+                under[b.kind].append(self._launched_under.get((b.bundle_id, b.attempt)))
         out = []
-        for kind in list(self._bound):
-            if not live[kind]:
-                del self._bound[kind]  # idle: its next runs start under the limits of then
         for kind, n in sorted(live.items()):
-            now = limits.get(kind)
-            was = self._bound.get(kind, now) if kind in self._bound else now
-            bound = None if now is None or was is None else max(now, was)
-            self._bound[kind] = bound
-            if bound is not None and n > bound:
-                out.append(f"{n} handlers of kind {kind} run at once, over its limit {bound} "
-                           f"(the largest in force since it last had none running)")
+            if any(limit is None for limit in under[kind]):
+                continue
+            bound = max(limit for limit in under[kind] if limit is not None)
+            if n > bound:
+                out.append(f"{n} handlers of kind {kind} run at once, over the limit {bound} "
+                           "their bundles launched under")
         return out
 
 

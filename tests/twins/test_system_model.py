@@ -53,7 +53,7 @@ from job_runner import writes as writes_module
 from tests import model_checks as checks
 from tests.model_arrays import array_problems
 from tests.model_faults import FaultRules, FaultyTable, model_store, one_thread
-from tests.model_limits import parse_limits
+from tests.model_limits import KindLimitWatch, parse_limits
 from tests.model_runner import BEHAVIOURS, NATURES, ModelIds, ModelTime, SimTask, expire
 from tests.model_stats import stats_disagree
 from tests.twins import ENV, Twins
@@ -92,6 +92,7 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         self.expired_as: dict[str, str] = {}  # job id: the state TTL deleted it in
         self.hooks_time.clock = self.twins.clock
         self.hooks_ids.reset()
+        self.kind_limits = KindLimitWatch()
         self.settings = {"LONGJOBS_TASK_CONCURRENCY": "2", "LONGJOBS_KIND_LIMITS": "",
                          "LONGJOBS_MAX_RUNNING_TASKS": "3"}
         self.submitted: dict[str, str] = {}  # job id -> "valid" / "malformed"
@@ -639,6 +640,8 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         self.fail("lost_job", lost)
         self.fail("dead_letter", checks.dead_letters(self.queues(), self.forced))
         self.fail("two_live_runs", checks.live_twice(view, self.tasks.values()))
+        self.fail("kind_limit", self.kind_limits.check(
+            view, self.tasks.values(), parse_limits(self.settings["LONGJOBS_KIND_LIMITS"])))
         self.fail("budget", [f"{j} ran {n} times, over its budget {self.budget[j]}: "
                              f"{checks.describe(view.job(j))}"
                              for j, n in self.runs.items() if n > self.budget[j]])
