@@ -128,3 +128,28 @@ def test_a_dependency_never_recorded_cancels_its_job_after_the_grace(twins: Twin
     job = twins.job("b")
     assert job is not None and job.state == JobState.CANCELLED
     assert job.reason is not None and "ghost is unknown" in job.reason
+
+
+def test_a_dependent_released_by_an_end_stays_released_when_that_job_is_retried(
+        twins: Twins) -> None:
+    """A dependency's end releases its dependents once: ``b`` (it needs ``a`` finished) is
+    released by ``a``'s failure; an operator's retry of ``a`` before ``b`` starts does not
+    hold ``b`` back again, and each runs once more."""
+    client = twins.client()
+    client.submit("k", {}, job_id="a", max_attempts=1, estimated_seconds=1)
+    client.submit("k", {}, job_id="b", estimated_seconds=1,
+                  depends_on=[{"job_id": "a", "condition": "finished"}])
+    stages = twins.stages()
+    stages.tick.tick()
+    run_launched(twins, lambda job: JobState.FAILED)  # a fails; its end releases b
+    twins.clock.advance(60)
+    stages.tick.tick()
+    b = twins.job("b")
+    assert b is not None and b.state == JobState.PENDING and b.bundle_id is not None
+    client.retry("a")
+    ran: Counter[str] = Counter()
+    drive(twins, 3, ran=ran)
+    assert ran == Counter({"a": 1, "b": 1})
+    for job_id in ("a", "b"):
+        job = twins.job(job_id)
+        assert job is not None and job.state == JobState.SUCCEEDED

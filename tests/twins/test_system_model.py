@@ -107,6 +107,7 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         self.sizes: dict[str, int] = {}  # each array's size (n_to_n dependents pick one)
         self.arrays_client = self.twins.client()
         self.early: list[str] = []  # dependents that ran before their dependencies allowed
+        self.ended_as: dict[str, set[str]] = {}  # each dependency's ends seen, after each step
         # The table's stream as the dependents function reads it (the stream rule delivers
         # it), and the time of the last look at every held dependent by a tick no fault hit.
         self.feed = EndedJobsFeed(self.table)
@@ -169,9 +170,13 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
             # One TTL deleted ended long ago, as it then was (its dependents ran since).
             states = {k: v if v is not None else self.expired_as.get(k)
                       for k, v in states.items()}
+            # A dependency's end releases its dependents once: one retried by an operator
+            # since (running again) released them when it ended as asked.
             self.early += [f"{job_id} ran while its dependency {d.job_id} was "
                            f"{states.get(d.job_id)} ({d.condition} needed)" for d in wanted
-                           if dependencies.verdict(d, states.get(d.job_id)) != dependencies.MET]
+                           if dependencies.verdict(d, states.get(d.job_id)) != dependencies.MET
+                           and not any(dependencies.verdict(d, ended) == dependencies.MET
+                                       for ended in self.ended_as.get(d.job_id, ()))]
 
     def pick(self, data: st.DataObject, ok: Any) -> SimTask | None:
         tasks = sorted((t for t in self.tasks.values() if ok(t)), key=lambda t: t.key)
@@ -629,6 +634,10 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
                 self.finished.add(job_id)
             elif job is not None:
                 self.finished.discard(job_id)
+        for wanted in self.depends.values():
+            for d in wanted:
+                if (job := view.job(d.job_id)) is not None and job.state in TERMINAL_JOB_STATES:
+                    self.ended_as.setdefault(d.job_id, set()).add(str(job.state))
         found = checks.lost_jobs(view, self.submitted, self.finished)
         for check in sorted({c for c, _ in found}):
             self.fail(check, [says for c, says in found if c == check])
