@@ -197,14 +197,13 @@ class OperatorRules:
     tests/twins/test_system_model.py's SystemModel, which provides the world and the helpers
     below; :meth:`operators_begin` sets up this part of it)."""
 
-    # Provided by SystemModel: table, twins, submitted, runs, depends, fail(), sync().
+    # Provided by SystemModel: table, twins, submitted, runs, depends, fail(), sync(), gap()
+    # (whether a check is a known gap: skipped today).
     table: FaultyTable
     twins: Twins
     submitted: dict[str, str]
     runs: dict[str, int]
     depends: dict[str, Any]
-
-    gaps: frozenset[str]  # the checks known to fail today (SystemModel's KNOWN_GAPS)
 
     def operators_begin(self) -> None:
         # Bulk actions: what each bulk id was run as, which of them were cut short (to be
@@ -249,7 +248,7 @@ class OperatorRules:
     def run_bulk(self, bulk_id: str, cut: tuple[Any, ...] | None) -> None:
         how = self.bulk_runs[bulk_id]
         view = checks.View.read(self.table, self.twins.queue)
-        if "bulk_array" in self.gaps and selects_an_array(view, how, self.twins.clock()):
+        if self.gap("bulk_array") and selects_an_array(view, how, self.twins.clock()):
             # Known to fail (the check says how); it would fail the checks of lost jobs too.
             # Run with LONGJOBS_MODEL_GAPS= to see it.
             return
@@ -329,8 +328,6 @@ class OperatorRules:
     # -- checks ----------------------------------------------------------------------------------
     @invariant()
     def operators_hold(self) -> None:
-        if not hasattr(self, "bulk_acts"):  # checked before the model's world exists
-            return
         self.fail("bulk_once", [
             f"{bulk_id} ({self.bulk_runs[bulk_id]}) acted on {job_id} {n} times"
             for bulk_id, acts in self.bulk_acts.items() for job_id, n in acts.items()
