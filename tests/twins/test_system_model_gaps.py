@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from dispatcher.domain import dependencies
 from dispatcher.stages import bundle as bundle_stage
 from dispatcher.store import operator as operator_store
 from job_runner import writes as writes_module
@@ -276,3 +277,33 @@ def _first_event(m: model.SystemModel) -> Callable[..., None]:
                   lambda: m.twins.stages(**m.env()).reruns.on_stop(stop))
         m.sync()
     return deliver
+
+
+class _Draws:
+    """Stands in for hypothesis's ``data``: the values to draw, in order."""
+
+    def __init__(self, *values: Any) -> None:
+        self.values = list(values)
+
+    def draw(self, strategy: Any) -> Any:
+        return self.values.pop(0)
+
+
+def test_a_dependent_recorded_after_the_last_look_is_judged_by_the_next(
+        machines: Callable[[], model.SystemModel]) -> None:
+    """An urgent job succeeds before a clean tick looks at every held dependent; a dependent
+    of it is sent after, and the tick recording it dies: it waits, and the next look decides
+    it (the dependencies check must not count it as left waiting by the look before)."""
+    m = machines()
+    for step in (lambda: m.slow_drain_tick(urgent_at=1), lambda: m.slow_drain_tick(None),
+                 lambda: m.submit_array(2, 0, "succeed", 1.0),
+                 lambda: m.runners_pass("succeed"), lambda: m.advance(3600.0),
+                 lambda: m.slow_drain_tick(None), lambda: m.crashing_tick(7, False),
+                 lambda: m.submit_dependent(_Draws(["u001"]),  # type: ignore[arg-type]
+                                            dependencies.Requires.SUCCEEDED, "succeed"),
+                 lambda: m.crashing_tick(1, False), lambda: m.advance(3600.0),
+                 lambda: m.tick(1)):
+        step()
+        m.holds()
+    job = m.twins.job("d003")
+    assert job is not None and not job.depends_on, job  # the next look released it
