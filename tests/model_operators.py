@@ -17,6 +17,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 
+from dispatcher.domain.arrays import Tally
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
@@ -114,14 +115,22 @@ def unlike_a_retry(view: checks.View, retried: set[str], from_scratch: bool) -> 
 
 
 def arrays_unlike_alone(view: checks.View, verb: str, done: set[str]) -> list[str]:
-    """Array parents a bulk action acted on otherwise than ``jobs cancel|retry`` of the one
-    parent does: a retry reopens the array (its open marker back, so the ticks settle it
-    again) and never gives the parent a bundle (it never runs itself); a cancel leaves none
-    of its recorded children unfinished without a cancel request standing."""
+    """Arrays a bulk action acted on otherwise than ``jobs cancel|retry`` of the one parent
+    does: a retry reopens the array (its open marker back, so the ticks settle it again) and
+    never gives the parent a bundle (it never runs itself); a cancel leaves none of its
+    recorded children unfinished without a cancel request standing. And a child retried while
+    its parent counts it ended: the parent is no longer its children's aggregate."""
     asked = {j for _, j in cancel_requests(view.items)}
     out = []
     for job_id in sorted(done):
         job = view.job(job_id)
+        parent = view.items.get(codec.job_key(job.array_parent)) \
+            if job is not None and job.array_parent else None
+        if job is not None and parent is not None and job.array_index is not None \
+                and job.array_index < Tally.from_json(parent.array_tally).settled \
+                and job.state not in TERMINAL_JOB_STATES:
+            out.append(f"array {job.array_parent}'s child {job_id}, retried by a bulk retry, "
+                       f"runs again while its parent ({parent.state}) counts it ended")
         if job is None or job.array_size is None:
             continue
         if verb == "retry" and (codec.array_key(job_id) not in view.items or job.bundle_id):
@@ -140,10 +149,12 @@ def arrays_unlike_alone(view: checks.View, verb: str, done: set[str]) -> list[st
 
 
 def selects_an_array(view: checks.View, how: BulkRun, now: float) -> bool:
-    """Whether the filter selects an array's parent now (as the status index would)."""
+    """Whether the filter selects an array's parent or child now (as the status index
+    would)."""
     state = JobState.PENDING if how.status == "SCHEDULED" else JobState(how.status)
     for pk, rec in view.items.items():
-        if pk.startswith("JOB#") and rec.array_size is not None and rec.state == state \
+        if pk.startswith("JOB#") and (rec.array_size is not None or rec.array_parent) \
+                and rec.state == state \
                 and how.kind in (None, rec.kind) and (how.since_seconds is None or float(
                     rec.created_at or 0) >= now - how.since_seconds):
             return True
