@@ -25,6 +25,7 @@ from dispatcher.domain.pacing import LaunchPacer
 from dispatcher.ops.client import JobClient
 from dispatcher.ports.queue import Queue
 from dispatcher.ports.table import Record
+from dispatcher.ports.task_definitions import TaskDefinitions
 from dispatcher.settings import Config
 from dispatcher.stages.dependents import Dependents, DependentsStats
 from dispatcher.store import Fence, JobUpdate, Store
@@ -87,6 +88,9 @@ class Twins:
         self.priority_queues: dict[Priority, Queue] = {}
         # The table's stream as the dependents function reads it: :meth:`flow` delivers it.
         self.feed = EndedJobsFeed(self.table)
+        # The worker's task definitions, if a test gives them: the tick then re-derives the
+        # deployment after a stack update (dispatcher/stages/revision.py).
+        self.task_definitions: TaskDefinitions | None = None
 
     # -- wiring ---------------------------------------------------------------------------------
     def env(self, **overrides: str) -> dict[str, str]:
@@ -99,7 +103,8 @@ class Twins:
         return pipeline.build(self.config(**overrides), queue=self.queue, store=self.store,
                             launcher=self.launcher, clock=self.clock,
                             pacer=LaunchPacer.simulated(),
-                            priority_queues=dict(self.priority_queues) or None)
+                            priority_queues=dict(self.priority_queues) or None,
+                            task_definitions=self.task_definitions)
 
     def flow(self) -> DependentsStats:
         """Deliver the stream's writes so far to the release stage, as its function would a

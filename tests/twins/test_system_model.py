@@ -6,9 +6,11 @@ messages; the tick runs with settings changed between ticks (task concurrency, k
 task slots); each launched task's runner claims, starts, checkpoints and finishes jobs through
 the runner's real write paths (tests/model_runner.py), or is killed after any write, gets
 SIGTERM, freezes, or has a handler that ignores its cancellation or raises ``Interrupted``;
-operators cancel and retry; stop events arrive late, twice and out of order; the clock moves by
-seconds to half a year, and DynamoDB's TTL deletes what has expired. A tick may die right after
-any of its table writes, or meet transactions that fail for a moment (tests/model_faults.py).
+operators cancel and retry, one job or many by a filter (a bulk action cut short and resumed by
+its id), and deploy new job code (tests/model_operators.py); stop events arrive late, twice and
+out of order; the clock moves by seconds to half a year, and DynamoDB's TTL deletes what has
+expired. A tick may die right after any of its table writes, or meet transactions that fail for
+a moment (tests/model_faults.py).
 After every step the invariants below are checked (tests/model_checks.py reads them from the
 twins' state).
 
@@ -54,6 +56,7 @@ from tests import model_checks as checks
 from tests.model_arrays import array_problems
 from tests.model_faults import FaultRules, FaultyTable, model_store, one_thread
 from tests.model_limits import KindLimitWatch, parse_limits
+from tests.model_operators import OperatorRules
 from tests.model_runner import BEHAVIOURS, NATURES, ModelIds, ModelTime, SimTask, expire
 from tests.model_stats import stats_disagree
 from tests.twins import ENV, Twins
@@ -77,7 +80,7 @@ STARVATION_TICKS = 10
 DAY = checks.DAY
 
 
-class SystemModel(FaultRules, RuleBasedStateMachine):
+class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
     hooks_time = ModelTime()
     hooks_ids = ModelIds()
 
@@ -121,11 +124,15 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
         self.high = MemoryQueue(clock=self.twins.clock)
         self.twins.priority_queues[Priority.HIGH] = self.high
         self.forced: dict[tuple[str, str], int] = {}  # receives a fault spent (FaultRules)
+        self.operators_begin()  # bulk actions and deploys (OperatorRules)
 
     # -- helpers ----------------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
         return {**self.settings, "LONGJOBS_MAX_INFRA_ATTEMPTS": str(MAX_INFRA_ATTEMPTS),
-                "LONGJOBS_TICK_CONCURRENCY": "2"}
+                "LONGJOBS_TICK_CONCURRENCY": "2", **self.revision_env()}
+
+    def gap(self, check: str) -> bool:
+        return check in GAPS
 
     def fail(self, check: str, problems: list[str]) -> None:
         if problems and check not in GAPS:
@@ -607,13 +614,15 @@ class SystemModel(FaultRules, RuleBasedStateMachine):
 
     def undecided(self, view: checks.View) -> list[str]:
         """Held dependents whose dependencies had all ended before the last look at every
-        held dependent (by a tick no fault hit): none may still wait."""
+        held dependent (by a tick no fault hit): none may still wait. A dependent recorded
+        after that look (by a tick that died before it judged it) waits for the next one."""
         if self.clean_sweep is None:
             return []
         out = []
         for job_id in self.depends:
             job = view.job(job_id)
-            if job is None or job.state != JobState.PENDING or not job.depends_on:
+            if job is None or job.state != JobState.PENDING or not job.depends_on \
+                    or job.created_at >= self.clean_sweep:
                 continue
             ends = [(dep.updated_at if (dep := view.items.get(codec.job_key(d["job_id"])))
                      is not None and dep.state in TERMINAL_JOB_STATES else None)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from dispatcher.domain import dependencies
 from dispatcher.stages import bundle as bundle_stage
 from dispatcher.store import operator as operator_store
 from job_runner import writes as writes_module
@@ -164,12 +165,55 @@ def held_duplicate(m: model.SystemModel) -> None:
     m.tick(1)
 
 
+def bulk_array(m: model.SystemModel) -> None:
+    """An array's parent is cancelled; a bulk retry of every CANCELLED job retries it."""
+    m.submit_array(2, 0, "succeed", 1.0)
+    m.tick(1)
+    m.twins.client().cancel("a001")
+    m.bulk_action(("retry", "CANCELLED"), None, None, False, 100, None)
+
+
+def bulk_resumed(m: model.SystemModel) -> None:
+    """A bulk retry of every FAILED job dies right after its first write (one job retried);
+    that job fails again; the operator runs the bulk retry again with its id."""
+    m.submit(spec(max_attempts=1), 3, False)
+    m.tick(1)
+    task(m).pass_(lambda job_id: "fail")
+    m.bulk_action(("retry", "FAILED"), None, None, False, 1, ("dies", 0))
+    m.tick(1)
+    task(m).pass_(lambda job_id: "fail")
+    m.sync()
+    m.run_bulk(m.cut_short[0], None)
+
+
+def deployed_revision(m: model.SystemModel) -> None:
+    """A long job runs on the stack's revision; new job code is deployed; another long job
+    launches while the first runs on, heartbeating, and ends."""
+    m.submit(spec(estimated_seconds=None), 1, False)
+    m.tick(1)
+    first = task(m)
+    first.claim()
+    first.start_next()
+    m.deploy_code(False, None)
+    m.submit(spec(estimated_seconds=None), 1, False)
+    m.tick(1)
+    task(m).claim()
+    task(m).start_next()
+    m.advance(30.0)
+    first.finish("j001", "succeed")
+    first.flush()
+
+
 Scenario = Callable[[model.SystemModel], None]
 SCENARIOS: dict[str, list[Scenario]] = {
     f.__name__: [f] for f in (tick_raises, stop_event_raises, pointer_expired, pages_expired,
                               two_live_runs, budget, blamed_innocent, dead_letter,
                               held_duplicate)}
 SCENARIOS["starvation"] = [starvation, starvation_after_lowering_a_limit]
+SCENARIOS["bulk_array"] = [bulk_array]
+SCENARIOS["bulk_once"] = SCENARIOS["bulk_retry_budget"] = [bulk_resumed]
+for check in ("launch_revision", "kept_revision", "attempt_revision"):
+    SCENARIOS[check] = [deployed_revision]
 
 
 @pytest.fixture
@@ -201,6 +245,7 @@ def seen_by(m: model.SystemModel, gap: str, scenario: Scenario) -> list[str]:
     m.stop_event = _first_event(m)  # type: ignore[method-assign]
     scenario(m)
     m.holds()
+    m.operators_hold()
     return seen
 
 
@@ -232,3 +277,33 @@ def _first_event(m: model.SystemModel) -> Callable[..., None]:
                   lambda: m.twins.stages(**m.env()).reruns.on_stop(stop))
         m.sync()
     return deliver
+
+
+class _Draws:
+    """Stands in for hypothesis's ``data``: the values to draw, in order."""
+
+    def __init__(self, *values: Any) -> None:
+        self.values = list(values)
+
+    def draw(self, strategy: Any) -> Any:
+        return self.values.pop(0)
+
+
+def test_a_dependent_recorded_after_the_last_look_is_judged_by_the_next(
+        machines: Callable[[], model.SystemModel]) -> None:
+    """An urgent job succeeds before a clean tick looks at every held dependent; a dependent
+    of it is sent after, and the tick recording it dies: it waits, and the next look decides
+    it (the dependencies check must not count it as left waiting by the look before)."""
+    m = machines()
+    for step in (lambda: m.slow_drain_tick(urgent_at=1), lambda: m.slow_drain_tick(None),
+                 lambda: m.submit_array(2, 0, "succeed", 1.0),
+                 lambda: m.runners_pass("succeed"), lambda: m.advance(3600.0),
+                 lambda: m.slow_drain_tick(None), lambda: m.crashing_tick(7, False),
+                 lambda: m.submit_dependent(_Draws(["u001"]),  # type: ignore[arg-type]
+                                            dependencies.Requires.SUCCEEDED, "succeed"),
+                 lambda: m.crashing_tick(1, False), lambda: m.advance(3600.0),
+                 lambda: m.tick(1)):
+        step()
+        m.holds()
+    job = m.twins.job("d003")
+    assert job is not None and not job.depends_on, job  # the next look released it
