@@ -97,15 +97,24 @@ class Worker:
                                  retry_any_exception=cfg.retry_any_exception)
 
     def find_bundle(self) -> Bundle | None:
+        """The bundle this task was launched for, once its launch is written whole: LAUNCHED
+        with this task's ARN. One still LAUNCHING is looked at again until the wait ends: on
+        DynamoDB the launch's one transaction makes the pointer and the bundle visible
+        together, but an emulator (local mode's moto) may show the pointer first, and a task
+        that gave up then would cost its jobs a rerun. Another attempt's is returned at once
+        (:meth:`run` exits)."""
         deadline = time.monotonic() + self.cfg.assign_wait_seconds
         delay = 0.2
+        seen: Bundle | None = None
         while time.monotonic() < deadline and not self.stopping.is_set():
             bundle = self.store.bundle_for_task(self.arn)
-            if bundle is not None:
+            if bundle is not None and not (bundle.state == BundleState.LAUNCHING
+                                           and bundle.task_arn in (None, self.arn)):
                 return bundle
+            seen = bundle or seen
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
-        return None
+        return seen
 
     def on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         log.warning("SIGTERM: cancelling the running jobs cooperatively, taking no new ones")

@@ -306,3 +306,32 @@ def test_large_results_are_written_within_the_transaction_byte_limit() -> None:
     assert {state(store, j.job_id) for j in jobs} == {JobState.SUCCEEDED}
     bundle = store.get_bundle("b1")
     assert bundle is not None and bundle.state == BundleState.DONE
+
+
+def test_a_runner_that_sees_its_pointer_before_its_bundle_is_launched_waits_for_it() -> None:
+    """An emulator may show a launch's task pointer before the bundle it names is LAUNCHED
+    (DynamoDB's transaction shows both at once): the runner looks again rather than exit and
+    cost its jobs a rerun."""
+    store = Store(MemoryTable())
+    jobs = [small("j1")]
+    bundle = Bundle("b1", ["j1"])
+    jobs[0].bundle_id = "b1"
+    store.record([bundle], jobs)
+    launch = Launch("L-b1", ["b1"], "longjobs-worker:1")
+    store.begin_launch(launch, [bundle])  # LAUNCHING, no task yet
+    store.table.write(Update(r.task_key(ARN), [Set("bundle_id", "b1")]))  # the pointer first
+    looks = 0
+    real = store.bundle_for_task
+
+    def bundle_for_task(arn: str) -> Bundle | None:
+        nonlocal looks
+        looks += 1
+        if looks == 2:  # the rest of the launch's write lands
+            store.table.write(Update(r.bundle_key("b1"), [
+                Set("state", str(BundleState.LAUNCHED)), Set("task_arn", ARN),
+                Set("status_key", r.bundle_status(BundleState.LAUNCHED))]))
+        return real(arn)
+
+    store.bundle_for_task = bundle_for_task  # type: ignore[method-assign]
+    worker(store, {"ok": lambda payload, ctx: "done"}).run()
+    assert looks >= 2 and state(store, "j1") == JobState.SUCCEEDED
