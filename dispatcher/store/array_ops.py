@@ -1,10 +1,11 @@
 """An operator's cancel and retry of an array job act on its children (the operator side of
 :mod:`dispatcher.store.array_jobs`).
 
-- Cancel: the parent goes CANCELLED first (so no tick records another child of it: the
-  children source takes only undecided parents), then every recorded child still unfinished
-  is cancelled, 100 at a time (:meth:`OperatorStore.cancel_page`); the recorded count is read
-  again after, and children a tick recorded meanwhile are cancelled too.
+- Cancel: every recorded child still unfinished is cancelled, 100 at a time
+  (:meth:`OperatorStore.cancel_page`), then the parent goes CANCELLED (so no tick records
+  another child of it: the children source takes only undecided parents); the recorded count
+  is read again after, and children a tick recorded meanwhile are cancelled too. A cancel cut
+  short anywhere is finished by running it again.
 - Retry: the FAILED and CANCELLED children are retried, 100 at a time
   (:meth:`OperatorStore.retry_page`), the parent goes back to RUNNING (PENDING if no child
   was recorded yet) with its tally read
@@ -64,11 +65,18 @@ CANCEL_ROUNDS = 5
 
 def cancel_array(store: JobActions, parent: Job, reason: str | None,
                  by: str | None = None) -> Job:
-    """``by``: the bulk action cancelling it; its mark goes on the parent, in the write that
-    cancels it (a resume then skips the whole array)."""
+    """Its recorded children first, then the parent (with ``by``'s mark: the bulk action
+    cancelling it), then the children a tick recorded meanwhile. A cancel cut short before
+    the parent's write leaves the parent as it was, so running the cancel again (or resuming
+    the bulk action, whose selection still holds it) finishes it; one cut short after it is
+    finished by a cancel of the CANCELLED parent, which cancels the children still
+    unfinished rather than say there is nothing to cancel."""
     if parent.state in TERMINAL_JOB_STATES:
+        if parent.state == JobState.CANCELLED and _cancel_children(store, parent, 0, 1)[1]:
+            return store._job(parent.job_id)
         raise LongjobsError(f"array job is already {parent.state}; nothing to cancel",
                             job_id=parent.job_id)
+    done, _ = _cancel_children(store, parent, 0, 1)
     t = store.clock()
     actions, cond = job_ops.marked(parent, by, [
         *job_state(parent.job_id, JobState.CANCELLED, t),
@@ -76,8 +84,17 @@ def cancel_array(store: JobActions, parent: Job, reason: str | None,
         *store._expires(t)], Eq("state", str(parent.state)))
     store._transact([Update(r.job_key(parent.job_id), actions, cond)],
                     "the array job changed while cancelling; try again", job_id=parent.job_id)
-    done = 0
-    for _ in range(CANCEL_ROUNDS):
+    _cancel_children(store, parent, done, CANCEL_ROUNDS)
+    return store._job(parent.job_id)
+
+
+def _cancel_children(store: JobActions, parent: Job, done: int, rounds: int
+                     ) -> tuple[int, int]:
+    """Cancel the recorded children of ``parent`` from index ``done`` on that are still
+    unfinished, reading the recorded count again up to ``rounds`` times; returns the count
+    read last and how many were cancelled (or asked of their tasks)."""
+    acted = 0
+    for _ in range(rounds):
         recorded = _recorded(store, parent.job_id)
         if recorded <= done:
             break
@@ -87,9 +104,10 @@ def cancel_array(store: JobActions, parent: Job, reason: str | None,
             unfinished = [j.job_id for j in store.get_jobs(ids)
                           if j.state not in TERMINAL_JOB_STATES]
             if unfinished:
+                acted += len(unfinished)
                 store.cancel_page(unfinished, reason=f"its array {parent.job_id} was cancelled")
         done = recorded
-    return store._job(parent.job_id)
+    return done, acted
 
 
 def retry_array(store: JobActions, parent: Job, *, from_scratch: bool,

@@ -13,6 +13,7 @@ from dispatcher.domain import arrays
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import JobState
 from dispatcher.ops.bulk import BulkAction, BulkFilter, BulkVerb
+from dispatcher.ports.table import Set, Update
 from dispatcher.store import codec as r
 from tests.twins import Twins
 from tests.twins.test_array_jobs import drive
@@ -86,3 +87,24 @@ def test_a_bulk_cancel_cancels_an_array_and_its_children(twins: Twins) -> None:
     for child_id in (arrays.child_id("a", i) for i in range(4)):
         child = twins.job(child_id)
         assert child is not None and child.state == JobState.CANCELLED
+
+
+def test_an_array_cancel_cut_short_after_its_parent_is_finished_by_cancelling_again(
+        twins: Twins) -> None:
+    """A cancel whose process died right after writing the parent CANCELLED left children
+    to run; cancelling the array again cancels them rather than say nothing is left."""
+    twins.client().submit("k", {}, job_id="a", array_size=3, estimated_seconds=1)
+    stages = twins.stages()
+    for _ in range(2):  # its children recorded and launched, none run yet
+        stages.tick.tick()
+        twins.clock.advance(60)
+    twins.table.write(Update(r.job_key("a"), [Set("state", str(JobState.CANCELLED))]))
+    twins.client().cancel("a")
+    ran: Counter[str] = Counter()
+    drive(twins, 2, ran=ran)
+    assert not ran
+    for i in range(3):
+        child = twins.job(arrays.child_id("a", i))
+        assert child is not None and child.state == JobState.CANCELLED
+    with pytest.raises(LongjobsError, match="already CANCELLED; nothing to cancel"):
+        twins.client().cancel("a")
