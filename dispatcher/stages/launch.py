@@ -129,7 +129,11 @@ class Launches:
             if launch is not None:
                 self._run(launch, {b.bundle_id: b.launch_failures for b in group}, stats)
 
-    def recover(self, stats: LaunchStats) -> None:
+    def recover(self, stats: LaunchStats, task_definition: str | None = None) -> None:
+        """Repeat each orphaned launch with its original clientToken and revision (what may
+        have started must be the same). Bundles Spot had no capacity for then fall back to a
+        new launch on ``task_definition``, the revision deployed now (the orphan's if None):
+        a new task runs the code deployed when it launches."""
         cutoff = self._clock() - self._policy.recovery_seconds
         for launch in self._store.orphaned_launches(older_than=cutoff):
             log.warning("retrying an unfinished launch with its original clientToken",
@@ -140,7 +144,7 @@ class Launches:
             for bundle_id in launch.bundle_ids:
                 b = self._store.get_bundle(bundle_id)
                 failures[bundle_id] = b.launch_failures if b else 0
-            self._run(launch, failures, stats)
+            self._run(launch, failures, stats, fall_back_to=task_definition)
 
     def _begin(self, group: list[Bundle], task_definition: str, stats: LaunchStats,
                on_demand: bool = False) -> Launch | None:
@@ -166,7 +170,8 @@ class Launches:
                         b.slots = decided[b.bundle_id]
         return None
 
-    def _run(self, launch: Launch, launch_failures: dict[str, int], stats: LaunchStats) -> None:
+    def _run(self, launch: Launch, launch_failures: dict[str, int], stats: LaunchStats,
+             fall_back_to: str | None = None) -> None:
         request = request_for(launch)
         stats.paced_seconds += self._pacer.acquire(
             request.count, providers_for(request.on_demand, self._policy.capacity_providers))
@@ -217,9 +222,11 @@ class Launches:
                                           for b, r in outcome.failed]})
             if self._policy.spot_fallback and not launch.on_demand:
                 self._fall_back(launch, [b for b, r in outcome.failed
-                                         if r.startswith(NO_CAPACITY)], stats)
+                                         if r.startswith(NO_CAPACITY)], stats,
+                                fall_back_to or launch.task_definition)
 
-    def _fall_back(self, launch: Launch, bundle_ids: list[str], stats: LaunchStats) -> None:
+    def _fall_back(self, launch: Launch, bundle_ids: list[str], stats: LaunchStats,
+                   task_definition: str) -> None:
         """Bundles Spot had no capacity for are relaunched at once on on-demand FARGATE (a new
         attempt, so a new clientToken), instead of waiting for their backoff."""
         bundles = [b for b in (self._store.get_bundle(i) for i in bundle_ids)
@@ -228,7 +235,7 @@ class Launches:
             stats.spot_fallbacks += len(bundles)
             log.warning("no Spot capacity: relaunching on on-demand FARGATE",
                         extra={"bundle_ids": [b.bundle_id for b in bundles]})
-            self.launch(bundles, launch.task_definition, stats, on_demand=True)
+            self.launch(bundles, task_definition, stats, on_demand=True)
 
     def _backoff(self, previous_failures: int) -> float:
         base = self._policy.backoff_seconds * (2 ** min(previous_failures, 16))

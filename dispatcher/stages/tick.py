@@ -142,7 +142,7 @@ class Tick:
 
     def _run(self, d: TickReport, drain_deadline: float) -> None:
         assert d.task_definition is not None
-        self._launches.recover(d.launch)
+        self._launches.recover(d.launch, d.task_definition)
         d.recovered_recordings = len(self._store.recover_recordings())
         active = self._store.active_bundles()
         self._reconciler.run(active, d.reconcile)

@@ -178,3 +178,28 @@ def test_the_local_launcher_keeps_each_requests_size() -> None:
         local.shutdown(grace=5)
     assert [q.resources for q in local.requests] == [BIG, Resources()]
     assert {t.request.resources for t in local.tasks.values()} == {BIG}
+
+
+def test_a_recovered_launch_without_spot_falls_back_on_the_revision_deployed_now(
+        twins: Twins) -> None:
+    """A launch left for recovery repeats its request as it was (its clientToken, its
+    revision: what may have started must be the same). If Spot then has no capacity, the
+    fallback is a new launch: its tasks run the code deployed now, not before the deploy."""
+    bundles = _recorded(twins, [BIG])
+    launches = Launches(twins.store, twins.launcher,
+                        LaunchPolicy(capacity_providers=("FARGATE_SPOT",), spot_fallback=True),
+                        twins.clock, pacer=LaunchPacer.simulated())
+    twins.launcher.inject_throttle(1)  # the outcome is unknown: left STARTING for recovery
+    stats = LaunchStats()
+    launches.launch(bundles, f"{FAMILY}:1", stats)
+    assert stats.left_for_recovery == 1
+    twins.clock.advance(LaunchPolicy().recovery_seconds + 1)
+    twins.launcher.set_spot_capacity(False)
+    deployed = twins.launcher.register_task_definition()  # a deploy meanwhile
+    assert deployed == f"{FAMILY}:2"
+    launches.recover(stats, deployed)
+    first, again, fallback = twins.launcher.requests
+    assert again == first and again.task_definition == f"{FAMILY}:1"
+    assert fallback.on_demand and fallback.task_definition == f"{FAMILY}:2"
+    (bundle,) = twins.bundles()
+    assert bundle.state == BundleState.LAUNCHED and bundle.task_definition == f"{FAMILY}:2"
