@@ -7,7 +7,6 @@ The real worker runs in-process on the twins' table; the tick decides from what 
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 from dispatcher import settings
@@ -16,6 +15,7 @@ from dispatcher.domain.jobs import JobState
 from job_runner import JobContext
 from job_runner.kinds import HandlerRegistry
 from job_runner.worker import Worker
+from tests.helpers import wait_for
 from tests.twins import Twins
 
 BOUND = 30.0  # seconds: a safety net against a hang, never an expectation
@@ -49,11 +49,9 @@ def test_the_last_long_job_of_a_bundle_leaves_its_kinds_other_slot_to_the_next_b
     try:
         assert long_started.wait(BOUND)
         # The three short reports are written (the flusher writes each result at once).
-        for _ in range(int(BOUND * 100)):
-            done = [tw.job(f"r{n}") for n in range(3)]
-            if all(j is not None and j.state == JobState.SUCCEEDED for j in done):
-                break
-            time.sleep(0.01)
+        wait_for(lambda: all((j := tw.job(f"r{n}")) is not None
+                             and j.state == JobState.SUCCEEDED for n in range(3)),
+                 BOUND, "the three short reports written")
         running = tw.bundle(first.bundle_id)
         assert running is not None and running.state == BundleState.RUNNING
         assert running.slots == 1  # one job left: one slot of the kind's two
