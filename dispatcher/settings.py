@@ -132,8 +132,8 @@ def _one_of(*allowed: str) -> AfterValidator:
     return AfterValidator(check)
 
 
-def _limits(value: Any) -> Any:
-    """``kind=n,kind=n`` -> {kind: n}."""
+def kind_limits(value: Any) -> Any:
+    """``kind=n,kind=n`` -> {kind: n} (``LONGJOBS_KIND_LIMITS``); anything else as given."""
     if not isinstance(value, str):
         return value
     out: dict[str, int] = {}
@@ -160,7 +160,7 @@ def _seconds_range(value: Any) -> Any:
 
 
 Names = Annotated[tuple[str, ...], BeforeValidator(_split)]
-Limits = Annotated[dict[str, int], BeforeValidator(_limits)]
+Limits = Annotated[dict[str, int], BeforeValidator(kind_limits)]
 SecondsRange = Annotated[tuple[float, float], BeforeValidator(_seconds_range)]
 Strategy = Annotated[tuple[CapacityProvider, ...], BeforeValidator(_strategy)]
 

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES
+from dispatcher.settings import kind_limits
 from tests.model_checks import View
 from tests.model_runner import SimTask
 
@@ -58,5 +59,6 @@ class KindLimitWatch:
 
 
 def parse_limits(text: str) -> dict[str, int]:
-    """``LONGJOBS_KIND_LIMITS`` as the model sets it (``report=2,resize=1``)."""
-    return {k: int(v) for k, v in (part.split("=") for part in text.split(",") if part)}
+    """``LONGJOBS_KIND_LIMITS`` as the model sets it, read as the settings read it."""
+    limits: dict[str, int] = kind_limits(text)
+    return limits
