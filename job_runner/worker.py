@@ -100,8 +100,9 @@ class Worker:
         """The bundle this task was launched for, once its launch is written whole: LAUNCHED
         with this task's ARN. One still LAUNCHING is looked at again until the wait ends: on
         DynamoDB the launch's one transaction makes the pointer and the bundle visible
-        together, but an emulator (local mode's moto) may show the pointer first, and a task
-        that gave up then would cost its jobs a rerun. Another attempt's is returned at once
+        together, but local mode's moto once showed a runner the pointer with its bundle not
+        yet LAUNCHED (why was not pinned down), and a task that gave up then cost its jobs a
+        rerun. Another attempt's is returned at once
         (:meth:`run` exits)."""
         deadline = time.monotonic() + self.cfg.assign_wait_seconds
         delay = 0.2
