@@ -55,6 +55,20 @@ def _loader(data_path: str | None) -> botocore.loaders.Loader:
     return botocore.loaders.create_loader(data_path)
 
 
+def new_session() -> botocore.session.Session:
+    """A botocore session of its own (it reads the environment of the moment) over the data
+    files this process has parsed already (:func:`_loader`)."""
+    core = botocore.session.get_session()
+    core.register_component("data_loader", _loader(core.get_config_variable("data_path")))
+    return core
+
+
+def parse_ahead(service: str) -> None:
+    """Parse botocore's data files for ``service`` now: in a process that forks workers, each
+    worker's first client of it then skips the parse (~50 ms of CPU each)."""
+    new_session().create_client(service, region_name="us-east-1")
+
+
 def endpoint_client(service: str, endpoint: str | None, region: str | None, *,
                     retries: int = 4) -> Any:
     """A client on ``endpoint`` (``AWS_ENDPOINT_URL``) in ``region``; ``retries`` is the total
@@ -65,8 +79,7 @@ def endpoint_client(service: str, endpoint: str | None, region: str | None, *,
     ``endpoint``, the global ``AWS_ENDPOINT_URL``: local mode can then keep DynamoDB and ECS on
     moto and put SQS on an emulator that handles deep queues.
     """
-    core = botocore.session.get_session()
-    core.register_component("data_loader", _loader(core.get_config_variable("data_path")))
+    core = new_session()
     return core.create_client(
         service,
         endpoint_url=service_endpoint(service, core) or endpoint,

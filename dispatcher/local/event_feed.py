@@ -29,6 +29,13 @@ from dispatcher.wiring import adapters
 log = logging.getLogger("longjobs.local")
 # Lambda's mapping reads at most BatchSize records a batch (the template's: 100).
 BATCH = 100
+# "Lambda polls shards in your DynamoDB stream for records at a base rate of 4 times per second"
+# (https://docs.aws.amazon.com/lambda/latest/dg/with-ddb.html): the feed polls no faster.
+POLL_SECONDS = 0.25
+# How often the stream's shards are listed again: a table's stream gains a shard rarely (when a
+# shard closes, hours apart on AWS), and each listing is a request to the endpoint, which
+# serves the runners and the tick too.
+DESCRIBE_SECONDS = 1.0
 
 
 class PrintingSink(EventSink):
@@ -58,10 +65,11 @@ class PrintingSink(EventSink):
 
 class StreamFeed:
     """Polls the job table's stream every ``poll_seconds`` while there is nothing new (at
-    once while there is), from its beginning."""
+    once while there is), from its beginning; lists its shards at most once a
+    ``DESCRIBE_SECONDS``."""
 
     def __init__(self, cfg: Config, sink: EventSink | None, dependents: Dependents | None = None,
-                 *, poll_seconds: float = 0.1, endpoint: str | None = None) -> None:
+                 *, poll_seconds: float = POLL_SECONDS, endpoint: str | None = None) -> None:
         """``endpoint``: where the stream is read (default: the settings' endpoint)."""
         self.cfg = cfg
         self.sink = sink
@@ -107,10 +115,13 @@ class StreamFeed:
 
     def _run(self) -> None:
         iterators: dict[str, str | None] = {}
+        listed = -DESCRIBE_SECONDS
         while not self._stop.is_set():
             busy = False
             try:
-                self._iterators(iterators)
+                if time.monotonic() - listed >= DESCRIBE_SECONDS:
+                    self._iterators(iterators)
+                    listed = time.monotonic()
                 for shard, it in list(iterators.items()):
                     if it is None:  # closed and read to its end
                         continue

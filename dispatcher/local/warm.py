@@ -42,6 +42,7 @@ import traceback
 from collections.abc import Callable
 from typing import IO, Any
 
+from dispatcher.aws.clients import parse_ahead
 from dispatcher.domain.errors import LaunchError
 
 # Exit code of a task whose runner could not even be called (a bug here, not in a job).
@@ -206,9 +207,11 @@ class WarmStarter:
 def _preload(entry: str) -> Callable[[], int]:
     """Import the entry point (``module:function``, the runner's main unless a test gives
     another), and with it the runner's libraries. Handler modules are not preloaded: each task
-    imports them, so an edit to a handler reaches the next task, as with a cold start."""
+    imports them, so an edit to a handler reaches the next task, as with a cold start. botocore's
+    data files for the table's client are parsed here too, once for every task."""
     module, _, name = entry.partition(":")
     main: Callable[[], int] = getattr(importlib.import_module(module), name)
+    parse_ahead("dynamodb")
     return main
 
 

@@ -26,10 +26,10 @@ from typing import Any
 
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.exceptions import HTTPClientError
-from pynamodb.connection import Connection
 from pynamodb.exceptions import DoesNotExist, PynamoDBException, TransactWriteError
 from pynamodb.transactions import TransactWrite
 
+from dispatcher.aws.dynamodb.connection import SharedDataConnection, share_parsed_data
 from dispatcher.aws.dynamodb.model import create_table, model_for
 from dispatcher.domain.errors import ResourceMissing
 from dispatcher.ports.table import (
@@ -89,8 +89,9 @@ class DynamoTable(Table):
     def __init__(self, table: str, region: str | None = None, host: str | None = None) -> None:
         self.name, self.region, self.host = table, region, host
         self.model: Any = model_for(table, region, host)
-        self._conn = Connection(region=region or getattr(self.model.Meta, "region", None),
-                                host=host)
+        self._conn = SharedDataConnection(
+            region=region or getattr(self.model.Meta, "region", None), host=host)
+        share_parsed_data(self.model._get_connection().connection)
 
     # -- translation ----------------------------------------------------------------------------
     def _cond(self, c: Condition | None) -> Any:
