@@ -70,14 +70,18 @@ docs: $(VENV)
 # except the modules whose costly module fixture should run once (SHARED_SETUP there).
 # MiniStack is built too, so that its contract test runs in CI rather than skip.
 # --durations: every run lists its 15 slowest tests, so the suite's time is seen where it goes.
+# PYTHONDONTWRITEBYTECODE is emptied (a machine may set it): otherwise every worker and every
+# process a test starts (runners, CLI commands, local mode) compiles moto, botocore and the
+# project from source again, and pytest rewrites every test module's asserts in each worker.
 test: $(VENV) $(TOOLS)/bin/checkov $(MINISTACK)/bin/ministack lint
-	LONGJOBS_CHECKOV=$(TOOLS)/bin/checkov $(VENV)/bin/pytest -q -n 4 --durations=15
+	PYTHONDONTWRITEBYTECODE= LONGJOBS_CHECKOV=$(TOOLS)/bin/checkov \
+	  $(VENV)/bin/pytest -q -n 4 --durations=15
 
 # The twin tier alone, for the loop of changing code: in-process on the in-memory twins, no
 # moto, no AWS endpoint, no lint. Two workers, one per core: this tier is all CPU. The two
 # hypothesis machines run fewer examples than in `make test` (150 and 300).
 test-fast: $(VENV)
-	LONGJOBS_MODEL_EXAMPLES=30 LONGJOBS_LIFECYCLE_EXAMPLES=60 \
+	PYTHONDONTWRITEBYTECODE= LONGJOBS_MODEL_EXAMPLES=30 LONGJOBS_LIFECYCLE_EXAMPLES=60 \
 	  $(VENV)/bin/pytest -q -n 2 tests/twins
 
 bench: $(VENV)
