@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import io
 import json
 import math
+import pickle
 import threading
 import time
 import weakref
@@ -106,6 +108,19 @@ def _check_item(rec: Record, size: int) -> None:
     if size > MAX_ITEM_BYTES:
         raise InvalidTransaction(f"{rec.pk}: item size has exceeded the maximum allowed size "
                                  f"({size} > {MAX_ITEM_BYTES} bytes)")
+
+
+def _content(ops: list[Op]) -> bytes:
+    """The ops' content as bytes: their pickle without its memo, so that equal ops give equal
+    bytes whichever of their values are shared objects. A third faster than their repr
+    (dataclasses' repr is Python code walking each record: 0.6 ms against 0.9 ms for 100 jobs'
+    puts); the twin computes it for every transaction, to tell a token's retry from its
+    reuse."""
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.fast = True  # no memo: shared values written out in full, as repr would
+    pickler.dump(ops)
+    return out.getvalue()
 
 
 def _copied(value: Any) -> Any:
@@ -392,7 +407,7 @@ class MemoryTable(Table):
                     self._set(op.pk, after)
 
     def _transact_once(self, ops: list[Op], token: str) -> None:
-        digest = hashlib.sha256(repr(ops).encode()).hexdigest()
+        digest = hashlib.sha256(_content(ops)).hexdigest()
         with self._lock:
             t = self._clock()
             while self._tokens:  # oldest first: drop those past their 10 minutes

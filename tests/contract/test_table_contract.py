@@ -171,12 +171,18 @@ def test_transaction_success_writes_every_op(table: Table) -> None:
 
 
 def test_a_transaction_with_a_token_is_done_once(table: Table) -> None:
-    ops = [Put(_item("T#1", state="PENDING"), Absent()), Update("T#2", [Add("attempts", 1)])]
+    ops = [Put(_item("T#1", state="PENDING", reason="PENDING"), Absent()),
+           Update("T#2", [Add("attempts", 1)])]
     table.transact(ops, token="tok-1")  # type: ignore[arg-type]
     assert table.get("T#1") is not None
     if isinstance(table, DynamoTable):
         pytest.skip("moto ignores ClientRequestToken (DynamoDB replays a success for 10 min)")
     table.transact(ops, token="tok-1")  # type: ignore[arg-type]  # the retry of a lost answer
+    # A retry made anew: equal ops whose equal values are distinct objects, not shared ones.
+    rebuilt = [Put(_item("T#1", state="".join(["PEN", "DING"]), reason="".join(["PEN", "DING"])),
+                   Absent()),
+               Update("T#2", [Add("attempts", 1)])]
+    table.transact(rebuilt, token="tok-1")  # type: ignore[arg-type]
     assert table.get("T#2").attempts == 1  # type: ignore[union-attr]
     with pytest.raises(TransactionCancelled):
         table.transact(ops, token="tok-2")  # type: ignore[arg-type]  # a new request
