@@ -29,7 +29,7 @@ from botocore.exceptions import HTTPClientError
 from pynamodb.exceptions import DoesNotExist, PynamoDBException, TransactWriteError
 from pynamodb.transactions import TransactWrite
 
-from dispatcher.aws.dynamodb.connection import SharedDataConnection, share_parsed_data
+from dispatcher.aws.dynamodb.connection import SharedDataConnection
 from dispatcher.aws.dynamodb.model import create_table, model_for
 from dispatcher.domain.errors import ResourceMissing
 from dispatcher.ports.table import (
@@ -91,7 +91,6 @@ class DynamoTable(Table):
         self.model: Any = model_for(table, region, host)
         self._conn = SharedDataConnection(
             region=region or getattr(self.model.Meta, "region", None), host=host)
-        share_parsed_data(self.model._get_connection().connection)
 
     # -- translation ----------------------------------------------------------------------------
     def _cond(self, c: Condition | None) -> Any:

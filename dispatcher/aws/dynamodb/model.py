@@ -22,6 +22,7 @@ from pynamodb.attributes import JSONAttribute, ListAttribute, NumberAttribute, U
 from pynamodb.indexes import GlobalSecondaryIndex, IncludeProjection
 from pynamodb.models import Model
 
+from dispatcher.aws.dynamodb.connection import share_parsed_data
 from dispatcher.domain.message import compact_json
 from dispatcher.ports.table import (
     ATTRIBUTES,
@@ -110,7 +111,9 @@ def _make(table: str, region: str | None, host: str | None, n: int) -> type[Mode
                  pk=UnicodeAttribute(hash_key=True),
                  status_key=UnicodeAttribute(null=True), status_at=UnicodeAttribute(null=True),
                  by_status=index_cls())
-    return type(f"Item{n}", (Model,), attrs)
+    model: type[Model] = type(f"Item{n}", (Model,), attrs)
+    share_parsed_data(model._get_connection().connection)
+    return model
 
 
 def key_schema() -> dict[str, Any]:
