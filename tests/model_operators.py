@@ -40,6 +40,13 @@ ENDED = (JobState.FAILED, JobState.CANCELLED)  # what a retry takes
 INTERRUPTIONS = st.one_of(st.none(), st.tuples(st.just("dies"), st.integers(0, 6)),
                           st.tuples(st.just("flaky"), st.integers(3, 12), st.booleans()))
 STACK_IMAGE = "registry/worker:v0"
+# The check of a bulk retry cut short while it acts on an array (the array_ops.retry_array
+# order): it retries the array's ended children first and reopens the parent last, so a bulk
+# retry that dies between the two leaves children running under a parent that is still FAILED
+# and counts them ended, until the bulk action is resumed (which completes it). Reopening
+# the parent first instead leaves a window in which a tick decides it again before its
+# children are retried; the fix needs the children's writes fenced on the parent being open.
+RETRY_CUT = "bulk_array_retry_cut"
 
 
 @dataclass(frozen=True)
@@ -263,6 +270,9 @@ class OperatorRules:
             # Known to fail (the check says how); it would fail the checks of lost jobs too.
             # Run with LONGJOBS_MODEL_GAPS= to see it.
             return
+        if self.gap(RETRY_CUT) and how.verb == "retry" and cut is not None \
+                and selects_an_array(view, how, self.twins.clock()):
+            return  # known to fail: see RETRY_CUT
         before = view.items
         marks, requests = job_marks(before), cancel_requests(before)
         action, f = self.twins.client().bulk(how.verb, status=how.status, kind=how.kind,
@@ -291,7 +301,8 @@ class OperatorRules:
         self.bulk_acts.setdefault(bulk_id, Counter()).update(done)
         self.bulk_requests.setdefault(bulk_id, Counter()).update(
             cancel_requests(view.items) - requests)
-        self.fail("bulk_array", arrays_unlike_alone(view, how.verb, done))
+        self.fail(RETRY_CUT if how.verb == "retry" and cut is not None else "bulk_array",
+                  arrays_unlike_alone(view, how.verb, done))
         if how.verb == "retry":
             for job_id in done:  # a fresh budget; it waits for no dependency (as retry)
                 self.runs[job_id] = 0
