@@ -87,32 +87,38 @@ def aws(moto_server: MotoEndpoint, proxy: AwsProxy,
 
 # The run order, for `make test`'s four workers (pytest-xdist, SharedSetupScheduling below):
 # xdist hands each worker two work units to start with, then one at a time as each frees; a unit
-# is one test, or every test of a module in SHARED_SETUP. The tests that take a minute or more go
-# first, dealt one module after another (the first of each, then the second of each, ...) so
-# that no worker starts with two of the longest, then the SHARED_SETUP modules; the rest follow,
-# integration, contract, twins, each module's tests together and in their order.
-LONGEST = ("test_api_calls", "test_system_model", "test_demo", "test_runner", "test_crash",
-           "test_ops", "test_lifecycle_property", "test_bulk_actions", "test_bulk_cli")
+# is one test, or every test of a module in SHARED_SETUP. The longest go first: the modules whose
+# tests use a core for a minute or so, and the one test that waits longest (its handlers sleep),
+# dealt one after another (the first of each, then the second of each, ...) so that no worker
+# starts with two of them and none is left to end the run alone; then the SHARED_SETUP modules.
+# The rest are dealt across modules the same way, so that tests that mostly wait (on runner
+# processes, local mode, sleeps) run beside in-process tests that use the CPU, rather than all
+# four workers waiting at once while a core idles (as a whole module of runner tests did).
+LONGEST = ("test_array_at_full_size", "test_system_model", "test_demo", "test_api_calls",
+           "test_lifecycle_property", "test_bulk_cli",
+           "test_a_retry_waits_for_the_task_its_abandoned_run_keeps_alive_beside_a_mate")
 # Modules whose module-scoped fixture is itself a run of ~30 s (a recorded exercise of every
 # component on moto, a local mode, a moto server of their own): sent to one worker as one unit,
 # the fixture runs once instead of once on every worker that gets one of their tests.
 SHARED_SETUP = ("test_permissions", "test_operator_permissions", "test_first_hour",
                 "test_readme_commands", "test_proxy")
-TIERS = ("integration", "contract", "twins")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     seen: dict[str, int] = {}
+    modules: dict[str, int] = {}
     order: dict[int, tuple[int, int, int]] = {}
     for item in items:
-        module, tier = item.path.stem, item.path.parent.name
-        if module in LONGEST:
-            nth = seen[module] = seen.get(module, -1) + 1
-            order[id(item)] = (0, nth, LONGEST.index(module))
+        module = item.path.stem
+        name = getattr(item, "originalname", item.name)
+        key = module if module in LONGEST else name if name in LONGEST else None
+        nth = seen[module] = seen.get(module, -1) + 1
+        if key is not None:
+            order[id(item)] = (0, nth if key == module else 0, LONGEST.index(key))
         elif module in SHARED_SETUP:
-            order[id(item)] = (0, 1, SHARED_SETUP.index(module))
+            order[id(item)] = (1, 0, SHARED_SETUP.index(module))
         else:
-            order[id(item)] = (1, TIERS.index(tier) if tier in TIERS else len(TIERS), 0)
+            order[id(item)] = (2, nth, modules.setdefault(module, len(modules)))
     items.sort(key=lambda item: order[id(item)])  # stable: each module's order is kept
 
 
