@@ -148,9 +148,14 @@ class Bundler:
         elapsed = self._clock() - self._at
         if elapsed <= 0 or self._seen == 0 or self._seconds <= 0:
             return None
-        task_rate = self._policy.task_concurrency * self._seen / self._seconds
+        rounds = self._policy.task_concurrency
+        task_rate = rounds * self._seen / self._seconds
         share = tapered_share(*opened, self._seen / elapsed, task_rate)
-        return max(share, self._policy.task_concurrency)
+        # A task runs its jobs ``task_concurrency`` at a time: a share one job over a multiple
+        # of that ends a whole job later (the nightly bench's last task held 101 jobs at 20 at
+        # once: six rounds of 30 s where 100 are five). So the share is a whole number of
+        # rounds, the nearest to the taper's.
+        return rounds * max(1, round(share / rounds))
 
     def _fits(self, shape: Shape, job: Job) -> bool:
         b = self._open.get(shape)

@@ -93,3 +93,23 @@ def test_jobs_beyond_the_counted_backlog_get_the_even_share() -> None:
         sizes += [len(b.job_ids) for b in bundler.take_closed()]
     assert sizes[:5] == [20] * 5  # the counted 100, tapered (a task's 20 slots at least)
     assert sizes[5:9] == [100] * 4  # then the even share
+
+
+def test_a_share_is_a_whole_number_of_a_tasks_rounds() -> None:
+    """The nightly bench's shape: 6,000 jobs of 30 s on 60 tasks of 20 at once, admitted at
+    ~390 jobs/s. The taper's shares are near the even 100; a share of 101 would run six rounds
+    of 30 s where 100 run five. Every bundle holds whole rounds, and none more than five."""
+    policy = BundlePolicy(bundle_max_jobs=10_000, bundle_max_seconds=14_400,
+                          small_job_seconds=60, task_concurrency=20)
+    now = [0.0]
+    bundler = Bundler(policy, 60, 100, at=0.0, backlog=6_000, clock=lambda: now[0])
+    sizes: list[int] = []
+    for i in range(6_000):
+        now[0] = (i + 1) / 390.0
+        assert bundler.offer(Job(job_id=f"j{i}", kind="k", payload={}, estimated_seconds=30.0))
+        sizes += [len(b.job_ids) for b in bundler.take_closed()]
+    bundler.close()
+    sizes += [len(b.job_ids) for b in bundler.take_closed()]
+    assert sum(sizes) == 6_000 and len(sizes) == 60
+    assert all(n % 20 == 0 for n in sizes), sizes
+    assert max(-(-n // 20) for n in sizes) == 5, sizes
