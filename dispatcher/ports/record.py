@@ -54,6 +54,10 @@ class Record:
     array_tally: Any = None
     array_parent: str | None = None
     array_index: float | None = None
+    # an array's retry in progress (dispatcher.store.array_retry): the next child it retries
+    # (the writes' fence), and how far it goes and how (through, from_scratch, reason)
+    array_retry_next: float | None = None
+    array_retry: Any = None
     depends_on: Any = None  # job: what it waits for (dispatcher.domain.dependencies)
     # job: how many jobs were linked to it as waiting for it to end (WAIT#<it>#<dependent>);
     # its end, seen in the table's stream with this set, releases them (stages/dependents.py)
@@ -109,7 +113,8 @@ class Record:
 
 ATTRIBUTES: frozenset[str] = frozenset(f.name for f in fields(Record))
 JSON_ATTRIBUTES = frozenset({"payload", "result", "error", "history", "checkpoint", "credit",
-                             "container_env", "summary", "array_tally", "depends_on"})
+                             "container_env", "summary", "array_tally", "array_retry",
+                             "depends_on"})
 LIST_ATTRIBUTES = frozenset({"job_ids", "cancel_jobs", "running_jobs", "bundle_ids",
                              "task_arns", "handed_jobs", "bulk_ids"})
 NUMBER_ATTRIBUTES = frozenset(
@@ -131,5 +136,6 @@ NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint"
                            "reported_stop", "image", "container_env", "derived_from",
                            "version", "sequence", "handed_jobs", "handed", "array_size",
                            "array_tolerated", "array_next", "array_tally", "array_parent",
-                           "array_index", "depends_on", "waiters", "bulk_ids"})
+                           "array_index", "array_retry_next", "array_retry",
+                           "depends_on", "waiters", "bulk_ids"})
 INDEX_ATTRIBUTES: tuple[str, ...] = tuple(sorted(ATTRIBUTES - NOT_PROJECTED - set(INDEX_KEYS)))

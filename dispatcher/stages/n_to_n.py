@@ -34,7 +34,8 @@ from dispatcher.domain.arrays import child_id
 from dispatcher.domain.dependencies import Dependency
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job
 from dispatcher.store import StageStore
-from dispatcher.store.array_jobs import CHILD_PAGE, OpenArray
+from dispatcher.store.array_jobs import OpenArray
+from dispatcher.store.array_retry import CHILD_PAGE
 
 # Pages of 100 elements a tick reads at most for one array: its frontier moves at most 1,000
 # children a tick (a tick records far fewer of one array's children than that in practice).

@@ -38,12 +38,10 @@ from dispatcher.ports.table import (
     TransactionCancelled,
     Update,
 )
+from dispatcher.store import array_retry
 from dispatcher.store import codec as r
+from dispatcher.store.array_retry import CHILD_PAGE, ArrayRetry, go_on
 from dispatcher.store.base import Reads, job_state
-
-# BatchGetItem reads at most 100 items per call.
-# https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
-CHILD_PAGE = 100
 
 
 @dataclass
@@ -55,6 +53,7 @@ class OpenArray:
     tolerated: int
     recorded: int  # array_next: children 0..recorded-1 are recorded
     tally: Tally
+    retry: ArrayRetry | None = None  # a retry of its children in progress
 
 
 class ArrayRecords(Reads):
@@ -120,11 +119,17 @@ class ArrayRecords(Reads):
         """Read the children from the first not known ended, in order, until one is
         unfinished (or ``pages`` pages were read); write the parent's state and tally
         if they changed, and close the array (delete its marker) once it is decided and every
-        recorded child has ended."""
+        recorded child has ended. A retry of its children in progress goes on first (up to
+        ``pages`` pages), and only the children it has passed are read
+        (:mod:`dispatcher.store.array_retry`)."""
         tally = replace(array.tally, failed_indexes=list(array.tally.failed_indexes))
+        readable = array.recorded
+        if array.retry is not None and array.parent.state not in TERMINAL_JOB_STATES:
+            reached = go_on(self, array.retry, pages)
+            readable = array.recorded if reached is None else min(readable, reached)
         for _ in range(pages):
             start = tally.settled
-            stop = min(array.recorded, start + CHILD_PAGE)
+            stop = min(readable, start + CHILD_PAGE)
             if start >= stop:
                 break
             ids = [arrays.child_id(array.parent.job_id, i) for i in range(start, stop)]
@@ -154,8 +159,8 @@ class ArrayRecords(Reads):
             actions: list[Action] = [Set("array_tally", tally.as_json())]
             if target != parent.state:
                 actions += job_state(parent.job_id, target, t)
-                if decided:
-                    actions += self._expires(t)
+                if decided:  # a retry still in progress ends with it
+                    actions += [*self._expires(t), *(array_retry.END if array.retry else [])]
                     actions.append(Set("reason", _reason(array, tally, target)))
             ops: list[Op] = [Update(r.job_key(parent.job_id), actions,
                                                        Eq("state", str(parent.state)))]
@@ -168,12 +173,14 @@ class ArrayRecords(Reads):
                     raise
                 return array  # an operator acted on the parent meanwhile: next tick
             parent.state = target
-        return OpenArray(parent, array.size, array.tolerated, array.recorded, tally)
+        return OpenArray(parent, array.size, array.tolerated, array.recorded, tally,
+                         None if decided else array.retry)
 
 
 def _open(rec: Record) -> OpenArray:
     return OpenArray(r.record_job(rec), int(rec.array_size or 0), int(rec.array_tolerated or 0),
-                     int(rec.array_next or 0), Tally.from_json(rec.array_tally))
+                     int(rec.array_next or 0), Tally.from_json(rec.array_tally),
+                     ArrayRetry.of(rec))
 
 
 def _reason(array: OpenArray, tally: Tally, target: JobState) -> str:

@@ -5,12 +5,14 @@
   (:meth:`OperatorStore.cancel_page`), then the parent goes CANCELLED (so no tick records
   another child of it: the children source takes only undecided parents); the recorded count
   is read again after, and children a tick recorded meanwhile are cancelled too. A cancel cut
-  short anywhere is finished by running it again.
-- Retry: the FAILED and CANCELLED children are retried, 100 at a time
-  (:meth:`OperatorStore.retry_page`), the parent goes back to RUNNING (PENDING if no child
-  was recorded yet) with its tally read
-  again from child 0, and its marker is put back, so the ticks settle it again and record
-  the children a cancel or an early failure left unrecorded.
+  short anywhere is finished by running it again. A retry of the children still in progress
+  is ended first, so none is retried behind the cancel.
+- Retry: the parent goes back to RUNNING (PENDING if no child was recorded yet) with its
+  tally read again from child 0 and its marker put back, so the ticks settle it again and
+  record the children a cancel or an early failure left unrecorded; in the same write a
+  retry of its FAILED and CANCELLED children begins, carried page by page
+  (:mod:`dispatcher.store.array_retry`) by this process, or by the next tick if it is cut
+  short.
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ from dispatcher.ports.table import (
     Table,
     Update,
 )
+from dispatcher.store import array_retry, job_ops
 from dispatcher.store import codec as r
-from dispatcher.store import job_ops
-from dispatcher.store.array_jobs import CHILD_PAGE
+from dispatcher.store.array_retry import CHILD_PAGE, ArrayRetry
 from dispatcher.store.base import job_state
 from dispatcher.store.values import PageOutcome
 
@@ -47,15 +49,12 @@ class JobActions(Protocol):
     clock: Callable[[], float]
 
     def _transact(self, ops: list[Op], lost: str, job_id: str | None = None) -> None: ...
+    def _transact_retrying(self, ops: list[Op]) -> None: ...
     def _expires(self, t: float) -> list[Action]: ...
     def _job(self, job_id: str) -> Job: ...
     def get_jobs(self, job_ids: list[str]) -> list[Job]: ...
     def cancel_page(self, job_ids: list[str], *, reason: str | None = None,
                     by: str | None = None, only: JobState | None = None) -> list[PageOutcome]: ...
-    def retry_page(self, job_ids: list[str], *, from_scratch: bool = False,
-                   reason: str | None = None, by: str | None = None,
-                   only: JobState | None = None, resume: bool = False,
-                   by_their_array: bool = False) -> list[PageOutcome]: ...
 
 # A cancel reads the recorded count again at most this often, for children a tick recorded
 # while it cancelled (a tick records children only while it runs: one more look suffices
@@ -76,6 +75,7 @@ def cancel_array(store: JobActions, parent: Job, reason: str | None,
             return store._job(parent.job_id)
         raise LongjobsError(f"array job is already {parent.state}; nothing to cancel",
                             job_id=parent.job_id)
+    array_retry.stop(store.table, parent.job_id)  # no child is retried after this
     done, _ = _cancel_children(store, parent, 0, 1)
     t = store.clock()
     actions, cond = job_ops.marked(parent, by, [
@@ -112,32 +112,30 @@ def _cancel_children(store: JobActions, parent: Job, done: int, rounds: int
 
 def retry_array(store: JobActions, parent: Job, *, from_scratch: bool,
                 reason: str | None, by: str | None = None) -> Job:
-    """``by``: the bulk action retrying it; its mark goes on the parent, in the write that
-    decides it again (a resume then skips the whole array)."""
+    """Reopen the parent and retry its FAILED and CANCELLED children page by page
+    (:mod:`dispatcher.store.array_retry`: cut short anywhere, the next tick goes on from
+    where it stopped). ``by``: the bulk action retrying it; its mark goes on the parent, in
+    the write that reopens it (a resume then skips the whole array)."""
     if parent.state not in (JobState.FAILED, JobState.CANCELLED):
         raise LongjobsError(f"only a FAILED or CANCELLED array job can be retried, not "
                             f"{parent.state}", job_id=parent.job_id)
     recorded = _recorded(store, parent.job_id)
-    for start in range(0, recorded, CHILD_PAGE):
-        ids = [arrays.child_id(parent.job_id, i)
-               for i in range(start, min(recorded, start + CHILD_PAGE))]
-        ended = [j.job_id for j in store.get_jobs(ids)
-                 if j.state in (JobState.FAILED, JobState.CANCELLED)]
-        if ended:
-            store.retry_page(ended, from_scratch=from_scratch, reason=reason,
-                             by_their_array=True)
     t = store.clock()
     marker = Record(r.array_key(parent.job_id), status_key=r.OPEN_ARRAYS, status_at=r.iso(t),
                     job_id=parent.job_id, priority=str(parent.priority), created_at=t)
     tally = Tally(recorded=recorded)  # read again from child 0 by the next tick
     target = arrays.aggregate(int(parent.array_size or 0), parent.array_tolerated, tally)
+    retry = ArrayRetry(parent.job_id, 0, recorded, from_scratch, reason) if recorded else None
     actions, cond = job_ops.marked(parent, by, [
         *job_state(parent.job_id, target, t), Set("array_tally", tally.as_json()),
         Set("reason", f"retried by an operator{': ' + reason if reason else ''}"),
+        *(retry.begin() if retry else []),
         Remove("expires_at")],  # undecided again: its end's TTL no longer applies
         Eq("state", str(parent.state)))
     store._transact([Update(r.job_key(parent.job_id), actions, cond), Put(marker)],
                     "the array job changed while retrying; try again", job_id=parent.job_id)
+    if retry is not None:
+        array_retry.go_on(store, retry)
     return store._job(parent.job_id)
 
 
@@ -154,7 +152,10 @@ def array_counts(parent_id: str, rec: Record) -> dict[str, Any]:
                          "not recorded yet": size - recorded},
             "failed_indexes": tally.failed_indexes,
             "children": f"{arrays.child_id(parent_id, 0)} .. "
-                        f"{arrays.child_id(parent_id, size - 1)}"}
+                        f"{arrays.child_id(parent_id, size - 1)}",
+            # A retry of its children still going (the next tick carries it on).
+            **({"retrying": f"{retry.next} of {retry.through} children looked at"}
+               if (retry := ArrayRetry.of(rec)) is not None else {})}
 
 
 def _recorded(store: JobActions, parent_id: str) -> int:

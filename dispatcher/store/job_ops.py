@@ -207,11 +207,11 @@ def op_bytes(op: Op) -> int:
     return 512
 
 
-def pack(units: list[Unit]) -> list[list[Unit]]:
+def pack(units: list[Unit], max_items: int = MAX_TRANSACTION_ITEMS) -> list[list[Unit]]:
     """Units grouped into transactions within TransactWriteItems' limits: at most 100 actions
-    (MAX_TRANSACTION_ITEMS) and 4 MB (kept under UPDATES_BYTES, 3,500,000, as the runner's
-    writes are), a unit never split.
+    (MAX_TRANSACTION_ITEMS; ``max_items`` leaves room for the caller's own) and 4 MB (kept
+    under UPDATES_BYTES, 3,500,000, as the runner's writes are), a unit never split.
     https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
     """
     return pack_groups(units, lambda u: len(u.ops), lambda u: sum(op_bytes(op) for op in u.ops),
-                       MAX_TRANSACTION_ITEMS, UPDATES_BYTES)
+                       max_items, UPDATES_BYTES)

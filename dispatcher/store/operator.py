@@ -120,7 +120,7 @@ class OperatorStore(Deployments):
 
     def retry(self, job_id: str, *, from_scratch: bool = False, reason: str | None = None,
               by: str | None = None, only: JobState | None = None,
-              resume: bool = False, by_its_array: bool = False) -> Job:
+              resume: bool = False) -> Job:
         """FAILED or CANCELLED -> PENDING with a fresh budget, in a new bundle (held while a
         run of the job may still be alive: ``Job.live_task``).
 
@@ -129,13 +129,14 @@ class OperatorStore(Deployments):
         ``reason`` and ``by`` (a bulk action) as for :meth:`cancel`: kept in the job's reason
         and in its history's retry boundary, ``by`` among its marks too; a job already marked
         by ``by`` raises AlreadyActed; ``only`` and ``resume`` as for :meth:`cancel`. An
-        array's child is retried only by its array's retry (``by_its_array``)."""
+        array's child is retried only by its array's retry
+        (:mod:`dispatcher.store.array_retry`)."""
         job = self._job(job_id)
         if job.array_size is not None:  # its failed children are retried
             job_ops.check_mark(job, by, only, resume=resume)
             return array_ops.retry_array(self, job, from_scratch=from_scratch, reason=reason,
                                          by=by)
-        job_ops.check_retry(job, by, only, resume=resume, by_its_array=by_its_array)
+        job_ops.check_retry(job, by, only, resume=resume)
         self._transact(job_ops.retry_ops(job, new_id(), t=self.clock(),
                                          from_scratch=from_scratch, reason=reason, by=by),
                        "job changed while retrying; try again", job_id=job_id)
@@ -230,13 +231,12 @@ class OperatorStore(Deployments):
 
     def retry_page(self, job_ids: list[str], *, from_scratch: bool = False,
                    reason: str | None = None, by: str | None = None,
-                   only: JobState | None = None, resume: bool = False,
-                   by_their_array: bool = False) -> list[PageOutcome]:
+                   only: JobState | None = None, resume: bool = False
+                   ) -> list[PageOutcome]:
         """:meth:`retry` of each of ``job_ids`` in few calls, as :meth:`cancel_page`: the
         jobs read at once, each job's retry (its new bundle and its own write, one unit)
         grouped into transactions; a job refused is left out and done on its own; an array
-        job is done on its own (its retry acts on its children). ``by_their_array``: the
-        jobs are children retried by their array's retry (:func:`array_ops.retry_array`)."""
+        job is done on its own (its retry acts on its children)."""
         t = self.clock()
         jobs = {j.job_id: j for j in self.get_jobs(job_ids)}
         out: dict[str, PageOutcome] = {}
@@ -247,7 +247,7 @@ class OperatorStore(Deployments):
                 arrays_alone.append(job.job_id)
                 continue
             try:
-                job_ops.check_retry(job, by, only, resume=resume, by_its_array=by_their_array)
+                job_ops.check_retry(job, by, only, resume=resume)
                 units.append(job_ops.Unit([job.job_id], job_ops.retry_ops(
                     job, new_id(), t=t, from_scratch=from_scratch, reason=reason, by=by), []))
             except AlreadyActed:
@@ -258,8 +258,7 @@ class OperatorStore(Deployments):
         out.update({j: PageOutcome(j, "acted") for j in done})
         for job_id in [*refused, *arrays_alone, *(j for j in job_ids if j not in jobs)]:
             out[job_id] = self._alone(job_id, lambda j: self.retry(
-                j, from_scratch=from_scratch, reason=reason, by=by, only=only, resume=resume,
-                by_its_array=by_their_array))
+                j, from_scratch=from_scratch, reason=reason, by=by, only=only, resume=resume))
         return [out[j] for j in dict.fromkeys(job_ids)]
 
     def _commit_units(self, units: list[job_ops.Unit]) -> tuple[set[str], list[str]]:

@@ -24,7 +24,8 @@ from dispatcher.ops.queries import Queries
 from dispatcher.ports.table import Put, Record
 from dispatcher.stages.n_to_n import frontiers
 from dispatcher.store import Fence, JobUpdate, Store, codec
-from dispatcher.store.array_jobs import CHILD_PAGE, OpenArray
+from dispatcher.store.array_jobs import OpenArray
+from dispatcher.store.array_retry import CHILD_PAGE
 from dispatcher.testing.memory_table import MemoryTable
 from tests.twins import Twins
 

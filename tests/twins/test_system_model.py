@@ -46,7 +46,7 @@ from dispatcher.stages import bundle as bundle_stage
 from dispatcher.stages import handoff
 from dispatcher.stages.dependents import Dependents
 from dispatcher.stages.policy import HandoffPolicy
-from dispatcher.store import codec, handing
+from dispatcher.store import array_retry, codec, handing
 from dispatcher.store import operator as operator_store
 from dispatcher.testing.ended_jobs_feed import EndedJobsFeed
 from dispatcher.testing.memory_event_sink import MemoryEventSink, follow
@@ -62,7 +62,7 @@ from tests.model_stats import stats_disagree
 from tests.twins import ENV, Twins
 
 # Checks skipped because today's code fails them; remove a name once its fix is merged.
-KNOWN_GAPS: frozenset[str] = frozenset({"bulk_array_retry_cut"})  # tests/model_operators.py
+KNOWN_GAPS: frozenset[str] = frozenset()
 GAPS = frozenset(g for g in os.environ.get("LONGJOBS_MODEL_GAPS", ",".join(KNOWN_GAPS))
                  .split(",") if g)
 
@@ -677,6 +677,7 @@ def test_the_whole_system_keeps_its_invariants(monkeypatch: pytest.MonkeyPatch) 
     # exactly, so hypothesis can shrink what it finds.
     monkeypatch.setattr(bundle_stage, "new_id", SystemModel.hooks_ids)
     monkeypatch.setattr(operator_store, "new_id", SystemModel.hooks_ids)
+    monkeypatch.setattr(array_retry, "new_id", SystemModel.hooks_ids)
     monkeypatch.setattr(writes_module, "time", SystemModel.hooks_time)
     run = hyp_settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
                        phases=[Phase.explicit, Phase.generate, Phase.shrink],

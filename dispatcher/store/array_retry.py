@@ -1,0 +1,155 @@
+"""An array's retry in progress, kept on its parent until every child it retries is retried.
+
+An array of many children cannot be retried in one transaction (100 actions), and a retry cut
+short between its writes must leave no child running while its parent counts it ended, nor a
+parent decided again from children not yet retried. So the retry is a cursor on the parent:
+
+- The operator's write reopens the parent (RUNNING, its tally read again from child 0, its
+  open marker back) and sets ``array_retry_next`` to 0 and ``array_retry`` to how far the
+  retry goes (the children recorded then) and how (from scratch, the operator's reason).
+- Each page of 100 children is then retried in transactions that each check the cursor is
+  still at that page and the parent still open; the page's last one moves the cursor on (the
+  last page removes it). A page with no ended child is one conditional write.
+- The ticks settle the parent only below the cursor (``ArrayRecords.settle_array``): a child
+  not yet retried is never counted, and a retried one is unfinished, so never counted ended
+  before it ends again.
+- Whoever runs next carries a retry cut short to its end: the operator's process goes on
+  page by page; a tick that settles the array goes on from the cursor first. Two at once
+  cannot both act on a page (the fence): the one refused stops and leaves it to the other.
+- An array decided again meanwhile (its retried children failed again past its tolerance)
+  or cancelled ends the retry: its fence refuses the later pages, and the write that decides
+  or cancels the parent removes the cursor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from dispatcher.domain import arrays, sizes
+from dispatcher.domain.jobs import Job, JobState, new_id
+from dispatcher.ports.table import (
+    MAX_TRANSACTION_ITEMS,
+    Action,
+    And,
+    Check,
+    Condition,
+    ConditionFailed,
+    Eq,
+    Has,
+    In,
+    Op,
+    Record,
+    Remove,
+    Set,
+    Table,
+    TransactionCancelled,
+    Update,
+)
+from dispatcher.store import codec as r
+from dispatcher.store import job_ops
+
+# A page of children, read with one BatchGetItem (at most 100 items a call).
+# https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
+CHILD_PAGE = 100
+NEXT = "array_retry_next"
+OPEN_STATES = [str(JobState.PENDING), str(JobState.RUNNING)]
+
+
+class ChildWrites(Protocol):
+    """What a retry's pages use of a store (an operator's or a tick's)."""
+
+    table: Table
+    clock: Callable[[], float]
+
+    def get_jobs(self, job_ids: list[str]) -> list[Job]: ...
+    def _transact_retrying(self, ops: list[Op]) -> None: ...
+
+
+@dataclass(frozen=True)
+class ArrayRetry:
+    """A retry of an array's ended children in progress: ``next`` is the first child not
+    yet looked at, ``through`` the children recorded when it began (those after are new)."""
+
+    parent_id: str
+    next: int
+    through: int
+    from_scratch: bool = False
+    reason: str | None = None
+
+    @classmethod
+    def of(cls, rec: Record) -> ArrayRetry | None:
+        if rec.array_retry_next is None or not isinstance(rec.array_retry, dict):
+            return None
+        how = rec.array_retry
+        return cls(r.ident(rec.pk), int(rec.array_retry_next), int(how.get("through", 0)),
+                   bool(how.get("from_scratch")), how.get("reason"))
+
+    def begin(self) -> list[Action]:
+        """The actions, in the parent's reopening write, that start it."""
+        reason = None if self.reason is None else sizes.clip_text(self.reason,
+                                                                  sizes.MAX_REASON_BYTES)
+        return [Set(NEXT, self.next), Set("array_retry", {
+            "through": self.through, "from_scratch": self.from_scratch, "reason": reason})]
+
+    def fence(self) -> Condition:
+        """The parent still open and the retry still at this page."""
+        return And(Eq(NEXT, self.next), In("state", OPEN_STATES))
+
+
+END: list[Action] = [Remove(NEXT), Remove("array_retry")]
+
+
+def stop(table: Table, parent_id: str) -> None:
+    """End the retry in progress on the parent (if any) before it is cancelled: no page is
+    retried after this write, so the children a cancel reads next are all there will be. The
+    children it has not reached stay as they are."""
+    with contextlib.suppress(ConditionFailed):
+        table.write(Update(r.job_key(parent_id), END, Has(NEXT)))
+
+
+def go_on(store: ChildWrites, retry: ArrayRetry, pages: int | None = None) -> int | None:
+    """Retry the ended children from the cursor on, ``pages`` pages at most (None: to the
+    end). Returns None once the retry is done, else a cursor it has reached: every child
+    below it has been looked at (the stored cursor is there or further on, unless the
+    retry was ended), also when a fence refused a write (another process moved the cursor,
+    or the parent was decided or cancelled) and this one stopped."""
+    done = 0
+    while pages is None or done < pages:
+        stop_at = min(retry.through, retry.next + CHILD_PAGE)
+        if not _page(store, retry, stop_at):
+            return retry.next
+        if stop_at >= retry.through:
+            return None
+        retry = replace(retry, next=stop_at)
+        done += 1
+    return retry.next
+
+
+def _page(store: ChildWrites, retry: ArrayRetry, stop: int) -> bool:
+    """Children ``retry.next`` to ``stop``: each FAILED or CANCELLED one retried (into a
+    bundle of its own, as a single job's retry), then the cursor moved to ``stop`` (removed
+    at the end). False if a fence refused a write (nothing of it was written)."""
+    ids = [arrays.child_id(retry.parent_id, i) for i in range(retry.next, stop)]
+    t = store.clock()
+    units = []
+    for job in store.get_jobs(ids):
+        if job.state in (JobState.FAILED, JobState.CANCELLED):
+            job_ops.check_retry(job, None, None, by_its_array=True)
+            units.append(job_ops.Unit([job.job_id], job_ops.retry_ops(
+                job, new_id(), t=t, from_scratch=retry.from_scratch, reason=retry.reason), []))
+    key = r.job_key(retry.parent_id)
+    moved = Update(key, [Set(NEXT, stop)] if stop < retry.through else END, retry.fence())
+    # One action of each transaction is the parent's: its check, or the last one's move.
+    groups = job_ops.pack(units, MAX_TRANSACTION_ITEMS - 1) or [[]]
+    for n, group in enumerate(groups):
+        last: Op = moved if n == len(groups) - 1 else Check(key, retry.fence())
+        try:
+            store._transact_retrying([*(op for u in group for op in u.ops), last])
+        except TransactionCancelled as exc:
+            if exc.failed_conditions():
+                return False
+            raise
+    return True
