@@ -24,7 +24,8 @@ def _array_text(array: dict[str, Any]) -> str:
     failed = array["failed_indexes"]
     return (f"{array['size']} children ({array['children']}): {counts or 'none yet'}"
             + (f"; failed indexes {', '.join(map(str, failed[:20]))}"
-               + (" …" if len(failed) > 20 else "") if failed else ""))
+               + (" …" if len(failed) > 20 else "") if failed else "")
+            + (f"; retrying its children: {array['retrying']}" if "retrying" in array else ""))
 
 
 def render_detail(d: JobDetail, console: Console) -> None:
@@ -49,6 +50,8 @@ def render_detail(d: JobDetail, console: Console) -> None:
         head.add_row("waiting for", Text(waiting_text(data["waiting_for"])))
     if d.array is not None:
         head.add_row("array", Text(_array_text(d.array)))
+    if d.bulk_ids:  # what `--bulk-id` resumes, and the history's entries name
+        head.add_row("bulk actions", Text(", ".join(d.bulk_ids)))
     if d.error:
         head.add_row("error", Text(f"{d.error.get('type', '?')}: {d.error.get('message', '')}"))
     if d.bundle:

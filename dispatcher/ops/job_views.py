@@ -101,6 +101,8 @@ class JobDetail:
     # An array job's parent: its children's counts (dispatcher.store.array_ops.array_counts);
     # a child: its parent and index.
     array: dict[str, Any] | None = None
+    # The bulk actions that cancelled or retried it, oldest first (its marks: the latest 32).
+    bulk_ids: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         rest = {k: v for k, v in flat(self).items() if k != "summary"}

@@ -210,7 +210,8 @@ class Queries:
             if item.array_parent is not None else None
         return JobDetail(summary, item.payload or {}, cut, item.result, error, item.checkpoint,
                          _checkpoint_at(item, ran), attempts, _bundle(bundle),
-                         item.message_id, None, self._streams(job_id, attempts, bundle), array)
+                         item.message_id, None, self._streams(job_id, attempts, bundle), array,
+                         list(item.bulk_ids or []))
 
     # -- a job's own log lines (dispatcher.ops.job_log) ----------------------------------------
     def _streams(self, job_id: str, attempts: list[Attempt],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -175,3 +176,14 @@ def test_follow_polls_until_the_job_has_ended_and_returns_each_line_once(
     assert polls == [5, 5, 5]
     assert [[ln.message for _, ln in read.lines] for read in reads] == [
         ["first"], ["poll 1"], ["poll 2"], ["poll 3"]]
+
+
+def test_show_names_the_bulk_actions_that_acted_on_a_job() -> None:
+    store = Store(MemoryTable())
+    launched(store, [Job("j", "f", {"row": 1}, max_attempts=1, estimated_seconds=1)])
+    worker(store, {"f": fail}).run()
+    store.retry("j", by="bulk-0123456789ab")
+    detail = Queries(store).show("j")
+    assert detail.bulk_ids == ["bulk-0123456789ab"]
+    assert detail.to_json()["bulk_ids"] == ["bulk-0123456789ab"]
+    assert re.search(r"bulk actions +bulk-0123456789ab", rendered(Queries(store), "j"))
