@@ -8,6 +8,7 @@ from dispatcher.aws.dynamodb import open_store
 from dispatcher.domain import arrays
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.ops.client import JobClient
+from dispatcher.ports.table import Set, Update
 from dispatcher.testing.workload import run_until_drained
 from dispatcher.wiring import pipeline
 from tests.conftest import Aws
@@ -37,3 +38,18 @@ def test_one_message_becomes_an_arrays_children_on_the_real_adapters(aws: Aws) -
     client.cancel("arr")
     got = client.get("arr")
     assert isinstance(got, Job) and got.state == JobState.CANCELLED
+
+    # Its retry, carried on the parent (dispatcher/store/array_retry.py): its ended children
+    # (three, as if their runs had failed: the others still wait for their task to honour the
+    # cancel request) back to PENDING, each in a bundle of its own; the cursor gone once done.
+    for i in range(3):
+        store.table.write(Update(f"JOB#arr:{i}", [Set("state", "FAILED")]))
+    client.retry("arr")
+    assert client.get("arr").state == JobState.RUNNING  # type: ignore[union-attr]
+    children = store.get_jobs([arrays.child_id("arr", i) for i in range(12)])
+    assert [c.state for c in children] == [JobState.PENDING] * 12
+    retried = [c for c in children if c.history and "retried_at" in c.history[-1]]
+    assert [c.array_index for c in retried] == [0, 1, 2]
+    assert len({c.bundle_id for c in retried}) == 3
+    item = store.table.get("JOB#arr")
+    assert item is not None and item.array_retry_next is None and item.array_retry is None
