@@ -58,9 +58,9 @@ lint: $(VENV)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 
-# docs/configuration.md's table is generated from dispatcher/settings.py.
+# docs/configuration.md's table is generated from dispatcher/settings.py (dispatcher/settings_page.py).
 docs: $(VENV)
-	$(VENV)/bin/python -m dispatcher.settings --update docs/configuration.md
+	$(VENV)/bin/python -m dispatcher.settings_page --update docs/configuration.md
 
 # Every tier (tests/twins, tests/contract, tests/integration; docs/testing.md). Four
 # pytest workers on two cores: much of the suite waits on subprocesses, moto and sleeps; each

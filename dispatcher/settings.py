@@ -11,9 +11,13 @@ reads it and what it means. From that single declaration:
 - ``Env.on_aws`` says who sets it on AWS: a stack parameter (``Env.parameter``), the stack
   itself, Lambda and ECS, or nobody (local only); ``tests/integration/test_stack_settings.py``
   checks the template against it for the two functions and the worker task;
-- :func:`markdown` renders the configuration table of ``docs/configuration.md`` (``python -m
-  dispatcher.settings --markdown`` prints it, ``make docs`` rewrites it;
-  ``tests/twins/test_settings.py`` fails when that table and this declaration differ).
+- :mod:`dispatcher.settings_page` renders the configuration table of
+  ``docs/configuration.md`` (``python -m dispatcher.settings_page --markdown`` prints it,
+  ``make docs`` rewrites it; ``tests/twins/test_settings.py`` fails when that table and this
+  declaration differ).
+
+A setting's parts (:class:`Env`, :class:`OnAws`, the parsers of compound values) are declared
+in :mod:`dispatcher.settings_fields`.
 
 Who reads ``os.environ``. In production code only this module reads settings from the
 environment: the dispatcher, the client, the runner and the metrics all get them from :func:`load`.
@@ -38,131 +42,34 @@ the ``POWERTOOLS_*`` ones (log level, ``POWERTOOLS_METRICS_DISABLED``, the logge
 
 from __future__ import annotations
 
-import argparse
 import os
-import re
-import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from dispatcher.domain.errors import ConfigError
+from dispatcher.settings_fields import (
+    ALL_ROLES,
+    CapacityProvider,
+    Env,
+    Limits,
+    Names,
+    OnAws,
+    SecondsRange,
+    Strategy,
+    kind_limits,
+    one_of,
+)
+
+# What the rest of the project reads from here; a setting's parts are declared in
+# dispatcher.settings_fields, and the configuration page is rendered by dispatcher.settings_page.
+__all__ = ["ALL_ROLES", "MAX_BUNDLE_JOBS", "SETTINGS", "CapacityProvider", "Config", "Env",
+           "OnAws", "declaration", "kind_limits", "load", "required"]
 
 # A bundle is recorded in as many transactions as it needs (see dispatcher.store.recording);
 # this cap bounds what one runner holds and one recording writes.
 MAX_BUNDLE_JOBS = 100_000
-ALL_ROLES = ("dispatcher", "client", "runner")
-
-
-class OnAws(StrEnum):
-    """Who sets a setting where longjobs runs on AWS (the SAM stack, ``infra/template.yaml``).
-
-    The deployed processes are the two functions (role ``dispatcher``: the tick and the
-    task-event handler both wire the whole pipeline) and the worker task (role ``runner``);
-    ``tests/integration/test_stack_settings.py`` holds the template to this for each of them.
-    """
-
-    PARAMETER = "parameter"  # the operator: the stack parameter Env.parameter names sets it
-    STACK = "stack"  # the stack itself, from its own resources or a constant it depends on
-    AWS = "aws"  # Lambda and ECS set it in every function and task
-    LOCAL = "local"  # local mode and commands run elsewhere; the stack leaves it unset
-
-
-@dataclass(frozen=True)
-class Env:
-    """Where one :class:`Config` field comes from: the variable (``fallback`` is read when the
-    variable is unset or empty), the roles that read it, what it means, and who sets it on AWS
-    (``on_aws``, keyword-only and without a default, so a new setting cannot leave it out)."""
-
-    name: str
-    meaning: str
-    roles: tuple[str, ...] = ("dispatcher",)
-    required: bool = False  # for the roles listed
-    fallback: str | None = None
-    on_aws: OnAws = field(kw_only=True)
-
-    @property
-    def parameter(self) -> str | None:
-        """The stack parameter of an operator-settable setting: its name without ``LONGJOBS_``
-        in CamelCase (``LONGJOBS_KIND_LIMITS`` is ``KindLimits``); None for the others."""
-        if self.on_aws is not OnAws.PARAMETER:
-            return None
-        return "".join(word.capitalize()
-                       for word in self.name.removeprefix("LONGJOBS_").split("_"))
-
-
-@dataclass(frozen=True)
-class CapacityProvider:
-    provider: str
-    weight: int
-    base: int = 0
-
-
-def _split(value: Any) -> Any:
-    if isinstance(value, str):
-        return tuple(part.strip() for part in value.split(",") if part.strip())
-    return value
-
-
-def _strategy(value: Any) -> Any:
-    if not isinstance(value, str):
-        return value
-    out = []
-    for part in _split(value):
-        fields = part.split(":")
-        if len(fields) not in (2, 3) or not fields[0]:
-            raise ValueError(f"{part!r} is not provider:weight[:base]")
-        try:
-            out.append(CapacityProvider(fields[0], int(fields[1]),
-                                        int(fields[2]) if len(fields) == 3 else 0))
-        except ValueError:
-            raise ValueError(f"{part!r} is not provider:weight[:base]") from None
-    return tuple(out)
-
-
-def _one_of(*allowed: str) -> AfterValidator:
-    def check(value: str) -> str:
-        if value not in allowed:
-            raise ValueError("must be " + " or ".join(repr(a) for a in allowed))
-        return value
-    return AfterValidator(check)
-
-
-def kind_limits(value: Any) -> Any:
-    """``kind=n,kind=n`` -> {kind: n} (``LONGJOBS_KIND_LIMITS``); anything else as given."""
-    if not isinstance(value, str):
-        return value
-    out: dict[str, int] = {}
-    for part in _split(value):
-        kind, sep, n = part.partition("=")
-        if not sep or not kind.strip() or not n.strip().isdigit() or int(n) < 1:
-            raise ValueError(f"{part!r} is not kind=n with n >= 1")
-        out[kind.strip()] = int(n)
-    return out
-
-
-def _seconds_range(value: Any) -> Any:
-    """``a`` or ``a-b`` (seconds) -> (a, b)."""
-    if not isinstance(value, str):
-        return value
-    low, _, high = value.partition("-")
-    try:
-        pair = (float(low), float(high or low))
-    except ValueError:
-        raise ValueError(f"{value!r} is not seconds or min-max seconds") from None
-    if not 0 <= pair[0] <= pair[1]:
-        raise ValueError(f"{value!r}: need 0 <= min <= max")
-    return pair
-
-
-Names = Annotated[tuple[str, ...], BeforeValidator(_split)]
-Limits = Annotated[dict[str, int], BeforeValidator(kind_limits)]
-SecondsRange = Annotated[tuple[float, float], BeforeValidator(_seconds_range)]
-Strategy = Annotated[tuple[CapacityProvider, ...], BeforeValidator(_strategy)]
 
 
 class Config(BaseModel):
@@ -226,7 +133,7 @@ class Config(BaseModel):
     security_groups: Annotated[Names, Env(
         "LONGJOBS_SECURITY_GROUPS", "Comma-separated security-group ids (ECS launcher).",
         on_aws=OnAws.PARAMETER)] = ()
-    assign_public_ip: Annotated[str, _one_of("ENABLED", "DISABLED"), Env(
+    assign_public_ip: Annotated[str, one_of("ENABLED", "DISABLED"), Env(
         "LONGJOBS_ASSIGN_PUBLIC_IP", "ENABLED or DISABLED: public IP for Fargate tasks.",
         on_aws=OnAws.PARAMETER)
     ] = "DISABLED"
@@ -274,7 +181,7 @@ class Config(BaseModel):
         "LONGJOBS_ALLOWED_KINDS", "Comma-separated allow-list of job kinds; empty allows any.",
         ("dispatcher", "client"),
         on_aws=OnAws.PARAMETER)] = ()
-    launcher: Annotated[str, _one_of("ecs", "local"), Env(
+    launcher: Annotated[str, one_of("ecs", "local"), Env(
         "LONGJOBS_LAUNCHER", "ecs (RunTask) or local (tasks as local processes).",
         on_aws=OnAws.LOCAL)] = "ecs"
     tick_seconds: Annotated[float, Field(gt=0), Env(
@@ -368,13 +275,13 @@ class Config(BaseModel):
         "remain; false: only RetryableError is.", ("runner",),
         on_aws=OnAws.PARAMETER)] = True
     log_level: Annotated[str, BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v),
-                         _one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), Env(
+                         one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), Env(
         "LONGJOBS_LOG_LEVEL", "Log level of the runner's JSON logs (the dispatcher's follow "
         "POWERTOOLS_LOG_LEVEL).", ("runner",),
         on_aws=OnAws.PARAMETER)] = "INFO"
     job_log_level: Annotated[str, BeforeValidator(lambda v: v.upper() if isinstance(v, str)
                                                   else v),
-                             _one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), Env(
+                             one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), Env(
         "LONGJOBS_JOB_LOG_LEVEL", "Lowest level of the handlers' own logging records kept in "
         "their job's log (any logger; print() output is kept whatever the level).",
         ("runner",), on_aws=OnAws.PARAMETER)] = "INFO"
@@ -465,64 +372,3 @@ def load(role: str = "dispatcher", env: Mapping[str, str] | None = None, *,
     if problems or cfg is None:
         raise ConfigError("invalid configuration: " + "; ".join(problems))
     return cfg
-
-
-# -- the configuration table of docs/configuration.md -------------------------------------------
-TABLE_BEGIN = "<!-- settings:begin (generated by `make docs` from dispatcher/settings.py) -->"
-TABLE_END = "<!-- settings:end -->"
-
-
-def _shown(setting: Env, default: Any) -> str:
-    if setting.required:
-        return "(required)"
-    if default in (None, "", ()):
-        return "empty"
-    if isinstance(default, bool):
-        return f"`{str(default).lower()}`"
-    if isinstance(default, float) and default.is_integer():
-        return f"`{int(default)}`"
-    return f"`{default}`"
-
-
-ON_AWS_SHOWN = {OnAws.STACK: "the stack", OnAws.AWS: "Lambda, ECS", OnAws.LOCAL: "not set"}
-
-
-def markdown() -> str:
-    """The configuration table, one row per setting, from the declaration."""
-    lines = ["| Variable | Default | Used by | On AWS | Meaning |", "|---|---|---|---|---|"]
-    for attr, s in declaration():
-        name = f"`{s.name}`" + (f" (else `{s.fallback}`)" if s.fallback else "")
-        roles = "all" if s.roles == ALL_ROLES else ", ".join(s.roles)
-        default = _shown(s, Config.model_fields[attr].default)
-        on_aws = f"`{s.parameter}`" if s.parameter else ON_AWS_SHOWN[s.on_aws]
-        lines.append(f"| {name} | {default} | {roles} | {on_aws} | {s.meaning} |")
-    return "\n".join(lines) + "\n"
-
-
-def with_table(text: str) -> str:
-    """``text`` (a markdown page) with what lies between the settings markers replaced by
-    :func:`markdown`."""
-    pattern = re.compile(re.escape(TABLE_BEGIN) + r"\n.*?" + re.escape(TABLE_END), re.S)
-    if not pattern.search(text):
-        raise ConfigError(f"the page has no {TABLE_BEGIN} ... {TABLE_END} markers")
-    return pattern.sub(lambda _: f"{TABLE_BEGIN}\n{markdown()}{TABLE_END}", text, count=1)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dispatcher.settings",
-                                     description="Print or update the configuration table.")
-    group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--markdown", action="store_true", help="print the table")
-    group.add_argument("--update", metavar="PAGE",
-                       help="rewrite the table in this markdown file")
-    args = parser.parse_args(argv)
-    if args.markdown:
-        sys.stdout.write(markdown())
-        return 0
-    path = Path(args.update)
-    path.write_text(with_table(path.read_text(encoding="utf-8")), encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -22,6 +22,7 @@ import pytest
 from samtranslator.yaml_helper import yaml_parse
 
 from dispatcher import settings
+from dispatcher.domain.errors import ConfigError
 from dispatcher.settings import Config, Env, OnAws
 from tests.integration.test_infra import (
     ROOT,
@@ -253,7 +254,7 @@ def test_cloudformation_refuses_what_the_settings_refuse(sam_template: dict[str,
                                                                                   []):
             try:
                 parsed(s, str(value))
-            except settings.ConfigError as exc:
+            except ConfigError as exc:
                 problems.append(f"{s.parameter} allows {value!r}: {exc}")
         for value in (str(p.get("Default", "")), SAMPLES.get(s.parameter, "")):
             if "AllowedPattern" in p and value and not re.fullmatch(p["AllowedPattern"], value):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher import settings
+from dispatcher import settings, settings_page
 from dispatcher.domain.errors import ConfigError
 from dispatcher.settings import CapacityProvider, Config
 
@@ -100,27 +100,27 @@ def test_required_by_role() -> None:
 # -- the configuration page -----------------------------------------------------------------------
 def test_the_configuration_table_is_generated_from_the_declaration() -> None:
     page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
-    assert settings.with_table(page) == page, (
+    assert settings_page.with_table(page) == page, (
         "docs/configuration.md's table differs from dispatcher/settings.py: run `make docs`")
 
 
 def test_markdown_has_one_row_per_setting() -> None:
-    rows = settings.markdown().splitlines()[2:]
+    rows = settings_page.markdown().splitlines()[2:]
     assert [r.split("`")[1] for r in rows] == [s.name for s in settings.SETTINGS]
-    assert "| `LONGJOBS_TABLE` | (required) | all |" in settings.markdown()
-    assert "| `LONGJOBS_TICK_SECONDS` | `50` | dispatcher |" in settings.markdown()
+    assert "| `LONGJOBS_TABLE` | (required) | all |" in settings_page.markdown()
+    assert "| `LONGJOBS_TICK_SECONDS` | `50` | dispatcher |" in settings_page.markdown()
 
 
 def test_the_command_prints_and_updates_the_table(tmp_path: Path) -> None:
-    printed = subprocess.run([sys.executable, "-m", "dispatcher.settings", "--markdown"],
+    printed = subprocess.run([sys.executable, "-m", "dispatcher.settings_page", "--markdown"],
                              cwd=ROOT, capture_output=True, text=True, check=True, timeout=60)
-    assert printed.stdout == settings.markdown()
+    assert printed.stdout == settings_page.markdown()
     stale = tmp_path / "configuration.md"
-    stale.write_text(f"# x\n{settings.TABLE_BEGIN}\n| old |\n{settings.TABLE_END}\nend\n")
-    subprocess.run([sys.executable, "-m", "dispatcher.settings", "--update", str(stale)],
+    stale.write_text(f"# x\n{settings_page.TABLE_BEGIN}\n| old |\n{settings_page.TABLE_END}\nend\n")
+    subprocess.run([sys.executable, "-m", "dispatcher.settings_page", "--update", str(stale)],
                    cwd=ROOT, check=True, timeout=60)
-    assert stale.read_text() == (f"# x\n{settings.TABLE_BEGIN}\n{settings.markdown()}"
-                                 f"{settings.TABLE_END}\nend\n")
+    assert stale.read_text() == (f"# x\n{settings_page.TABLE_BEGIN}\n{settings_page.markdown()}"
+                                 f"{settings_page.TABLE_END}\nend\n")
 
 
 # -- who reads os.environ -------------------------------------------------------------------------
