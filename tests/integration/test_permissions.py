@@ -1,6 +1,7 @@
 """Permissions checked against behaviour: every AWS call a component makes is allowed by its role.
 
-Each component runs against moto through the proxy, which records every AWS request it makes
+Each component runs against moto through the proxy (the scenario:
+:mod:`tests.integration.permission_scenario`), which records every AWS request it makes
 (:meth:`AwsProxy.recording`): the dispatcher's tick (``handlers.dispatch``, a first one whose
 recording fails and gives its message back), the task-event function (``handlers.task_event``,
 a finished task and reruns, one of a bundle too large for one transaction), the job runner
@@ -22,59 +23,31 @@ uses fails ``test_every_grant_is_exercised``.
 from __future__ import annotations
 
 import copy
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 from samtranslator.yaml_helper import yaml_parse
-from typer.testing import CliRunner
 
-from dispatcher import handlers
-from dispatcher.aws.clients import endpoint_client
-from dispatcher.aws.dynamodb import open_store
-from dispatcher.cli.app import app
-from dispatcher.domain import task_events
-from dispatcher.domain.bundles import Bundle
-from dispatcher.domain.jobs import Job
-from dispatcher.local.event_feed import BATCH
-from dispatcher.local.provision import provision
-from dispatcher.ops.client import JobClient
-from dispatcher.store import Store
-from dispatcher.store.runner import JOBS_PER_TRANSACTION
 from dispatcher.testing.moto import MotoEndpoint
 from dispatcher.testing.proxy import AwsProxy, RecordedCall
-from tests.conftest import BASE_ENV
-from tests.helpers import stream_records
-from tests.integration.aws_on_behalf import ON_BEHALF, OnBehalf, configured, on_behalf
+from tests.integration.aws_on_behalf import ON_BEHALF, OnBehalf, configured
 from tests.integration.iam_checks import (
     ACCOUNT,
     ATTRS,
-    CLUSTER_ARN,
     EVENT_BUS,
-    EXECUTION_ROLE,
-    HIGH_QUEUE,
-    LOW_QUEUE,
     NAMES,
     QUEUE_ARN,
     REGION,
     TABLE_ARN,
-    TASK_ROLE,
     Auth,
     allowed,
     as_list,
-    authorizations,
     matches,
     resolve,
 )
+from tests.integration.permission_scenario import Exercise, exercised
 from tests.integration.test_infra import TEMPLATE, sam_expand
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # component label -> the template resource holding its policy
 COMPONENTS = {
@@ -92,219 +65,11 @@ PROVEN = {"dispatcher": "DispatcherFunction", "task-event": "TaskEventFunction",
 
 
 # ------------------------------------------------------------------------- the components run
-
-
-class _Context:
-    def get_remaining_time_in_millis(self) -> int:
-        return 50_000
-
-
-@dataclass
-class Exercise:
-    calls: list[RecordedCall]
-    roles: dict[str, list[str]] = field(default_factory=dict)  # task definition -> roles
-
-    def task_definition_roles(self, td: str) -> list[str]:
-        key = td.rsplit("/", 1)[-1]
-        assert key in self.roles, f"RunTask of an unknown task definition {td}"
-        return self.roles[key]
-
-    def auths(self, component: str) -> list[Auth]:
-        """The authorizations made with ``component``'s role: for each call it made, and
-        those AWS makes on its behalf (:mod:`tests.integration.aws_on_behalf`)."""
-        return [a for c in self.calls if c.component == component
-                for a in authorizations(c, self.task_definition_roles)] + on_behalf(component)
-
-
-def _run_runner(env: dict[str, str], task_arn: str, launch_id: str, log: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "job_runner"],
-        env={**env, "LONGJOBS_TASK_ARN": task_arn, "LONGJOBS_LAUNCH_ID": launch_id,
-             "LONGJOBS_HANDLERS": "echo=tests.handlers:echo",
-             "LONGJOBS_TEST_LOG": str(log), "PYTHONPATH": str(ROOT),
-             "LONGJOBS_HEARTBEAT_SECONDS": "1", "LONGJOBS_FLUSH_SECONDS": "0.2",
-             "LONGJOBS_ASSIGN_WAIT_SECONDS": "10"},
-        capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-
-
 @pytest.fixture(scope="module")
 def exercise(moto_server: MotoEndpoint, proxy: AwsProxy,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exercise]:
-    """Run every component once, each under its label, and keep what the proxy recorded."""
-    moto_server.reset()
-    moto_server.pin_ecs_tasks()
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in BASE_ENV.items():
-            mp.setenv(k, v)
-        mp.setenv("AWS_ENDPOINT_URL", proxy.url)
-        env = {**provision(proxy.url), "LONGJOBS_LAUNCH_RECOVERY_SECONDS": "0",
-               "LONGJOBS_LAUNCH_BACKOFF_SECONDS": "0"}
-        env.update(_priority_queues(proxy.url, env["LONGJOBS_DLQ_URL"]))
-        for k, v in env.items():
-            mp.setenv(k, v)
-        # The worker revision as the template registers it: with the task and execution roles
-        # (RunTask passes them) and a tag (deploy carries tags over).
-        ecs = endpoint_client("ecs", proxy.url, REGION)
-        current = ecs.describe_task_definition(taskDefinition=NAMES.family)["taskDefinition"]
-        registered = ecs.register_task_definition(
-            family=NAMES.family, taskRoleArn=TASK_ROLE, executionRoleArn=EXECUTION_ROLE,
-            networkMode="awsvpc", requiresCompatibilities=["FARGATE"], cpu="256", memory="512",
-            containerDefinitions=current["containerDefinitions"],
-            tags=[{"key": "app", "value": "longjobs"}])["taskDefinition"]
-        roles = {registered["taskDefinitionArn"].rsplit("/", 1)[-1]: [TASK_ROLE, EXECUTION_ROLE]}
-        # The functions get the stack's revision, as the template hands it to them.
-        mp.setenv("LONGJOBS_STACK_TASK_DEFINITION", registered["taskDefinitionArn"])
-        # The table's stream, as the template enables it (its readers are the functions'
-        # mappings, whose reads are not the functions' calls: read from moto directly).
-        endpoint_client("dynamodb", moto_server.url, REGION).update_table(
-            TableName=NAMES.table, StreamSpecification={
-                "StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"})
-        # The publisher's bus (the stack's EventBus), as an operator creates it.
-        endpoint_client("events", moto_server.url, REGION).create_event_bus(Name=EVENT_BUS)
-        mp.setenv("LONGJOBS_EVENT_BUS", EVENT_BUS)
-        proxy.clear_recorded()
-
-        # A tick whose recording fails gives the messages back at once (the drain's error
-        # path, ChangeMessageVisibilityBatch): spot's first recording is refused; the next
-        # tick records it.
-        JobClient().submit_many([{"kind": "echo", "payload": {}, "job_id": "spot",
-                                  "estimated_seconds": 3600}])
-        proxy.inject_error("dynamodb.TransactWriteItems", after_forward=False)
-        with proxy.recording("dispatcher"):
-            refused = handlers.dispatch({}, _Context())
-        assert refused["intake"]["released"] == 1, refused
-        store = open_store(env["LONGJOBS_TABLE"])
-        bulk = _record_bulk_bundle(store)
-
-        # Producers (not a component of the stack): small jobs share a bundle, long ones don't;
-        # one waits for small0 (the tick links it; small0's end releases it).
-        JobClient().submit_many(
-            [{"kind": "echo", "payload": {"n": i}, "job_id": f"small{i}",
-              "estimated_seconds": 0.1} for i in range(2)]
-            + [{"kind": "echo", "payload": {}, "job_id": "stuck", "estimated_seconds": 3600}]
-            + [{"kind": "echo", "payload": {}, "job_id": "after0", "estimated_seconds": 0.1,
-                "depends_on": ["small0"]}])
-        sqs = endpoint_client("sqs", proxy.url, REGION)
-        sqs.send_message(QueueUrl=env["LONGJOBS_QUEUE_URL"], MessageBody='{"kind": "oops"')
-        # One waits for small0 and for a job no one sent (yet), as a producer that cannot
-        # read the table sends it: small0's end finds it waiting on, after reading whether
-        # that other job was REJECTED (a GetItem of its rejection).
-        sqs.send_message(QueueUrl=env["LONGJOBS_QUEUE_URL"], MessageBody=json.dumps(
-            {"schema_version": 1, "job_id": "after1", "kind": "echo", "payload": {},
-             "estimated_seconds": 0.1, "depends_on": ["small0", "never-sent"]}))
-        # One job on each other priority's queue (sent as a producer would, to its queue): the
-        # tick drains every queue by weight.
-        for priority, variable in (("high", "LONGJOBS_HIGH_QUEUE_URL"),
-                                   ("low", "LONGJOBS_LOW_QUEUE_URL")):
-            sqs.send_message(QueueUrl=env[variable], MessageBody=json.dumps(
-                {"schema_version": 1, "job_id": f"{priority}-1", "kind": "echo", "payload": {},
-                 "estimated_seconds": 3600, "priority": priority}))
-
-        with proxy.recording("dispatcher"):
-            handlers.dispatch({}, _Context())
-
-        def task_of(job_id: str) -> tuple[str, str]:
-            job = store.get_job(job_id)
-            assert job is not None and job.bundle_id
-            bundle = store.get_bundle(job.bundle_id)
-            assert bundle is not None and bundle.task_arn and bundle.launch_id
-            return bundle.task_arn, bundle.launch_id
-
-        small_arn, small_launch = task_of("small0")
-        with proxy.recording("runner"):
-            _run_runner(dict(os.environ), small_arn, small_launch,
-                        tmp_path_factory.mktemp("runner") / "log.jsonl")
-        records = stream_records(
-            NAMES.table, endpoint_client("dynamodb", moto_server.url, REGION),
-            endpoint_client("dynamodbstreams", moto_server.url, REGION))
-        with proxy.recording("dependents"):
-            released = handlers.release_dependents({"Records": records}, None)
-        assert released["released"] == ["after0"], released
-        # The stream's other reader, the publisher: a batch as its mapping hands one over.
-        with proxy.recording("job-events"):
-            published = handlers.publish_job_events({"Records": records[:BATCH]}, None)
-        assert published == {"batchItemFailures": []}, published
-
-        with proxy.recording("task-event"):
-            finished = handlers.task_event(task_events.sample_event(
-                small_arn, stop_code="EssentialContainerExited", exit_code=0,
-                cluster_arn=CLUSTER_ARN), None)
-            rerun = handlers.task_event(task_events.sample_event(
-                task_of("spot")[0], stop_code="SpotInterruption", exit_code=143,
-                cluster_arn=CLUSTER_ARN), None)
-            bulk_rerun = handlers.task_event(task_events.sample_event(
-                task_of(bulk.job_ids[0])[0], stop_code="SpotInterruption", exit_code=143,
-                cluster_arn=CLUSTER_ARN), None)
-        # small0 ran (alone or bundled with small1: bundles are sized by the backlog).
-        assert "small0" in finished.get("succeeded", []), finished
-        assert rerun.get("relaunched") is True, rerun
-        # More job updates than one transaction holds: settled in two, the first checking
-        # the bundle (a ConditionCheck).
-        assert len(bulk_rerun["rerun"]) == len(bulk.job_ids), bulk_rerun
-        assert bulk_rerun["relaunched"] is True, bulk_rerun
-
-        # A second tick reconciles: the unclaimed tasks still RUNNING are stopped as stuck.
-        mp.setenv("LONGJOBS_START_TIMEOUT_SECONDS", "0")
-        with proxy.recording("dispatcher"):
-            second = handlers.dispatch({}, _Context())
-        assert second["reconcile"]["stuck_stopped"] >= 1, second
-
-        with proxy.recording("deploy"):
-            deployed = CliRunner().invoke(app, ["deploy", "--image",
-                                                "registry.example/longjobs-worker:2"])
-        assert deployed.exit_code == 0, deployed.output
-        roles[deployed.output.strip()] = [TASK_ROLE, EXECUTION_ROLE]
-
-        # A stack update registers the stack's revision again (new settings, the stack's
-        # Image): the next tick copies it with the deployed image, and records the copy.
-        stack = ecs.register_task_definition(
-            family=NAMES.family, taskRoleArn=TASK_ROLE, executionRoleArn=EXECUTION_ROLE,
-            networkMode="awsvpc", requiresCompatibilities=["FARGATE"], cpu="512", memory="1024",
-            containerDefinitions=current["containerDefinitions"],
-            tags=[{"key": "app", "value": "longjobs"}])["taskDefinition"]["taskDefinitionArn"]
-        mp.setenv("LONGJOBS_STACK_TASK_DEFINITION", stack)
-        with proxy.recording("dispatcher"):
-            third = handlers.dispatch({}, _Context())
-        # It also finds the tasks the second tick stopped STOPPED and settles them: the bulk
-        # bundle, too, in two transactions.
-        (settled,) = [o for o in third["reconcile"]["outcomes"] if o["bundle_id"] == "bulk"]
-        assert len(settled["rerun"]) == len(bulk.job_ids), settled
-        rederived = store.deployment()
-        assert rederived is not None and rederived.derived_from == stack.rsplit("/", 1)[-1]
-        roles[rederived.task_definition] = [TASK_ROLE, EXECUTION_ROLE]
-        yield Exercise(proxy.recorded(), roles)
-        proxy.clear_recorded()
-
-
-def _record_bulk_bundle(store: Store) -> Bundle:
-    """A bundle of more jobs than one transaction holds the job updates of
-    (``JOBS_PER_TRANSACTION``), recorded as the tick records one (the store's ``record``), due
-    now: a stop of its task is settled in two transactions, the first checking the bundle
-    (a ConditionCheck). Recorded here, not drained from the queue: how a drain cuts its backlog
-    into bundles (by the free task slots) is not what this scenario is about."""
-    ids = [f"bulk{n}" for n in range(JOBS_PER_TRANSACTION + 1)]
-    bundle = Bundle(bundle_id="bulk", job_ids=ids, estimated_seconds=0.1 * len(ids))
-    jobs = [Job(job_id=i, kind="echo", payload={}, bundle_id=bundle.bundle_id,
-                estimated_seconds=0.1) for i in ids]
-    assert store.record([bundle], jobs) == set()
-    return bundle
-
-
-def _priority_queues(endpoint: str, dlq_url: str) -> dict[str, str]:
-    """The high and low queues as the template creates them (the job queue's shape, the same
-    dead-letter queue); the environment that points the components at them."""
-    from dispatcher.local.provision import MAX_RECEIVE_COUNT, QUEUE_ATTRIBUTES
-
-    sqs = endpoint_client("sqs", endpoint, REGION)
-    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
-        "Attributes"]["QueueArn"]
-    redrive = json.dumps({"deadLetterTargetArn": dlq_arn,
-                          "maxReceiveCount": str(MAX_RECEIVE_COUNT)})
-    return {variable: sqs.create_queue(QueueName=name, Attributes={
-        **QUEUE_ATTRIBUTES, "RedrivePolicy": redrive})["QueueUrl"]
-        for variable, name in (("LONGJOBS_HIGH_QUEUE_URL", HIGH_QUEUE),
-                               ("LONGJOBS_LOW_QUEUE_URL", LOW_QUEUE))}
+    """Every component run once (:mod:`tests.integration.permission_scenario`)."""
+    yield from exercised(moto_server, proxy, tmp_path_factory)
 
 
 # ---------------------------------------------------------------------------- the template side
