@@ -18,7 +18,7 @@ from typing import Any
 
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.deployment import Deployment
-from dispatcher.domain.jobs import Job, Priority, Rejection
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, Priority, Rejection
 from dispatcher.domain.launches import Launch
 from dispatcher.domain.pacing import LaunchPacer
 from dispatcher.domain.waiting import TickSummary
@@ -223,6 +223,9 @@ class DryRunStore(StageStore):
         self._plan.would("record_children", job_id=parent_id, up_to=n)
 
     def settle_array(self, array: OpenArray, pages: int = 1000) -> OpenArray:
+        if array.retry is not None and array.parent.state not in TERMINAL_JOB_STATES:
+            self._plan.would("retry_array_children", job_id=array.parent.job_id,
+                             from_child=array.retry.next, through=array.retry.through)
         return array  # its parent's state is written by a real tick
 
     def job_states(self, job_ids: list[str]) -> dict[str, str | None]:

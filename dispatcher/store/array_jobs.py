@@ -97,12 +97,13 @@ class ArrayRecords(Reads):
                         keep: list[dict[str, str | bool]] | None = None) -> None:
         """An array whose dependencies decided: its children may be recorded now (``reason``
         None: its ``depends_on`` is cleared, but for ``keep``, its n_to_n ones, which go on
-        deciding child by child), or it is CANCELLED with ``reason`` before any child was.
+        deciding child by child), or it is CANCELLED with ``reason`` before any child was
+        (or, its dependencies judged again after a retry, with the retry in progress ended).
         ConflictError if the parent changed meanwhile."""
         t = self.clock()
         kept: list[Action] = [Set("depends_on", keep)] if keep else [Remove("depends_on")]
         actions: list[Action] = kept if reason is None else [
-            *job_state(parent.job_id, JobState.CANCELLED, t),
+            *job_state(parent.job_id, JobState.CANCELLED, t), *array_retry.END,
             Set("reason", sizes.clip_text(reason, sizes.MAX_REASON_BYTES)), *self._expires(t)]
         self._transact([Update(r.job_key(parent.job_id), actions,
                                Eq("state", str(parent.state)))],
@@ -119,13 +120,14 @@ class ArrayRecords(Reads):
         """Read the children from the first not known ended, in order, until one is
         unfinished (or ``pages`` pages were read); write the parent's state and tally
         if they changed, and close the array (delete its marker) once it is decided and every
-        recorded child has ended. A retry of its children in progress goes on first (up to
-        ``pages`` pages), and only the children it has passed are read
+        recorded child has ended. A retry of its children in progress goes on first (a few
+        pages: ``array_retry.TICK_PAGES``), and only the children it has passed are read
         (:mod:`dispatcher.store.array_retry`)."""
         tally = replace(array.tally, failed_indexes=list(array.tally.failed_indexes))
         readable = array.recorded
+        reached: int | None = None
         if array.retry is not None and array.parent.state not in TERMINAL_JOB_STATES:
-            reached = go_on(self, array.retry, pages)
+            reached = go_on(self, array.retry, min(pages, array_retry.TICK_PAGES))
             readable = array.recorded if reached is None else min(readable, reached)
         for _ in range(pages):
             start = tally.settled
@@ -160,8 +162,10 @@ class ArrayRecords(Reads):
             if target != parent.state:
                 actions += job_state(parent.job_id, target, t)
                 if decided:  # a retry still in progress ends with it
+                    ended = "" if reached is None else \
+                        f"; its retry ended at child {reached} of {array.recorded}"
                     actions += [*self._expires(t), *(array_retry.END if array.retry else [])]
-                    actions.append(Set("reason", _reason(array, tally, target)))
+                    actions.append(Set("reason", _reason(array, tally, target) + ended))
             ops: list[Op] = [Update(r.job_key(parent.job_id), actions,
                                                        Eq("state", str(parent.state)))]
             if close:

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -33,6 +34,8 @@ from dispatcher.ports.table import (
     Remove,
     Set,
     Table,
+    TableUnavailable,
+    TransactionCancelled,
     Update,
 )
 from dispatcher.store import array_retry, job_ops
@@ -64,12 +67,14 @@ CANCEL_ROUNDS = 5
 
 def cancel_array(store: JobActions, parent: Job, reason: str | None,
                  by: str | None = None) -> Job:
-    """Its recorded children first, then the parent (with ``by``'s mark: the bulk action
-    cancelling it), then the children a tick recorded meanwhile. A cancel cut short before
-    the parent's write leaves the parent as it was, so running the cancel again (or resuming
-    the bulk action, whose selection still holds it) finishes it; one cut short after it is
-    finished by a cancel of the CANCELLED parent, which cancels the children still
-    unfinished rather than say there is nothing to cancel."""
+    """A retry of its children in progress ended first, then its recorded children, then
+    the parent (with ``by``'s mark: the bulk action cancelling it), then the children a tick
+    recorded meanwhile. A cancel cut short before the parent's write leaves the parent
+    undecided (its retry, if one was in progress, ended: the ticks count the children it had
+    not reached as they are), so running the cancel again (or resuming the bulk action,
+    whose selection still holds it) finishes it; one cut short after it is finished by a
+    cancel of the CANCELLED parent, which cancels the children still unfinished rather than
+    say there is nothing to cancel."""
     if parent.state in TERMINAL_JOB_STATES:
         if parent.state == JobState.CANCELLED and _cancel_children(store, parent, 0, 1)[1]:
             return store._job(parent.job_id)
@@ -135,7 +140,10 @@ def retry_array(store: JobActions, parent: Job, *, from_scratch: bool,
     store._transact([Update(r.job_key(parent.job_id), actions, cond), Put(marker)],
                     "the array job changed while retrying; try again", job_id=parent.job_id)
     if retry is not None:
-        array_retry.go_on(store, retry)
+        # The retry is written and under way: if the table fails this process now, the
+        # ticks carry it on (`jobs show` says how far it is), so that is no error of this one.
+        with contextlib.suppress(TransactionCancelled, TableUnavailable):
+            array_retry.go_on(store, retry)
     return store._job(parent.job_id)
 
 

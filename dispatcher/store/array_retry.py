@@ -8,17 +8,21 @@ parent decided again from children not yet retried. So the retry is a cursor on 
   open marker back) and sets ``array_retry_next`` to 0 and ``array_retry`` to how far the
   retry goes (the children recorded then) and how (from scratch, the operator's reason).
 - Each page of 100 children is then retried in transactions that each check the cursor is
-  still at that page and the parent still open; the page's last one moves the cursor on (the
-  last page removes it). A page with no ended child is one conditional write.
+  where the one before left it and the parent still open, and move it past their own
+  children (the last page's last one removes it): a child below the cursor is never looked
+  at again, so none is retried twice. A page with no ended child is one transaction of its
+  cursor's move.
 - The ticks settle the parent only below the cursor (``ArrayRecords.settle_array``): a child
   not yet retried is never counted, and a retried one is unfinished, so never counted ended
   before it ends again.
 - Whoever runs next carries a retry cut short to its end: the operator's process goes on
-  page by page; a tick that settles the array goes on from the cursor first. Two at once
-  cannot both act on a page (the fence): the one refused stops and leaves it to the other.
+  page by page; a tick that settles the array goes on from the cursor first, a few pages a
+  tick. Two at once cannot both write from one cursor (the fence): the one refused stops
+  and leaves it to the other.
 - An array decided again meanwhile (its retried children failed again past its tolerance)
   or cancelled ends the retry: its fence refuses the later pages, and the write that decides
-  or cancels the parent removes the cursor.
+  or cancels the parent removes the cursor (its reason says where the retry ended). The
+  children not reached stay as they were.
 """
 
 from __future__ import annotations
@@ -34,7 +38,6 @@ from dispatcher.ports.table import (
     MAX_TRANSACTION_ITEMS,
     Action,
     And,
-    Check,
     Condition,
     ConditionFailed,
     Eq,
@@ -51,6 +54,9 @@ from dispatcher.ports.table import (
 from dispatcher.store import codec as r
 from dispatcher.store import job_ops
 
+# Pages a tick carries one array's retry on (each a read and up to three transactions): the
+# rest goes on at the next ticks, so a tick's end stays short however large the array.
+TICK_PAGES = 10
 # A page of children, read with one BatchGetItem (at most 100 items a call).
 # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
 CHILD_PAGE = 100
@@ -114,42 +120,46 @@ def go_on(store: ChildWrites, retry: ArrayRetry, pages: int | None = None) -> in
     """Retry the ended children from the cursor on, ``pages`` pages at most (None: to the
     end). Returns None once the retry is done, else a cursor it has reached: every child
     below it has been looked at (the stored cursor is there or further on, unless the
-    retry was ended), also when a fence refused a write (another process moved the cursor,
-    or the parent was decided or cancelled) and this one stopped."""
+    retry was ended), also when a write was refused and this one stopped: another process
+    moved the cursor or changed a child it read, or the parent was decided or cancelled."""
     done = 0
     while pages is None or done < pages:
-        stop_at = min(retry.through, retry.next + CHILD_PAGE)
-        if not _page(store, retry, stop_at):
-            return retry.next
-        if stop_at >= retry.through:
-            return None
-        retry = replace(retry, next=stop_at)
+        reached = _page(store, retry, min(retry.through, retry.next + CHILD_PAGE))
+        if reached is None or reached >= retry.through:
+            return None if reached is not None else retry.next
+        retry = replace(retry, next=reached)
         done += 1
     return retry.next
 
 
-def _page(store: ChildWrites, retry: ArrayRetry, stop: int) -> bool:
+def _page(store: ChildWrites, retry: ArrayRetry, stop: int) -> int | None:
     """Children ``retry.next`` to ``stop``: each FAILED or CANCELLED one retried (into a
-    bundle of its own, as a single job's retry), then the cursor moved to ``stop`` (removed
-    at the end). False if a fence refused a write (nothing of it was written)."""
+    bundle of its own, as a single job's retry). A page of more ended children than one
+    transaction holds takes several, each fenced on the cursor where the one before left it
+    and moving it past its own children (the last to ``stop``, or removing it at the end), so
+    a carrier that dies between them leaves no retried child below the cursor to be looked
+    at again. Returns where the cursor is then; None if a write was refused (nothing of that
+    transaction was written)."""
     ids = [arrays.child_id(retry.parent_id, i) for i in range(retry.next, stop)]
     t = store.clock()
     units = []
-    for job in store.get_jobs(ids):
+    index = {job_id: i for i, job_id in enumerate(ids, retry.next)}
+    for job in store.get_jobs(ids):  # in index order
         if job.state in (JobState.FAILED, JobState.CANCELLED):
             job_ops.check_retry(job, None, None, by_its_array=True)
             units.append(job_ops.Unit([job.job_id], job_ops.retry_ops(
                 job, new_id(), t=t, from_scratch=retry.from_scratch, reason=retry.reason), []))
     key = r.job_key(retry.parent_id)
-    moved = Update(key, [Set(NEXT, stop)] if stop < retry.through else END, retry.fence())
-    # One action of each transaction is the parent's: its check, or the last one's move.
+    # One action of each transaction is the parent's: the cursor's move.
     groups = job_ops.pack(units, MAX_TRANSACTION_ITEMS - 1) or [[]]
     for n, group in enumerate(groups):
-        last: Op = moved if n == len(groups) - 1 else Check(key, retry.fence())
+        to = stop if n == len(groups) - 1 else index[group[-1].job_ids[0]] + 1
+        moved = Update(key, [Set(NEXT, to)] if to < retry.through else END, retry.fence())
         try:
-            store._transact_retrying([*(op for u in group for op in u.ops), last])
+            store._transact_retrying([*(op for u in group for op in u.ops), moved])
         except TransactionCancelled as exc:
             if exc.failed_conditions():
-                return False
+                return None
             raise
-    return True
+        retry = replace(retry, next=to)
+    return stop

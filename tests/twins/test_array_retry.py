@@ -153,3 +153,30 @@ def test_two_processes_carrying_one_retry_never_retry_a_child_twice() -> None:
     retried = [j for j in t.jobs() if j.array_parent == "a" and j.state == JobState.PENDING]
     assert len(retried) == len(range(0, 200, 3))
     assert all(len([h for h in j.history if "retried_at" in h]) == 1 for j in retried)
+
+
+def test_a_page_of_more_ended_children_than_a_transaction_holds_retries_each_once() -> None:
+    """100 FAILED children: two transactions a page (49 retries fill one). The carrier dies
+    after the first; those children run and fail again before the next carrier reads the
+    page: they are below the cursor, so they are not retried again."""
+    t = Twins()
+    t.table = FaultyTable(t.clock)
+    t.store = model_store(t.table, t.clock)
+    t.client().submit("k", {}, job_id="a", array_size=100, max_attempts=1,
+                      estimated_seconds=1, tolerated_failures=99)
+    drive(t, 4, lambda job: JobState.FAILED)
+    t.table.write(Update(r.job_key("a"), [Set("array_tolerated", 0), Set("state", "FAILED")]))
+    t.table.crash_after(1)  # the reopening, then the first transaction of the page
+    with pytest.raises(LambdaDied):
+        t.client().retry("a")
+    t.table.revive()
+    cursor = t.table.snapshot()[r.job_key("a")].array_retry_next
+    assert cursor is not None and 0 < cursor < 100
+    for i in range(int(cursor)):  # the first transaction's children fail again
+        t.table.write(Update(r.job_key(arrays.child_id("a", i)), [Set("state", "FAILED")]))
+    [array] = t.store.open_arrays()
+    t.store.settle_array(array)
+    retried = Counter(len([h for h in job.history if "retried_at" in h])
+                      for job in t.jobs() if job.array_parent == "a")
+    assert retried == Counter({1: 100})
+    assert t.table.snapshot()[r.job_key("a")].array_retry_next is None
