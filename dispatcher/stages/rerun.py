@@ -66,7 +66,8 @@ class StopOutcome:
 class Reruns:
     """The observe-stop stage: a task's stop is ignored (stale, duplicate, not ours), a normal
     finish (:class:`~dispatcher.stages.finish.Finishes`), or an early stop settled as the stop
-    policy decides and relaunched at once."""
+    policy decides and relaunched at once (a bundle of a kind with a limit by the next tick,
+    which counts the kind's room)."""
 
     def __init__(self, store: StageStore, revisions: Revisions, finishes: Finishes,
                  launches: Launches, policy: RerunPolicy, clock: Callable[[], float]) -> None:
@@ -124,12 +125,15 @@ class Reruns:
                           failed=[u.job_id for u in updates
                                   if u.target == JobState.FAILED or u.job_id in overfull],
                           never_started=never_started)
-        if rerun:
+        if rerun and bundle.kind in self._policy.kind_limits:
+            # A kind with a limit: whether it has room now depends on its other bundles, which
+            # only the tick counts (a stop here cannot tell a lowered limit, or a bundle that
+            # counted no slot when it launched, from the room its own stop freed). The bundle
+            # is PENDING and due now: the next tick launches it when its kind has room.
+            out.reason = f"kind {bundle.kind} has a limit: the next tick relaunches it"
+        elif rerun:
             stats = LaunchStats()
-            # Its slots are decided now, with the limits of now, as the tick decides them: the
-            # relaunch takes back at most the room its own stop freed, and never more than its
-            # kind's current limit (a lowered limit is not checked against the kind's other
-            # bundles here: the tick's next launches are).
+            # Its slots are decided now, as the tick decides them (1 after an ambiguous stop).
             bundle.slots = launch_slots(bundle, self._policy.task_concurrency,
                                         self._policy.kind_limits)
             try:

@@ -34,9 +34,11 @@ def test_bundles_read_again_after_a_launch_conflict_keep_the_slots_decided_for_i
     assert launched.slots == 2
 
 
-def test_an_immediate_relaunch_decides_its_slots_with_the_limits_of_now() -> None:
+def test_a_stopped_bundle_of_a_limited_kind_is_relaunched_by_the_tick_within_the_limit_of_now(
+        ) -> None:
     """Ten reports launched at a limit of 10 run ten at once; the limit is lowered to 5, then
-    their task is interrupted: the stop's relaunch runs at most 5 at once, not 10."""
+    their task is interrupted: the stop leaves the bundle to the next tick (only the tick
+    counts a kind's room), which relaunches it running at most 5 at once, not 10."""
     tw = Twins()
     env = {"LONGJOBS_TASK_CONCURRENCY": "10", "LONGJOBS_MAX_RUNNING_TASKS": "5"}
     client = tw.client()
@@ -47,10 +49,36 @@ def test_an_immediate_relaunch_decides_its_slots_with_the_limits_of_now() -> Non
     assert bundle.slots == 10 and bundle.task_arn is not None
     lowered = tw.stages(LONGJOBS_KIND_LIMITS="report=5", **env)
     out = lowered.reruns.on_stop(TaskStop(bundle.task_arn, *SPOT))
-    assert out.relaunched
+    assert not out.relaunched and out.reason and "next tick" in out.reason
+    waiting = tw.bundle(bundle.bundle_id)
+    assert waiting is not None and waiting.state == BundleState.PENDING
+    lowered.tick.tick()
     again = tw.bundle(bundle.bundle_id)
     assert again is not None and again.state == BundleState.LAUNCHED
     assert again.task_arn != bundle.task_arn and again.slots == 5
+
+
+def test_stopped_bundles_of_a_kind_whose_limit_was_set_meanwhile_relaunch_within_it() -> None:
+    """Three bundles of reports launched while the kind had no limit never start; a limit of
+    1 is set; the tick finds their tasks stopped and settles them: it relaunches one, not
+    all three at once (the sequence the system model found)."""
+    tw = Twins()
+    env = {"LONGJOBS_TASK_CONCURRENCY": "1", "LONGJOBS_MAX_RUNNING_TASKS": "3",
+           "LONGJOBS_BUNDLE_MAX_JOBS": "2"}
+    client = tw.client()
+    for n in range(5):
+        client.submit("report", {}, job_id=f"r{n}", estimated_seconds=0.5)
+    tw.stages(**env).tick.tick()
+    first = tw.bundles()
+    assert len(first) == 3 and all(b.task_arn for b in first)
+    for b in first:
+        assert b.task_arn is not None
+        tw.stages(LONGJOBS_KIND_LIMITS="report=1", **env).reruns.on_stop(
+            TaskStop(b.task_arn, "TaskFailedToStart", "CannotPullContainerError", None))
+    tw.stages(LONGJOBS_KIND_LIMITS="report=1", **env).tick.tick()
+    active = [b for b in tw.bundles() if b.state in (BundleState.LAUNCHED,
+                                                      BundleState.RUNNING)]
+    assert [b.slots for b in active] == [1]
 
 
 def test_a_limit_set_after_a_bundle_was_recorded_applies_when_it_launches() -> None:

@@ -35,6 +35,9 @@ def limited_kind_backlog(m: model.SystemModel) -> None:
     m.change_settings("2", "report=2", "6")
     m.submit(spec(kind="report", estimated_seconds=None), 2, False)
     m.tick(1)
+    for n in (0, 1):  # the long reports start, and run on (heartbeating) to the end
+        task(m, n).claim()
+        task(m, n).start_next()
     for _ in range(6):  # recorded while report has no room: bundles of two, deferred
         m.submit(spec(kind="report", estimated_seconds=30.0), 2, False)
         m.tick(1)
