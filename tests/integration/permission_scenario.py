@@ -48,7 +48,9 @@ from tests.integration.iam_checks import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class _Context:
+class LambdaContext:
+    """What the handlers read of their Lambda context: the time they have left."""
+
     def get_remaining_time_in_millis(self) -> int:
         return 50_000
 
@@ -125,7 +127,7 @@ def exercised(moto_server: MotoEndpoint, proxy: AwsProxy,
                                   "estimated_seconds": 3600}])
         proxy.inject_error("dynamodb.TransactWriteItems", after_forward=False)
         with proxy.recording("dispatcher"):
-            refused = handlers.dispatch({}, _Context())
+            refused = handlers.dispatch({}, LambdaContext())
         assert refused["intake"]["released"] == 1, refused
         store = open_store(env["LONGJOBS_TABLE"])
         bulk = _record_bulk_bundle(store)
@@ -155,7 +157,7 @@ def exercised(moto_server: MotoEndpoint, proxy: AwsProxy,
                  "estimated_seconds": 3600, "priority": priority}))
 
         with proxy.recording("dispatcher"):
-            handlers.dispatch({}, _Context())
+            handlers.dispatch({}, LambdaContext())
 
         def task_of(job_id: str) -> tuple[str, str]:
             job = store.get_job(job_id)
@@ -200,7 +202,7 @@ def exercised(moto_server: MotoEndpoint, proxy: AwsProxy,
         # A second tick reconciles: the unclaimed tasks still RUNNING are stopped as stuck.
         mp.setenv("LONGJOBS_START_TIMEOUT_SECONDS", "0")
         with proxy.recording("dispatcher"):
-            second = handlers.dispatch({}, _Context())
+            second = handlers.dispatch({}, LambdaContext())
         assert second["reconcile"]["stuck_stopped"] >= 1, second
 
         with proxy.recording("deploy"):
@@ -218,7 +220,7 @@ def exercised(moto_server: MotoEndpoint, proxy: AwsProxy,
             tags=[{"key": "app", "value": "longjobs"}])["taskDefinition"]["taskDefinitionArn"]
         mp.setenv("LONGJOBS_STACK_TASK_DEFINITION", stack)
         with proxy.recording("dispatcher"):
-            third = handlers.dispatch({}, _Context())
+            third = handlers.dispatch({}, LambdaContext())
         # It also finds the tasks the second tick stopped STOPPED and settles them: the bulk
         # bundle, too, in two transactions.
         (settled,) = [o for o in third["reconcile"]["outcomes"] if o["bundle_id"] == "bulk"]

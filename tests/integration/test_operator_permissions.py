@@ -40,8 +40,8 @@ from tests.integration.iam_checks import (
     matches,
     resolve,
 )
+from tests.integration.permission_scenario import Exercise, LambdaContext
 from tests.integration.test_infra import TEMPLATE, sam_expand
-from tests.integration.test_permissions import Exercise, _Context
 from tests.integration.test_template_permissions import Rendering
 
 POLICIES = {"producer": "ProducerPolicy", "operator": "OperatorPolicy"}
@@ -90,7 +90,7 @@ def exercise(moto_server: MotoEndpoint, proxy: AwsProxy) -> Iterator[Exercise]:
                 # checks the bundle without closing it.
                 + [{"kind": "echo", "payload": {}, "job_id": job_id, "estimated_seconds": 1,
                     "not_before": tomorrow} for job_id in ("later", "later-too")])
-        handlers.dispatch({}, _Context())
+        handlers.dispatch({}, LambdaContext())
 
         # Dead letters of each priority, as SQS moves them after maxReceiveCount receives.
         sqs = endpoint_client("sqs", proxy.url, REGION)
