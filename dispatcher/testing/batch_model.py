@@ -227,18 +227,28 @@ class BatchModel:
                 elif kind == "task":
                     self._task_step(t, what)
                 elif kind == "stopped":
-                    self.ecs.stop_task(what.task_arn, StopCode.ESSENTIAL_CONTAINER_EXITED,
-                                       "Essential container in task exited", 0)
-                    self.events.reruns.on_stop(TaskStop(
-                        what.task_arn, str(StopCode.ESSENTIAL_CONTAINER_EXITED),
-                        "Essential container in task exited", 0, stopped_at=t))
+                    self._stopped(t, what)
                 if kind in ("tick", "stopped"):  # only these launch tasks
                     self._start_tasks()
+            # The stop events still queued when the last job ended (a tick that watched the
+            # high queue ran the tasks to their ends) are the batch's too: their calls count.
+            for t, _, kind, what in sorted(self._events):
+                if kind == "stopped" and t - T0 <= max_seconds:
+                    self.clock.set(t)
+                    self._stopped(t, what)
         self.high.before_receive = None
         out.drain = self._last_end - T0
         out.calls = {c: calls.counts for c, calls in self.calls.items()}
         out.admitted_at = sorted(self._admission_times())
         return out
+
+    def _stopped(self, t: float, task: TaskRun) -> None:
+        """A task's stop event, handled by the task-event handler's stages."""
+        self.ecs.stop_task(task.task_arn, StopCode.ESSENTIAL_CONTAINER_EXITED,
+                           "Essential container in task exited", 0)
+        self.events.reruns.on_stop(TaskStop(
+            task.task_arn, str(StopCode.ESSENTIAL_CONTAINER_EXITED),
+            "Essential container in task exited", 0, stopped_at=t))
 
     def _at(self, t: float, kind: str, what: Any = None) -> None:
         heapq.heappush(self._events, (t, next(self._seq), kind, what))
