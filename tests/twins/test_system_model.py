@@ -406,14 +406,18 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
         # messages are deleted, and which finished first must not depend on the scheduler,
         # or an example would not replay (hypothesis: FlakyStrategyDefinition).
         failed = self.table.failed
+        before = self.table.get(codec.SWEEP_KEY)
         with one_thread():
             decision = self.guarded("tick_raises", "the tick",
                                     lambda: self.twins.stages(**env).tick.tick())
         self.sync()
         if decision is None or decision.skipped:
             return
+        # A look at every held dependent by this tick (its claim of the sweep: one at the
+        # same instant already, by a faulty tick before it, is not this tick's), no fault hit.
         swept = self.table.get(codec.SWEEP_KEY)
-        if swept is not None and (swept.updated_at or 0) >= now and self.table.failed == failed:
+        if swept is not None and (swept.updated_at or 0) >= now and self.table.failed == failed \
+                and (before is None or (before.updated_at or 0) < now):
             self.clean_sweep = now
         self.after_tick(visible)
         if decision.capacity == 0 and urgent and hosts:

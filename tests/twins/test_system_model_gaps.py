@@ -324,3 +324,37 @@ def test_a_dependent_recorded_after_the_last_look_is_judged_by_the_next(
         m.holds()
     job = m.twins.job("d003")
     assert job is not None and not job.depends_on, job  # the next look released it
+
+
+class _Picks:
+    """A rule's draw that picks what it is told (the model's own draws replay a sequence)."""
+
+    def __init__(self, picks: Any) -> None:
+        self.picks = picks
+
+    def draw(self, strategy: Any) -> Any:
+        return self.picks
+
+
+def test_a_look_at_held_dependents_is_the_ticks_that_made_it(
+        machines: Callable[[], model.SystemModel]) -> None:
+    """A dependent of an array is recorded in the drain before the array ends; a tick an hour
+    later claims the look at every held dependent and fails to release it (the table fails
+    past its retries); the next tick, at the same instant, cannot claim that look: it is no
+    clean look, and the dependent waits for the next (the sequence a random run found, when
+    the model credited the second tick with the first's look)."""
+    m = machines()
+    m.submit(spec(priority="high", estimated_seconds=None, max_attempts=1), 1, False)
+    m.submit_array(2, 0, "succeed", 1.0)
+    m.tick(1)
+    m.flaky_tick(1, False)
+    m.submit_dependent(_Picks(["a002"]), dependencies.Requires.SUCCEEDED,  # type: ignore[arg-type]
+                       "succeed")
+    m.runners_pass("succeed")
+    m.slow_drain_tick(None)
+    m.advance(3600.0)
+    m.flaky_tick(5, False)
+    looked = m.clean_sweep
+    m.slow_drain_tick(None)
+    assert m.clean_sweep == looked  # the second tick made no look of its own
+    m.holds()
