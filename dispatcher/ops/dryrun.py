@@ -193,8 +193,12 @@ class DryRunStore(StageStore):
     def release_held(self, bundle: Bundle, job: Job) -> None:
         self._plan.would("release_held", bundle_id=bundle.bundle_id, job_id=job.job_id)
 
-    def claim_sweep(self, every: float) -> bool:
-        return True  # a dry tick shows the look at every held dependent, writing nothing
+    def claim_sweep(self, every: float) -> float | None:
+        # A dry tick shows the look at every held dependent, writing nothing.
+        return self._inner.clock()
+
+    def give_back_sweep(self, claimed_at: float, every: float) -> None:
+        return  # it claimed nothing
 
     def held_dependents(self, among: list[str] | None = None) -> list[tuple[Bundle, Job]]:
         return self._inner.held_dependents(among)

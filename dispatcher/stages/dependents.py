@@ -21,6 +21,7 @@ eventually consistent index when its job ended (its stream record finds fewer li
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -56,6 +57,9 @@ class DependentsStats:
     swept: int = 0  # held dependents the look at every one read (0: no look this tick)
     # Ended jobs whose links the index did not show all of yet: left to the next sweep.
     links_missing: int = 0
+    # Held jobs left as they were because the table failed (their judging, link, release or
+    # cancel): the next look at them takes them up.
+    table_failures: int = 0
 
     def add(self, other: DependentsStats) -> None:
         self.released += other.released[:max(0, IDS_KEPT - len(self.released))]
@@ -64,6 +68,7 @@ class DependentsStats:
         self.dependents_cancelled_ids += other.dependents_cancelled_ids[:room]
         self.swept += other.swept
         self.links_missing += other.links_missing
+        self.table_failures += other.table_failures
 
 
 def ended_with_waiters(change: TableChange) -> str | None:
@@ -134,28 +139,44 @@ class Dependents:
     def sweep(self, stats: DependentsStats) -> None:
         """Once per :data:`SWEEP_SECONDS` (the first tick after it passed): judge every held
         dependent, and link again the young ones (see the module)."""
+        claimed: float | None = None
         try:
-            if not self._store.claim_sweep(SWEEP_SECONDS):
+            claimed = self._store.claim_sweep(SWEEP_SECONDS)
+            if claimed is None:
                 return
             held = self._store.held_dependents()
         except TableUnavailable as exc:  # the table's trouble: a later tick looks
             log.error("looking at the held dependents failed; a later tick looks again",
                       extra={"reason": exc.reason})
+            self._give_back(claimed)
             return
         stats.swept = len(held)
+        failures = stats.table_failures
         young = self._clock() - deps.UNKNOWN_GRACE_SECONDS - 2 * SWEEP_SECONDS
         for _, job in held:
             if job.created_at >= young:  # a dependency unknown at its link may exist now
-                self._link(job, _ids(job))
+                self._link(job, _ids(job), stats)
         self.release(held, stats)
+        if stats.table_failures > failures:  # left as they were: the next tick looks again
+            self._give_back(claimed)
 
-    def _link(self, job: Job, job_ids: list[str]) -> None:
+    def _give_back(self, claimed: float | None) -> None:
+        if claimed is None:
+            return
+        # If even that fails, the look after the period takes them up.
+        with contextlib.suppress(TableUnavailable):
+            self._store.give_back_sweep(claimed, SWEEP_SECONDS)
+
+    def _link(self, job: Job, job_ids: list[str], stats: DependentsStats | None = None
+              ) -> None:
         """Link ``job`` to ``job_ids``; a table that refuses leaves it to a later look."""
         try:
             self._store.link(job.job_id, job_ids)
         except (TableUnavailable, TransactionCancelled, InvalidTransaction) as exc:
             # Refused for a moment, or for good (the job waited for is at DynamoDB's item
             # limit, so its count cannot grow): the look at every held dependent judges it.
+            if stats is not None and isinstance(exc, TableUnavailable):
+                stats.table_failures += 1
             log.error("linking a dependent failed; a later look judges it",
                       extra={"job_id": job.job_id, "reason": str(exc)})
 
@@ -167,6 +188,7 @@ class Dependents:
             except ConflictError:
                 continue  # released, cancelled or retried meanwhile
             except TableUnavailable as exc:  # the next sweep looks again
+                stats.table_failures += 1
                 log.error("releasing a dependent failed; the next look releases it",
                           extra={"job_id": job.job_id, "reason": exc.reason})
                 continue
@@ -183,6 +205,7 @@ class Dependents:
         try:
             said = judge_all(self._store, dependents, self._clock())
         except TableUnavailable as exc:  # they stay held: the next look judges them
+            stats.table_failures += len(dependents)
             log.error("reading held jobs' dependencies failed; the next look judges them",
                       extra={"reason": exc.reason})
             return [(b, j) for b, j in held if not j.depends_on]
@@ -194,8 +217,11 @@ class Dependents:
             elif verdict.verdict == deps.AGAINST:
                 try:
                     self._store.cancel_held(bundle, job, verdict.reason or "a dependency failed")
-                except (ConflictError, TableUnavailable):
-                    continue  # cancelled or changed meanwhile, or the table failed: next look
+                except ConflictError:
+                    continue  # cancelled or changed meanwhile
+                except TableUnavailable:
+                    stats.table_failures += 1  # the next look cancels it
+                    continue
                 stats.dependents_cancelled += 1
                 if len(stats.dependents_cancelled_ids) < IDS_KEPT:
                     stats.dependents_cancelled_ids.append(job.job_id)

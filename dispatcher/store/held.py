@@ -13,6 +13,8 @@ for the rare look at every one.
 
 from __future__ import annotations
 
+import contextlib
+
 from dispatcher.domain import lifecycle, sizes
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.dependencies import REJECTED
@@ -66,9 +68,9 @@ class HeldRetries(Reads):
                 if b.state == BundleState.PENDING and b.next_attempt_at in lifecycle.HELD_TIMES}
         return [(bundles[j.bundle_id], j) for j in jobs if j.bundle_id in bundles]
 
-    def claim_sweep(self, every: float) -> bool:
-        """Whether this tick looks at every held dependent: true once per ``every`` seconds
-        (a conditional write of SWEEP#dependents), false for the other ticks."""
+    def claim_sweep(self, every: float) -> float | None:
+        """When this tick looks at every held dependent: its claim's time, once per ``every``
+        seconds (a conditional write of SWEEP#dependents), None for the other ticks."""
         t = self.clock()
         try:
             # It may expire once it no longer holds a look back (nothing is left behind).
@@ -76,8 +78,17 @@ class HeldRetries(Reads):
                                         expires_at=int(t + 2 * every)),
                                  Or(Absent(), Lt("updated_at", t - every))))
         except ConditionFailed:
-            return False
-        return True
+            return None
+        return t
+
+    def give_back_sweep(self, claimed_at: float, every: float) -> None:
+        """The look claimed at ``claimed_at`` could not do all it should (the table refused
+        some of its writes): the claim is given back, so the next tick looks again rather than
+        the one ``every`` seconds on. Conditional on the claim being this one still."""
+        with contextlib.suppress(ConditionFailed):
+            self.table.write(Put(Record(r.SWEEP_KEY, updated_at=claimed_at - 2 * every,
+                                        expires_at=int(claimed_at + 2 * every)),
+                                 Eq("updated_at", claimed_at)))
 
     def release_held(self, bundle: Bundle, job: Job) -> None:
         """Make a held bundle due (at once, or at its job's ``not_before``) and clear the

@@ -59,7 +59,13 @@ def test_a_held_dependent_is_found_released_and_then_no_longer_held(store: Store
 def test_the_look_at_every_held_dependent_is_claimed_once_per_period(store: Store) -> None:
     clock = store.clock
     assert isinstance(clock, Clock)
-    assert store.claim_sweep(300) is True
-    assert store.claim_sweep(300) is False
+    first = store.claim_sweep(300)
+    assert first is not None
+    assert store.claim_sweep(300) is None
     clock.t += 301
-    assert store.claim_sweep(300) is True
+    assert store.claim_sweep(300) == clock.t
+    # A look that could not do all it should gives its claim back: the next tick looks.
+    store.give_back_sweep(first, 300)  # not the standing claim: nothing changes
+    assert store.claim_sweep(300) is None
+    store.give_back_sweep(clock.t, 300)
+    assert store.claim_sweep(300) == clock.t

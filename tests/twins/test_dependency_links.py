@@ -219,7 +219,7 @@ def test_a_table_that_refuses_the_look_fails_no_tick(twins: Twins) -> None:
     client.submit("k", {}, job_id="b", depends_on=["a"], estimated_seconds=1)
     twins.stages().tick.tick()
 
-    def refused(every: float) -> bool:
+    def refused(every: float) -> float | None:
         raise TableUnavailable("PutItem", "ProvisionedThroughputExceededException")
 
     twins.store.claim_sweep = refused  # type: ignore[method-assign]
