@@ -162,8 +162,8 @@ class ArrayRecords(Reads):
             if target != parent.state:
                 actions += job_state(parent.job_id, target, t)
                 if decided:  # a retry still in progress ends with it
-                    ended = "" if reached is None else \
-                        f"; its retry ended at child {reached} of {array.recorded}"
+                    ended = "" if reached is None or array.retry is None else \
+                        f"; its retry ended at child {reached} of {array.retry.through}"
                     actions += [*self._expires(t), *(array_retry.END if array.retry else [])]
                     actions.append(Set("reason", _reason(array, tally, target) + ended))
             ops: list[Op] = [Update(r.job_key(parent.job_id), actions,

@@ -134,6 +134,8 @@ def test_children_failing_again_past_the_tolerance_decide_the_parent_and_end_the
     assert settled.parent.state == JobState.FAILED
     rec = t.table.snapshot()[r.job_key("a")]
     assert rec.array_retry_next is None and rec.state == "FAILED"
+    assert rec.reason is not None and rec.reason.endswith(
+        f"; its retry ended at child 200 of {SIZE}")
     assert problems(t) == []
     # The page after it was never retried: its failed children are as they were.
     assert {t.job(arrays.child_id("a", i)).state  # type: ignore[union-attr]
