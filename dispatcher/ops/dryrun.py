@@ -197,8 +197,8 @@ class DryRunStore(StageStore):
         # A dry tick shows the look at every held dependent, writing nothing.
         return self._inner.clock()
 
-    def give_back_sweep(self, claimed_at: float, every: float) -> None:
-        return  # it claimed nothing
+    def give_back_sweep(self, claimed_at: float, every: float, after: float) -> bool:
+        return False  # it claimed nothing
 
     def held_dependents(self, among: list[str] | None = None) -> list[tuple[Bundle, Job]]:
         return self._inner.held_dependents(among)

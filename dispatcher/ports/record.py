@@ -93,6 +93,8 @@ class Record:
     credit: Any = None
     # the last tick's view of the slots (TICK#summary): what `waiting_for` is derived from
     summary: Any = None
+    # the look at every held dependent (SWEEP#dependents): when one was last given back
+    given_back_at: float | None = None
     # lease (and the deployment: who wrote it last)
     owner: str | None = None
     lease_until: float | None = None
@@ -137,5 +139,5 @@ NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint"
                            "version", "sequence", "handed_jobs", "handed", "array_size",
                            "array_tolerated", "array_next", "array_tally", "array_parent",
                            "array_index", "array_retry_next", "array_retry",
-                           "depends_on", "waiters", "bulk_ids"})
+                           "depends_on", "waiters", "bulk_ids", "given_back_at"})
 INDEX_ATTRIBUTES: tuple[str, ...] = tuple(sorted(ATTRIBUTES - NOT_PROJECTED - set(INDEX_KEYS)))

@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 # How often the tick looks at every held dependent (see the module): the longest a dependent
 # waits past its dependencies' end in the cases the links cannot see.
 SWEEP_SECONDS = 300.0
+# A look the table cut short is made again this soon (once a period: see give_back_sweep).
+SWEEP_RETRY_SECONDS = 60.0
 # Job ids a report names of what it cancelled or released (its log line stays small).
 IDS_KEPT = 100
 
@@ -157,7 +159,7 @@ class Dependents:
             if job.created_at >= young:  # a dependency unknown at its link may exist now
                 self._link(job, _ids(job), stats)
         self.release(held, stats)
-        if stats.table_failures > failures:  # left as they were: the next tick looks again
+        if stats.table_failures > failures:  # left as they were: look again in a minute
             self._give_back(claimed)
 
     def _give_back(self, claimed: float | None) -> None:
@@ -165,7 +167,7 @@ class Dependents:
             return
         # If even that fails, the look after the period takes them up.
         with contextlib.suppress(TableUnavailable):
-            self._store.give_back_sweep(claimed, SWEEP_SECONDS)
+            self._store.give_back_sweep(claimed, SWEEP_SECONDS, SWEEP_RETRY_SECONDS)
 
     def _link(self, job: Job, job_ids: list[str], stats: DependentsStats | None = None
               ) -> None:

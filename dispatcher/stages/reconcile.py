@@ -60,8 +60,13 @@ class ReconcileStats(DependentsStats):
     def freed(self) -> int:
         """Active bundles this reconciliation ended for good (settled or finished, not
         relaunched): the capacity it gave back. An ignored stop frees nothing."""
-        return sum(1 for o in self.outcomes
-                   if o.result != StopResult.IGNORED and not o.relaunched)
+        return len(self.freed_bundles)
+
+    @property
+    def freed_bundles(self) -> set[str]:
+        """The ids of those bundles: they no longer hold a task slot, nor their kind's."""
+        return {o.bundle_id for o in self.outcomes
+                if o.result != StopResult.IGNORED and not o.relaunched and o.bundle_id}
 
 
 class Reconciler:

@@ -4,8 +4,10 @@ A task that ended its bundle (DONE) finished normally: :mod:`dispatcher.stages.f
 it. A task that stopped early is settled: this stage reads the bundle and its jobs, asks the
 stop policy (:func:`dispatcher.domain.stop_policy.decide`) what the stop does to each job,
 writes that (the store's settle), and relaunches the bundle at once through the same launch
-code as the tick. Duplicate, late and out-of-order stops are harmless: one acts only if the
-bundle is still on that task ARN and attempt (the store's settle is conditional on it).
+code as the tick (a bundle of a kind with a limit is left to the next tick, which counts the
+kind's room; it keeps its place among the kind's due bundles). Duplicate, late and
+out-of-order stops are harmless: one acts only if the bundle is still on that task ARN and
+attempt (the store's settle is conditional on it).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class StopOutcome:
     # The task stopped before its runner claimed the bundle: no job ran on it (the image did
     # not pull, the container did not start, or the runner failed before its claim).
     never_started: bool = False
-    reason: str | None = None  # why it was ignored
+    reason: str | None = None  # why it was ignored, or left to the next tick
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -105,8 +107,13 @@ class Reruns:
                              infra_delta=f.infra_delta, history=f.history, error=f.error,
                              reason=f.reason, settled_by=arn) for f in settlement.fates]
         target = BundleState.PENDING if rerun else BundleState.DONE
+        now = self._clock()
+        # A bundle left to the tick (a limited kind, below) stays due as of when it was due
+        # before: the tick launches due bundles oldest first, and a rerun keeps its place.
+        limited = bundle.kind in self._policy.kind_limits
+        due = min(now, bundle.next_attempt_at) if limited and bundle.next_attempt_at else now
         try:
-            overfull = self._store.settle(bundle, updates, target, retry_at=self._clock(),
+            overfull = self._store.settle(bundle, updates, target, retry_at=due,
                                           serial=settlement.serial)
         except (ConflictError, TransactionCancelled) as exc:
             # Someone else is moving this bundle (another event, the tick): nothing was written;
@@ -125,11 +132,11 @@ class Reruns:
                           failed=[u.job_id for u in updates
                                   if u.target == JobState.FAILED or u.job_id in overfull],
                           never_started=never_started)
-        if rerun and bundle.kind in self._policy.kind_limits:
+        if rerun and limited:
             # A kind with a limit: whether it has room now depends on its other bundles, which
             # only the tick counts (a stop here cannot tell a lowered limit, or a bundle that
             # counted no slot when it launched, from the room its own stop freed). The bundle
-            # is PENDING and due now: the next tick launches it when its kind has room.
+            # is PENDING and due: the next tick launches it when its kind has room.
             out.reason = f"kind {bundle.kind} has a limit: the next tick relaunches it"
         elif rerun:
             stats = LaunchStats()

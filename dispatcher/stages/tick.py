@@ -151,7 +151,8 @@ class Tick:
         # Reruns started by reconciliation are active again; settled bundles are not.
         d.active_bundles = len(active) - d.reconcile.freed
         d.capacity = max(0, self._policy.max_running_tasks - d.active_bundles)
-        room = self._kind_room(active)
+        freed = d.reconcile.freed_bundles  # they no longer hold their kind's slots either
+        room = self._kind_room([b for b in active if b.bundle_id not in freed])
         if self._arrays is not None:  # the open arrays' children, offered to the drain
             self._arrays.offer(d.arrays)
         # Jobs of each limited kind running as the tick ends: as active, plus what it launches.

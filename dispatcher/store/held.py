@@ -13,22 +13,19 @@ for the rare look at every one.
 
 from __future__ import annotations
 
-import contextlib
-
 from dispatcher.domain import lifecycle, sizes
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.dependencies import REJECTED
 from dispatcher.domain.jobs import Job, JobState
-from dispatcher.ports.record import Record
 from dispatcher.ports.table import (
     Absent,
     And,
     ConditionFailed,
     Eq,
     In,
+    Lacks,
     Lt,
     Or,
-    Put,
     Remove,
     Set,
     Update,
@@ -73,22 +70,30 @@ class HeldRetries(Reads):
         seconds (a conditional write of SWEEP#dependents), None for the other ticks."""
         t = self.clock()
         try:
-            # It may expire once it no longer holds a look back (nothing is left behind).
-            self.table.write(Put(Record(r.SWEEP_KEY, updated_at=t,
-                                        expires_at=int(t + 2 * every)),
-                                 Or(Absent(), Lt("updated_at", t - every))))
+            # It may expire once it no longer holds a look back (nothing is left behind). An
+            # update, not a put: it keeps the time of the last look given back.
+            self.table.write(Update(r.SWEEP_KEY, [
+                Set("updated_at", t), Set("expires_at", int(t + 2 * every))],
+                Or(Absent(), Lt("updated_at", t - every))))
         except ConditionFailed:
             return None
         return t
 
-    def give_back_sweep(self, claimed_at: float, every: float) -> None:
+    def give_back_sweep(self, claimed_at: float, every: float, after: float) -> bool:
         """The look claimed at ``claimed_at`` could not do all it should (the table refused
-        some of its writes): the claim is given back, so the next tick looks again rather than
-        the one ``every`` seconds on. Conditional on the claim being this one still."""
-        with contextlib.suppress(ConditionFailed):
-            self.table.write(Put(Record(r.SWEEP_KEY, updated_at=claimed_at - 2 * every,
-                                        expires_at=int(claimed_at + 2 * every)),
-                                 Eq("updated_at", claimed_at)))
+        some of its reads or writes): the next look may be claimed ``after`` seconds on
+        instead of ``every``. At most once per ``every`` seconds (``given_back_at`` keeps
+        when it was last), so a table that keeps failing costs one look more a period,
+        not one a tick. Conditional on the claim being this one still; whether it was given
+        back."""
+        try:
+            self.table.write(Update(r.SWEEP_KEY, [
+                Set("updated_at", claimed_at - every + after), Set("given_back_at", claimed_at)],
+                And(Eq("updated_at", claimed_at),
+                    Or(Lacks("given_back_at"), Lt("given_back_at", claimed_at - every)))))
+        except ConditionFailed:
+            return False
+        return True
 
     def release_held(self, bundle: Bundle, job: Job) -> None:
         """Make a held bundle due (at once, or at its job's ``not_before``) and clear the

@@ -64,8 +64,21 @@ def test_the_look_at_every_held_dependent_is_claimed_once_per_period(store: Stor
     assert store.claim_sweep(300) is None
     clock.t += 301
     assert store.claim_sweep(300) == clock.t
-    # A look that could not do all it should gives its claim back: the next tick looks.
-    store.give_back_sweep(first, 300)  # not the standing claim: nothing changes
+    # A look that could not do all it should gives its claim back: one a minute on may look.
+    assert store.give_back_sweep(first, 300, 60) is False  # not the standing claim
     assert store.claim_sweep(300) is None
-    store.give_back_sweep(clock.t, 300)
+    claimed = clock.t
+    assert store.give_back_sweep(claimed, 300, 60) is True
+    clock.t += 30
+    assert store.claim_sweep(300) is None
+    clock.t += 31
     assert store.claim_sweep(300) == clock.t
+    # Once a period: the look made again, cut short too, waits the whole period.
+    assert store.give_back_sweep(clock.t, 300, 60) is False
+    clock.t += 61
+    assert store.claim_sweep(300) is None
+    clock.t = claimed + 301
+    assert store.claim_sweep(300) is None  # the period runs from the look made again
+    clock.t = claimed + 61 + 301
+    assert store.claim_sweep(300) == clock.t
+    assert store.give_back_sweep(clock.t, 300, 60) is True  # a new period: given back

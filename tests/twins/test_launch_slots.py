@@ -103,3 +103,52 @@ def test_a_limit_set_after_a_bundle_was_recorded_applies_when_it_launches() -> N
     assert reports.slots == 2
     mixed = tw.bundle(by_first["m0"].bundle_id)
     assert mixed is not None and mixed.state == BundleState.LAUNCHED and mixed.slots == 0
+
+
+def test_a_stopped_bundle_of_a_limited_kind_keeps_its_place_among_the_kinds_due_bundles(
+        ) -> None:
+    """report=1: r0 runs, r1 and r2 (sent a minute later) wait for room. r0's task is
+    interrupted: the tick relaunches r0 first, not the reports that came after it."""
+    tw = Twins()
+    env = {"LONGJOBS_KIND_LIMITS": "report=1", "LONGJOBS_TASK_CONCURRENCY": "1",
+           "LONGJOBS_BUNDLE_MAX_JOBS": "1"}
+    client = tw.client()
+    client.submit("report", {}, job_id="r0", estimated_seconds=1)
+    tw.stages(**env).tick.tick()
+    tw.clock.advance(60)
+    for n in (1, 2):
+        client.submit("report", {}, job_id=f"r{n}", estimated_seconds=1)
+    tw.stages(**env).tick.tick()
+    first = tw.job("r0")
+    assert first is not None and first.bundle_id
+    bundle = tw.bundle(first.bundle_id)
+    assert bundle is not None and bundle.task_arn
+    tw.clock.advance(60)
+    out = tw.stages(**env).reruns.on_stop(TaskStop(bundle.task_arn, *SPOT))
+    assert not out.relaunched
+    tw.stages(**env).tick.tick()
+    active = [b for b in tw.bundles() if b.state == BundleState.LAUNCHED]
+    assert [b.job_ids for b in active] == [["r0"]]
+
+
+def test_a_bundle_reconciliation_settles_leaves_its_kinds_room_to_the_same_tick() -> None:
+    """report=2, two reports in bundles of one, both launched; one task stops and no event
+    comes: the tick's reconciliation settles its bundle and the same tick relaunches it, as
+    its kind's room no longer counts it."""
+    tw = Twins()
+    env = {"LONGJOBS_KIND_LIMITS": "report=2", "LONGJOBS_TASK_CONCURRENCY": "1",
+           "LONGJOBS_BUNDLE_MAX_JOBS": "1"}
+    client = tw.client()
+    for n in (0, 1):
+        client.submit("report", {}, job_id=f"r{n}", estimated_seconds=1)
+    tw.stages(**env).tick.tick()
+    launched = tw.bundles()
+    assert len(launched) == 2 and all(b.task_arn for b in launched)
+    stopped = launched[0]
+    assert stopped.task_arn is not None
+    tw.launcher.stop_task(stopped.task_arn, "TaskFailedToStart", "CannotPullContainerError")
+    tw.clock.advance(600)  # past the look at launched bundles that never started
+    report = tw.stages(**env).tick.tick()
+    assert [o.bundle_id for o in report.reconcile.outcomes] == [stopped.bundle_id]
+    again = tw.bundle(stopped.bundle_id)
+    assert again is not None and again.state == BundleState.LAUNCHED and again.attempt == 2

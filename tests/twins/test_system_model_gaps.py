@@ -336,13 +336,14 @@ class _Picks:
         return self.picks
 
 
-def test_a_look_at_held_dependents_that_the_table_cut_short_is_made_again_next_tick(
+def test_a_look_at_held_dependents_that_the_table_cut_short_is_made_again_a_minute_on(
         machines: Callable[[], model.SystemModel]) -> None:
     """A dependent of an array is recorded in the drain before the array ends; a tick an hour
     later claims the look at every held dependent and fails to release it (the table fails
-    past its retries): it gives the look back, and the next tick, at the same instant, looks
-    again and releases it. (The sequence a random run found, when the look's claim stood for
-    its period, and the model credited the next tick with the faulty tick's look.)"""
+    past its retries): it gives the look back, and a tick a minute on looks again and
+    releases it, not one five minutes on. (The sequence a random run found, when the look's
+    claim stood for its period, and the model credited the next tick, at the same instant,
+    with the faulty tick's look.)"""
     m = machines()
     m.submit(spec(priority="high", estimated_seconds=None, max_attempts=1), 1, False)
     m.submit_array(2, 0, "succeed", 1.0)
@@ -356,6 +357,10 @@ def test_a_look_at_held_dependents_that_the_table_cut_short_is_made_again_next_t
     m.flaky_tick(5, False)
     held = m.twins.job("d003")
     assert held is not None and held.depends_on  # the faulty look could not release it
+    looked = m.clean_sweep
+    m.slow_drain_tick(None)
+    assert m.clean_sweep == looked  # the tick at the same instant makes no look
+    m.advance(61.0)
     m.slow_drain_tick(None)
     released = m.twins.job("d003")
     assert released is not None and not released.depends_on
