@@ -130,7 +130,10 @@ class Worker:
             log.warning("no bundle assigned to %s; exiting without running anything", self.arn)
             return 0
         if bundle.task_arn != self.arn or bundle.state != BundleState.LAUNCHED:
-            log.warning("bundle %s belongs to another attempt; exiting", bundle.bundle_id)
+            # What it saw: its stop is settled as a task that never started its bundle.
+            log.warning("bundle %s belongs to another attempt (%s, attempt %s, task %s); "
+                        "exiting", bundle.bundle_id, bundle.state, bundle.attempt,
+                        bundle.task_arn)
             return 0
         log.append_keys(bundle_id=bundle.bundle_id, attempt=bundle.attempt)
         fence = Fence(bundle.bundle_id, bundle.attempt, self.arn, pages=bundle.pages)
