@@ -10,8 +10,8 @@ parent decided again from children not yet retried. So the retry is a cursor on 
 - Each page of 100 children is then retried in transactions that each check the cursor is
   where the one before left it and the parent still open, and move it past their own
   children (the last page's last one removes it): a child below the cursor is never looked
-  at again, so none is retried twice. A page with no ended child is one transaction of its
-  cursor's move.
+  at again, so none is retried twice. A page with no ended child is one conditional write
+  of its cursor's move.
 - The ticks settle the parent only below the cursor (``ArrayRecords.settle_array``): a child
   not yet retried is never counted, and a retried one is unfinished, so never counted ended
   before it ends again.
@@ -150,8 +150,15 @@ def _page(store: ChildWrites, retry: ArrayRetry, stop: int) -> int | None:
             units.append(job_ops.Unit([job.job_id], job_ops.retry_ops(
                 job, new_id(), t=t, from_scratch=retry.from_scratch, reason=retry.reason), []))
     key = r.job_key(retry.parent_id)
+    if not units:  # nothing to retry here: the cursor's move alone, a plain conditional write
+        try:
+            store.table.write(Update(key, [Set(NEXT, stop)] if stop < retry.through else END,
+                                     retry.fence()))
+        except ConditionFailed:
+            return None
+        return stop
     # One action of each transaction is the parent's: the cursor's move.
-    groups = job_ops.pack(units, MAX_TRANSACTION_ITEMS - 1) or [[]]
+    groups = job_ops.pack(units, MAX_TRANSACTION_ITEMS - 1)
     for n, group in enumerate(groups):
         to = stop if n == len(groups) - 1 else index[group[-1].job_ids[0]] + 1
         moved = Update(key, [Set(NEXT, to)] if to < retry.through else END, retry.fence())
