@@ -10,12 +10,13 @@ from collections.abc import Callable
 import pytest
 
 from dispatcher.domain import arrays
-from dispatcher.domain.arrays import Tally
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.ports.table import Set, Update
 from dispatcher.store import array_retry
 from dispatcher.store import codec as r
 from dispatcher.store.array_ops import array_counts
+from tests.model_arrays import array_problems
+from tests.model_checks import View
 from tests.model_faults import FaultyTable, LambdaDied, model_store
 from tests.twins import Twins
 from tests.twins.test_array_jobs import drive
@@ -47,20 +48,10 @@ def failed_array(t: Twins) -> Counter[str]:
 
 
 def problems(t: Twins) -> list[str]:
-    """What must hold at every moment: no child the parent counts ended is unfinished, the
-    parent is its children's aggregate, and an undecided parent has its open marker."""
-    items = t.table.snapshot()
-    rec = items[r.job_key("a")]
-    tally = Tally.from_json(rec.array_tally)
-    out = [f"child {i} is {child.state} but counted ended" for i in range(tally.settled)
-           if (child := items.get(r.job_key(arrays.child_id("a", i)))) is not None
-           and child.state not in TERMINAL_JOB_STATES]
-    want = arrays.aggregate(SIZE, int(rec.array_tolerated or 0), tally)
-    if rec.state != want:
-        out.append(f"parent {rec.state}, its aggregate {want}")
-    if rec.state not in TERMINAL_JOB_STATES and r.array_key("a") not in items:
-        out.append("undecided parent without its marker")
-    return out
+    """What the system model checks of every array after each step (tests/model_arrays.py):
+    no child the parent counts ended is unfinished, the parent is its children's aggregate,
+    an undecided parent has its open marker, no recorded child is gone."""
+    return array_problems(View.read(t.table, t.queue), ())
 
 
 @pytest.mark.parametrize("writes", [0, 1, 2, 3])
