@@ -107,11 +107,12 @@ class Reruns:
                              infra_delta=f.infra_delta, history=f.history, error=f.error,
                              reason=f.reason, settled_by=arn) for f in settlement.fates]
         target = BundleState.PENDING if rerun else BundleState.DONE
+        # Due as of when it was due before: if the tick is the one that launches it (a limited
+        # kind, below, or a relaunch that failed), it launches due bundles oldest first, and a
+        # rerun keeps its place.
         now = self._clock()
-        # A bundle left to the tick (a limited kind, below) stays due as of when it was due
-        # before: the tick launches due bundles oldest first, and a rerun keeps its place.
+        due = min(now, bundle.next_attempt_at) if bundle.next_attempt_at else now
         limited = bundle.kind in self._policy.kind_limits
-        due = min(now, bundle.next_attempt_at) if limited and bundle.next_attempt_at else now
         try:
             overfull = self._store.settle(bundle, updates, target, retry_at=due,
                                           serial=settlement.serial)
