@@ -56,5 +56,13 @@ class Bundle:
     # it from then on, as its own jobs are. ``takes_handed``: its runner takes such jobs.
     handed_jobs: list[str] = field(default_factory=list)
     takes_handed: bool = False
+    # The batch of a large drain (stages/bundle.py) whose follow-ons its runner takes, its
+    # bundle done, without a launch of their own (dispatcher.store.follow_ons).
+    batch: str | None = None
+
+
+def follow_on_id(batch: str, n: int) -> str:
+    """The id of the ``n``-th follow-on of ``batch``: runners take them in that order."""
+    return f"{batch}-{n}"
 
 

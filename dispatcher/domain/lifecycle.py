@@ -59,7 +59,8 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 
 BUNDLE_TRANSITIONS: dict[BundleState, frozenset[BundleState]] = {
     B.RECORDING: frozenset({B.PENDING, B.DONE}),  # committed (DONE: every job a duplicate)
-    B.PENDING: frozenset({B.LAUNCHING, B.DONE}),
+    # LAUNCHED at once: a follow-on taken by a running task (dispatcher.store.follow_ons).
+    B.PENDING: frozenset({B.LAUNCHING, B.LAUNCHED, B.DONE}),
     B.LAUNCHING: frozenset({B.LAUNCHED, B.PENDING}),
     B.LAUNCHED: frozenset({B.RUNNING, B.PENDING, B.DONE}),
     B.RUNNING: frozenset({B.DONE, B.PENDING}),

@@ -28,6 +28,7 @@ from dispatcher.settings import Config
 from dispatcher.stages.tick import Tick
 from dispatcher.store import JobUpdate, LaunchOutcome, StageStore
 from dispatcher.store.array_jobs import OpenArray
+from dispatcher.store.values import JobOutcomes
 from dispatcher.wiring import adapters, pipeline
 
 READ_SECONDS = 60
@@ -108,8 +109,14 @@ class DryRunStore(StageStore):
     def save_priority_credit(self, credit: Mapping[str, float]) -> None:
         self._plan.would("save_priority_credit", credit=dict(credit))
 
-    def save_tick_summary(self, summary: TickSummary) -> None:
-        self._plan.would("save_tick_summary", summary=summary.to_json())
+    def save_tick_revision(self, task_definition: str, version: int | None) -> None:
+        self._plan.would("save_tick_revision", task_definition=task_definition,
+                         version=version)
+
+    def save_tick_summary(self, summary: TickSummary, task_definition: str | None = None,
+                          version: int | None = None) -> None:
+        self._plan.would("save_tick_summary", summary=summary.to_json(),
+                         task_definition=task_definition, version=version)
 
     def orphaned_launches(self, older_than: float) -> list[Launch]:
         return self._inner.orphaned_launches(older_than)
@@ -156,6 +163,9 @@ class DryRunStore(StageStore):
     def bundle_for_task(self, task_arn: str) -> Bundle | None:
         return self._inner.bundle_for_task(task_arn)
 
+    def task_pointer(self, task_arn: str) -> tuple[Bundle | None, JobOutcomes]:
+        return self._inner.task_pointer(task_arn)
+
     def get_rejection(self, key: str) -> Rejection | None:
         return self._inner.get_rejection(key)
 
@@ -173,6 +183,9 @@ class DryRunStore(StageStore):
 
     def full_bundles(self, bundle_ids: list[str]) -> list[Bundle]:
         return self._inner.full_bundles(bundle_ids)
+
+    def full_bundles_now(self, bundle_ids: list[str]) -> list[Bundle]:
+        return self._inner.full_bundles_now(bundle_ids)
 
     def hand(self, source: Bundle, job_ids: list[str], host: Bundle) -> list[str]:
         moving = [j for j in job_ids if j in source.job_ids]

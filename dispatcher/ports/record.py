@@ -85,6 +85,16 @@ class Record:
     # every write that must not miss a handed job checks it.
     handed_jobs: list[str] | None = None
     handed: float | None = None
+    # a bundle of a batch whose follow-ons its runner takes (dispatcher.store.follow_ons), and
+    # the batch's cursor (BATCH#<batch>): the next follow-on to take, and how many there are
+    # (once its drain has recorded them all)
+    batch: str | None = None
+    batch_next: float | None = None
+    batch_last: float | None = None
+    # a task's pointer: how the jobs of the bundles it ran before the one it names ended
+    # (dispatcher.store.values.JobOutcomes)
+    ran_succeeded: float | None = None
+    ran_failed: float | None = None
     # launch
     bundle_ids: list[str] | None = None
     task_arns: list[str] | None = None
@@ -139,5 +149,6 @@ NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint"
                            "version", "sequence", "handed_jobs", "handed", "array_size",
                            "array_tolerated", "array_next", "array_tally", "array_parent",
                            "array_index", "array_retry_next", "array_retry",
-                           "depends_on", "waiters", "bulk_ids", "given_back_at"})
+                           "depends_on", "waiters", "bulk_ids", "given_back_at", "batch",
+                           "batch_next", "batch_last", "ran_succeeded", "ran_failed"})
 INDEX_ATTRIBUTES: tuple[str, ...] = tuple(sorted(ATTRIBUTES - NOT_PROJECTED - set(INDEX_KEYS)))

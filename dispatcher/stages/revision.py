@@ -4,8 +4,9 @@ The rule is :func:`dispatcher.domain.deployment.decide`; this stage applies it o
 the stack's current revision (``LONGJOBS_STACK_TASK_DEFINITION``, handed in), the deployment
 record (the store, one GetItem) and the task definitions (to re-derive the deployment after a
 stack update). The tick resolves once per tick (:meth:`Revisions.for_tick`) and pins the answer
-for the whole tick, relaunches of its reconciliation included; the task-event handler's
-relaunches ask :meth:`Revisions.current`, which never registers anything.
+(with the record's version it was decided on, :attr:`Revisions.pinned_version`) for the whole
+tick, relaunches of its reconciliation included; the task-event handler's relaunches ask
+:meth:`Revisions.current`, which never registers anything.
 
 Without a stack revision (local mode, a stack older than the variable) the revision is the
 family's latest ACTIVE one, as the launcher resolves it: what the dispatcher always did, and
@@ -27,6 +28,12 @@ from dispatcher.store.deployments import Deployments
 
 log = logging.getLogger(__name__)
 
+# The deployment record's versions start at 1 (dispatcher.store.deployments): 0 says there was
+# no record; -1, that the version a tick's revision was decided on is not known (a concurrent
+# deploy), and no runner takes a follow-on on it.
+NO_RECORD = 0
+NO_VERSION = -1
+
 
 class Revisions:
     """``stack``: the stack's current revision (ARN or ``family:revision``), None if unknown.
@@ -40,6 +47,11 @@ class Revisions:
         self._task_definitions = task_definitions
         self._stack = revision_name(stack) if stack else None
         self._pinned: str | None = None
+        # The deployment record's version the tick's revision was decided on (NO_RECORD:
+        # there was none; NO_VERSION: not known; None: not decided on the record, the latest
+        # ACTIVE revision), kept with the revision for the runners' takes of follow-ons
+        # (dispatcher.store.follow_ons): a deploy since ends them.
+        self.pinned_version: int | None = NO_VERSION
 
     @contextmanager
     def pinned(self) -> Iterator[str]:
@@ -49,6 +61,7 @@ class Revisions:
             yield self._pinned
         finally:
             self._pinned = None
+            self.pinned_version = NO_VERSION
 
     def for_tick(self) -> str:
         """The revision to launch, re-deriving the deployment if the stack changed since it
@@ -64,8 +77,12 @@ class Revisions:
 
     def _resolve(self, *, derive: bool) -> str:
         if self._stack is None:
+            if derive:
+                self.pinned_version = None  # latest ACTIVE: not decided on the record
             return self._launcher.resolve_task_definition()
         deployed = self._store.deployment()
+        if derive:
+            self.pinned_version = deployed.version if deployed is not None else NO_RECORD
         source = decide(self._stack, deployed)
         if source is Source.STACK or deployed is None:
             return self._stack
@@ -82,10 +99,11 @@ class Revisions:
                         "stack_revision": self._stack, "derived_from": deployed.derived_from,
                         "image": deployed.image, "task_definition": copy})
         try:
-            self._store.save_deployment(replace(deployed, task_definition=copy,
-                                                derived_from=self._stack, updated_by="tick"),
-                                        deployed)
+            self.pinned_version = self._store.save_deployment(
+                replace(deployed, task_definition=copy, derived_from=self._stack,
+                        updated_by="tick"), deployed).version
         except ConflictError as exc:
+            self.pinned_version = NO_VERSION
             # A deploy wrote the record since it was read: this tick launches the copy made
             # (the image deployed when the tick read), the next tick the new deployment.
             log.warning("the deployment changed while it was re-derived",

@@ -160,6 +160,15 @@ class Tick:
                                 for k, left in room.items()})
         waiting, blocked = self._due(d.capacity, room)
         visible = self._admission.backlog() if d.capacity > 0 else {}
+        if d.capacity > 0 and sum(visible.values()) >= 2 * d.capacity:
+            # A backlog that may be cut into follow-ons (two a slot at least): their runners
+            # take them only on the revision the tick launches (its summary says so at its
+            # end; a runner may look before).
+            try:
+                self._store.save_tick_revision(d.task_definition,
+                                               self._revisions.pinned_version)
+            except TableUnavailable as exc:  # its runners take none until its summary
+                log.error("saving the tick's revision failed", extra={"reason": exc.reason})
         due, queue_slots = self._share(d.capacity, waiting, visible)
         for b in due:
             if b.kind in room:
@@ -245,9 +254,11 @@ class Tick:
         d.handoff.watched_seconds = int(max(0.0, self._clock() - now))
 
     def _save_summary(self, summary: TickSummary) -> None:
-        """One write a tick: what every waiting job's ``waiting_for`` is derived from."""
+        """One write a tick: what every waiting job's ``waiting_for`` is derived from, and
+        the revision follow-ons are taken on (dispatcher.store.follow_ons)."""
         try:
-            self._store.save_tick_summary(summary)
+            self._store.save_tick_summary(summary, self._revisions.current(),
+                                          self._revisions.pinned_version)
         except TableUnavailable as exc:  # only what `jobs show` explains is a tick older
             log.error("saving the tick's summary failed", extra={"reason": exc.reason})
 

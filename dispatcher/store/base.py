@@ -37,6 +37,7 @@ from dispatcher.ports.table import (
     transient,
 )
 from dispatcher.store import codec as r
+from dispatcher.store.values import JobOutcomes
 
 log = logging.getLogger(__name__)
 
@@ -234,8 +235,16 @@ class Reads:
 
     def bundle_for_task(self, task_arn: str) -> Bundle | None:
         """The bundle a task was assigned, read strongly consistent (the runner polls this)."""
+        return self.task_pointer(task_arn)[0]
+
+    def task_pointer(self, task_arn: str) -> tuple[Bundle | None, JobOutcomes]:
+        """The bundle a task runs or ran last, and how the jobs of those it ran before ended
+        (the follow-ons it took: dispatcher.store.follow_ons)."""
         pointer = self.table.get(r.task_key(task_arn))
-        return self.get_bundle(pointer.bundle_id) if pointer and pointer.bundle_id else None
+        if pointer is None or not pointer.bundle_id:
+            return None, JobOutcomes()
+        return self.get_bundle(pointer.bundle_id), JobOutcomes(
+            int(pointer.ran_succeeded or 0), int(pointer.ran_failed or 0))
 
     def get_rejection(self, key: str) -> Rejection | None:
         rec = self.table.get(r.rejection_key(key))

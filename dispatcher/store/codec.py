@@ -10,7 +10,8 @@ deployed job code, :class:`~dispatcher.domain.deployment.Deployment`), ``ARRAY#<
 what the tick reads to materialise and settle them; deleted once the parent is decided),
 ``WAIT#<job id>#<dependent id>`` (a job that waits for another to end: index key
 ``WAIT#<job id>``, what that job's end reads to release its dependents; expires with the
-retention), ``SWEEP#dependents`` (when the tick last looked at every held dependent). Index
+retention), ``SWEEP#dependents`` (when the tick last looked at every held dependent),
+``BATCH#<batch>`` (the next follow-on of a batch a runner takes, dispatcher.store.follow_ons). Index
 keys: ``status_key`` = ``<TYPE>#<STATE>#<shard>`` for jobs (and their REJECTED records),
 ``<TYPE>#<STATE>`` for bundles and launches; ``status_at`` = ISO-8601 UTC time.
 
@@ -75,6 +76,10 @@ def launch_key(launch_id: str) -> str:
 
 def task_key(task_arn: str) -> str:
     return f"TASK#{task_arn}"
+
+
+def batch_key(batch: str) -> str:
+    return f"BATCH#{batch}"
 
 
 def array_key(parent_id: str) -> str:
@@ -218,7 +223,8 @@ def bundle_record(bundle: Bundle) -> Record:
         launch_failures=bundle.launch_failures, last_failure=bundle.last_failure,
         created_at=bundle.created_at, updated_at=bundle.created_at,
         priority=None if bundle.priority == Priority.NORMAL else str(bundle.priority),
-        kind=bundle.kind, slots=bundle.slots or None, **_resources(bundle.resources),
+        kind=bundle.kind, slots=bundle.slots or None, batch=bundle.batch,
+        **_resources(bundle.resources),
     )
 
 
@@ -234,7 +240,7 @@ def record_bundle(rec: Record) -> Bundle:
         running_jobs=list(rec.running_jobs or []),
         priority=Priority(rec.priority or Priority.NORMAL), resources=record_resources(rec),
         kind=rec.kind, slots=_int(rec.slots), handed_jobs=list(rec.handed_jobs or []),
-        takes_handed=rec.handed is not None,
+        takes_handed=rec.handed is not None, batch=rec.batch,
     )
 
 

@@ -51,6 +51,20 @@ class Handing(Reads):
         return [r.record_bundle(rec) for rec in
                 self.table.get_many([r.bundle_key(b) for b in bundle_ids])]
 
+    def full_bundles_now(self, bundle_ids: list[str]) -> list[Bundle]:
+        """As :meth:`full_bundles`, and for each that ended DONE on a task and is of a batch,
+        the bundle its task runs now (a follow-on it took, dispatcher.store.follow_ons): the
+        pointers, and those bundles, one BatchGetItem each per 100."""
+        bundles = self.full_bundles(bundle_ids)
+        moved = [r.task_key(b.task_arn) for b in bundles
+                 if b.state == BundleState.DONE and b.batch is not None and b.task_arn]
+        if not moved:
+            return bundles
+        known = {b.bundle_id for b in bundles}
+        now = [rec.bundle_id for rec in self.table.get_many(moved)
+               if rec.bundle_id and rec.bundle_id not in known]
+        return bundles + self.full_bundles(list(dict.fromkeys(now)))
+
     def hand(self, source: Bundle, job_ids: list[str], host: Bundle) -> list[str]:
         """Move ``job_ids`` (at most JOBS_PER_HANDOFF) of the PENDING bundle ``source`` into
         the running bundle ``host``; return those moved. A job no longer PENDING there (a

@@ -57,6 +57,12 @@ PAGE_JOBS = MAX_TRANSACTION_ITEMS - 2
 class Recordings(Reads):
     """Recording admitted bundles and rejected messages (part of :class:`StageStore`)."""
 
+    def end_batch(self, batch: str, follow_ons: int) -> None:
+        """``batch`` has ``follow_ons`` follow-ons, numbered from 0 (the cursor's item, which
+        runners read: dispatcher.store.follow_ons); it expires with the retention."""
+        self.table.write(Update(r.batch_key(batch), [Set("batch_last", follow_ons),
+                                                     *self._expires(self.clock())]))
+
     def record(self, bundles: list[Bundle], jobs: list[Job]) -> set[str]:
         """Write bundles and their jobs; return the ids that already existed.
 

@@ -37,7 +37,8 @@ from dispatcher.ports.table import (
     Update,
 )
 from dispatcher.store import codec as r
-from dispatcher.store.base import Reads, job_state, status
+from dispatcher.store.base import job_state, status
+from dispatcher.store.follow_ons import FollowOns
 from dispatcher.store.values import Fence, JobUpdate
 
 log = logging.getLogger(__name__)
@@ -224,7 +225,7 @@ class Beat:
     handed: tuple[str, ...] = ()
 
 
-class RunnerStore(Reads):
+class RunnerStore(FollowOns):
     """A running bundle's writes, each fenced by the claim (the job runner)."""
 
     def claim(self, fence: Fence) -> Claim:

@@ -102,13 +102,29 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
         self.table.write(Put(Record(r.FAIR_KEY, credit=dict(credit), updated_at=self.clock())))
 
     # -- why jobs wait (dispatcher.domain.waiting) ----------------------------------------------
-    def save_tick_summary(self, summary: TickSummary) -> None:
+    def save_tick_summary(self, summary: TickSummary, task_definition: str | None = None,
+                          version: int | None = None) -> None:
         """The tick's view of the slots: one write a tick, whatever the number of jobs waiting
         (each job's ``waiting_for`` is derived from it and its bundle when read). It expires
-        a day after the last tick: a stack left idle keeps nothing of it."""
+        a day after the last tick: a stack left idle keeps nothing of it. ``task_definition``:
+        the revision the tick launched with, and ``version`` the deployment record's it was
+        decided on (see :meth:`save_tick_revision`)."""
         t = self.clock()
         self.table.write(Put(Record(r.TICK_KEY, summary=summary.to_json(), updated_at=t,
-                                    expires_at=int(t + TICK_SUMMARY_TTL_SECONDS))))
+                                    expires_at=int(t + TICK_SUMMARY_TTL_SECONDS),
+                                    task_definition=task_definition, version=version)))
+
+    def save_tick_revision(self, task_definition: str, version: int | None) -> None:
+        """The revision a tick launches and the deployment record's version it was decided on
+        (0: no record; None: not decided on the record), written as the tick begins (its
+        summary, at its end, says them again): a runner takes its batch's follow-ons only on
+        that revision, and only while the record is at that version
+        (dispatcher.store.follow_ons)."""
+        t = self.clock()
+        self.table.write(Update(r.TICK_KEY, [
+            Set("task_definition", task_definition),
+            Set("version", version) if version is not None else Remove("version"),
+            Set("expires_at", int(t + TICK_SUMMARY_TTL_SECONDS))]))
 
     # -- admission ------------------------------------------------------------------------------
     def due_bundles(self, limit: int, at: float, full_kinds: Collection[str] = (),

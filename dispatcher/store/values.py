@@ -57,3 +57,13 @@ class PageOutcome:
     job_id: str
     done: str
     error: LongjobsError | None = None
+
+
+@dataclass(frozen=True)
+class JobOutcomes:
+    """How many jobs of the bundles a task ran before the one its pointer names (the follow-ons
+    it took, dispatcher.store.follow_ons) ended SUCCEEDED and FAILED by its runner: counted
+    on the pointer as it takes each, so the task's stop reports them without reading them."""
+
+    succeeded: int = 0
+    failed: int = 0

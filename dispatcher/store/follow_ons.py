@@ -1,0 +1,198 @@
+"""Follow-ons: the bundles of a large drain that running tasks take, with no launch of their own.
+
+A drain whose backlog is more than its free task slots take at ``LONGJOBS_FOLLOW_ON_SECONDS``
+of a task's time each (:mod:`dispatcher.stages.bundle`) launches one bundle of that size per
+free slot, as any drain, and records the rest as *follow-ons* of its batch: PENDING and due,
+ids ``<batch>-<n>`` in order (:func:`dispatcher.domain.bundles.follow_on_id`). A runner whose
+bundle of the batch ends DONE takes the next follow-on (:meth:`FollowOns.take_follow_on`)
+instead of exiting: a task that started early runs more of the batch, so neither the spread of
+Fargate's start times nor the pacing of the launches decides when the batch ends, and a task's
+start-up is paid once for many bundles. The tick launches a follow-on that no runner took (its
+tasks crashed, or ended for a deploy) as any due bundle.
+
+A take is one transaction of four items:
+
+- the follow-on, PENDING -> LAUNCHED at its next attempt on the taker's task and revision, as a
+  launch would have left it; the task claims it as it claims any launched bundle, so every
+  write of its run carries that fence;
+- the task's pointer (``TASK#<arn>``), moved to it on condition that it still names the bundle
+  that ended (its expiry, set by that bundle's DONE write, removed): the task's stop event and
+  reconciliation settle whatever bundle the task runs at its end, and the pointer adds up how
+  the runner ended the jobs of the bundles before (:class:`JobOutcomes`), which the stop
+  reports with the last bundle's (its metrics count every job the task ran, at no read);
+- the batch's cursor (``BATCH#<batch>``), moved past it on condition that it is where it was
+  read, so two takers never write over each other (the loser reads again; the follow-on's own
+  condition, PENDING at its attempt, is what keeps it from two tasks);
+- a check that the last tick launched on the taker's revision (``task_definition`` on
+  ``TICK#summary``), and a check that the deployment record (``DEPLOY#current``) is at the
+  version that tick decided on: a deploy ends the takes at once (a stack update that changes
+  the revision, with the first tick after it), and the rest of the batch launches on the new
+  revision.
+
+Reads: the last tick's summary (its revision, and the kinds with a limit: a follow-on of such
+a kind, limited since it was recorded, is left to the tick, which counts its slots) and the
+cursor (one BatchGetItem), then the next :data:`LOOKAHEAD` follow-ons (one BatchGetItem). A
+follow-on not recorded yet (the drain records them as it admits) is skipped if a later one is
+ready, and then launched by the tick when a slot frees; when none is ready the runner is told
+to look again shortly (:attr:`Take.later`), until the drain has written how many follow-ons
+the batch has (``batch_last`` on the cursor's item: :meth:`StageStore.end_batch
+<dispatcher.store.recording.Recordings.end_batch>`), after which a runner past the last one
+exits at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from dispatcher.domain import lifecycle
+from dispatcher.domain.bundles import Bundle, BundleState, follow_on_id
+from dispatcher.domain.waiting import TickSummary
+from dispatcher.ports.table import (
+    Absent,
+    Add,
+    And,
+    Check,
+    Condition,
+    ConditionFailed,
+    Eq,
+    Lacks,
+    Op,
+    Record,
+    Remove,
+    Set,
+    TransactionCancelled,
+    Update,
+)
+from dispatcher.store import codec as r
+from dispatcher.store.base import Reads, status
+from dispatcher.store.values import JobOutcomes
+
+# Follow-ons read at once past the cursor (one BatchGetItem holds up to 100 keys).
+LOOKAHEAD = 10
+# Takes tried again when another taker moved the cursor or took the follow-on first.
+TAKE_TRIES = 5
+
+
+@dataclass(frozen=True)
+class Take:
+    """What a take found: ``bundle``, LAUNCHED on the taker's task (claim it next), or None;
+    ``later``: none is ready yet and the batch may not be over (look again shortly)."""
+
+    bundle: Bundle | None
+    later: bool = False
+
+
+class FollowOns(Reads):
+    """The runner's take of its batch's next follow-on."""
+
+    def take_follow_on(self, done: Bundle, task_arn: str,
+                       ended: JobOutcomes | None = None) -> Take:
+        """Take the next PENDING follow-on of ``done``'s batch onto ``task_arn``, which has
+        just ended ``done`` (DONE) with ``ended`` (how its runner ended its jobs: added up
+        on the pointer for the task's stop to report). Take(None) when there is none to take:
+        not of a batch, the batch taken to its end, the pointer moved on, or the tick
+        launching another revision."""
+        batch, revision = done.batch, done.task_definition
+        if batch is None or revision is None:
+            return Take(None)
+        ended = ended or JobOutcomes()
+        for _ in range(TAKE_TRIES):
+            # The last tick's word and the cursor, in one read.
+            read = {rec.pk: rec for rec in self.table.get_many([r.TICK_KEY,
+                                                                 r.batch_key(batch)])}
+            tick, cursor = read.get(r.TICK_KEY), read.get(r.batch_key(batch))
+            if tick is None or tick.task_definition != revision:
+                return Take(None)  # a deploy (or no tick yet): the tick launches the rest
+            summary = TickSummary.from_json(tick.summary)
+            limited = set(summary.kinds) if summary is not None else set()
+            first = int(cursor.batch_next or 0) if cursor is not None else 0
+            last = int(cursor.batch_last) if cursor is not None \
+                and cursor.batch_last is not None else None
+            end = first + LOOKAHEAD if last is None else min(first + LOOKAHEAD, last)
+            if end <= first:
+                return Take(None)  # every follow-on of the batch taken or launched
+            ids = [follow_on_id(batch, n) for n in range(first, end)]
+            found = {rec.pk: rec for rec in self.table.get_many([r.bundle_key(i) for i in ids])}
+            recs = [found.get(r.bundle_key(i)) for i in ids]
+            pick = next((n for n, rec in enumerate(recs)
+                         if rec is not None and rec.state == str(BundleState.PENDING)), None)
+            if pick is None:
+                # Those not PENDING were taken or launched; one missing or RECORDING is not
+                # recorded yet, or never will be (its recording failed) once the batch's end
+                # is known. The cursor moves past what is done; none done: look again later.
+                seen = [n for n, rec in enumerate(recs) if rec is not None
+                        and rec.state != str(BundleState.RECORDING)]
+                upto = len(ids) if last is not None else seen[-1] + 1 if seen else 0
+                if not upto:
+                    return Take(None, later=True)
+                self._move(batch, cursor, first, first + upto)
+                continue  # read again, whoever moved the cursor
+            rec = recs[pick]
+            assert rec is not None
+            bundle = r.record_bundle(rec)
+            if bundle.kind in limited:  # a limit set since it was recorded: the tick counts it
+                return Take(None)
+            try:
+                if self._take(bundle, done, task_arn, tick, cursor, (first, first + pick + 1),
+                              ended):
+                    return Take(bundle)
+            except _Refused:
+                return Take(None)
+        return Take(None)
+
+    def _move(self, batch: str, cursor: Record | None, first: int, to: int) -> None:
+        """The cursor from ``first`` (as read) to ``to``, unless it moved meanwhile."""
+        with contextlib.suppress(ConditionFailed):
+            self.table.write(self._cursor(batch, cursor, first, to))
+
+    def _cursor(self, batch: str, cursor: Record | None, first: int, to: int) -> Update:
+        # Not moved yet: no item (no drain's end written yet) or none on it.
+        where: Condition = Eq("batch_next", first) if cursor is not None and \
+            cursor.batch_next is not None else Lacks("batch_next")
+        return Update(r.batch_key(batch), [Set("batch_next", to), *self._expires(self.clock())],
+                      where)
+
+    def _take(self, bundle: Bundle, done: Bundle, task_arn: str, tick: Record,
+              cursor: Record | None, moves: tuple[int, int], ended: JobOutcomes) -> bool:
+        """The take's transaction: True if it committed (``bundle`` is then as written);
+        False if another taker or a launch came first (read again); _Refused if this task
+        may take no more: its pointer moved on, or the tick launches another revision."""
+        lifecycle.check_bundle(bundle.bundle_id, BundleState.PENDING, BundleState.LAUNCHED)
+        revision = str(tick.task_definition)
+        t = self.clock()
+        ops: list[Op] = [
+            Update(r.bundle_key(bundle.bundle_id), [
+                *status(r.bundle_status(BundleState.LAUNCHED), t),
+                Set("attempt", bundle.attempt + 1), Set("task_arn", task_arn),
+                Set("task_definition", revision), Remove("launch_id"), Remove("slots")],
+                And(Eq("state", str(BundleState.PENDING)), Eq("attempt", bundle.attempt))),
+            Update(r.task_key(task_arn), [Set("bundle_id", bundle.bundle_id),
+                                          Remove("expires_at"),
+                                          Add("ran_succeeded", ended.succeeded),
+                                          Add("ran_failed", ended.failed)],
+                   Eq("bundle_id", done.bundle_id)),
+            self._cursor(bundle.batch or "", cursor, *moves),
+            Check(r.TICK_KEY, Eq("task_definition", revision)),
+        ]
+        # The deployment record as the tick found it: none (version 0), or at its version;
+        # a tick whose revision is not decided on the record (the latest ACTIVE one) says
+        # no version, and its next tick's revision is what a deploy changes.
+        if tick.version is not None:
+            ops.append(Check(r.DEPLOY_KEY, Absent() if not tick.version
+                             else Eq("version", tick.version)))
+        try:
+            self._transact_retrying(ops)
+        except TransactionCancelled as exc:
+            if exc.failed_conditions() & {1, 3, 4}:
+                raise _Refused from None
+            return False
+        bundle.state, bundle.attempt, bundle.task_arn = BundleState.LAUNCHED, \
+            bundle.attempt + 1, task_arn
+        bundle.task_definition, bundle.launch_id, bundle.slots = revision, None, 0
+        bundle.updated_at = t
+        return True
+
+
+class _Refused(Exception):
+    """This task takes no more follow-ons (see :meth:`FollowOns._take`)."""

@@ -1,0 +1,196 @@
+"""A runner's take of its batch's next follow-on (dispatcher/store/follow_ons.py), on the twin
+and on DynamoDB (moto) alike: the follow-on moves onto the task under the fence a launch would
+give it, the task's pointer follows it, two takers never take one, and a deploy, a limit on
+its kind or the batch's end stop the takes."""
+
+from __future__ import annotations
+
+import pytest
+
+from dispatcher.domain.bundles import Bundle, BundleState, follow_on_id
+from dispatcher.domain.deployment import Deployment
+from dispatcher.domain.jobs import JobState
+from dispatcher.domain.waiting import TickSummary
+from dispatcher.ports.table import Set, Update
+from dispatcher.store import Fence, JobUpdate, Store
+from dispatcher.store import codec as r
+from dispatcher.store.follow_ons import Take
+from tests.contract.tables import BACKENDS, Clock, make_store, make_table
+from tests.contract.test_store_contract import T0, _jobs, _launch
+
+BATCH = "batch1"
+REVISION = "fam:1"  # what tests.contract.test_store_contract._launch launches on
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest) -> Store:
+    return make_store(make_table(request), Clock(T0))
+
+
+def record(store: Store, bundle_id: str, *job_ids: str, kind: str | None = None) -> Bundle:
+    bundle = Bundle(bundle_id=bundle_id, job_ids=list(job_ids), next_attempt_at=T0,
+                    created_at=T0, batch=BATCH, kind=kind)
+    assert store.record([bundle], _jobs(*job_ids, bundle_id=bundle_id)) == set()
+    return bundle
+
+
+def follow_ons(store: Store, n: int, kind: str | None = None) -> None:
+    for k in range(n):
+        record(store, follow_on_id(BATCH, k), f"f{k}", kind=kind)
+
+
+def tick(store: Store, revision: str = REVISION, kinds: dict[str, tuple[int, int]] | None = None,
+         version: int | None = None) -> None:
+    """The last tick's word: its revision, the deployment record's version it was decided on
+    (0: no record; None: not decided on the record) and the kinds with a limit."""
+    store.save_tick_summary(TickSummary(at=T0, active=1, max_running=1, kinds=kinds or {}),
+                            revision, version)
+
+
+def run_to_done(store: Store, bundle: Bundle, arn: str) -> Bundle:
+    """Claim ``bundle`` (LAUNCHED on ``arn``), succeed its jobs and end it DONE."""
+    fence = Fence(bundle.bundle_id, bundle.attempt, arn)
+    claimed = store.claim(fence).bundle
+    store.apply(fence, [JobUpdate(j, JobState.PENDING, JobState.SUCCEEDED,
+                                  via=JobState.RUNNING, attempts_delta=1)
+                        for j in claimed.job_ids], BundleState.DONE)
+    done = store.get_bundle(bundle.bundle_id)
+    assert done is not None and done.state == BundleState.DONE
+    return done
+
+
+def first_wave(store: Store, arn: str = "arn:task/1", bundle_id: str = "w1") -> Bundle:
+    bundle = record(store, bundle_id, f"{bundle_id}-j")
+    _launch(store, bundle, arn)
+    launched = store.get_bundle(bundle_id)
+    assert launched is not None
+    return run_to_done(store, launched, arn)
+
+
+def test_a_runner_takes_its_batch_follow_ons_in_order_then_stops_at_the_end(
+        store: Store) -> None:
+    follow_ons(store, 2)
+    tick(store)
+    done = first_wave(store)
+    pointer = store.table.get(r.task_key("arn:task/1"))
+    assert pointer is not None and pointer.expires_at is not None  # the DONE write set it
+    take = store.take_follow_on(done, "arn:task/1")
+    assert take.bundle is not None and take.bundle.bundle_id == follow_on_id(BATCH, 0)
+    got = store.get_bundle(follow_on_id(BATCH, 0))
+    assert got is not None and got.state == BundleState.LAUNCHED and got.attempt == 1
+    assert got.task_arn == "arn:task/1" and got.task_definition == REVISION
+    assert store.bundle_for_task("arn:task/1") == got  # its stop settles the follow-on
+    pointer = store.table.get(r.task_key("arn:task/1"))
+    assert pointer is not None and pointer.expires_at is None  # needed again
+    done = run_to_done(store, take.bundle, "arn:task/1")
+    take = store.take_follow_on(done, "arn:task/1")
+    assert take.bundle is not None and take.bundle.bundle_id == follow_on_id(BATCH, 1)
+    done = run_to_done(store, take.bundle, "arn:task/1")
+    # None recorded after it, the drain still going: look again later.
+    assert store.take_follow_on(done, "arn:task/1").later
+    store.end_batch(BATCH, 2)
+    assert store.take_follow_on(done, "arn:task/1") == Take(None, later=False)
+    assert {j.state for j in store.get_jobs(["w1-j", "f0", "f1"])} == {JobState.SUCCEEDED}
+
+
+def test_two_runners_never_take_one_follow_on(store: Store) -> None:
+    follow_ons(store, 3)
+    tick(store)
+    a = first_wave(store, "arn:task/a", "wa")
+    b = first_wave(store, "arn:task/b", "wb")
+    took_a = store.take_follow_on(a, "arn:task/a").bundle
+    took_b = store.take_follow_on(b, "arn:task/b").bundle
+    assert took_a is not None and took_b is not None
+    assert {took_a.bundle_id, took_b.bundle_id} == {follow_on_id(BATCH, 0),
+                                                    follow_on_id(BATCH, 1)}
+    cursor = store.table.get(r.batch_key(BATCH))
+    assert cursor is not None and cursor.batch_next == 2
+
+
+def test_a_taker_that_read_a_follow_on_another_took_meanwhile_reads_again(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    follow_ons(store, 3)
+    tick(store)
+    a = first_wave(store, "arn:task/a", "wa")
+    b = first_wave(store, "arn:task/b", "wb")
+    read = store.table.get_many
+    raced: list[bool] = []
+
+    def get_many(pks: list[str]) -> object:
+        recs = read(pks)
+        if not raced:  # a takes what b has just read as PENDING, before b's write
+            raced.append(True)
+            took = store.take_follow_on(a, "arn:task/a").bundle
+            assert took is not None and took.bundle_id == follow_on_id(BATCH, 0)
+        return recs
+
+    monkeypatch.setattr(store.table, "get_many", get_many)
+    took = store.take_follow_on(b, "arn:task/b").bundle
+    assert raced and took is not None and took.bundle_id == follow_on_id(BATCH, 1)
+    first = store.get_bundle(follow_on_id(BATCH, 0))
+    assert first is not None and first.task_arn == "arn:task/a" and first.attempt == 1
+    assert store.bundle_for_task("arn:task/a") == first
+    assert store.bundle_for_task("arn:task/b") == store.get_bundle(follow_on_id(BATCH, 1))
+
+
+def test_a_follow_on_the_tick_launched_is_skipped(store: Store) -> None:
+    follow_ons(store, 2)
+    tick(store)
+    launched = store.get_bundle(follow_on_id(BATCH, 0))
+    assert launched is not None
+    _launch(store, launched, "arn:task/other")  # a slot freed: the tick launched it
+    done = first_wave(store)
+    take = store.take_follow_on(done, "arn:task/1")
+    assert take.bundle is not None and take.bundle.bundle_id == follow_on_id(BATCH, 1)
+    other = store.get_bundle(follow_on_id(BATCH, 0))
+    assert other is not None and other.task_arn == "arn:task/other" and other.attempt == 1
+
+
+def test_a_revision_the_last_tick_did_not_launch_takes_nothing(store: Store) -> None:
+    follow_ons(store, 1)
+    tick(store, "fam:2")  # the last tick launched another revision
+    done = first_wave(store)
+    assert store.take_follow_on(done, "arn:task/1").bundle is None
+    left = store.get_bundle(follow_on_id(BATCH, 0))
+    assert left is not None and left.state == BundleState.PENDING  # the tick launches it
+
+
+@pytest.mark.parametrize("deployed_before", [False, True])
+def test_a_deploy_since_the_last_tick_ends_the_takes_at_once(store: Store,
+                                                              deployed_before: bool) -> None:
+    """The tick decided its revision on the deployment record as it was (none, or version
+    1); a deploy since writes the next version, and no take commits after it."""
+    follow_ons(store, 2)
+    first = Deployment(image="img:1", task_definition="fam:1", derived_from="fam:1")
+    read = store.save_deployment(first, None) if deployed_before else None
+    tick(store, version=read.version if read is not None else 0)
+    done = first_wave(store)
+    took = store.take_follow_on(done, "arn:task/1").bundle
+    assert took is not None
+    done = run_to_done(store, took, "arn:task/1")
+    store.save_deployment(Deployment(image="img:2", task_definition="fam:3",
+                                     derived_from="fam:1"), read)
+    assert store.take_follow_on(done, "arn:task/1").bundle is None
+    left = store.get_bundle(follow_on_id(BATCH, 1))
+    assert left is not None and left.state == BundleState.PENDING and left.attempt == 0
+
+
+def test_a_follow_on_of_a_kind_limited_since_it_was_recorded_is_left_to_the_tick(
+        store: Store) -> None:
+    follow_ons(store, 1, kind="report")
+    tick(store, kinds={"report": (0, 1)})
+    done = first_wave(store)
+    assert store.take_follow_on(done, "arn:task/1").bundle is None
+    left = store.get_bundle(follow_on_id(BATCH, 0))
+    assert left is not None and left.state == BundleState.PENDING
+
+
+def test_a_task_whose_pointer_moved_on_takes_nothing(store: Store) -> None:
+    follow_ons(store, 1)
+    tick(store)
+    done = first_wave(store)
+    store.table.write(Update(r.task_key("arn:task/1"), [Set("bundle_id", "elsewhere")]))
+    assert store.take_follow_on(done, "arn:task/1").bundle is None
+    left = store.get_bundle(follow_on_id(BATCH, 0))
+    assert left is not None and left.state == BundleState.PENDING and left.attempt == 0
+
