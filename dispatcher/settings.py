@@ -164,6 +164,13 @@ class Config(BaseModel):
         "holds small jobs worth this many seconds at LONGJOBS_TASK_CONCURRENCY in parallel "
         "(900 s at 20 in parallel of 2 s jobs is 9,000 jobs).",
         on_aws=OnAws.PARAMETER)] = 900
+    follow_on_seconds: Annotated[int, Field(ge=0), Env(
+        "LONGJOBS_FOLLOW_ON_SECONDS", "A backlog more than the free task slots take at this "
+        "many seconds of a task's time each is cut into bundles of that size: one launched "
+        "per free slot, the rest taken in order by the running tasks as their bundles end, so "
+        "that the tasks end together however their starts spread; 0 launches one bundle per "
+        "slot.",
+        on_aws=OnAws.PARAMETER)] = 45
     task_concurrency: Annotated[int, Field(ge=1, le=1000), Env(
         "LONGJOBS_TASK_CONCURRENCY", "Jobs a task runs at once (plain handlers in a thread "
         "pool, async handlers on one event loop); the dispatcher sizes bundles by it.",

@@ -14,7 +14,9 @@ Each running job has its own :class:`JobContext` (``Worker.running``): a timeout
 request stops that job only; the heartbeat reports the running job ids on the bundle item.
 Urgent jobs handed to the bundle while it runs (dispatcher/stages/handoff.py) are learnt from
 the heartbeat's write (or from the bundle's last write, which refuses to end it over one) and
-start before the rest of the bundle, as slots free.
+start before the rest of the bundle, as slots free. A bundle of a large drain's batch that ends
+DONE is followed by the batch's next follow-on (dispatcher/store/follow_ons.py), taken onto this
+task and claimed and run alike; the task exits when none is left.
 
 Ways to stop taking jobs:
 
@@ -51,6 +53,7 @@ from dispatcher.domain.errors import ConflictError, HandedJobs, Interrupted, Lon
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.settings import Config
 from dispatcher.store import Fence, RunnerStore
+from dispatcher.store.values import JobOutcomes
 from job_runner.context import JobContext
 from job_runner.executor import POLL_SECONDS, Executor, Signals
 from job_runner.joblog import running
@@ -62,6 +65,12 @@ from job_runner.writes import Writes
 # JSON lines with task_arn / bundle_id / job_id on every line (payloads are never logged).
 # Its level is LONGJOBS_LOG_LEVEL, set by job_runner.process.main once the settings are loaded.
 log = Logger(service="longjobs-runner", logger_handler=logging.StreamHandler(sys.stderr))
+
+# How long a runner whose bundle ended looks for its batch's next follow-on while none is
+# recorded yet (the drain records them as it admits; at the batch's end none comes), and how
+# often.
+FOLLOW_ON_WAIT_SECONDS = 10.0
+FOLLOW_ON_POLL_SECONDS = 2.0
 
 
 class Worker:
@@ -135,16 +144,59 @@ class Worker:
                         "exiting", bundle.bundle_id, bundle.state, bundle.attempt,
                         bundle.task_arn)
             return 0
+        try:
+            while bundle is not None:
+                ended = self._run_bundle(bundle)
+                bundle = self._follow_on(*ended) if ended is not None else None
+        finally:
+            self.stopping.set()
+            self.executor.close()
+        return 0
+
+    def _follow_on(self, done: Bundle, outcomes: JobOutcomes) -> Bundle | None:
+        """The next follow-on of ``done``'s batch, taken onto this task (see
+        dispatcher.store.follow_ons), or None: the task then exits. One not recorded yet is
+        looked for again for up to FOLLOW_ON_WAIT_SECONDS. ``outcomes``: how this run ended
+        ``done``'s jobs (its task's stop reports them)."""
+        if done.batch is None:
+            return None
+        deadline = time.monotonic() + FOLLOW_ON_WAIT_SECONDS
+        while not self.stopping.is_set():
+            try:
+                take = self.store.take_follow_on(done, self.arn, outcomes)
+            except Exception as exc:  # its bundle is DONE: this task ends as it would have
+                log.warning("taking a follow-on failed; exiting",
+                            extra={"error": f"{type(exc).__name__}: {exc}"})
+                return None
+            if take.bundle is not None:
+                log.info("took follow-on %s of batch %s", take.bundle.bundle_id, done.batch)
+                return take.bundle
+            if not take.later or time.monotonic() >= deadline:
+                return None
+            self.stopping.wait(FOLLOW_ON_POLL_SECONDS)
+        return None
+
+    def _run_bundle(self, bundle: Bundle) -> tuple[Bundle, JobOutcomes] | None:
+        """Claim and run one bundle LAUNCHED on this task; the bundle and how its jobs ended
+        if its run ended it DONE with every write taken (its batch's next follow-on may be
+        taken), else None (the task exits). A job whose update the table refused (failed as
+        overdue meanwhile) may name this task as running it still: the task's stop, which
+        reads only its last bundle, must be this bundle's."""
         log.append_keys(bundle_id=bundle.bundle_id, attempt=bundle.attempt)
         fence = Fence(bundle.bundle_id, bundle.attempt, self.arn, pages=bundle.pages)
         try:
             claim = self.store.claim(fence)
         except ConflictError as exc:
             log.warning("%s; exiting without running anything", exc.reason)
-            return 0
+            return None
         bundle = claim.bundle  # as claimed: RUNNING, with this task's fence
+        # The cancellations of this bundle's jobs only (the executor's signal reads this set).
+        self.cancel_requested.clear()
         self.cancel_requested |= claim.cancel_requested
-        self._handed = list(bundle.handed_jobs)  # handed to an earlier run: in job_ids already
+        self._left.clear()
+        with self._changed:
+            self._handed = list(bundle.handed_jobs)  # handed to an earlier run: in job_ids
+            self._incoming = []
         # A bundle of one job, or any later launch of a bundle (after a stop, a launch failure
         # or a retry): write every start and result at once, so a stop is charged to the job
         # that ran (see job_runner.writes and dispatcher.domain.lifecycle).
@@ -152,19 +204,24 @@ class Worker:
         # checkpoint), is the runner's failure: it starts no more jobs and exits.
         writes = Writes.for_bundle(self.store, fence, bundle, self.cfg.flush_seconds,
                                    on_error=self._fail)
-        beat = threading.Thread(target=self._heartbeat, args=(fence,), daemon=True)
+        over = threading.Event()  # this bundle's run is over: its heartbeat ends
+        beat = threading.Thread(target=self._heartbeat, args=(fence, over), daemon=True)
         beat.start()
+        ended: BundleState | None = None
         try:
             with writes:
-                self._run_jobs(bundle, writes)
+                ended = self._run_jobs(bundle, writes)
         except ConflictError as exc:
             log.warning("lost the claim: %s; exiting without further writes", exc.reason)
         finally:
-            self.stopping.set()
-            self.executor.close()
-        return 0
+            over.set()
+        if ended != BundleState.DONE or writes.refused:
+            return None
+        return bundle, writes.outcomes()
 
-    def _run_jobs(self, bundle: Bundle, writes: Writes) -> None:
+    def _run_jobs(self, bundle: Bundle, writes: Writes) -> BundleState | None:
+        """Run the bundle's jobs; the state its last write moved it to (None: it stays
+        RUNNING for the stop event to settle, or its claim was lost)."""
         schedule = Schedule(self.store.bundle_jobs(bundle), self.store.get_jobs)
         while True:
             try:
@@ -178,7 +235,7 @@ class Worker:
             if self._failure is not None:
                 raise self._failure  # ConflictError: the claim is lost; else the runner failed
             if self.lost.is_set():
-                return
+                return None
             if self.stopping.is_set() or self.abandoned.is_set() or self.gave_back.is_set():
                 # The bundle stays RUNNING: the stop event reruns what is left (handed jobs
                 # not run yet too). A job given back (SIGTERM, or a handler that raised
@@ -186,17 +243,17 @@ class Worker:
                 # stop's too, so the one settle that reruns it also fails it once that budget
                 # is spent (dispatcher.domain.lifecycle).
                 writes.flush()
-                return
+                return None
             if self._take_handed(schedule):
                 continue  # handed while the last jobs ran: run them first
             left = self._left - writes.refused
+            target = BundleState.PENDING if writes.retrying or left else BundleState.DONE
             try:
-                writes.flush(BundleState.PENDING if writes.retrying or left
-                             else BundleState.DONE, handed=len(self._handed))
+                writes.flush(target, handed=len(self._handed))
             except HandedJobs as more:  # handed since the last heartbeat: run them, then end
                 self.learn_handed(more.job_ids)
                 continue
-            return
+            return target
 
     def learn_handed(self, job_ids: Sequence[str]) -> None:
         """Every job handed to the bundle so far (the list only grows): the new ones are
@@ -362,8 +419,8 @@ class Worker:
         writes.flush()
         self.store.save_checkpoint(writes.fence, job.job_id, state)
 
-    def _heartbeat(self, fence: Fence) -> None:
-        while not self.stopping.wait(self.cfg.heartbeat_seconds):
+    def _heartbeat(self, fence: Fence, over: threading.Event) -> None:
+        while not over.wait(self.cfg.heartbeat_seconds) and not self.stopping.is_set():
             with self._changed:
                 running = list(self.running)
             try:

@@ -36,6 +36,7 @@ from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import HandedJobs
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.store import Fence, JobUpdate, RunnerStore
+from dispatcher.store.values import JobOutcomes
 from job_runner.outcome import Outcome
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class Writes:
         self.write_through = write_through
         self.pending: dict[str, JobUpdate] = {}
         self.refused: set[str] = set()  # jobs whose update the table refused (moved on)
+        self._ended: dict[str, JobState] = {}  # jobs finished SUCCEEDED or FAILED here
         self.retrying = False
         self.retry_at = 0.0
         self._on_error = on_error
@@ -123,6 +125,8 @@ class Writes:
         with the outcome: a retry waits for the task to stop)."""
         with self._lock:
             self._finish(job, outcome, started=started)
+            if outcome.target in (JobState.SUCCEEDED, JobState.FAILED):
+                self._ended[job.job_id] = outcome.target
             self.pending[job.job_id].live_task = live_task
             if outcome.target in TERMINAL_JOB_STATES and live_task is None:
                 self._left -= 1
@@ -131,6 +135,14 @@ class Writes:
                 self._due.notify()  # the flusher learns its deadline, or flushes now
         if self.write_through:
             self.flush()
+
+    def outcomes(self) -> JobOutcomes:
+        """How this run ended its bundle's jobs, as written (those the table refused left
+        out): what its task's stop reports of it if the task goes on to a follow-on."""
+        with self._lock:
+            ended = [state for job_id, state in self._ended.items()
+                     if job_id not in self.refused]
+        return JobOutcomes(ended.count(JobState.SUCCEEDED), ended.count(JobState.FAILED))
 
     def flush(self, bundle_to: BundleState | None = None, *, handed: int | None = None) -> None:
         """Write what is pending (after any flush under way). A job the table refuses (it

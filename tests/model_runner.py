@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dispatcher.domain.bundles import BundleState
+from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, HandedJobs, Interrupted, PermanentError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.domain.stops import RUNNER_FAILED_EXIT, StopCode
@@ -29,6 +29,7 @@ from dispatcher.store import Fence, Store
 from dispatcher.testing.memory_launcher import MemoryLauncher
 from job_runner.outcome import Outcome, raised, succeeded
 from job_runner.schedule import Schedule
+from job_runner.worker import FOLLOW_ON_WAIT_SECONDS
 from job_runner.writes import Writes
 
 # What a handler does when the model lets one of its runs end.
@@ -123,6 +124,8 @@ class SimTask:
     stop_code: str = StopCode.ESSENTIAL_CONTAINER_EXITED
     live_at_stop: set[str] = field(default_factory=set)  # the handlers running at its end
     handed: list[str] = field(default_factory=list)  # urgent jobs handed to its bundle, seen
+    bundle: Bundle | None = None  # as claimed: its batch's follow-on is taken when it ends
+    follow_until: float = 0.0  # phase "following": looking for a follow-on until then
 
     # -- what the model asks --------------------------------------------------------------------
     @property
@@ -159,7 +162,7 @@ class SimTask:
         except ConflictError:
             self.exit(0)
             return
-        bundle = claim.bundle
+        bundle = self.bundle = claim.bundle
         self.cancel_requested |= claim.cancel_requested
         self.handed = list(bundle.handed_jobs)
         self.writes = Writes.for_bundle(self.store, self.fence, bundle, 2.0, on_error=self._fail)
@@ -316,8 +319,15 @@ class SimTask:
                 self.writes.flush()  # the bundle stays RUNNING: the stop event reruns the rest
             else:
                 left = self.left - self.writes.refused
-                self.writes.flush(BundleState.PENDING if self.writes.retrying or left
-                                  else BundleState.DONE, handed=len(self.handed))
+                target = BundleState.PENDING if self.writes.retrying or left \
+                    else BundleState.DONE
+                self.writes.flush(target, handed=len(self.handed))
+                if target == BundleState.DONE and self.bundle is not None \
+                        and self.bundle.batch is not None and not self.writes.refused:
+                    self.phase = "following"  # Worker._follow_on
+                    self.follow_until = self.clock() + FOLLOW_ON_WAIT_SECONDS
+                    self.follow()
+                    return
         except HandedJobs as more:  # the process goes on: it runs them, then ends again
             self.learn_handed(more.job_ids)
             return
@@ -328,6 +338,28 @@ class SimTask:
             self.exit(RUNNER_FAILED_EXIT)
             return
         self.exit(0)
+
+    def follow(self) -> None:
+        """Take the batch's next follow-on (then claim it, phase "new"), look again later
+        (none is recorded yet), or exit."""
+        assert self.bundle is not None
+        if self.stopping:
+            self.exit(0)
+            return
+        try:
+            assert self.writes is not None
+            take = self.store.take_follow_on(self.bundle, self.arn, self.writes.outcomes())
+        except Exception:
+            self.exit(0)
+            return
+        if take.bundle is not None:
+            self.phase = "new"
+            self.fence = self.writes = self.plan = self.bundle = None
+            self.runs, self.cancel_requested, self.left = {}, set(), set()
+            self.exhausted, self.handed = False, []
+            return
+        if not take.later or self.clock() >= self.follow_until:
+            self.exit(0)
 
     def sigterm(self) -> None:
         """ECS stops the task (a Spot interruption): every run is told to stop, nothing new
@@ -355,6 +387,8 @@ class SimTask:
         """Everything this runner can do now, at once: claim, start jobs up to its slots,
         let every handler end as ``behaviour(job_id)`` says ("kill": it kills the task), and
         exit if its work is over."""
+        if self.phase == "following" and self.alive and not self.silent:
+            self.follow()
         if self.phase == "new" and self.alive:
             self.claim()
         while self.can_start():

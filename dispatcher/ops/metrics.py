@@ -201,13 +201,19 @@ def stop_blob(outcome: StopOutcome, *, queue: str | None = None,
     ignored event (stale, duplicate, not ours), which changed nothing."""
     dims = {"Queue": queue_name(queue or None)}
     if outcome.result == StopResult.FINISHED:  # a task that ended normally: its results
-        return emf([("JobsSucceeded", MetricUnit.Count, len(outcome.succeeded)),
-                    ("JobsFailed", MetricUnit.Count, len(outcome.failed))],
+        return emf([("JobsSucceeded", MetricUnit.Count,
+                     len(outcome.succeeded) + outcome.succeeded_before),
+                    ("JobsFailed", MetricUnit.Count, len(outcome.failed) + outcome.failed_before)],
                    dims, namespace=namespace)
     if outcome.result == StopResult.IGNORED or outcome.stop_class is None:
         return {}
+    # The follow-ons the task ran before its last bundle ended their jobs (JobsSucceeded
+    # only then: a task stopped early reports its last bundle's successes nowhere).
+    before = [("JobsSucceeded", MetricUnit.Count, outcome.succeeded_before)] \
+        if outcome.succeeded_before else []
     return emf([("Reruns", MetricUnit.Count, len(outcome.rerun)),
-                ("JobsFailed", MetricUnit.Count, len(outcome.failed)),
+                ("JobsFailed", MetricUnit.Count, len(outcome.failed) + outcome.failed_before),
+                *before,
                 ("BundlesRerun", MetricUnit.Count, 1 if outcome.rerun else 0),
                 ("TasksNeverStarted", MetricUnit.Count, 1 if outcome.never_started else 0),
                 ("SpotFallbacks", MetricUnit.Count, outcome.spot_fallbacks),

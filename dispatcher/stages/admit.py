@@ -231,6 +231,7 @@ class _Drain:
         # receive. Duplicates of their jobs that arrived later are in their held messages.
         given_back = [m for b in self.failed for m in self.held[b].messages] + self.kept
         self.stats.released += self.recorder.give_back(self.queue, given_back)
+        self.recorder.end_batches(self.bundler.batches)
 
     def _close_held_too_long(self) -> None:
         for b in self.bundler.open_bundles:
@@ -285,10 +286,12 @@ class _Drain:
                 continue
             if not self.bundler.offer(job):
                 # Every slot is taken: this one waits in the table, and the drain stops here
-                # (an intake of urgent jobs, Admission.intake, takes up to its ``waiting``).
+                # (an intake of urgent jobs, Admission.intake, takes up to its ``waiting``;
+                # a drain making follow-ons goes on while it may admit more of them).
                 self.bundler.wait(job)
                 stats.waiting += 1
-                self.receiving = self.receiving and self.bundler.takes_waiting
+                self.receiving = self.receiving and (self.bundler.takes_waiting
+                                                     or self.bundler.follows_on)
             assert job.bundle_id is not None
             self.admitted[job.job_id] = job.bundle_id
             held = self.held.setdefault(job.bundle_id, Held())
@@ -363,7 +366,9 @@ class _Drain:
         by[str(bundle.priority)] = by.get(str(bundle.priority), 0) + admitted
         if bundle.job_ids and bundle.state != BundleState.DONE:
             stats.bundles_recorded += 1
-            if bundle.bundle_id in self.bundler.deferred:
+            if bundle.batch is not None and bundle.bundle_id in self.bundler.deferred:
+                stats.follow_ons += 1  # taken by a running task, or launched by a tick
+            elif bundle.bundle_id in self.bundler.deferred:
                 stats.deferred_bundles += 1  # a later tick launches it (due, kind has room)
                 self.waiting.append(bundle)
             else:

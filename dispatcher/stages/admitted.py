@@ -29,6 +29,7 @@ class AdmissionStats:
     released: int = 0  # their messages made visible again at once
     bundles_recorded: int = 0
     deferred_bundles: int = 0  # recorded for later: scheduled, or their kind at its limit
+    follow_ons: int = 0  # recorded for running tasks to take (dispatcher.store.follow_ons)
     # Jobs recorded to wait for others whose dependencies had all decided already: released
     # at once, or cancelled (stages/dependents.py).
     dependents_released: int = 0

@@ -21,6 +21,16 @@ the last of 60 equal bundles launched about a minute after the first, and ended 
 Given the drain's clock and the backlog, each bundle's share is *tapered* instead
 (:func:`tapered_share`): a bundle opened later gets fewer jobs, by the jobs its task would have
 run while the drain admitted the bundles before it, so that all the tasks end together.
+
+The taper cannot know when each task will start (Fargate takes 30-60 s, drawn anew for each),
+so with ``follow_on_seconds`` set a drain whose share per slot is worth at least two bundles of
+that many seconds of a task's time cuts its backlog into such bundles instead: one per free
+slot, launched as they fill (all of them within seconds), and the rest *follow-ons* of the
+drain's batch (one batch per shape), recorded PENDING and due, which the runners take in
+order as their bundles end (:mod:`dispatcher.store.follow_ons`). A task that starts early
+runs more of them; the tasks end within about one follow-on of each other. Only small jobs of
+a shape that is neither scheduled nor of a limited kind follow on; the drain admits no more
+than without them (the slots' even shares, up to the work limit each).
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
-from dispatcher.domain.bundles import Bundle
+from dispatcher.domain.bundles import Bundle, follow_on_id
 from dispatcher.domain.jobs import Job, Priority, Resources, new_id
 from dispatcher.domain.lifecycle import DEPENDENTS_HELD_AT
 from dispatcher.stages.policy import BundlePolicy
@@ -42,6 +52,9 @@ Shape = tuple[Priority, Resources, float | None, str | None]
 
 # Rounds of a task's concurrency an even share must hold before bundles are tapered.
 TAPER_ROUNDS = 4
+# Rounds of a task's concurrency the last follow-ons of a drain hold, at least: what the tasks'
+# ends may differ by, against a take's calls (about five) for each follow-on.
+TAIL_ROUNDS = 2
 
 
 def tapered_share(remaining: int, slots: int, admit_rate: float, task_rate: float) -> int:
@@ -103,6 +116,13 @@ class Bundler:
         self._backlog = backlog
         self._clock = clock
         self._opening: dict[str, tuple[int, int]] = {}  # -> (backlog left, slots) at opening
+        # Follow-ons (decided at the first small job, see :meth:`_follow_on`): jobs per
+        # bundle, 0 if none; each shape's batch and its next follow-on's number.
+        self._follow: int | None = None
+        self._batches: dict[Shape, str] = {}
+        self._next_follow: dict[Shape, int] = {}
+        self._sizes: dict[str, int] = {}  # each follow-on's jobs (see _follow_on_size)
+        self.follow_ons = 0  # follow-ons opened
 
     def is_small(self, job: Job) -> bool:
         """Bundled with others: a small job that waits for no other (one that does is held in
@@ -125,9 +145,54 @@ class Bundler:
         nothing until it launches (the tick decides its slots then)."""
         return max(1, min(self._policy.task_concurrency, self._limits[kind]))
 
+    def _follow_on(self) -> int:
+        """Jobs per bundle when this drain's bundles follow on; 0 if they do not (or not
+        decided yet: :meth:`_decide`)."""
+        return self._follow or 0
+
+    def _decide(self, job: Job) -> None:
+        """Whether this drain's bundles follow on, decided once, at its first small job: they
+        do when the even share is worth two follow-ons or more, each of whole rounds of a
+        task's jobs worth ``follow_on_seconds`` at that job's estimate."""
+        est = job.estimated_seconds
+        if self._follow is not None or not self.is_small(job) or not est or est <= 0:
+            return
+        follow_seconds = self._policy.follow_on_seconds
+        per_round = self._policy.task_concurrency
+        per = per_round * max(1, round(follow_seconds / est))
+        self._follow = per if follow_seconds > 0 and self._target is not None \
+            and self._backlog is not None and self._target >= 2 * per else 0
+
+    def _follow_on_size(self) -> int:
+        """Jobs for the next follow-on: ``follow_on_seconds``' worth while much is left; as
+        the drain's backlog runs out, what is left per slot (each task's share of what none
+        has taken), down to ``TAIL_ROUNDS`` rounds of a task's jobs, so the tasks' last
+        follow-ons end within a few rounds of each other instead of a whole follow-on."""
+        per_round = self._policy.task_concurrency
+        left = min(self._backlog or 0, self._admits()) - self._seen
+        share = left // max(1, self.capacity)
+        return max(min(self._follow_on(), TAIL_ROUNDS * per_round),
+                   min(self._follow_on(), per_round * (share // per_round)))
+
+    @property
+    def follows_on(self) -> bool:
+        """Follow-ons are made and the drain may still admit some."""
+        return self._follow_on() > 0 and self._seen < self._admits()
+
+    def _admits(self) -> int:
+        """Jobs this drain admits at most when its bundles follow on: as without them, every
+        slot's even share (up to the work limit at the mean estimate seen)."""
+        per = min(self._target or 0, self._policy.bundle_max_jobs)
+        if self._seconds > 0:
+            per = min(per, int(self._policy.max_work_seconds * self._seen / self._seconds))
+        return self.capacity * max(1, per)
+
     def _limit(self, bundle: Bundle) -> int:
-        """Jobs a bundle may hold: the even share, except in the last slot or when deferred."""
+        """Jobs a bundle may hold: the even share, except in the last slot or when deferred;
+        a follow-on's size for every bundle of a batch."""
         limit = self._policy.bundle_max_jobs
+        if bundle.batch is not None:
+            return min(limit, self._sizes.get(bundle.bundle_id, self._follow_on()))
         if self._target is not None and self.opened < self.capacity \
                 and bundle.bundle_id not in self.deferred:
             limit = min(limit, max(1, self._tapered(bundle.bundle_id) or self._target))
@@ -179,6 +244,8 @@ class Bundler:
         with few free slots does not receive jobs that could only wait."""
         if self.takes_waiting:
             return self._waiting - self._waited
+        if self._follow_on():
+            return max(0, self._admits() - self._seen)
         per = min(self._target or self._policy.bundle_max_jobs, self._policy.bundle_max_jobs)
         if self._seconds > 0:  # the work limit, at the mean estimate seen so far
             per = min(per, int(self._policy.max_work_seconds * self._seen / self._seconds))
@@ -190,14 +257,20 @@ class Bundler:
                           for b in self._open.values() if b.bundle_id not in self.deferred)
 
     @property
+    def batches(self) -> dict[str, int]:
+        """Each batch of follow-ons this drain made, and how many."""
+        return {self._batches[shape]: n for shape, n in self._next_follow.items()}
+
+    @property
     def open_bundles(self) -> list[Bundle]:
         return list(self._open.values())
 
     @property
     def full(self) -> bool:
         """No task slot is left: only deferred work could still be admitted."""
-        return self.opened >= self.capacity and not self.takes_waiting and not any(
-            b.bundle_id not in self.deferred for b in self._open.values())
+        return self.opened >= self.capacity and not self.takes_waiting \
+            and not self.follows_on and not any(
+                b.bundle_id not in self.deferred for b in self._open.values())
 
     @property
     def takes_waiting(self) -> bool:
@@ -220,6 +293,7 @@ class Bundler:
         assert placed  # a deferred shape never needs a slot
 
     def _place(self, job: Job, shape: Shape) -> bool:
+        self._decide(job)
         if self.is_small(job) and self._fits(shape, job):
             bundle = self._open[shape]
             self._add(bundle, job)
@@ -229,13 +303,31 @@ class Bundler:
             return True
         deferred = shape[2] is not None or (
             shape[3] is not None and self.kind_room.get(shape[3], 0) < 1)
-        if not deferred and self.opened >= self.capacity:
+        # Follows on: a small job of a shape neither scheduled nor limited, in a drain
+        # cutting its backlog into follow-ons (its budget of jobs not spent).
+        batch = self.is_small(job) and shape[2] is None and shape[3] is None \
+            and self._follow_on() > 0
+        follow_on = batch and not deferred and self.opened >= self.capacity
+        if follow_on and self._seen >= self._admits():
+            return False
+        if not deferred and not follow_on and self.opened >= self.capacity:
             return False
         if self.is_small(job):
             self.close(shape)  # a new open bundle of this shape replaces the full one
-        bundle = Bundle(bundle_id=new_id(), job_ids=[], priority=job.priority,
+        bundle_id = new_id()
+        if follow_on:
+            batch_id = self._batches.setdefault(shape, new_id())
+            n = self._next_follow.get(shape, 0)
+            self._next_follow[shape] = n + 1
+            bundle_id = follow_on_id(batch_id, n)
+            deferred = True
+            self.follow_ons += 1
+            self._sizes[bundle_id] = self._follow_on_size()
+        bundle = Bundle(bundle_id=bundle_id, job_ids=[], priority=job.priority,
                         resources=job.resources, created_at=self._at,
                         next_attempt_at=shape[2] if shape[2] is not None else self._at)
+        if batch:
+            bundle.batch = self._batches.setdefault(shape, new_id())
         if shape[3] is not None:
             bundle.kind = shape[3]
         if deferred:

@@ -85,11 +85,12 @@ class Handoffs:
         return self.hosts_among([b.bundle_id for b in active if b.state == BundleState.RUNNING])
 
     def hosts_among(self, bundle_ids: list[str]) -> list[Bundle]:
-        """Those of ``bundle_ids`` (in any state when read) that can take urgent jobs now."""
+        """Those of ``bundle_ids`` (in any state when read) that can take urgent jobs now, and
+        the follow-ons their tasks took since (dispatcher.store.follow_ons)."""
         now = self._clock()
         if not bundle_ids:
             return []
-        return [b for b in self._store.full_bundles(bundle_ids)
+        return [b for b in self._store.full_bundles_now(bundle_ids)
                 if is_host(b, now, self.policy) and b.takes_handed
                 and len(b.handed_jobs) < MAX_HANDED]
 

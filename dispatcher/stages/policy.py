@@ -16,6 +16,8 @@ class BundlePolicy:
     bundle_max_seconds: float = 900.0  # of one task's time, at task_concurrency in parallel
     small_job_seconds: float = 60.0
     task_concurrency: int = 1  # jobs a task runs at once
+    # A task's seconds in one follow-on of a large drain (stages/bundle.py); 0: none.
+    follow_on_seconds: float = 0.0
 
     @property
     def max_work_seconds(self) -> float:

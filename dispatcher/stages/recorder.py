@@ -129,6 +129,19 @@ class Recorder:
             self._store.reject(rejections)
         return Recorded(rejections=rejections, delete_failures=self.delete(queue, messages))
 
+    def end_batches(self, batches: dict[str, int]) -> None:
+        """Say how many follow-ons each batch of a drain has (``batches``: batch -> count),
+        once the drain recorded all it could: runners then stop looking at its end instead
+        of waiting for more (dispatcher.store.follow_ons). A failure is logged: the runners
+        wait a little longer at the batch's end."""
+        for batch, count in batches.items():
+            try:
+                self._store.end_batch(batch, count)
+            except Exception as exc:
+                log.warning("a batch's end was not written; its runners look for more "
+                            "follow-ons a little longer", extra={"batch": batch,
+                                                                 "error": repr(exc)})
+
     @staticmethod
     def delete(queue: Queue, messages: list[Received]) -> int:
         """Delete messages whose jobs are recorded; how many could not be deleted (they come

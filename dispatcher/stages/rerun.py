@@ -57,6 +57,10 @@ class StopOutcome:
     # not pull, the container did not start, or the runner failed before its claim).
     never_started: bool = False
     reason: str | None = None  # why it was ignored, or left to the next tick
+    # The jobs of the bundles the task ran before its last (the follow-ons it took,
+    # dispatcher.store.follow_ons) that its runner ended SUCCEEDED and FAILED.
+    succeeded_before: int = 0
+    failed_before: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -82,7 +86,7 @@ class Reruns:
 
     def on_stop(self, stop: TaskStop) -> StopOutcome:
         arn = stop.task_arn
-        bundle = self._store.bundle_for_task(arn)
+        bundle, before = self._store.task_pointer(arn)
         if bundle is None:
             return StopOutcome(StopResult.IGNORED, arn,
                                reason="no bundle was assigned to this task")
@@ -92,14 +96,17 @@ class Reruns:
                 return StopOutcome(StopResult.IGNORED, arn, bundle.bundle_id,
                                    reason="duplicate event: this task's stop was handled")
             return StopOutcome(StopResult.FINISHED, arn, bundle.bundle_id,
-                               succeeded=finished.succeeded, failed=finished.failed)
+                               succeeded=finished.succeeded, failed=finished.failed,
+                               succeeded_before=before.succeeded, failed_before=before.failed)
         if bundle.task_arn != arn or bundle.state not in (BundleState.LAUNCHED,
                                                           BundleState.RUNNING):
             return StopOutcome(StopResult.IGNORED, arn, bundle.bundle_id,
                                reason=f"stale event: bundle {bundle.bundle_id} is "
                                       f"{bundle.state} on attempt {bundle.attempt}")
         jobs = self._store.get_jobs(bundle.job_ids)
-        never_started = bundle.state == BundleState.LAUNCHED  # as read, before the settle
+        # As read, before the settle; a follow-on taken by a task that ran bundles before it
+        # (no launch of its own) is not a task that never started.
+        never_started = bundle.state == BundleState.LAUNCHED and bundle.launch_id is not None
         settlement = stop_policy.decide(stop, bundle, jobs, at=self._clock(),
                                         max_infra_attempts=self._policy.max_infra_attempts)
         cls, rerun = settlement.stop_class, settlement.rerun
@@ -132,7 +139,8 @@ class Reruns:
         out = StopOutcome(StopResult.SETTLED, arn, bundle.bundle_id, cls, rerun=rerun,
                           failed=[u.job_id for u in updates
                                   if u.target == JobState.FAILED or u.job_id in overfull],
-                          never_started=never_started)
+                          never_started=never_started, succeeded_before=before.succeeded,
+                          failed_before=before.failed)
         if rerun and limited:
             # A kind with a limit: whether it has room now depends on its other bundles, which
             # only the tick counts (a stop here cannot tell a lowered limit, or a bundle that

@@ -269,8 +269,9 @@ class BatchModel:
             return
         self.outcome.jobs_run += task.jobs_run
         task.ended_at = (task.ended_at or t) - T0
-        if not task.urgent:  # the drain is the batch's
-            self._last_end = max(self._last_end, task.ended_at + T0)
+        if not task.urgent:  # the drain is the batch's: until its last job ends
+            end = task.last_job_end if task.last_job_end is not None else task.ended_at + T0
+            self._last_end = max(self._last_end, end)
         self._at(self.clock() + EXIT_TO_EVENT, "stopped", task)
 
     def _catch_up(self) -> None:

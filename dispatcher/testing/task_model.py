@@ -9,7 +9,8 @@ and results through :class:`job_runner.writes.Writes` (grouped: a flush ``flush_
 the oldest unwritten result, or at 98 pending updates; write-through on a rerun), beats every
 ``heartbeat_seconds`` (learning from each beat the urgent jobs handed to the bundle, which it
 starts before the rest, as the worker does), and ends with the bundle's DONE write, running
-first any job handed since its last beat that the write turns up. Handlers are not run: a job takes
+first any job handed since its last beat that the write turns up; then it takes its batch's
+next follow-on, if any, and runs it alike. Handlers are not run: a job takes
 ``seconds_of(job)`` of virtual time and succeeds. The store calls cost what the AWS model
 charges them (:mod:`dispatcher.testing.aws_model`); the jobs do not wait for the writes, as the
 flusher is a thread of its own in the runner.
@@ -18,15 +19,17 @@ flusher is a thread of its own in the runner.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 
-from dispatcher.domain.bundles import BundleState
+from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, HandedJobs
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.store import Fence, RunnerStore
+from dispatcher.store.values import JobOutcomes
 from dispatcher.testing.virtual_time import VirtualClock
 from job_runner.outcome import Outcome
+from job_runner.worker import FOLLOW_ON_POLL_SECONDS, FOLLOW_ON_WAIT_SECONDS
 from job_runner.writes import FLUSH_AT_JOBS, Writes
 
 
@@ -43,6 +46,7 @@ class TaskRun:
     jobs_run: int = 0
     last_job_end: float | None = None
     urgent: bool = False  # it ran the urgent job: not part of the batch's figures
+    follow_ons: int = 0  # follow-ons it took after its first bundle
 
 
 class TaskModel:
@@ -60,20 +64,42 @@ class TaskModel:
 
     def run(self, task: TaskRun) -> Iterator[float]:
         """The task from its container's start to its exit; yields the times it sleeps until
-        (the caller sets the clock to each before resuming it)."""
+        (the caller sets the clock to each before resuming it). A bundle of a batch that
+        ends DONE is followed by the batch's next follow-on, taken as the worker takes it
+        (:meth:`job_runner.worker.Worker._follow_on`)."""
         clock = self.clock
         bundle = self.store.bundle_for_task(task.task_arn)
         if bundle is None or bundle.task_arn != task.task_arn \
                 or bundle.state != BundleState.LAUNCHED:
             task.ended_at = clock()
             return
+        while bundle is not None:
+            ended = yield from self._bundle(task, bundle)
+            bundle = None
+            if ended is not None and ended[0].batch is not None:
+                done, outcomes = ended
+                deadline = clock() + FOLLOW_ON_WAIT_SECONDS
+                while True:
+                    take = self.store.take_follow_on(done, task.task_arn, outcomes)
+                    if take.bundle is not None or not take.later or clock() >= deadline:
+                        bundle = take.bundle
+                        break
+                    yield clock() + FOLLOW_ON_POLL_SECONDS
+                task.follow_ons += bundle is not None
+        task.ended_at = clock()
+
+    def _bundle(self, task: TaskRun, bundle: Bundle
+                ) -> Generator[float, None, tuple[Bundle, JobOutcomes] | None]:
+        """One bundle LAUNCHED on the task: claimed, run, DONE; the bundle and how its jobs
+        ended if it ended DONE with every write taken (as the worker's)."""
+        clock = self.clock
         fence = Fence(bundle.bundle_id, bundle.attempt, task.task_arn, pages=bundle.pages)
         try:
             bundle = self.store.claim(fence).bundle
         except ConflictError:
-            task.ended_at = clock()
-            return
-        task.bundle_id, task.claimed_at = bundle.bundle_id, clock()
+            return None
+        task.bundle_id = bundle.bundle_id
+        task.claimed_at = task.claimed_at or clock()
         writes = Writes.for_bundle(self.store, fence, bundle, self.flush_seconds)
         pages = self.store.bundle_jobs(bundle)
         page: list[Job] = []
@@ -104,7 +130,7 @@ class TaskModel:
             if not running:
                 try:
                     writes.flush(BundleState.DONE, handed=len(handed))
-                    break
+                    return None if writes.refused else (bundle, writes.outcomes())
                 except HandedJobs as more:  # handed since the last beat: run them, then end
                     urgent += more.job_ids[len(handed):]
                     handed = list(more.job_ids)
@@ -130,4 +156,3 @@ class TaskModel:
                 urgent += list(beat.handed[len(handed):])
                 handed = list(beat.handed)
                 next_beat = now + self.heartbeat_seconds
-        task.ended_at = clock()

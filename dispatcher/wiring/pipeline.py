@@ -76,7 +76,7 @@ def build(cfg: Config, *, queue: Queue, store: StageStore, launcher: Launcher,
     queues = {p: (priority_queues or {}).get(p, queue) for p in PRIORITY_ORDER}
     logs.configure()
     bundling = BundlePolicy(cfg.bundle_max_jobs, cfg.bundle_max_seconds, cfg.small_job_seconds,
-                            cfg.task_concurrency)
+                            cfg.task_concurrency, follow_on_seconds=cfg.follow_on_seconds)
     uses_spot = any(p.provider == "FARGATE_SPOT" for p in cfg.capacity_strategy)
     launches = Launches(store, launcher, LaunchPolicy(
         cfg.launch_recovery_seconds, cfg.launch_backoff_seconds,

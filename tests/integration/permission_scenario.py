@@ -20,12 +20,13 @@ from dispatcher.aws.clients import endpoint_client
 from dispatcher.aws.dynamodb import open_store
 from dispatcher.cli.app import app
 from dispatcher.domain import task_events
-from dispatcher.domain.bundles import Bundle
+from dispatcher.domain.bundles import Bundle, follow_on_id
 from dispatcher.domain.jobs import Job
 from dispatcher.local.event_feed import BATCH
 from dispatcher.local.provision import provision
 from dispatcher.ops.client import JobClient
-from dispatcher.store import Store
+from dispatcher.ports.table import Set, Update
+from dispatcher.store import Store, codec
 from dispatcher.store.runner import JOBS_PER_TRANSACTION
 from dispatcher.testing.moto import MotoEndpoint
 from dispatcher.testing.proxy import AwsProxy, RecordedCall
@@ -70,6 +71,20 @@ class Exercise:
         those AWS makes on its behalf (:mod:`tests.integration.aws_on_behalf`)."""
         return [a for c in self.calls if c.component == component
                 for a in authorizations(c, self.task_definition_roles)] + on_behalf(component)
+
+
+def _follow_on(store: Store, job_id: str) -> None:
+    """Make ``job_id``'s bundle the first of a batch with one follow-on, as a drain of a large
+    backlog records them: its runner then takes the follow-on (dispatcher/store/follow_ons.py)
+    and its calls are the runner's too."""
+    job = store.get_job(job_id)
+    assert job is not None and job.bundle_id
+    store.table.write(Update(codec.bundle_key(job.bundle_id), [Set("batch", "perm-batch")]))
+    follow = Bundle(bundle_id=follow_on_id("perm-batch", 0), job_ids=["follow0"],
+                    batch="perm-batch", estimated_seconds=0.1)
+    store.record([follow], [Job(job_id="follow0", kind="echo", payload={},
+                                bundle_id=follow.bundle_id, estimated_seconds=0.1)])
+    store.end_batch("perm-batch", 1)
 
 
 def _run_runner(env: dict[str, str], task_arn: str, launch_id: str, log: Path) -> None:
@@ -167,9 +182,12 @@ def exercised(moto_server: MotoEndpoint, proxy: AwsProxy,
             return bundle.task_arn, bundle.launch_id
 
         small_arn, small_launch = task_of("small0")
+        _follow_on(store, "small0")
         with proxy.recording("runner"):
             _run_runner(dict(os.environ), small_arn, small_launch,
                         tmp_path_factory.mktemp("runner") / "log.jsonl")
+        taken = store.get_job("follow0")  # its runner took the follow-on after its bundle
+        assert taken is not None and taken.state == "SUCCEEDED", taken
         records = stream_records(
             NAMES.table, endpoint_client("dynamodb", moto_server.url, REGION),
             endpoint_client("dynamodbstreams", moto_server.url, REGION))
@@ -191,8 +209,10 @@ def exercised(moto_server: MotoEndpoint, proxy: AwsProxy,
             bulk_rerun = handlers.task_event(task_events.sample_event(
                 task_of(bulk.job_ids[0])[0], stop_code="SpotInterruption", exit_code=143,
                 cluster_arn=CLUSTER_ARN), None)
-        # small0 ran (alone or bundled with small1: bundles are sized by the backlog).
-        assert "small0" in finished.get("succeeded", []), finished
+        # small0 ran (alone or bundled with small1: bundles are sized by the backlog), then
+        # its task took the follow-on: the stop reports both.
+        assert finished.get("succeeded") == ["follow0"], finished
+        assert finished.get("succeeded_before", 0) >= 1, finished
         assert rerun.get("relaunched") is True, rerun
         # More job updates than one transaction holds: settled in two, the first checking
         # the bundle (a ConditionCheck).

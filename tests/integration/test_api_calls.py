@@ -30,7 +30,9 @@ def end_to_end(aws: Aws, tasks: int) -> CallCounts:
     """N small jobs, WAVE at a time, each wave in ``tasks`` bundles; all must succeed."""
     # A long tick budget: on a loaded machine a wave must still be drained by one tick, as
     # on AWS (what is counted is a drain's calls, not where a deadline cut it).
-    cfg = aws.config(LONGJOBS_MAX_RUNNING_TASKS=str(tasks), LONGJOBS_TICK_SECONDS="900")
+    # The dispatcher sizes bundles by the runners' concurrency, as the stack gives both.
+    cfg = aws.config(LONGJOBS_MAX_RUNNING_TASKS=str(tasks), LONGJOBS_TICK_SECONDS="900",
+                     LONGJOBS_TASK_CONCURRENCY="20")
     stages = pipeline.for_aws(cfg)
     ecs = boto3.client("ecs", endpoint_url=aws.moto.url)  # outside the proxy: not counted
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.aws.dynamodb import open_store
+from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState
 from dispatcher.local.environment import LocalEnv
 from dispatcher.local.local_launcher import STOP_TIMEOUT_SECONDS
@@ -215,6 +216,36 @@ def test_a_bundle_of_50_small_jobs_costs_a_few_writes(
     assert sum(writes.values()) <= 6, counts  # claim + 1-3 grouped flushes (+ a heartbeat)
     assert sum(counts.values()) <= 12, counts  # 50 jobs, far fewer than 100 calls
     assert counts["dynamodb.TransactWriteItems"] <= 3, counts
+
+
+def test_a_runner_takes_the_follow_ons_of_its_batch_after_its_bundle(
+        moto_server: MotoEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backlog of more than the slots take at LONGJOBS_FOLLOW_ON_SECONDS each: one bundle
+    a slot is launched, and the rest are run by those tasks, each taking the next follow-on
+    when its bundle is done (dispatcher/store/follow_ons.py), every job once."""
+    with own_local(moto_server, tmp_path, monkeypatch, 3600, LONGJOBS_HEARTBEAT_SECONDS="30",
+                   LONGJOBS_ASSIGN_WAIT_SECONDS="20", LONGJOBS_MAX_RUNNING_TASKS="2",
+                   LONGJOBS_FOLLOW_ON_SECONDS="1") as (env, log):
+        store = open_store(env.cfg.table)
+        ids = JobClient().submit_many([{"kind": "echo", "payload": {"n": i},
+                                        "job_id": f"f{i}", "estimated_seconds": 0.1}
+                                       for i in range(60)])
+        env.tick()  # one tick: every later bundle is the running tasks' to take
+        wait_for(lambda: all(state(store, i) == JobState.SUCCEEDED for i in ids))
+        wait_for(lambda: all(t.exit is not None for t in env.launcher.tasks.values()))
+        jobs = [j for j in (store.get_job(i) for i in ids) if j is not None]
+        assert all(len(runs(log, j.job_id)) == 1 for j in jobs)
+        on_task: dict[str, set[str]] = {}
+        for job in jobs:
+            on_task.setdefault(str(job.history[-1]["task_arn"]), set()).add(job.bundle_id or "")
+        bundles = set().union(*on_task.values())
+        # The tasks of the two slots ran more bundles than were launched (a task can stop
+        # before its claim on a loaded machine: its bundle's relaunch is one more task).
+        assert len(bundles) > len(env.launcher.tasks) >= 2, on_task
+        for arn, ran in on_task.items():  # each task's pointer names the last it took
+            last = store.bundle_for_task(arn)
+            assert last is not None and last.bundle_id in ran
+            assert last.state == BundleState.DONE
 
 
 def test_a_runner_without_an_assignment_exits_without_running(

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from dispatcher.domain import arrays
-from dispatcher.domain.bundles import BundleState
+from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import InvalidMessage
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.store import Fence, JobUpdate
@@ -20,32 +20,41 @@ from tests.twins import Twins
 def run_launched(t: Twins, outcome: Callable[[Job], JobState] = lambda job: JobState.SUCCEEDED,
                  ran: Counter[str] | None = None) -> int:
     """Every launched bundle run as a runner would: claimed, each pending job run once to
-    ``outcome(job)`` (or cancelled, if that was asked before the claim), the bundle DONE.
+    ``outcome(job)`` (or cancelled, if that was asked before the claim), the bundle DONE, and
+    then its batch's follow-ons taken and run alike (dispatcher/store/follow_ons.py).
     Returns how many jobs ran."""
     n = 0
     # The launched ones through the index (not a copy of the whole table: 100,000 jobs).
     for b in map(r.record_bundle, t.table.query(r.bundle_status(BundleState.LAUNCHED))):
-        b.job_ids = t.store.job_ids_of(b)
-        if not b.task_arn:
-            continue
-        fence = Fence(b.bundle_id, b.attempt, b.task_arn)
-        cancel = t.store.claim(fence).cancel_requested
-        updates = []
-        for job in t.store.get_jobs(b.job_ids):
-            if job.state != JobState.PENDING:
-                continue
-            if job.job_id in cancel:
-                updates.append(JobUpdate(job.job_id, JobState.PENDING, JobState.CANCELLED,
-                                         reason="cancelled on request before it started"))
-                continue
-            if ran is not None:
-                ran[job.job_id] += 1
-            updates.append(JobUpdate(job.job_id, JobState.PENDING, outcome(job),
-                                     via=JobState.RUNNING, attempts_delta=1))
-        t.store.apply(fence, updates, bundle_to=BundleState.DONE)
-        n += len(updates)
+        arn = b.task_arn
+        bundle: Bundle | None = t.store.get_bundle(b.bundle_id)
+        while arn and bundle is not None:
+            n += run_bundle(t, bundle, arn, outcome, ran)
+            done = t.store.get_bundle(bundle.bundle_id)
+            bundle = t.store.take_follow_on(done, arn).bundle if done is not None \
+                and done.state == BundleState.DONE else None
     t.flow()  # the ends release their dependents (the table's stream)
     return n
+
+
+def run_bundle(t: Twins, b: Bundle, arn: str, outcome: Callable[[Job], JobState],
+               ran: Counter[str] | None) -> int:
+    fence = Fence(b.bundle_id, b.attempt, arn)
+    cancel = t.store.claim(fence).cancel_requested
+    updates = []
+    for job in t.store.get_jobs(t.store.job_ids_of(b)):
+        if job.state != JobState.PENDING:
+            continue
+        if job.job_id in cancel:
+            updates.append(JobUpdate(job.job_id, JobState.PENDING, JobState.CANCELLED,
+                                     reason="cancelled on request before it started"))
+            continue
+        if ran is not None:
+            ran[job.job_id] += 1
+        updates.append(JobUpdate(job.job_id, JobState.PENDING, outcome(job),
+                                 via=JobState.RUNNING, attempts_delta=1))
+    t.store.apply(fence, updates, bundle_to=BundleState.DONE)
+    return len(updates)
 
 
 def drive(t: Twins, ticks: int, outcome: Callable[[Job], JobState] = lambda job:

@@ -128,8 +128,11 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
 
     # -- helpers ----------------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
+        # Follow-ons of a second's work: the model's backlogs (a few jobs a slot) are cut into
+        # them (dispatcher/store/follow_ons.py), and taken by its runners, as large ones are.
         return {**self.settings, "LONGJOBS_MAX_INFRA_ATTEMPTS": str(MAX_INFRA_ATTEMPTS),
-                "LONGJOBS_TICK_CONCURRENCY": "2", **self.revision_env()}
+                "LONGJOBS_TICK_CONCURRENCY": "2", "LONGJOBS_FOLLOW_ON_SECONDS": "1",
+                **self.revision_env()}
 
     def gap(self, check: str) -> bool:
         return check in GAPS
@@ -219,6 +222,14 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
             self.nature.setdefault(j["job_id"], nature)
             self.budget.setdefault(j["job_id"], j["max_attempts"] + MAX_INFRA_ATTEMPTS
                                    + LAUNCH_SLACK)
+
+    @rule(copies=st.sampled_from([20, 40]), nature=st.sampled_from(NATURES))
+    def burst(self, copies: int, nature: str) -> None:
+        """Small jobs, more than the slots take at once: cut into follow-ons that the runners
+        take as their bundles end (dispatcher/store/follow_ons.py)."""
+        self.submit({"kind": "plain", "priority": "normal", "estimated_seconds": 0.5,
+                     "not_before": None, "payload_bytes": 0, "max_attempts": 3,
+                     "timeout_seconds": None}, copies, False, nature)
 
     @rule(size=st.sampled_from([2, 7, 30]), tolerated=st.sampled_from([0, 1, "50%"]),
           nature=st.sampled_from(NATURES), estimate=st.sampled_from([1.0, 600.0]),

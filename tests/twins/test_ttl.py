@@ -123,7 +123,8 @@ def test_a_finished_paged_bundle_leaves_nothing_behind_after_the_retention() -> 
     """Pages get their expiry when their bundle is DONE: kept until then, deleted with it."""
     tw = Twins()
     tw.client().submit_many(small_jobs(150))
-    tw.stages(LONGJOBS_MAX_RUNNING_TASKS="1").tick.tick()
+    # One bundle of 150 (no follow-ons: the one below has them).
+    tw.stages(LONGJOBS_MAX_RUNNING_TASKS="1", LONGJOBS_FOLLOW_ON_SECONDS="0").tick.tick()
     (arn,) = tw.task_arns()
     assert len(run_task(tw, arn)) == 150
     items = tw.table.snapshot()
@@ -168,6 +169,26 @@ def finished(bundle: Bundle) -> list[JobUpdate]:
     """The runner's last write: the bundle's last 98 jobs, started and ended together."""
     return [JobUpdate(j, JobState.PENDING, JobState.SUCCEEDED, via=JobState.RUNNING,
                       attempts_delta=1) for j in bundle.job_ids[-98:]]
+
+
+def test_a_batch_run_as_follow_ons_leaves_nothing_behind_after_the_retention() -> None:
+    """One task runs its bundle and then every follow-on of its batch (taken, not launched):
+    each DONE follow-on, its pages, the batch's cursor and the task's pointer expire."""
+    tw = Twins()
+    tw.client().submit_many(small_jobs(400))  # under one slot's work limit (450 of 2 s)
+    tw.stages(LONGJOBS_MAX_RUNNING_TASKS="1").tick.tick()
+    (arn,) = tw.task_arns()
+    assert len(run_task(tw, arn)) == 400  # one task ran them all
+    items = tw.table.snapshot()
+    bundles = [rec for rec in items.values() if rec.pk.startswith("BUNDLE#")]
+    assert len(bundles) > 2 and {b.state for b in bundles} == {BundleState.DONE}
+    assert len([pk for pk in items if pk.startswith("BATCH#")]) == 1
+    last = tw.store.bundle_for_task(arn)
+    assert last is not None and items[r.task_key(arn)].expires_at is not None
+    tw.clock.advance(31 * DAY)
+    tw.table.expire(tw.clock())
+    leftovers = {pk for pk in tw.table.snapshot() if not pk.startswith(("LEASE#", "TICK#"))}
+    assert leftovers == set()
 
 
 def test_more_pages_than_a_transaction_holds_all_expire_when_the_runner_ends() -> None:

@@ -1,0 +1,125 @@
+"""Follow-ons (stages/bundle.py, dispatcher/store/follow_ons.py) through the real tick, runner
+and stop handler on the twins: how a large backlog is cut, who runs it, and what a task's stop
+reports and reruns once it ran several bundles."""
+
+from __future__ import annotations
+
+from dispatcher import settings
+from dispatcher.domain.bundles import BundleState
+from dispatcher.domain.jobs import JobState
+from dispatcher.domain.stops import StopCode, TaskStop
+from dispatcher.ops.metrics import stop_blob
+from dispatcher.stages.bundle import TAIL_ROUNDS
+from dispatcher.stages.rerun import StopResult
+from job_runner.kinds import HandlerRegistry
+from job_runner.worker import Worker
+from tests.twins import Twins
+
+CONCURRENCY = 4
+SLOTS = 3
+ENV = {"LONGJOBS_MAX_RUNNING_TASKS": str(SLOTS), "LONGJOBS_TASK_CONCURRENCY": str(CONCURRENCY),
+       "LONGJOBS_FOLLOW_ON_SECONDS": "10"}  # 10 s of 1 s jobs at 4 at once: 40 jobs
+RUNNER = settings.load("runner", {"LONGJOBS_TABLE": "t",
+                                  "LONGJOBS_TASK_CONCURRENCY": str(CONCURRENCY),
+                                  "LONGJOBS_FLUSH_SECONDS": "0"})
+
+
+def backlog(tw: Twins, n: int, **extra: object) -> list[str]:
+    ids = [f"j{i:04d}" for i in range(n)]
+    tw.client().submit_many([{"kind": "k", "payload": {}, "job_id": j, "estimated_seconds": 1.0,
+                              **extra} for j in ids])
+    return ids
+
+
+def run(tw: Twins, arn: str, fail: frozenset[str] = frozenset()) -> list[str]:
+    """The task's runner to its end (as ``python -m job_runner``): the jobs it ran."""
+    ran: list[str] = []
+
+    def handler(payload: dict[str, object], ctx: object) -> None:
+        job_id = getattr(ctx, "job_id")  # noqa: B009
+        ran.append(job_id)
+        if job_id in fail:
+            raise ValueError("bad input")
+
+    Worker(RUNNER, tw.store, HandlerRegistry({"k": handler}), arn).run()
+    return ran
+
+
+def test_a_backlog_over_the_slots_is_cut_into_follow_ons_that_the_first_tasks_run() -> None:
+    tw = Twins()
+    ids = backlog(tw, 600)  # 200 a slot: five follow-ons' worth each
+    report = tw.stages(**ENV).tick.tick()
+    assert report.launch.bundles_launched == SLOTS and report.intake.admitted == 600
+    bundles = tw.bundles()
+    follow = sorted((b for b in bundles if b.bundle_id.startswith(f"{b.batch}-")),
+                    key=lambda b: int(b.bundle_id.rsplit("-", 1)[1]))
+    first = [b for b in bundles if b not in follow]
+    assert len(first) == SLOTS and {len(b.job_ids) for b in first} == {40}
+    assert {b.batch for b in bundles} == {first[0].batch} and first[0].batch is not None
+    assert all(b.state == BundleState.PENDING for b in follow)
+    sizes = [len(b.job_ids) for b in follow]
+    assert sizes[0] == 40 and sizes == sorted(sizes, reverse=True)  # smaller as it runs out
+    assert min(sizes[:-1]) >= TAIL_ROUNDS * CONCURRENCY  # the last holds what is left
+    ran: list[str] = []
+    for arn in tw.task_arns():
+        ran += run(tw, arn)
+    assert sorted(ran) == ids  # three tasks, every job once
+    assert len(tw.launcher.tasks) == SLOTS
+    assert {b.state for b in tw.bundles()} == {BundleState.DONE}
+
+
+def test_small_backlogs_scheduled_jobs_and_a_setting_of_0_make_no_follow_ons() -> None:
+    for env, extra, n in [({**ENV, "LONGJOBS_FOLLOW_ON_SECONDS": "0"}, {}, 600),
+                          (ENV, {}, 200),  # 67 a slot: under two follow-ons each
+                          (ENV, {"not_before": 1_700_000_000.0 + 3600}, 600)]:
+        tw = Twins()
+        backlog(tw, n, **extra)
+        tw.stages(**env).tick.tick()
+        assert all(b.batch is None for b in tw.bundles()), (env, extra, n)
+
+
+def test_a_task_that_ran_follow_ons_reports_all_their_jobs_when_it_stops() -> None:
+    tw = Twins()
+    backlog(tw, 600, max_attempts=1)  # j0000 fails for good (no retry keeps its bundle)
+    stages = tw.stages(**ENV)
+    stages.tick.tick()
+    arns = tw.task_arns()
+    ran = run(tw, arns[0], fail=frozenset({"j0000"}))
+    tw.launcher.stop_task(arns[0], StopCode.ESSENTIAL_CONTAINER_EXITED,
+                          "Essential container in task exited", 0)
+    outcome = stages.reruns.on_stop(TaskStop(arns[0], str(StopCode.ESSENTIAL_CONTAINER_EXITED),
+                                             "Essential container in task exited", 0))
+    assert outcome.result == StopResult.FINISHED, outcome
+    succeeded = len(outcome.succeeded) + outcome.succeeded_before
+    failed = len(outcome.failed) + outcome.failed_before
+    assert (succeeded, failed) == (len(ran) - 1, 1)
+    assert outcome.succeeded_before > 0  # it ran more than its last bundle
+    blob = stop_blob(outcome)
+    assert (blob["JobsSucceeded"], blob["JobsFailed"]) == ([len(ran) - 1], [1])  # EMF lists
+
+
+def test_a_task_killed_in_a_follow_on_reruns_that_follow_on_alone() -> None:
+    tw = Twins()
+    ids = backlog(tw, 600)
+    stages = tw.stages(**ENV)
+    stages.tick.tick()
+    victim, *others = tw.task_arns()
+    first = tw.store.bundle_for_task(victim)
+    assert first is not None
+    # The victim runs its bundle and takes a follow-on; it is killed as it claims it.
+    worker = Worker(RUNNER, tw.store, HandlerRegistry({"k": lambda p, ctx: None}), victim)
+    done = worker._run_bundle(first)
+    assert done is not None
+    taken = worker._follow_on(*done)
+    assert taken is not None and taken.state == BundleState.LAUNCHED
+    tw.launcher.stop_task(victim, StopCode.SPOT_INTERRUPTION, "Your Spot Task was interrupted.",
+                          None)
+    outcome = stages.reruns.on_stop(TaskStop(victim, str(StopCode.SPOT_INTERRUPTION),
+                                             "Your Spot Task was interrupted.", None))
+    assert outcome.result == StopResult.SETTLED and outcome.bundle_id == taken.bundle_id
+    assert not outcome.never_started  # its task ran a bundle before it
+    assert outcome.succeeded_before == len(first.job_ids)
+    assert sorted(outcome.rerun) == sorted(taken.job_ids) and outcome.relaunched
+    ran = [j for arn in [*others, *tw.task_arns()[SLOTS:]] for j in run(tw, arn)]
+    done_jobs = {j.job_id for j in tw.jobs() if j.state == JobState.SUCCEEDED}
+    assert done_jobs == set(ids) and len(ran) + len(first.job_ids) == len(ids)
