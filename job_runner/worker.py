@@ -215,6 +215,10 @@ class Worker:
             log.warning("lost the claim: %s; exiting without further writes", exc.reason)
         finally:
             over.set()
+            # A beat under way when the bundle ended is this bundle's: done before the next
+            # bundle's state is set up (it would find the fence moved on, or learn this
+            # bundle's handed jobs as the next one's).
+            beat.join()
         if ended != BundleState.DONE or writes.refused:
             return None
         return bundle, writes.outcomes()
@@ -425,9 +429,13 @@ class Worker:
                 running = list(self.running)
             try:
                 beat = self.store.heartbeat(fence, running=running)
+                if over.is_set():  # the bundle ended meanwhile: what it says is not the next's
+                    return
                 self.cancel_requested |= beat.cancel_requested
                 self.learn_handed(beat.handed)
             except ConflictError:
+                if over.is_set():  # it ended DONE meanwhile: no claim is lost
+                    return
                 log.warning("heartbeat found the claim lost; stopping")
                 self.lost.set()
                 return

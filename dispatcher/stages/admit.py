@@ -287,11 +287,13 @@ class _Drain:
             if not self.bundler.offer(job):
                 # Every slot is taken: this one waits in the table, and the drain stops here
                 # (an intake of urgent jobs, Admission.intake, takes up to its ``waiting``;
-                # a drain making follow-ons goes on while it may admit more of them).
+                # a drain making follow-ons goes on past a small job of a shape that does not
+                # follow on, while it may admit more: not past a job that needs a slot).
                 self.bundler.wait(job)
                 stats.waiting += 1
-                self.receiving = self.receiving and (self.bundler.takes_waiting
-                                                     or self.bundler.follows_on)
+                self.receiving = self.receiving and (
+                    self.bundler.takes_waiting
+                    or (self.bundler.follows_on and self.bundler.is_small(job)))
             assert job.bundle_id is not None
             self.admitted[job.job_id] = job.bundle_id
             held = self.held.setdefault(job.bundle_id, Held())

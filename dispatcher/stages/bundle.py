@@ -258,8 +258,9 @@ class Bundler:
 
     @property
     def batches(self) -> dict[str, int]:
-        """Each batch of follow-ons this drain made, and how many."""
-        return {self._batches[shape]: n for shape, n in self._next_follow.items()}
+        """Each batch this drain made, and how many follow-ons it has (0 for a shape whose
+        first bundles took every one of its jobs: its runners need not look for any)."""
+        return {batch: self._next_follow.get(shape, 0) for shape, batch in self._batches.items()}
 
     @property
     def open_bundles(self) -> list[Bundle]:

@@ -10,7 +10,7 @@ Fargate's start times nor the pacing of the launches decides when the batch ends
 start-up is paid once for many bundles. The tick launches a follow-on that no runner took (its
 tasks crashed, or ended for a deploy) as any due bundle.
 
-A take is one transaction of four items:
+A take is one transaction of four or five items:
 
 - the follow-on, PENDING -> LAUNCHED at its next attempt on the taker's task and revision, as a
   launch would have left it; the task claims it as it claims any launched bundle, so every
@@ -139,7 +139,7 @@ class FollowOns(Reads):
                     return Take(bundle)
             except _Refused:
                 return Take(None)
-        return Take(None)
+        return Take(None, later=True)  # other takers kept coming first: look again shortly
 
     def _move(self, batch: str, cursor: Record | None, first: int, to: int) -> None:
         """The cursor from ``first`` (as read) to ``to``, unless it moved meanwhile."""
@@ -165,7 +165,9 @@ class FollowOns(Reads):
             Update(r.bundle_key(bundle.bundle_id), [
                 *status(r.bundle_status(BundleState.LAUNCHED), t),
                 Set("attempt", bundle.attempt + 1), Set("task_arn", task_arn),
-                Set("task_definition", revision), Remove("launch_id"), Remove("slots")],
+                Set("task_definition", revision), Remove("launch_id"),
+                # One job at a time after an ambiguous stop (a settle's ``serial``) stays so.
+                Set("slots", 1) if bundle.slots == 1 else Remove("slots")],
                 And(Eq("state", str(BundleState.PENDING)), Eq("attempt", bundle.attempt))),
             Update(r.task_key(task_arn), [Set("bundle_id", bundle.bundle_id),
                                           Remove("expires_at"),
@@ -189,7 +191,8 @@ class FollowOns(Reads):
             return False
         bundle.state, bundle.attempt, bundle.task_arn = BundleState.LAUNCHED, \
             bundle.attempt + 1, task_arn
-        bundle.task_definition, bundle.launch_id, bundle.slots = revision, None, 0
+        bundle.task_definition, bundle.launch_id = revision, None
+        bundle.slots = 1 if bundle.slots == 1 else 0
         bundle.updated_at = t
         return True
 

@@ -146,6 +146,17 @@ def test_a_follow_on_the_tick_launched_is_skipped(store: Store) -> None:
     assert other is not None and other.task_arn == "arn:task/other" and other.attempt == 1
 
 
+def test_a_follow_on_to_run_one_job_at_a_time_is_taken_so(store: Store) -> None:
+    """A follow-on the tick launched, whose task's ambiguous stop settled it to run one job at a
+    time (``slots`` 1), keeps that when a runner takes it."""
+    follow_ons(store, 1)
+    store.table.write(Update(r.bundle_key(follow_on_id(BATCH, 0)), [Set("slots", 1)]))
+    tick(store)
+    took = store.take_follow_on(first_wave(store), "arn:task/1").bundle
+    got = store.get_bundle(follow_on_id(BATCH, 0))
+    assert took is not None and took.slots == 1 and got is not None and got.slots == 1
+
+
 def test_a_revision_the_last_tick_did_not_launch_takes_nothing(store: Store) -> None:
     follow_ons(store, 1)
     tick(store, "fam:2")  # the last tick launched another revision

@@ -78,6 +78,20 @@ def test_small_backlogs_scheduled_jobs_and_a_setting_of_0_make_no_follow_ons() -
         assert all(b.batch is None for b in tw.bundles()), (env, extra, n)
 
 
+def test_a_job_that_needs_a_slot_of_its_own_ends_a_drain_cutting_follow_ons() -> None:
+    """As without follow-ons: once a job no slot can take waits in the table, the drain
+    receives no more (it would only record them to wait, one bundle each)."""
+    tw = Twins()
+    ids = backlog(tw, 600)
+    tw.client().submit_many([{"kind": "k", "payload": {}, "job_id": f"long{i}",
+                              "estimated_seconds": 3600.0} for i in range(30)])
+    report = tw.stages(**ENV).tick.tick()
+    # The receives already in flight when the first came are admitted too (to wait), as
+    # they were before follow-ons; the rest stay in the queue.
+    assert report.intake.follow_ons > 0 and report.intake.admitted >= len(ids) + 1
+    assert 1 <= report.intake.waiting < 30 and tw.queue_counts()[0] == 30 - report.intake.waiting
+
+
 def test_a_task_that_ran_follow_ons_reports_all_their_jobs_when_it_stops() -> None:
     tw = Twins()
     backlog(tw, 600, max_attempts=1)  # j0000 fails for good (no retry keeps its bundle)
