@@ -66,3 +66,13 @@ def follow_on_id(batch: str, n: int) -> str:
     return f"{batch}-{n}"
 
 
+def first_wave_id(batch: str, n: int) -> str:
+    """The id of the ``n``-th bundle of ``batch`` launched for a free slot (not a follow-on)."""
+    return f"{batch}-w{n}"
+
+
+def batch_of(bundle_id: str) -> str | None:
+    """The batch a bundle is of, as its id says (other bundles' ids have no ``-``)."""
+    return bundle_id.rpartition("-")[0] or None
+
+

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
-from dispatcher.domain.bundles import Bundle, follow_on_id
+from dispatcher.domain.bundles import Bundle, first_wave_id, follow_on_id
 from dispatcher.domain.jobs import Job, Priority, Resources, new_id
 from dispatcher.domain.lifecycle import DEPENDENTS_HELD_AT
 from dispatcher.stages.policy import BundlePolicy
@@ -324,6 +324,9 @@ class Bundler:
             deferred = True
             self.follow_ons += 1
             self._sizes[bundle_id] = self._follow_on_size()
+        elif batch:  # its id names its batch too (the tick tells the batches running by it)
+            batch_id = self._batches.setdefault(shape, new_id())
+            bundle_id = first_wave_id(batch_id, self.opened)
         bundle = Bundle(bundle_id=bundle_id, job_ids=[], priority=job.priority,
                         resources=job.resources, created_at=self._at,
                         next_attempt_at=shape[2] if shape[2] is not None else self._at)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import threading
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
@@ -171,6 +172,10 @@ class _Saved:
     item: Any  # a deep copy of the item as it was, or None if there was none
 
 
+# moto's backends are one per process (the server's threads share them): so is this lock.
+_ONE_TRANSACTION = threading.Lock()
+
+
 class _Journal:
     """What a transaction changed, item by item, so that a rollback can put it back."""
 
@@ -221,7 +226,15 @@ class _Journal:
 
 
 def _transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
-    """moto 5.2's DynamoDBBackend.transact_write_items, with a per-item rollback journal."""
+    """moto 5.2's DynamoDBBackend.transact_write_items, with a per-item rollback journal, one
+    transaction at a time: the server answers each request on a thread of its own, and two
+    transactions interleaved could each see the other's half-done writes (DynamoDB isolates
+    them: https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html#transaction-isolation)."""
+    with _ONE_TRANSACTION:
+        _transact_write_items_alone(self, transact_items)
+
+
+def _transact_write_items_alone(self: Any, transact_items: list[dict[str, Any]]) -> None:
     from moto.dynamodb.comparisons import get_filter_expression
     from moto.dynamodb.exceptions import (
         ConditionalCheckFailed,

@@ -14,6 +14,7 @@ import datetime
 import json
 import os
 import random
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -322,6 +323,39 @@ def test_the_patch_does_what_motos_own_transactions_do(range_key: bool) -> None:
     # the run covered every path
     assert outcomes >= {"committed", "TransactionCanceledException",
                         "MultipleTransactionsException", "MockValidationException"}
+
+
+def test_concurrent_transactions_never_undo_each_others_writes() -> None:
+    """The server answers each request on a thread of its own. Each transaction adds 1 to a
+    counter and checks an item that exists for half of them: a cancelled one puts back what
+    it saved of the counter, which must never undo a transaction committed meanwhile (two
+    interleaved did: a follow-on's take, committed, undone by another's rollback)."""
+    backend = _backend(False)
+    backend.put_item("t", _item("COUNT", False, "X", "t0"))
+    backend.put_item("t", _item("THERE", False, "X", "t0"))
+    committed: list[int] = []
+
+    def worker(n: int) -> None:
+        for i in range(40):
+            check = "THERE" if (n + i) % 2 else "ABSENT"
+            try:
+                moto_patch._transact_write_items(backend, [
+                    {"Update": {"TableName": "t", "Key": {"pk": {"S": "COUNT"}},
+                                "UpdateExpression": "ADD n :one",
+                                "ExpressionAttributeValues": {":one": {"N": "1"}}}},
+                    {"ConditionCheck": {"TableName": "t", "Key": {"pk": {"S": check}},
+                                        "ConditionExpression": "attribute_exists(pk)"}}])
+            except Exception:  # cancelled: the check failed
+                continue
+            committed.append(1)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    count = backend.get_item("t", {"pk": {"S": "COUNT"}}).attrs["n"].value
+    assert len(committed) == 160 and int(count) == 1 + len(committed)
 
 
 # -- cost: copies of what the transaction touches, not of the table --------------------------------

@@ -14,6 +14,7 @@ from dispatcher.stages.rerun import StopResult
 from job_runner.kinds import HandlerRegistry
 from job_runner.worker import Worker
 from tests.twins import Twins
+from tests.twins.test_array_jobs import run_bundle
 
 CONCURRENCY = 4
 SLOTS = 3
@@ -51,10 +52,11 @@ def test_a_backlog_over_the_slots_is_cut_into_follow_ons_that_the_first_tasks_ru
     report = tw.stages(**ENV).tick.tick()
     assert report.launch.bundles_launched == SLOTS and report.intake.admitted == 600
     bundles = tw.bundles()
-    follow = sorted((b for b in bundles if b.bundle_id.startswith(f"{b.batch}-")),
+    follow = sorted((b for b in bundles if b.bundle_id.rsplit("-", 1)[1].isdigit()),
                     key=lambda b: int(b.bundle_id.rsplit("-", 1)[1]))
     first = [b for b in bundles if b not in follow]
     assert len(first) == SLOTS and {len(b.job_ids) for b in first} == {40}
+    assert all(b.bundle_id.startswith(f"{b.batch}-w") for b in first)  # they name it too
     assert {b.batch for b in bundles} == {first[0].batch} and first[0].batch is not None
     assert all(b.state == BundleState.PENDING for b in follow)
     sizes = [len(b.job_ids) for b in follow]
@@ -66,6 +68,26 @@ def test_a_backlog_over_the_slots_is_cut_into_follow_ons_that_the_first_tasks_ru
     assert sorted(ran) == ids  # three tasks, every job once
     assert len(tw.launcher.tasks) == SLOTS
     assert {b.state for b in tw.bundles()} == {BundleState.DONE}
+
+
+def test_the_tick_leaves_a_batchs_follow_ons_to_its_tasks_while_any_runs() -> None:
+    """A slot seems free while a task is between two bundles (its DONE written, its take not
+    yet): the tick launches no follow-on of a batch any of whose bundles is active, or the
+    slots would be exceeded; once none is, it launches them as any due bundle."""
+    tw = Twins()
+    backlog(tw, 600)
+    stages = tw.stages(**ENV)
+    stages.tick.tick()
+    arns = tw.task_arns()
+    for n, arn in enumerate(arns):
+        bundle = tw.store.bundle_for_task(arn)
+        assert bundle is not None
+        run_bundle(tw, bundle, arn, lambda job: JobState.SUCCEEDED, None)  # DONE, no take
+        tw.clock.advance(60)
+        report = stages.tick.tick()
+        last = n == len(arns) - 1
+        assert report.capacity == n + 1
+        assert report.launch.bundles_launched == (SLOTS if last else 0), (n, report.launch)
 
 
 def test_small_backlogs_scheduled_jobs_and_a_setting_of_0_make_no_follow_ons() -> None:
