@@ -23,8 +23,8 @@ Given the drain's clock and the backlog, each bundle's share is *tapered* instea
 run while the drain admitted the bundles before it, so that all the tasks end together.
 
 The taper cannot know when each task will start (Fargate takes 30-60 s, drawn anew for each),
-so with ``follow_on_seconds`` set a drain whose share per slot is worth at least two bundles of
-that many seconds of a task's time cuts its backlog into such bundles instead: one per free
+so with ``follow_on_seconds`` set a drain whose share per slot is worth at least four bundles
+of that many seconds of a task's time cuts its backlog into such bundles instead: one per free
 slot, launched as they fill (all of them within seconds), and the rest *follow-ons* of the
 drain's batch (one batch per shape), recorded PENDING and due, which the runners take in
 order as their bundles end (:mod:`dispatcher.store.follow_ons`). A task that starts early
@@ -52,9 +52,13 @@ Shape = tuple[Priority, Resources, float | None, str | None]
 
 # Rounds of a task's concurrency an even share must hold before bundles are tapered.
 TAPER_ROUNDS = 4
-# Rounds of a task's concurrency the last follow-ons of a drain hold, at least: what the tasks'
-# ends may differ by, against a take's calls (about five) for each follow-on.
-TAIL_ROUNDS = 2
+# Seconds of a task's time the last follow-ons of a drain hold, at least (in whole rounds of
+# its concurrency, one at least): about what the tasks' ends may differ by, against a take's
+# calls (four) for each follow-on.
+TAIL_SECONDS = 5.0
+# Follow-ons a share per slot must be worth: fewer gain less from them (the start draws they
+# even out) than the rounding of their last ones costs (a round of long jobs is long).
+FOLLOW_ON_SHARES = 4
 
 
 def tapered_share(remaining: int, slots: int, admit_rate: float, task_rate: float) -> int:
@@ -122,6 +126,7 @@ class Bundler:
         self._batches: dict[Shape, str] = {}
         self._next_follow: dict[Shape, int] = {}
         self._sizes: dict[str, int] = {}  # each follow-on's jobs (see _follow_on_size)
+        self._tail = self._policy.task_concurrency  # the last follow-ons' jobs, at least
         self.follow_ons = 0  # follow-ons opened
 
     def is_small(self, job: Job) -> bool:
@@ -152,26 +157,27 @@ class Bundler:
 
     def _decide(self, job: Job) -> None:
         """Whether this drain's bundles follow on, decided once, at its first small job: they
-        do when the even share is worth two follow-ons or more, each of whole rounds of a
-        task's jobs worth ``follow_on_seconds`` at that job's estimate."""
+        do when the even share is worth ``FOLLOW_ON_SHARES`` follow-ons or more, each of whole
+        rounds of a task's jobs worth ``follow_on_seconds`` at that job's estimate."""
         est = job.estimated_seconds
         if self._follow is not None or not self.is_small(job) or not est or est <= 0:
             return
         follow_seconds = self._policy.follow_on_seconds
         per_round = self._policy.task_concurrency
         per = per_round * max(1, round(follow_seconds / est))
+        self._tail = per_round * max(1, round(TAIL_SECONDS / est))
         self._follow = per if follow_seconds > 0 and self._target is not None \
-            and self._backlog is not None and self._target >= 2 * per else 0
+            and self._backlog is not None and self._target >= FOLLOW_ON_SHARES * per else 0
 
     def _follow_on_size(self) -> int:
         """Jobs for the next follow-on: ``follow_on_seconds``' worth while much is left; as
         the drain's backlog runs out, what is left per slot (each task's share of what none
-        has taken), down to ``TAIL_ROUNDS`` rounds of a task's jobs, so the tasks' last
-        follow-ons end within a few rounds of each other instead of a whole follow-on."""
+        has taken), down to ``TAIL_SECONDS`` of a task's time (a round at least), so the
+        tasks' last follow-ons end within seconds of each other, not a whole follow-on."""
         per_round = self._policy.task_concurrency
         left = min(self._backlog or 0, self._admits()) - self._seen
         share = left // max(1, self.capacity)
-        return max(min(self._follow_on(), TAIL_ROUNDS * per_round),
+        return max(min(self._follow_on(), self._tail),
                    min(self._follow_on(), per_round * (share // per_round)))
 
     @property

@@ -20,9 +20,10 @@ A take is one transaction of four or five items:
   reconciliation settle whatever bundle the task runs at its end, and the pointer adds up how
   the runner ended the jobs of the bundles before (:class:`JobOutcomes`), which the stop
   reports with the last bundle's (its metrics count every job the task ran, at no read);
-- the batch's cursor (``BATCH#<batch>``), moved past it on condition that it is where it was
-  read, so two takers never write over each other (the loser reads again; the follow-on's own
-  condition, PENDING at its attempt, is what keeps it from two tasks);
+- the batch's cursor (``BATCH#<batch>``), moved to the first follow-on still PENDING as read:
+  a hint of where to look, not a lock (the follow-on's own condition, PENDING at its attempt,
+  is what keeps it from two tasks; a taker that lost one to another goes for one of the
+  first few, by its task, so that they seldom collide again);
 - a check that the last tick launched on the taker's revision (``task_definition`` on
   ``TICK#summary``), and a check that the deployment record (``DEPLOY#current``) is at the
   version that tick decided on: a deploy ends the takes at once (a stack update that changes
@@ -42,7 +43,7 @@ exits at once.
 
 from __future__ import annotations
 
-import contextlib
+import zlib
 from dataclasses import dataclass
 
 from dispatcher.domain import lifecycle
@@ -53,10 +54,7 @@ from dispatcher.ports.table import (
     Add,
     And,
     Check,
-    Condition,
-    ConditionFailed,
     Eq,
-    Lacks,
     Op,
     Record,
     Remove,
@@ -70,8 +68,10 @@ from dispatcher.store.values import JobOutcomes
 
 # Follow-ons read at once past the cursor (one BatchGetItem holds up to 100 keys).
 LOOKAHEAD = 10
-# Takes tried again when another taker moved the cursor or took the follow-on first.
-TAKE_TRIES = 5
+# Takes tried again when another taker took the follow-on first.
+TAKE_TRIES = 10
+# Takers choose among this many of the first PENDING follow-ons (see take_follow_on).
+SPREAD = 8
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class FollowOns(Reads):
         if batch is None or revision is None:
             return Take(None)
         ended = ended or JobOutcomes()
-        for _ in range(TAKE_TRIES):
+        for tries in range(TAKE_TRIES):
             # The last tick's word and the cursor, in one read.
             read = {rec.pk: rec for rec in self.table.get_many([r.TICK_KEY,
                                                                  r.batch_key(batch)])}
@@ -115,8 +115,14 @@ class FollowOns(Reads):
             ids = [follow_on_id(batch, n) for n in range(first, end)]
             found = {rec.pk: rec for rec in self.table.get_many([r.bundle_key(i) for i in ids])}
             recs = [found.get(r.bundle_key(i)) for i in ids]
-            pick = next((n for n, rec in enumerate(recs)
-                         if rec is not None and rec.state == str(BundleState.PENDING)), None)
+            pending = [n for n, rec in enumerate(recs)
+                       if rec is not None and rec.state == str(BundleState.PENDING)]
+            # The first PENDING (they shrink as the batch runs out: taken in order, the tasks
+            # end together); after a take lost to another taker (a batch's tasks end their
+            # bundles together), one of the first SPREAD by this task, so that they seldom
+            # want the same one again.
+            spread = min(SPREAD, len(pending)) if tries else 1
+            pick = pending[zlib.crc32(task_arn.encode()) % spread] if pending else None
             if pick is None:
                 # Those not PENDING were taken or launched; one missing or RECORDING is not
                 # recorded yet, or never will be (its recording failed) once the batch's end
@@ -126,35 +132,31 @@ class FollowOns(Reads):
                 upto = len(ids) if last is not None else seen[-1] + 1 if seen else 0
                 if not upto:
                     return Take(None, later=True)
-                self._move(batch, cursor, first, first + upto)
-                continue  # read again, whoever moved the cursor
+                self.table.write(self._cursor(batch, first + upto))
+                continue  # read again
             rec = recs[pick]
             assert rec is not None
             bundle = r.record_bundle(rec)
             if bundle.kind in limited:  # a limit set since it was recorded: the tick counts it
                 return Take(None)
             try:
-                if self._take(bundle, done, task_arn, tick, cursor, (first, first + pick + 1),
-                              ended):
+                # The cursor: to the first still PENDING as read, this one taken.
+                to = first + next((n for n in pending if n != pick), len(ids))
+                if self._take(bundle, done, task_arn, tick, batch, to, ended):
                     return Take(bundle)
             except _Refused:
                 return Take(None)
         return Take(None, later=True)  # other takers kept coming first: look again shortly
 
-    def _move(self, batch: str, cursor: Record | None, first: int, to: int) -> None:
-        """The cursor from ``first`` (as read) to ``to``, unless it moved meanwhile."""
-        with contextlib.suppress(ConditionFailed):
-            self.table.write(self._cursor(batch, cursor, first, to))
+    def _cursor(self, batch: str, to: int) -> Update:
+        """The cursor to ``to``: every follow-on below it was seen taken or launched. Not
+        conditioned on where it was: takers never wait for each other on it (only the
+        follow-on's own condition keeps it from two); one that read earlier may move it back
+        a little, which costs a later taker a look at a few taken ones, never a follow-on."""
+        return Update(r.batch_key(batch), [Set("batch_next", to), *self._expires(self.clock())])
 
-    def _cursor(self, batch: str, cursor: Record | None, first: int, to: int) -> Update:
-        # Not moved yet: no item (no drain's end written yet) or none on it.
-        where: Condition = Eq("batch_next", first) if cursor is not None and \
-            cursor.batch_next is not None else Lacks("batch_next")
-        return Update(r.batch_key(batch), [Set("batch_next", to), *self._expires(self.clock())],
-                      where)
-
-    def _take(self, bundle: Bundle, done: Bundle, task_arn: str, tick: Record,
-              cursor: Record | None, moves: tuple[int, int], ended: JobOutcomes) -> bool:
+    def _take(self, bundle: Bundle, done: Bundle, task_arn: str, tick: Record, batch: str,
+              to: int, ended: JobOutcomes) -> bool:
         """The take's transaction: True if it committed (``bundle`` is then as written);
         False if another taker or a launch came first (read again); _Refused if this task
         may take no more: its pointer moved on, or the tick launches another revision."""
@@ -174,7 +176,7 @@ class FollowOns(Reads):
                                           Add("ran_succeeded", ended.succeeded),
                                           Add("ran_failed", ended.failed)],
                    Eq("bundle_id", done.bundle_id)),
-            self._cursor(bundle.batch or "", cursor, *moves),
+            self._cursor(batch, to),
             Check(r.TICK_KEY, Eq("task_definition", revision)),
         ]
         # The deployment record as the tick found it: none (version 0), or at its version;
@@ -186,7 +188,7 @@ class FollowOns(Reads):
         try:
             self._transact_retrying(ops)
         except TransactionCancelled as exc:
-            if exc.failed_conditions() & {1, 3, 4}:
+            if exc.failed_conditions() & {1, 2, 3, 4}:  # not the cursor (no condition)
                 raise _Refused from None
             return False
         bundle.state, bundle.attempt, bundle.task_arn = BundleState.LAUNCHED, \

@@ -172,8 +172,12 @@ class _Saved:
     item: Any  # a deep copy of the item as it was, or None if there was none
 
 
-# moto's backends are one per process (the server's threads share them): so is this lock.
-_ONE_TRANSACTION = threading.Lock()
+# moto's backends are one per process (the server's threads share them): so is this lock. It
+# is held by each patched transaction and each single-item write (re-entrant: a transaction
+# writes through those), so a transaction's rollback never puts an item back over a write
+# made meanwhile (DynamoDB refuses such a write with TransactionConflict instead).
+_ONE_TRANSACTION = threading.RLock()
+_SINGLE_WRITES = ("put_item", "update_item", "delete_item")
 
 
 class _Journal:
@@ -337,7 +341,19 @@ def patch_transactions() -> bool:
     if DynamoDBBackend.transact_write_items is not _transact_write_items:
         _moto_transact_write_items = DynamoDBBackend.transact_write_items
         DynamoDBBackend.transact_write_items = _transact_write_items  # type: ignore[method-assign]
+        for name in _SINGLE_WRITES:
+            setattr(DynamoDBBackend, name, _one_at_a_time(getattr(DynamoDBBackend, name)))
     return True
+
+
+def _one_at_a_time(write: Any) -> Any:
+    """``write`` (a DynamoDBBackend method) under the lock the patched transactions hold."""
+    def locked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with _ONE_TRANSACTION:
+            return write(self, *args, **kwargs)
+
+    locked.__wrapped__ = write  # type: ignore[attr-defined]
+    return locked
 
 
 def moto_transact_write_items() -> Any:

@@ -229,7 +229,7 @@ def test_a_runner_takes_the_follow_ons_of_its_batch_after_its_bundle(
         store = open_store(env.cfg.table)
         ids = JobClient().submit_many([{"kind": "echo", "payload": {"n": i},
                                         "job_id": f"f{i}", "estimated_seconds": 0.1}
-                                       for i in range(60)])
+                                       for i in range(100)])
         env.tick()  # one tick: every later bundle is the running tasks' to take
         wait_for(lambda: all(state(store, i) == JobState.SUCCEEDED for i in ids))
         wait_for(lambda: all(t.exit is not None for t in env.launcher.tasks.values()))

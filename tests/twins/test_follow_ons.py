@@ -9,7 +9,7 @@ from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.stops import StopCode, TaskStop
 from dispatcher.ops.metrics import stop_blob
-from dispatcher.stages.bundle import TAIL_ROUNDS
+from dispatcher.stages.bundle import TAIL_SECONDS
 from dispatcher.stages.rerun import StopResult
 from job_runner.kinds import HandlerRegistry
 from job_runner.worker import Worker
@@ -61,7 +61,7 @@ def test_a_backlog_over_the_slots_is_cut_into_follow_ons_that_the_first_tasks_ru
     assert all(b.state == BundleState.PENDING for b in follow)
     sizes = [len(b.job_ids) for b in follow]
     assert sizes[0] == 40 and sizes == sorted(sizes, reverse=True)  # smaller as it runs out
-    assert min(sizes[:-1]) >= TAIL_ROUNDS * CONCURRENCY  # the last holds what is left
+    assert min(sizes[:-1]) >= TAIL_SECONDS * CONCURRENCY  # 1 s jobs; the last: what is left
     ran: list[str] = []
     for arn in tw.task_arns():
         ran += run(tw, arn)
@@ -92,7 +92,7 @@ def test_the_tick_leaves_a_batchs_follow_ons_to_its_tasks_while_any_runs() -> No
 
 def test_small_backlogs_scheduled_jobs_and_a_setting_of_0_make_no_follow_ons() -> None:
     for env, extra, n in [({**ENV, "LONGJOBS_FOLLOW_ON_SECONDS": "0"}, {}, 600),
-                          (ENV, {}, 200),  # 67 a slot: under two follow-ons each
+                          (ENV, {}, 400),  # 133 a slot: under four follow-ons each
                           (ENV, {"not_before": 1_700_000_000.0 + 3600}, 600)]:
         tw = Twins()
         backlog(tw, n, **extra)

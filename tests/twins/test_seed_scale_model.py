@@ -11,10 +11,10 @@ from dispatcher.testing.batch_model import BatchModel, Shape, job_states
 from dispatcher.testing.virtual_time import VirtualClock, VirtualPool, virtual_wait
 
 # 1,500 jobs of 2 s on 4 tasks x 10: 75 s of work a task; a fixed start so the end times'
-# spread is the dispatcher's alone. Follow-ons of 20 s (dispatcher/store/follow_ons.py): each
-# share is worth almost four of them (at the default 45 s a batch this small has none).
+# spread is the dispatcher's alone. Follow-ons of 15 s (dispatcher/store/follow_ons.py): each
+# share is worth more than four of them (at the default 45 s a batch this small has none).
 SHAPE = Shape(jobs=1_500, seconds=2.0, tasks=4, concurrency=10, start=(30.0, 30.0),
-              settings={"LONGJOBS_FOLLOW_ON_SECONDS": "20"})
+              settings={"LONGJOBS_FOLLOW_ON_SECONDS": "15"})
 
 
 @pytest.fixture(scope="module")

@@ -223,7 +223,7 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
             self.budget.setdefault(j["job_id"], j["max_attempts"] + MAX_INFRA_ATTEMPTS
                                    + LAUNCH_SLACK)
 
-    @rule(copies=st.sampled_from([20, 40]), nature=st.sampled_from(NATURES))
+    @rule(copies=st.sampled_from([40, 100]), nature=st.sampled_from(NATURES))
     def burst(self, copies: int, nature: str) -> None:
         """Small jobs, more than the slots take at once: cut into follow-ons that the runners
         take as their bundles end (dispatcher/store/follow_ons.py)."""
