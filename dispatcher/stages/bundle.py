@@ -164,8 +164,11 @@ class Bundler:
             return
         follow_seconds = self._policy.follow_on_seconds
         per_round = self._policy.task_concurrency
-        per = per_round * max(1, round(follow_seconds / est))
-        self._tail = per_round * max(1, round(TAIL_SECONDS / est))
+        # No bundle holds more than this: bounds the count of an estimate near 0 (messages
+        # carry 0.001 s at least; a Job made otherwise may not).
+        cap = self._policy.bundle_max_jobs
+        per = per_round * max(1, round(min(follow_seconds / est, cap)))
+        self._tail = per_round * max(1, round(min(TAIL_SECONDS / est, cap)))
         self._follow = per if follow_seconds > 0 and self._target is not None \
             and self._backlog is not None and self._target >= FOLLOW_ON_SHARES * per else 0
 
