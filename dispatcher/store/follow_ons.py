@@ -140,8 +140,9 @@ class FollowOns(Reads):
             if bundle.kind in limited:  # a limit set since it was recorded: the tick counts it
                 return Take(None)
             try:
-                # The cursor: to the first still PENDING as read, this one taken.
-                to = first + next((n for n in pending if n != pick), len(ids))
+                # The cursor: to the first still PENDING as read, this one taken; with none,
+                # just past this one (those after it may not be recorded yet).
+                to = first + next((n for n in pending if n != pick), pick + 1)
                 if self._take(bundle, done, task_arn, tick, batch, to, ended):
                     return Take(bundle)
             except _Refused:

@@ -95,6 +95,20 @@ def test_a_runner_takes_its_batch_follow_ons_one_after_another_then_stops_at_the
     assert {j.state for j in store.get_jobs(["w1-j", "f0", "f1"])} == {JobState.SUCCEEDED}
 
 
+def test_a_follow_on_recorded_after_the_last_one_taken_is_still_found(store: Store) -> None:
+    """The drain records follow-ons as it admits: the cursor moves past what was taken, not
+    past those not recorded yet."""
+    follow_ons(store, 1)
+    tick(store)
+    done = first_wave(store)
+    took = store.take_follow_on(done, "arn:task/1").bundle
+    assert took is not None and took.bundle_id == follow_on_id(BATCH, 0)
+    record(store, follow_on_id(BATCH, 1), "f1")  # recorded only now
+    done = run_to_done(store, took, "arn:task/1")
+    again = store.take_follow_on(done, "arn:task/1").bundle
+    assert again is not None and again.bundle_id == follow_on_id(BATCH, 1)
+
+
 def test_two_runners_never_take_one_follow_on_and_the_cursor_passes_none_left(
         store: Store) -> None:
     follow_ons(store, 3)
