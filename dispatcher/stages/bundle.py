@@ -26,11 +26,11 @@ The taper cannot know when each task will start (Fargate takes 30-60 s, drawn an
 so with ``follow_on_seconds`` set a drain whose share per slot is worth at least four bundles
 of that many seconds of a task's time cuts its backlog into such bundles instead: one per free
 slot, launched as they fill (all of them within seconds), and the rest *follow-ons* of the
-drain's batch (one batch per shape), recorded PENDING and due, which the runners take in
-order as their bundles end (:mod:`dispatcher.store.follow_ons`). A task that starts early
-runs more of them; the tasks end within about one follow-on of each other. Only small jobs of
-a shape that is neither scheduled nor of a limited kind follow on; the drain admits no more
-than without them (the slots' even shares, up to the work limit each).
+drain's batch (one batch per shape), recorded PENDING and due, smaller as the backlog runs out,
+which the runners take about in order as their bundles end (:mod:`dispatcher.store.follow_ons`).
+A task that starts early runs more of them; the tasks end within seconds of each other.
+Only small jobs of a shape that is neither scheduled nor of a limited kind follow on; the drain
+admits no more than without them (the slots' even shares, up to the work limit each).
 """
 
 from __future__ import annotations
@@ -127,7 +127,6 @@ class Bundler:
         self._next_follow: dict[Shape, int] = {}
         self._sizes: dict[str, int] = {}  # each follow-on's jobs (see _follow_on_size)
         self._tail = self._policy.task_concurrency  # the last follow-ons' jobs, at least
-        self.follow_ons = 0  # follow-ons opened
 
     def is_small(self, job: Job) -> bool:
         """Bundled with others: a small job that waits for no other (one that does is held in
@@ -331,7 +330,6 @@ class Bundler:
             self._next_follow[shape] = n + 1
             bundle_id = follow_on_id(batch_id, n)
             deferred = True
-            self.follow_ons += 1
             self._sizes[bundle_id] = self._follow_on_size()
         elif batch:  # its id names its batch too (the tick tells the batches running by it)
             batch_id = self._batches.setdefault(shape, new_id())
@@ -340,7 +338,7 @@ class Bundler:
                         resources=job.resources, created_at=self._at,
                         next_attempt_at=shape[2] if shape[2] is not None else self._at)
         if batch:
-            bundle.batch = self._batches.setdefault(shape, new_id())
+            bundle.batch = batch_id
         if shape[3] is not None:
             bundle.kind = shape[3]
         if deferred:
@@ -382,6 +380,7 @@ class Bundler:
         (:func:`dispatcher.stages.launch.launch_slots`); one of several kinds cannot say."""
         out, self._closed = self._closed, []
         for bundle in out:
+            self._sizes.pop(bundle.bundle_id, None)
             kind = self._one_kind.pop(bundle.bundle_id, None)
             if bundle.kind is None and kind:
                 bundle.kind = kind

@@ -28,6 +28,7 @@ from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import TableUnavailable
 from dispatcher.stages.admit import Admission
 from dispatcher.stages.admitted import AdmissionStats
+from dispatcher.stages.bundle import FOLLOW_ON_SHARES
 from dispatcher.stages.fanout import ArrayStats, ArrayTally
 from dispatcher.stages.handoff import (
     LONG_POLL_SECONDS,
@@ -165,10 +166,10 @@ class Tick:
         running = {batch_of(b.bundle_id) for b in active if b.bundle_id not in freed} - {None}
         waiting = [b for b in waiting if batch_of(b.bundle_id) not in running]
         visible = self._admission.backlog() if d.capacity > 0 else {}
-        if d.capacity > 0 and sum(visible.values()) >= 2 * d.capacity:
-            # A backlog that may be cut into follow-ons (two a slot at least): their runners
-            # take them only on the revision the tick launches (its summary says so at its
-            # end; a runner may look before).
+        if d.capacity > 0 and sum(visible.values()) >= FOLLOW_ON_SHARES * d.capacity:
+            # A backlog that may be cut into follow-ons (a few a slot at least): their
+            # runners take them only on the revision the tick launches (its summary says so
+            # at its end; a runner may look before).
             try:
                 self._store.save_tick_revision(d.task_definition,
                                                self._revisions.pinned_version)

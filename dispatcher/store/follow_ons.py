@@ -150,7 +150,8 @@ class FollowOns(Reads):
         return Take(None, later=True)  # other takers kept coming first: look again shortly
 
     def _cursor(self, batch: str, to: int) -> Update:
-        """The cursor to ``to``: every follow-on below it was seen taken or launched. Not
+        """The cursor to ``to``: the follow-ons below it were seen taken or launched (or not
+        recorded yet while a later one was ready: the tick launches those). Not
         conditioned on where it was: takers never wait for each other on it (only the
         follow-on's own condition keeps it from two); one that read earlier may move it back
         a little, which costs a later taker a look at a few taken ones, never a follow-on."""
@@ -189,7 +190,7 @@ class FollowOns(Reads):
         try:
             self._transact_retrying(ops)
         except TransactionCancelled as exc:
-            if exc.failed_conditions() & {1, 2, 3, 4}:  # not the cursor (no condition)
+            if exc.failed_conditions() & {1, 3, 4}:  # the pointer, the tick, the deployment
                 raise _Refused from None
             return False
         bundle.state, bundle.attempt, bundle.task_arn = BundleState.LAUNCHED, \
