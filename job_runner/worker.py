@@ -53,7 +53,6 @@ from dispatcher.domain.errors import ConflictError, HandedJobs, Interrupted, Lon
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.settings import Config
 from dispatcher.store import Fence, RunnerStore
-from dispatcher.store.values import JobOutcomes
 from job_runner.context import JobContext
 from job_runner.executor import POLL_SECONDS, Executor, Signals
 from job_runner.joblog import running
@@ -84,6 +83,7 @@ class Worker:
         self.lost = threading.Event()  # a newer attempt owns the bundle: write nothing more
         self.abandoned = threading.Event()  # a handler outlived its grace: start nothing more
         self.gave_back = threading.Event()  # a job was given back (interrupted): see _run_jobs
+        self._ending = threading.Event()  # the bundle's ending writes are under way
         self.cancel_requested: set[str] = set()
         # The live run of each job whose handler runs now: its cancellation, and the only
         # context whose checkpoints are written. Changed under _changed; read without it by
@@ -146,26 +146,31 @@ class Worker:
             return 0
         try:
             while bundle is not None:
-                ended = self._run_bundle(bundle)
-                bundle = self._follow_on(*ended) if ended is not None else None
+                bundle = self._run_bundle(bundle)
         finally:
             self.stopping.set()
             self.executor.close()
         return 0
 
-    def _follow_on(self, done: Bundle, outcomes: JobOutcomes) -> Bundle | None:
-        """The next follow-on of ``done``'s batch, taken onto this task (see
-        dispatcher.store.follow_ons), or None: the task then exits. One not recorded yet is
-        looked for again for up to FOLLOW_ON_WAIT_SECONDS. ``outcomes``: how this run ended
-        ``done``'s jobs (its task's stop reports them)."""
-        if done.batch is None:
+    def _follow_on(self, done: Bundle, fence: Fence, writes: Writes) -> Bundle | None:
+        """End ``done`` (its results written, itself RUNNING) DONE and take its batch's next
+        follow-on onto this task, in one transaction (see dispatcher.store.follow_ons), or
+        None: the caller then ends ``done`` alone and the task exits. One not recorded yet
+        is looked for again for up to FOLLOW_ON_WAIT_SECONDS, ``done`` still RUNNING: the
+        task holds its slot. HandedJobs and ConflictError are raised as a last write's."""
+        if done.batch is None or writes.refused:
+            # A job the table refused may name this task as running it still: the task's
+            # stop, which settles only its last bundle, must be this one's.
             return None
         deadline = time.monotonic() + FOLLOW_ON_WAIT_SECONDS
         while not self.stopping.is_set():
             try:
-                take = self.store.take_follow_on(done, self.arn, outcomes)
-            except Exception as exc:  # its bundle is DONE: this task ends as it would have
-                log.warning("taking a follow-on failed; exiting",
+                take = self.store.end_and_take(fence, done, writes.outcomes(),
+                                               handed=len(self._handed))
+            except (HandedJobs, ConflictError):
+                raise
+            except Exception as exc:  # the bundle stays RUNNING: ended alone, then the exit
+                log.warning("taking a follow-on failed; ending the bundle",
                             extra={"error": f"{type(exc).__name__}: {exc}"})
                 return None
             if take.bundle is not None:
@@ -176,12 +181,9 @@ class Worker:
             self.stopping.wait(FOLLOW_ON_POLL_SECONDS)
         return None
 
-    def _run_bundle(self, bundle: Bundle) -> tuple[Bundle, JobOutcomes] | None:
-        """Claim and run one bundle LAUNCHED on this task; the bundle and how its jobs ended
-        if its run ended it DONE with every write taken (its batch's next follow-on may be
-        taken), else None (the task exits). A job whose update the table refused (failed as
-        overdue meanwhile) may name this task as running it still: the task's stop, which
-        reads only its last bundle, must be this bundle's."""
+    def _run_bundle(self, bundle: Bundle) -> Bundle | None:
+        """Claim and run one bundle LAUNCHED on this task; the follow-on of its batch taken
+        as it ended DONE (run it next), or None (the task exits)."""
         log.append_keys(bundle_id=bundle.bundle_id, attempt=bundle.attempt)
         fence = Fence(bundle.bundle_id, bundle.attempt, self.arn, pages=bundle.pages)
         try:
@@ -194,6 +196,7 @@ class Worker:
         self.cancel_requested.clear()
         self.cancel_requested |= claim.cancel_requested
         self._left.clear()
+        self._ending.clear()
         with self._changed:
             self._handed = list(bundle.handed_jobs)  # handed to an earlier run: in job_ids
             self._incoming = []
@@ -207,10 +210,10 @@ class Worker:
         over = threading.Event()  # this bundle's run is over: its heartbeat ends
         beat = threading.Thread(target=self._heartbeat, args=(fence, over), daemon=True)
         beat.start()
-        ended: BundleState | None = None
+        following: Bundle | None = None
         try:
             with writes:
-                ended = self._run_jobs(bundle, writes)
+                following = self._run_jobs(bundle, fence, writes)
         except ConflictError as exc:
             log.warning("lost the claim: %s; exiting without further writes", exc.reason)
         finally:
@@ -219,13 +222,12 @@ class Worker:
             # bundle's state is set up (it would find the fence moved on, or learn this
             # bundle's handed jobs as the next one's).
             beat.join()
-        if ended != BundleState.DONE or writes.refused:
-            return None
-        return bundle, writes.outcomes()
+        return following
 
-    def _run_jobs(self, bundle: Bundle, writes: Writes) -> BundleState | None:
-        """Run the bundle's jobs; the state its last write moved it to (None: it stays
-        RUNNING for the stop event to settle, or its claim was lost)."""
+    def _run_jobs(self, bundle: Bundle, fence: Fence, writes: Writes) -> Bundle | None:
+        """Run the bundle's jobs and end it: DONE, PENDING (a retry is due), or left RUNNING
+        for the stop event to settle (or its claim was lost). The follow-on taken as it ended
+        DONE, if one was (see :meth:`_follow_on`)."""
         schedule = Schedule(self.store.bundle_jobs(bundle), self.store.get_jobs)
         while True:
             try:
@@ -252,12 +254,19 @@ class Worker:
                 continue  # handed while the last jobs ran: run them first
             left = self._left - writes.refused
             target = BundleState.PENDING if writes.retrying or left else BundleState.DONE
+            self._ending.set()  # a beat that finds the bundle moved from now on: it ended
             try:
+                if target == BundleState.DONE and bundle.batch is not None:
+                    writes.flush()  # every result written, the bundle still holds the slot
+                    following = self._follow_on(bundle, fence, writes)
+                    if following is not None:
+                        return following
                 writes.flush(target, handed=len(self._handed))
             except HandedJobs as more:  # handed since the last heartbeat: run them, then end
+                self._ending.clear()
                 self.learn_handed(more.job_ids)
                 continue
-            return target
+            return None
 
     def learn_handed(self, job_ids: Sequence[str]) -> None:
         """Every job handed to the bundle so far (the list only grows): the new ones are
@@ -434,7 +443,8 @@ class Worker:
                 self.cancel_requested |= beat.cancel_requested
                 self.learn_handed(beat.handed)
             except ConflictError:
-                if over.is_set():  # it ended DONE meanwhile: no claim is lost
+                # It ended meanwhile (or its ending write finds the claim lost, and says so).
+                if over.is_set() or self._ending.is_set():
                     return
                 log.warning("heartbeat found the claim lost; stopping")
                 self.lost.set()

@@ -321,13 +321,15 @@ class SimTask:
                 left = self.left - self.writes.refused
                 target = BundleState.PENDING if self.writes.retrying or left \
                     else BundleState.DONE
-                self.writes.flush(target, handed=len(self.handed))
                 if target == BundleState.DONE and self.bundle is not None \
-                        and self.bundle.batch is not None and not self.writes.refused:
-                    self.phase = "following"  # Worker._follow_on
-                    self.follow_until = self.clock() + FOLLOW_ON_WAIT_SECONDS
-                    self.follow()
-                    return
+                        and self.bundle.batch is not None:
+                    self.writes.flush()  # the results: the take's transaction ends the bundle
+                    if not self.writes.refused:
+                        self.phase = "following"  # Worker._follow_on, the bundle RUNNING
+                        self.follow_until = self.clock() + FOLLOW_ON_WAIT_SECONDS
+                        self.follow()
+                        return
+                self.writes.flush(target, handed=len(self.handed))
         except HandedJobs as more:  # the process goes on: it runs them, then ends again
             self.learn_handed(more.job_ids)
             return
@@ -340,17 +342,25 @@ class SimTask:
         self.exit(0)
 
     def follow(self) -> None:
-        """Take the batch's next follow-on (then claim it, phase "new"), look again later
-        (none is recorded yet), or exit."""
-        assert self.bundle is not None
+        """End the bundle DONE with the batch's next follow-on taken (then claim it, phase
+        "new"), look again later (none is recorded yet: the bundle stays RUNNING), or end it
+        alone and exit."""
+        assert self.bundle is not None and self.writes is not None and self.fence is not None
         if self.stopping:
-            self.exit(0)
+            self.end_alone()
             return
         try:
-            assert self.writes is not None
-            take = self.store.take_follow_on(self.bundle, self.arn, self.writes.outcomes())
-        except Exception:
+            take = self.store.end_and_take(self.fence, self.bundle, self.writes.outcomes(),
+                                           handed=len(self.handed))
+        except HandedJobs as more:  # runs them, then ends again
+            self.phase = "running"
+            self.learn_handed(more.job_ids)
+            return
+        except ConflictError:
             self.exit(0)
+            return
+        except Exception:
+            self.end_alone()
             return
         if take.bundle is not None:
             self.phase = "new"
@@ -359,7 +369,24 @@ class SimTask:
             self.exhausted, self.handed = False, []
             return
         if not take.later or self.clock() >= self.follow_until:
+            self.end_alone()
+
+    def end_alone(self) -> None:
+        """The bundle's DONE write with no follow-on taken, then the exit (Worker._run_jobs)."""
+        assert self.writes is not None
+        try:
+            self.writes.flush(BundleState.DONE, handed=len(self.handed))
+        except HandedJobs as more:
+            self.phase = "running"
+            self.learn_handed(more.job_ids)
+            return
+        except ConflictError:
             self.exit(0)
+            return
+        except Exception:
+            self.exit(RUNNER_FAILED_EXIT)
+            return
+        self.exit(0)
 
     def sigterm(self) -> None:
         """ECS stops the task (a Spot interruption): every run is told to stop, nothing new

@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dispatcher.domain.bundles import Bundle, BundleState, batch_of
+from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.fairness import allocate
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.domain.waiting import TickSummary
@@ -159,12 +159,12 @@ class Tick:
         # Jobs of each limited kind running as the tick ends: as active, plus what it launches.
         kind_running = Counter({k: self._policy.kind_limits[k] - left
                                 for k, left in room.items()})
+        # A batch's follow-ons are due bundles as any other: its running tasks take them
+        # one after another, and a slot free beside them gets the oldest due (a follow-on
+        # given back to PENDING, one no task took, or any other due work) now, not when the
+        # batch ends. A task between two of its batch's bundles holds its slot: its take ends
+        # the one and launches the next in one transaction (dispatcher.store.follow_ons).
         waiting, blocked = self._due(d.capacity, room)
-        # A batch whose tasks still run takes its follow-ons itself; a slot that seems free
-        # meanwhile may be one of its tasks between two bundles (its DONE written, its take
-        # not yet): launching a follow-on there would run one task more than the limit.
-        running = {batch_of(b.bundle_id) for b in active if b.bundle_id not in freed} - {None}
-        waiting = [b for b in waiting if batch_of(b.bundle_id) not in running]
         visible = self._admission.backlog() if d.capacity > 0 else {}
         if d.capacity > 0 and sum(visible.values()) >= FOLLOW_ON_SHARES * d.capacity:
             # A backlog that may be cut into follow-ons (a few a slot at least): their

@@ -10,13 +10,20 @@ Fargate's start times nor the pacing of the launches decides when the batch ends
 start-up is paid once for many bundles. The tick launches a follow-on that no runner took (its
 tasks crashed, or ended for a deploy) as any due bundle.
 
-A take is one transaction of four or five items:
+A take is one transaction of five or six items (and the ended bundle's pages' expiry, where
+they fit):
 
+- the bundle the runner ended, RUNNING -> DONE on its fence (:meth:`RunnerStore.end_and_take
+  <dispatcher.store.runner.RunnerStore.end_and_take>`): a task holds one active bundle from its
+  launch to its exit, so the tick, which counts active bundles as running tasks, never sees a
+  task between two bundles as a free slot, and a take never runs a task past
+  ``LONGJOBS_MAX_RUNNING_TASKS``; the runner ends it alone (its pointer set to expire) when it
+  takes none;
 - the follow-on, PENDING -> LAUNCHED at its next attempt on the taker's task and revision, as a
   launch would have left it; the task claims it as it claims any launched bundle, so every
   write of its run carries that fence;
 - the task's pointer (``TASK#<arn>``), moved to it on condition that it still names the bundle
-  that ended (its expiry, set by that bundle's DONE write, removed): the task's stop event and
+  that ended: the task's stop event and
   reconciliation settle whatever bundle the task runs at its end, and the pointer adds up how
   the runner ended the jobs of the bundles before (:class:`JobOutcomes`), which the stop
   reports with the last bundle's (its metrics count every job the task ran, at no read);
@@ -44,6 +51,7 @@ exits at once.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dispatcher.domain import lifecycle
@@ -87,12 +95,20 @@ class FollowOns(Reads):
     """The runner's take of its batch's next follow-on."""
 
     def take_follow_on(self, done: Bundle, task_arn: str,
-                       ended: JobOutcomes | None = None) -> Take:
-        """Take the next PENDING follow-on of ``done``'s batch onto ``task_arn``, which has
-        just ended ``done`` (DONE) with ``ended`` (how its runner ended its jobs: added up
-        on the pointer for the task's stop to report). Take(None) when there is none to take:
-        not of a batch, the batch taken to its end, the pointer moved on, or the tick
-        launching another revision."""
+                       ended: JobOutcomes | None = None, ending: Sequence[Op] = ()) -> Take:
+        """Take the next PENDING follow-on of ``done``'s batch onto ``task_arn``, whose run of
+        ``done`` is over with ``ended`` (how its runner ended its jobs: added up on the
+        pointer for the task's stop to report). Take(None) when there is none to take: not
+        of a batch, the batch taken to its end, the pointer moved on, or the tick launching
+        another revision.
+
+        ``ending``: the writes that end ``done`` DONE (its move first), made in the take's
+        own transaction. Until a take commits, the task's slot is held by ``done`` (RUNNING,
+        so counted by the tick); from then on by the follow-on: the tick never sees a task
+        between two bundles as a free slot, so takes never run a task past the limit. The
+        caller makes them alone when no follow-on is taken. If the move's condition fails,
+        :class:`EndRefused` is raised (the caller finds out why: its fence lost, or jobs
+        handed to ``done`` meanwhile)."""
         batch, revision = done.batch, done.task_definition
         if batch is None or revision is None:
             return Take(None)
@@ -143,7 +159,7 @@ class FollowOns(Reads):
                 # The cursor: to the first still PENDING as read, this one taken; with none,
                 # just past this one (those after it may not be recorded yet).
                 to = first + next((n for n in pending if n != pick), pick + 1)
-                if self._take(bundle, done, task_arn, tick, batch, to, ended):
+                if self._take(bundle, done, task_arn, tick, batch, to, ended, ending):
                     return Take(bundle)
             except _Refused:
                 return Take(None)
@@ -158,10 +174,11 @@ class FollowOns(Reads):
         return Update(r.batch_key(batch), [Set("batch_next", to), *self._expires(self.clock())])
 
     def _take(self, bundle: Bundle, done: Bundle, task_arn: str, tick: Record, batch: str,
-              to: int, ended: JobOutcomes) -> bool:
+              to: int, ended: JobOutcomes, ending: Sequence[Op]) -> bool:
         """The take's transaction: True if it committed (``bundle`` is then as written);
         False if another taker or a launch came first (read again); _Refused if this task
-        may take no more: its pointer moved on, or the tick launches another revision."""
+        may take no more: its pointer moved on, or the tick launches another revision;
+        EndRefused if ``ending``'s move of ``done`` was refused."""
         lifecycle.check_bundle(bundle.bundle_id, BundleState.PENDING, BundleState.LAUNCHED)
         revision = str(tick.task_definition)
         t = self.clock()
@@ -187,10 +204,15 @@ class FollowOns(Reads):
         if tick.version is not None:
             ops.append(Check(r.DEPLOY_KEY, Absent() if not tick.version
                              else Eq("version", tick.version)))
+        end = len(ops)  # the move of ``done``, if the caller ends it here
+        ops += ending
         try:
             self._transact_retrying(ops)
         except TransactionCancelled as exc:
-            if exc.failed_conditions() & {1, 3, 4}:  # the pointer, the tick, the deployment
+            failed = exc.failed_conditions()
+            if ending and end in failed:
+                raise EndRefused(done.bundle_id) from None
+            if failed & {1, *range(3, end)}:  # the pointer, the tick, the deployment
                 raise _Refused from None
             return False
         bundle.state, bundle.attempt, bundle.task_arn = BundleState.LAUNCHED, \
@@ -199,6 +221,15 @@ class FollowOns(Reads):
         bundle.slots = 1 if bundle.slots == 1 else 0
         bundle.updated_at = t
         return True
+
+
+class EndRefused(Exception):
+    """The take's move of the ended bundle to DONE was refused (its fence or its handed
+    jobs moved on): nothing of the take was written."""
+
+    def __init__(self, bundle_id: str) -> None:
+        self.bundle_id = bundle_id
+        super().__init__(f"bundle {bundle_id} could not be ended DONE with the take")
 
 
 class _Refused(Exception):

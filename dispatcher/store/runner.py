@@ -38,8 +38,8 @@ from dispatcher.ports.table import (
 )
 from dispatcher.store import codec as r
 from dispatcher.store.base import job_state, status
-from dispatcher.store.follow_ons import FollowOns
-from dispatcher.store.values import Fence, JobUpdate
+from dispatcher.store.follow_ons import EndRefused, FollowOns, Take
+from dispatcher.store.values import Fence, JobOutcomes, JobUpdate
 
 log = logging.getLogger(__name__)
 
@@ -347,6 +347,38 @@ class RunnerStore(FollowOns):
                     raise
                 time.sleep(CONFLICT_BACKOFF_SECONDS * 2 ** (conflicts - 1))
         return refused
+
+    def end_and_take(self, fence: Fence, done: Bundle, ended: JobOutcomes,
+                     handed: int | None = None) -> Take:
+        """End ``done`` (every result of it written already: :meth:`apply` without a move)
+        DONE and take its batch's next follow-on onto this task in one transaction
+        (:meth:`take_follow_on`, ``ending``): Take(None) when none is taken, and ``done``
+        is then still RUNNING, for the runner to end alone (``apply`` with DONE).
+        ``handed`` as for :meth:`apply`: jobs handed to ``done`` since raise HandedJobs (and
+        nothing is written); a lost fence raises ConflictError."""
+        lifecycle.check_bundle(fence.bundle_id, BundleState.RUNNING, BundleState.DONE)
+        t = self.clock()
+        expires_at = self._expiry(t)
+        moving = fenced(fence)
+        if handed is not None:
+            moving = And(moving, Eq("handed", handed))
+        head = Update(r.bundle_key(fence.bundle_id),
+                      bundle_actions(BundleState.DONE, t, None, expires_at), moving)
+        # The take's own items come first (at most six): the pages that fit after them.
+        pages_now, pages_later = fit_pages(page_expiry(fence.bundle_id, fence.pages, expires_at),
+                                           7, [])
+        try:
+            take = self.take_follow_on(done, fence.task_arn, ended, [head, *pages_now])
+        except EndRefused:
+            more = self._handed_since(fence, handed) if handed is not None else None
+            if more is not None:
+                raise HandedJobs(f"bundle {fence.bundle_id} was handed jobs its runner has "
+                                 "not run yet", more) from None
+            raise ConflictError(f"task {fence.task_arn} lost bundle {fence.bundle_id}; it "
+                                "was not ended") from None
+        if take.bundle is not None:
+            expire_pages_later(self.table, fence.bundle_id, pages_later)
+        return take
 
     def _handed_since(self, fence: Fence, seen: int) -> list[str] | None:
         """Every job handed to the bundle, if the fence still holds and more than ``seen``

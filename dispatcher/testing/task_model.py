@@ -26,7 +26,6 @@ from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, HandedJobs
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.store import Fence, RunnerStore
-from dispatcher.store.values import JobOutcomes
 from dispatcher.testing.virtual_time import VirtualClock
 from job_runner.outcome import Outcome
 from job_runner.worker import FOLLOW_ON_POLL_SECONDS, FOLLOW_ON_WAIT_SECONDS
@@ -74,24 +73,27 @@ class TaskModel:
             task.ended_at = clock()
             return
         while bundle is not None:
-            ended = yield from self._bundle(task, bundle)
-            bundle = None
-            if ended is not None and ended[0].batch is not None:
-                done, outcomes = ended
-                deadline = clock() + FOLLOW_ON_WAIT_SECONDS
-                while True:
-                    take = self.store.take_follow_on(done, task.task_arn, outcomes)
-                    if take.bundle is not None or not take.later or clock() >= deadline:
-                        bundle = take.bundle
-                        break
-                    yield clock() + FOLLOW_ON_POLL_SECONDS
-                task.follow_ons += bundle is not None
+            bundle = yield from self._bundle(task, bundle)
+            task.follow_ons += bundle is not None
         task.ended_at = clock()
 
-    def _bundle(self, task: TaskRun, bundle: Bundle
-                ) -> Generator[float, None, tuple[Bundle, JobOutcomes] | None]:
-        """One bundle LAUNCHED on the task: claimed, run, DONE; the bundle and how its jobs
-        ended if it ended DONE with every write taken (as the worker's)."""
+    def _follow_on(self, task: TaskRun, done: Bundle, fence: Fence, writes: Writes,
+                   handed: int) -> Generator[float, None, Bundle | None]:
+        """``done`` (its results written) ended DONE with its batch's next follow-on taken,
+        in one transaction, as the worker does (:meth:`job_runner.worker.Worker._follow_on`);
+        None if none was taken (``done`` is still RUNNING)."""
+        if writes.refused:
+            return None
+        deadline = self.clock() + FOLLOW_ON_WAIT_SECONDS
+        while True:
+            take = self.store.end_and_take(fence, done, writes.outcomes(), handed=handed)
+            if take.bundle is not None or not take.later or self.clock() >= deadline:
+                return take.bundle
+            yield self.clock() + FOLLOW_ON_POLL_SECONDS
+
+    def _bundle(self, task: TaskRun, bundle: Bundle) -> Generator[float, None, Bundle | None]:
+        """One bundle LAUNCHED on the task: claimed, run, DONE; the follow-on of its batch
+        taken as it ended, if one was (as the worker's)."""
         clock = self.clock
         fence = Fence(bundle.bundle_id, bundle.attempt, task.task_arn, pages=bundle.pages)
         try:
@@ -129,8 +131,14 @@ class TaskModel:
                 heapq.heappush(running, (now + self.seconds_of(job), started, job))
             if not running:
                 try:
-                    writes.flush(BundleState.DONE, handed=len(handed))
-                    return None if writes.refused else (bundle, writes.outcomes())
+                    following = None
+                    if bundle.batch is not None:
+                        writes.flush()  # the results: the take's transaction ends the bundle
+                        following = yield from self._follow_on(task, bundle, fence, writes,
+                                                               len(handed))
+                    if following is None:
+                        writes.flush(BundleState.DONE, handed=len(handed))
+                    return following
                 except HandedJobs as more:  # handed since the last beat: run them, then end
                     urgent += more.job_ids[len(handed):]
                     handed = list(more.job_ids)

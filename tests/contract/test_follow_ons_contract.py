@@ -9,12 +9,14 @@ import pytest
 
 from dispatcher.domain.bundles import Bundle, BundleState, follow_on_id
 from dispatcher.domain.deployment import Deployment
+from dispatcher.domain.errors import ConflictError, HandedJobs
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import Set, Update
 from dispatcher.store import Fence, JobUpdate, Store
 from dispatcher.store import codec as r
 from dispatcher.store.follow_ons import Take
+from dispatcher.store.values import JobOutcomes
 from tests.contract.tables import BACKENDS, Clock, make_store, make_table
 from tests.contract.test_store_contract import T0, _jobs, _launch
 
@@ -224,3 +226,68 @@ def test_a_task_whose_pointer_moved_on_takes_nothing(store: Store) -> None:
     left = store.get_bundle(follow_on_id(BATCH, 0))
     assert left is not None and left.state == BundleState.PENDING and left.attempt == 0
 
+
+
+def run_to_end(store: Store, bundle: Bundle, arn: str) -> tuple[Fence, Bundle]:
+    """Claim ``bundle`` (LAUNCHED on ``arn``) and write its jobs' results, not ending it."""
+    fence = Fence(bundle.bundle_id, bundle.attempt, arn)
+    claimed = store.claim(fence).bundle
+    store.apply(fence, [JobUpdate(j, JobState.PENDING, JobState.SUCCEEDED,
+                                  via=JobState.RUNNING, attempts_delta=1)
+                        for j in claimed.job_ids])
+    return fence, claimed
+
+
+def first_wave_running(store: Store, arn: str = "arn:task/1") -> tuple[Fence, Bundle]:
+    bundle = record(store, "w1", "w1-j")
+    _launch(store, bundle, arn)
+    launched = store.get_bundle("w1")
+    assert launched is not None
+    return run_to_end(store, launched, arn)
+
+
+def test_a_take_ends_the_bundle_before_it_in_the_same_transaction(store: Store) -> None:
+    """The task holds one active bundle throughout: the one it ended is DONE exactly when
+    the follow-on is LAUNCHED on it, and RUNNING still when none is taken."""
+    follow_ons(store, 1)
+    tick(store)
+    fence, ran = first_wave_running(store)
+    take = store.end_and_take(fence, ran, JobOutcomes(1, 0))
+    assert take.bundle is not None and take.bundle.bundle_id == follow_on_id(BATCH, 0)
+    ended = store.get_bundle("w1")
+    assert ended is not None and ended.state == BundleState.DONE
+    pointer = store.table.get(r.task_key("arn:task/1"))
+    assert pointer is not None and pointer.bundle_id == follow_on_id(BATCH, 0)
+    assert pointer.expires_at is None
+    fence, ran = run_to_end(store, take.bundle, "arn:task/1")
+    store.end_batch(BATCH, 1)
+    assert store.end_and_take(fence, ran, JobOutcomes(1, 0)) == Take(None)
+    left = store.get_bundle(follow_on_id(BATCH, 0))
+    assert left is not None and left.state == BundleState.RUNNING  # ended alone by the caller
+    assert [b.bundle_id for b in store.active_bundles()] == [follow_on_id(BATCH, 0)]
+
+
+def test_a_take_whose_bundle_was_handed_jobs_meanwhile_writes_nothing(store: Store) -> None:
+    follow_ons(store, 1)
+    tick(store)
+    fence, ran = first_wave_running(store)
+    store.table.write(Update(r.bundle_key("w1"), [Set("handed", 1),
+                                                   Set("handed_jobs", ["urgent"])]))
+    with pytest.raises(HandedJobs) as more:
+        store.end_and_take(fence, ran, JobOutcomes(1, 0), handed=0)
+    assert more.value.job_ids == ["urgent"]
+    ended = store.get_bundle("w1")
+    left = store.get_bundle(follow_on_id(BATCH, 0))
+    assert ended is not None and ended.state == BundleState.RUNNING
+    assert left is not None and left.state == BundleState.PENDING and left.attempt == 0
+
+
+def test_a_take_by_a_task_that_lost_its_bundle_is_a_conflict(store: Store) -> None:
+    follow_ons(store, 1)
+    tick(store)
+    fence, ran = first_wave_running(store)
+    store.table.write(Update(r.bundle_key("w1"), [Set("attempt", 2)]))  # a newer attempt
+    with pytest.raises(ConflictError):
+        store.end_and_take(fence, ran, JobOutcomes(1, 0))
+    left = store.get_bundle(follow_on_id(BATCH, 0))
+    assert left is not None and left.state == BundleState.PENDING and left.attempt == 0

@@ -4,6 +4,8 @@ reports and reruns once it ran several bundles."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from dispatcher import settings
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState
@@ -11,6 +13,9 @@ from dispatcher.domain.stops import StopCode, TaskStop
 from dispatcher.ops.metrics import stop_blob
 from dispatcher.stages.bundle import TAIL_SECONDS
 from dispatcher.stages.rerun import StopResult
+from dispatcher.store import Fence
+from dispatcher.store.follow_ons import Take
+from dispatcher.store.values import JobOutcomes, JobUpdate
 from job_runner.kinds import HandlerRegistry
 from job_runner.worker import Worker
 from tests.twins import Twins
@@ -70,24 +75,42 @@ def test_a_backlog_over_the_slots_is_cut_into_follow_ons_that_the_first_tasks_ru
     assert {b.state for b in tw.bundles()} == {BundleState.DONE}
 
 
-def test_the_tick_leaves_a_batchs_follow_ons_to_its_tasks_while_any_runs() -> None:
-    """A slot seems free while a task is between two bundles (its DONE written, its take not
-    yet): the tick launches no follow-on of a batch any of whose bundles is active, or the
-    slots would be exceeded; once none is, it launches them as any due bundle."""
+def test_a_task_between_two_bundles_holds_its_slot_and_a_free_slot_gets_a_follow_on() -> None:
+    """A task whose bundle's jobs all ended holds its slot until its take ends that bundle
+    and launches the next in one transaction: no tick in between sees the slot free, so the
+    tasks never exceed the limit. A slot that is free (its task took none and ended) gets the
+    batch's oldest due follow-on at the next tick, while the batch's other tasks still run."""
     tw = Twins()
     backlog(tw, 600)
     stages = tw.stages(**ENV)
     stages.tick.tick()
-    arns = tw.task_arns()
-    for n, arn in enumerate(arns):
-        bundle = tw.store.bundle_for_task(arn)
-        assert bundle is not None
-        run_bundle(tw, bundle, arn, lambda job: JobState.SUCCEEDED, None)  # DONE, no take
-        tw.clock.advance(60)
-        report = stages.tick.tick()
-        last = n == len(arns) - 1
-        assert report.capacity == n + 1
-        assert report.launch.bundles_launched == (SLOTS if last else 0), (n, report.launch)
+    first, second, *_ = tw.task_arns()
+    bundle = tw.store.bundle_for_task(first)
+    assert bundle is not None
+    fence = Fence(bundle.bundle_id, bundle.attempt, first)
+    claimed = tw.store.claim(fence).bundle
+    done = [JobUpdate(j, JobState.PENDING, JobState.SUCCEEDED, via=JobState.RUNNING,
+                      attempts_delta=1) for j in claimed.job_ids]
+    tw.store.apply(fence, done)  # every result written, the bundle not ended yet
+    tw.clock.advance(60)
+    between = stages.tick.tick()
+    assert between.capacity == 0 and between.launch.bundles_launched == 0
+    taken = tw.store.end_and_take(fence, claimed, JobOutcomes(len(done), 0))
+    assert taken.bundle is not None and taken.bundle.task_arn == first
+    assert tw.store.get_bundle(bundle.bundle_id).state == BundleState.DONE  # type: ignore[union-attr]
+    tw.clock.advance(60)
+    assert stages.tick.tick().capacity == 0  # the follow-on holds the slot now
+    # The second task's runner ends its bundle and exits (as after a deploy): its slot is
+    # free, and the next tick fills it with a follow-on while the others still run.
+    other = tw.store.bundle_for_task(second)
+    assert other is not None
+    run_bundle(tw, other, second, lambda job: JobState.SUCCEEDED, None)  # DONE, no take
+    tw.clock.advance(60)
+    report = stages.tick.tick()
+    assert report.capacity == 1 and report.launch.bundles_launched == 1
+    launched = [b for b in tw.bundles() if b.state == BundleState.LAUNCHED
+                and b.bundle_id != taken.bundle.bundle_id and b.task_arn not in (first, second)]
+    assert [b.batch for b in launched if b.task_arn == tw.task_arns()[-1]] == [bundle.batch]
 
 
 def test_small_backlogs_scheduled_jobs_and_a_setting_of_0_make_no_follow_ons() -> None:
@@ -144,9 +167,7 @@ def test_a_task_killed_in_a_follow_on_reruns_that_follow_on_alone() -> None:
     assert first is not None
     # The victim runs its bundle and takes a follow-on; it is killed as it claims it.
     worker = Worker(RUNNER, tw.store, HandlerRegistry({"k": lambda p, ctx: None}), victim)
-    done = worker._run_bundle(first)
-    assert done is not None
-    taken = worker._follow_on(*done)
+    taken = worker._run_bundle(first)
     assert taken is not None and taken.state == BundleState.LAUNCHED
     tw.launcher.stop_task(victim, StopCode.SPOT_INTERRUPTION, "Your Spot Task was interrupted.",
                           None)
@@ -159,3 +180,30 @@ def test_a_task_killed_in_a_follow_on_reruns_that_follow_on_alone() -> None:
     ran = [j for arn in [*others, *tw.task_arns()[SLOTS:]] for j in run(tw, arn)]
     done_jobs = {j.job_id for j in tw.jobs() if j.state == JobState.SUCCEEDED}
     assert done_jobs == set(ids) and len(ran) + len(first.job_ids) == len(ids)
+
+
+def test_a_tick_between_a_bundles_end_and_its_take_runs_no_task_past_the_limit() -> None:
+    """A tick that comes while a runner goes from its bundle to the batch's next one, with
+    other work waiting, launches nothing into that task's slot: the tasks stay within the
+    limit at every step."""
+    tw = Twins()
+    backlog(tw, 600)
+    stages = tw.stages(**ENV)
+    stages.tick.tick()
+    tw.client().submit("k", {}, job_id="other", estimated_seconds=1.0)  # due work, no batch
+    most = 0
+    take = tw.store.take_follow_on
+
+    def tick_then_take(*args: Any, **kwargs: Any) -> Take:
+        nonlocal most
+        tw.clock.advance(60)
+        stages.tick.tick()
+        most = max(most, len(tw.store.active_bundles()))
+        took = take(*args, **kwargs)
+        most = max(most, len(tw.store.active_bundles()))
+        return took
+
+    tw.store.take_follow_on = tick_then_take  # type: ignore[method-assign]
+    ran = run(tw, tw.task_arns()[0])
+    assert len(ran) > len(tw.jobs()) // SLOTS // 10  # it went on into follow-ons
+    assert most == SLOTS
