@@ -55,6 +55,8 @@ class RerunPolicy:
     # What an immediate relaunch decides its slots with (as the tick does: launch_slots).
     task_concurrency: int = 1
     kind_limits: Mapping[str, int] = field(default_factory=dict)
+    # An immediate relaunch only below it; at it (a limit lowered since) the tick relaunches.
+    max_running_tasks: int = 10
 
 
 @dataclass(frozen=True)

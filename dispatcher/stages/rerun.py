@@ -147,6 +147,12 @@ class Reruns:
             # counted no slot when it launched, from the room its own stop freed). The bundle
             # is PENDING and due: the next tick launches it when its kind has room.
             out.reason = f"kind {bundle.kind} has a limit: the next tick relaunches it"
+        elif rerun and self._store.active_count() >= self._policy.max_running_tasks:
+            # Its own slot is free now (settled), but the others fill the limit: it was
+            # lowered since they launched. The tick launches it once one ends. (Three COUNT
+            # queries, on an early stop only.)
+            out.reason = (f"{self._policy.max_running_tasks} tasks run, the limit: the next "
+                          "tick relaunches it when a slot frees")
         elif rerun:
             stats = LaunchStats()
             # Its slots are decided now, as the tick decides them (1 after an ambiguous stop).

@@ -139,6 +139,9 @@ class Reads:
         - a launch (``LAUNCH#``): only when it goes DONE (``finish_launch``); a STARTING one,
           which a crashed tick's recovery reads, has none.
         - the lease: none (one item, rewritten every tick).
+        - a link (``WAIT#``): one at its making, moved on while its dependent waits
+          (``waiters.Waiters.refresh_links``), so it outlives the wait; once its dependent
+          is released or cancelled, nothing needs it.
         """
         return int(t + self.retention_days * 86400) if self.retention_days > 0 else None
 
@@ -249,6 +252,10 @@ class Reads:
     def get_rejection(self, key: str) -> Rejection | None:
         rec = self.table.get(r.rejection_key(key))
         return r.record_rejection(rec) if rec else None
+
+    def active_count(self) -> int:
+        """How many bundles are active (the running tasks), by COUNT queries: no item read."""
+        return sum(self.table.count(r.bundle_status(s)) for s in ACTIVE_BUNDLE_STATES)
 
     def active_bundles(self) -> list[Bundle]:
         """Bundles launched (or being launched) and not finished: the running-task count, and

@@ -125,6 +125,7 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
         self.twins.priority_queues[Priority.HIGH] = self.high
         self.forced: dict[tuple[str, str], int] = {}  # receives a fault spent (FaultRules)
         self.operators_begin()  # bulk actions and deploys (OperatorRules)
+        self.live_tasks = 0  # tasks running after the last step (task_limit)
 
     # -- helpers ----------------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -684,6 +685,22 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
         self.fail("job_events", checks.untold(view, self.job_events.events, self.expired))
         self.fail("arrays", array_problems(view, self.expired))
         self.fail("dependencies", self.early + self.undecided(view))
+        self.fail("task_limit", self.over_the_limit())
+
+    def over_the_limit(self) -> list[str]:
+        """The tasks running never pass ``LONGJOBS_MAX_RUNNING_TASKS``: no step that adds a
+        task (a launch, a relaunch, a take) leaves more than the limit in force running.
+        (A limit lowered below the tasks running holds once enough of them end.)"""
+        live = sorted(arn for arn, task in self.twins.launcher.tasks.items()
+                      if not task.last_status.gone)
+        most = int(self.settings["LONGJOBS_MAX_RUNNING_TASKS"])
+        before, self.live_tasks = self.live_tasks, len(live)
+        if len(live) <= max(before, most):
+            return []
+        return [f"{len(live)} tasks run after this step ({before} before it), over the "
+                f"limit of {most}: " + ", ".join(
+                    f"{arn.rsplit('/', 1)[-1]} on {self.tasks[arn].key[0]}" for arn in live
+                    if arn in self.tasks)]
 
 
 @pytest.mark.timeout(300 + EXAMPLES)  # about 0.2 s an example on two busy cores
