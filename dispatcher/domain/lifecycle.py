@@ -38,6 +38,8 @@ HELD_AT = 253_402_300_799.0
 # HELD_AT on) without the many jobs that may wait for others (released by their dependencies'
 # ends, :mod:`dispatcher.stages.dependents`, and looked at all together only now and then).
 DEPENDENTS_HELD_AT = HELD_AT - 1.0
+# No due time a producer can set reaches these: the latest not_before the schema accepts
+# (dispatcher.domain.message.MAX_NOT_BEFORE) is derived to lie below them.
 HELD_TIMES = (HELD_AT, DEPENDENTS_HELD_AT)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
@@ -24,7 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from dispatcher.domain import arrays, dependencies, fargate, sizes
+from dispatcher.domain import arrays, dependencies, fargate, lifecycle, sizes
 from dispatcher.domain.errors import InvalidMessage
 from dispatcher.domain.jobs import Priority, Resources
 
@@ -52,9 +52,13 @@ MIN_TIMEOUT_SECONDS = 0.001
 MIN_ESTIMATE_SECONDS = 0.001  # a non-zero estimate below this is rejected (send 0)
 # Payload nesting deeper than this is refused (json and the encoder recurse per level).
 MAX_PAYLOAD_DEPTH = 64
-# not_before, as epoch seconds: from 1970 to the last second of year 9999 (what an ISO-8601
-# time can name), well inside a DynamoDB number.
-MAX_NOT_BEFORE = 253_402_300_799.0
+# not_before, as epoch seconds: from 1970 to one second before the earliest due time the
+# dispatcher keeps for held bundles (lifecycle.HELD_TIMES, at the end of year 9999, the last
+# time an ISO-8601 index key can carry): a job scheduled at a marker would be taken for a held
+# one (rewritten by every tick, shown as a rerun). Derived from the markers, so a marker moved
+# moves it; a whole second, so that an ISO-8601 time names it.
+MAX_NOT_BEFORE = float(math.floor(min(lifecycle.HELD_TIMES)) - 1)
+LATEST_NOT_BEFORE = datetime.fromtimestamp(MAX_NOT_BEFORE, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 _NOT_BEFORE_SHAPE = ("not_before must be epoch seconds (UTC) or an ISO-8601 time with a "
                      "timezone, e.g. 2026-01-31T02:00:00Z")
 
@@ -156,9 +160,10 @@ class JobMessage(BaseModel):
         default=Priority.NORMAL, description="high, normal (default) or low: the queue the "
         "producer sends it to and its share of free task slots.")
     not_before: _NotBefore = Field(
-        default=None, ge=0, le=MAX_NOT_BEFORE, allow_inf_nan=False,
+        default=None, ge=0, allow_inf_nan=False,
         description="Do not start before this UTC time: epoch seconds, or an ISO-8601 time "
-        "with a timezone (e.g. 2026-01-31T02:00:00Z). Stored as epoch seconds.")
+        f"with a timezone (e.g. 2026-01-31T02:00:00Z), at the latest {LATEST_NOT_BEFORE} "
+        f"({MAX_NOT_BEFORE:.0f}). Stored as epoch seconds.")
     array_size: int | None = Field(
         default=None, ge=arrays.MIN_ARRAY_SIZE, le=arrays.MAX_ARRAY_SIZE,
         description=f"An array job: this many children ({arrays.MIN_ARRAY_SIZE} to "
@@ -226,6 +231,18 @@ class JobMessage(BaseModel):
                 raise ValueError(f"not_before {value.isoformat()} has no timezone: add one, "
                                  "e.g. 2026-01-31T02:00:00Z or 2026-01-31T03:00:00+01:00")
             return value.timestamp()
+        return value
+
+    @field_validator("not_before")
+    @classmethod
+    def _latest(cls, value: float | None) -> float | None:
+        """Past the latest time: refused as the other bounds are, the time named too (the
+        JSON Schema's maximum)."""
+        if value is not None and value > MAX_NOT_BEFORE:
+            raise PydanticCustomError(
+                "not_before_too_late", "Input should be less than or equal to {epoch} ({latest}): "
+                "later times are the dispatcher's marks for held jobs; send an earlier time",
+                {"latest": LATEST_NOT_BEFORE, "epoch": f"{MAX_NOT_BEFORE:.0f}"})
         return value
 
     @field_validator("tolerated_failures")
