@@ -26,19 +26,29 @@ urgent job's size (cpu, memory, storage). Sources: due PENDING high bundles neve
 of no limited kind and not paged. Jobs are spread over the hosts, fewest handed first, at most
 ``task_concurrency`` per host and tick (a host starts that many at once). An urgent job that no
 host can take waits for a slot as before.
+
+A hand-off the table refuses for a moment (throttled, a conflict) is tried again as the store's
+other transactions are; one it still refuses, or a read of the hosts it refuses, is logged with
+the jobs and the reason and ends that look's hand-off: the jobs stay PENDING in the bundle they
+were recorded in, due, and the next look (during a drain) or tick hands them, or a free slot
+launches them. It never fails the tick nor ends its drain.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.jobs import Priority
+from dispatcher.ports.table import TableUnavailable, TransactionCancelled
 from dispatcher.stages.policy import HandoffPolicy
 from dispatcher.store import StageStore
 from dispatcher.store.handing import JOBS_PER_HANDOFF, MAX_HANDED
+
+log = logging.getLogger(__name__)
 
 # SQS's longest long poll.
 LONG_POLL_SECONDS = 20
@@ -51,6 +61,7 @@ class HandoffStats:
     handed: int = 0  # of them, handed to a running task
     watched_seconds: int = 0  # how long the tick watched the high queue
     looks: int = 0  # receives of the high queue while the drain went on (stages/lookout.py)
+    refused: int = 0  # urgent jobs whose hand-off the table refused: left to a later look
 
 
 def is_host(b: Bundle, now: float, policy: HandoffPolicy) -> bool:
@@ -90,8 +101,13 @@ class Handoffs:
         now = self._clock()
         if not bundle_ids:
             return []
-        return [b for b in self._store.full_bundles_now(bundle_ids)
-                if is_host(b, now, self.policy) and b.takes_handed
+        try:
+            bundles = self._store.full_bundles_now(bundle_ids)
+        except TableUnavailable as exc:  # no host this time: the next look or tick reads again
+            log.error("reading the running tasks for urgent jobs failed; the next look or "
+                      "tick hands them", extra={"reason": str(exc)})
+            return []
+        return [b for b in bundles if is_host(b, now, self.policy) and b.takes_handed
                 and len(b.handed_jobs) < MAX_HANDED]
 
     def room(self, hosts: list[Bundle]) -> int:
@@ -119,6 +135,17 @@ class Handoffs:
                 plan.setdefault(host.bundle_id, []).append(job_id)
             by_id = {h.bundle_id: h for h in hosts}
             for host_id, job_ids in plan.items():
-                moved = self._store.hand(source, job_ids, by_id[host_id])
+                try:
+                    moved = self._store.hand(source, job_ids, by_id[host_id])
+                except (TableUnavailable, TransactionCancelled) as exc:
+                    # Refused past the store's tries: these jobs stay PENDING in ``source``,
+                    # due, for the next look or tick. The rest waits too: a table that
+                    # throttles would spend each further hand-off's tries within the tick.
+                    stats.refused += len(job_ids)
+                    log.error("handing urgent jobs to a running task failed; the next look "
+                              "or tick hands them", extra={
+                                  "job_ids": job_ids, "host": host_id,
+                                  "source": source.bundle_id, "reason": str(exc)})
+                    return
                 stats.handed += len(moved)
                 given[host_id] -= len(job_ids) - len(moved)

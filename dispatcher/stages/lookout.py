@@ -16,7 +16,8 @@ heartbeat and a job, where a fresh task needs 30-60 s to start. The tasks it may
 active at the tick's start and those the tick launched since (``hosts_among`` reads them whole
 and keeps those running, recently beating, of its size). A job no task can take yet (none has
 started) waits in the table, due: the next look hands it, or a later tick (its hand-off reads
-the due high bundles; a free slot launches them, high first).
+the due high bundles; a free slot launches them, high first). So does one whose hand-off the
+table refused (``Handoffs.hand`` logs it): a look never ends the drain.
 
 Cost: one ReceiveMessage per ``LOOK_SECONDS`` of drain, none before the tick knows of a task
 (active, or launched by it): at most eight in the reference batch's first tick, a drain of

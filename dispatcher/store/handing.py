@@ -69,7 +69,11 @@ class Handing(Reads):
         """Move ``job_ids`` (at most JOBS_PER_HANDOFF) of the PENDING bundle ``source`` into
         the running bundle ``host``; return those moved. A job no longer PENDING there (a
         cancel) is left in ``source``; if ``host`` or ``source`` changed since read, nothing
-        moves. ``host`` and ``source`` are updated to what was written."""
+        moves. ``host`` and ``source`` are updated to what was written. A transaction the
+        table refuses for a moment (throttled, a conflict) past :attr:`table_retry`'s tries
+        raises its TableUnavailable or TransactionCancelled, nothing moved (or, after an
+        ambiguous failure, perhaps moved: the conditions of a later hand-off and of the
+        host's writes read it from the table)."""
         moving = [j for j in job_ids[:JOBS_PER_HANDOFF] if j in source.job_ids]
         room = MAX_HANDED - len(host.handed_jobs)
         moving = moving[:max(0, room)]
@@ -79,10 +83,14 @@ class Handing(Reads):
         for _ in range(HANDOFF_TRIES):
             ops = self._handoff(source, moving, host)
             try:
-                self.table.transact(ops)
+                # Throttled, or in conflict with another request (the host's heartbeat): tried
+                # again as the store's other transactions are.
+                self._transact_retrying(ops)
             except TransactionCancelled as exc:
                 failed = exc.failed_conditions()
-                if not failed or 0 in failed or 1 in failed:
+                if not failed:
+                    raise  # refused for a moment past the tries: the caller leaves them
+                if 0 in failed or 1 in failed:
                     return []  # the host or the waiting bundle moved on: a next tick looks
                 gone = {moving[i - 2] for i in failed}
                 moving = [j for j in moving if j not in gone]
