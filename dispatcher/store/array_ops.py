@@ -21,8 +21,9 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from dispatcher.domain import arrays
+from dispatcher.domain import arrays, cancels
 from dispatcher.domain.arrays import Tally
+from dispatcher.domain.cancels import NotCancelled
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.ports.table import (
@@ -75,13 +76,17 @@ def cancel_array(store: JobActions, parent: Job, reason: str | None,
     whose selection still holds it) finishes it; one cut short after it is finished by a
     cancel of the CANCELLED parent, which cancels the children still unfinished rather than
     say there is nothing to cancel."""
+    left: dict[str, str] = {}  # the children it could not cancel, and why
     if parent.state in TERMINAL_JOB_STATES:
-        if parent.state == JobState.CANCELLED and _cancel_children(store, parent, 0, 1)[1]:
+        if parent.state == JobState.CANCELLED and _cancel_children(store, parent, 0, 1,
+                                                                   left)[1]:
+            if left:
+                raise cancels.incomplete(parent.job_id, left)
             return store._job(parent.job_id)
         raise LongjobsError(f"array job is already {parent.state}; nothing to cancel",
                             job_id=parent.job_id)
     array_retry.stop(store.table, parent.job_id)  # no child is retried after this
-    done, _ = _cancel_children(store, parent, 0, 1)
+    done, _ = _cancel_children(store, parent, 0, 1, left)
     t = store.clock()
     actions, cond = job_ops.marked(parent, by, [
         *job_state(parent.job_id, JobState.CANCELLED, t),
@@ -89,15 +94,19 @@ def cancel_array(store: JobActions, parent: Job, reason: str | None,
         *store._expires(t)], Eq("state", str(parent.state)))
     store._transact([Update(r.job_key(parent.job_id), actions, cond)],
                     "the array job changed while cancelling; try again", job_id=parent.job_id)
-    _cancel_children(store, parent, done, CANCEL_ROUNDS)
+    _cancel_children(store, parent, done, CANCEL_ROUNDS, left)
+    if left:  # the parent is cancelled; these children are not, and the operator is told
+        raise cancels.incomplete(parent.job_id, left)
     return store._job(parent.job_id)
 
 
-def _cancel_children(store: JobActions, parent: Job, done: int, rounds: int
-                     ) -> tuple[int, int]:
+def _cancel_children(store: JobActions, parent: Job, done: int, rounds: int,
+                     left: dict[str, str]) -> tuple[int, int]:
     """Cancel the recorded children of ``parent`` from index ``done`` on that are still
     unfinished, reading the recorded count again up to ``rounds`` times; returns the count
-    read last and how many were cancelled (or asked of their tasks)."""
+    read last and how many were cancelled (or asked of their tasks). A child that could not
+    be cancelled (:class:`NotCancelled`: its task runs it and cannot be asked to stop it) goes
+    into ``left`` with the reason; one that ended meanwhile is done with."""
     acted = 0
     for _ in range(rounds):
         recorded = _recorded(store, parent.job_id)
@@ -110,7 +119,10 @@ def _cancel_children(store: JobActions, parent: Job, done: int, rounds: int
                           if j.state not in TERMINAL_JOB_STATES]
             if unfinished:
                 acted += len(unfinished)
-                store.cancel_page(unfinished, reason=f"its array {parent.job_id} was cancelled")
+                for out in store.cancel_page(unfinished, reason=f"its array {parent.job_id} "
+                                             "was cancelled"):
+                    if isinstance(out.error, NotCancelled):
+                        left[out.job_id] = out.error.reason
         done = recorded
     return done, acted
 

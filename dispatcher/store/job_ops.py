@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from dispatcher.domain import lifecycle, sizes
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
+from dispatcher.domain.cancels import NotCancelled
 from dispatcher.domain.errors import ConflictError, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.ports.table import (
@@ -83,19 +84,8 @@ def cancel_ops(jobs: list[Job], bundle: Bundle | None, others: list[Job], *, t: 
     transactions giving the rest of a closed bundle's pages their expiry, made after these
     ops commit (:func:`dispatcher.store.runner.expire_pages_later`)."""
     expires: list[Action] = [] if expires_at is None else [Set("expires_at", expires_at)]
-    ops: list[Op] = []
-    for job in jobs:
-        lifecycle.check_job(job.job_id, job.state, JobState.CANCELLED)
-        # A bulk cancel's entry in the history: a boundary, like a retry's (who acted, and
-        # why), for the operator to read; the mark a resume reads is bulk_marks'.
-        said = [Set("history", sizes.bound_history([*job.history, {
-            "cancelled_at": t, "by": by, "reason": reason}]))] if by else []
-        actions, cond = marked(job, by, [
-            *job_state(job.job_id, JobState.CANCELLED, t),
-            Set("reason", "cancelled on request before it started"
-                + (f": {reason}" if reason else "")), *said, *expires],
-            Eq("state", str(JobState.PENDING)))
-        ops.append(Update(r.job_key(job.job_id), actions, cond))
+    ops: list[Op] = [cancel_op(job, t=t, expires_at=expires_at, reason=reason, by=by)
+                     for job in jobs]
     if bundle is None:
         return ops, []
     cond = And(Eq("state", str(BundleState.PENDING)), Eq("attempt", bundle.attempt))
@@ -111,6 +101,31 @@ def cancel_ops(jobs: list[Job], bundle: Bundle | None, others: list[Job], *, t: 
     return ops + pages_now, pages_later
 
 
+# The reason of a job of an active bundle cancelled in the table (not by its task's runner):
+# a later cancel of that bundle's jobs counts these among the jobs its runner may hold read.
+BEFORE_ITS_TASK = "cancelled on request before its task started it"
+
+
+def cancel_op(job: Job, *, t: float, expires_at: int | None, reason: str | None = None,
+              by: str | None = None, in_bundle: str | None = None) -> Update:
+    """The update cancelling ``job`` from PENDING (checked by :func:`check_cancel`), before it
+    started; ``in_bundle``: only while it is still a job of that (active) bundle, whose task
+    then skips it when it reads it (:func:`dispatcher.store.task_cancels.cancel_in_tasks`)."""
+    lifecycle.check_job(job.job_id, job.state, JobState.CANCELLED)
+    expires: list[Action] = [] if expires_at is None else [Set("expires_at", expires_at)]
+    # A bulk cancel's entry in the history: a boundary, like a retry's (who acted, and
+    # why), for the operator to read; the mark a resume reads is bulk_marks'.
+    said = [Set("history", sizes.bound_history([*job.history, {
+        "cancelled_at": t, "by": by, "reason": reason}]))] if by else []
+    pending: Condition = Eq("state", str(JobState.PENDING))
+    actions, cond = marked(job, by, [
+        *job_state(job.job_id, JobState.CANCELLED, t),
+        Set("reason", (BEFORE_ITS_TASK if in_bundle else "cancelled on request before it "
+                       "started") + (f": {reason}" if reason else "")), *said, *expires],
+        pending if in_bundle is None else And(pending, Eq("bundle_id", in_bundle)))
+    return Update(r.job_key(job.job_id), actions, cond)
+
+
 def request_op(bundle_id: str, requested: list[str], job_ids: list[str]
                ) -> tuple[Update | None, dict[str, LongjobsError]]:
     """The write asking the task of active bundle ``bundle_id`` (whose standing requests are
@@ -121,7 +136,7 @@ def request_op(bundle_id: str, requested: list[str], job_ids: list[str]
     instant may both append it: harmless, the runner reads a set."""
     new = [j for j in dict.fromkeys(job_ids) if j not in requested]
     room = max(0, sizes.MAX_CANCEL_REQUESTS - len(requested))
-    refused = {j: LongjobsError(
+    refused: dict[str, LongjobsError] = {j: NotCancelled(
         f"bundle {bundle_id} already holds {len(requested) + room} cancel requests, the most "
         "its item keeps (DynamoDB's 400 KB item limit); this job was not cancelled", job_id=j)
         for j in new[room:]}

@@ -20,7 +20,6 @@ from dispatcher.ports.table import (
     MAX_TRANSACTION_ITEMS,
     And,
     Condition,
-    ConditionFailed,
     Eq,
     Ge,
     Gt,
@@ -29,7 +28,7 @@ from dispatcher.ports.table import (
     TableUnavailable,
     TransactionCancelled,
 )
-from dispatcher.store import array_ops, index, job_ops
+from dispatcher.store import array_ops, index, job_ops, task_cancels
 from dispatcher.store import codec as r
 from dispatcher.store.deployments import Deployments
 from dispatcher.store.runner import expire_pages_later
@@ -215,15 +214,11 @@ class OperatorStore(Deployments):
             done |= acted
             alone += refused
         out.update({j: PageOutcome(j, "acted") for j in done})
-        for bid, ids in asks.items():
-            op, over = job_ops.request_op(bid, recs[r.bundle_key(bid)].cancel_jobs or [], ids)
-            out.update({j: PageOutcome(j, "error", exc) for j, exc in over.items()})
-            try:
-                if op is not None:
-                    self.table.write(op)
-                out.update({j: PageOutcome(j, "requested") for j in ids if j not in over})
-            except ConditionFailed:
-                alone += [j for j in ids if j not in over]  # the bundle moved on: look again
+        # More jobs of one active bundle than its item keeps requests for: see task_cancels.
+        asked, moved = task_cancels.cancel_in_tasks(self, asks, jobs, recs, bundles,
+                                                    reason=reason, by=by)
+        out.update(asked)
+        alone += moved
         for job_id in alone:
             out[job_id] = self._alone(job_id, lambda j: self.cancel(
                 j, reason=reason, by=by, only=only, resume=resume), cancel=True)
