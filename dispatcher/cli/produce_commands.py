@@ -50,7 +50,10 @@ def submit(
         "or a percentage, e.g. 5%.")] = "0",
     depends_on: Annotated[list[str] | None, typer.Option(
         help="A job this one waits for (repeat for several, up to 20; an array's parent "
-        "stands for its array).")] = None,
+        "stands for its array, ID:I for its child I). One not recorded yet is accepted and "
+        "waited for: up to 15 minutes, a child of a recorded array as long as the array "
+        "lives; one that can never be (REJECTED, a child past its array's size) is "
+        "refused.")] = None,
     condition: Annotated[str, typer.Option(
         help="What each --depends-on job must end as: succeeded, finished (any end) or "
         "failed; otherwise this job is CANCELLED with the reason.")] = "succeeded",

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from dispatcher import settings
 from dispatcher.domain import message
-from dispatcher.domain.dependencies import REJECTED
+from dispatcher.domain.dependencies import REJECTED, child_of, no_such_child
 from dispatcher.domain.errors import ConfigError, InvalidMessage, JobNotFound, SubmitError
 from dispatcher.domain.jobs import PRIORITY_ORDER, Job, Priority, Rejection
 from dispatcher.ports.queue import Queue, send_all
@@ -35,7 +35,8 @@ if TYPE_CHECKING:  # the table's model (pynamodb) loads only when a client reads
     from dispatcher.ops.queries import Queries
     from dispatcher.ports.job_logs import LogLine
 
-# How many of the ids it sent a client remembers (see JobClient._check_dependencies).
+# How many of the ids it sent a client remembers, with their array sizes (see
+# JobClient._check_dependencies).
 SENT_KEPT = 100_000
 
 
@@ -74,7 +75,8 @@ class JobClient:
         self._send_tries = send_tries
         self._store: Store | None = None
         # The ids this client sent last (at most SENT_KEPT), with their array sizes (None: no
-        # array): a job depending on one of them may be submitted before a tick recorded it.
+        # array): a dependency on a child of one of them is checked against its size before
+        # a tick recorded it.
         self._sent: dict[str, int | None] = {}
 
     # -- producing ------------------------------------------------------------------------------
@@ -93,10 +95,13 @@ class JobClient:
         N children ``<id>:0`` to ``<id>:N-1`` (each sees ``ctx.array_index``), the job itself
         their parent, FAILED once more than ``tolerated_failures`` (a count, or a percentage
         such as ``"5%"``) of them failed. ``depends_on``: job ids (or ``{"job_id", "condition"}``
-        with ``succeeded``, ``finished`` or ``failed``) it waits for; with a table configured,
-        an unknown or REJECTED one is refused here. An array adds ``"n_to_n": True`` to depend
-        on an array of its size element-wise (its child i waits for that array's child i); one
-        known not to be such an array is refused here. A bad value raises ``InvalidMessage``."""
+        with ``succeeded``, ``finished`` or ``failed``) it waits for, recorded or on its way
+        (the dispatcher waits 15 minutes for an unknown one to be recorded, and for a child
+        ``A:i`` of a recorded array as long as that array lives); one that can never be met
+        (REJECTED, with a table configured; a child past its array's size; a child of this
+        job) is refused here. An array adds ``"n_to_n": True`` to depend on an array of its
+        size element-wise (its child i waits for that array's child i); one known not to be
+        such an array is refused here. A bad value raises ``InvalidMessage``."""
         return self.submit_many([{
             # Not a mapping: left for the schema to refuse with a readable reason.
             "kind": kind, "payload": dict(payload) if isinstance(payload, Mapping) else payload,
@@ -136,12 +141,15 @@ class JobClient:
             del self._sent[next(iter(self._sent))]
 
     def _check_dependencies(self, bodies: list[tuple[str, str, Priority]]) -> None:
-        """Refuse a dependency that is neither recorded nor sent by this client (earlier, or
-        earlier in this batch: so no batch makes a cycle), or that was REJECTED. Without a
-        table configured, or one whose role may not read it (a producer that may only send),
-        the dispatcher judges instead: it cancels a job whose dependency is still unknown 15
-        minutes after it was recorded. An n_to_n dependency known (sent or recorded) not to be
-        an array of its dependent's size is refused too."""
+        """Refuse a dependency that can never be met: a child of its own job (an array
+        records none before its dependencies are met), a child past the size of an array
+        known (sent by this client, earlier in this batch, or recorded), a REJECTED job, or
+        an n_to_n dependency known not to be an array of its dependent's size. One not
+        recorded yet is accepted: it may be on its way (sent a moment ago, by this client or
+        another, or a child its array has not recorded yet), and the dispatcher waits for it
+        (:mod:`dispatcher.domain.dependencies`). Without a table configured, or one whose
+        role may not read it (a producer that may only send), only what the batch itself
+        shows is checked."""
         earlier: dict[str, int | None] = dict(self._sent)  # sent by this client: on their way
         wanted: dict[str, str] = {}  # dependency -> the first job naming it
         element: list[tuple[str, str, int]] = []  # n_to_n: dependency, job, its size, unsent
@@ -149,6 +157,7 @@ class JobClient:
             doc = json.loads(body)
             for dep in doc.get("depends_on") or []:
                 dep_id = dep if isinstance(dep, str) else dep["job_id"]
+                _child_in_range(dep_id, job_id, earlier)
                 if dep_id not in earlier:
                     wanted.setdefault(dep_id, job_id)
                 if isinstance(dep, dict) and dep.get("n_to_n"):  # array_size set (schema)
@@ -159,20 +168,22 @@ class JobClient:
             earlier[job_id] = doc.get("array_size")
         if not wanted or not self.cfg.table:
             return
+        # The arrays the children named may belong to, read with the arrays named whole.
+        parents = {c[0] for d in wanted if (c := child_of(d)) is not None}
         try:
             states = self._table().job_states(sorted(wanted))
             recorded = {j.job_id: j for j in self._table().get_jobs(
-                sorted({d for d, _, _ in element}))} if element else {}
+                sorted(parents | {d for d, _, _ in element}))} if parents or element else {}
         except TableUnavailable:  # not allowed to read (ProducerPolicy sends only), or down
             return  # the dispatcher judges, as for a producer without a table
+        sizes = {i: j.array_size for i, j in recorded.items() if j.array_size is not None}
         for dep_id, job_id in wanted.items():
+            if states.get(dep_id) == REJECTED:
+                raise InvalidMessage(f"depends_on: job {dep_id!r} was REJECTED, never admitted; "
+                                     "submit it again (fixed), then this job",
+                                     job_id=job_id)
             if states.get(dep_id) is None:
-                raise InvalidMessage(f"depends_on: no job {dep_id!r} is known (submit it first, "
-                                     "from this client or earlier in the same batch)",
-                                     job_id=job_id)
-            if states[dep_id] == REJECTED:
-                raise InvalidMessage(f"depends_on: job {dep_id!r} was REJECTED, never admitted",
-                                     job_id=job_id)
+                _child_in_range(dep_id, job_id, sizes)
         for dep_id, job_id, size in element:
             if dep_id in recorded:
                 _same_size(dep_id, recorded[dep_id].array_size, job_id, size)
@@ -332,3 +343,19 @@ def _same_size(dep_id: str, its_size: int | None, job_id: str, size: int) -> Non
         raise InvalidMessage(f"depends_on: array {dep_id!r} has {its_size} children, this one "
                              f"{size}; an n_to_n dependency needs arrays of one size",
                              job_id=job_id)
+
+
+def _child_in_range(dep_id: str, job_id: str, sizes: Mapping[str, int | None]) -> None:
+    """A dependency named as a child (``A:i``) is one of its job's own children, or of an
+    array of ``sizes`` (known array sizes by id; None: no array) past its size."""
+    child = child_of(dep_id)
+    if child is None:
+        return
+    if child[0] == job_id:
+        raise InvalidMessage(f"depends_on: {dep_id!r} is a child of this job: an array "
+                             "records its children only once its dependencies are met; "
+                             "drop it (or use n_to_n on another array)", job_id=job_id)
+    size = sizes.get(child[0])
+    if size is not None and child[1] >= size:
+        raise InvalidMessage(f"depends_on: {no_such_child(dep_id, size, quote=True)}; name "
+                             "one of those", job_id=job_id)

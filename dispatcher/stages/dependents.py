@@ -16,7 +16,14 @@ The look at every held dependent (:meth:`Dependents.sweep`, by the tick, once pe
 its dependent (SQS keeps no order between two messages: it is linked by the first sweep after
 it is recorded), an unknown dependency's grace running out, and a link too new for the
 eventually consistent index when its job ended (its stream record finds fewer links than its
-``waiters``).
+``waiters``). A child ``A:i`` of an array is waited for as long as its array lives, and may be
+recorded long after its dependent (:mod:`dispatcher.domain.dependencies`): the look reads the
+links of the older dependents to the children they wait for that are recorded now, and links
+those it finds missing. It cancels the held jobs that wait for each other (a producer's
+client does not refuse a dependency not recorded yet, so two jobs can name each other), each
+with the reason naming the cycle. It also moves on the expiry of the links of dependents that
+have waited long (:meth:`~dispatcher.store.waiters.Waiters.refresh_links`), so no link expires
+before the end it waits for.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.job_events import JOB_PREFIX, TableChange
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job
 from dispatcher.ports.table import InvalidTransaction, TableUnavailable, TransactionCancelled
-from dispatcher.stages.depends import judge_all
+from dispatcher.stages.depends import Judgement, judge_all
 from dispatcher.store import StageStore
 
 log = logging.getLogger(__name__)
@@ -158,9 +165,50 @@ class Dependents:
         for _, job in held:
             if job.created_at >= young:  # a dependency unknown at its link may exist now
                 self._link(job, _ids(job), stats)
-        self.release(held, stats)
+        waiting = self._break_cycles(self.release(held, stats), stats)
+        self._link_children([w for w in waiting if w[1].created_at < young], stats)
+        try:  # the look every period sees each crossing (within two periods)
+            self._store.refresh_links([j for _, j, _ in waiting], 2 * SWEEP_SECONDS)
+        except TableUnavailable as exc:
+            stats.table_failures += 1
+            log.error("moving on the expiry of links failed; a later look moves it",
+                      extra={"reason": exc.reason})
         if stats.table_failures > failures:  # left as they were: look again in a minute
             self._give_back(claimed)
+
+    def _break_cycles(self, waiting: list[tuple[Bundle, Job, Judgement]],
+                      stats: DependentsStats) -> list[tuple[Bundle, Job, Judgement]]:
+        """Cancel the held jobs that wait for each other (:func:`deps.cycles`), each with a
+        reason naming such a cycle; the others of ``waiting``."""
+        reasons = deps.cycles({j.job_id: _ids(j) for _, j, _ in waiting})
+        for bundle, job, _ in waiting:
+            if job.job_id in reasons:
+                self._cancel(bundle, job, reasons[job.job_id], stats)
+        return [w for w in waiting if w[1].job_id not in reasons]
+
+    def _link_children(self, waiting: list[tuple[Bundle, Job, Judgement]],
+                       stats: DependentsStats) -> None:
+        """Link the held jobs of ``waiting`` (past the relinking of the young ones) to the
+        array children they wait for that were recorded after they were linked (one read
+        of those links), then judge again those that were: their dependencies are read after
+        the link, so a child that ended meanwhile is seen (see store/waiters.py)."""
+        pairs = [(child, job.job_id) for _, job, said in waiting for child in said.children]
+        if not pairs:
+            return
+        try:
+            missing = self._store.unlinked(pairs)
+        except TableUnavailable as exc:  # the next look reads them again
+            stats.table_failures += 1
+            log.error("reading the links of held dependents failed; the next look reads them",
+                      extra={"reason": exc.reason})
+            return
+        unlinked: dict[str, list[str]] = {}
+        for child, dependent in missing:
+            unlinked.setdefault(dependent, []).append(child)
+        linked = [(b, j) for b, j, _ in waiting if j.job_id in unlinked
+                  and len(self._link(j, unlinked[j.job_id], stats)) < len(unlinked[j.job_id])]
+        if linked:
+            self.release(linked, stats)
 
     def _give_back(self, claimed: float | None) -> None:
         if claimed is None:
@@ -170,10 +218,11 @@ class Dependents:
             self._store.give_back_sweep(claimed, SWEEP_SECONDS, SWEEP_RETRY_SECONDS)
 
     def _link(self, job: Job, job_ids: list[str], stats: DependentsStats | None = None
-              ) -> None:
-        """Link ``job`` to ``job_ids``; a table that refuses leaves it to a later look."""
+              ) -> list[str]:
+        """Link ``job`` to ``job_ids``; a table that refuses leaves it to a later look. The
+        ids not linked (not recorded, or refused)."""
         try:
-            self._store.link(job.job_id, job_ids)
+            return self._store.link(job.job_id, job_ids)
         except (TableUnavailable, TransactionCancelled, InvalidTransaction) as exc:
             # Refused for a moment, or for good (the job waited for is at DynamoDB's item
             # limit, so its count cannot grow): the look at every held dependent judges it.
@@ -181,10 +230,14 @@ class Dependents:
                 stats.table_failures += 1
             log.error("linking a dependent failed; a later look judges it",
                       extra={"job_id": job.job_id, "reason": str(exc)})
+            return job_ids
 
-    def release(self, held: list[tuple[Bundle, Job]], stats: DependentsStats) -> None:
-        """Release the held jobs whose dependencies are met; cancel those one went against."""
-        for bundle, job in self.judge(held, stats):
+    def release(self, held: list[tuple[Bundle, Job]], stats: DependentsStats
+                ) -> list[tuple[Bundle, Job, Judgement]]:
+        """Release the held jobs whose dependencies are met; cancel those one went against.
+        The held jobs that still wait, with their judgement."""
+        ready, waiting = self._judged(held, stats)
+        for bundle, job in ready:
             try:
                 self._store.release_held(bundle, job)
             except ConflictError:
@@ -196,38 +249,50 @@ class Dependents:
                 continue
             if len(stats.released) < IDS_KEPT:
                 stats.released.append(job.job_id)
+        return waiting
 
     def judge(self, held: list[tuple[Bundle, Job]],
               stats: DependentsStats) -> list[tuple[Bundle, Job]]:
         """The held jobs with nothing left to wait for (no dependencies, or all met); one
         whose dependency decided against it is cancelled, one still undecided stays held."""
+        return self._judged(held, stats)[0]
+
+    def _judged(self, held: list[tuple[Bundle, Job]], stats: DependentsStats
+                ) -> tuple[list[tuple[Bundle, Job]], list[tuple[Bundle, Job, Judgement]]]:
+        """:meth:`judge`'s, and the held jobs that still wait with their judgement (none
+        when the table failed: they are judged again by the next look)."""
         dependents = [j for _, j in held if j.depends_on]
         if not dependents:
-            return held
+            return held, []
         try:
             said = judge_all(self._store, dependents, self._clock())
         except TableUnavailable as exc:  # they stay held: the next look judges them
             stats.table_failures += len(dependents)
             log.error("reading held jobs' dependencies failed; the next look judges them",
                       extra={"reason": exc.reason})
-            return [(b, j) for b, j in held if not j.depends_on]
-        out = []
+            return [(b, j) for b, j in held if not j.depends_on], []
+        out, waiting = [], []
         for bundle, job in held:
             verdict = said[job.job_id] if job.depends_on else None
             if verdict is None or verdict.verdict == deps.MET:
                 out.append((bundle, job))
-            elif verdict.verdict == deps.AGAINST:
-                try:
-                    self._store.cancel_held(bundle, job, verdict.reason or "a dependency failed")
-                except ConflictError:
-                    continue  # cancelled or changed meanwhile
-                except TableUnavailable:
-                    stats.table_failures += 1  # the next look cancels it
-                    continue
-                stats.dependents_cancelled += 1
-                if len(stats.dependents_cancelled_ids) < IDS_KEPT:
-                    stats.dependents_cancelled_ids.append(job.job_id)
-        return out
+            elif verdict.verdict == deps.WAITING:
+                waiting.append((bundle, job, verdict))
+            else:
+                self._cancel(bundle, job, verdict.reason or "a dependency failed", stats)
+        return out, waiting
+
+    def _cancel(self, bundle: Bundle, job: Job, reason: str, stats: DependentsStats) -> None:
+        try:
+            self._store.cancel_held(bundle, job, reason)
+        except ConflictError:
+            return  # cancelled or changed meanwhile
+        except TableUnavailable:
+            stats.table_failures += 1  # the next look cancels it
+            return
+        stats.dependents_cancelled += 1
+        if len(stats.dependents_cancelled_ids) < IDS_KEPT:
+            stats.dependents_cancelled_ids.append(job.job_id)
 
 
 def _ids(job: Job) -> list[str]:

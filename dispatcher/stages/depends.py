@@ -18,6 +18,10 @@ from dispatcher.store import StageStore
 class Judgement:
     verdict: str  # deps.MET, deps.AGAINST or deps.WAITING
     reason: str | None = None  # AGAINST: which dependency, and how it ended
+    # WAITING: its dependencies that are children of an array (``A:i``), recorded and not
+    # ended: one recorded after its dependent was linked is linked by the look at every held
+    # dependent (stages/dependents.py).
+    children: tuple[str, ...] = ()
 
 
 def judge_all(store: StageStore, jobs: list[Job], now: float) -> dict[str, Judgement]:
@@ -26,33 +30,45 @@ def judge_all(store: StageStore, jobs: list[Job], now: float) -> dict[str, Judge
     wanted = {j.job_id: [Dependency.from_json(d) for d in j.depends_on or []] for j in jobs}
     ids = sorted({d.job_id for ds in wanted.values() for d in ds})
     states = store.job_states(ids) if ids else {}
-    _children_never_made(store, states)
-    return {j.job_id: _judge(wanted[j.job_id], states, now - j.created_at) for j in jobs}
+    sizes = _unrecorded_children(store, states)
+    return {j.job_id: _judge(j.job_id, wanted[j.job_id], states, sizes, now - j.created_at)
+            for j in jobs}
 
 
-def _judge(wanted: list[Dependency], states: dict[str, str | None],
-           waited: float) -> Judgement:
+def _judge(job_id: str, wanted: list[Dependency], states: dict[str, str | None],
+           sizes: dict[str, int], waited: float) -> Judgement:
     waiting = False
+    children: list[str] = []
     for dep in wanted:
+        if deps.own_child(job_id, dep):
+            return Judgement(deps.AGAINST, deps.own_child_reason(dep))
         state = states.get(dep.job_id)
         said = deps.verdict(dep, state)
         if said == deps.AGAINST or (state is None and waited > deps.UNKNOWN_GRACE_SECONDS):
-            return Judgement(deps.AGAINST, deps.against_reason(dep, state))
-        waiting = waiting or said == deps.WAITING
-    return Judgement(deps.WAITING if waiting else deps.MET)
+            return Judgement(deps.AGAINST, deps.against_reason(dep, state,
+                                                               sizes.get(dep.job_id)))
+        if said == deps.WAITING:
+            waiting = True
+            if deps.child_of(dep.job_id) is not None and state not in (None, deps.ON_ITS_WAY):
+                children.append(dep.job_id)  # recorded: a link to it may be missing
+    return Judgement(deps.WAITING, children=tuple(children)) if waiting \
+        else Judgement(deps.MET)
 
 
-def _children_never_made(store: StageStore, states: dict[str, str | None]) -> None:
-    """Mark NEVER_MADE the unknown dependencies that are children of an array that ended
-    (one more BatchGetItem, only when some dependency is unknown)."""
-    unknown = [i for i, s in states.items() if s is None and ":" in i]
+def _unrecorded_children(store: StageStore, states: dict[str, str | None]) -> dict[str, int]:
+    """Say what the unknown dependencies that are children of a recorded array stand for
+    (NEVER_MADE, NO_SUCH_CHILD, ON_ITS_WAY: :func:`deps.unrecorded_child`), in ``states``; one
+    more BatchGetItem, only when some dependency is unknown. Returns their arrays' sizes."""
+    unknown = {i: child[0] for i, s in states.items()
+               if s is None and (child := deps.child_of(i)) is not None}
     if not unknown:
-        return
-    parents = {p.job_id: p for p in store.get_jobs(sorted({i.rpartition(":")[0]
-                                                           for i in unknown}))}
-    for job_id in unknown:
-        parent = parents.get(job_id.rpartition(":")[0])
-        if parent is not None and deps.never_made(job_id, parent.state,
-                                                  parent.array_size is not None):
-            states[job_id] = deps.NEVER_MADE
-
+        return {}
+    parents = {p.job_id: p for p in store.get_jobs(sorted(set(unknown.values())))}
+    sizes: dict[str, int] = {}
+    for job_id, parent_id in unknown.items():
+        parent = parents.get(parent_id)
+        if parent is None or parent.array_size is None:
+            continue  # unknown: a job of that very id may still be on its way
+        states[job_id] = deps.unrecorded_child(job_id, parent.state, parent.array_size)
+        sizes[job_id] = parent.array_size
+    return sizes

@@ -9,8 +9,9 @@ deployed job code, :class:`~dispatcher.domain.deployment.Deployment`), ``ARRAY#<
 (an array job whose children are not all recorded or not all ended: index key ``ARRAY#open``,
 what the tick reads to materialise and settle them; deleted once the parent is decided),
 ``WAIT#<job id>#<dependent id>`` (a job that waits for another to end: index key
-``WAIT#<job id>``, what that job's end reads to release its dependents; expires with the
-retention), ``SWEEP#dependents`` (when the tick last looked at every held dependent),
+``WAIT#<job id>``, what that job's end reads to release its dependents; expires a
+retention period after it was made or last moved on: dispatcher.store.waiters),
+``SWEEP#dependents`` (when the tick last looked at every held dependent),
 ``BATCH#<batch>`` (the next follow-on of a batch a runner takes, dispatcher.store.follow_ons). Index
 keys: ``status_key`` = ``<TYPE>#<STATE>#<shard>`` for jobs (and their REJECTED records),
 ``<TYPE>#<STATE>`` for bundles and launches; ``status_at`` = ISO-8601 UTC time.

@@ -1,6 +1,7 @@
 """Jobs that wait for others (``depends_on``) on the twins: held without a slot, released when
 their dependencies end as asked, CANCELLED with the reason when one does not, and refused at
-submit when they name a job that does not exist."""
+submit when they name a job that can never be (tests/twins/test_dependency_on_children.py:
+one not recorded yet is accepted)."""
 
 from __future__ import annotations
 
@@ -92,8 +93,9 @@ def test_an_array_records_no_child_before_its_dependency_succeeded(twins: Twins)
 
 
 @pytest.mark.parametrize(("batch", "says"), [
-    ([{"job_id": "b", "depends_on": ["nobody"]}], "no job 'nobody'"),
-    ([{"job_id": "b", "depends_on": ["c"]}, {"job_id": "c"}], "no job 'c'"),  # a later one
+    ([{"job_id": "b", "array_size": 3, "depends_on": ["b:1"]}], "a child of this job"),
+    ([{"job_id": "a", "array_size": 3}, {"job_id": "b", "depends_on": ["a:3"]}],
+     "no child of array 'a': it has 3 children"),
     ([{"job_id": "b", "depends_on": ["b"]}], "itself"),
     ([{"job_id": "b", "depends_on": ["x", "x"]}], "twice"),
     ([{"job_id": "b", "depends_on": [{"job_id": "x", "condition": "maybe"}]}], "condition"),
