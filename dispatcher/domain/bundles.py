@@ -71,8 +71,12 @@ def first_wave_id(batch: str, n: int) -> str:
     return f"{batch}-w{n}"
 
 
-def batch_of(bundle_id: str) -> str | None:
-    """The batch a bundle is of, as its id says (other bundles' ids have no ``-``)."""
-    return bundle_id.rpartition("-")[0] or None
-
-
+def untaken_follow_on(bundle: Bundle) -> bool:
+    """Whether ``bundle`` is a follow-on of its batch that no task has run yet: PENDING at its
+    first attempt. Such follow-ons wait apart from other due bundles (the store keeps them
+    in an index partition of their own), behind them: the batch's running tasks take them,
+    and a slot that other due work does not need gets them."""
+    if bundle.batch is None or bundle.attempt or bundle.state != BundleState.PENDING:
+        return False
+    n = bundle.bundle_id.removeprefix(f"{bundle.batch}-")
+    return n != bundle.bundle_id and n.isdigit()

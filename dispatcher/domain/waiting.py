@@ -43,7 +43,9 @@ class TickSummary:
     """What the last tick saw of the slots: ``active`` tasks of ``max_running``; ``kinds``:
     each limited kind's (running jobs, limit); ``blocked``: the limited kinds whose oldest due
     bundle did not fit their room (its younger ones wait behind it); ``left_due``: due bundles
-    it left PENDING, by priority."""
+    it left PENDING, by priority; ``others_due``: those of them other than follow-ons no task
+    has taken yet (with no slot free, of a look at the oldest few), which a batch's running
+    tasks run before its follow-ons (dispatcher.store.follow_ons)."""
 
     at: float
     active: int
@@ -51,11 +53,19 @@ class TickSummary:
     kinds: dict[str, tuple[int, int]] = field(default_factory=dict)
     left_due: dict[str, int] = field(default_factory=dict)
     blocked: frozenset[str] = frozenset()
+    others_due: dict[str, int] = field(default_factory=dict)
+
+    def others_waiting(self, priority: str) -> bool:
+        """Whether due work other than untaken follow-ons, of ``priority`` or higher, was
+        left waiting."""
+        rank = PRIORITY_RANK.get(priority, 1)
+        return any(n for p, n in self.others_due.items() if PRIORITY_RANK.get(p, 1) <= rank)
 
     def to_json(self) -> dict[str, Any]:
         return {"at": self.at, "active": self.active, "max_running": self.max_running,
                 "kinds": {k: list(v) for k, v in self.kinds.items()},
-                "left_due": dict(self.left_due), "blocked": sorted(self.blocked)}
+                "left_due": dict(self.left_due), "blocked": sorted(self.blocked),
+                "others_due": dict(self.others_due)}
 
     @staticmethod
     def from_json(data: Any) -> TickSummary | None:
@@ -67,7 +77,9 @@ class TickSummary:
                            kinds={str(k): (int(v[0]), int(v[1])) for k, v in kinds.items()},
                            left_due={str(p): int(n)
                                      for p, n in (data.get("left_due") or {}).items()},
-                           blocked=frozenset(str(k) for k in data.get("blocked") or ()))
+                           blocked=frozenset(str(k) for k in data.get("blocked") or ()),
+                           others_due={str(p): int(n)
+                                       for p, n in (data.get("others_due") or {}).items()})
 
 
 @dataclass(frozen=True)

@@ -91,9 +91,14 @@ class DryRunStore(StageStore):
     def active_bundles(self) -> list[Bundle]:
         return self._inner.active_bundles()
 
+    def active_count(self) -> int:
+        return self._inner.active_count()
+
     def due_bundles(self, limit: int, at: float, full_kinds: Collection[str] = (),
-                    priorities: Collection[Priority] | None = None) -> list[Bundle]:
-        return self._inner.due_bundles(limit, at, full_kinds, priorities)
+                    priorities: Collection[Priority] | None = None, *,
+                    follow_ons: bool = False) -> list[Bundle]:
+        return self._inner.due_bundles(limit, at, full_kinds, priorities,
+                                       follow_ons=follow_ons)
 
     def priority_credit(self) -> dict[str, float]:
         return self._inner.priority_credit()

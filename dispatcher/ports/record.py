@@ -91,6 +91,9 @@ class Record:
     batch: str | None = None
     batch_next: float | None = None
     batch_last: float | None = None
+    # a due bundle a batch's task cannot run (another size): when one of them last left its
+    # slot to the tick for it (one task at a time does)
+    yielded_at: float | None = None
     # a task's pointer: how the jobs of the bundles it ran before the one it names ended
     # (dispatcher.store.values.JobOutcomes)
     ran_succeeded: float | None = None
@@ -150,5 +153,6 @@ NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint"
                            "array_tolerated", "array_next", "array_tally", "array_parent",
                            "array_index", "array_retry_next", "array_retry",
                            "depends_on", "waiters", "bulk_ids", "given_back_at", "batch",
-                           "batch_next", "batch_last", "ran_succeeded", "ran_failed"})
+                           "batch_next", "batch_last", "ran_succeeded", "ran_failed",
+                           "yielded_at"})
 INDEX_ATTRIBUTES: tuple[str, ...] = tuple(sorted(ATTRIBUTES - NOT_PROJECTED - set(INDEX_KEYS)))

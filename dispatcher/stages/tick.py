@@ -59,6 +59,8 @@ LEASE_MARGIN_SECONDS = 60.0
 # read; a kind whose oldest due bundle does not fit its room is left out of a next read, so a
 # backlog of one kind never hides the due bundles of the others (see Tick._due).
 DUE_LOOKAHEAD = 200
+# With no slot free, the oldest due bundles looked at for the summary (Tick._others_due).
+OTHERS_PEEK = 10
 
 
 @dataclass
@@ -106,6 +108,8 @@ class Tick:
         self._policy = policy
         self._clock = clock
         self._handoffs = handoffs
+        # This tick's read of the due follow-ons no task has taken yet (see _due).
+        self._untaken: set[str] = set()
 
     def budget(self, remaining_ms: Callable[[], int] | None) -> float:
         """Seconds this tick may drain for."""
@@ -164,7 +168,9 @@ class Tick:
         # given back to PENDING, one no task took, or any other due work) now, not when the
         # batch ends. A task between two of its batch's bundles holds its slot: its take ends
         # the one and launches the next in one transaction (dispatcher.store.follow_ons).
+        self._untaken = set()
         waiting, blocked = self._due(d.capacity, room)
+        others_due = self._others_due(room) if d.capacity <= 0 else Counter()
         visible = self._admission.backlog() if d.capacity > 0 else {}
         if d.capacity > 0 and sum(visible.values()) >= FOLLOW_ON_SHARES * d.capacity:
             # A backlog that may be cut into follow-ons (a few a slot at least): their
@@ -181,6 +187,8 @@ class Tick:
                 room[b.kind] -= b.slots
         launching = {b.bundle_id for b in due}
         left_due = Counter(str(b.priority) for b in waiting if b.bundle_id not in launching)
+        others_due += Counter(str(b.priority) for b in waiting
+                              if b.bundle_id not in launching and b.bundle_id not in self._untaken)
         for kind in blocked:  # its oldest due bundle waits for room: younger ones wait too
             room[kind] = 0
         d.due_bundles = len(due)
@@ -219,7 +227,7 @@ class Tick:
             at=self._clock(), active=d.active_bundles + d.launch.bundles_launched,
             max_running=self._policy.max_running_tasks,
             kinds={k: (n, self._policy.kind_limits[k]) for k, n in kind_running.items()},
-            left_due=dict(left_due), blocked=frozenset(blocked)))
+            left_due=dict(left_due), blocked=frozenset(blocked), others_due=dict(others_due)))
 
     def _urgent(self, d: TickReport, active: list[Bundle], drain_deadline: float) -> None:
         """No slot is left: take the high queue's jobs in and hand them to running tasks
@@ -292,7 +300,6 @@ class Tick:
         :meth:`_share`. At most one read more per limited kind, and one for the priorities."""
         if capacity <= 0:
             return [], set()
-        rank = {p: n for n, p in enumerate(PRIORITY_ORDER)}
         left_out = {kind for kind, left in room.items() if left <= 0}
         limit = capacity + DUE_LOOKAHEAD
         pool: dict[str, Bundle] = {}
@@ -300,17 +307,41 @@ class Tick:
         while True:
             found = self._store.due_bundles(limit, self._clock(), left_out, only)
             pool.update((b.bundle_id, b) for b in found if b.bundle_id not in pool)
-            order = sorted(pool.values(), key=lambda b: (rank[b.priority], b.next_attempt_at))
-            fits, blocked = self._fit(order, room)
+            fits, blocked = self._fit(sorted(pool.values(), key=self._order), room)
             if len(found) < limit:
-                return fits, blocked
+                break
             if len(fits) < capacity and not blocked <= left_out:
                 left_out |= blocked
                 continue
             seen = {b.priority for b in pool.values()}
             if only is not None or seen.issuperset(PRIORITY_ORDER):
-                return fits, blocked
+                break
             only = [p for p in PRIORITY_ORDER if p not in seen]
+        if len(fits) >= capacity:
+            return fits, blocked
+        # Slots that no other due work fills: the follow-ons no task has taken yet (their
+        # batches' tasks take the rest), oldest first, after the other due work of their
+        # priority. (Read from the index, which does not hold a bundle's batch: they are
+        # told apart by the read they came from.)
+        follow = self._store.due_bundles(capacity - len(fits) + DUE_LOOKAHEAD, self._clock(),
+                                         left_out | blocked, follow_ons=True)
+        self._untaken = {b.bundle_id for b in follow}
+        return self._fit(sorted([*pool.values(), *follow], key=self._order), room)
+
+    def _order(self, b: Bundle) -> tuple[int, bool, float]:
+        """The tick's order of due bundles: higher priority first; within a priority, the
+        follow-ons no task has taken yet after the rest (as the queue's backlog is: their
+        batches' tasks take them meanwhile), then oldest due first."""
+        return PRIORITY_ORDER.index(b.priority), b.bundle_id in self._untaken, \
+            b.next_attempt_at
+
+    def _others_due(self, room: Mapping[str, int]) -> Counter[str]:
+        """With no slot free: the due bundles other than untaken follow-ons, by priority (a
+        look at the oldest few), for the summary: the batches' tasks read it and leave their
+        follow-ons for that work first (dispatcher.store.follow_ons)."""
+        left_out = {kind for kind, left in room.items() if left <= 0}
+        return Counter(str(b.priority) for b in self._store.due_bundles(
+            OTHERS_PEEK, self._clock(), left_out))
 
     def _fit(self, order: list[Bundle], room: Mapping[str, int]) -> tuple[list[Bundle], set[str]]:
         left = dict(room)

@@ -37,7 +37,7 @@ import zlib
 from datetime import UTC, datetime
 from typing import Any
 
-from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.bundles import Bundle, BundleState, untaken_follow_on
 from dispatcher.domain.deployment import Deployment
 from dispatcher.domain.jobs import Job, JobState, Priority, Rejection, Resources
 from dispatcher.domain.launches import Launch, LaunchState
@@ -131,6 +131,20 @@ def bundle_status(state: BundleState | str) -> str:
     return f"BUNDLE#{state}"
 
 
+# The index key of the follow-ons no task has run yet (PENDING, as their ``state`` says): a
+# partition apart from the other PENDING bundles, so that a batch's thousands of them, all due
+# at once, never fill the tick's read of due work (dispatcher.stages.tick, Tick._due), and a
+# runner can tell whether other work waits before it takes one (dispatcher.store.follow_ons).
+# A follow-on that goes back to PENDING after a run (a retry, a rerun, a failed launch) is
+# written under ``bundle_status(PENDING)`` as any bundle: due work as any other.
+FOLLOW_ONS_STATUS = "BUNDLE#PENDING#FOLLOW_ON"
+
+
+def recorded_status(bundle: Bundle) -> str:
+    """The index key a bundle is recorded under (:data:`FOLLOW_ONS_STATUS` for a follow-on)."""
+    return FOLLOW_ONS_STATUS if untaken_follow_on(bundle) else bundle_status(bundle.state)
+
+
 def launch_status(state: LaunchState | str) -> str:
     return f"LAUNCH#{state}"
 
@@ -215,7 +229,7 @@ def record_job(rec: Record) -> Job:
 def bundle_record(bundle: Bundle) -> Record:
     at = bundle.next_attempt_at if bundle.state == BundleState.PENDING else bundle.created_at
     return Record(
-        bundle_key(bundle.bundle_id), status_key=bundle_status(bundle.state),
+        bundle_key(bundle.bundle_id), status_key=recorded_status(bundle),
         status_at=iso(at), state=str(bundle.state),
         job_ids=None if bundle.pages else list(bundle.job_ids), pages=bundle.pages or None,
         estimated_seconds=bundle.estimated_seconds, attempt=bundle.attempt,

@@ -7,8 +7,19 @@ ids ``<batch>-<n>`` in order (:func:`dispatcher.domain.bundles.follow_on_id`). A
 bundle of the batch ends DONE takes the next follow-on (:meth:`FollowOns.take_follow_on`)
 instead of exiting: a task that started early runs more of the batch, so neither the spread of
 Fargate's start times nor the pacing of the launches decides when the batch ends, and a task's
-start-up is paid once for many bundles. The tick launches a follow-on that no runner took (its
-tasks crashed, or ended for a deploy) as any due bundle.
+start-up is paid once for many bundles.
+
+Untaken follow-ons wait apart (index key :data:`~dispatcher.store.codec.FOLLOW_ONS_STATUS`):
+other due work goes first, as it would before the queue's backlog. The tick launches them into
+the slots that other due work leaves free (a task exited, a deploy ended the takes), and reads
+the other due work first, so a batch's thousands never hide it. A follow-on given back to
+PENDING after a run (a retry's backoff, a rerun, a failed relaunch) is due work as any. While
+the last tick left such other work waiting, of the batch's priority or higher
+(``TickSummary.others_due``; with no slot free, the tick looks at the oldest few), a take
+first reads the oldest due (one Query): a task that can run it (its resources, no limited
+kind) takes it instead of its next follow-on, in the same transaction (it joins the batch, so
+the task goes on with the batch after it); one that cannot ends and exits, leaving its slot to
+the tick for that work.
 
 A take is one transaction of five or six items (and the ended bundle's pages' expiry, where
 they fit):
@@ -56,14 +67,21 @@ from dataclasses import dataclass
 
 from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import Bundle, BundleState, follow_on_id
+from dispatcher.domain.jobs import PRIORITY_ORDER
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import (
     Absent,
     Add,
     And,
     Check,
+    Condition,
+    ConditionFailed,
     Eq,
+    Lacks,
+    Le,
+    Lt,
     Op,
+    Or,
     Record,
     Remove,
     Set,
@@ -80,6 +98,12 @@ LOOKAHEAD = 10
 TAKE_TRIES = 10
 # Takers choose among this many of the first PENDING follow-ons (see take_follow_on).
 SPREAD = 8
+# Due bundles read at once, oldest first, when the last tick left other work waiting.
+OTHERS_READ = 10
+# A task leaves its slot for due work it cannot run at most this often per such bundle: a
+# tick (a minute) and a task's start (up to a minute) after the last one did, it is running
+# or the tick launched other work into that slot.
+YIELD_SECONDS = 180.0
 
 
 @dataclass(frozen=True)
@@ -122,6 +146,20 @@ class FollowOns(Reads):
                 return Take(None)  # a deploy (or no tick yet): the tick launches the rest
             summary = TickSummary.from_json(tick.summary)
             limited = set(summary.kinds) if summary is not None else set()
+            if summary is not None and summary.others_waiting(str(done.priority)):
+                other = self._other_due(done, limited)
+                if other is not None and other.resources != done.resources:
+                    if self._yield_to(other):
+                        return Take(None)  # its slot is the tick's to launch that work in
+                    other = None  # another task left its slot for it: this one goes on
+                if other is not None:
+                    try:
+                        if self._take(other, done, task_arn, tick, batch, None, ended,
+                                      ending):
+                            return Take(other)
+                    except _Refused:
+                        return Take(None)
+                    continue  # another taker or the tick came first: read again
             first = int(cursor.batch_next or 0) if cursor is not None else 0
             last = int(cursor.batch_last) if cursor is not None \
                 and cursor.batch_last is not None else None
@@ -165,6 +203,34 @@ class FollowOns(Reads):
                 return Take(None)
         return Take(None, later=True)  # other takers kept coming first: look again shortly
 
+    def _other_due(self, done: Bundle, limited: set[str]) -> Bundle | None:
+        """The oldest due bundle, other than the untaken follow-ons, of ``done``'s priority or
+        higher and of no limited kind (the tick counts those), if any: a batch's running
+        tasks take such work before their follow-ons, as the tick launches it first (a
+        follow-on given back to PENDING, a retry, a scheduled job whose time came, a released
+        dependent, a launch that failed). One Query, made only while the last tick left such
+        work waiting (``TickSummary.others_due``)."""
+        rank = PRIORITY_ORDER.index(done.priority)
+        rows = self.table.query(r.bundle_status(BundleState.PENDING),
+                                at_most=r.iso(self.clock()), limit=OTHERS_READ)
+        due = [b for b in map(r.record_bundle, rows)
+               if PRIORITY_ORDER.index(b.priority) <= rank and b.kind not in limited]
+        return min(due, key=lambda b: (PRIORITY_ORDER.index(b.priority), b.next_attempt_at),
+                   default=None)
+
+    def _yield_to(self, other: Bundle) -> bool:
+        """Whether this task leaves its slot to the tick for ``other``, due work it cannot run:
+        one task does (a mark on ``other``, once every :data:`YIELD_SECONDS` while it waits),
+        the others go on with their batch."""
+        t = self.clock()
+        try:
+            self.table.write(Update(r.bundle_key(other.bundle_id), [Set("yielded_at", t)], And(
+                Eq("state", str(BundleState.PENDING)), Eq("attempt", other.attempt),
+                Or(Lacks("yielded_at"), Lt("yielded_at", t - YIELD_SECONDS)))))
+        except ConditionFailed:
+            return False
+        return True
+
     def _cursor(self, batch: str, to: int) -> Update:
         """The cursor to ``to``: the follow-ons below it were seen taken or launched (or not
         recorded yet while a later one was ready: the tick launches those). Not
@@ -174,30 +240,38 @@ class FollowOns(Reads):
         return Update(r.batch_key(batch), [Set("batch_next", to), *self._expires(self.clock())])
 
     def _take(self, bundle: Bundle, done: Bundle, task_arn: str, tick: Record, batch: str,
-              to: int, ended: JobOutcomes, ending: Sequence[Op]) -> bool:
+              to: int | None, ended: JobOutcomes, ending: Sequence[Op]) -> bool:
         """The take's transaction: True if it committed (``bundle`` is then as written);
         False if another taker or a launch came first (read again); _Refused if this task
         may take no more: its pointer moved on, or the tick launches another revision;
-        EndRefused if ``ending``'s move of ``done`` was refused."""
+        EndRefused if ``ending``'s move of ``done`` was refused. ``to``: the cursor's move
+        (a follow-on); None for other due work, which joins ``batch`` (its runner takes the
+        batch's follow-ons next) and must be due still."""
         lifecycle.check_bundle(bundle.bundle_id, BundleState.PENDING, BundleState.LAUNCHED)
         revision = str(tick.task_definition)
         t = self.clock()
+        moving: Condition = And(Eq("state", str(BundleState.PENDING)),
+                                Eq("attempt", bundle.attempt))
+        if to is None:
+            moving = And(moving, Le("next_attempt_at", t))
         ops: list[Op] = [
             Update(r.bundle_key(bundle.bundle_id), [
                 *status(r.bundle_status(BundleState.LAUNCHED), t),
                 Set("attempt", bundle.attempt + 1), Set("task_arn", task_arn),
                 Set("task_definition", revision), Remove("launch_id"),
                 # One job at a time after an ambiguous stop (a settle's ``serial``) stays so.
-                Set("slots", 1) if bundle.slots == 1 else Remove("slots")],
-                And(Eq("state", str(BundleState.PENDING)), Eq("attempt", bundle.attempt))),
+                Set("slots", 1) if bundle.slots == 1 else Remove("slots"),
+                *([Set("batch", batch)] if to is None else [])],
+                moving),
             Update(r.task_key(task_arn), [Set("bundle_id", bundle.bundle_id),
                                           Remove("expires_at"),
                                           Add("ran_succeeded", ended.succeeded),
                                           Add("ran_failed", ended.failed)],
                    Eq("bundle_id", done.bundle_id)),
-            self._cursor(batch, to),
+            *([self._cursor(batch, to)] if to is not None else []),
             Check(r.TICK_KEY, Eq("task_definition", revision)),
         ]
+        checks = len(ops) - 1  # from the tick's check on: the checks that refuse the take
         # The deployment record as the tick found it: none (version 0), or at its version;
         # a tick whose revision is not decided on the record (the latest ACTIVE one) says
         # no version, and its next tick's revision is what a deploy changes.
@@ -212,14 +286,14 @@ class FollowOns(Reads):
             failed = exc.failed_conditions()
             if ending and end in failed:
                 raise EndRefused(done.bundle_id) from None
-            if failed & {1, *range(3, end)}:  # the pointer, the tick, the deployment
+            if failed & {1, *range(checks, end)}:  # the pointer, the tick, the deployment
                 raise _Refused from None
             return False
         bundle.state, bundle.attempt, bundle.task_arn = BundleState.LAUNCHED, \
             bundle.attempt + 1, task_arn
         bundle.task_definition, bundle.launch_id = revision, None
         bundle.slots = 1 if bundle.slots == 1 else 0
-        bundle.updated_at = t
+        bundle.updated_at, bundle.batch = t, batch
         return True
 
 

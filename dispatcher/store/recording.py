@@ -241,8 +241,9 @@ class Recordings(Reads):
         target = BundleState.PENDING if has_jobs else BundleState.DONE
         lifecycle.check_bundle(bundle.bundle_id, BundleState.RECORDING, target)
         due = max(t, bundle.next_attempt_at or 0.0)
+        key = r.recorded_status(Bundle(**{**vars(bundle), "state": target}))
         return Update(r.bundle_key(bundle.bundle_id), [
-            *bundle_actions(target, t, due, self._expiry(t)),
+            *bundle_actions(target, t, due, self._expiry(t), key=key),
             Set("estimated_seconds", estimated_seconds),
             *([] if pages is None else [Set("pages", pages)])],
             Eq("state", str(BundleState.RECORDING)))

@@ -144,9 +144,10 @@ def job_updates(updates: list[JobUpdate], bundle_id: str, t: float,
 
 
 def bundle_actions(target: BundleState, t: float, retry_at: float | None,
-                   expires_at: int | None = None) -> list[Action]:
+                   expires_at: int | None = None, key: str | None = None) -> list[Action]:
+    """A bundle's move to ``target`` (under the index key ``key``, by default its state's)."""
     at = retry_at if retry_at is not None else t
-    actions = status(r.bundle_status(target), t, at=at)
+    actions = status(key or r.bundle_status(target), t, at=at)
     if target == BundleState.PENDING:
         actions += [Set("next_attempt_at", at), Remove("launch_id")]
     if target == BundleState.DONE and expires_at is not None:

@@ -128,12 +128,14 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
 
     # -- admission ------------------------------------------------------------------------------
     def due_bundles(self, limit: int, at: float, full_kinds: Collection[str] = (),
-                    priorities: Collection[Priority] | None = None) -> list[Bundle]:
+                    priorities: Collection[Priority] | None = None, *,
+                    follow_ons: bool = False) -> list[Bundle]:
         """PENDING bundles whose backoff has passed, oldest due first, leaving out those of
         ``full_kinds`` (limited kinds with no room: a backlog of them, deferred in the table,
         would otherwise fill every read and hide the due bundles of other kinds), and keeping
         only those of ``priorities`` if given (so that older bundles of one priority cannot
-        hide the due bundles of another)."""
+        hide the due bundles of another). The follow-ons no task has run yet are apart
+        (codec.FOLLOW_ONS_STATUS): read with ``follow_ons``, and only then."""
         if limit <= 0:
             return []
         # kind <> k, as the port has no inequality: k's bundles are neither below nor above it;
@@ -146,8 +148,8 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
             conds.append(Or(*(Lacks("priority") if p == Priority.NORMAL
                               else Eq("priority", str(p)) for p in priorities)))
         where = And(*conds) if len(conds) > 1 else conds[0] if conds else None
-        rows = self.table.query(r.bundle_status(BundleState.PENDING), at_most=r.iso(at),
-                                limit=limit, where=where)
+        key = r.FOLLOW_ONS_STATUS if follow_ons else r.bundle_status(BundleState.PENDING)
+        rows = self.table.query(key, at_most=r.iso(at), limit=limit, where=where)
         return [r.record_bundle(rec) for rec in rows]
 
     def orphaned_launches(self, older_than: float) -> list[Launch]:

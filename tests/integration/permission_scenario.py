@@ -85,6 +85,12 @@ def _follow_on(store: Store, job_id: str) -> None:
     store.record([follow], [Job(job_id="follow0", kind="echo", payload={},
                                 bundle_id=follow.bundle_id, estimated_seconds=0.1)])
     store.end_batch("perm-batch", 1)
+    # The last tick left other due work waiting (TickSummary.others_due): the take first
+    # looks for it (a Query of the status index), finds none due now, and takes the follow-on.
+    tick = store.table.get(codec.TICK_KEY)
+    assert tick is not None and isinstance(tick.summary, dict)
+    store.table.write(Update(codec.TICK_KEY, [Set("summary", {**tick.summary,
+                                                              "others_due": {"normal": 1}})]))
 
 
 def _run_runner(env: dict[str, str], task_arn: str, launch_id: str, log: Path) -> None:

@@ -142,8 +142,10 @@ def test_the_runner_is_granted_exactly_what_it_calls(expanded: dict[str, Any],
     granted = {a for s in statements if s["Effect"] == "Allow" for a in as_list(s["Action"])}
     performed = {a.action for a in exercise.auths("runner")}
     assert granted == performed == {"dynamodb:GetItem", "dynamodb:BatchGetItem",
-                                    "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"}
-    assert {str(resolve(s["Resource"])) for s in statements} == {TABLE_ARN}
+                                    "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem",
+                                    "dynamodb:Query"}
+    assert {str(resolve(s["Resource"])) for s in statements} == {
+        TABLE_ARN, f"{TABLE_ARN}/index/by_status_shard"}
 
 
 @pytest.mark.parametrize("queue", ["JobQueue", "HighJobQueue", "LowJobQueue"])

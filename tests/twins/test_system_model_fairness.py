@@ -107,8 +107,9 @@ def test_the_starvation_check_sees_a_backlog_that_hides_another_kind(
 
     def oldest_only(self: StageStore, limit: int, at: float,
                     full_kinds: Collection[str] = (),
-                    priorities: Collection[Priority] | None = None) -> Any:
-        return real(self, limit, at)
+                    priorities: Collection[Priority] | None = None, *,
+                    follow_ons: bool = False) -> Any:
+        return real(self, limit, at, follow_ons=follow_ons)
 
     monkeypatch.setattr(StageStore, "due_bundles", oldest_only)
     with pytest.raises(AssertionError, match=r"\[starvation\] bundle b000008 \(normal"):

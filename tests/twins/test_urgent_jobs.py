@@ -247,16 +247,22 @@ def test_behind_long_jobs_alone_in_their_tasks_an_urgent_job_takes_a_free_slot_o
     assert len(world.tw.launcher.tasks) == TASKS
 
 
-def test_an_urgent_job_no_running_task_can_take_waits_for_the_first_free_slot() -> None:
-    """Of another size than every running task: it is not handed, waits in the table, and
-    launches on a task of its own before anything newer when the batch ends."""
+def test_an_urgent_job_no_running_task_can_take_gets_the_slot_a_task_leaves_for_it() -> None:
+    """Of another size than every running task: it is not handed, and waits in the table;
+    the next of the batch's tasks to end a bundle leaves its slot for it (one task, not
+    each), so it runs on a task of its own long before the batch ends, and the batch's
+    follow-ons fill that slot again after it."""
     world = backlogged([100.0], cpu=4096, memory=8192)
     world.run(900.0)
     job = world.tw.job("urgent-0")
     assert job is not None and job.state == JobState.SUCCEEDED
     bundle = world.tw.bundle(job.bundle_id or "")
     assert bundle is not None and bundle.handed_jobs == [] and bundle.job_ids == ["urgent-0"]
-    assert len(world.tw.launcher.tasks) == TASKS + 1
+    launched = world.launched_at[bundle.task_arn or ""] - (world.t0 + 100.0)
+    # A round of the batch's jobs and a tick (and a tick's wait for the summary that tells
+    # the tasks): well before the batch's 500 s.
+    assert launched < JOB_SECONDS + 3 * TICK_EVERY, launched
+    assert len(world.tw.launcher.tasks) == TASKS + 2  # it, and a follow-on in its slot after
     assert world.states() == {"SUCCEEDED": BACKLOG + 1}
 
 
