@@ -8,11 +8,12 @@ ends at about the same time; the last slot takes whatever is left, up to the wor
 
 Only jobs of one shape share a bundle: the same priority, the same resources (a task has one
 size), the same ``not_before`` if scheduled, and one kind if that kind has a limit
-(``LONGJOBS_KIND_LIMITS``). A bundle is *deferred* when it cannot launch in this tick: it is
-scheduled for later, its kind is at its limit, or it holds jobs received after every slot was
-taken (:meth:`Bundler.wait`). A deferred bundle is recorded (PENDING, due at
-its time) but takes no task slot now; a later tick launches it when due and when its kind has
-room.
+(``LONGJOBS_KIND_LIMITS``); that sizing rule is :mod:`dispatcher.domain.bundle_sizes`, which
+an operator's retry packs its jobs by too. A bundle is *deferred* when it cannot launch in
+this tick: it is scheduled for later, its kind is at its limit, or it holds jobs received
+after every slot was taken (:meth:`Bundler.wait`). A deferred bundle is recorded (PENDING,
+due at its time) but takes no task slot now; a later tick launches it when due and when its
+kind has room.
 
 A bundle is closed as soon as it is full, so the tick records and launches it while it keeps
 draining the queue. So the bundles of a large backlog launch one after another, as fast as the
@@ -38,17 +39,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
+from dispatcher.domain.bundle_sizes import BundleSizes, Shape
 from dispatcher.domain.bundles import Bundle, first_wave_id, follow_on_id
-from dispatcher.domain.jobs import Job, Priority, Resources, new_id
-from dispatcher.domain.lifecycle import DEPENDENTS_HELD_AT
+from dispatcher.domain.jobs import Job, new_id
 from dispatcher.stages.policy import BundlePolicy
-
-# Bytes of job items one bundle may hold: what the tick keeps in memory per bundle it is
-# filling or recording (a bundle of more than one transaction's worth is recorded in pages).
-MAX_BUNDLE_BYTES = 16_000_000
-
-Shape = tuple[Priority, Resources, float | None, str | None]
-
 
 # Rounds of a task's concurrency an even share must hold before bundles are tapered.
 TAPER_ROUNDS = 4
@@ -105,7 +99,10 @@ class Bundler:
         self.capacity = max(0, capacity)
         self._target = target_jobs
         self._at = at
-        self._limits = dict(kind_limits or {})
+        # The sizing rule admission and retries share (dispatcher.domain.bundle_sizes).
+        self._rule = BundleSizes(policy.bundle_max_jobs, policy.bundle_max_seconds,
+                                 policy.small_job_seconds, policy.task_concurrency,
+                                 dict(kind_limits or {}))
         self.kind_room = dict(kind_room or {})
         # Each bundle's one kind so far ("": several), for take_closed.
         self._one_kind: dict[str, str] = {}
@@ -131,23 +128,17 @@ class Bundler:
     def is_small(self, job: Job) -> bool:
         """Bundled with others: a small job that waits for no other (one that does is held in
         a bundle of its own, released when its dependencies are met)."""
-        est = job.estimated_seconds
-        return est is not None and est <= self._policy.small_job_seconds and not job.depends_on
+        return self._rule.is_small(job)
 
     def shape(self, job: Job) -> Shape:
-        scheduled = job.not_before if job.not_before is not None \
-            and job.not_before > self._at else None
-        if job.depends_on:  # held until its dependencies are met (stages/dependents.py)
-            scheduled = DEPENDENTS_HELD_AT
-        kind = job.kind if job.kind in self._limits else None
-        return job.priority, job.resources, scheduled, kind
+        return self._rule.shape(job, self._at)
 
     def slots(self, kind: str) -> int:
         """Most jobs of a limited kind one bundle runs at once. A bundle launched now counts
         what it can actually run at once against the limit, ``min(jobs, this, room)``: one
         slot more per job that joins it, while the kind has room; a deferred bundle counts
         nothing until it launches (the tick decides its slots then)."""
-        return max(1, min(self._policy.task_concurrency, self._limits[kind]))
+        return self._rule.slots(kind)
 
     def _follow_on(self) -> int:
         """Jobs per bundle when this drain's bundles follow on; 0 if they do not (or not
@@ -192,7 +183,7 @@ class Bundler:
         slot's even share (up to the work limit at the mean estimate seen)."""
         per = min(self._target or 0, self._policy.bundle_max_jobs)
         if self._seconds > 0:
-            per = min(per, int(self._policy.max_work_seconds * self._seen / self._seconds))
+            per = min(per, int(self._rule.max_work_seconds * self._seen / self._seconds))
         return self.capacity * max(1, per)
 
     def _limit(self, bundle: Bundle) -> int:
@@ -232,11 +223,9 @@ class Bundler:
 
     def _fits(self, shape: Shape, job: Job) -> bool:
         b = self._open.get(shape)
-        return (b is not None and len(b.job_ids) < self._limit(b)
-                and self._has_room(b)
-                and b.estimated_seconds + (job.estimated_seconds or 0)
-                <= self._policy.max_work_seconds
-                and self._open_bytes[shape] + job.item_bytes() <= MAX_BUNDLE_BYTES)
+        return (b is not None and self._has_room(b)
+                and self._rule.fits(len(b.job_ids), b.estimated_seconds,
+                                    self._open_bytes[shape], job, self._limit(b)))
 
     def _has_room(self, b: Bundle) -> bool:
         """A bundle launched now takes one more job of a limited kind while it runs fewer than
@@ -256,7 +245,7 @@ class Bundler:
             return max(0, self._admits() - self._seen)
         per = min(self._target or self._policy.bundle_max_jobs, self._policy.bundle_max_jobs)
         if self._seconds > 0:  # the work limit, at the mean estimate seen so far
-            per = min(per, int(self._policy.max_work_seconds * self._seen / self._seconds))
+            per = min(per, int(self._rule.max_work_seconds * self._seen / self._seconds))
         if 2 * self._small_seen <= self._seen:
             per = 1
         per = max(1, per)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from dispatcher.domain.bundle_sizes import work_budget
+
 
 @dataclass(frozen=True)
 class BundlePolicy:
@@ -22,7 +24,7 @@ class BundlePolicy:
     @property
     def max_work_seconds(self) -> float:
         """Estimated job-seconds one bundle may hold."""
-        return self.bundle_max_seconds * self.task_concurrency
+        return work_budget(self.bundle_max_seconds, self.task_concurrency)
 
 
 @dataclass(frozen=True)
