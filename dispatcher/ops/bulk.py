@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import JobState
-from dispatcher.store import OperatorStore
+from dispatcher.store import OperatorStore, job_ops
 from dispatcher.store.bulk_marks import check_bulk_id
 from dispatcher.store.codec import iso
 
@@ -99,6 +99,24 @@ class BulkReport:
                 "error_samples": list(self.error_samples)}
 
 
+def _whole_bundles(pages: Iterator[list[str]], page: int) -> Iterator[list[str]]:
+    """A retry's pages regrouped into pages of whole bundles' worth (``page`` rounded down to
+    RETRY_BUNDLE_JOBS, unless smaller): the jobs retried together share bundles of up to that
+    many (one transaction each), so the index's short pages (a state's jobs are spread over
+    several partitions) do not each end in a bundle of their own. A run cut short leaves the
+    jobs it held unacted on, still selected: a resumed run acts on them."""
+    per = job_ops.RETRY_BUNDLE_JOBS
+    size = page if page < per else page - page % per
+    held: list[str] = []
+    for ids in pages:
+        held += ids
+        while len(held) >= size:
+            yield held[:size]
+            held = held[size:]
+    if held:
+        yield held
+
+
 def new_bulk_id() -> str:
     return "bulk-" + uuid.uuid4().hex[:12]
 
@@ -140,8 +158,11 @@ class BulkAction:
         if dry_run:
             return report
         said = f"{reason or 'operator action'} ({report.bulk_id}: {report.selection})"
-        for rows in self.store.job_pages(state, page=self.page, **where):
-            ids = [row.job_id or row.pk.split("#", 1)[1] for row in rows]
+        pages: Iterator[list[str]] = ([row.job_id or row.pk.split("#", 1)[1] for row in rows]
+                 for rows in self.store.job_pages(state, page=self.page, **where))
+        if f.verb == BulkVerb.RETRY:
+            pages = _whole_bundles(pages, self.page)
+        for ids in pages:
             if f.verb == BulkVerb.CANCEL:
                 outcomes = self.store.cancel_page(ids, reason=said, by=report.bulk_id,
                                                   only=state, resume=resuming)

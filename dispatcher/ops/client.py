@@ -213,6 +213,10 @@ class JobClient:
                 raise ConfigError("invalid configuration: LONGJOBS_TABLE is not set (reading "
                                   "jobs needs the job table's name; sending them does not)")
             self._store = adapters.store(self.cfg)
+            # Its retries pack their bundles as the dispatcher's admission would.
+            from dispatcher.wiring.pipeline import bundle_sizes
+
+            self._store.bundle_sizes = bundle_sizes(self.cfg)
         return self._store
 
     def get(self, job_id: str) -> Job | Rejection:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from dispatcher.domain import arrays, cancels
 from dispatcher.domain.arrays import Tally
+from dispatcher.domain.bundle_sizes import BundleSizes
 from dispatcher.domain.cancels import NotCancelled
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
@@ -51,6 +52,7 @@ class JobActions(Protocol):
 
     table: Table
     clock: Callable[[], float]
+    bundle_sizes: BundleSizes
 
     def _transact(self, ops: list[Op], lost: str, job_id: str | None = None) -> None: ...
     def _transact_retrying(self, ops: list[Op]) -> None: ...

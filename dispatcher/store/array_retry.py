@@ -7,11 +7,15 @@ parent decided again from children not yet retried. So the retry is a cursor on 
 - The operator's write reopens the parent (RUNNING, its tally read again from child 0, its
   open marker back) and sets ``array_retry_next`` to 0 and ``array_retry`` to how far the
   retry goes (the children recorded then) and how (from scratch, the operator's reason).
-- Each page of 100 children is then retried in transactions that each check the cursor is
-  where the one before left it and the parent still open, and move it past their own
-  children (the last page's last one removes it): a child below the cursor is never looked
-  at again, so none is retried twice. A page with no ended child is one conditional write
-  of its cursor's move.
+- The children are read a page of 100 at a time, and the ended ones retried into bundles
+  packed as admission packs its jobs (small children of one shape share a bundle of up to
+  ``job_ops.RETRY_BUNDLE_JOBS``, which one transaction writes with them; where the ended
+  children are dense, a bundle not full yet waits for the next page's). Each transaction
+  checks the cursor is where the one before left it and the parent still open, and moves it
+  to the first child it leaves for later (the last one removes it): a child below the
+  cursor is never looked at again, so none is retried twice, and none waiting is behind it.
+  A page with no ended child and none waiting is one conditional write of its cursor's
+  move.
 - The ticks settle the parent only below the cursor (``ArrayRecords.settle_array``): a child
   not yet retried is never counted, and a retried one is unfinished, so never counted ended
   before it ends again.
@@ -33,7 +37,8 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from dispatcher.domain import arrays, sizes
-from dispatcher.domain.jobs import Job, JobState, new_id
+from dispatcher.domain.bundle_sizes import BundleSizes
+from dispatcher.domain.jobs import Job, JobState
 from dispatcher.ports.table import (
     MAX_TRANSACTION_ITEMS,
     Action,
@@ -69,6 +74,7 @@ class ChildWrites(Protocol):
 
     table: Table
     clock: Callable[[], float]
+    bundle_sizes: BundleSizes  # how the retried children are packed into bundles
 
     def get_jobs(self, job_ids: list[str]) -> list[Job]: ...
     def _transact_retrying(self, ops: list[Op]) -> None: ...
@@ -121,46 +127,79 @@ def go_on(store: ChildWrites, retry: ArrayRetry, pages: int | None = None) -> in
     end). Returns None once the retry is done, else a cursor it has reached: every child
     below it has been looked at (the stored cursor is there or further on, unless the
     retry was ended), also when a write was refused and this one stopped: another process
-    moved the cursor or changed a child it read, or the parent was decided or cancelled."""
+    moved the cursor or changed a child it read, or the parent was decided or cancelled.
+
+    The ended children are retried into bundles packed as admission packs its jobs
+    (:func:`job_ops.retry_groups`), across pages where they are dense: when a page brings a
+    bundle's worth or more, a bundle that more children of its shape could still join waits
+    for the next page's (the cursor stays at its first child, so a carrier cut short leaves
+    none of them behind the cursor); the last page read writes what is left."""
+    if pages is not None and pages < 1:
+        return retry.next
     done = 0
-    while pages is None or done < pages:
-        reached = _page(store, retry, min(retry.through, retry.next + CHILD_PAGE))
-        if reached is None or reached >= retry.through:
-            return None if reached is not None else retry.next
-        retry = replace(retry, next=reached)
+    read = retry.next  # the first child not read yet
+    waiting: list[Job] = []  # ended children read, in bundles not full yet, in index order
+    while True:
+        stop = min(retry.through, read + CHILD_PAGE)
         done += 1
-    return retry.next
+        last = stop >= retry.through or (pages is not None and done >= pages)
+        moved = _page(store, retry, waiting + _ended(store, retry, read, stop), stop, last)
+        if moved is None:
+            return retry.next
+        retry, waiting = moved
+        read = stop
+        if last:
+            return None if stop >= retry.through else stop
 
 
-def _page(store: ChildWrites, retry: ArrayRetry, stop: int) -> int | None:
-    """Children ``retry.next`` to ``stop``: each FAILED or CANCELLED one retried (into a
-    bundle of its own, as a single job's retry). A page of more ended children than one
-    transaction holds takes several, each fenced on the cursor where the one before left it
-    and moving it past its own children (the last to ``stop``, or removing it at the end), so
-    a carrier that dies between them leaves no retried child below the cursor to be looked
-    at again. Returns where the cursor is then; None if a write was refused (nothing of that
+def _ended(store: ChildWrites, retry: ArrayRetry, start: int, stop: int) -> list[Job]:
+    """Children ``start`` to ``stop`` that ended FAILED or CANCELLED, in index order (one
+    BatchGetItem), each checked for its retry."""
+    ids = [arrays.child_id(retry.parent_id, i) for i in range(start, stop)]
+    ended = [job for job in store.get_jobs(ids)  # in index order
+             if job.state in (JobState.FAILED, JobState.CANCELLED)]
+    for job in ended:
+        job_ops.check_retry(job, None, None, by_its_array=True)
+    return ended
+
+
+def _page(store: ChildWrites, retry: ArrayRetry, ended: list[Job], stop: int,
+          last: bool) -> tuple[ArrayRetry, list[Job]] | None:
+    """Retry the ``ended`` children read below ``stop`` (those an earlier page left waiting
+    first): the bundles closed (every one if ``last`` or if fewer than a bundle holds were
+    read), in transactions that each check the
+    cursor is where the one before left it and move it to the first child none of them
+    retries that is not behind it (``stop``, or removing it at the end, after the last of
+    them): a carrier that dies between them leaves no retried child below the cursor to be
+    looked at again, nor a child not retried behind it. Returns the retry as the cursor is
+    then and the children left waiting; None if a write was refused (nothing of that
     transaction was written)."""
-    ids = [arrays.child_id(retry.parent_id, i) for i in range(retry.next, stop)]
     t = store.clock()
-    units = []
-    index = {job_id: i for i, job_id in enumerate(ids, retry.next)}
-    for job in store.get_jobs(ids):  # in index order
-        if job.state in (JobState.FAILED, JobState.CANCELLED):
-            job_ops.check_retry(job, None, None, by_its_array=True)
-            units.append(job_ops.Unit([job.job_id], job_ops.retry_ops(
-                job, new_id(), t=t, from_scratch=retry.from_scratch, reason=retry.reason), []))
+    closed, open_ = job_ops.retry_groups(ended, store.bundle_sizes, t=t)
+    # A bundle not full yet waits for the next page's children only while they come dense
+    # (a bundle's worth in hand): fewer are retried with their page, as they were read.
+    if last or len(ended) < job_ops.RETRY_BUNDLE_JOBS:
+        closed, open_ = [*closed, *open_], []
+    index = {j.job_id: int(j.array_index or 0) for j in ended}
+    waiting = sorted((j for g in open_ for j in g), key=lambda j: index[j.job_id])
+    units = [job_ops.retry_unit(g, t=t, from_scratch=retry.from_scratch, reason=retry.reason)
+             for g in closed]
     key = r.job_key(retry.parent_id)
-    if not units:  # nothing to retry here: the cursor's move alone, a plain conditional write
+    if not units:
+        if waiting:  # nothing to write yet: the cursor stays at the first child waiting
+            return retry, waiting
+        # Nothing to retry here: the cursor's move alone, a plain conditional write.
         try:
             store.table.write(Update(key, [Set(NEXT, stop)] if stop < retry.through else END,
                                      retry.fence()))
         except ConditionFailed:
             return None
-        return stop
+        return replace(retry, next=stop), waiting
     # One action of each transaction is the parent's: the cursor's move.
     groups = job_ops.pack(units, MAX_TRANSACTION_ITEMS - 1)
     for n, group in enumerate(groups):
-        to = stop if n == len(groups) - 1 else index[group[-1].job_ids[0]] + 1
+        to = min([index[j] for g in groups[n + 1:] for u in g for j in u.job_ids]
+                 + [index[j.job_id] for j in waiting], default=stop)
         moved = Update(key, [Set(NEXT, to)] if to < retry.through else END, retry.fence())
         try:
             store._transact_retrying([*(op for u in group for op in u.ops), moved])
@@ -169,4 +208,5 @@ def _page(store: ChildWrites, retry: ArrayRetry, stop: int) -> int | None:
                 return None
             raise
         retry = replace(retry, next=to)
-    return stop
+    return retry, waiting
+

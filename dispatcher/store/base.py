@@ -18,6 +18,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from dispatcher.domain.bundle_sizes import BundleSizes
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import Job, JobState, Rejection, now
@@ -101,6 +102,10 @@ class Reads:
     """Reads every role needs (strongly consistent, except the index queries)."""
 
     table_retry = TableRetry()
+    # How an operator's retry packs the jobs it retries into bundles, as admission would
+    # (dispatcher.store.job_ops.retry_units): the composition root and the client set the
+    # deployment's settings; the settings' defaults otherwise.
+    bundle_sizes = BundleSizes()
 
     def __init__(self, table: Table, clock: Callable[[], float] | None = None, *,
                  retention_days: float = DEFAULT_RETENTION_DAYS,

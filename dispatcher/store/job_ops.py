@@ -9,13 +9,14 @@ transaction; the conditions on each op are the fences, whichever call carries th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dispatcher.domain import lifecycle, sizes
+from dispatcher.domain.bundle_sizes import BundleSizes
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.cancels import NotCancelled
 from dispatcher.domain.errors import ConflictError, LongjobsError
-from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState, new_id
 from dispatcher.ports.table import (
     MAX_TRANSACTION_ITEMS,
     Absent,
@@ -165,27 +166,55 @@ def check_retry(job: Job, by: str | None, only: JobState | None, *,
     lifecycle.check_job(job.job_id, job.state, JobState.PENDING)
 
 
+# Most jobs one retry bundle holds: it is written with its jobs in one transaction (the
+# bundle's put, their updates and an array retry's cursor move: MAX_TRANSACTION_ITEMS actions).
+RETRY_BUNDLE_JOBS = MAX_TRANSACTION_ITEMS - 2
+
+
 def retry_ops(job: Job, bundle_id: str, *, t: float, from_scratch: bool = False,
               reason: str | None = None, by: str | None = None) -> list[Op]:
     """The ops retrying ``job`` (checked by :func:`check_retry`) into a new bundle of its own,
     ``bundle_id``: its put, and the job back to PENDING if it is still in its state."""
+    return retry_bundle_ops([job], bundle_id, t=t, from_scratch=from_scratch, reason=reason,
+                            by=by)
+
+
+def retry_bundle_ops(jobs: list[Job], bundle_id: str, *, t: float, from_scratch: bool = False,
+                     reason: str | None = None, by: str | None = None) -> list[Op]:
+    """The ops retrying ``jobs`` (each checked by :func:`check_retry`; several only if they
+    may share a bundle: :func:`retry_units`) into one new bundle, ``bundle_id``: its put,
+    then each job back to PENDING if it is still in its state, in the order of ``jobs``."""
+    first = jobs[0]
     # A run of the job may still be alive in job.live_task (abandoned, or failed as
-    # overdue while its task ran on): the new bundle is held until the tick's
+    # overdue while its task ran on): the new bundle (its own) is held until the tick's
     # reconciliation sees that task stopped, so two runs never overlap (lifecycle,
     # "Live runs"). The retry is recorded now; only its launch waits.
-    due = lifecycle.HELD_AT if job.live_task else max(t, job.not_before or 0.0)
-    # The job's own bundle of one: its priority, task size and schedule, as it was
-    # admitted with; its kind, so that it counts its one slot against the kind's limit
-    # if the kind has one (the tick counts only limited kinds).
-    bundle = Bundle(bundle_id=bundle_id, job_ids=[job.job_id],
-                    estimated_seconds=job.estimated_seconds or 0.0,
-                    next_attempt_at=due, created_at=t,
-                    priority=job.priority, resources=job.resources, kind=job.kind, slots=1)
+    due = lifecycle.HELD_AT if first.live_task \
+        else max(t, *(j.not_before or 0.0 for j in jobs))
+    kinds = {j.kind for j in jobs}
+    # The jobs' priority, task size and schedule, as they were admitted with (one shape). A
+    # job's own bundle keeps its kind and one slot, so that it counts its one run against the
+    # kind's limit if the kind has one (the tick counts only limited kinds); a bundle of
+    # several is a fresh one (never a follow-on: no batch), whose kind is theirs if they share
+    # one and whose slots the tick decides when it launches it, as for an admitted bundle.
+    bundle = Bundle(bundle_id=bundle_id, job_ids=[j.job_id for j in jobs],
+                    estimated_seconds=sum(j.estimated_seconds or 0.0 for j in jobs),
+                    next_attempt_at=due, created_at=t, priority=first.priority,
+                    resources=first.resources,
+                    kind=first.kind if len(kinds) == 1 else None, slots=int(len(jobs) == 1))
+    return [Put(r.bundle_record(bundle), Absent()),
+            *(_retry_op(job, bundle_id, t=t, from_scratch=from_scratch, reason=reason, by=by)
+              for job in jobs)]
+
+
+def _retry_op(job: Job, bundle_id: str, *, t: float, from_scratch: bool,
+              reason: str | None, by: str | None) -> Update:
+    """The update moving ``job`` back to PENDING, in ``bundle_id``, if still in its state."""
     waits = f"{WAITING}{job.live_task} is known stopped (a run of this job may still " \
         "be alive there)" if job.live_task else ""
     actions, cond = marked(job, by, [
         *job_state(job.job_id, JobState.PENDING, t),
-        Set("attempts", 0), Set("infra_attempts", 0), Set("bundle_id", bundle.bundle_id),
+        Set("attempts", 0), Set("infra_attempts", 0), Set("bundle_id", bundle_id),
         Set("reason", f"retried on request after {job.state}"
             + (" from scratch" if from_scratch else "")
             + (f": {reason}" if reason else "") + waits),
@@ -198,7 +227,30 @@ def retry_ops(job: Job, bundle_id: str, *, t: float, from_scratch: bool = False,
         Remove("expires_at"), Remove("depends_on"),
         *([Remove("checkpoint")] if from_scratch else [])],
         Eq("state", str(job.state)))
-    return [Put(r.bundle_record(bundle), Absent()), Update(r.job_key(job.job_id), actions, cond)]
+    return Update(r.job_key(job.job_id), actions, cond)
+
+
+def retry_groups(jobs: list[Job], rule: BundleSizes, *, t: float
+                 ) -> tuple[list[list[Job]], list[list[Job]]]:
+    """``jobs`` (each checked by :func:`check_retry`) in the bundles their retry makes, packed
+    by admission's sizing rule (:meth:`BundleSizes.pack`) as the jobs will run (waiting for
+    no dependency), at most RETRY_BUNDLE_JOBS a bundle: the bundles closed, and the last of
+    each shape, which more jobs of it could still join. A job whose run may still be alive
+    (``live_task``) or that is not small has a bundle of its own, as before."""
+    closed, open_ = rule.pack([replace(j, depends_on=None) for j in jobs], t, RETRY_BUNDLE_JOBS)
+    by_id = {j.job_id: j for j in jobs}
+    return ([[by_id[j.job_id] for j in g] for g in closed],
+            [[by_id[j.job_id] for j in g] for g in open_])
+
+
+def retry_unit(jobs: list[Job], *, t: float, from_scratch: bool = False,
+               reason: str | None = None, by: str | None = None,
+               bundle_id: str | None = None) -> Unit:
+    """One retry bundle of ``jobs`` (a group of :func:`retry_groups`) as a unit: its put and
+    their updates commit together (``bundle_id``: a new one unless given)."""
+    bundle_id = bundle_id or new_id()
+    return Unit([j.job_id for j in jobs], retry_bundle_ops(
+        jobs, bundle_id, t=t, from_scratch=from_scratch, reason=reason, by=by), [], bundle_id)
 
 
 @dataclass

@@ -229,13 +229,15 @@ class OperatorStore(Deployments):
                    only: JobState | None = None, resume: bool = False
                    ) -> list[PageOutcome]:
         """:meth:`retry` of each of ``job_ids`` in few calls, as :meth:`cancel_page`: the
-        jobs read at once, each job's retry (its new bundle and its own write, one unit)
-        grouped into transactions; a job refused is left out and done on its own; an array
-        job is done on its own (its retry acts on its children)."""
+        jobs read at once and retried into bundles packed as admission packs its jobs
+        (:func:`job_ops.retry_groups`: small jobs of one shape share one, each bundle written
+        with its jobs in one transaction), not a bundle and a task each; a job refused is
+        left out of its bundle (its bundle-mates written without it) and done on its own; an
+        array job is done on its own (its retry acts on its children)."""
         t = self.clock()
         jobs = {j.job_id: j for j in self.get_jobs(job_ids)}
         out: dict[str, PageOutcome] = {}
-        units: list[job_ops.Unit] = []
+        checked: list[Job] = []
         arrays_alone: list[str] = []
         for job in jobs.values():
             if job.array_size is not None:
@@ -243,25 +245,45 @@ class OperatorStore(Deployments):
                 continue
             try:
                 job_ops.check_retry(job, by, only, resume=resume)
-                units.append(job_ops.Unit([job.job_id], job_ops.retry_ops(
-                    job, new_id(), t=t, from_scratch=from_scratch, reason=reason, by=by), []))
+                checked.append(job)
             except AlreadyActed:
                 out[job.job_id] = PageOutcome(job.job_id, "skipped")
             except LongjobsError as exc:
                 out[job.job_id] = PageOutcome(job.job_id, "error", exc)
-        done, refused = self._commit_units(units)
+
+        def unit(group: list[Job], bundle_id: str | None = None) -> job_ops.Unit:
+            return job_ops.retry_unit(group, t=t, from_scratch=from_scratch, reason=reason,
+                                      by=by, bundle_id=bundle_id)
+
+        def without(u: job_ops.Unit, failed: set[int]) -> tuple[list[str], job_ops.Unit | None]:
+            """A bundle refused for some of its jobs (the bundle's put is op 0, each job's
+            update the op after): those jobs, and the bundle remade of the others."""
+            if 0 in failed:
+                return u.job_ids, None
+            refused = [u.job_ids[i - 1] for i in sorted(failed)]
+            rest = [jobs[j] for j in u.job_ids if j not in refused]
+            return refused, unit(rest, u.bundle_id) if rest else None
+
+        closed, open_ = job_ops.retry_groups(checked, self.bundle_sizes, t=t)
+        done, refused = self._commit_units([unit(g) for g in [*closed, *open_]], without)
         out.update({j: PageOutcome(j, "acted") for j in done})
         for job_id in [*refused, *arrays_alone, *(j for j in job_ids if j not in jobs)]:
             out[job_id] = self._alone(job_id, lambda j: self.retry(
                 j, from_scratch=from_scratch, reason=reason, by=by, only=only, resume=resume))
         return [out[j] for j in dict.fromkeys(job_ids)]
 
-    def _commit_units(self, units: list[job_ops.Unit]) -> tuple[set[str], list[str]]:
+    def _commit_units(self, units: list[job_ops.Unit],
+                      without: Callable[[job_ops.Unit, set[int]],
+                                        tuple[list[str], job_ops.Unit | None]] | None = None
+                      ) -> tuple[set[str], list[str]]:
         """Write the units in as few transactions as fit; return the jobs written and those
         refused. A transaction refused for some units' conditions (their job or bundle moved
         on) is made again without them, so one job that moved on never holds back its
         neighbours; one refused otherwise (a conflict that persisted) refuses all its units.
-        Either way the refused are not written here: the caller does each on its own."""
+        Either way the refused are not written here: the caller does each on its own.
+        ``without``: how a unit refused for some of its ops (their indexes in it) is remade
+        without the jobs they refuse (those jobs, and the unit left, if any); by default the
+        whole unit is refused."""
         done: set[str] = set()
         refused: list[str] = []
         for group in job_ops.pack(units):
@@ -271,11 +293,16 @@ class OperatorStore(Deployments):
                 except TransactionCancelled as exc:
                     failed, at, keep = exc.failed_conditions(), 0, []
                     for u in group:
-                        if not failed or failed & set(range(at, at + len(u.ops))):
-                            refused.extend(u.job_ids)
-                        else:
-                            keep.append(u)
+                        mine = {i - at for i in failed if at <= i < at + len(u.ops)}
                         at += len(u.ops)
+                        if failed and not mine:
+                            keep.append(u)
+                        elif failed and without is not None:
+                            lost, rest = without(u, mine)
+                            refused.extend(lost)
+                            keep += [rest] if rest is not None else []
+                        else:
+                            refused.extend(u.job_ids)
                     group = keep
                     continue
                 for u in group:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dispatcher import logs
+from dispatcher.domain.bundle_sizes import BundleSizes
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.domain.pacing import LaunchPacer
 from dispatcher.ports.launcher import Launcher
@@ -75,6 +76,8 @@ def build(cfg: Config, *, queue: Queue, store: StageStore, launcher: Launcher,
     simulate its waits instead of sleeping)."""
     queues = {p: (priority_queues or {}).get(p, queue) for p in PRIORITY_ORDER}
     logs.configure()
+    # A retry the tick carries on (an array's) packs its bundles by the deployment's settings.
+    store.bundle_sizes = bundle_sizes(cfg)
     bundling = BundlePolicy(cfg.bundle_max_jobs, cfg.bundle_max_seconds, cfg.small_job_seconds,
                             cfg.task_concurrency, follow_on_seconds=cfg.follow_on_seconds)
     uses_spot = any(p.provider == "FARGATE_SPOT" for p in cfg.capacity_strategy)
@@ -110,6 +113,12 @@ def build(cfg: Config, *, queue: Queue, store: StageStore, launcher: Launcher,
                            cfg.kind_limits, cfg.task_concurrency, cfg.priority_weights),
                 clock=clock, handoffs=handoffs, arrays=ArrayTally(store, children, clock))
     return Stages(tick, revisions, reruns, launches, queue, store, launcher, queues, dependents)
+
+
+def bundle_sizes(cfg: Config) -> BundleSizes:
+    """The sizing rule admission packs by, which a retry's bundles are packed by too."""
+    return BundleSizes(cfg.bundle_max_jobs, cfg.bundle_max_seconds, cfg.small_job_seconds,
+                       cfg.task_concurrency, cfg.kind_limits)
 
 
 def for_aws(cfg: Config, launch_with: Launcher | None = None) -> Stages:
