@@ -9,7 +9,9 @@ take the memory of 100) and acts on each page at once (:meth:`OperatorStore.canc
 operations (:mod:`dispatcher.store.job_ops`); a job that moved on meanwhile is done on its own
 by :meth:`OperatorStore.cancel` / :meth:`OperatorStore.retry`, as a single ``jobs cancel``
 would be. One page at a time, each call waiting for the one before, far below the table's
-limits; botocore and the store's own retry absorb throttling.
+limits; botocore and the store's own retry absorb throttling. A retry's jobs share bundles,
+packed as admission packs them (:func:`dispatcher.store.job_ops.retry_groups`), so its pages
+are regrouped into whole bundles' worth (:func:`_whole_bundles`).
 
 Resumable: each action has an id (``bulk_id``), which every job it acts on keeps as its mark,
 in an attribute of its own written by the very write that acts (and in its ``reason`` and

@@ -263,7 +263,9 @@ class JobClient:
                    bulk_id: str | None = None, from_scratch: bool = False,
                    dry_run: bool = False) -> BulkReport:
         """Retry every job in ``status`` (FAILED or CANCELLED) selected as
-        :meth:`bulk_cancel` selects, each as :meth:`retry` does."""
+        :meth:`bulk_cancel` selects, each as :meth:`retry` does, except that the small jobs
+        retried together share new bundles, packed as the dispatcher's admission packs them
+        (by this client's settings: ``LONGJOBS_TASK_CONCURRENCY`` and the bundle settings)."""
         action, f = self.bulk("retry", status=status, kind=kind, since_seconds=since_seconds)
         return action.run(f, bulk_id=bulk_id, reason=reason, from_scratch=from_scratch,
                           dry_run=dry_run)

@@ -167,13 +167,12 @@ def _page(store: ChildWrites, retry: ArrayRetry, ended: list[Job], stop: int,
           last: bool) -> tuple[ArrayRetry, list[Job]] | None:
     """Retry the ``ended`` children read below ``stop`` (those an earlier page left waiting
     first): the bundles closed (every one if ``last`` or if fewer than a bundle holds were
-    read), in transactions that each check the
-    cursor is where the one before left it and move it to the first child none of them
-    retries that is not behind it (``stop``, or removing it at the end, after the last of
-    them): a carrier that dies between them leaves no retried child below the cursor to be
-    looked at again, nor a child not retried behind it. Returns the retry as the cursor is
-    then and the children left waiting; None if a write was refused (nothing of that
-    transaction was written)."""
+    read), in transactions that each check the cursor is where the one before left it and
+    move it to the first child that a later one retries or that is left waiting (else to
+    ``stop``, or removing it at the end): a carrier that dies between them leaves no retried
+    child below the cursor to be looked at again, and no child still to retry below it.
+    Returns the retry as the cursor is then and the children left waiting; None if a write
+    was refused (nothing of that transaction was written)."""
     t = store.clock()
     closed, open_ = job_ops.retry_groups(ended, store.bundle_sizes, t=t)
     # A bundle not full yet waits for the next page's children only while they come dense

@@ -103,7 +103,7 @@ class Reads:
 
     table_retry = TableRetry()
     # How an operator's retry packs the jobs it retries into bundles, as admission would
-    # (dispatcher.store.job_ops.retry_units): the composition root and the client set the
+    # (dispatcher.store.job_ops.retry_groups): the composition root and the client set the
     # deployment's settings; the settings' defaults otherwise.
     bundle_sizes = BundleSizes()
 

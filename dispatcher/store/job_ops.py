@@ -182,7 +182,7 @@ def retry_ops(job: Job, bundle_id: str, *, t: float, from_scratch: bool = False,
 def retry_bundle_ops(jobs: list[Job], bundle_id: str, *, t: float, from_scratch: bool = False,
                      reason: str | None = None, by: str | None = None) -> list[Op]:
     """The ops retrying ``jobs`` (each checked by :func:`check_retry`; several only if they
-    may share a bundle: :func:`retry_units`) into one new bundle, ``bundle_id``: its put,
+    may share a bundle: :func:`retry_groups`) into one new bundle, ``bundle_id``: its put,
     then each job back to PENDING if it is still in its state, in the order of ``jobs``."""
     first = jobs[0]
     # A run of the job may still be alive in job.live_task (abandoned, or failed as
