@@ -16,7 +16,8 @@ and the producer's one message costs the dispatcher about 0.05 calls per child
 :class:`ArrayTally` is the tick's two steps: it hands each source the open arrays at the
 tick's start, and at its end settles them (their parents' state follows their children:
 :meth:`dispatcher.store.StageStore.settle_array`). An array with n_to_n dependencies is offered
-only up to its frontier (:mod:`dispatcher.stages.n_to_n`).
+only up to its frontier (:mod:`dispatcher.stages.n_to_n`), which the drain moves on as it
+offers the children below it.
 """
 
 from __future__ import annotations
@@ -68,6 +69,17 @@ class _Cursor:
     # Children whose message names dependencies (n_to_n: their elements that ended against
     # them), by index.
     held: dict[int, list[dict[str, str | bool]]] = field(default_factory=dict)
+    # An n_to_n array's frontier while it may move on (its last read found only ended
+    # elements), and whether a receive is reading it now.
+    frontier: Frontier | None = None
+    reading: bool = False
+
+    def waiting(self) -> int:
+        """Children it may still offer in this tick, as far as known: below its limit, given
+        back, and (while its frontier may move on) up to its size, which the backlog counts so
+        that the drain sizes its bundles for them as for a plain array's."""
+        ahead = self.size if self.frontier is not None else self.limit
+        return ahead - self.offered + len(self.back)
 
     def body_of(self, index: int) -> str:
         """Child ``index``'s message: its parent's, with ``depends_on`` if it is held. Made as
@@ -86,6 +98,7 @@ class ArrayChildren(Queue):
     def __init__(self, store: StageStore) -> None:
         self._store = store
         self._lock = threading.Lock()
+        self._read = threading.Condition(self._lock)  # a frontier's read ended
         self._cursors: list[_Cursor] = []
 
     def load(self, open_arrays: list[OpenArray],
@@ -101,7 +114,8 @@ class ArrayChildren(Queue):
                 a.parent.job_id, a.size, _dumps(arrays.parent_message(a.parent)),
                 a.parent.enqueued_at, a.recorded, a.recorded, a.recorded,
                 a.size if frontier is None else frontier.limit,
-                held=frontier.held if frontier else {}))
+                held=dict(frontier.held) if frontier else {},
+                frontier=frontier if frontier is not None and frontier.more else None))
         with self._lock:
             self._cursors = cursors
 
@@ -110,20 +124,55 @@ class ArrayChildren(Queue):
 
     def receive(self, max_messages: int = BATCH, visibility_timeout: int | None = None,
                 wait_seconds: int = 0) -> list[Received]:
+        """Children to offer; an n_to_n array whose every child below its frontier was
+        offered has its frontier moved on first (one bounded read, outside the lock: other
+        receives meanwhile offer the other arrays' children, or, with none to offer, wait for
+        the read rather than answer empty, which would end the drain)."""
         out: list[Received] = []
-        with self._lock:
-            for c in self._cursors:
-                while len(out) < max_messages and (c.back or c.offered < c.limit):
-                    if c.back:
-                        index = c.back.pop(0)
-                    else:
-                        index, c.offered = c.offered, c.offered + 1
-                    ident = arrays.child_id(c.parent_id, index)
-                    out.append(Received(ident, ident, c.body_of(index), c.sent_at,
-                                        array_index=index))
-                if len(out) >= max_messages:
-                    break
-        return out
+        while True:
+            with self._lock:
+                for c in self._cursors:
+                    while len(out) < max_messages and (c.back or c.offered < c.limit):
+                        if c.back:
+                            index = c.back.pop(0)
+                        else:
+                            index, c.offered = c.offered, c.offered + 1
+                        ident = arrays.child_id(c.parent_id, index)
+                        out.append(Received(ident, ident, c.body_of(index), c.sent_at,
+                                            array_index=index))
+                    if len(out) >= max_messages:
+                        return out
+                behind = next((c for c in self._cursors if c.frontier is not None
+                               and not c.reading and c.offered >= c.limit), None)
+                if behind is None:
+                    if out or not any(c.reading for c in self._cursors):
+                        return out
+                    self._read.wait()
+                    continue
+                behind.reading = True
+            self._extend(behind)
+
+    def _extend(self, c: _Cursor) -> None:
+        """Move an n_to_n array's frontier on by one read; a read that fails leaves it where
+        it is for the rest of the tick (the next tick reads from there)."""
+        frontier = c.frontier
+        assert frontier is not None
+        held: dict[int, list[dict[str, str | bool]]] = {}
+        moved: Frontier | None = None
+        try:
+            held = frontier.extend(self._store)
+            moved = frontier
+        except TableUnavailable as exc:
+            log.error("reading array jobs' n_to_n dependencies failed; the next tick looks "
+                      "again", extra={"job_id": c.parent_id, "reason": exc.reason})
+        finally:  # whatever happened, the receives waiting for this read go on
+            with self._lock:
+                c.reading = False
+                c.held.update(held)
+                if moved is not None:
+                    c.limit = moved.limit
+                c.frontier = moved if moved is not None and moved.more else None
+                self._read.notify_all()
 
     def _children(self, messages: list[Received]) -> list[tuple[_Cursor, int]]:
         """Each message's array and index (under the lock; a message of no array offered in
@@ -170,7 +219,7 @@ class ArrayChildren(Queue):
 
     def backlog(self) -> Backlog:
         with self._lock:
-            left = sum(c.limit - c.offered + len(c.back) for c in self._cursors)
+            left = sum(c.waiting() for c in self._cursors)
         return Backlog(visible=left, in_flight=0, delayed=0)
 
 

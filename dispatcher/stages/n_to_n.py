@@ -11,6 +11,13 @@ the condition asks, and with ``depends_on=[A:i]`` (plain, that condition) when i
 otherwise, so that the dependency machinery records it held and CANCELS it with a reason
 naming ``A:i`` at once. The other children of B are unaffected.
 
+A frontier whose window ended with every element read ended is resumable
+(:attr:`Frontier.more`): the drain, once it has offered every child below it, moves it on by
+one more window (:meth:`Frontier.extend`), and so on while the tick drains. So an array behind
+one that ended far ahead of it is recorded in the ticks a plain array of its size takes (a
+tick records thousands of one array's children), not a window a tick; each read is bounded,
+and none is made for children the tick does not come to.
+
 The frontier is a prefix: ``B:i`` may also wait for ``A:j`` (j < i) to end, since children are
 recorded in index order. That only delays a child (A's children are recorded, bundled and
 launched in index order too, so they end roughly in it); it never starts ``B:i`` before ``A:i``
@@ -32,13 +39,13 @@ from dataclasses import dataclass, field
 from dispatcher.domain import dependencies as deps
 from dispatcher.domain.arrays import child_id
 from dispatcher.domain.dependencies import Dependency
-from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job
+from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.store import StageStore
 from dispatcher.store.array_jobs import OpenArray
 from dispatcher.store.array_retry import CHILD_PAGE
 
-# Pages of 100 elements a tick reads at most for one array: its frontier moves at most 1,000
-# children a tick (a tick records far fewer of one array's children than that in practice).
+# Pages of 100 elements one read of a frontier takes at most (at the offer, then each time the
+# drain has offered every child below it): a bounded call, never the whole array at once.
 WINDOW_PAGES = 10
 
 StoredDependency = dict[str, str | bool]
@@ -64,6 +71,38 @@ class Frontier:
     # ``depends_on`` of their message).
     held: dict[int, list[StoredDependency]] = field(default_factory=dict)
     cancel: str | None = None  # set: the whole array is CANCELLED with this reason
+    # What a further read needs (the array's size, its dependencies and their parents); None
+    # once it stopped at an element not ended or the array's end, or was never read.
+    _reach: tuple[int, list[tuple[Dependency, Job]]] | None = None
+
+    @property
+    def more(self) -> bool:
+        """Whether a further read may move it on: its last window read only ended elements."""
+        return self._reach is not None
+
+    def extend(self, store: StageStore) -> dict[int, list[StoredDependency]]:
+        """Move it on by at most one window of elements from its limit (one BatchGetItem per
+        page of them); the children it adds held, as :attr:`held` (which it joins). One
+        caller at a time; TableUnavailable propagates (the frontier stays where it was)."""
+        if self._reach is None:
+            return {}
+        size, element = self._reach
+        page = max(1, CHILD_PAGE // len(element))  # indexes per BatchGetItem of at most 100
+        stop = min(size, self.limit + WINDOW_PAGES * page)
+        limit, held = self.limit, dict[int, list[StoredDependency]]()
+        reach: tuple[int, list[tuple[Dependency, Job]]] | None = self._reach
+        for start in range(self.limit, stop, page):
+            indexes = range(start, min(stop, start + page))
+            ids = [child_id(d.job_id, i) for i in indexes for d, _ in element]
+            states = {j.job_id: j.state for j in store.get_jobs(ids)}
+            ended = _ended(indexes, element, states, held)
+            limit = ended
+            if ended < indexes.stop:
+                reach = None  # an element not ended: the next tick reads from here
+                break
+        self.limit, self._reach = limit, reach if limit < size else None
+        self.held.update(held)
+        return held
 
 
 def frontiers(store: StageStore, open_arrays: list[OpenArray],
@@ -114,29 +153,31 @@ def _refusal(array: OpenArray, element: list[Dependency], found: dict[str, Job],
 
 def _advance(store: StageStore, array: OpenArray,
              element: list[tuple[Dependency, Job]]) -> Frontier:
-    """Read the elements from the array's first unrecorded child on (see the module)."""
-    frontier = Frontier(array.recorded)
-    page = max(1, CHILD_PAGE // len(element))  # indexes per BatchGetItem of at most 100
-    stop = min(array.size, array.recorded + WINDOW_PAGES * page)
-    for start in range(array.recorded, stop, page):
-        indexes = range(start, min(stop, start + page))
-        ids = [child_id(d.job_id, i) for i in indexes for d, _ in element]
-        states = {j.job_id: j.state for j in store.get_jobs(ids)}
-        for i in indexes:
-            against: list[StoredDependency] = []
-            for dep, other in element:
-                mine = dep.element(i)
-                state = states.get(mine.job_id)
-                if state is None and other.state in TERMINAL_JOB_STATES:
-                    # Never recorded, and its array ended: held on it (see the module).
-                    against.append(mine.as_json())
-                    continue
-                said = deps.verdict(mine, state)
-                if said == deps.WAITING:
-                    return frontier
-                if said == deps.AGAINST:
-                    against.append(mine.as_json())
-            if against:
-                frontier.held[i] = against
-            frontier.limit = i + 1
+    """The frontier's first window, from the array's first unrecorded child on (see the
+    module)."""
+    frontier = Frontier(array.recorded, _reach=(array.size, element))
+    frontier.extend(store)
     return frontier
+
+
+def _ended(indexes: range, element: list[tuple[Dependency, Job]],
+           states: dict[str, JobState], held: dict[int, list[StoredDependency]]) -> int:
+    """The first of ``indexes`` whose child must wait (``indexes.stop`` if none), given the
+    states of their elements; the children before it to be held are added to ``held``."""
+    for i in indexes:
+        against: list[StoredDependency] = []
+        for dep, other in element:
+            mine = dep.element(i)
+            state = states.get(mine.job_id)
+            if state is None and other.state in TERMINAL_JOB_STATES:
+                # Never recorded, and its array ended: held on it (see the module).
+                against.append(mine.as_json())
+                continue
+            said = deps.verdict(mine, state)
+            if said == deps.WAITING:
+                return i
+            if said == deps.AGAINST:
+                against.append(mine.as_json())
+        if against:
+            held[i] = against
+    return indexes.stop
