@@ -20,6 +20,7 @@ from dispatcher.store import Store, codec
 from dispatcher.store.base import TableRetry
 from dispatcher.testing.memory_table import MemoryTable
 from tests import model_checks as checks
+from tests.model_promises import Promises
 from tests.twins import Twins
 
 
@@ -189,6 +190,8 @@ class FaultRules:
     # before it recorded the message: the dead_letter check does not count them against the
     # dispatcher (tests/model_checks.py dead_letters says why).
     forced: dict[tuple[str, str], int]
+    promises: Promises
+    recovered_launches: bool
 
     def after_tick(self, visible: set[str]) -> None:
         """Checked after a tick that ran to its end: what a crashed tick left is taken over,
@@ -211,10 +214,14 @@ class FaultRules:
             finally:
                 self.table.revive()
 
+        self.promises.forget()  # a fault may hold what a promise said would launch
         before = checks.receive_counts(self.queues())
         failed, deaths = self.table.failed, self.table.deaths
         decision = self.guarded("tick_raises", "a tick on a faulty table", tick)
         hit = self.table.failed > failed or self.table.deaths > deaths
+        # Launches a crashed tick decided, completed by this one (or by this one before it
+        # died too): under the limit of the tick that decided them (task_limit).
+        self.recovered_launches = decision is None or bool(decision.launch.recovered)
         if hit and (decision is None or decision.intake.record_failures):
             # Cut short by the fault: each message it received and did not delete comes back
             # (given back now, or after its hold) for a receive the fault spent.

@@ -29,8 +29,11 @@ RERUN_PENDING = "rerun_pending"  # a rerun, waiting for its backoff or an earlie
 RECORDING = "recording"  # its bundle is still being written
 CHILDREN = "children"  # an array job's parent: for its children to be recorded and run
 DEPENDENCIES = "dependencies"  # for the jobs it depends on to end (detail: which)
+# A follow-on of a large batch no task has run yet: the batch's running tasks take them in
+# turn, and a slot that other due work leaves free gets the oldest (dispatcher.store.follow_ons).
+FOLLOW_ON = "follow_on"
 REASONS = (SCHEDULED, KIND_LIMIT, CAPACITY, SPOT_BACKOFF, LAUNCH_BACKOFF, PRIORITY, LAUNCHING,
-           STARTING, RERUN_PENDING, RECORDING, CHILDREN, DEPENDENCIES)
+           STARTING, RERUN_PENDING, RECORDING, CHILDREN, DEPENDENCIES, FOLLOW_ON)
 
 # How RunTask's failures[] reason starts when Fargate (Spot or on-demand) has no capacity.
 # https://repost.aws/knowledge-center/ecs-fargate-runtask-capacity
@@ -97,6 +100,7 @@ class BundleFacts:
     priority: str = "normal"
     slots: int = 0
     stopped_task: str | None = None  # the task whose stop was handled last (a rerun's cause)
+    follow_on: bool = False  # a follow-on no task has run yet (waits apart: FOLLOW_ON)
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,8 @@ def waiting_for(state: str, *, not_before: float | None, runs: int, reason: str 
             return Waiting(KIND_LIMIT, kind=bundle.kind, running=running, limit=limit,
                            attempt=attempt, detail=detail)
     active, most = summary.active, summary.max_running
+    if bundle.follow_on:  # taken in turn by its batch's tasks; a free slot gets the oldest
+        return Waiting(FOLLOW_ON, running=active, limit=most)
     rank = PRIORITY_RANK.get(bundle.priority, 1)
     higher = sum(n for p, n in summary.left_due.items() if PRIORITY_RANK.get(p, 1) < rank)
     if higher:  # bundles of a higher priority wait too: a slot that frees goes to them first

@@ -46,7 +46,7 @@ from dispatcher.ports.queue import Queue
 from dispatcher.ports.table import Record
 from dispatcher.store import OperatorStore
 from dispatcher.store.array_ops import array_counts
-from dispatcher.store.codec import iso
+from dispatcher.store.codec import FOLLOW_ONS_STATUS, iso
 
 HOUR = 3600.0
 JOB_STATES: tuple[JobState, ...] = tuple(JobState)
@@ -91,7 +91,8 @@ def bundle_facts(bundle: Record) -> BundleFacts:
         launch_failures=int(bundle.launch_failures or 0), last_failure=bundle.last_failure,
         task_arn=bundle.task_arn, launch_id=bundle.launch_id, updated_at=bundle.updated_at,
         kind=bundle.kind, priority=bundle.priority or "normal", slots=int(bundle.slots or 0),
-        stopped_task=bundle.reported_stop)
+        stopped_task=bundle.reported_stop,
+        follow_on=bundle.status_key == FOLLOW_ONS_STATUS)
 
 
 def finished_since(now: float, since: float | None = None,

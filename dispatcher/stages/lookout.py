@@ -62,6 +62,12 @@ class Lookout:
         self._next = clock() + LOOK_SECONDS
         self.enabled = admission.has_queue(Priority.HIGH)
 
+    @property
+    def waiting(self) -> list[Bundle]:
+        """What its looks took in and no task has taken yet (PENDING, due): a slot the drain
+        left free launches it at the drain's end (``Tick._spare``), high first."""
+        return list(self._waiting)
+
     def after(self, launched: list[Bundle]) -> None:
         """At each yield of the drain, with the bundles it yielded (the tick launches them):
         look at the high queue if ``LOOK_SECONDS`` passed since the drain began or the last

@@ -185,13 +185,8 @@ class Tick:
         for b in due:
             if b.kind in room:
                 room[b.kind] -= b.slots
-        launching = {b.bundle_id for b in due}
-        left_due = Counter(str(b.priority) for b in waiting if b.bundle_id not in launching)
-        others_due += Counter(str(b.priority) for b in waiting
-                              if b.bundle_id not in launching and b.bundle_id not in self._untaken)
         for kind in blocked:  # its oldest due bundle waits for room: younger ones wait too
             room[kind] = 0
-        d.due_bundles = len(due)
         # The walk of a job: admit (receive, validate) -> bundle -> record, all in the drain,
         # which yields each bundle it recorded that can launch now; the tick hands it to the
         # launch thread at once, so launching goes on while the drain does.
@@ -202,18 +197,32 @@ class Tick:
         with _LaunchQueue(self._launches, d.task_definition, d.launch) as launch:
             if due:
                 launch(due)
+            handed = {b.bundle_id for b in due}
             for ready in self._admission.drain(d.capacity - len(due), drain_deadline, d.intake,
                                                kind_room=room, shares=queue_slots,
                                                visible=visible, beat_seconds=LOOK_SECONDS):
                 if ready:
                     launch(ready)
+                    handed |= {b.bundle_id for b in ready}
                 if lookout is not None:
                     lookout.after(ready)
                 for b in ready:
                     if b.kind is not None and b.kind in kind_running:
                         kind_running[b.kind] += launch_slots(
                             b, self._policy.task_concurrency, self._policy.kind_limits)
+            looked = lookout.waiting if lookout is not None else []
+            spare = self._spare(d.capacity - len(handed), sorted([*looked, *(
+                b for b in waiting if b.bundle_id not in handed)], key=self._order), room,
+                handed, d.intake.follow_ons > 0)
+            if spare:
+                launch(spare)
+                due += spare
             d.new_bundles = d.intake.bundles_recorded
+        launching = {b.bundle_id for b in due}
+        left_due = Counter(str(b.priority) for b in waiting if b.bundle_id not in launching)
+        others_due += Counter(str(b.priority) for b in waiting
+                              if b.bundle_id not in launching and b.bundle_id not in self._untaken)
+        d.due_bundles = len(due)
         self._reconciler.after_drain(d.reconcile)
         d.capacity_left = d.capacity - d.launch.bundles_launched
         if self._handoffs is not None and d.capacity_left <= 0:
@@ -334,6 +343,31 @@ class Tick:
         batches' tasks take them meanwhile), then oldest due first."""
         return PRIORITY_ORDER.index(b.priority), b.bundle_id in self._untaken, \
             b.next_attempt_at
+
+    def _spare(self, spare: int, held_back: list[Bundle], room: dict[str, int],
+               handed: set[str], recorded_follow_ons: bool) -> list[Bundle]:
+        """The slots the drain left free (a queue had fewer jobs than its share, or its jobs
+        shared a bundle) go to due work after all: the due bundles the shares held back, in
+        order, then the untaken follow-ons (those this drain recorded too). ``room`` is what
+        the kinds have left; the bundles' slots are taken from it."""
+        if spare <= 0:
+            return []
+        out = self._fit(held_back, room)[0][:spare]
+        if len(out) < spare and (recorded_follow_ons or self._untaken):
+            taken = handed | {b.bundle_id for b in out}
+            follow = [b for b in self._store.due_bundles(
+                spare - len(out) + len(taken), self._clock(),
+                {k for k, n in room.items() if n <= 0}, follow_ons=True)
+                if b.bundle_id not in taken]
+            left = dict(room)
+            for b in out:
+                if b.kind in left:
+                    left[b.kind] -= b.slots
+            out += self._fit(follow, left)[0][:spare - len(out)]
+        for b in out:
+            if b.kind in room:
+                room[b.kind] -= b.slots
+        return out
 
     def _others_due(self, room: Mapping[str, int]) -> Counter[str]:
         """With no slot free: the due bundles other than untaken follow-ons, by priority (a

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -34,7 +35,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from dispatcher.domain import arrays, dependencies
 from dispatcher.domain.arrays import Tally
-from dispatcher.domain.bundles import BundleState
+from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.dependencies import Dependency
 from dispatcher.domain.errors import InvalidMessage, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState, Priority, Resources
@@ -46,17 +47,19 @@ from dispatcher.stages import bundle as bundle_stage
 from dispatcher.stages import handoff
 from dispatcher.stages.dependents import Dependents
 from dispatcher.stages.policy import HandoffPolicy
-from dispatcher.store import array_retry, codec, handing
+from dispatcher.store import codec, handing, job_ops
 from dispatcher.store import operator as operator_store
 from dispatcher.testing.ended_jobs_feed import EndedJobsFeed
 from dispatcher.testing.memory_event_sink import MemoryEventSink, follow
 from dispatcher.testing.memory_queue import MemoryQueue
 from job_runner import writes as writes_module
 from tests import model_checks as checks
+from tests import model_promises as promises
 from tests.model_arrays import array_problems
 from tests.model_faults import FaultRules, FaultyTable, model_store, one_thread
 from tests.model_limits import KindLimitWatch, parse_limits
 from tests.model_operators import OperatorRules
+from tests.model_promises import Promises
 from tests.model_runner import BEHAVIOURS, NATURES, ModelIds, ModelTime, SimTask, expire
 from tests.model_stats import stats_disagree
 from tests.twins import ENV, Twins
@@ -126,6 +129,9 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
         self.forced: dict[tuple[str, str], int] = {}  # receives a fault spent (FaultRules)
         self.operators_begin()  # bulk actions and deploys (OperatorRules)
         self.live_tasks = 0  # tasks running after the last step (task_limit)
+        # A tick completed launches a crashed tick had decided, under the limit then in force.
+        self.recovered_launches = False
+        self.promises = Promises()  # waiting_for's "the next tick launches it" (promised)
 
     # -- helpers ----------------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -423,6 +429,7 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
             decision = self.guarded("tick_raises", "the tick",
                                     lambda: self.twins.stages(**env).tick.tick())
         self.sync()
+        self.recovered_launches = bool(decision is not None and decision.launch.recovered)
         if decision is None or decision.skipped:
             return
         # A look at every held dependent by this tick (its claim of the sweep: one at the
@@ -432,6 +439,10 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
                 and (before is None or (before.updated_at or 0) < now):
             self.clean_sweep = now
         self.after_tick(visible)
+        if self.table.failed == failed:
+            self.promised(due, env, before_view=view)
+        else:
+            self.promises.forget()
         if decision.capacity == 0 and urgent and hosts:
             self.urgent_left_waiting(self.view(), urgent, hosts, decision.handoff.handed, env)
         for b in due:
@@ -448,11 +459,27 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
                     f"{len(b.job_ids)} jobs) waited {ticks} ticks with room for it "
                     f"({ahead} due bundles were ahead of it); settings {env}"])
 
+    def promised(self, due: list[Bundle], env: dict[str, str], before_view: checks.View) -> None:
+        """After a tick that met no fault: a free slot left beside work it could run
+        (work_conservation), and what waiting_for told of the next ticks (waiting_promise)."""
+        now, view = self.twins.clock(), self.view()
+        most = int(env["LONGJOBS_MAX_RUNNING_TASKS"])
+        room = checks.waiting_for_room(view, now, most, int(env["LONGJOBS_TASK_CONCURRENCY"]),
+                                       parse_limits(env["LONGJOBS_KIND_LIMITS"]))
+        self.fail("work_conservation", promises.idle_beside_work(view, now, most, due, room))
+        active_before = {(b.bundle_id, b.attempt) for b in before_view.bundles()
+                         if b.state in ACTIVE_BUNDLE_STATES}
+        launched = Counter(str(b.priority) for b in view.bundles()
+                           if b.state in ACTIVE_BUNDLE_STATES
+                           and (b.bundle_id, b.attempt) not in active_before)
+        self.fail("waiting_promise", self.promises.after_tick(view, now, launched))
+
     @rule(concurrency=st.sampled_from(["1", "2", "4"]),
           limits=st.sampled_from(["", "report=1", "report=2,resize=1", "report=4", "resize=8"]),
           tasks=st.sampled_from(["1", "3", "6"]))
     def change_settings(self, concurrency: str, limits: str, tasks: str) -> None:
         """An operator redeploys with other settings: the next ticks and tasks use them."""
+        self.promises.forget()
         self.settings = {"LONGJOBS_TASK_CONCURRENCY": concurrency,
                          "LONGJOBS_KIND_LIMITS": limits, "LONGJOBS_MAX_RUNNING_TASKS": tasks}
 
@@ -690,12 +717,16 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
     def over_the_limit(self) -> list[str]:
         """The tasks running never pass ``LONGJOBS_MAX_RUNNING_TASKS``: no step that adds a
         task (a launch, a relaunch, a take) leaves more than the limit in force running.
-        (A limit lowered below the tasks running holds once enough of them end.)"""
+        (A limit lowered below the tasks running holds once enough of them end; a crashed
+        tick's launches that the next tick completes were decided under the limit of their
+        tick: RunTask may have started them already, and repeating it with their clientToken
+        is what keeps them from starting twice.)"""
         live = sorted(arn for arn, task in self.twins.launcher.tasks.items()
                       if not task.last_status.gone)
         most = int(self.settings["LONGJOBS_MAX_RUNNING_TASKS"])
         before, self.live_tasks = self.live_tasks, len(live)
-        if len(live) <= max(before, most):
+        recovered, self.recovered_launches = self.recovered_launches, False
+        if len(live) <= max(before, most) or recovered:
             return []
         return [f"{len(live)} tasks run after this step ({before} before it), over the "
                 f"limit of {most}: " + ", ".join(
@@ -709,7 +740,7 @@ def test_the_whole_system_keeps_its_invariants(monkeypatch: pytest.MonkeyPatch) 
     # exactly, so hypothesis can shrink what it finds.
     monkeypatch.setattr(bundle_stage, "new_id", SystemModel.hooks_ids)
     monkeypatch.setattr(operator_store, "new_id", SystemModel.hooks_ids)
-    monkeypatch.setattr(array_retry, "new_id", SystemModel.hooks_ids)
+    monkeypatch.setattr(job_ops, "new_id", SystemModel.hooks_ids)
     monkeypatch.setattr(writes_module, "time", SystemModel.hooks_time)
     run = hyp_settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
                        phases=[Phase.explicit, Phase.generate, Phase.shrink],

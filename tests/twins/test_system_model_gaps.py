@@ -16,7 +16,7 @@ import pytest
 
 from dispatcher.domain import dependencies
 from dispatcher.stages import bundle as bundle_stage
-from dispatcher.store import array_retry
+from dispatcher.store import job_ops
 from dispatcher.store import operator as operator_store
 from job_runner import writes as writes_module
 from tests.model_runner import SimTask
@@ -237,7 +237,7 @@ def machines(monkeypatch: pytest.MonkeyPatch) -> Callable[[], model.SystemModel]
     """Fresh model worlds, with every check on."""
     monkeypatch.setattr(bundle_stage, "new_id", model.SystemModel.hooks_ids)
     monkeypatch.setattr(operator_store, "new_id", model.SystemModel.hooks_ids)
-    monkeypatch.setattr(array_retry, "new_id", model.SystemModel.hooks_ids)
+    monkeypatch.setattr(job_ops, "new_id", model.SystemModel.hooks_ids)
     monkeypatch.setattr(writes_module, "time", model.SystemModel.hooks_time)
     monkeypatch.setattr(model, "GAPS", frozenset())
     return model.SystemModel

@@ -6,6 +6,13 @@ is broken on purpose.
   that adds one. Its sequence: a batch's tasks run, the limit is lowered to one, a task is
   killed; its stop's rerun waits for the tick instead of relaunching at once beside the
   others (dispatcher/stages/rerun.py).
+- ``work_conservation``: no tick that met no fault ends with a slot free beside due work it
+  could run, unless that work's ``waiting_for`` names what holds it other than the slots.
+  Its sequence: a queue's share of the slots is more than its bundles; the slot left goes to
+  the batch's follow-ons at the drain's end (dispatcher/stages/tick.py, ``Tick._spare``).
+- ``waiting_promise``: a job told the next tick launches it is launched within two clean
+  ticks (unless work of a higher priority took the slot). Its sequence: a job retried after
+  its backoff, told the next tick launches it, is launched by it.
 """
 
 from __future__ import annotations
@@ -14,9 +21,11 @@ from collections.abc import Callable
 
 import pytest
 
+from dispatcher.stages.tick import Tick
 from dispatcher.store.base import Reads
 from tests.twins import test_system_model as model
-from tests.twins.test_system_model_gaps import deliver_all, machines, seen_by, task
+from tests.twins.test_system_model_gaps import _first_event as first_event
+from tests.twins.test_system_model_gaps import deliver_all, machines, seen_by, spec, task
 
 __all__ = ["machines"]  # the fixture, used by name
 
@@ -44,3 +53,59 @@ def test_the_task_limit_check_sees_a_relaunch_past_the_limit(
     monkeypatch.setattr(Reads, "active_count", lambda self: 0)
     seen = seen_by(machines(), "task_limit", limit_lowered_then_a_kill)
     assert seen and "3 tasks run after this step (2 before it), over the limit of 1" in seen[0]
+
+
+def unused_share(m: model.SystemModel) -> None:
+    """A batch cut into follow-ons by a tick that met a fault, two urgent jobs sent (they
+    share a bundle), six slots: the high queue's share of the slots is more than its bundles,
+    and the slot it leaves goes to the batch's follow-ons at the drain's end."""
+    m.burst(100, "succeed")
+    m.flaky_tick(1, False)
+    m.urgent(2)
+    m.change_settings("2", "", "6")
+    m.slow_drain_tick(None)
+
+
+def test_a_share_a_queue_leaves_unused_goes_to_due_work(
+        machines: Callable[[], model.SystemModel]) -> None:
+    assert seen_by(machines(), "work_conservation", unused_share) == []
+
+
+def test_the_work_conservation_check_sees_a_slot_left_free_beside_due_work(
+        machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken rule: the slots the drain's shares left unused stay free until the next
+    tick."""
+    monkeypatch.setattr(Tick, "_spare", lambda self, *args: [])
+    seen = seen_by(machines(), "work_conservation", unused_share)
+    assert seen and "beside a free slot (5 of 6 tasks run)" in seen[0]
+
+
+def retry_after_a_failure(m: model.SystemModel) -> None:
+    """A job's handler raises once (a retryable error); after its backoff three ticks."""
+    m.submit(spec(), 1, False)
+    m.tick(1)
+    task(m).pass_(lambda job_id: "raise")
+    m.sync()
+    deliver_all(m)
+    m.advance(60.0)
+    for _ in range(3):
+        m.tick(1)
+
+
+def test_a_retry_told_the_next_tick_launches_it_is_launched(
+        machines: Callable[[], model.SystemModel]) -> None:
+    assert seen_by(machines(), "waiting_promise", retry_after_a_failure) == []
+
+
+def test_the_waiting_promise_check_sees_a_promise_the_ticks_do_not_keep(
+        machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken rule: the tick launches none of the due bundles in the table (the other
+    checks, which see the free slot too, are not asked here)."""
+    monkeypatch.setattr(Tick, "_due", lambda self, capacity, room: ([], set()))
+    m = machines()
+    seen: list[str] = []
+    m.fail = lambda check, problems: seen.extend(  # type: ignore[method-assign]
+        problems if check == "waiting_promise" else [])
+    m.stop_event = first_event(m)  # type: ignore[method-assign]
+    retry_after_a_failure(m)
+    assert seen and "were told the next tick launches it" in seen[0]

@@ -1,0 +1,111 @@
+"""The promises the system model (tests/twins/test_system_model.py) holds each tick to, read
+from the twins' state alone: work conservation (a free slot never idles beside due work it
+could run, unless that work's ``waiting_for`` names what holds it) and ``waiting_for``'s word
+(a job told that the next tick launches it is launched within two).
+
+Each check returns the problems it finds as readable lines (empty: it holds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from dispatcher.domain import waiting as w
+from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
+from dispatcher.domain.jobs import JobState
+from dispatcher.domain.waiting import TickSummary, Waiting
+from dispatcher.ops.queries import waiting_of
+from dispatcher.store import codec as r
+from tests import model_checks as checks
+
+# What may hold due work beside a free slot, said truly: each names something other than the
+# slots (a kind's limit, a backoff, a time, other jobs, a launch or a task on its way).
+HELD_BY_OTHER = frozenset({w.KIND_LIMIT, w.SPOT_BACKOFF, w.LAUNCH_BACKOFF, w.SCHEDULED,
+                           w.DEPENDENCIES, w.CHILDREN, w.RECORDING, w.LAUNCHING, w.STARTING})
+# Clean ticks within which a job told the next tick launches it must have launched.
+PROMISE_TICKS = 2
+
+
+def waits(view: checks.View, b: Bundle, now: float) -> Waiting | None:
+    """What the first unfinished job of ``b`` says it waits for (``jobs show``'s rule)."""
+    tick = view.items.get(r.TICK_KEY)
+    summary = TickSummary.from_json(tick.summary) if tick is not None else None
+    bundle = view.items.get(r.bundle_key(b.bundle_id))
+    for job_id in b.job_ids:
+        rec = view.items.get(r.job_key(job_id))
+        if rec is not None and rec.state == JobState.PENDING and rec.bundle_id == b.bundle_id:
+            return waiting_of(rec, bundle, summary, now)
+    return None
+
+
+def idle_beside_work(view: checks.View, now: float, max_tasks: int,
+                     due_before: Iterable[Bundle], room: list[Bundle]) -> list[str]:
+    """After a tick that ran whole with no fault: with a slot free, every bundle that was due
+    with room for it when the tick began (``due_before``) and still is (``room``: the due
+    bundles with room after it) says truly what holds it other than the slots."""
+    active = [b for b in view.bundles() if b.state in ACTIVE_BUNDLE_STATES]
+    if len(active) >= max_tasks:
+        return []
+    still = {(b.bundle_id, b.attempt) for b in room}
+    out = []
+    for b in due_before:
+        if (b.bundle_id, b.attempt) not in still:
+            continue
+        said = waits(view, b, now)
+        if said is None or said.reason in HELD_BY_OTHER or (
+                said.reason == w.RERUN_PENDING and said.until is not None):
+            continue
+        out.append(f"bundle {b.bundle_id} ({b.priority}, kind {b.kind}, {len(b.job_ids)} jobs) "
+                   f"was due with room for it and a tick left it beside a free slot "
+                   f"({len(active)} of {max_tasks} tasks run); it says {said.to_json()}")
+    return out
+
+
+def launches_next(said: Waiting | None) -> bool:
+    """Whether ``said`` tells the job that the next tick launches it: a slot is free and
+    nothing of its priority or higher is ahead of it."""
+    return said is not None and said.until is None and said.reason in (w.PRIORITY,
+                                                                        w.RERUN_PENDING) \
+        and not said.ahead and (said.running is None or said.limit is None
+                                or said.running < said.limit)
+
+
+@dataclass
+class Promises:
+    """The bundles whose jobs were told the next tick launches them: for each, the clean
+    ticks since, and whether any of them launched work of a higher priority (which may take
+    the slot first: the promise was made before that work came)."""
+
+    told: dict[tuple[str, int], tuple[int, bool]] = field(default_factory=dict)
+
+    def forget(self) -> None:
+        """The world changed under the promises (settings, a deploy, a fault): they are void."""
+        self.told.clear()
+
+    def after_tick(self, view: checks.View, now: float,
+                   launched: Mapping[str, int]) -> list[str]:
+        """After a clean tick that launched ``launched`` bundles by priority: a promise
+        PROMISE_TICKS clean ticks old whose bundle is still PENDING at its attempt, while no
+        work of a higher priority launched in those ticks, is broken; then the promises this
+        tick's summary makes are noted."""
+        out = []
+        for key, (ticks, passed) in list(self.told.items()):
+            b = view.bundle(key[0])
+            if b is None or b.state != BundleState.PENDING or b.attempt != key[1]:
+                del self.told[key]
+                continue
+            rank = w.PRIORITY_RANK.get(str(b.priority), 1)
+            passed = passed or any(n for p, n in launched.items()
+                                   if w.PRIORITY_RANK.get(p, 1) < rank)
+            self.told[key] = (ticks + 1, passed)
+            if ticks + 1 >= PROMISE_TICKS and not passed:
+                out.append(f"bundle {b.bundle_id}'s jobs were told the next tick launches it; "
+                           f"{ticks + 1} ticks later it is still PENDING, and no work of a "
+                           f"higher priority launched instead: {waits(view, b, now)}")
+                del self.told[key]
+        for b in view.bundles():
+            if b.state == BundleState.PENDING and (b.bundle_id, b.attempt) not in self.told \
+                    and launches_next(waits(view, b, now)):
+                self.told[(b.bundle_id, b.attempt)] = (0, False)
+        return out
