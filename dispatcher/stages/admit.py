@@ -14,8 +14,8 @@ and deleted long before it could be delivered again. Memory is bounded by the op
 bundles, not by the depth of the queue.
 
 Priorities: each level (high, normal, low) has its queue, drained in that order. The tick
-tells each level how many free task slots it may take (:meth:`Tick._share
-<dispatcher.stages.tick.Tick._share>`: by weight, ``LONGJOBS_PRIORITY_WEIGHTS``, with a
+tells each level how many free task slots it may take (:meth:`DueWork.share
+<dispatcher.stages.due_work.DueWork.share>`: by weight, ``LONGJOBS_PRIORITY_WEIGHTS``, with a
 credit carried across ticks so that no level with work starves), and a level also takes what
 the levels above it left unused. Scheduled jobs and jobs of a kind at its limit are recorded at
 once in deferred bundles (see :mod:`dispatcher.stages.bundle`) that take no slot now.

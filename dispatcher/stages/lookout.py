@@ -65,7 +65,7 @@ class Lookout:
     @property
     def waiting(self) -> list[Bundle]:
         """What its looks took in and no task has taken yet (PENDING, due): a slot the drain
-        left free launches it at the drain's end (``Tick._spare``), high first."""
+        left free launches it at the drain's end (stages/due_work.py, ``DueWork.spare``)."""
         return list(self._waiting)
 
     def after(self, launched: list[Bundle]) -> None:

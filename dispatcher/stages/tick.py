@@ -16,19 +16,19 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dispatcher.domain.bundles import Bundle, BundleState
-from dispatcher.domain.fairness import allocate
-from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
+from dispatcher.domain.jobs import Priority
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import TableUnavailable
 from dispatcher.stages.admit import Admission
 from dispatcher.stages.admitted import AdmissionStats
 from dispatcher.stages.bundle import FOLLOW_ON_SHARES
+from dispatcher.stages.due_work import DueWork
 from dispatcher.stages.fanout import ArrayStats, ArrayTally
 from dispatcher.stages.handoff import (
     LONG_POLL_SECONDS,
@@ -55,12 +55,6 @@ URGENT_READ = 100
 WATCH_ROUNDS = 100
 # The lease outlives the longest tick by this much.
 LEASE_MARGIN_SECONDS = 60.0
-# Due bundles read beyond the free slots. Those of a kind with no room left are left out of the
-# read; a kind whose oldest due bundle does not fit its room is left out of a next read, so a
-# backlog of one kind never hides the due bundles of the others (see Tick._due).
-DUE_LOOKAHEAD = 200
-# With no slot free, the oldest due bundles looked at for the summary (Tick._others_due).
-OTHERS_PEEK = 10
 
 
 @dataclass
@@ -108,8 +102,7 @@ class Tick:
         self._policy = policy
         self._clock = clock
         self._handoffs = handoffs
-        # This tick's read of the due follow-ons no task has taken yet (see _due).
-        self._untaken: set[str] = set()
+        self._work = DueWork(store, policy, clock)
 
     def budget(self, remaining_ms: Callable[[], int] | None) -> float:
         """Seconds this tick may drain for."""
@@ -157,7 +150,7 @@ class Tick:
         d.active_bundles = len(active) - d.reconcile.freed
         d.capacity = max(0, self._policy.max_running_tasks - d.active_bundles)
         freed = d.reconcile.freed_bundles  # they no longer hold their kind's slots either
-        room = self._kind_room([b for b in active if b.bundle_id not in freed])
+        room = self._work.kind_room([b for b in active if b.bundle_id not in freed])
         if self._arrays is not None:  # the open arrays' children, offered to the drain
             self._arrays.offer(d.arrays)
         # Jobs of each limited kind running as the tick ends: as active, plus what it launches.
@@ -168,9 +161,9 @@ class Tick:
         # given back to PENDING, one no task took, or any other due work) now, not when the
         # batch ends. A task between two of its batch's bundles holds its slot: its take ends
         # the one and launches the next in one transaction (dispatcher.store.follow_ons).
-        self._untaken = set()
-        waiting, blocked = self._due(d.capacity, room)
-        others_due = self._others_due(room) if d.capacity <= 0 else Counter()
+        self._work.untaken = set()
+        waiting, blocked = self._work.due(d.capacity, room)
+        others_due = self._work.others_due(room) if d.capacity <= 0 else Counter()
         visible = self._admission.backlog() if d.capacity > 0 else {}
         if d.capacity > 0 and sum(visible.values()) >= FOLLOW_ON_SHARES * d.capacity:
             # A backlog that may be cut into follow-ons (a few a slot at least): their
@@ -181,7 +174,7 @@ class Tick:
                                                self._revisions.pinned_version)
             except TableUnavailable as exc:  # its runners take none until its summary
                 log.error("saving the tick's revision failed", extra={"reason": exc.reason})
-        due, queue_slots = self._share(d.capacity, waiting, visible)
+        due, queue_slots = self._work.share(d.capacity, waiting, visible)
         for b in due:
             if b.kind in room:
                 room[b.kind] -= b.slots
@@ -211,8 +204,8 @@ class Tick:
                         kind_running[b.kind] += launch_slots(
                             b, self._policy.task_concurrency, self._policy.kind_limits)
             looked = lookout.waiting if lookout is not None else []
-            spare = self._spare(d.capacity - len(handed), sorted([*looked, *(
-                b for b in waiting if b.bundle_id not in handed)], key=self._order), room,
+            spare = self._work.spare(d.capacity - len(handed), sorted([*looked, *(
+                b for b in waiting if b.bundle_id not in handed)], key=self._work.order), room,
                 handed, d.intake.follow_ons > 0)
             if spare:
                 launch(spare)
@@ -220,8 +213,8 @@ class Tick:
             d.new_bundles = d.intake.bundles_recorded
         launching = {b.bundle_id for b in due}
         left_due = Counter(str(b.priority) for b in waiting if b.bundle_id not in launching)
-        others_due += Counter(str(b.priority) for b in waiting
-                              if b.bundle_id not in launching and b.bundle_id not in self._untaken)
+        others_due += Counter(str(b.priority) for b in waiting if b.bundle_id not in launching
+                              and b.bundle_id not in self._work.untaken)
         d.due_bundles = len(due)
         self._reconciler.after_drain(d.reconcile)
         d.capacity_left = d.capacity - d.launch.bundles_launched
@@ -284,147 +277,6 @@ class Tick:
                                           self._revisions.pinned_version)
         except TableUnavailable as exc:  # only what `jobs show` explains is a tick older
             log.error("saving the tick's summary failed", extra={"reason": exc.reason})
-
-
-    def _kind_room(self, active: list[Bundle]) -> dict[str, int]:
-        """Jobs each limited kind may still start: its limit less the slots of its active
-        bundles (each counts the jobs it can run at once)."""
-        room = dict(self._policy.kind_limits)
-        for b in active:
-            if b.kind in room:
-                room[b.kind] -= b.slots
-        return room
-
-    def _due(self, capacity: int, room: Mapping[str, int]) -> tuple[list[Bundle], set[str]]:
-        """Due PENDING bundles that may launch now as far as their kinds' room goes, higher
-        priority first, then oldest due, each with its ``slots`` for this launch
-        (:func:`launch_slots`); and the kinds blocked: whose first due bundle in that order does
-        not fit the room left. A blocked kind's later bundles wait behind it, so narrow bundles
-        never pass a wide one forever: it launches once enough of its kind's running jobs end.
-
-        The read returns the oldest due bundles; a blocked kind is left out of a next read (as
-        a kind with no room is from the first), so a backlog of it cannot hide the others; and
-        when a full read holds no bundle of some priority, a next read looks at those
-        priorities only, so older bundles of one priority cannot hide another's from
-        :meth:`_share`. At most one read more per limited kind, and one for the priorities."""
-        if capacity <= 0:
-            return [], set()
-        left_out = {kind for kind, left in room.items() if left <= 0}
-        limit = capacity + DUE_LOOKAHEAD
-        pool: dict[str, Bundle] = {}
-        only: list[Priority] | None = None
-        while True:
-            found = self._store.due_bundles(limit, self._clock(), left_out, only)
-            pool.update((b.bundle_id, b) for b in found if b.bundle_id not in pool)
-            fits, blocked = self._fit(sorted(pool.values(), key=self._order), room)
-            if len(found) < limit:
-                break
-            if len(fits) < capacity and not blocked <= left_out:
-                left_out |= blocked
-                continue
-            seen = {b.priority for b in pool.values()}
-            if only is not None or seen.issuperset(PRIORITY_ORDER):
-                break
-            only = [p for p in PRIORITY_ORDER if p not in seen]
-        if len(fits) >= capacity:
-            return fits, blocked
-        # Slots that no other due work fills: the follow-ons no task has taken yet (their
-        # batches' tasks take the rest), oldest first, after the other due work of their
-        # priority. (Read from the index, which does not hold a bundle's batch: they are
-        # told apart by the read they came from.)
-        follow = self._store.due_bundles(capacity - len(fits) + DUE_LOOKAHEAD, self._clock(),
-                                         left_out | blocked, follow_ons=True)
-        self._untaken = {b.bundle_id for b in follow}
-        return self._fit(sorted([*pool.values(), *follow], key=self._order), room)
-
-    def _order(self, b: Bundle) -> tuple[int, bool, float]:
-        """The tick's order of due bundles: higher priority first; within a priority, the
-        follow-ons no task has taken yet after the rest (as the queue's backlog is: their
-        batches' tasks take them meanwhile), then oldest due first."""
-        return PRIORITY_ORDER.index(b.priority), b.bundle_id in self._untaken, \
-            b.next_attempt_at
-
-    def _spare(self, spare: int, held_back: list[Bundle], room: dict[str, int],
-               handed: set[str], recorded_follow_ons: bool) -> list[Bundle]:
-        """The slots the drain left free (a queue had fewer jobs than its share, or its jobs
-        shared a bundle) go to due work after all: the due bundles the shares held back, in
-        order, then the untaken follow-ons (those this drain recorded too). ``room`` is what
-        the kinds have left; the bundles' slots are taken from it."""
-        if spare <= 0:
-            return []
-        out = self._fit(held_back, room)[0][:spare]
-        if len(out) < spare and (recorded_follow_ons or self._untaken):
-            taken = handed | {b.bundle_id for b in out}
-            follow = [b for b in self._store.due_bundles(
-                spare - len(out) + len(taken), self._clock(),
-                {k for k, n in room.items() if n <= 0}, follow_ons=True)
-                if b.bundle_id not in taken]
-            left = dict(room)
-            for b in out:
-                if b.kind in left:
-                    left[b.kind] -= b.slots
-            out += self._fit(follow, left)[0][:spare - len(out)]
-        for b in out:
-            if b.kind in room:
-                room[b.kind] -= b.slots
-        return out
-
-    def _others_due(self, room: Mapping[str, int]) -> Counter[str]:
-        """With no slot free: the due bundles other than untaken follow-ons, by priority (a
-        look at the oldest few), for the summary: the batches' tasks read it and leave their
-        follow-ons for that work first (dispatcher.store.follow_ons)."""
-        left_out = {kind for kind, left in room.items() if left <= 0}
-        return Counter(str(b.priority) for b in self._store.due_bundles(
-            OTHERS_PEEK, self._clock(), left_out))
-
-    def _fit(self, order: list[Bundle], room: Mapping[str, int]) -> tuple[list[Bundle], set[str]]:
-        left = dict(room)
-        fits: list[Bundle] = []
-        blocked: set[str] = set()
-        for b in order:
-            b.slots = launch_slots(b, self._policy.task_concurrency, self._policy.kind_limits)
-            if b.kind in left:
-                if b.kind in blocked:
-                    continue
-                if left[b.kind] < b.slots:
-                    blocked.add(b.kind)
-                    continue
-                left[b.kind] -= b.slots
-            fits.append(b)
-        return fits, blocked
-
-    def _share(self, capacity: int, waiting: list[Bundle], visible: Mapping[Priority, int]
-               ) -> tuple[list[Bundle], dict[Priority, int]]:
-        """Share the free slots between priorities: the due bundles to launch now (within a
-        priority, those waiting in the table go first, oldest due first) and the slots each
-        priority's queue may take. When levels compete for more than the slots, the shares
-        follow :func:`dispatcher.domain.fairness.allocate`, its credit carried in the table
-        from tick to tick, so every level with work gets a slot within a bounded number of
-        ticks (:func:`~dispatcher.domain.fairness.patience`), even at one free slot a tick."""
-        due = Counter(b.priority for b in waiting)
-        demand = {p: due[p] + visible.get(p, 0) for p in PRIORITY_ORDER}
-        if sum(demand.values()) > capacity and sum(1 for n in demand.values() if n) > 1:
-            slots, credit = allocate(capacity, demand, self._policy.priority_weights,
-                                     self._store.priority_credit())
-            try:
-                self._store.save_priority_credit(credit)
-            except TableUnavailable as exc:
-                # This tick's shares stand; only the credit it carries over is lost, which the
-                # next ticks' sharing makes up for: no reason to fail the tick.
-                log.error("saving the priorities' credit failed",
-                          extra={"reason": exc.reason})
-        else:  # no competition: each level gets what it has work for
-            slots, left = {}, capacity
-            for p in PRIORITY_ORDER:
-                slots[p] = min(demand[p], left)
-                left -= slots[p]
-        taken = dict.fromkeys(PRIORITY_ORDER, 0)
-        launch: list[Bundle] = []
-        for b in waiting:
-            if taken[b.priority] < slots[b.priority]:
-                taken[b.priority] += 1
-                launch.append(b)
-        return launch, {p: slots[p] - taken[p] for p in PRIORITY_ORDER}
 
 
 class _LaunchQueue:

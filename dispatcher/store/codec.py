@@ -133,7 +133,7 @@ def bundle_status(state: BundleState | str) -> str:
 
 # The index key of the follow-ons no task has run yet (PENDING, as their ``state`` says): a
 # partition apart from the other PENDING bundles, so that a batch's thousands of them, all due
-# at once, never fill the tick's read of due work (dispatcher.stages.tick, Tick._due), and a
+# at once, never fill the tick's read of due work (dispatcher.stages.due_work, DueWork.due), and a
 # runner can tell whether other work waits before it takes one (dispatcher.store.follow_ons).
 # A follow-on that goes back to PENDING after a run (a retry, a rerun, a failed launch) is
 # written under ``bundle_status(PENDING)`` as any bundle: due work as any other.

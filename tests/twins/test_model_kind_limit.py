@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dispatcher.stages import bundle as bundle_stage
-from dispatcher.stages.tick import Tick
+from dispatcher.stages.due_work import DueWork
 from dispatcher.store import operator as operator_store
 from tests.twins.test_system_model import SystemModel
 
@@ -46,6 +46,6 @@ def test_one_report_runs_at_a_limit_of_one(model: SystemModel) -> None:
 
 def test_a_tick_that_forgets_its_running_bundles_is_caught(
         model: SystemModel, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(Tick, "_kind_room", lambda self, active: dict(self._policy.kind_limits))
+    monkeypatch.setattr(DueWork, "kind_room", lambda self, active: dict(self._policy.kind_limits))
     with pytest.raises(AssertionError, match=r"\[kind_limit\] 2 handlers of kind report"):
         play(model)

@@ -18,7 +18,7 @@ import pytest
 from dispatcher.domain import fairness
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
-from dispatcher.stages import tick as tick_module
+from dispatcher.stages import due_work as due_work_module
 from dispatcher.stages.policy import TickPolicy
 from dispatcher.store.stage_store import StageStore
 from tests.twins import test_system_model as model
@@ -87,7 +87,7 @@ def one_slot_a_tick(m: model.SystemModel, ticks: int = 20) -> list[str]:
 
 def test_a_limited_kinds_backlog_does_not_hide_another_kind(
         machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tick_module, "DUE_LOOKAHEAD", 1)
+    monkeypatch.setattr(due_work_module, "DUE_LOOKAHEAD", 1)
     m = machines()
     limited_kind_backlog(m)
     m.holds()
@@ -102,7 +102,7 @@ def test_the_starvation_check_sees_a_backlog_that_hides_another_kind(
     """Broken on purpose: the due read ignores the kinds left out (and the priorities asked
     for), returning the oldest due bundles each time, as before a blocked kind was left out
     of a next read."""
-    monkeypatch.setattr(tick_module, "DUE_LOOKAHEAD", 1)
+    monkeypatch.setattr(due_work_module, "DUE_LOOKAHEAD", 1)
     real = StageStore.due_bundles
 
     def oldest_only(self: StageStore, limit: int, at: float,
@@ -143,6 +143,6 @@ def _highest_first(capacity: int, demand: Mapping[Priority, int], weights: Mappi
 
 def test_the_starvation_check_sees_low_priority_starve_behind_high(
         machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tick_module, "allocate", _highest_first)
+    monkeypatch.setattr(due_work_module, "allocate", _highest_first)
     with pytest.raises(AssertionError, match=r"\[starvation\].*\(low,"):
         one_slot_a_tick(machines())

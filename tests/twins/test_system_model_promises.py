@@ -9,7 +9,7 @@ is broken on purpose.
 - ``work_conservation``: no tick that met no fault ends with a slot free beside due work it
   could run, unless that work's ``waiting_for`` names what holds it other than the slots.
   Its sequence: a queue's share of the slots is more than its bundles; the slot left goes to
-  the batch's follow-ons at the drain's end (dispatcher/stages/tick.py, ``Tick._spare``).
+  the batch's follow-ons at the drain's end (dispatcher/stages/due_work.py, ``DueWork.spare``).
 - ``waiting_promise``: a job told the next tick launches it is launched within two clean
   ticks (unless work of a higher priority took the slot). Its sequence: a job retried after
   its backoff, told the next tick launches it, is launched by it.
@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import pytest
 
-from dispatcher.stages.tick import Tick
+from dispatcher.stages.due_work import DueWork
 from dispatcher.store.base import Reads
 from tests.twins import test_system_model as model
 from tests.twins.test_system_model_gaps import _first_event as first_event
@@ -75,7 +75,7 @@ def test_the_work_conservation_check_sees_a_slot_left_free_beside_due_work(
         machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
     """The broken rule: the slots the drain's shares left unused stay free until the next
     tick."""
-    monkeypatch.setattr(Tick, "_spare", lambda self, *args: [])
+    monkeypatch.setattr(DueWork, "spare", lambda self, *args: [])
     seen = seen_by(machines(), "work_conservation", unused_share)
     assert seen and "beside a free slot (5 of 6 tasks run)" in seen[0]
 
@@ -101,7 +101,7 @@ def test_the_waiting_promise_check_sees_a_promise_the_ticks_do_not_keep(
         machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
     """The broken rule: the tick launches none of the due bundles in the table (the other
     checks, which see the free slot too, are not asked here)."""
-    monkeypatch.setattr(Tick, "_due", lambda self, capacity, room: ([], set()))
+    monkeypatch.setattr(DueWork, "due", lambda self, capacity, room: ([], set()))
     m = machines()
     seen: list[str] = []
     m.fail = lambda check, problems: seen.extend(  # type: ignore[method-assign]

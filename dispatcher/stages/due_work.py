@@ -1,0 +1,185 @@
+"""Due work: which due bundles a tick launches into its free slots, and in what order.
+
+The tick (dispatcher/stages/tick.py) reads the due PENDING bundles, fits them to the limited
+kinds' room, shares the free slots between priorities (with the queues' backlogs), and at the
+drain's end gives the slots its shares left unused to the due work held back. The follow-ons
+no task has taken yet wait apart (dispatcher.store.follow_ons): they are read only for the
+slots that other due work leaves free, and come after it within a priority.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+
+from dispatcher.domain.bundles import Bundle
+from dispatcher.domain.fairness import allocate
+from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
+from dispatcher.ports.table import TableUnavailable
+from dispatcher.stages.launch import launch_slots
+from dispatcher.stages.policy import TickPolicy
+from dispatcher.store import StageStore
+
+log = logging.getLogger(__name__)
+
+# Due bundles read beyond the free slots. Those of a kind with no room left are left out of the
+# read; a kind whose oldest due bundle does not fit its room is left out of a next read, so a
+# backlog of one kind never hides the due bundles of the others (see DueWork.due).
+DUE_LOOKAHEAD = 200
+# With no slot free, the oldest due bundles looked at for the summary (DueWork.others_due).
+OTHERS_PEEK = 10
+
+
+class DueWork:
+    """The tick's choice of due work; :attr:`untaken` is the current tick's read of the
+    untaken follow-ons (the tick empties it as it begins)."""
+
+    def __init__(self, store: StageStore, policy: TickPolicy,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._store = store
+        self._policy = policy
+        self._clock = clock
+        # This tick's read of the due follow-ons no task has taken yet (see due).
+        self.untaken: set[str] = set()
+
+    def kind_room(self, active: list[Bundle]) -> dict[str, int]:
+        """Jobs each limited kind may still start: its limit less the slots of its active
+        bundles (each counts the jobs it can run at once)."""
+        room = dict(self._policy.kind_limits)
+        for b in active:
+            if b.kind in room:
+                room[b.kind] -= b.slots
+        return room
+
+    def due(self, capacity: int, room: Mapping[str, int]) -> tuple[list[Bundle], set[str]]:
+        """Due PENDING bundles that may launch now as far as their kinds' room goes, higher
+        priority first, then oldest due, each with its ``slots`` for this launch
+        (:func:`launch_slots`); and the kinds blocked: whose first due bundle in that order does
+        not fit the room left. A blocked kind's later bundles wait behind it, so narrow bundles
+        never pass a wide one forever: it launches once enough of its kind's running jobs end.
+
+        The read returns the oldest due bundles; a blocked kind is left out of a next read (as
+        a kind with no room is from the first), so a backlog of it cannot hide the others; and
+        when a full read holds no bundle of some priority, a next read looks at those
+        priorities only, so older bundles of one priority cannot hide another's from
+        :meth:`_share`. At most one read more per limited kind, and one for the priorities."""
+        if capacity <= 0:
+            return [], set()
+        left_out = {kind for kind, left in room.items() if left <= 0}
+        limit = capacity + DUE_LOOKAHEAD
+        pool: dict[str, Bundle] = {}
+        only: list[Priority] | None = None
+        while True:
+            found = self._store.due_bundles(limit, self._clock(), left_out, only)
+            pool.update((b.bundle_id, b) for b in found if b.bundle_id not in pool)
+            fits, blocked = self.fit(sorted(pool.values(), key=self.order), room)
+            if len(found) < limit:
+                break
+            if len(fits) < capacity and not blocked <= left_out:
+                left_out |= blocked
+                continue
+            seen = {b.priority for b in pool.values()}
+            if only is not None or seen.issuperset(PRIORITY_ORDER):
+                break
+            only = [p for p in PRIORITY_ORDER if p not in seen]
+        if len(fits) >= capacity:
+            return fits, blocked
+        # Slots that no other due work fills: the follow-ons no task has taken yet (their
+        # batches' tasks take the rest), oldest first, after the other due work of their
+        # priority. (Read from the index, which does not hold a bundle's batch: they are
+        # told apart by the read they came from.)
+        follow = self._store.due_bundles(capacity - len(fits) + DUE_LOOKAHEAD, self._clock(),
+                                         left_out | blocked, follow_ons=True)
+        self.untaken = {b.bundle_id for b in follow}
+        return self.fit(sorted([*pool.values(), *follow], key=self.order), room)
+
+    def order(self, b: Bundle) -> tuple[int, bool, float]:
+        """The tick's order of due bundles: higher priority first; within a priority, the
+        follow-ons no task has taken yet after the rest (as the queue's backlog is: their
+        batches' tasks take them meanwhile), then oldest due first."""
+        return PRIORITY_ORDER.index(b.priority), b.bundle_id in self.untaken, \
+            b.next_attempt_at
+
+    def spare(self, spare: int, held_back: list[Bundle], room: dict[str, int],
+               handed: set[str], recorded_follow_ons: bool) -> list[Bundle]:
+        """The slots the drain left free (a queue had fewer jobs than its share, or its jobs
+        shared a bundle) go to due work after all: the due bundles the shares held back, in
+        order, then the untaken follow-ons (those this drain recorded too). ``room`` is what
+        the kinds have left; the bundles' slots are taken from it."""
+        if spare <= 0:
+            return []
+        out = self.fit(held_back, room)[0][:spare]
+        if len(out) < spare and (recorded_follow_ons or self.untaken):
+            taken = handed | {b.bundle_id for b in out}
+            follow = [b for b in self._store.due_bundles(
+                spare - len(out) + len(taken), self._clock(),
+                {k for k, n in room.items() if n <= 0}, follow_ons=True)
+                if b.bundle_id not in taken]
+            left = dict(room)
+            for b in out:
+                if b.kind in left:
+                    left[b.kind] -= b.slots
+            out += self.fit(follow, left)[0][:spare - len(out)]
+        for b in out:
+            if b.kind in room:
+                room[b.kind] -= b.slots
+        return out
+
+    def others_due(self, room: Mapping[str, int]) -> Counter[str]:
+        """With no slot free: the due bundles other than untaken follow-ons, by priority (a
+        look at the oldest few), for the summary: the batches' tasks read it and leave their
+        follow-ons for that work first (dispatcher.store.follow_ons)."""
+        left_out = {kind for kind, left in room.items() if left <= 0}
+        return Counter(str(b.priority) for b in self._store.due_bundles(
+            OTHERS_PEEK, self._clock(), left_out))
+
+    def fit(self, order: list[Bundle], room: Mapping[str, int]) -> tuple[list[Bundle], set[str]]:
+        left = dict(room)
+        fits: list[Bundle] = []
+        blocked: set[str] = set()
+        for b in order:
+            b.slots = launch_slots(b, self._policy.task_concurrency, self._policy.kind_limits)
+            if b.kind in left:
+                if b.kind in blocked:
+                    continue
+                if left[b.kind] < b.slots:
+                    blocked.add(b.kind)
+                    continue
+                left[b.kind] -= b.slots
+            fits.append(b)
+        return fits, blocked
+
+    def share(self, capacity: int, waiting: list[Bundle], visible: Mapping[Priority, int]
+               ) -> tuple[list[Bundle], dict[Priority, int]]:
+        """Share the free slots between priorities: the due bundles to launch now (within a
+        priority, those waiting in the table go first, oldest due first) and the slots each
+        priority's queue may take. When levels compete for more than the slots, the shares
+        follow :func:`dispatcher.domain.fairness.allocate`, its credit carried in the table
+        from tick to tick, so every level with work gets a slot within a bounded number of
+        ticks (:func:`~dispatcher.domain.fairness.patience`), even at one free slot a tick."""
+        due = Counter(b.priority for b in waiting)
+        demand = {p: due[p] + visible.get(p, 0) for p in PRIORITY_ORDER}
+        if sum(demand.values()) > capacity and sum(1 for n in demand.values() if n) > 1:
+            slots, credit = allocate(capacity, demand, self._policy.priority_weights,
+                                     self._store.priority_credit())
+            try:
+                self._store.save_priority_credit(credit)
+            except TableUnavailable as exc:
+                # This tick's shares stand; only the credit it carries over is lost, which the
+                # next ticks' sharing makes up for: no reason to fail the tick.
+                log.error("saving the priorities' credit failed",
+                          extra={"reason": exc.reason})
+        else:  # no competition: each level gets what it has work for
+            slots, left = {}, capacity
+            for p in PRIORITY_ORDER:
+                slots[p] = min(demand[p], left)
+                left -= slots[p]
+        taken = dict.fromkeys(PRIORITY_ORDER, 0)
+        launch: list[Bundle] = []
+        for b in waiting:
+            if taken[b.priority] < slots[b.priority]:
+                taken[b.priority] += 1
+                launch.append(b)
+        return launch, {p: slots[p] - taken[p] for p in PRIORITY_ORDER}
