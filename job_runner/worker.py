@@ -400,6 +400,10 @@ class Worker:
     def _run_job(self, job: Job, ctx: JobContext, writes: Writes) -> bool:
         """Run one job and record it; True if its handler was abandoned still running."""
         writes.start(job)
+        if writes.start_refused(job):  # the table has its end (a cancel): nothing to run
+            log.info("the job moved on before its start was written (cancelled meanwhile); "
+                     "not run")
+            return False
         abandoned = False
         try:
             handler = self.registry.get(job.kind)

@@ -119,6 +119,17 @@ class Writes:
         if self.write_through:
             self.flush()
 
+    def start_refused(self, job: Job) -> bool:
+        """Whether the table refused ``job``'s start, written through at once (it moved on
+        meanwhile: cancelled, failed as overdue): it is not run, and no longer counts as left
+        to its bundle's slots. Always False for buffered starts (their cancels come with the
+        heartbeat)."""
+        with self._lock:
+            if not self.write_through or job.job_id not in self.refused:
+                return False
+            self._left -= 1
+            return True
+
     def finish(self, job: Job, outcome: Outcome, *, started: bool,
                live_task: str | None = None) -> None:
         """``live_task``: this task, whose run of the job is abandoned still running (recorded
