@@ -94,8 +94,9 @@ def acted(verb: str, before: Mapping[str, tuple[str, str | None]],
 
 def unlike_a_retry(view: checks.View, retried: set[str], from_scratch: bool) -> list[str]:
     """Jobs a bulk retry left otherwise than a single ``retry`` leaves a job: PENDING with a
-    fresh budget (no attempts of either kind), waiting for no dependency, alone in a new
-    bundle of its own that has never launched, its checkpoint dropped only ``from_scratch``."""
+    fresh budget (no attempts of either kind), waiting for no dependency, in a new bundle that
+    has never launched and holds only jobs this retry retried (small ones share bundles as
+    admitted ones do), its checkpoint dropped only ``from_scratch``."""
     out = []
     for job_id in sorted(retried):
         job = view.job(job_id)
@@ -108,9 +109,10 @@ def unlike_a_retry(view: checks.View, retried: set[str], from_scratch: bool) -> 
              job.attempts != 0 or job.infra_attempts != 0),
             (f"still waits for {job.depends_on}", bool(job.depends_on)),
             ("kept its checkpoint (from scratch)", from_scratch and job.checkpoint is not None),
-            (f"is in bundle {job.bundle_id}, not a new one of its own: "
+            (f"is in bundle {job.bundle_id}, not a new one of this retry's jobs: "
              f"{None if bundle is None else (bundle.state, bundle.attempt, bundle.job_ids)}",
-             bundle is None or bundle.job_ids != [job_id] or bundle.attempt != 0
+             bundle is None or job_id not in bundle.job_ids
+             or not set(bundle.job_ids) <= retried or bundle.attempt != 0
              or bundle.state != BundleState.PENDING)) if bad]
         if wrong:
             out.append(f"{job_id}, retried by a bulk retry, " + "; ".join(wrong) + ": "
@@ -219,6 +221,7 @@ class OperatorRules:
     submitted: dict[str, str]
     runs: dict[str, int]
     depends: dict[str, Any]
+    uncancel: Any  # SystemModel.uncancel: a retried job may run again (cancel_kept)
 
     def operators_begin(self) -> None:
         # Bulk actions: what each bulk id was run as, which of them were cut short (to be
@@ -301,6 +304,7 @@ class OperatorRules:
             for job_id in done:  # a fresh budget; it waits for no dependency (as retry)
                 self.runs[job_id] = 0
                 self.depends.pop(job_id, None)
+                self.uncancel(job_id)
             self.fail("bulk_retry_budget", unlike_a_retry(view, done, how.from_scratch))
         self.sync()
 

@@ -131,6 +131,11 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
         self.live_tasks = 0  # tasks running after the last step (task_limit)
         # A tick completed launches a crashed tick had decided, under the limit then in force.
         self.recovered_launches = False
+        # Jobs (and array parents) whose cancel returned without an error: none may start again
+        # until retried (cancel_kept).
+        self.cancelled: set[str] = set()
+        self.claimed_at_cancel: set[str] = set()  # in a task's claimed bundle then: see operator
+        self.broken_cancels: list[str] = []
         self.promises = Promises()  # waiting_for's "the next tick launches it" (promised)
 
     # -- helpers ----------------------------------------------------------------------------------
@@ -181,6 +186,10 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
 
     def ran(self, job_id: str) -> None:
         self.runs[job_id] = self.runs.get(job_id, 0) + 1
+        if {job_id, job_id.split(":")[0]} & self.cancelled \
+                and job_id not in self.claimed_at_cancel:
+            self.broken_cancels.append(f"{job_id} started after a cancel of it (or of its "
+                                       f"array) returned, with no retry since")
         if job_id in self.depends:  # it runs now: each dependency ended as it asked
             wanted = self.depends[job_id]
             states = self.twins.store.job_states([d.job_id for d in wanted])
@@ -546,9 +555,17 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
                    and child.state in (JobState.FAILED, JobState.CANCELLED)]
         try:
             if action == "cancel":
+                running = self.claimed(view, job_id)
                 client.cancel(job_id)
+                # Its word: nothing it names starts again. A job of a bundle a task has
+                # claimed may start before the task's next heartbeat learns of the cancel
+                # (the runner read it with its page): its run is cancelled then, and its
+                # result refused (docs/operating.md, "Cancel and retry").
+                self.cancelled.add(job_id)
+                self.claimed_at_cancel |= running
             else:
                 client.retry(job_id, from_scratch=action == "retry_from_scratch")
+                self.uncancel(job_id)
                 self.runs[job_id] = 0  # a fresh budget
                 self.depends.pop(job_id, None)  # a retry waits for no dependency
                 for child in retried:
@@ -556,6 +573,26 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
         except LongjobsError:
             pass  # not found, already finished, not retryable: said to the operator
         self.sync()
+
+    def claimed(self, view: checks.View, job_id: str) -> set[str]:
+        """``job_id``, or its array's children, whose bundles a task has claimed."""
+        ids = [j for j in self.submitted if j == job_id or j.startswith(f"{job_id}:")]
+        ids += [b_job for b in view.bundles() for b_job in b.job_ids
+                if b_job.startswith(f"{job_id}:")]
+        out = set()
+        for j in ids:
+            job = view.job(j)
+            bundle = view.bundle(job.bundle_id) if job is not None and job.bundle_id else None
+            if bundle is not None and bundle.state == BundleState.RUNNING:
+                out.add(j)
+        return out
+
+    def uncancel(self, job_id: str) -> None:
+        """A retry of ``job_id`` (an array's retries its children): they may run again."""
+        def of(j: str) -> bool:
+            return j == job_id or j.startswith(f"{job_id}:") or job_id.startswith(f"{j}:")
+        self.cancelled = {j for j in self.cancelled if not of(j)}
+        self.claimed_at_cancel = {j for j in self.claimed_at_cancel if not of(j)}
 
     # -- the runners -----------------------------------------------------------------------------
     @precondition(lambda self: self.any_task(lambda t: t.phase == "new" and t.alive))
@@ -713,6 +750,7 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
         self.fail("arrays", array_problems(view, self.expired))
         self.fail("dependencies", self.early + self.undecided(view))
         self.fail("task_limit", self.over_the_limit())
+        self.fail("cancel_kept", self.broken_cancels)
 
     def over_the_limit(self) -> list[str]:
         """The tasks running never pass ``LONGJOBS_MAX_RUNNING_TASKS``: no step that adds a

@@ -13,6 +13,9 @@ is broken on purpose.
 - ``waiting_promise``: a job told the next tick launches it is launched within two clean
   ticks (unless work of a higher priority took the slot). Its sequence: a job retried after
   its backoff, told the next tick launches it, is launched by it.
+- ``cancel_kept``: no job whose cancel (or its array's) returned starts again until it is
+  retried, but one its task had read before (a bundle it claimed): that run is cancelled at
+  the task's next heartbeat. Its sequence: a job cancelled before its task claims the bundle.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ from collections.abc import Callable
 
 import pytest
 
+from dispatcher.ops.client import JobClient
 from dispatcher.stages.due_work import DueWork
 from dispatcher.store.base import Reads
 from tests.twins import test_system_model as model
+from tests.twins.test_system_model_gaps import _Draws as Draws
 from tests.twins.test_system_model_gaps import _first_event as first_event
 from tests.twins.test_system_model_gaps import deliver_all, machines, seen_by, spec, task
 
@@ -109,3 +114,27 @@ def test_the_waiting_promise_check_sees_a_promise_the_ticks_do_not_keep(
     m.stop_event = first_event(m)  # type: ignore[method-assign]
     retry_after_a_failure(m)
     assert seen and "were told the next tick launches it" in seen[0]
+
+
+def cancel_before_the_claim(m: model.SystemModel) -> None:
+    """Two jobs share a launched bundle; one is cancelled before its task claims it; the task
+    then runs what it may."""
+    m.submit(spec(), 2, False)
+    m.tick(1)
+    m.operator(Draws("j001"), "cancel", False)  # type: ignore[arg-type]
+    task(m).pass_(lambda job_id: "succeed")
+    m.sync()
+
+
+def test_a_cancel_that_returned_keeps_its_word(
+        machines: Callable[[], model.SystemModel]) -> None:
+    assert seen_by(machines(), "cancel_kept", cancel_before_the_claim) == []
+
+
+def test_the_cancel_check_sees_a_cancel_that_did_not_do_what_it_said(
+        machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken rule: a cancel returns as if done, and writes nothing."""
+    monkeypatch.setattr(JobClient, "cancel", lambda self, job_id, **kwargs: None)
+    seen = seen_by(machines(), "cancel_kept", cancel_before_the_claim)
+    assert seen == ["j001 started after a cancel of it (or of its array) returned, with no "
+                    "retry since"]
