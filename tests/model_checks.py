@@ -27,6 +27,7 @@ from dispatcher.testing.memory_table import MAX_ITEM_BYTES, MemoryTable, _item_b
 from tests.model_runner import SimTask
 
 DAY = 86_400.0
+LATEST = "latest"  # job_specs: a not_before at the schema's latest time
 KINDS = ("plain", "report", "resize")
 
 # A message's job id: the client and the model's own producers write it near the start.
@@ -156,12 +157,13 @@ def lost_jobs(view: View, submitted: Mapping[str, str],
 
 
 def job_specs() -> st.SearchStrategy[dict[str, Any]]:
-    """The shapes of what producers submit (``not_before`` counts from now)."""
+    """The shapes of what producers submit (``not_before`` counts from now; ``LATEST``: the
+    latest time the schema takes, absolute)."""
     return st.fixed_dictionaries({
         "kind": st.sampled_from(KINDS),
         "priority": st.sampled_from(["high", "normal", "low"]),
         "estimated_seconds": st.sampled_from([None, 0.5, 30.0, 3600.0, 1e7]),
-        "not_before": st.sampled_from([None, -10.0, 60.0, 180 * DAY]),
+        "not_before": st.sampled_from([None, -10.0, 60.0, 180 * DAY, LATEST]),
         "payload_bytes": st.sampled_from([0, 1_000, 250_000]),
         "max_attempts": st.integers(1, 3),
         "timeout_seconds": st.sampled_from([None, 30.0, 3600.0]),

@@ -39,6 +39,7 @@ from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.dependencies import Dependency
 from dispatcher.domain.errors import InvalidMessage, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState, Priority, Resources
+from dispatcher.domain.message import MAX_NOT_BEFORE
 from dispatcher.domain.stops import TaskStop
 from dispatcher.ops.client import JobClient
 from dispatcher.ports.queue import Received
@@ -231,6 +232,7 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
                          "max_attempts": spec["max_attempts"], "priority": spec["priority"],
                          "timeout_seconds": spec["timeout_seconds"],
                          "not_before": None if spec["not_before"] is None
+                         else MAX_NOT_BEFORE if spec["not_before"] == checks.LATEST
                          else now + spec["not_before"]})
         self.twins.client().submit_many(jobs)
         for j in jobs:
@@ -286,6 +288,9 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
                          nature: str) -> None:
         """A job that waits for one or two submitted jobs (an array's parent among them)."""
         known = sorted(j for j, how in self.submitted.items() if how == "valid")
+        # An array's children too, recorded or not yet (the dependent waits for them).
+        known += sorted(f"{parent}:{i}" for parent, size in self.sizes.items()
+                        for i in (0, size - 1))
         if not known:
             return
         picked = sorted(set(data.draw(st.lists(st.sampled_from(known), min_size=1,
