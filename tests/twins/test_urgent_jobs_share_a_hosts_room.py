@@ -1,11 +1,11 @@
-"""Urgent jobs share a running task's hand-off room: those already waiting go first.
+"""Urgent jobs share a running task's hand-off room.
 
 A tick hands a running task (a host) at most its slots' worth of urgent jobs
 (dispatcher/stages/handoff.py): at one job at a time, one a tick. An urgent job taken in by a
-look during a drain, before any task ran, waits in the table; the next tick with every slot
-busy hands it first, and one from the high queue that the room leaves out goes with the tick
-after. The system model's ``urgent_waits`` check counts the room the tick used, not only the
-queue's jobs; these are its steps, replayed (tests/twins/test_system_model.py).
+look during a drain, before any task ran, is launched in a slot the drain left free at its
+end (dispatcher/stages/due_work.py); one sent later, with every slot busy, is handed. The
+system model's ``urgent_waits`` check counts the room the tick used, not only the queue's
+jobs; these are its steps, replayed (tests/twins/test_system_model.py).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def world(machines: Callable[[], model.SystemModel]) -> model.SystemModel:
 
 def one_urgent_job_waits_in_the_table(m: model.SystemModel) -> None:
     """Two urgent jobs launch a task; a third, sent during that tick's drain, is taken in
-    before the task runs (it waits in the table); a fourth is queued; the operator leaves
-    one task of one job at a time, and the task claims its bundle."""
+    before the task runs; a fourth is queued; the operator leaves one task of one job at a
+    time, and the task claims its bundle."""
     m.urgent(2)
     m.slow_drain_tick(urgent_at=1)
     m.holds()
@@ -49,27 +49,21 @@ def one_urgent_job_waits_in_the_table(m: model.SystemModel) -> None:
     m.holds()
 
 
-def test_the_urgent_job_waiting_longest_is_handed_first_and_the_next_one_a_tick_later(
+def test_an_urgent_job_a_look_took_in_gets_a_free_slot_and_the_next_one_is_handed(
         world: model.SystemModel) -> None:
     m = world
     one_urgent_job_waits_in_the_table(m)
     host = m.view().job("u001")
     assert host is not None and host.bundle_id is not None
-    waited = m.view().job("u003")
-    assert waited is not None and waited.bundle_id != host.bundle_id
+    looked = m.view().job("u003")
+    assert looked is not None and looked.bundle_id != host.bundle_id
+    launched = m.view().bundle(looked.bundle_id or "")
+    assert launched is not None and launched.state == "LAUNCHED"  # the slot the drain left
 
     m.slow_drain_tick(urgent_at=None)  # every model check holds, urgent_waits among them
     m.holds()
-    view = m.view()
-    handed = view.bundle(host.bundle_id)
-    assert handed is not None and handed.handed_jobs == ["u003"]  # the room: one a tick
-    queued = view.job("u004")
-    assert queued is not None and queued.bundle_id != host.bundle_id  # taken in, waits
-
-    m.tick(1)
-    m.holds()
     handed = m.view().bundle(host.bundle_id)
-    assert handed is not None and handed.handed_jobs == ["u003", "u004"]
+    assert handed is not None and handed.handed_jobs == ["u004"]  # the room: one a tick
 
 
 def test_a_tick_that_hands_less_than_its_room_still_fails_the_check(
