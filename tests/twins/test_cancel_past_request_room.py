@@ -66,15 +66,22 @@ def test_a_launched_arrays_cancel_starts_none_of_its_children(twins: Twins) -> N
     assert children(twins) == {JobState.CANCELLED: CHILDREN}
 
 
-def test_a_running_arrays_cancel_stops_what_runs_and_starts_nothing_more(
-        twins: Twins) -> None:
-    bundle = one_launched_bundle(twins)
-    started: list[str] = []
+def at_work(twins: Twins, bundle: Bundle, started: list[str]) -> SimTask:
+    """The bundle's runner, claimed, running as many children as it runs at once, and beating
+    once: the running children are on the bundle's item."""
     task = runner(twins, bundle, started)
     task.claim()
     while task.can_start():
         task.start_next()
-    task.heartbeat()  # the running children are on the bundle's item
+    task.heartbeat()
+    return task
+
+
+def test_a_running_arrays_cancel_stops_what_runs_and_starts_nothing_more(
+        twins: Twins) -> None:
+    bundle = one_launched_bundle(twins)
+    started: list[str] = []
+    task = at_work(twins, bundle, started)
     running = list(started)
     assert len(running) == CONCURRENCY
     assert twins.client().cancel("a").state == JobState.CANCELLED
@@ -102,11 +109,7 @@ def test_children_it_cannot_stop_are_named_with_the_next_step(twins: Twins) -> N
     asked to stop. The cancel says so, naming them; the rest are cancelled all the same."""
     bundle = one_launched_bundle(twins)
     started: list[str] = []
-    task = runner(twins, bundle, started)
-    task.claim()
-    while task.can_start():
-        task.start_next()
-    task.heartbeat()
+    task = at_work(twins, bundle, started)
     rec = twins.table.get(r.bundle_key(bundle.bundle_id))
     assert rec is not None
     rec.cancel_jobs = [f"other{n}" for n in range(sizes.MAX_CANCEL_REQUESTS)]
