@@ -74,8 +74,9 @@ def launches_next(said: Waiting | None) -> bool:
 @dataclass
 class Promises:
     """The bundles whose jobs were told the next tick launches them: for each, the clean
-    ticks since, and whether any of them launched work of a higher priority (which may take
-    the slot first: the promise was made before that work came)."""
+    ticks since, and whether any of them launched other work (which may take the slot first:
+    work that came after the promise, or another priority's fair share of the slots,
+    dispatcher.domain.fairness)."""
 
     told: dict[tuple[str, int], tuple[int, bool]] = field(default_factory=dict)
 
@@ -86,23 +87,21 @@ class Promises:
     def after_tick(self, view: checks.View, now: float,
                    launched: Mapping[str, int]) -> list[str]:
         """After a clean tick that launched ``launched`` bundles by priority: a promise
-        PROMISE_TICKS clean ticks old whose bundle is still PENDING at its attempt, while no
-        work of a higher priority launched in those ticks, is broken; then the promises this
-        tick's summary makes are noted."""
+        PROMISE_TICKS clean ticks old whose bundle is still PENDING at its attempt, while
+        those ticks launched nothing else, is broken; then the promises this tick's summary
+        makes are noted."""
         out = []
         for key, (ticks, passed) in list(self.told.items()):
             b = view.bundle(key[0])
             if b is None or b.state != BundleState.PENDING or b.attempt != key[1]:
                 del self.told[key]
                 continue
-            rank = w.PRIORITY_RANK.get(str(b.priority), 1)
-            passed = passed or any(n for p, n in launched.items()
-                                   if w.PRIORITY_RANK.get(p, 1) < rank)
+            passed = passed or any(launched.values())
             self.told[key] = (ticks + 1, passed)
             if ticks + 1 >= PROMISE_TICKS and not passed:
                 out.append(f"bundle {b.bundle_id}'s jobs were told the next tick launches it; "
-                           f"{ticks + 1} ticks later it is still PENDING, and no work of a "
-                           f"higher priority launched instead: {waits(view, b, now)}")
+                           f"{ticks + 1} ticks later it is still PENDING, and nothing else "
+                           f"launched instead: {waits(view, b, now)}")
                 del self.told[key]
         for b in view.bundles():
             if b.state == BundleState.PENDING and (b.bundle_id, b.attempt) not in self.told \

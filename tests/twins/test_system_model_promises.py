@@ -11,7 +11,7 @@ is broken on purpose.
   Its sequence: a queue's share of the slots is more than its bundles; the slot left goes to
   the batch's follow-ons at the drain's end (dispatcher/stages/due_work.py, ``DueWork.spare``).
 - ``waiting_promise``: a job told the next tick launches it is launched within two clean
-  ticks (unless work of a higher priority took the slot). Its sequence: a job retried after
+  ticks (unless other work took the slot). Its sequence: a job retried after
   its backoff, told the next tick launches it, is launched by it.
 - ``cancel_kept``: no job whose cancel (or its array's) returned starts again until it is
   retried, but one its task had read before (a bundle it claimed): that run is cancelled at
