@@ -153,9 +153,10 @@ class Worker:
         return 0
 
     def _follow_on(self, done: Bundle, fence: Fence, writes: Writes) -> Bundle | None:
-        """End ``done`` (its results written, itself RUNNING) DONE and take its batch's next
-        follow-on onto this task, in one transaction (see dispatcher.store.follow_ons), or
-        None: the caller then ends ``done`` alone and the task exits. One not recorded yet
+        """End ``done`` (itself RUNNING; its last results are written just before the take)
+        DONE and take its batch's next follow-on onto this task, in one transaction (see
+        dispatcher.store.follow_ons), or None: the caller then ends ``done`` alone (its last
+        results with it) and the task exits. One not recorded yet
         is looked for again for up to FOLLOW_ON_WAIT_SECONDS, ``done`` still RUNNING: the
         task holds its slot. HandedJobs and ConflictError are raised as a last write's."""
         if done.batch is None or writes.refused:
@@ -166,7 +167,8 @@ class Worker:
         while not self.stopping.is_set():
             try:
                 take = self.store.end_and_take(fence, done, writes.outcomes(),
-                                               handed=len(self._handed))
+                                               handed=len(self._handed),
+                                               before=writes.flush_for_take)
             except (HandedJobs, ConflictError):
                 raise
             except Exception as exc:  # it may have committed all the same (its answer lost)
@@ -279,7 +281,6 @@ class Worker:
             self._ending.set()  # a beat that finds the bundle moved from now on: it ended
             try:
                 if target == BundleState.DONE and bundle.batch is not None:
-                    writes.flush()  # every result written, the bundle still holds the slot
                     following = self._follow_on(bundle, fence, writes)
                     if following is not None:
                         return following

@@ -165,6 +165,14 @@ class Writes:
         with self._flushing:
             self._write(bundle_to, handed)
 
+    def flush_for_take(self) -> bool:
+        """Write what is pending just before a take of the batch's next follow-on, which ends
+        the bundle; whether the take may go on: not if the table refused a job's update (the
+        job may name this task as running it still, and the task's stop, which settles only
+        its last bundle, must be this one's)."""
+        self.flush()
+        return not self.refused
+
     def _flush_when_due(self) -> None:
         """The flusher thread: a grouped flush whenever one falls due, until closed."""
         while True:

@@ -322,13 +322,11 @@ class SimTask:
                 target = BundleState.PENDING if self.writes.retrying or left \
                     else BundleState.DONE
                 if target == BundleState.DONE and self.bundle is not None \
-                        and self.bundle.batch is not None:
-                    self.writes.flush()  # the results: the take's transaction ends the bundle
-                    if not self.writes.refused:
-                        self.phase = "following"  # Worker._follow_on, the bundle RUNNING
-                        self.follow_until = self.clock() + FOLLOW_ON_WAIT_SECONDS
-                        self.follow()
-                        return
+                        and self.bundle.batch is not None and not self.writes.refused:
+                    self.phase = "following"  # Worker._follow_on, the bundle RUNNING
+                    self.follow_until = self.clock() + FOLLOW_ON_WAIT_SECONDS
+                    self.follow()
+                    return
                 self.writes.flush(target, handed=len(self.handed))
         except HandedJobs as more:  # the process goes on: it runs them, then ends again
             self.learn_handed(more.job_ids)
@@ -350,8 +348,10 @@ class SimTask:
             self.end_alone()
             return
         try:
-            take = self.store.end_and_take(self.fence, self.bundle, self.writes.outcomes(),
-                                           handed=len(self.handed))
+            writes = self.writes
+            take = self.store.end_and_take(self.fence, self.bundle, writes.outcomes(),
+                                           handed=len(self.handed),
+                                           before=writes.flush_for_take)
         except HandedJobs as more:  # runs them, then ends again
             self.phase = "running"
             self.learn_handed(more.job_ids)

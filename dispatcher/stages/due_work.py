@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 
-from dispatcher.domain.bundles import Bundle
+from dispatcher.domain.bundles import Bundle, of_a_batch
 from dispatcher.domain.fairness import allocate
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.ports.table import TableUnavailable
@@ -30,6 +30,11 @@ log = logging.getLogger(__name__)
 DUE_LOOKAHEAD = 200
 # With no slot free, the oldest due bundles looked at for the summary (DueWork.others_due).
 OTHERS_PEEK = 10
+# The untaken follow-ons are read for free slots while a bundle of a batch runs or is due (a
+# Query each such tick; none otherwise, so a tick with slots free and no batch pays nothing for
+# them), after a drain that records some, and by one tick in this many whatever runs (see
+# DueWork._sweep_tick).
+FOLLOW_ON_SWEEP_TICKS = 10
 
 
 class DueWork:
@@ -43,6 +48,9 @@ class DueWork:
         self._clock = clock
         # This tick's read of the due follow-ons no task has taken yet (see due).
         self.untaken: set[str] = set()
+        # Whether a bundle of a batch is active as the tick begins (its tasks take the
+        # batch's follow-ons: some may be left for free slots). Set by the tick.
+        self.batches_run = False
 
     def kind_room(self, active: list[Bundle]) -> dict[str, int]:
         """Jobs each limited kind may still start: its limit less the slots of its active
@@ -84,7 +92,8 @@ class DueWork:
             if only is not None or seen.issuperset(PRIORITY_ORDER):
                 break
             only = [p for p in PRIORITY_ORDER if p not in seen]
-        if len(fits) >= capacity:
+        if len(fits) >= capacity or not (self.batches_run or any(
+                of_a_batch(b.bundle_id) for b in pool.values()) or self._sweep_tick()):
             return fits, blocked
         # Slots that no other due work fills: the follow-ons no task has taken yet (their
         # batches' tasks take the rest), oldest first, after the other due work of their
@@ -94,6 +103,12 @@ class DueWork:
                                          left_out | blocked, follow_ons=True)
         self.untaken = {b.bundle_id for b in follow}
         return self.fit(sorted([*pool.values(), *follow], key=self.order), room)
+
+    def _sweep_tick(self) -> bool:
+        """One tick in :data:`FOLLOW_ON_SWEEP_TICKS` (by the minute) reads the untaken
+        follow-ons whatever runs: a batch whose tasks all ended at once (a deploy ended their
+        takes) leaves some that no task of it will take."""
+        return int(self._clock() // 60) % FOLLOW_ON_SWEEP_TICKS == 0
 
     def order(self, b: Bundle) -> tuple[int, bool, float]:
         """The tick's order of due bundles: higher priority first; within a priority, the
@@ -111,7 +126,7 @@ class DueWork:
         if spare <= 0:
             return []
         out = self.fit(held_back, room)[0][:spare]
-        if len(out) < spare and (recorded_follow_ons or self.untaken):
+        if len(out) < spare and (recorded_follow_ons or self.untaken or self.batches_run):
             taken = handed | {b.bundle_id for b in out}
             follow = [b for b in self._store.due_bundles(
                 spare - len(out) + len(taken), self._clock(),

@@ -62,7 +62,7 @@ exits at once.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dispatcher.domain import lifecycle
@@ -119,7 +119,8 @@ class FollowOns(Reads):
     """The runner's take of its batch's next follow-on."""
 
     def take_follow_on(self, done: Bundle, task_arn: str,
-                       ended: JobOutcomes | None = None, ending: Sequence[Op] = ()) -> Take:
+                       ended: JobOutcomes | None = None, ending: Sequence[Op] = (),
+                       before: Callable[[], bool] | None = None) -> Take:
         """Take the next PENDING follow-on of ``done``'s batch onto ``task_arn``, whose run of
         ``done`` is over with ``ended`` (how its runner ended its jobs: added up on the
         pointer for the task's stop to report). Take(None) when there is none to take: not
@@ -132,7 +133,10 @@ class FollowOns(Reads):
         between two bundles as a free slot, so takes never run a task past the limit. The
         caller makes them alone when no follow-on is taken. If the move's condition fails,
         :class:`EndRefused` is raised (the caller finds out why: its fence lost, or jobs
-        handed to ``done`` meanwhile)."""
+        handed to ``done`` meanwhile). ``before``: called once a take is about to be made,
+        before its transaction (the runner writes its last results then: with no take, they
+        go with its own ending write, in one transaction); if it says False, no take is
+        made (Take(None))."""
         batch, revision = done.batch, done.task_definition
         if batch is None or revision is None:
             return Take(None)
@@ -155,7 +159,7 @@ class FollowOns(Reads):
                 if other is not None:
                     try:
                         if self._take(other, done, task_arn, tick, batch, None, ended,
-                                      ending):
+                                      ending, before):
                             return Take(other)
                     except _Refused:
                         return Take(None)
@@ -197,7 +201,7 @@ class FollowOns(Reads):
                 # The cursor: to the first still PENDING as read, this one taken; with none,
                 # just past this one (those after it may not be recorded yet).
                 to = first + next((n for n in pending if n != pick), pick + 1)
-                if self._take(bundle, done, task_arn, tick, batch, to, ended, ending):
+                if self._take(bundle, done, task_arn, tick, batch, to, ended, ending, before):
                     return Take(bundle)
             except _Refused:
                 return Take(None)
@@ -240,14 +244,18 @@ class FollowOns(Reads):
         return Update(r.batch_key(batch), [Set("batch_next", to), *self._expires(self.clock())])
 
     def _take(self, bundle: Bundle, done: Bundle, task_arn: str, tick: Record, batch: str,
-              to: int | None, ended: JobOutcomes, ending: Sequence[Op]) -> bool:
+              to: int | None, ended: JobOutcomes, ending: Sequence[Op],
+              before: Callable[[], bool] | None = None) -> bool:
         """The take's transaction: True if it committed (``bundle`` is then as written);
         False if another taker or a launch came first (read again); _Refused if this task
-        may take no more: its pointer moved on, or the tick launches another revision;
+        may take no more: its pointer moved on, the tick launches another revision, or
+        ``before`` said no;
         EndRefused if ``ending``'s move of ``done`` was refused. ``to``: the cursor's move
         (a follow-on); None for other due work, which joins ``batch`` (its runner takes the
         batch's follow-ons next) and must be due still."""
         lifecycle.check_bundle(bundle.bundle_id, BundleState.PENDING, BundleState.LAUNCHED)
+        if before is not None and not before():
+            raise _Refused
         revision = str(tick.task_definition)
         t = self.clock()
         moving: Condition = And(Eq("state", str(BundleState.PENDING)),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -350,11 +350,14 @@ class RunnerStore(FollowOns):
         return refused
 
     def end_and_take(self, fence: Fence, done: Bundle, ended: JobOutcomes,
-                     handed: int | None = None) -> Take:
-        """End ``done`` (every result of it written already: :meth:`apply` without a move)
-        DONE and take its batch's next follow-on onto this task in one transaction
-        (:meth:`take_follow_on`, ``ending``): Take(None) when none is taken, and ``done``
-        is then still RUNNING, for the runner to end alone (``apply`` with DONE).
+                     handed: int | None = None,
+                     before: Callable[[], bool] | None = None) -> Take:
+        """End ``done`` DONE and take its batch's next follow-on onto this task in one
+        transaction (:meth:`take_follow_on`, ``ending``); ``before`` writes ``done``'s last
+        results (:meth:`apply` without a move) just before that transaction, and says whether
+        the take may go on. Take(None) when
+        none is taken, and ``done`` is then still RUNNING, for the runner to end alone
+        (``apply`` with DONE, its last results with it).
         ``handed`` as for :meth:`apply`: jobs handed to ``done`` since raise HandedJobs (and
         nothing is written); a lost fence raises ConflictError."""
         lifecycle.check_bundle(fence.bundle_id, BundleState.RUNNING, BundleState.DONE)
@@ -369,7 +372,8 @@ class RunnerStore(FollowOns):
         pages_now, pages_later = fit_pages(page_expiry(fence.bundle_id, fence.pages, expires_at),
                                            7, [])
         try:
-            take = self.take_follow_on(done, fence.task_arn, ended, [head, *pages_now])
+            take = self.take_follow_on(done, fence.task_arn, ended, [head, *pages_now],
+                                       before)
         except EndRefused:
             more = self._handed_since(fence, handed) if handed is not None else None
             if more is not None:

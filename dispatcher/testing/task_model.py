@@ -79,14 +79,16 @@ class TaskModel:
 
     def _follow_on(self, task: TaskRun, done: Bundle, fence: Fence, writes: Writes,
                    handed: int) -> Generator[float, None, Bundle | None]:
-        """``done`` (its results written) ended DONE with its batch's next follow-on taken,
+        """``done`` (its last results written just before) ended DONE with its batch's next
+        follow-on taken,
         in one transaction, as the worker does (:meth:`job_runner.worker.Worker._follow_on`);
         None if none was taken (``done`` is still RUNNING)."""
         if writes.refused:
             return None
         deadline = self.clock() + FOLLOW_ON_WAIT_SECONDS
         while True:
-            take = self.store.end_and_take(fence, done, writes.outcomes(), handed=handed)
+            take = self.store.end_and_take(fence, done, writes.outcomes(), handed=handed,
+                                           before=writes.flush_for_take)
             if take.bundle is not None or not take.later or self.clock() >= deadline:
                 return take.bundle
             yield self.clock() + FOLLOW_ON_POLL_SECONDS
@@ -133,7 +135,6 @@ class TaskModel:
                 try:
                     following = None
                     if bundle.batch is not None:
-                        writes.flush()  # the results: the take's transaction ends the bundle
                         following = yield from self._follow_on(task, bundle, fence, writes,
                                                                len(handed))
                     if following is None:
