@@ -41,7 +41,7 @@ def submit(
         help="high, normal (default) or low.")] = None,
     not_before: Annotated[str | None, typer.Option(
         help="Not before this UTC time: epoch seconds or ISO-8601 with a timezone "
-        "(e.g. 2026-01-31T02:00:00Z).")] = None,
+        f"(e.g. 2026-01-31T02:00:00Z), at the latest {message.LATEST_NOT_BEFORE}.")] = None,
     array: Annotated[int | None, typer.Option(
         "--array", help="An array job of N children (2-100000): ID:0 to ID:N-1, each with "
         "this payload and its index; ID is their parent.")] = None,
