@@ -71,13 +71,6 @@ def first_wave_id(batch: str, n: int) -> str:
     return f"{batch}-w{n}"
 
 
-def of_a_batch(bundle_id: str) -> bool:
-    """Whether a bundle is of a large drain's batch, as its id says (``<batch>-w<n>``,
-    ``<batch>-<n>``; other bundles' ids have no ``-``): what the tick reads from the status
-    index, which does not hold a bundle's ``batch``."""
-    return "-" in bundle_id
-
-
 def untaken_follow_on(bundle: Bundle) -> bool:
     """Whether ``bundle`` is a follow-on of its batch that no task has run yet: PENDING at its
     first attempt. Such follow-ons wait apart from other due bundles (the store keeps them

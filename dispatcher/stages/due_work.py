@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 
-from dispatcher.domain.bundles import Bundle, of_a_batch
+from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.fairness import allocate
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.ports.table import TableUnavailable
@@ -30,27 +30,27 @@ log = logging.getLogger(__name__)
 DUE_LOOKAHEAD = 200
 # With no slot free, the oldest due bundles looked at for the summary (DueWork.others_due).
 OTHERS_PEEK = 10
-# The untaken follow-ons are read for free slots while a bundle of a batch runs or is due (a
-# Query each such tick; none otherwise, so a tick with slots free and no batch pays nothing for
-# them), after a drain that records some, and by one tick in this many whatever runs (see
-# DueWork._sweep_tick).
-FOLLOW_ON_SWEEP_TICKS = 10
+
 
 
 class DueWork:
     """The tick's choice of due work; :attr:`untaken` is the current tick's read of the
-    untaken follow-ons (the tick empties it as it begins)."""
+    untaken follow-ons (:meth:`begin` empties it as a tick begins)."""
 
     def __init__(self, store: StageStore, policy: TickPolicy,
                  clock: Callable[[], float] = time.time) -> None:
         self._store = store
         self._policy = policy
         self._clock = clock
-        # This tick's read of the due follow-ons no task has taken yet (see due).
+        # This tick's read of the due follow-ons no task has taken yet (see due): their ids,
+        # whether it was made, and whether it returned as many as it asked for.
         self.untaken: set[str] = set()
-        # Whether a bundle of a batch is active as the tick begins (its tasks take the
-        # batch's follow-ons: some may be left for free slots). Set by the tick.
-        self.batches_run = False
+        self.follow_read = self.follow_read_full = False
+
+    def begin(self) -> None:
+        """A new tick: nothing of the follow-ons read yet."""
+        self.untaken = set()
+        self.follow_read = self.follow_read_full = False
 
     def kind_room(self, active: list[Bundle]) -> dict[str, int]:
         """Jobs each limited kind may still start: its limit less the slots of its active
@@ -92,23 +92,18 @@ class DueWork:
             if only is not None or seen.issuperset(PRIORITY_ORDER):
                 break
             only = [p for p in PRIORITY_ORDER if p not in seen]
-        if len(fits) >= capacity or not (self.batches_run or any(
-                of_a_batch(b.bundle_id) for b in pool.values()) or self._sweep_tick()):
+        if len(fits) >= capacity:
             return fits, blocked
         # Slots that no other due work fills: the follow-ons no task has taken yet (their
         # batches' tasks take the rest), oldest first, after the other due work of their
         # priority. (Read from the index, which does not hold a bundle's batch: they are
         # told apart by the read they came from.)
-        follow = self._store.due_bundles(capacity - len(fits) + DUE_LOOKAHEAD, self._clock(),
-                                         left_out | blocked, follow_ons=True)
+        limit = capacity - len(fits) + DUE_LOOKAHEAD
+        follow = self._store.due_bundles(limit, self._clock(), left_out | blocked,
+                                         follow_ons=True)
+        self.follow_read, self.follow_read_full = True, len(follow) >= limit
         self.untaken = {b.bundle_id for b in follow}
         return self.fit(sorted([*pool.values(), *follow], key=self.order), room)
-
-    def _sweep_tick(self) -> bool:
-        """One tick in :data:`FOLLOW_ON_SWEEP_TICKS` (by the minute) reads the untaken
-        follow-ons whatever runs: a batch whose tasks all ended at once (a deploy ended their
-        takes) leaves some that no task of it will take."""
-        return int(self._clock() // 60) % FOLLOW_ON_SWEEP_TICKS == 0
 
     def order(self, b: Bundle) -> tuple[int, bool, float]:
         """The tick's order of due bundles: higher priority first; within a priority, the
@@ -126,7 +121,10 @@ class DueWork:
         if spare <= 0:
             return []
         out = self.fit(held_back, room)[0][:spare]
-        if len(out) < spare and (recorded_follow_ons or self.untaken or self.batches_run):
+        # Those :meth:`due` read are among ``held_back`` already; read again only if it did
+        # not read them, its read was full, or this drain recorded more.
+        if len(out) < spare and (recorded_follow_ons or not self.follow_read
+                                 or self.follow_read_full):
             taken = handed | {b.bundle_id for b in out}
             follow = [b for b in self._store.due_bundles(
                 spare - len(out) + len(taken), self._clock(),

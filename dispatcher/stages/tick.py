@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dispatcher.domain.bundles import Bundle, BundleState, of_a_batch
+from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.jobs import Priority
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import TableUnavailable
@@ -161,9 +161,7 @@ class Tick:
         # given back to PENDING, one no task took, or any other due work) now, not when the
         # batch ends. A task between two of its batch's bundles holds its slot: its take ends
         # the one and launches the next in one transaction (dispatcher.store.follow_ons).
-        self._work.untaken = set()
-        self._work.batches_run = any(of_a_batch(b.bundle_id) for b in active
-                                     if b.bundle_id not in freed)
+        self._work.begin()
         waiting, blocked = self._work.due(d.capacity, room)
         others_due = self._work.others_due(room) if d.capacity <= 0 else Counter()
         visible = self._admission.backlog() if d.capacity > 0 else {}

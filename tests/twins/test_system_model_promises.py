@@ -138,3 +138,20 @@ def test_the_cancel_check_sees_a_cancel_that_did_not_do_what_it_said(
     seen = seen_by(machines(), "cancel_kept", cancel_before_the_claim)
     assert seen == ["j001 started after a cancel of it (or of its array) returned, with no "
                     "retry since"]
+
+
+def deploy_during_a_batch(m: model.SystemModel) -> None:
+    """A batch's tasks run their first bundles; a deploy ends their takes, so they all end at
+    once; the next tick finds the follow-ons left and no task of their batch."""
+    m.submit_array(2, 0, "succeed", 1.0)
+    m.flaky_tick(1, False)
+    m.burst(40, "succeed")
+    m.tick(1)
+    m.deploy_code(False, None)
+    m.runners_pass("succeed")
+    m.tick(1)
+
+
+def test_follow_ons_whose_tasks_all_ended_get_the_free_slots(
+        machines: Callable[[], model.SystemModel]) -> None:
+    assert seen_by(machines(), "work_conservation", deploy_during_a_batch) == []
