@@ -219,6 +219,23 @@ def deployed_revision(m: model.SystemModel) -> None:
     first.flush()
 
 
+def array_cancel_after_a_crashed_recording(m: model.SystemModel) -> None:
+    """An array's children are recorded by a tick that dies before it counts them on the
+    parent; the parent is cancelled (its cancel covers the children it counts: none); a tick
+    launches the children and they run."""
+    m.submit(spec(priority="high", estimated_seconds=None, max_attempts=1), 1, False)
+    m.flaky_tick(1, False)
+    m.submit_array(2, 0, "succeed", 1.0)
+    m.advance(3600.0)
+    m.tick(1)
+    m.submit_array(2, 0, "succeed", 1.0)
+    m.crashing_tick(5, False)
+    m.advance(3600.0)
+    m.operator(_Draws("a002"), "cancel", False)  # type: ignore[arg-type]
+    m.slow_drain_tick(None)
+    m.runners_pass("succeed")
+
+
 Scenario = Callable[[model.SystemModel], None]
 SCENARIOS: dict[str, list[Scenario]] = {
     f.__name__: [f] for f in (tick_raises, stop_event_raises, pointer_expired, pages_expired,
@@ -226,6 +243,7 @@ SCENARIOS: dict[str, list[Scenario]] = {
                               held_duplicate)}
 SCENARIOS["starvation"] = [starvation, starvation_after_lowering_a_limit]
 SCENARIOS["bulk_array"] = [bulk_array]
+SCENARIOS["cancel_kept"] = [array_cancel_after_a_crashed_recording]
 SCENARIOS["bulk_array_retry_cut"] = [bulk_retry_cut_inside_an_array]
 SCENARIOS["bulk_once"] = SCENARIOS["bulk_retry_budget"] = [bulk_resumed]
 for check in ("launch_revision", "kept_revision", "attempt_revision"):
