@@ -228,6 +228,13 @@ class DryRunStore(StageStore):
     def waiting_for(self, job_id: str) -> list[str]:
         return self._inner.waiting_for(job_id)
 
+    def unlinked(self, pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        return self._inner.unlinked(pairs)
+
+    def refresh_links(self, dependents: list[Job], within: float) -> int:
+        self._plan.would("refresh_dependency_links", job_ids=[j.job_id for j in dependents])
+        return 0
+
     def fail_overdue(self, job: Job, reason: str) -> None:
         self._plan.would("fail", job_id=job.job_id, reason=reason)
 

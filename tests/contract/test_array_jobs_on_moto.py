@@ -41,7 +41,8 @@ def test_one_message_becomes_an_arrays_children_on_the_real_adapters(aws: Aws) -
 
     # Its retry, carried on the parent (dispatcher/store/array_retry.py): its ended children
     # (three, as if their runs had failed: the others still wait for their task to honour the
-    # cancel request) back to PENDING, each in a bundle of its own; the cursor gone once done.
+    # cancel request) back to PENDING, sharing a new bundle as admitted small jobs do; the
+    # cursor gone once done.
     for i in range(3):
         store.table.write(Update(f"JOB#arr:{i}", [Set("state", "FAILED")]))
     client.retry("arr")
@@ -50,6 +51,7 @@ def test_one_message_becomes_an_arrays_children_on_the_real_adapters(aws: Aws) -
     assert [c.state for c in children] == [JobState.PENDING] * 12
     retried = [c for c in children if c.history and "retried_at" in c.history[-1]]
     assert [c.array_index for c in retried] == [0, 1, 2]
-    assert len({c.bundle_id for c in retried}) == 3
+    assert len({c.bundle_id for c in retried}) == 1
+    assert retried[0].bundle_id not in {c.bundle_id for c in children if c not in retried}
     item = store.table.get("JOB#arr")
     assert item is not None and item.array_retry_next is None and item.array_retry is None
