@@ -156,11 +156,11 @@ class Tick:
         # Jobs of each limited kind running as the tick ends: as active, plus what it launches.
         kind_running = Counter({k: self._policy.kind_limits[k] - left
                                 for k, left in room.items()})
-        # A batch's follow-ons are due bundles as any other: its running tasks take them
-        # one after another, and a slot free beside them gets the oldest due (a follow-on
-        # given back to PENDING, one no task took, or any other due work) now, not when the
-        # batch ends. A task between two of its batch's bundles holds its slot: its take ends
-        # the one and launches the next in one transaction (dispatcher.store.follow_ons).
+        # Due work fills the free slots (stages/due_work.py): other due bundles first, a
+        # batch's untaken follow-ons after them (its running tasks take the rest in turn),
+        # now, not when the batch ends. A task between two of its batch's bundles holds its
+        # slot: its take ends the one and launches the next in one transaction
+        # (dispatcher.store.follow_ons).
         self._work.begin()
         waiting, blocked = self._work.due(d.capacity, room)
         others_due = self._work.others_due(room) if d.capacity <= 0 else Counter()

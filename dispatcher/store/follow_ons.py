@@ -50,7 +50,8 @@ they fit):
 
 Reads: the last tick's summary (its revision, and the kinds with a limit: a follow-on of such
 a kind, limited since it was recorded, is left to the tick, which counts its slots) and the
-cursor (one BatchGetItem), then the next :data:`LOOKAHEAD` follow-ons (one BatchGetItem). A
+cursor (one BatchGetItem), the oldest due other work while the summary says some waits (one
+Query, see above), then the next :data:`LOOKAHEAD` follow-ons (one BatchGetItem). A
 follow-on not recorded yet (the drain records them as it admits) is skipped if a later one is
 ready, and then launched by the tick when a slot frees; when none is ready the runner is told
 to look again shortly (:attr:`Take.later`), until the drain has written how many follow-ons
