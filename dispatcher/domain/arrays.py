@@ -102,6 +102,18 @@ def aggregate(size: int, tolerated: int, tally: Tally) -> JobState:
     return JobState.RUNNING if tally.recorded > 0 else JobState.PENDING
 
 
+def child_of(parent: Job, index: int, at: float) -> Job:
+    """Child ``index`` of ``parent`` as admission records it from its parent's message (the
+    whole-array dependencies were waited for by the parent; an n_to_n one is judged as the
+    child is offered, so a child made here names none)."""
+    return Job(job_id=child_id(parent.job_id, index), kind=parent.kind, payload=parent.payload,
+               estimated_seconds=parent.estimated_seconds, max_attempts=parent.max_attempts,
+               timeout_seconds=parent.timeout_seconds, created_at=at,
+               enqueued_at=parent.enqueued_at, priority=parent.priority,
+               not_before=parent.not_before, resources=parent.resources,
+               array_parent=parent.job_id, array_index=index)
+
+
 def parent_message(job: Job) -> dict[str, object]:
     """The message (schema v1) that made array parent ``job``: each child's is its parent's
     (:mod:`dispatcher.stages.fanout`), validated again as it is admitted."""

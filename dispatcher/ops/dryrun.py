@@ -251,6 +251,12 @@ class DryRunStore(StageStore):
     def recorded_up_to(self, parent_id: str, n: int) -> None:
         self._plan.would("record_children", job_id=parent_id, up_to=n)
 
+    def may_offer(self, parent_id: str, below: int) -> bool:
+        return True  # the mark guards recordings, and a dry tick records nothing
+
+    def offered_back(self, parent_id: str, mark: int, down_to: int) -> None:
+        pass
+
     def settle_array(self, array: OpenArray, pages: int = 1000) -> OpenArray:
         if array.retry is not None and array.parent.state not in TERMINAL_JOB_STATES:
             self._plan.would("retry_array_children", job_id=array.parent.job_id,

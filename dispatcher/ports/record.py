@@ -51,6 +51,10 @@ class Record:
     array_size: float | None = None
     array_tolerated: float | None = None
     array_next: float | None = None
+    # a parent's children a tick may have recorded lie below it (dispatcher.stages.fanout
+    # raises it before it offers them, while the parent is undecided): an array's cancel
+    # looks for children up to it, not only up to array_next
+    array_offered: float | None = None
     array_tally: Any = None
     array_parent: str | None = None
     array_index: float | None = None
@@ -150,8 +154,8 @@ NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint"
                            "credit", "summary", "cancel_jobs", "running_jobs", "expires_at",
                            "reported_stop", "image", "container_env", "derived_from",
                            "version", "sequence", "handed_jobs", "handed", "array_size",
-                           "array_tolerated", "array_next", "array_tally", "array_parent",
-                           "array_index", "array_retry_next", "array_retry",
+                           "array_tolerated", "array_next", "array_offered", "array_tally",
+                           "array_parent", "array_index", "array_retry_next", "array_retry",
                            "depends_on", "waiters", "bulk_ids", "given_back_at", "batch",
                            "batch_next", "batch_last", "ran_succeeded", "ran_failed",
                            "yielded_at"})

@@ -13,6 +13,13 @@ children again, and the record stage finds them duplicates. None is lost, none r
 and the producer's one message costs the dispatcher about 0.05 calls per child
 (``bench/arrays.py``).
 
+Before it offers a child, a tick has raised the parent's ``array_offered`` past it
+(:data:`OFFER_AHEAD` children a write, only while the parent is undecided), and at its end
+lowers it back to the first child it never offered. So the children a tick that died may have
+recorded, or one still running may record, all lie below that mark, and an operator's cancel,
+which reads it after writing the parent CANCELLED, cancels every one of them
+(:mod:`dispatcher.store.array_ops`); a tick whose raise is refused offers no more of them.
+
 :class:`ArrayTally` is the tick's two steps: it hands each source the open arrays at the
 tick's start, and at its end settles them (their parents' state follows their children:
 :meth:`dispatcher.store.StageStore.settle_array`). An array with n_to_n dependencies is offered
@@ -47,6 +54,9 @@ EMPTY_EVERY = 8
 # A parent's ``array_next`` is written once this many more of its children are recorded in
 # order, and at the tick's end: a tick that dies offers at most this many again (duplicates).
 WRITE_EVERY = 100
+# A tick raises a parent's ``array_offered`` this many children past what it offered, one
+# conditional UpdateItem at a time (and lowers it once at its end): about 0.001 calls a child.
+OFFER_AHEAD = 1000
 # Pages of 100 children a tick's settle reads at most, shared by the open arrays: a tick's end
 # takes seconds, not minutes, however many children ended; the rest is read by the next ticks.
 SETTLE_PAGES = 1000
@@ -73,6 +83,20 @@ class _Cursor:
     # elements), and whether a receive is reading it now.
     frontier: Frontier | None = None
     reading: bool = False
+    # Children below it may be offered (the parent's ``array_offered`` as read at the tick's
+    # start, or as this tick raised it), and the mark as read at the start, which the tick's
+    # end never lowers (children a tick before may have recorded lie below it).
+    reserved: int = 0
+    inherited: int = 0
+
+    def stalled(self) -> bool:
+        """Every child it may offer now was offered, but one read may let it offer more: a
+        raise of its ``array_offered``, or a move of its n_to_n frontier."""
+        if self.reading:
+            return False
+        if self.reserved < self.limit:
+            return self.offered >= self.reserved
+        return self.frontier is not None and self.offered >= self.limit
 
     def waiting(self) -> int:
         """Children it may still offer in this tick, as far as known: below its limit, given
@@ -115,7 +139,8 @@ class ArrayChildren(Queue):
                 a.parent.enqueued_at, a.recorded, a.recorded, a.recorded,
                 a.size if frontier is None else frontier.limit,
                 held=dict(frontier.held) if frontier else {},
-                frontier=frontier if frontier is not None and frontier.more else None))
+                frontier=frontier if frontier is not None and frontier.more else None,
+                reserved=a.offered, inherited=a.offered))
         with self._lock:
             self._cursors = cursors
 
@@ -124,15 +149,17 @@ class ArrayChildren(Queue):
 
     def receive(self, max_messages: int = BATCH, visibility_timeout: int | None = None,
                 wait_seconds: int = 0) -> list[Received]:
-        """Children to offer; an n_to_n array whose every child below its frontier was
-        offered has its frontier moved on first (one bounded read, outside the lock: other
-        receives meanwhile offer the other arrays' children, or, with none to offer, wait for
-        the read rather than answer empty, which would end the drain)."""
+        """Children to offer; an array whose every child below its ``array_offered`` was
+        offered has it raised first, and an n_to_n array whose every child below its frontier
+        was offered has its frontier moved on (each one write or one bounded read, outside the
+        lock: other receives meanwhile offer the other arrays' children, or, with none to
+        offer, wait for it rather than answer empty, which would end the drain)."""
         out: list[Received] = []
         while True:
             with self._lock:
                 for c in self._cursors:
-                    while len(out) < max_messages and (c.back or c.offered < c.limit):
+                    while len(out) < max_messages and (
+                            c.back or c.offered < min(c.limit, c.reserved)):
                         if c.back:
                             index = c.back.pop(0)
                         else:
@@ -142,15 +169,37 @@ class ArrayChildren(Queue):
                                             array_index=index))
                     if len(out) >= max_messages:
                         return out
-                behind = next((c for c in self._cursors if c.frontier is not None
-                               and not c.reading and c.offered >= c.limit), None)
+                behind = next((c for c in self._cursors if c.stalled()), None)
                 if behind is None:
                     if out or not any(c.reading for c in self._cursors):
                         return out
                     self._read.wait()
                     continue
                 behind.reading = True
-            self._extend(behind)
+            if behind.reserved < behind.limit:
+                self._reserve(behind)
+            else:
+                self._extend(behind)
+
+    def _reserve(self, c: _Cursor) -> None:
+        """Raise the array's ``array_offered`` :data:`OFFER_AHEAD` past what is offered; a
+        parent decided meanwhile (cancelled) or a table that fails ends its offers for the
+        rest of the tick (the next tick reads it again)."""
+        below = min(c.size, c.offered + OFFER_AHEAD)
+        raised = False
+        try:
+            raised = self._store.may_offer(c.parent_id, below)
+        except TableUnavailable as exc:
+            log.error("marking array jobs' children offered failed; the next tick goes on",
+                      extra={"job_id": c.parent_id, "reason": exc.reason})
+        finally:
+            with self._lock:
+                c.reading = False
+                if raised:
+                    c.reserved = below
+                else:
+                    c.limit, c.frontier = c.offered, None
+                self._read.notify_all()
 
     def _extend(self, c: _Cursor) -> None:
         """Move an n_to_n array's frontier on by one read; a read that fails leaves it where
@@ -202,13 +251,21 @@ class ArrayChildren(Queue):
         return {}
 
     def flush(self) -> None:
-        """Write ``array_next`` where it is behind what this tick recorded (its end)."""
+        """Write ``array_next`` where it is behind what this tick recorded, and lower
+        ``array_offered`` to the first child this tick never offered (its end)."""
         with self._lock:
             behind = [(c.parent_id, c.recorded) for c in self._cursors if c.recorded > c.written]
+            ahead: list[tuple[str, int, int]] = []
             for c in self._cursors:
                 c.written = max(c.written, c.recorded)
+                floor = max(c.inherited, c.offered)
+                if c.reserved > floor:
+                    ahead.append((c.parent_id, c.reserved, floor))
+                    c.reserved = floor
         for parent_id, n in behind:
             self._store.recorded_up_to(parent_id, n)
+        for parent_id, mark, floor in ahead:
+            self._store.offered_back(parent_id, mark, floor)
 
     def release(self, messages: list[Received]) -> None:
         with self._lock:

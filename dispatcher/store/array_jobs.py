@@ -5,7 +5,11 @@ An open array has a marker item (``ARRAY#<parent>``, index key ``ARRAY#open``) b
 job, written in the same transaction; the tick reads the markers (one query) instead of
 looking for parents among the jobs. Children are recorded by the record stage like any job;
 the parent's ``array_next`` says how many are (only ever raised, so a tick that recorded more
-and crashed before saying so records them again, as duplicates, and loses none).
+and crashed before saying so records them again, as duplicates, and loses none). Its
+``array_offered`` bounds the children a tick may have recorded: a tick raises it before it
+offers them, only while the parent is undecided, so once an operator's cancel has written the
+parent CANCELLED, no child at or past the mark it reads then is ever recorded
+(:mod:`dispatcher.store.array_ops`).
 
 How the children ended is read, not counted as they end: :meth:`ArrayRecords.settle_array` reads
 them in index order from the first one not known ended (``array_tally.settled``), a page of
@@ -26,15 +30,20 @@ from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState, Priority
 from dispatcher.ports.table import (
     Absent,
     Action,
+    And,
     ConditionFailed,
     Delete,
     Eq,
+    In,
+    Lacks,
     Lt,
     Op,
+    Or,
     Put,
     Record,
     Remove,
     Set,
+    Table,
     TransactionCancelled,
     Update,
 )
@@ -54,6 +63,7 @@ class OpenArray:
     recorded: int  # array_next: children 0..recorded-1 are recorded
     tally: Tally
     retry: ArrayRetry | None = None  # a retry of its children in progress
+    offered: int = 0  # array_offered: no child at or past it was ever offered to be recorded
 
 
 class ArrayRecords(Reads):
@@ -112,9 +122,30 @@ class ArrayRecords(Reads):
     def recorded_up_to(self, parent_id: str, n: int) -> None:
         """Children ``0..n-1`` are recorded: raise the parent's ``array_next`` to ``n`` (never
         lower it: a later call may have raised it further already)."""
+        count_recorded(self.table, parent_id, n)
+
+    def may_offer(self, parent_id: str, below: int) -> bool:
+        """Children below ``below`` may be offered to be recorded: raise the parent's
+        ``array_offered`` to it, while the parent is undecided. False once it is decided (an
+        operator cancelled it: offer no more of its children; a cancel reads this mark after
+        its own write, so it knows every child a tick may still record)."""
+        key = r.job_key(parent_id)
+        try:
+            self.table.write(Update(key, [Set("array_offered", below)], And(
+                In("state", UNDECIDED), Or(Lacks("array_offered"), Lt("array_offered", below)))))
+            return True
+        except ConditionFailed:
+            rec = self.table.get(key)  # raised as far by another tick, or decided?
+            return rec is not None and rec.state in UNDECIDED \
+                and int(rec.array_offered or 0) >= below
+
+    def offered_back(self, parent_id: str, mark: int, down_to: int) -> None:
+        """This tick raised ``array_offered`` to ``mark`` and offered no child from ``down_to``
+        on: lower it back, unless another write moved it meanwhile (so a cancel does not look
+        for children no tick will record)."""
         with contextlib.suppress(ConditionFailed):
-            self.table.write(Update(r.job_key(parent_id), [Set("array_next", n)],
-                                    Lt("array_next", n)))
+            self.table.write(Update(r.job_key(parent_id), [Set("array_offered", down_to)],
+                                    Eq("array_offered", mark)))
 
     def settle_array(self, array: OpenArray, pages: int = 1000) -> OpenArray:
         """Read the children from the first not known ended, in order, until one is
@@ -178,13 +209,24 @@ class ArrayRecords(Reads):
                 return array  # an operator acted on the parent meanwhile: next tick
             parent.state = target
         return OpenArray(parent, array.size, array.tolerated, array.recorded, tally,
-                         None if decided else array.retry)
+                         None if decided else array.retry, array.offered)
+
+
+# An array parent's states while its children may still be recorded.
+UNDECIDED = (str(JobState.PENDING), str(JobState.RUNNING))
+
+
+def count_recorded(table: Table, parent_id: str, n: int) -> None:
+    """Raise ``parent_id``'s ``array_next`` to ``n``, never lowering it."""
+    with contextlib.suppress(ConditionFailed):
+        table.write(Update(r.job_key(parent_id), [Set("array_next", n)], Lt("array_next", n)))
 
 
 def _open(rec: Record) -> OpenArray:
+    recorded = int(rec.array_next or 0)
     return OpenArray(r.record_job(rec), int(rec.array_size or 0), int(rec.array_tolerated or 0),
-                     int(rec.array_next or 0), Tally.from_json(rec.array_tally),
-                     ArrayRetry.of(rec))
+                     recorded, Tally.from_json(rec.array_tally), ArrayRetry.of(rec),
+                     max(recorded, int(rec.array_offered or 0)))
 
 
 def _reason(array: OpenArray, tally: Tally, target: JobState) -> str:

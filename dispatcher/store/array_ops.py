@@ -2,11 +2,16 @@
 :mod:`dispatcher.store.array_jobs`).
 
 - Cancel: every recorded child still unfinished is cancelled, 100 at a time
-  (:meth:`OperatorStore.cancel_page`), then the parent goes CANCELLED (so no tick records
-  another child of it: the children source takes only undecided parents); the recorded count
-  is read again after, and children a tick recorded meanwhile are cancelled too. A cancel cut
-  short anywhere is finished by running it again. A retry of the children still in progress
-  is ended first, so none is retried behind the cancel.
+  (:meth:`OperatorStore.cancel_page`), then the parent goes CANCELLED, after which no tick
+  offers another child of it (a tick raises the parent's ``array_offered`` past a child before
+  it offers it, only while the parent is undecided: :mod:`dispatcher.stages.fanout`). The
+  parent is read again after that write: the children below its ``array_offered`` and past
+  its recorded count (recorded by a tick that died before counting them, or by one still
+  recording) are cancelled if they exist, and recorded CANCELLED if not, so a tick still
+  holding them finds them taken; the count is then raised over them. So nothing of the array
+  starts after the cancel returns. A cancel cut short anywhere is finished by running it
+  again. A retry of the children still in progress is ended first, so none is retried behind
+  the cancel.
 - Retry: the parent goes back to RUNNING (PENDING if no child was recorded yet) with its
   tally read again from child 0 and its marker put back, so the ticks settle it again and
   record the children a cancel or an early failure left unrecorded; in the same write a
@@ -28,6 +33,7 @@ from dispatcher.domain.cancels import NotCancelled
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.ports.table import (
+    Absent,
     Action,
     Eq,
     Op,
@@ -40,7 +46,7 @@ from dispatcher.ports.table import (
     TransactionCancelled,
     Update,
 )
-from dispatcher.store import array_retry, job_ops
+from dispatcher.store import array_jobs, array_retry, job_ops
 from dispatcher.store import codec as r
 from dispatcher.store.array_retry import CHILD_PAGE, ArrayRetry
 from dispatcher.store.base import job_state
@@ -57,38 +63,35 @@ class JobActions(Protocol):
     def _transact(self, ops: list[Op], lost: str, job_id: str | None = None) -> None: ...
     def _transact_retrying(self, ops: list[Op]) -> None: ...
     def _expires(self, t: float) -> list[Action]: ...
+    def _expiry(self, t: float) -> int | None: ...
     def _job(self, job_id: str) -> Job: ...
     def get_jobs(self, job_ids: list[str]) -> list[Job]: ...
     def cancel_page(self, job_ids: list[str], *, reason: str | None = None,
                     by: str | None = None, only: JobState | None = None) -> list[PageOutcome]: ...
 
-# A cancel reads the recorded count again at most this often, for children a tick recorded
-# while it cancelled (a tick records children only while it runs: one more look suffices
-# unless ticks overlap the cancel for long).
-CANCEL_ROUNDS = 5
-
-
 def cancel_array(store: JobActions, parent: Job, reason: str | None,
                  by: str | None = None) -> Job:
     """A retry of its children in progress ended first, then its recorded children, then
     the parent (with ``by``'s mark: the bulk action cancelling it), then the children a tick
-    recorded meanwhile. A cancel cut short before the parent's write leaves the parent
-    undecided (its retry, if one was in progress, ended: the ticks count the children it had
-    not reached as they are), so running the cancel again (or resuming the bulk action,
-    whose selection still holds it) finishes it; one cut short after it is finished by a
-    cancel of the CANCELLED parent, which cancels the children still unfinished rather than
-    say there is nothing to cancel."""
+    recorded meanwhile or may still record (:func:`_cancel_rest`). A cancel cut short before
+    the parent's write leaves the parent undecided (its retry, if one was in progress, ended:
+    the ticks count the children it had not reached as they are), so running the cancel again
+    (or resuming the bulk action, whose selection still holds it) finishes it; one cut short
+    after it is finished by a cancel of the CANCELLED parent, which cancels the children still
+    unfinished rather than say there is nothing to cancel."""
     left: dict[str, str] = {}  # the children it could not cancel, and why
     if parent.state in TERMINAL_JOB_STATES:
-        if parent.state == JobState.CANCELLED and _cancel_children(store, parent, 0, 1,
-                                                                   left)[1]:
+        if parent.state == JobState.CANCELLED and _cancel_rest(store, parent, 0, left):
             if left:
                 raise cancels.incomplete(parent.job_id, left)
             return store._job(parent.job_id)
         raise LongjobsError(f"array job is already {parent.state}; nothing to cancel",
                             job_id=parent.job_id)
     array_retry.stop(store.table, parent.job_id)  # no child is retried after this
-    done, _ = _cancel_children(store, parent, 0, 1, left)
+    done = _recorded(store, parent.job_id)
+    for start in range(0, done, CHILD_PAGE):
+        _cancel_children(store, parent, list(range(start, min(done, start + CHILD_PAGE))),
+                         left)
     t = store.clock()
     actions, cond = job_ops.marked(parent, by, [
         *job_state(parent.job_id, JobState.CANCELLED, t),
@@ -96,37 +99,67 @@ def cancel_array(store: JobActions, parent: Job, reason: str | None,
         *store._expires(t)], Eq("state", str(parent.state)))
     store._transact([Update(r.job_key(parent.job_id), actions, cond)],
                     "the array job changed while cancelling; try again", job_id=parent.job_id)
-    _cancel_children(store, parent, done, CANCEL_ROUNDS, left)
+    _cancel_rest(store, parent, done, left)
     if left:  # the parent is cancelled; these children are not, and the operator is told
         raise cancels.incomplete(parent.job_id, left)
     return store._job(parent.job_id)
 
 
-def _cancel_children(store: JobActions, parent: Job, done: int, rounds: int,
-                     left: dict[str, str]) -> tuple[int, int]:
-    """Cancel the recorded children of ``parent`` from index ``done`` on that are still
-    unfinished, reading the recorded count again up to ``rounds`` times; returns the count
-    read last and how many were cancelled (or asked of their tasks). A child that could not
-    be cancelled (:class:`NotCancelled`: its task runs it and cannot be asked to stop it) goes
-    into ``left`` with the reason; one that ended meanwhile is done with."""
+def _cancel_rest(store: JobActions, parent: Job, done: int, left: dict[str, str]) -> int:
+    """After the parent's CANCELLED write, from which on no tick offers a child at or past
+    its ``array_offered`` (read here, after it): every child from index ``done`` up to that
+    mark cancelled, or recorded CANCELLED if no tick recorded it, and the recorded count raised
+    over them (see the module). Returns how many it cancelled or recorded cancelled."""
+    rec = store.table.get(r.job_key(parent.job_id))
+    offered = int(rec.array_offered or 0) if rec is not None else 0
+    recorded = int(rec.array_next or 0) if rec is not None else 0
     acted = 0
-    for _ in range(rounds):
-        recorded = _recorded(store, parent.job_id)
-        if recorded <= done:
-            break
-        for start in range(done, recorded, CHILD_PAGE):
-            ids = [arrays.child_id(parent.job_id, i)
-                   for i in range(start, min(recorded, start + CHILD_PAGE))]
-            unfinished = [j.job_id for j in store.get_jobs(ids)
-                          if j.state not in TERMINAL_JOB_STATES]
-            if unfinished:
-                acted += len(unfinished)
-                for out in store.cancel_page(unfinished, reason=f"its array {parent.job_id} "
-                                             "was cancelled"):
-                    if isinstance(out.error, NotCancelled):
-                        left[out.job_id] = out.error.reason
-        done = recorded
-    return done, acted
+    for first, end, record in ((done, recorded, False), (max(done, recorded), offered, True)):
+        for start in range(first, end, CHILD_PAGE):
+            page = list(range(start, min(end, start + CHILD_PAGE)))
+            acted += _cancel_children(store, parent, page, left, record=record)
+    if offered > recorded:  # every child below the mark exists now: count them
+        array_jobs.count_recorded(store.table, parent.job_id, offered)
+    return acted
+
+
+def _cancel_children(store: JobActions, parent: Job, indexes: list[int],
+                     left: dict[str, str], record: bool = False) -> int:
+    """Cancel the children of ``parent`` at ``indexes`` that are recorded and unfinished;
+    returns how many it cancelled (or asked of their tasks), or recorded cancelled. A child
+    that could not be cancelled (:class:`NotCancelled`: its task runs it and cannot be asked to
+    stop it) goes into ``left`` with the reason; one that ended meanwhile is done with.
+    ``record``: the children past the recorded count (offered, maybe recorded) not found are
+    recorded CANCELLED, on the condition that they do not exist yet (one that a tick recorded
+    meanwhile is read again, and cancelled as a recorded child)."""
+    reason = f"its array {parent.job_id} was cancelled"
+    acted = 0
+    while indexes:
+        ids = {i: arrays.child_id(parent.job_id, i) for i in indexes}
+        found = {j.job_id: j for j in store.get_jobs(list(ids.values()))}
+        unfinished = [i for i, j in found.items() if j.state not in TERMINAL_JOB_STATES]
+        for out in store.cancel_page(unfinished, reason=reason) if unfinished else []:
+            if isinstance(out.error, NotCancelled):
+                left[out.job_id] = out.error.reason
+        acted += len(unfinished)
+        # Below the recorded count, a child not found was recorded and has expired since.
+        indexes = [i for i, ident in ids.items() if ident not in found] if record else []
+        t = store.clock()
+        puts: list[Op] = []
+        for i in indexes:
+            child = arrays.child_of(parent, i, t)
+            child.state, child.reason = JobState.CANCELLED, f"{reason} before it was recorded"
+            item = r.job_record(child)
+            item.expires_at = store._expiry(t)
+            puts.append(Put(item, Absent()))
+        try:
+            if puts:
+                store._transact_retrying(puts)
+            return acted + len(puts)
+        except TransactionCancelled as exc:
+            if not exc.failed_conditions():
+                raise
+    return acted
 
 
 def retry_array(store: JobActions, parent: Job, *, from_scratch: bool,

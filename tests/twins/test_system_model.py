@@ -66,7 +66,7 @@ from tests.model_stats import stats_disagree
 from tests.twins import ENV, Twins
 
 # Checks skipped because today's code fails them; remove a name once its fix is merged.
-KNOWN_GAPS: frozenset[str] = frozenset({"cancel_kept"})
+KNOWN_GAPS: frozenset[str] = frozenset()
 GAPS = frozenset(g for g in os.environ.get("LONGJOBS_MODEL_GAPS", ",".join(KNOWN_GAPS))
                  .split(",") if g)
 

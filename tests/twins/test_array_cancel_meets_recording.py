@@ -1,0 +1,131 @@
+"""An array's cancel against the ticks that record its children: a child a tick recorded (one
+that died before it counted the child on the parent, or one still recording while the cancel
+runs) is cancelled with its array, and none starts after the cancel returned."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+
+from dispatcher.domain import arrays
+from dispatcher.domain.jobs import Job, JobState
+from dispatcher.store import codec as r
+from tests.twins import Twins
+from tests.twins.test_array_jobs import run_launched
+
+SIZE = 300
+
+
+def children(t: Twins) -> list[Job]:
+    return [j for j in t.jobs() if j.array_parent == "a"]
+
+
+def counted(t: Twins) -> int:
+    """The children the parent says are recorded (its ``array_next``)."""
+    return int(t.table.snapshot()[r.job_key("a")].array_next or 0)
+
+
+def none_ran_after(t: Twins, ticks: int = 4) -> Counter[str]:
+    ran: Counter[str] = Counter()
+    stages = t.stages(LONGJOBS_BUNDLE_MAX_JOBS="40", LONGJOBS_MAX_RUNNING_TASKS="4")
+    for _ in range(ticks):
+        t.clock.advance(3600)  # leases and the messages' holds run out
+        stages.tick.tick()
+        run_launched(t, ran=ran)
+    return ran
+
+
+def test_children_a_dead_tick_recorded_but_never_counted_are_cancelled_with_their_array(
+        ) -> None:
+    """The tick dies after each of its first writes in turn (a fresh world each time); some
+    of those deaths leave children recorded past the parent's count (else this could not
+    fail). The array's cancel then cancels every child that exists, and none runs."""
+    from tests.model_faults import FaultyTable, LambdaDied, model_store, one_thread
+
+    uncounted = []
+    for writes in range(1, 10):
+        t = Twins()
+        t.table = FaultyTable(t.clock)
+        t.store = model_store(t.table, t.clock)
+        t.client().submit("k", {}, job_id="a", array_size=SIZE, estimated_seconds=1)
+        stages = t.stages(LONGJOBS_BUNDLE_MAX_JOBS="40", LONGJOBS_MAX_RUNNING_TASKS="4")
+        stages.tick.tick()  # the parent recorded; its children are recorded from the next tick
+        t.table.crash_after(writes)
+        with one_thread(), pytest.raises(LambdaDied):
+            stages.tick.tick()
+        t.table.revive()
+        recorded = {j.job_id for j in children(t)}
+        uncounted.append(len(recorded) - counted(t))
+        assert t.client().cancel("a").state == JobState.CANCELLED
+        assert none_ran_after(t) == Counter(), writes
+        ended = children(t)
+        assert {j.state for j in ended} <= {JobState.CANCELLED}, writes
+        assert recorded <= {j.job_id for j in ended}
+        assert counted(t) >= len(ended)  # every child that exists is counted on its parent
+    assert max(uncounted) > 0
+
+
+def test_a_tick_recording_children_while_the_array_is_cancelled_starts_none_after(
+        twins: Twins) -> None:
+    """The cancel runs between two of a tick's recordings of children: what that tick records
+    after it (it read the array open at its start) never starts, and the cancel says so."""
+    client = twins.client()
+    client.submit("k", {}, job_id="a", array_size=SIZE, estimated_seconds=1)
+    stages = twins.stages(LONGJOBS_BUNDLE_MAX_JOBS="40", LONGJOBS_MAX_RUNNING_TASKS="4")
+    stages.tick.tick()  # the parent
+    record = twins.store.record
+    cancelled: list[JobState] = []
+    once = threading.Lock()  # the drain records from its pool's threads
+
+    def record_then_cancel(*args: object) -> set[str]:
+        out = record(*args)  # type: ignore[arg-type]
+        with once:
+            if not cancelled:
+                cancelled.append(client.cancel("a").state)
+        return out
+
+    twins.store.record = record_then_cancel  # type: ignore[method-assign]
+    stages.tick.tick()
+    twins.store.record = record  # type: ignore[method-assign]
+    assert cancelled == [JobState.CANCELLED]
+    assert none_ran_after(twins) == Counter()
+    assert {j.state for j in children(twins)} == {JobState.CANCELLED}
+    launched = {j for b in twins.bundles() if b.task_arn for j in b.job_ids}
+    started = [j for j in children(twins) if j.job_id in launched and j.attempts]
+    assert started == []
+
+
+def test_a_cancelled_arrays_children_cancelled_before_recording_are_retried_with_it(
+        twins: Twins) -> None:
+    """Children the cancel found offered but not recorded are recorded CANCELLED (so a tick
+    still holding them finds them taken); a retry of the array runs them like the others."""
+    client = twins.client()
+    client.submit("k", {}, job_id="a", array_size=SIZE, estimated_seconds=1)
+    stages = twins.stages(LONGJOBS_BUNDLE_MAX_JOBS="40", LONGJOBS_MAX_RUNNING_TASKS="4")
+    stages.tick.tick()
+    record = twins.store.record
+    once = threading.Lock()  # the drain records from its pool's threads
+
+    def record_then_cancel(*args: object) -> set[str]:
+        out = record(*args)  # type: ignore[arg-type]
+        with once:
+            parent = twins.job("a")
+            if parent is not None and parent.state != JobState.CANCELLED:
+                client.cancel("a")
+        return out
+
+    twins.store.record = record_then_cancel  # type: ignore[method-assign]
+    stages.tick.tick()
+    twins.store.record = record  # type: ignore[method-assign]
+    assert client.retry("a").state in (JobState.RUNNING, JobState.PENDING)
+    ran: Counter[str] = Counter()
+    for _ in range(12):
+        twins.clock.advance(60)
+        stages.tick.tick()
+        run_launched(twins, ran=ran)
+    assert sorted(ran) == sorted(arrays.child_id("a", i) for i in range(SIZE))
+    assert set(ran.values()) == {1}
+    parent = twins.job("a")
+    assert parent is not None and parent.state == JobState.SUCCEEDED, parent.reason
