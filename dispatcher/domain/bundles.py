@@ -57,8 +57,27 @@ class Bundle:
     handed_jobs: list[str] = field(default_factory=list)
     takes_handed: bool = False
     # The batch of a large drain (stages/bundle.py) whose follow-ons its runner takes, its
-    # bundle done, without a launch of their own (dispatcher.store.follow_ons).
+    # bundle done, without a launch of their own (dispatcher.store.follow_ons); or a batch of
+    # none (:func:`lone_batch`), whose runner takes other due work only.
     batch: str | None = None
+
+
+# A batch of no follow-ons ends in this: its bundle's runner, its bundle done, takes other due
+# work waiting behind it, as a drain's runners do before their follow-ons, then exits. A
+# retry's shared bundles are each of one (dispatcher.store.job_ops), so that a retry of more
+# bundles than free slots runs in the slots' tasks, as an admitted batch does, instead of
+# launching a task per bundle. A drain's batch id (jobs.new_id: hex digits) never ends in it.
+LONE_BATCH_MARK = "~"
+
+
+def lone_batch(bundle_id: str) -> str:
+    """The batch of no follow-ons that ``bundle_id`` alone belongs to."""
+    return f"{bundle_id}{LONE_BATCH_MARK}"
+
+
+def has_follow_ons(batch: str) -> bool:
+    """Whether ``batch`` may have follow-ons (a drain's), or is a batch of none."""
+    return not batch.endswith(LONE_BATCH_MARK)
 
 
 def follow_on_id(batch: str, n: int) -> str:

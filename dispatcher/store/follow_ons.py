@@ -67,7 +67,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dispatcher.domain import lifecycle
-from dispatcher.domain.bundles import Bundle, BundleState, follow_on_id
+from dispatcher.domain.bundles import Bundle, BundleState, follow_on_id, has_follow_ons
 from dispatcher.domain.jobs import PRIORITY_ORDER
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import (
@@ -165,6 +165,8 @@ class FollowOns(Reads):
                     except _Refused:
                         return Take(None)
                     continue  # another taker or the tick came first: read again
+            if not has_follow_ons(batch):
+                return Take(None)  # a batch of none: other due work was all it takes
             first = int(cursor.batch_next or 0) if cursor is not None else 0
             last = int(cursor.batch_last) if cursor is not None \
                 and cursor.batch_last is not None else None

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from dispatcher.domain import lifecycle, sizes
 from dispatcher.domain.bundle_sizes import BundleSizes
-from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
+from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState, lone_batch
 from dispatcher.domain.cancels import NotCancelled
 from dispatcher.domain.errors import ConflictError, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState, new_id
@@ -195,13 +195,18 @@ def retry_bundle_ops(jobs: list[Job], bundle_id: str, *, t: float, from_scratch:
     # The jobs' priority, task size and schedule, as they were admitted with (one shape). A
     # job's own bundle keeps its kind and one slot, so that it counts its one run against the
     # kind's limit if the kind has one (the tick counts only limited kinds); a bundle of
-    # several is a fresh one (never a follow-on: no batch), whose kind is theirs if they share
-    # one and whose slots the tick decides when it launches it, as for an admitted bundle.
+    # several is a fresh one (never a follow-on), whose kind is theirs if they share one and
+    # whose slots the tick decides when it launches it, as for an admitted bundle. It is of a
+    # batch of none (bundles.lone_batch): its task, its jobs done, takes the retry's other
+    # bundles still due (dispatcher.store.follow_ons), so a retry of many bundles runs in the
+    # tasks its free slots launch, as admitted work does, not a task a bundle.
+    shared = len(jobs) > 1
     bundle = Bundle(bundle_id=bundle_id, job_ids=[j.job_id for j in jobs],
                     estimated_seconds=sum(j.estimated_seconds or 0.0 for j in jobs),
                     next_attempt_at=due, created_at=t, priority=first.priority,
                     resources=first.resources,
-                    kind=first.kind if len(kinds) == 1 else None, slots=int(len(jobs) == 1))
+                    kind=first.kind if len(kinds) == 1 else None, slots=int(not shared),
+                    batch=lone_batch(bundle_id) if shared else None)
     return [Put(r.bundle_record(bundle), Absent()),
             *(_retry_op(job, bundle_id, t=t, from_scratch=from_scratch, reason=reason, by=by)
               for job in jobs)]
