@@ -9,6 +9,7 @@ its task ran."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from dispatcher.store import codec
 from dispatcher.testing.memory_launcher import MemoryLauncher
 from dispatcher.testing.memory_task_definitions import MemoryTaskDefinitions, Revision
 from tests import model_checks as checks
+from tests import model_retry_bundles
 from tests.model_faults import FaultyTable, LambdaDied
 from tests.twins import FAMILY, Twins
 
@@ -306,6 +308,12 @@ class OperatorRules:
                 self.depends.pop(job_id, None)
                 self.uncancel(job_id)
             self.fail("bulk_retry_budget", unlike_a_retry(view, done, how.from_scratch))
+            # The pages this run read at most: the jobs in its state before it, a page each
+            # ``how.page`` of them.
+            rows = sum(1 for state, _ in marks.values() if state == how.status)
+            self.fail("retries_bundled", model_retry_bundles.unbundled(
+                view, set(done), self.twins.store.bundle_sizes,
+                max(1, math.ceil(rows / how.page)), self.twins.clock()))
         self.sync()
 
     # -- deploys ---------------------------------------------------------------------------------

@@ -16,6 +16,9 @@ is broken on purpose.
 - ``cancel_kept``: no job whose cancel (or its array's) returned starts again until it is
   retried, but one its task had read before (a bundle it claimed): that run is cancelled at
   the task's next heartbeat. Its sequence: a job cancelled before its task claims the bundle.
+- ``retries_bundled``: a bulk retry of small jobs takes no more bundles than admission's rule
+  packs them into, and each shared bundle's task goes on to other due work
+  (tests/model_retry_bundles.py). Its sequence: six small jobs fail, a bulk retry retries them.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import pytest
 
 from dispatcher.ops.client import JobClient
 from dispatcher.stages.due_work import DueWork
+from dispatcher.store import job_ops
 from dispatcher.store.base import Reads
 from tests.twins import test_system_model as model
 from tests.twins.test_system_model_gaps import _Draws as Draws
@@ -155,3 +159,36 @@ def deploy_during_a_batch(m: model.SystemModel) -> None:
 def test_follow_ons_whose_tasks_all_ended_get_the_free_slots(
         machines: Callable[[], model.SystemModel]) -> None:
     assert seen_by(machines(), "work_conservation", deploy_during_a_batch) == []
+
+
+def retry_of_six_failed(m: model.SystemModel) -> None:
+    """Six small jobs, each run once and failed; a bulk retry of every FAILED job."""
+    m.submit(spec(max_attempts=1), 6, False)
+    m.tick(1)
+    m.runners_pass("fail")
+    m.bulk_action(("retry", "FAILED"), None, None, False, 100, None)
+
+
+def test_a_bulk_retry_of_small_jobs_shares_a_bundle(
+        machines: Callable[[], model.SystemModel]) -> None:
+    m = machines()
+    assert seen_by(m, "retries_bundled", retry_of_six_failed) == []
+    retried = m.twins.store.get_jobs([f"j{i:03}" for i in range(1, 7)])
+    assert len(retried) == 6 and len({j.bundle_id for j in retried}) == 1
+
+
+def test_the_retries_check_sees_a_retry_of_a_bundle_a_job(
+        machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken rule: a retry puts each job in a bundle of its own."""
+    monkeypatch.setattr(job_ops, "RETRY_BUNDLE_JOBS", 1)
+    seen = seen_by(machines(), "retries_bundled", retry_of_six_failed)
+    assert seen and "are in 6 bundles, more than the 1 admission's rule packs them" in seen[0]
+
+
+def test_the_retries_check_sees_a_shared_bundle_whose_task_takes_nothing_after(
+        machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken rule: a retry's shared bundle is of a batch its task reads follow-ons of
+    (none), so it would not go on to the retry's other due bundles."""
+    monkeypatch.setattr(job_ops, "lone_batch", lambda bundle_id: bundle_id)
+    seen = seen_by(machines(), "retries_bundled", retry_of_six_failed)
+    assert seen and "its task would take no other due bundle of the retry" in seen[0]
