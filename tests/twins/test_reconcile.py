@@ -122,3 +122,24 @@ def test_an_ignored_reconciled_stop_frees_no_capacity(twins: Twins,
     assert decision.reconcile.stopped_found == 1
     assert decision.active_bundles == 1 and decision.capacity == 0
     assert decision.intake.admitted == 0 and twins.job("waiting") is None
+
+
+def test_an_idle_tick_reads_no_running_jobs_and_a_busy_one_does(
+        twins: Twins, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The timeouts' read of the running index (nine partitions) is made only while a bundle
+    is active: with no task running no job can be RUNNING."""
+    read: list[str] = []
+    query = twins.table.query
+
+    def counted(status_key: str, **kwargs: object) -> object:
+        read.append(status_key)
+        return query(status_key, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(twins.table, "query", counted)
+    stages = twins.stages()
+    stages.tick.tick()
+    assert not [k for k in read if k.startswith("JOB#RUNNING")]
+    twins.launched("busy")
+    read.clear()
+    stages.tick.tick()
+    assert len([k for k in read if k.startswith("JOB#RUNNING")]) == 9
