@@ -146,8 +146,11 @@ def waiting_for(state: str, *, not_before: float | None, runs: int, reason: str 
     if bundle.state in ("LAUNCHED", "RUNNING"):  # RUNNING: its task has not taken it yet
         return Waiting(STARTING, since=bundle.updated_at, task_arn=bundle.task_arn)
     due = bundle.next_attempt_at
+    if due == DEPENDENTS_HELD_AT:  # held until its dependencies end (the bundle's hold says
+        # so where the job's own list of them is not read: an index row of it)
+        return Waiting(DEPENDENCIES)
     if due is not None and due >= DEPENDENTS_HELD_AT:  # held: a retry until an earlier run's
-        # task stops (a job held for its dependencies says so before it gets here)
+        # task stops
         return Waiting(RERUN_PENDING, attempt=runs + 1, detail=reason)
     if due is not None and due > now:
         if bundle.launch_failures and bundle.last_failure:

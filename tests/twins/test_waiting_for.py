@@ -92,6 +92,24 @@ def test_kind_limit_with_its_kinds_running_jobs_and_the_list_filters_by_it(cli: 
     assert "waiting for  kind_limit 1  scheduled 1  starting 1" in _text(render(snap))
 
 
+def test_a_job_held_for_its_dependencies_says_so_in_the_list_as_in_show(cli: Any) -> None:
+    """The list reads index rows, which do not hold a job's dependencies: its bundle's hold
+    says it waits for them, as ``jobs show`` says from the whole item."""
+    tw = Twins()
+    tw.client().submit("k", {}, job_id="first", estimated_seconds=3000)
+    tw.client().submit("k", {}, job_id="then", depends_on=["first"])
+    tw.stages().tick.tick()
+    assert waiting(tw, "then")["reason"] == "dependencies"
+    cli(tw)
+    out = CliRunner().invoke(app, ["jobs", "list", "--waiting-for", "dependencies", "--json"])
+    assert out.exit_code == 0, out.output
+    assert [j["job_id"] for j in json.loads(out.output)["jobs"]] == ["then"]
+    table = CliRunner().invoke(app, ["jobs", "list", "--wide"]).output
+    assert "dependencies" in table and "rerun_pending" not in table
+    snap = Top(tw.store, clock=tw.clock).snapshot()
+    assert snap.waiting_for.get("dependencies") == 1 and "rerun_pending" not in snap.waiting_for
+
+
 def _text(renderable: Any) -> str:
     out = io.StringIO()
     Console(file=out, width=120).print(renderable)
