@@ -9,7 +9,9 @@ import os
 import subprocess
 import sys
 import tempfile
-from typing import Annotated
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Annotated
 
 import typer
 
@@ -68,6 +70,12 @@ def _report_a_slow_stop() -> None:
         faulthandler.dump_traceback_later(STOP_REPORT_SECONDS, file=sys.stderr)
 
 
+def _writer(file: IO[str]) -> Callable[[str], None]:
+    def write(line: str) -> None:
+        file.write(line + "\n")
+    return write
+
+
 def _need_local_extra(command: str) -> None:
     from importlib.util import find_spec
 
@@ -98,12 +106,15 @@ def local(
         "--verbose", "-v", help="Every tick's whole decision record, as the JSON line the "
         "Lambda logs, not a line for each tick that admitted, launched or finished "
         "something.")] = False,
-    events: Annotated[bool, typer.Option(
-        "--events", help="Print every job state change on stdout, one JSON line each (the "
-        "event EventBridge gets on AWS: detail-type \"longjobs Job State Change\").")] = False,
+    events: Annotated[Path | None, typer.Option(
+        "--events", metavar="FILE", dir_okay=False,
+        help="Append every job state change to FILE, one JSON line each, as it happens (the "
+        "event EventBridge gets on AWS: detail-type \"longjobs Job State Change\"); "
+        "`tail -f FILE` follows them. Stdout carries only the export lines.")] = None,
 ) -> None:
     """Keep a local longjobs running; prints `export` lines for clients in another terminal
-    (`eval` them there). Ctrl-C, SIGINT, SIGTERM or SIGHUP stops it and its tasks."""
+    (`eval` them there), and nothing else on stdout. Ctrl-C, SIGINT, SIGTERM or SIGHUP stops
+    it and its tasks."""
     _need_local_extra("local")
     import signal
 
@@ -124,7 +135,14 @@ def local(
     # The tasks' output goes to one file (`longjobs jobs logs ID` reads a job's lines there),
     # echoed here as it grows, one readable line per record.
     log_path = os.path.join(tempfile.mkdtemp(prefix="longjobs-local-"), "tasks.log")
-    sink = PrintingSink(typer.echo) if events else None
+    sink, events_file = None, None
+    if events is not None:
+        try:  # line-buffered: each event is in the file as it is delivered
+            events_file = events.open("a", buffering=1, encoding="utf-8")
+        except OSError as exc:
+            fail(f"cannot write the events to {events}: {exc.strerror}; give --events a file "
+                 "in a directory you can write to")
+        sink = PrintingSink(_writer(events_file))
     env = guarded(lambda: LocalEnv(tick_seconds=tick_seconds, log_path=log_path,
                                    verbose=verbose, job_events=sink).start())
     if not verbose:  # the dispatcher's records as the tasks' lines are shown, not JSON
@@ -152,5 +170,7 @@ def local(
         _report_a_slow_stop()
         env.stop()
         follower.stop()
+        if events_file is not None:
+            events_file.close()
         typer.echo(f"# the tasks' output stays in {log_path}", err=True)
         typer.echo("# longjobs local stopped", err=True)

@@ -1,6 +1,6 @@
 """Local mode delivers the job state-change events the stack publishes on AWS: read from the
 job table's stream (moto's), turned into events by the publisher's own stage, one JSON line
-each (`longjobs local --events`), per job numbered 1, 2, 3... with none missing and the
+each (`longjobs local --events FILE`), per job numbered 1, 2, 3... with none missing and the
 last one the job's stored state."""
 
 from __future__ import annotations
@@ -87,16 +87,19 @@ def test_local_mode_prints_each_jobs_state_changes_in_sequence(
     assert "poison" in (by_job["bad"][2]["reason"] or "")
 
 
-def test_longjobs_local_events_prints_them_on_stdout(tmp_path: Path) -> None:
-    """The command as a user runs it: `longjobs local --events`, a job submitted from another
-    process; its events come after the export lines, one JSON line each."""
+def test_longjobs_local_events_writes_them_to_a_file_and_stdout_holds_only_exports(
+        tmp_path: Path) -> None:
+    """The command as a user runs it: `longjobs local --events FILE > env-file`, a job
+    submitted from another process; its events are in FILE, one JSON line each, and stdout
+    holds only the export lines, so a shell can `eval` it whole."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LONGJOBS_", "AWS_"))}
     env.update(PYTHONPATH=str(ROOT), LONGJOBS_TEST_LOG=str(tmp_path / "executions.jsonl"),
                LONGJOBS_HANDLERS="echo=tests.handlers:echo", POWERTOOLS_LOG_LEVEL="WARNING")
-    stderr = tmp_path / "stderr"
+    stderr, feed = tmp_path / "stderr", tmp_path / "events.jsonl"
     with stderr.open("w") as err_file:
         local = subprocess.Popen([sys.executable, "-m", "dispatcher.cli.entry", "local",
-                                  "--tick-seconds", "0.5", "--events"], env=env, cwd=ROOT,
+                                  "--tick-seconds", "0.5", "--events", str(feed)],
+                                 env=env, cwd=ROOT,
                                  stdout=subprocess.PIPE, stderr=err_file,
                                  stdin=subprocess.DEVNULL, text=True)
     lines: list[str] = []
@@ -112,13 +115,14 @@ def test_longjobs_local_events_prints_them_on_stdout(tmp_path: Path) -> None:
         subprocess.run([sys.executable, "-m", "dispatcher.cli.entry", "submit", "echo",
                         "--payload", "{}", "--job-id", "cli-1"], env={**env, **exports},
                        cwd=ROOT, check=True, capture_output=True, timeout=60)
-        wait_for(lambda: any('"SUCCEEDED"' in line for line in list(lines)), 120,
+        wait_for(lambda: feed.exists() and '"SUCCEEDED"' in feed.read_text(), 120,
                  "the job's last event")
         local.send_signal(signal.SIGINT)
         assert exits_within(local, 120, stderr) == 0
     finally:
         if local.poll() is None:
             local.kill()
-    events = told([line for line in lines if line.startswith("{")])
+    assert lines and all(line.startswith("export ") for line in lines), lines
+    events = told(feed.read_text().splitlines())
     assert [(e["state"], e["sequence"]) for e in events["cli-1"]] == [
         ("PENDING", 1), ("RUNNING", 2), ("SUCCEEDED", 3)]
