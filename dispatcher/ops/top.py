@@ -31,7 +31,7 @@ from typing import Any
 
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.jobs import PRIORITY_ORDER, JobState, Priority
-from dispatcher.domain.waiting import LAUNCHING, STARTING, waiting_for
+from dispatcher.domain.waiting import LAUNCHING, STARTING, TickSummary, waiting_for
 from dispatcher.ops.queries import JOB_STATES, Queries, bundle_facts
 from dispatcher.ports.queue import Backlog, Queue
 from dispatcher.ports.table import Record
@@ -137,14 +137,15 @@ class Top(Queries):
         pending = self.store.table.query(r.bundle_status(BundleState.PENDING),
                                          limit=PENDING_SAMPLE)
         lag, waiting = self._dispatch_lag(t, pending)
+        summary = self.store.tick_summary()
         return Snapshot(
             at=t, window_seconds=self.window_seconds, queues=self._queues(),
             dead_letters=self.dead_letters.backlog().visible if self.dead_letters else None,
             bundles=self._bundles(active), tasks_by_revision=_by_revision(active),
             admitted=admitted, rejected=rejected,
             launch_failures=self._launch_failures(cutoff),  # the Queries', as `stats`
-            kinds=self._kinds(active), dispatch_lag_seconds=lag, waiting_bundles=waiting,
-            waiting_for=self._waiting_for(t, pending, active))
+            kinds=self._kinds(active, summary), dispatch_lag_seconds=lag,
+            waiting_bundles=waiting, waiting_for=self._waiting_for(t, pending, active, summary))
 
     # -- the figures ----------------------------------------------------------------------------
     def _queues(self) -> list[QueueRow]:
@@ -185,11 +186,10 @@ class Top(Queries):
                     for b in waiting)
         return max(0.0, t - since), len(waiting)
 
-    def _waiting_for(self, t: float, pending: list[Record],
-                     active: list[Bundle]) -> dict[str, int]:
+    def _waiting_for(self, t: float, pending: list[Record], active: list[Bundle],
+                     summary: TickSummary | None) -> dict[str, int]:
         """Bundles by what they wait for: the rule a job's ``waiting_for`` follows, on the
         bundle (its runs: its launches less the refused ones) and the last tick's summary."""
-        summary = self.store.tick_summary()
         reasons: Counter[str] = Counter()
         for rec in pending:
             runs = max(0, int(rec.attempt or 0) - int(rec.launch_failures or 0))
@@ -204,14 +204,19 @@ class Top(Queries):
                 reasons[STARTING] += 1
         return dict(sorted(reasons.items()))
 
-    def _kinds(self, active: list[Bundle]) -> list[KindRow]:
+    def _kinds(self, active: list[Bundle], summary: TickSummary | None) -> list[KindRow]:
+        """Each limited kind's running jobs against its limit: the limits the last tick
+        decided by (its summary), not this shell's settings, which may name none (a client
+        of local mode, or of a stack, seldom has the dispatcher's LONGJOBS_KIND_LIMITS); the
+        shell's only before any tick."""
+        limits = {k: limit for k, (_, limit) in summary.kinds.items()} \
+            if summary is not None else dict(self.kind_limits)
         held: Counter[str] = Counter()
         for b in active:
             # As the tick counts it (a running bundle's runner lowers its slots as its jobs end).
-            if b.kind is not None and b.kind in self.kind_limits:
+            if b.kind is not None and b.kind in limits:
                 held[b.kind] += b.slots
-        kinds = sorted(set(self.kind_limits) | set(held))
-        return [KindRow(k, held.get(k, 0), self.kind_limits.get(k)) for k in kinds]
+        return [KindRow(k, held.get(k, 0), limits[k]) for k in sorted(limits)]
 
 
 def _by_revision(active: list[Bundle]) -> dict[str, dict[str, int]]:

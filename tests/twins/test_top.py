@@ -111,6 +111,15 @@ def test_snapshot_on_the_twins(world: World) -> None:
         "jobs": 7, "by_state": snap.admitted, "rejected": 1}
 
 
+def test_kinds_against_the_limits_the_tick_used_not_the_shells(world: World) -> None:
+    """A client whose shell names no kind limit (local mode exports none) sees the kinds
+    against the limits the last tick decided by."""
+    world.kind_limits = {}
+    assert world.top().snapshot().kinds == [KindRow("report", 1, 1)]
+    world.kind_limits = {"report": 5, "other": 2}  # the shell's, stale: the tick's win
+    assert world.top().snapshot().kinds == [KindRow("report", 1, 1)]
+
+
 def test_the_window_bounds_recent_activity(world: World) -> None:
     world.twins.clock.advance(400)
     snap = world.top(window_seconds=300).snapshot()
