@@ -37,7 +37,9 @@ def source(window_seconds: float) -> Top:
 
 def top(
     interval: Annotated[float, typer.Option("--interval", "-n", min=0.5,
-                                            help="Seconds between refreshes.")] = 2.0,
+                                            help="Seconds between refreshes, on a terminal "
+                                            "(not a count of frames: elsewhere, top prints "
+                                            "one frame and exits).")] = 2.0,
     window: Annotated[str, typer.Option(help="Recent activity shown: jobs admitted and launch "
                                         "failures within, e.g. 1m, 5m, 1h.")] = "5m",
     once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
@@ -60,8 +62,13 @@ def top(
         print_json(snapshot.to_json())
         return
     console = Console()
-    if once:
+    if once or not console.is_terminal:
+        # Refreshing in place needs a terminal; elsewhere (a file, a pipe) one frame, at once.
         console.print(render(snapshot))
+        if not once:
+            typer.echo("longjobs top: stdout is not a terminal, so one frame was printed (as "
+                       "--once); it refreshes every --interval seconds only on a terminal",
+                       err=True)
         return
     with Live(render(snapshot, interval), console=console, auto_refresh=False) as live:
         try:

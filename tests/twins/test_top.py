@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from dispatcher.cli import top_commands as top_cli
@@ -213,9 +214,23 @@ def test_live_view_refreshes_until_interrupted(world: World,
     monkeypatch.setattr(view, "snapshot", counted)
     monkeypatch.setattr(top_cli, "source", lambda window_seconds: view)
     monkeypatch.setattr(top_cli, "sleep", wait)
+    # On a terminal (the test's stdout is not one).
+    monkeypatch.setattr(top_cli, "Console", lambda: Console(force_terminal=True, width=120))
     result = _cli("--interval", "0.5")
     assert waits == [0.5, 0.5] and snapshots == 2
     assert "every 0.5s, Ctrl-C quits" in result.stdout
+
+
+def test_off_a_terminal_top_prints_one_frame_at_once_and_says_so(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``longjobs top -n 1 > file``: a frame in the file at once, not a live view that a file
+    cannot show, and a line on stderr saying why it did not refresh."""
+    monkeypatch.setattr(top_cli, "source", lambda window_seconds: world.top())
+    monkeypatch.setattr(top_cli, "sleep", lambda seconds: pytest.fail("it waited"))
+    result = _cli("-n", "1")
+    assert "longjobs top  2023-11-14 22:14:00 UTC" in result.stdout
+    assert "Ctrl-C" not in result.stdout
+    assert "stdout is not a terminal, so one frame was printed" in result.stderr
 
 
 def test_errors_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
