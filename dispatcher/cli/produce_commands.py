@@ -13,6 +13,7 @@ import typer
 from dispatcher.cli.common import JsonOpt, print_json
 from dispatcher.cli.error_policy import guarded
 from dispatcher.domain import message
+from dispatcher.domain.dependencies import Requires
 from dispatcher.domain.errors import InvalidMessage, LongjobsError
 
 
@@ -75,6 +76,12 @@ def submit(
                                 f"--payload '{{\"day\": \"2026-11-30\"}}'") from None
         if not isinstance(data, dict):
             raise LongjobsError("--payload must be a JSON object, e.g. --payload '{\"n\": 1}'")
+        if condition not in CONDITIONS:
+            raise LongjobsError(f"--condition {condition!r} is not one of "
+                                f"{', '.join(CONDITIONS)}")
+        if n_to_n and not (depends_on and array):
+            raise LongjobsError("--n-to-n makes each --depends-on element-wise for an array: "
+                                "give it with --array N and --depends-on ARRAY_ID")
         client = JobClient()
         try:
             return client.submit(kind, data, job_id=job_id, estimated_seconds=estimated_seconds,
@@ -118,12 +125,15 @@ def _count(value: str) -> int | str:
     return int(value) if value.strip().isdigit() else value
 
 
+# What --condition takes (each --depends-on job must end so).
+CONDITIONS = tuple(str(c) for c in Requires)
+
 # The message fields `submit` sets, by the flag that sets them.
 _FLAGS = {name: "--" + name.replace("_", "-") for name in (
     "job_id", "estimated_seconds", "max_attempts", "timeout_seconds", "cpu", "memory",
     "ephemeral_storage", "priority", "not_before", "payload", "tolerated_failures",
     "depends_on")} | {"array_size": "--array"}
-_FIELD = re.compile(r"(^|; )(\w+): ")
+_FIELD = re.compile(r"(^|; )(\w+)(: | )")
 
 
 def as_flags(reason: str) -> str:
@@ -132,9 +142,11 @@ def as_flags(reason: str) -> str:
     reason = reason.removeprefix("schema violation: ").replace("Value error, ", "")
 
     def flag(match: re.Match[str]) -> str:
-        field = match.group(2)
+        field, after = match.group(2), match.group(3)
+        if after == " " and field not in _FLAGS:  # a word, not a field the message names
+            return match.group(0)
         name = "KIND" if field == "kind" else _FLAGS.get(field, field)
-        return f"{match.group(1)}{name}: "
+        return f"{match.group(1)}{name}{after}"
 
     return _FIELD.sub(flag, reason) + "; `longjobs submit --help` lists the flags"
 

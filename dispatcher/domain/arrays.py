@@ -121,7 +121,11 @@ def parent_message(job: Job) -> dict[str, object]:
     fields: dict[str, object] = {
         "schema_version": 1, "job_id": job.job_id, "kind": job.kind, "payload": job.payload,
         "max_attempts": job.max_attempts, "priority": str(job.priority),
-        "array_size": job.array_size, "tolerated_failures": job.array_tolerated,
+        # Tolerating more failures than children says no more than tolerating all of them: an
+        # array recorded before its message had to say so (one that did not) gives its
+        # children a message that is valid today.
+        "array_size": job.array_size,
+        "tolerated_failures": min(job.array_tolerated, job.array_size),
         "estimated_seconds": job.estimated_seconds, "timeout_seconds": job.timeout_seconds,
         "not_before": job.not_before, "cpu": job.resources.cpu,
         "memory": job.resources.memory, "ephemeral_storage": job.resources.ephemeral_storage}

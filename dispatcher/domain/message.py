@@ -252,7 +252,11 @@ class JobMessage(BaseModel):
             if value not in (0, "0"):
                 raise ValueError("tolerated_failures is for array jobs (with array_size)")
             return value
-        arrays.tolerated_count(value, info.data["array_size"])  # raises a readable error
+        size = info.data["array_size"]
+        if arrays.tolerated_count(value, size) > size:  # raises a readable error if unreadable
+            raise ValueError(f"tolerated_failures {value} is more than the array's {size} "
+                             f"children: at most {size} (every child may fail), or a "
+                             "percentage such as \"5%\"")
         if len(info.data.get("job_id", "")) > arrays.MAX_PARENT_ID_LENGTH:
             raise ValueError(f"an array job's job_id has at most {arrays.MAX_PARENT_ID_LENGTH} "
                              "characters (its children's ids add :<index>)")
@@ -322,11 +326,40 @@ def json_schema() -> dict[str, Any]:
     return schema
 
 
+# A union's branch in an error's location (pydantic names it by its type: ``str``,
+# ``DependsOn``): not a field the sender wrote (an unknown field of the sender's is one, and
+# may be capitalised: only these names are branches).
+_BRANCH = re.compile(r"DependsOn|str|int|float|bool")
+_BRANCH_WORDS = {"str": "a string", "int": "an integer", "float": "a number",
+                 "bool": "a boolean"}
+
+
 def describe_errors(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors()[:3]:
-        where = ".".join(str(p) for p in err["loc"]) or "message"
-        parts.append(f"{where}: {err['msg']}")
+    """What is wrong, in the sender's words: where (the fields it wrote, no union branch
+    named), and why (no pydantic prefix). A value of a union (a dependency: an id or an
+    object) that fails every branch is told by the branch it got into, if one got past its
+    own type, else as one line naming what it may be."""
+    found: dict[str, list[tuple[bool, str]]] = {}  # where -> (past its branch's type, why)
+    kinds: dict[str, list[str]] = {}
+    for err in exc.errors():
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and _BRANCH.fullmatch(p))]
+        branches = [p for p in err["loc"] if isinstance(p, str) and _BRANCH.fullmatch(p)]
+        why = str(err["msg"]).removeprefix("Value error, ")
+        where = ".".join(str(p) for p in loc) or "message"
+        deeper = bool(branches) and err["loc"][-1] not in branches
+        key = ".".join(str(p) for p in err["loc"][:err["loc"].index(branches[0])]) \
+            if branches else where
+        if branches and not deeper:
+            kinds.setdefault(key, []).append(_BRANCH_WORDS.get(branches[-1], "an object"))
+        # A validator's message that names its field already is said alone.
+        said = why if why.startswith((f"{where}:", f"{where}.", f"{where} ")) \
+            else f"{where}: {why}"
+        found.setdefault(key, []).append((deeper or not branches, said))
+    parts: list[str] = []
+    for key, said in found.items():
+        kept = [text for past, text in said if past]
+        parts += kept or [f"{key}: should be {' or '.join(kinds.get(key, ['valid']))}"]
+    parts = parts[:3]
     # A field name can be as long as the message (an unknown field of 500 KB): clipped, so the
     # reason fits its REJECTED record and the logs.
     return sizes.clip_text("schema violation: " + "; ".join(parts), sizes.MAX_REASON_BYTES)

@@ -192,12 +192,15 @@ class JobClient:
         fields = {k: v for k, v in spec.items() if v is not None}
         fields.setdefault("job_id", uuid.uuid4().hex)
         fields["schema_version"] = message.SCHEMA_VERSION
+        # An error names the job by the id its caller gave, not one made up here for it.
+        chosen = spec.get("job_id")
         try:
             msg = message.JobMessage.model_validate(fields)
+            message.check(msg, self.allowed_kinds)
         except ValidationError as exc:
-            raise InvalidMessage(message.describe_errors(exc),
-                                 job_id=fields.get("job_id")) from None
-        message.check(msg, self.allowed_kinds)
+            raise InvalidMessage(message.describe_errors(exc), job_id=chosen) from None
+        except InvalidMessage as exc:
+            raise InvalidMessage(exc.reason, job_id=chosen) from None
         # priority normal is the default: left out, so the body stays what it was before the
         # field existed (and what a dispatcher that does not know it yet accepts).
         leave_out = {"priority"} if msg.priority == Priority.NORMAL else set()

@@ -236,3 +236,17 @@ def test_children_whose_recording_failed_are_offered_again_and_run_once(twins: T
     assert set(ran.values()) == {1}
     parent = twins.job("a")
     assert parent is not None and parent.state == JobState.SUCCEEDED
+
+
+def test_an_array_recorded_tolerating_more_than_its_size_still_runs_its_children(
+        twins: Twins) -> None:
+    """A message may no longer tolerate more failures than its array has children; an array
+    recorded before that (tolerating 20 of 3) still has its children admitted."""
+    parent = Job(job_id="old", kind="k", payload={}, array_size=3, array_tolerated=20,
+                 estimated_seconds=1, created_at=twins.clock())
+    assert twins.store.record_parents([parent]) == set()
+    ran: Counter[str] = Counter()
+    drive(twins, 3, ran=ran)
+    assert sorted(ran) == ["old:0", "old:1", "old:2"]
+    done = twins.job("old")
+    assert done is not None and done.state == JobState.SUCCEEDED, done.reason

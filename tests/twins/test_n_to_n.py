@@ -244,8 +244,8 @@ def test_the_cli_makes_each_depends_on_element_wise(twins: Twins,
     result = CliRunner().invoke(app, ["submit", "k", "--job-id", "c", "--depends-on", "a",
                                       "--n-to-n"])
     assert result.exit_code == 2, result.output
-    assert result.output.startswith("error: c: --depends-on: an n_to_n dependency (on 'a') is "
-                                    "for array jobs"), result.output
+    assert result.output == ("error: --n-to-n makes each --depends-on element-wise for an "
+                             "array: give it with --array N and --depends-on ARRAY_ID\n")
 
 
 class _CountingTable(MemoryTable):
