@@ -352,12 +352,12 @@ def describe_errors(exc: ValidationError) -> str:
         if branches and not deeper:
             kinds.setdefault(key, []).append(_BRANCH_WORDS.get(branches[-1], "an object"))
         # A validator's message that names its field already is said alone.
-        said = why if why.startswith((f"{where}:", f"{where}.", f"{where} ")) \
+        text = why if why.startswith((f"{where}:", f"{where}.", f"{where} ")) \
             else f"{where}: {why}"
-        found.setdefault(key, []).append((deeper or not branches, said))
+        found.setdefault(key, []).append((deeper or not branches, text))
     parts: list[str] = []
-    for key, said in found.items():
-        kept = [text for past, text in said if past]
+    for key, told in found.items():
+        kept = [text for past, text in told if past]
         parts += kept or [f"{key}: should be {' or '.join(kinds.get(key, ['valid']))}"]
     parts = parts[:3]
     # A field name can be as long as the message (an unknown field of 500 KB): clipped, so the
