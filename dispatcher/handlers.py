@@ -15,7 +15,7 @@ from dispatcher.domain.task_events import Ignored, parse
 from dispatcher.logs import logger
 from dispatcher.ops import metrics
 from dispatcher.ports.queue import Backlog
-from dispatcher.stages.rerun import Reruns, StopOutcome
+from dispatcher.stages.rerun import Reruns, StopOutcome, StopResult
 from dispatcher.wiring import pipeline
 
 
@@ -60,7 +60,10 @@ def on_task_event(event: dict[str, Any], container: str, reruns: Reruns) -> Stop
             logger.error("malformed task event ignored", extra={"reason": stop.reason})
         return stop
     outcome = reruns.on_stop(stop)
-    logger.info("task stopped", extra=outcome.as_dict())
+    # A stop already settled (by the tick's reconciliation, an earlier delivery, a relaunch)
+    # is the normal life of a task, not news: debug. Any other is what the handler did.
+    log = logger.debug if outcome.result == StopResult.IGNORED else logger.info
+    log("task stopped", extra=outcome.as_dict())
     return outcome
 
 

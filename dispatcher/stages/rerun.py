@@ -94,15 +94,16 @@ class Reruns:
             finished = self._finishes.report(bundle, arn)  # the normal end of a task
             if finished is None:
                 return StopOutcome(StopResult.IGNORED, arn, bundle.bundle_id,
-                                   reason="duplicate event: this task's stop was handled")
+                                   reason="already handled: this task's stop was settled before")
             return StopOutcome(StopResult.FINISHED, arn, bundle.bundle_id,
                                succeeded=finished.succeeded, failed=finished.failed,
                                succeeded_before=before.succeeded, failed_before=before.failed)
         if bundle.task_arn != arn or bundle.state not in (BundleState.LAUNCHED,
                                                           BundleState.RUNNING):
             return StopOutcome(StopResult.IGNORED, arn, bundle.bundle_id,
-                               reason=f"stale event: bundle {bundle.bundle_id} is "
-                                      f"{bundle.state} on attempt {bundle.attempt}")
+                               reason=f"already handled: bundle {bundle.bundle_id} has moved "
+                                      f"on since this task ran it (it is {bundle.state}, "
+                                      f"attempt {bundle.attempt})")
         jobs = self._store.get_jobs(bundle.job_ids)
         # As read, before the settle; a follow-on taken by a task that ran bundles before it
         # (no launch of its own) is not a task that never started.

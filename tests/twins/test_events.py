@@ -160,3 +160,25 @@ def test_a_later_launch_that_stops_with_no_culprit_costs_a_budget_unless_it_made
         assert first.state == JobState.SUCCEEDED and first.infra_attempts == 0
     else:
         assert first.state == JobState.PENDING and first.infra_attempts == 1
+
+
+def test_a_stop_already_settled_is_said_plainly_and_logged_at_debug(
+        twins: Twins, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second delivery of a stop the handler settled: nothing to do, said in plain words,
+    and at debug (a normal rerun is not news); the first, at info."""
+    from dispatcher import handlers
+
+    said: list[tuple[str, str]] = []
+    monkeypatch.setattr(handlers.logger, "info", lambda msg, **kw: said.append(("info", msg)))
+    monkeypatch.setattr(handlers.logger, "debug",
+                        lambda msg, **kw: said.append(("debug", kw["extra"]["reason"])))
+    stages = twins.stages()
+    _, arn = twins.launched("ev-job")
+    twins.launcher.stop_task(arn, "EssentialContainerExited", "killed", 137)
+    stopped = task_events.sample_event(arn, stop_code="EssentialContainerExited", exit_code=137)
+    _handle(stopped, stages)
+    _handle(stopped, stages)
+    assert said[0] == ("info", "task stopped")
+    level, reason = said[1]
+    assert level == "debug" and reason.startswith("already handled: bundle ")
+    assert "stale" not in reason
