@@ -75,8 +75,8 @@ def raised(job: Job, exc: BaseException, *, attempts: int, retry_any: bool,
     if isinstance(exc, Interrupted) or cancel_reason is not None:
         if cancel_reason == "cancelled":
             return Outcome(JobState.CANCELLED, error=err, reason="cancelled on request")
-        if cancel_reason == "timeout":
-            return Outcome(JobState.FAILED, error=err, reason="timeout")
+        if cancel_reason == "timeout":  # final, as AWS Batch's: not retried (see --max-attempts)
+            return Outcome(JobState.FAILED, error=err, reason=timed_out(job))
         # cancel_reason None: the handler raised Interrupted by itself; its message says why.
         return Outcome(JobState.PENDING, error=err,
                        reason=f"interrupted: {cancel_reason or err['message']}",
@@ -93,6 +93,11 @@ def raised(job: Job, exc: BaseException, *, attempts: int, retry_any: bool,
     return Outcome(JobState.FAILED, error=err, reason=f"{err['type']}: {err['message']}")
 
 
+def timed_out(job: Job) -> str:
+    """A timed-out job's reason: the words an operator looks for, with its limit."""
+    return f"timed out after {job.timeout_seconds or 0:g} s"
+
+
 def redact(message: str) -> str:
     """A message fit for logs: values removed, at most LOG_MESSAGE_CHARS characters."""
     text = _INPUT_VALUE.sub("input_value=…", message)
@@ -105,6 +110,8 @@ def log_fields(outcome: Outcome) -> dict[str, Any]:
     """What the runner logs about a finished job: its state, and for an error its type and a
     redacted message (the job record keeps the full error)."""
     fields: dict[str, Any] = {"state": str(outcome.target)}
+    if outcome.reason is not None and outcome.reason.startswith("timed out after"):
+        fields["reason"] = outcome.reason  # first on the line: a cut never hides it
     if outcome.error:
         fields["error_type"] = outcome.error.get("type")
         fields["error"] = redact(str(outcome.error.get("message", "")))

@@ -28,10 +28,12 @@ def submit(
         help="Expected run time: a job under LONGJOBS_SMALL_JOB_SECONDS shares a task with "
         "other small jobs, a longer one runs alone.")] = None,
     max_attempts: Annotated[int, typer.Option(
-        help="Runs its handler may fail (retryable errors, timeouts) before the job FAILS; "
-        "tasks lost to Spot or a crash do not count.")] = 3,
+        help="Runs its handler may fail with an error before the job FAILS; tasks lost to "
+        "Spot or a crash do not count, and a timeout fails the job at once (as AWS Batch "
+        "does: a job that outruns its limit would most likely outrun it again).")] = 3,
     timeout_seconds: Annotated[float | None, typer.Option(
-        help="One attempt's time limit; past it the attempt fails (default: none).")] = None,
+        help="One attempt's time limit; past it the job FAILS, not retried, with the reason "
+        "'timed out after N s' (default: none).")] = None,
     cpu: Annotated[int | None, typer.Option(
         help="Task CPU units (1024 = 1 vCPU), with --memory: a pair Fargate runs.")] = None,
     memory: Annotated[int | None, typer.Option(

@@ -114,9 +114,10 @@ def said(data: dict[str, Any]) -> str:
     if not isinstance(message, str):
         return json.dumps(message)
     if isinstance(data.get("state"), str):
+        why = f": {data['reason']}" if isinstance(data.get("reason"), str) else ""
         error = f", {data.get('error_type')}: {data.get('error')}" if data.get("error_type") \
             else ""
-        return f"{message} ({data['state']}{error})"
+        return f"{message} ({data['state']}{why}{error})"
     return message
 
 

@@ -152,7 +152,9 @@ class Reconciler:
                     or t < float(started) + job.timeout_seconds + margin:
                 continue
             try:
-                self._store.fail_overdue(job, "timeout")
+                self._store.fail_overdue(
+                    job, f"timed out after {job.timeout_seconds:g} s (its runner did not stop "
+                    "it)")
             except ConflictError:
                 continue
             except TableUnavailable as exc:  # as above: the next tick looks again

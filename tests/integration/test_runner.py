@@ -189,7 +189,7 @@ def test_job_timeout_fails_it_with_reason_timeout(local: tuple[LocalEnv, Path]) 
     JobClient().submit("sleepy", {"seconds": 60}, job_id="slow", timeout_seconds=1)
     wait_for(lambda: state(store, "slow") == JobState.FAILED, timeout=30)
     job = store.get_job("slow")
-    assert job is not None and job.reason == "timeout"
+    assert job is not None and (job.reason or "").startswith("timed out after")
 
 
 def test_a_bundle_of_50_small_jobs_costs_a_few_writes(

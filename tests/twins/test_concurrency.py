@@ -145,7 +145,8 @@ def test_a_timeout_stops_that_job_only() -> None:
 
     worker(store, 4, {"late": late, "mate": mate}).run()
     timed_out = job(store, "late")
-    assert timed_out.state == JobState.FAILED and timed_out.reason == "timeout"
+    assert timed_out.state == JobState.FAILED
+    assert (timed_out.reason or "").startswith("timed out after")
     assert all(job(store, m).state == JobState.SUCCEEDED for m in mates)
     assert mates_cancelled == [False, False, False]
     assert max_overlap(intervals(store, ["late", *mates])) == 4
@@ -232,7 +233,8 @@ def test_an_async_timeout_cancels_its_task_only() -> None:
     worker(store, 2, {"late": late, "mate": mate}).run()
     assert got == ["late cancelled, ctx cancelled: True", "mate ctx cancelled: False"]
     timed_out = job(store, "late")
-    assert timed_out.state == JobState.FAILED and timed_out.reason == "timeout"
+    assert timed_out.state == JobState.FAILED
+    assert (timed_out.reason or "").startswith("timed out after")
     assert timed_out.error is not None and timed_out.error["type"] == "CancelledError"
     assert job(store, "mate").state == JobState.SUCCEEDED
 
@@ -250,7 +252,8 @@ def test_an_async_handler_blocking_the_loop_is_abandoned_with_a_recorded_outcome
     try:
         worker(store, 1, {"blocker": blocker, "ok": lambda p, ctx: "done"}).run()
         blocked = job(store, "blocker")
-        assert blocked.state == JobState.FAILED and blocked.reason == "timeout"
+        assert blocked.state == JobState.FAILED
+        assert (blocked.reason or "").startswith("timed out after")
         assert job(store, "next").state == JobState.PENDING  # nothing new after an abandon
         bundle = store.get_bundle("b1")
         assert bundle is not None and bundle.state == BundleState.RUNNING
@@ -411,7 +414,8 @@ def test_an_abandoned_handler_lets_the_running_ones_finish_and_starts_nothing_ne
     try:
         w.run()
         abandoned = job(store, "stubborn")
-        assert abandoned.state == JobState.FAILED and abandoned.reason == "timeout"
+        assert abandoned.state == JobState.FAILED
+        assert (abandoned.reason or "").startswith("timed out after")
         assert job(store, "mate").state == JobState.SUCCEEDED  # finished and recorded
         assert job(store, "next").history == []  # never started beside the abandoned one
         bundle = store.get_bundle("b1")

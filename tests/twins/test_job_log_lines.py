@@ -143,3 +143,19 @@ def test_writes_outside_a_job_go_to_the_stream_untouched() -> None:
     assert real.getvalue() == "not a job's\n"
     (line,) = output.getvalue().splitlines()
     assert json.loads(line)["job_id"] == "k" and json.loads(line)["job_attempt"] == 2
+
+
+def test_a_timed_out_jobs_last_line_says_so_first() -> None:
+    """``jobs logs`` of a job past its limit ends with the reason before the error's words,
+    so a line cut at the terminal's width still says it timed out."""
+    def slow(payload: dict[str, Any], ctx: Any) -> None:
+        while not ctx.cancelled():
+            time.sleep(0.01)
+        ctx.raise_if_cancelled()
+
+    logs = run_bundle([Job(job_id="to-1", kind="s", payload={}, estimated_seconds=0.01,
+                           timeout_seconds=0.2)], {"s": slow})
+    stream = logs.locate(ARN, None)
+    assert stream is not None
+    (last,) = [ln.message for ln in logs.read(stream, "to-1") if ln.logger == "longjobs-runner"]
+    assert last.startswith("job finished (FAILED: timed out after 0.2 s, Interrupted"), last
