@@ -220,8 +220,10 @@ class FaultRules:
         decision = self.guarded("tick_raises", "a tick on a faulty table", tick)
         hit = self.table.failed > failed or self.table.deaths > deaths
         # Launches a crashed tick decided, completed by this one (or by this one before it
-        # died too): under the limit of the tick that decided them (task_limit).
-        self.recovered_launches = decision is None or bool(decision.launch.recovered)
+        # died too): under the limit of the tick that decided them (task_limit). Kept until
+        # the step's check: a later tick of the same step does not undo it.
+        self.recovered_launches = self.recovered_launches or decision is None \
+            or bool(decision.launch.recovered)
         if hit and (decision is None or decision.intake.record_failures):
             # Cut short by the fault: each message it received and did not delete comes back
             # (given back now, or after its hold) for a receive the fault spent.

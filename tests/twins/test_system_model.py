@@ -443,7 +443,9 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
             decision = self.guarded("tick_raises", "the tick",
                                     lambda: self.twins.stages(**env).tick.tick())
         self.sync()
-        self.recovered_launches = bool(decision is not None and decision.launch.recovered)
+        # Kept until the step's check (a step of several ticks: a later one does not undo it).
+        self.recovered_launches = self.recovered_launches or bool(
+            decision is not None and decision.launch.recovered)
         if decision is None or decision.skipped:
             return
         # A look at every held dependent by this tick (its claim of the sweep: one at the

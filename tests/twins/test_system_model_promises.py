@@ -192,3 +192,27 @@ def test_the_retries_check_sees_a_shared_bundle_whose_task_takes_nothing_after(
     monkeypatch.setattr(job_ops, "lone_batch", lambda bundle_id: bundle_id)
     seen = seen_by(machines(), "retries_bundled", retry_of_six_failed)
     assert seen and "its task would take no other due bundle of the retry" in seen[0]
+
+
+def launch_recovered_mid_step(m: model.SystemModel) -> None:
+    """A killed task's relaunch is begun by a tick that dies (the limit three then); the limit
+    goes down to one; a step of twelve ticks: the one past the recovery time completes the
+    relaunch (decided under the old limit), and the ticks after it launch nothing."""
+    m.submit(spec(priority="high", estimated_seconds=None, max_attempts=1), 2, False)
+    m.tick(1)
+    m.kill(Draws(0), ("EssentialContainerExited", 137))  # type: ignore[arg-type]
+    m.advance(130.0)
+    m.claim(Draws(0))  # type: ignore[arg-type]
+    m.crashing_tick(2, False)
+    m.change_settings("1", "", "1")
+    m.tick(12)
+
+
+def test_a_relaunch_a_crashed_tick_decided_is_its_own_in_a_step_of_many_ticks(
+        machines: Callable[[], model.SystemModel]) -> None:
+    """(A sequence the model found: the check forgot the recovery when a later tick of the
+    same step recovered nothing.)"""
+    m = machines()
+    assert seen_by(m, "task_limit", launch_recovered_mid_step) == []
+    live = [t for t in m.twins.launcher.tasks.values() if not t.last_status.gone]
+    assert len(live) == 2  # the relaunch did complete: the check had something to judge
