@@ -94,7 +94,7 @@ def demo(
     from dispatcher.local.demo import run
 
     typer.echo("longjobs demo: starting a local environment (moto's server, queues, table, "
-               "cluster); the batch follows in a few seconds, about 2 minutes in all", err=True)
+               "cluster); the batch follows in a few seconds, about 75 seconds in all", err=True)
     ok, verdict = guarded(lambda: run(small=small, seed=seed))
     typer.echo(verdict)
     raise typer.Exit(0 if ok else 1)

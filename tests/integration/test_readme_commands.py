@@ -4,8 +4,9 @@ Each fenced shell block (``sh``, ``bash``, ``console``, or an untagged block of 
 read as a user would copy it. Shell blocks must pass ``bash -n``. Every ``longjobs`` command in
 them is parsed by the CLI itself (its click command: unknown commands, flags and extra arguments
 fail here); the cheap ones then run for real, in order, against one ``longjobs local`` shared by
-the module. Not run: ``deploy`` (AWS only: it registers a task definition in the account),
-``local`` and ``demo`` (long-running; test_first_hour.py and test_demo.py run them)
+the module. Not run: ``deploy`` as the docs' shell blocks write it (it needs the stack's
+outputs; docs/deploying.md's CI workflow, which names them, is run against local mode by its
+own test below), ``local`` and ``demo`` (long-running; test_first_hour.py and test_demo.py run them)
 and ``top`` without ``--once``/``--json`` (a live view). A transcript line ``error: ...`` right
 after a command is its expected output: that command must fail with exactly that line's text as
 the start of its one-line error.
@@ -300,3 +301,41 @@ def test_readme_commands_run_against_local_mode(local_mode: dict[str, str]) -> N
     assert tally.ran >= 10, f"only {tally.ran} of {tally.commands} commands ran"
     assert tally.parsed == tally.commands
     assert not tally.failures, "\n".join(tally.failures)
+
+
+def test_the_ci_workflow_deploys_against_local_mode(local_mode: dict[str, str]) -> None:
+    """docs/deploying.md's CI recipe, run as GitHub would run its deploy step: the workflow's
+    own `env`, its `${{ vars.X }}` being the repository variables the guide sets from the
+    stack's outputs (here: local mode's exports, and the stack's task-definition revision),
+    then its `longjobs deploy` line. No AWS key or setting of the shell leaks in."""
+    import boto3
+    from samtranslator.yaml_helper import yaml_parse
+
+    guide = (ROOT / "docs" / "deploying.md").read_text()
+    section = guide[guide.index("## CI: ship an image on every tag"):]
+    workflow = yaml_parse(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    job = workflow["jobs"]["ship"]
+    settable = re.findall(r"gh variable set (\w+)", section)
+    ecs = boto3.client("ecs", endpoint_url=local_mode["AWS_ENDPOINT_URL"],
+                       region_name=local_mode["AWS_DEFAULT_REGION"],
+                       aws_access_key_id=local_mode.get("AWS_ACCESS_KEY_ID", "testing"),
+                       aws_secret_access_key=local_mode.get("AWS_SECRET_ACCESS_KEY", "testing"))
+    outputs = {**local_mode, "LONGJOBS_STACK_TASK_DEFINITION": ecs.describe_task_definition(
+        taskDefinition=local_mode["LONGJOBS_TASK_FAMILY"])["taskDefinition"]["taskDefinitionArn"]}
+    env: dict[str, str] = {}
+    for name, value in job["env"].items():
+        used = re.fullmatch(r"\$\{\{ vars\.(\w+) \}\}", str(value))
+        if used is not None:
+            assert used.group(1) in settable, f"{name}: the guide never sets {used.group(1)}"
+            value = outputs[used.group(1)]
+        env[name] = str(value)
+    assert "LONGJOBS_TABLE" in env  # the deployment record's table
+    (step,) = [s["run"] for s in job["steps"] if str(s.get("run", "")).startswith(
+        "longjobs deploy")]
+    image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/longjobs-worker:v1.4.0"
+    argv = [image if a == "$IMAGE" else a for a in shlex.split(step)[1:]]
+    # The runner's own credentials and endpoint (GitHub's: the OIDC role; here local mode's).
+    creds = {k: v for k, v in local_mode.items() if k.startswith("AWS_")}
+    code, out, err = invoke({**creds, **env}, argv)
+    assert code == 0, err
+    assert re.fullmatch(rf"{env['LONGJOBS_TASK_FAMILY']}:\d+", out.strip()), out
