@@ -186,8 +186,13 @@ def verdict(s: Run, records: list[dict[str, Any]]) -> tuple[bool, str, list[tupl
     stuck = sum(d.reconcile.stuck_stopped for d in list(env.decisions))
     rows.append(("reconciliation", f"{stuck} silent task(s) stopped (heartbeat every "
                                    f"{env.cfg.heartbeat_seconds} s)"))
-    rows.append(("execution log", f"{sum(done.values())} done records for {len(plan.good)} good "
-                                  f"jobs, {len(duplicate_runs)} ran twice"))
+    array_runs = sum(n for j, n in done.items() if j.startswith(f"{MAP_JOB}:")
+                     or j == REDUCE_JOB)
+    sent = sum(done[j] for j in plan.good)
+    rows.append(("execution log", f"{sum(done.values())} runs ended: {sent} of the "
+                                  f"{len(plan.good)} jobs sent one by one, "
+                                  f"{array_runs} of the array's children and its reduce; "
+                                  f"{len(duplicate_runs)} job(s) ran twice"))
     if plan.map_size:
         held, row = map_reduce(store, records, plan.map_size)
         checks["the map-reduce: each child once, the flaky one after one failure, the reduce "
@@ -195,10 +200,13 @@ def verdict(s: Run, records: list[dict[str, Any]]) -> tuple[bool, str, list[tupl
         rows.append(("map-reduce", row))
     failed = [name for name, held in checks.items() if not held]
     rows.append(("checks", f"all {len(checks)} held" if not failed
-                 else "FAILED: " + "; ".join(failed)))
+                 else f"{len(failed)} of {len(checks)} FAILED"))
+    rows += [("  held" if held else "  FAILED", name) for name, held in checks.items()]
     line = (f"demo: {len(plan.good)} jobs, {len(once)} succeeded exactly once, "
             f"{1 if failed_ok else 0} failed as expected, {len(rejected)} rejected, "
-            f"{len(lost)} lost, {len(duplicate_runs)} duplicate runs")
+            f"{len(lost)} lost, {len(duplicate_runs)} duplicate runs"
+            + (f"; and an array of {plan.map_size} children with its reduce (the live table "
+               "counts them, their parent too)" if plan.map_size else ""))
     return not failed, line, rows
 
 

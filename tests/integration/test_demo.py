@@ -39,7 +39,8 @@ def test_demo_verdict_holds(moto_server: MotoEndpoint, monkeypatch: pytest.Monke
     text = "\n".join(lines)
     # 40 small, 2 long, 10 urgent (priority high), 8 reports (a kind limited to 2 at once).
     assert verdict == ("demo: 60 jobs, 60 succeeded exactly once, 1 failed as expected, "
-                       "1 rejected, 0 lost, 0 duplicate runs"), text
+                       "1 rejected, 0 lost, 0 duplicate runs; and an array of 20 children "
+                       "with its reduce (the live table counts them, their parent too)"), text
     assert ok, text
     assert any("SIGKILL task" in line for line in lines), text
     # An array of 20 from one message, its flaky child retried, and the reduce after it.
@@ -50,4 +51,10 @@ def test_demo_verdict_holds(moto_server: MotoEndpoint, monkeypatch: pytest.Monke
     assert any("deploy: registered longjobs-worker:" in line and "was current" in line
                for line in lines), text
     assert "all " in next(line for line in lines if line.strip().startswith("checks")), text
+    # Each check by name, and the runs the execution log counts, told apart (the summary
+    # wraps its rows at the terminal's width).
+    flat = " ".join(text.split())
+    assert "held nothing lost" in flat and "held no duplicate runs" in flat, text
+    assert ("runs ended: 60 of the 60 jobs sent one by one, 21 of the array's children and its "
+            "reduce; 0 job(s) ran twice") in flat, text
     assert not _children(), "the demo left task processes behind"
