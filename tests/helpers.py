@@ -107,12 +107,12 @@ def modules_loaded_after(code: str, cwd: Path) -> set[str]:
 
 def local_exports(lines: Iterable[str]) -> dict[str, str]:
     """The ``export NAME=value`` lines ``longjobs local`` prints on stdout, read up to its last
-    one (``LONGJOBS_TASK_FAMILY``), so the caller can go on while local mode runs."""
+    one (``LONGJOBS_LOCAL_LOG``), so the caller can go on while local mode runs."""
     exports: dict[str, str] = {}
     for line in lines:
         name, _, value = line.removeprefix("export ").strip().partition("=")
         exports[name] = value
-        if name == "LONGJOBS_TASK_FAMILY":
+        if name == "LONGJOBS_LOCAL_LOG":
             break
     return exports
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -111,6 +112,9 @@ def local(
         help="Append every job state change to FILE, one JSON line each, as it happens (the "
         "event EventBridge gets on AWS: detail-type \"longjobs Job State Change\"); "
         "`tail -f FILE` follows them. Stdout carries only the export lines.")] = None,
+    keep_output: Annotated[bool, typer.Option(
+        "--keep-output", help="Keep the tasks' output file (LONGJOBS_LOCAL_LOG) after local "
+        "mode stops; without it, its folder is removed with the rest.")] = False,
 ) -> None:
     """Keep a local longjobs running; prints `export` lines for clients in another terminal
     (`eval` them there), and nothing else on stdout. Ctrl-C, SIGINT, SIGTERM or SIGHUP stops
@@ -134,7 +138,8 @@ def local(
     typer.echo("# longjobs local: starting (moto's server, queues, table, cluster)...", err=True)
     # The tasks' output goes to one file (`longjobs jobs logs ID` reads a job's lines there),
     # echoed here as it grows, one readable line per record.
-    log_path = os.path.join(tempfile.mkdtemp(prefix="longjobs-local-"), "tasks.log")
+    log_dir = tempfile.mkdtemp(prefix="longjobs-local-")
+    log_path = os.path.join(log_dir, "tasks.log")
     sink, events_file = None, None
     if events is not None:
         try:  # line-buffered: each event is in the file as it is delivered
@@ -172,5 +177,8 @@ def local(
         follower.stop()
         if events_file is not None:
             events_file.close()
-        typer.echo(f"# the tasks' output stays in {log_path}", err=True)
+        if keep_output:
+            typer.echo(f"# the tasks' output stays in {log_path}", err=True)
+        else:
+            shutil.rmtree(log_dir, ignore_errors=True)
         typer.echo("# longjobs local stopped", err=True)

@@ -226,3 +226,6 @@ def test_the_newcomer_path(local: tuple[dict[str, str], subprocess.Popen[str]],
     assert exits_within(proc, 120, Path(env["STDERR"])) == 0
     said = Path(env["STDERR"]).read_text()
     assert "longjobs local stopped" in said, said
+    # Nothing of it is left in the temp directory (its tasks' output went with it).
+    output = Path(env["LONGJOBS_LOCAL_LOG"])
+    assert output.name == "tasks.log" and not output.parent.exists(), output

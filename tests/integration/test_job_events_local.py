@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -98,7 +99,8 @@ def test_longjobs_local_events_writes_them_to_a_file_and_stdout_holds_only_expor
     stderr, feed = tmp_path / "stderr", tmp_path / "events.jsonl"
     with stderr.open("w") as err_file:
         local = subprocess.Popen([sys.executable, "-m", "dispatcher.cli.entry", "local",
-                                  "--tick-seconds", "0.5", "--events", str(feed)],
+                                  "--tick-seconds", "0.5", "--events", str(feed),
+                                  "--keep-output"],
                                  env=env, cwd=ROOT,
                                  stdout=subprocess.PIPE, stderr=err_file,
                                  stdin=subprocess.DEVNULL, text=True)
@@ -123,6 +125,13 @@ def test_longjobs_local_events_writes_them_to_a_file_and_stdout_holds_only_expor
         if local.poll() is None:
             local.kill()
     assert lines and all(line.startswith("export ") for line in lines), lines
+    kept = Path(next(line for line in lines if line.startswith("export LONGJOBS_LOCAL_LOG="))
+                .strip().partition("=")[2])
+    try:  # --keep-output: the tasks' output outlives local mode, as it said
+        assert kept.is_file() and kept.read_text(), kept
+        assert f"the tasks' output stays in {kept}" in stderr.read_text()
+    finally:
+        shutil.rmtree(kept.parent, ignore_errors=True)
     events = told(feed.read_text().splitlines())
     assert [(e["state"], e["sequence"]) for e in events["cli-1"]] == [
         ("PENDING", 1), ("RUNNING", 2), ("SUCCEEDED", 3)]
