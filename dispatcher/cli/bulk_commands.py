@@ -21,7 +21,9 @@ SinceOpt = Annotated[str | None, typer.Option(help="Many jobs: only those create
                                               "e.g. 15m, 2h, 1d.")]
 ReasonOpt = Annotated[str | None, typer.Option(help="Why: kept in each job's reason and "
                                                "history.")]
-DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Only count the jobs selected.")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Only show the selection: the "
+                                          "filter as understood, how many jobs it matches "
+                                          "and the first few ids.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Act without asking (scripts).")]
 BulkIdOpt = Annotated[str | None, typer.Option(
     "--bulk-id", help="Resume an interrupted action: the id it printed. Jobs it already "
@@ -47,11 +49,16 @@ def bulk(verb: str, *, status: str | None, kind: str | None, since_seconds: floa
         verb, status=status, kind=kind, since_seconds=since_seconds))
     matched = guarded(lambda: action.count(f))
     if dry_run or not matched:
+        selection, sample = guarded(lambda: action.preview(f))
         if as_json:
-            print_json({"action": verb, "matched": matched, "dry_run": dry_run})
+            print_json({"action": verb, "matched": matched, "dry_run": dry_run,
+                        "selection": selection, "sample": sample})
         else:
-            typer.echo(f"{matched} job(s) match; "
-                       + ("nothing done (--dry-run)" if dry_run else "nothing to do"))
+            shown = f": {', '.join(sample)}" + (", ..." if matched > len(sample) else "") \
+                if sample else ""
+            typer.echo(f"{matched} job(s) match {selection}{shown}; "
+                       + (f"nothing done (--dry-run; run it without to {verb} them)"
+                          if dry_run else "nothing to do"))
         return
     if not yes and not typer.confirm(f"{verb} {matched} job(s)?", default=False):
         typer.echo("nothing done", err=True)
@@ -72,8 +79,8 @@ def bulk(verb: str, *, status: str | None, kind: str | None, since_seconds: floa
                   if report.requested else "")
                + (f", already done by this id {report.skipped}" if report.skipped else "")
                + f", errors {report.errors}")
-    for sample in report.error_samples:
-        typer.echo(f"  error: {sample}", err=True)
+    for error in report.error_samples:
+        typer.echo(f"  error: {error}", err=True)
     if report.errors:
         typer.echo(f"run it again with --bulk-id {report.bulk_id} to try the rest once more",
                    err=True)

@@ -119,6 +119,10 @@ def _whole_bundles(pages: Iterator[list[str]], page: int) -> Iterator[list[str]]
         yield held
 
 
+# The job ids a dry run shows of its selection.
+PREVIEW_IDS = 10
+
+
 def new_bulk_id() -> str:
     return "bulk-" + uuid.uuid4().hex[:12]
 
@@ -142,6 +146,17 @@ class BulkAction:
         """How many jobs the filter selects now (COUNT queries: no job is read)."""
         state, where, _ = self._query(f)
         return self.store.count_jobs(state, **where)
+
+    def preview(self, f: BulkFilter, n: int = PREVIEW_IDS) -> tuple[str, list[str]]:
+        """What a dry run shows: the filter as understood, and up to ``n`` of the ids it
+        selects now (read a page at a time, stopping at ``n``)."""
+        state, where, since = self._query(f)
+        ids: list[str] = []
+        for rows in self.store.job_pages(state, page=n, **where):
+            ids += [row.job_id or row.pk.split("#", 1)[1] for row in rows]
+            if len(ids) >= n:
+                break
+        return f.describe(since), ids[:n]
 
     def run(self, f: BulkFilter, *, bulk_id: str | None = None, reason: str | None = None,
             from_scratch: bool = False, dry_run: bool = False,

@@ -50,7 +50,18 @@ def test_a_bulk_cancel_and_retry_by_filter_through_the_cli(aws: Aws) -> None:
     dry = runner.invoke(app, ["jobs", "cancel", "--status", "PENDING", "--kind", "resize",
                               "--since", "1d", "--dry-run", "--json"])
     assert dry.exit_code == 0, dry.output
-    assert json.loads(dry.stdout) == {"action": "cancel", "matched": 150, "dry_run": True}
+    shown = json.loads(dry.stdout)
+    sample = shown.pop("sample")
+    assert shown == {"action": "cancel", "matched": 150, "dry_run": True,
+                     "selection": shown["selection"]}
+    assert shown["selection"].startswith("status=PENDING kind=resize created since ")
+    assert len(sample) == 10 and set(sample) <= set(resize)
+    said = runner.invoke(app, ["jobs", "cancel", "--status", "PENDING", "--kind", "resize",
+                               "--since", "1d", "--dry-run"])
+    assert said.exit_code == 0 and said.stdout.startswith(
+        "150 job(s) match status=PENDING kind=resize created since "), said.output
+    assert sample[0] in said.stdout and ", ...; nothing done (--dry-run; run it without to " \
+        "cancel them)" in said.stdout, said.stdout
     refused = runner.invoke(app, ["jobs", "cancel", "--status", "PENDING"])
     assert refused.exit_code == 2 and "refusing" in refused.output
 
