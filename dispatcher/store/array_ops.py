@@ -30,7 +30,7 @@ from dispatcher.domain import arrays, cancels
 from dispatcher.domain.arrays import Tally
 from dispatcher.domain.bundle_sizes import BundleSizes
 from dispatcher.domain.cancels import NotCancelled
-from dispatcher.domain.errors import LongjobsError
+from dispatcher.domain.errors import AlreadyActed, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.ports.table import (
     Absent,
@@ -46,7 +46,7 @@ from dispatcher.ports.table import (
     TransactionCancelled,
     Update,
 )
-from dispatcher.store import array_jobs, array_retry, job_ops
+from dispatcher.store import array_jobs, array_retry, bulk_marks, job_ops
 from dispatcher.store import codec as r
 from dispatcher.store.array_retry import CHILD_PAGE, ArrayRetry
 from dispatcher.store.base import job_state
@@ -70,7 +70,7 @@ class JobActions(Protocol):
                     by: str | None = None, only: JobState | None = None) -> list[PageOutcome]: ...
 
 def cancel_array(store: JobActions, parent: Job, reason: str | None,
-                 by: str | None = None) -> Job:
+                 by: str | None = None, resume: bool = False) -> Job:
     """A retry of its children in progress ended first, then its recorded children, then
     the parent (with ``by``'s mark: the bulk action cancelling it), then the children a tick
     recorded meanwhile or may still record (:func:`_cancel_rest`). A cancel cut short before
@@ -78,20 +78,25 @@ def cancel_array(store: JobActions, parent: Job, reason: str | None,
     the ticks count the children it had not reached as they are), so running the cancel again
     (or resuming the bulk action, whose selection still holds it) finishes it; one cut short
     after it is finished by a cancel of the CANCELLED parent, which cancels the children still
-    unfinished rather than say there is nothing to cancel."""
+    unfinished rather than say there is nothing to cancel. ``resume``: a resumed run of bulk
+    action ``by``, which leaves an array it acted on and that was retried since as it is
+    (:func:`_retried_since`)."""
     left: dict[str, str] = {}  # the children it could not cancel, and why
     if parent.state in TERMINAL_JOB_STATES:
-        if parent.state == JobState.CANCELLED and _cancel_rest(store, parent, 0, left):
+        if parent.state == JobState.CANCELLED and _cancel_rest(store, parent, 0, left, by):
             if left:
                 raise cancels.incomplete(parent.job_id, left)
             return store._job(parent.job_id)
         raise LongjobsError(f"array job is already {parent.state}; nothing to cancel",
                             job_id=parent.job_id)
-    array_retry.stop(store.table, parent.job_id)  # no child is retried after this
     done = _recorded(store, parent.job_id)
+    if by and resume and _retried_since(store, parent, done, by):
+        raise AlreadyActed(f"already acted on by {by} (its children), and retried since",
+                           job_id=parent.job_id)
+    array_retry.stop(store.table, parent.job_id)  # no child is retried after this
     for start in range(0, done, CHILD_PAGE):
         _cancel_children(store, parent, list(range(start, min(done, start + CHILD_PAGE))),
-                         left)
+                         left, by=by)
     t = store.clock()
     actions, cond = job_ops.marked(parent, by, [
         *job_state(parent.job_id, JobState.CANCELLED, t),
@@ -99,13 +104,28 @@ def cancel_array(store: JobActions, parent: Job, reason: str | None,
         *store._expires(t)], Eq("state", str(parent.state)))
     store._transact([Update(r.job_key(parent.job_id), actions, cond)],
                     "the array job changed while cancelling; try again", job_id=parent.job_id)
-    _cancel_rest(store, parent, done, left)
+    _cancel_rest(store, parent, done, left, by)
     if left:  # the parent is cancelled; these children are not, and the operator is told
         raise cancels.incomplete(parent.job_id, left)
     return store._job(parent.job_id)
 
 
-def _cancel_rest(store: JobActions, parent: Job, done: int, left: dict[str, str]) -> int:
+def _retried_since(store: JobActions, parent: Job, recorded: int, by: str) -> bool:
+    """Whether bulk action ``by`` cancelled children of ``parent`` (its mark on them: a run cut
+    short before the parent's own write) that are no longer CANCELLED: an operator retried
+    the array since. A resumed run then leaves the whole array as it is, as it leaves any job
+    it acted on (once per job across its runs), rather than cancel the retry's children."""
+    for start in range(0, recorded, CHILD_PAGE):
+        ids = [arrays.child_id(parent.job_id, i)
+               for i in range(start, min(recorded, start + CHILD_PAGE))]
+        if any(bulk_marks.acted(j, by) and j.state != JobState.CANCELLED
+               for j in store.get_jobs(ids)):
+            return True
+    return False
+
+
+def _cancel_rest(store: JobActions, parent: Job, done: int, left: dict[str, str],
+                 by: str | None = None) -> int:
     """After the parent's CANCELLED write, from which on no tick offers a child at or past
     its ``array_offered`` (read here, after it): every child from index ``done`` up to that
     mark cancelled, or recorded CANCELLED if no tick recorded it, and the recorded count raised
@@ -117,14 +137,14 @@ def _cancel_rest(store: JobActions, parent: Job, done: int, left: dict[str, str]
     for first, end, record in ((done, recorded, False), (max(done, recorded), offered, True)):
         for start in range(first, end, CHILD_PAGE):
             page = list(range(start, min(end, start + CHILD_PAGE)))
-            acted += _cancel_children(store, parent, page, left, record=record)
+            acted += _cancel_children(store, parent, page, left, record=record, by=by)
     if offered > recorded:  # every child below the mark exists now: count them
         array_jobs.count_recorded(store.table, parent.job_id, offered)
     return acted
 
 
 def _cancel_children(store: JobActions, parent: Job, indexes: list[int],
-                     left: dict[str, str], record: bool = False) -> int:
+                     left: dict[str, str], record: bool = False, by: str | None = None) -> int:
     """Cancel the children of ``parent`` at ``indexes`` that are recorded and unfinished;
     returns how many it cancelled (or asked of their tasks), or recorded cancelled. A child
     that could not be cancelled (:class:`NotCancelled`: its task runs it and cannot be asked to
@@ -138,7 +158,9 @@ def _cancel_children(store: JobActions, parent: Job, indexes: list[int],
         ids = {i: arrays.child_id(parent.job_id, i) for i in indexes}
         found = {j.job_id: j for j in store.get_jobs(list(ids.values()))}
         unfinished = [i for i, j in found.items() if j.state not in TERMINAL_JOB_STATES]
-        for out in store.cancel_page(unfinished, reason=reason) if unfinished else []:
+        # With the bulk action's mark (``by``): a resumed run skips a child it acted on, as it
+        # skips any job, even one retried since (its run acts on each job once).
+        for out in store.cancel_page(unfinished, reason=reason, by=by) if unfinished else []:
             if isinstance(out.error, NotCancelled):
                 left[out.job_id] = out.error.reason
         acted += len(unfinished)

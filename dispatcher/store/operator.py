@@ -80,7 +80,7 @@ class OperatorStore(Deployments):
             job = self._job(job_id)
             if job.array_size is not None:  # its children are what runs
                 job_ops.check_mark(job, by, only, resume=resume)
-                return array_ops.cancel_array(self, job, reason, by=by)
+                return array_ops.cancel_array(self, job, reason, by=by, resume=resume)
             job_ops.check_cancel(job, by, only, resume=resume)
             bundle = self.get_bundle(job.bundle_id) if job.bundle_id else None
             try:

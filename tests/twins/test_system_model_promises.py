@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 import pytest
 
+from dispatcher.domain.jobs import JobState
 from dispatcher.ops.client import JobClient
 from dispatcher.stages.due_work import DueWork
 from dispatcher.store import job_ops
@@ -216,3 +217,35 @@ def test_a_relaunch_a_crashed_tick_decided_is_its_own_in_a_step_of_many_ticks(
     assert seen_by(m, "task_limit", launch_recovered_mid_step) == []
     live = [t for t in m.twins.launcher.tasks.values() if not t.last_status.gone]
     assert len(live) == 2  # the relaunch did complete: the check had something to judge
+
+
+def array_retried_between_a_cut_cancel_and_its_resume(m: model.SystemModel) -> None:
+    """A bulk cancel of every RUNNING job is cut short inside an array (its children cancelled,
+    not the parent); a tick settles the array FAILED; a bulk retry of every FAILED job retries
+    it; the cancel is resumed."""
+    m.submit_array(7, 0, "succeed", 1.0, None)
+    m.urgent(1)
+    m.urgent(2)
+    m.submit_array(2, 0, "succeed", 1.0, None)
+    m.slow_drain_tick(None)
+    m.flaky_tick(1, False)
+    m.bulk_action(("cancel", "RUNNING"), None, None, False, 1, ("flaky", 5, True))
+    m.tick(1)
+    m.bulk_action(("retry", "FAILED"), None, None, False, 1, None)
+    m.resume_bulk(Draws("bulk-000"), None)  # type: ignore[arg-type]
+
+
+def test_a_resumed_bulk_cancel_leaves_an_array_retried_since_as_it_is(
+        machines: Callable[[], model.SystemModel]) -> None:
+    """(A sequence the model found: the resume cancelled the retried children a second time.)
+    Once per job across an action's runs, as for any job it acted on: the array stays as the
+    retry left it."""
+    m = machines()
+    for check in ("bulk_once", "bulk_array"):
+        assert seen_by(machines(), check, array_retried_between_a_cut_cancel_and_its_resume) \
+            == [], check
+    array_retried_between_a_cut_cancel_and_its_resume(m)
+    parent = m.twins.job("a005")
+    children = m.twins.store.get_jobs(["a005:0", "a005:1"])
+    assert parent is not None and parent.state == JobState.RUNNING
+    assert {j.state for j in children} == {JobState.PENDING}
