@@ -23,13 +23,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from dispatcher.aws.dynamodb import open_store
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.local.provision import provision
 from dispatcher.ops.bulk import BulkAction, BulkFilter, BulkVerb
 from dispatcher.store import Store
 from dispatcher.testing.proxy import AwsProxy
+from dispatcher.wiring.adapters import open_store
 
 ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
        "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1",

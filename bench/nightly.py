@@ -250,7 +250,7 @@ def critical_path(stack: Stack, n: int, enqueued_at: float, enqueued_mono: float
     modelled start latency, the runner's start-up to its first job, its jobs, and the wait from
     its last job's end to the last record written. Read from the table (outside the proxies)
     and the local launcher's own task records."""
-    from dispatcher.aws.dynamodb import open_store
+    from dispatcher.wiring.adapters import open_store
 
     store = open_store(stack.env.env["LONGJOBS_TABLE"], "us-east-1", stack.moto_url)
     ids = [f"n{i:0{JOB_ID_WIDTH - 1}d}" for i in range(n)]

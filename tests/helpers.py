@@ -56,9 +56,9 @@ def s(item: dict[str, Any], key: str) -> Any:
 
 def launched(aws: Any, job_id: str, **submit: Any) -> tuple[Any, str, str]:
     """Submit one job and tick once: (store, bundle id, task ARN) of its launched bundle."""
-    from dispatcher.aws.dynamodb import open_store
     from dispatcher.ops.client import JobClient
     from dispatcher.wiring import pipeline
+    from dispatcher.wiring.adapters import open_store
 
     JobClient().submit("k", {}, job_id=job_id, **submit)
     pipeline.aws_tick(aws.config()).tick()

@@ -29,7 +29,6 @@ from typing import Any
 
 import boto3
 
-from dispatcher.aws.dynamodb import open_store
 from dispatcher.domain.jobs import JobState
 from dispatcher.local.demo_handlers import FLAKY_CHILD, MAP_JOB, REDUCE_JOB
 from dispatcher.local.environment import LocalEnv
@@ -38,6 +37,7 @@ from dispatcher.local.verdict import POISON_ATTEMPTS, read_log, verdict
 from dispatcher.local.view import DemoSnapshot, Say, View, make_view
 from dispatcher.ops.client import JobClient
 from dispatcher.stages.rerun import StopOutcome
+from dispatcher.wiring.adapters import open_store
 
 HANDLERS = ("demo.sleep=dispatcher.local.demo_handlers:sleep,"
             "demo.steps=dispatcher.local.demo_handlers:steps,"

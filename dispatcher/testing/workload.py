@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher import settings
-from dispatcher.aws.dynamodb import open_store
 from dispatcher.domain import task_events
 from dispatcher.ops.client import JobClient
 from dispatcher.stages.tick import Tick, TickReport
+from dispatcher.wiring.adapters import open_store
 
 # The demo's handlers, as a task finds them (LONGJOBS_HANDLERS); `demo.sleep` sleeps
 # payload["seconds"].

@@ -8,12 +8,12 @@ has) exist once. This module builds no stages: the job runner imports it without
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dispatcher.aws import clients, job_stream
 from dispatcher.aws.cloudwatch_logs import CloudWatchJobLogs
-from dispatcher.aws.dynamodb import open_store
+from dispatcher.aws.dynamodb import DynamoTable
 from dispatcher.aws.ecs import CapacityShare, EcsLauncher, EcsTarget
 from dispatcher.aws.ecs_revisions import EcsTaskDefinitions
 from dispatcher.aws.eventbridge import EventBridgeSink
@@ -29,12 +29,20 @@ from dispatcher.ports.queue import Queue
 from dispatcher.ports.task_definitions import TaskDefinitions
 from dispatcher.settings import Config
 from dispatcher.store import Store
+from dispatcher.store.base import DEFAULT_RETENTION_DAYS
 
 
 def client(service: str, cfg: Config, *, retries: int = 4) -> Any:
     """A boto3 client on the settings' endpoint and region (``AWS_ENDPOINT_URL``,
     ``AWS_REGION``); ``retries`` counts every attempt of a call, the first included."""
     return clients.endpoint_client(service, cfg.endpoint_url, cfg.region, retries=retries)
+
+
+def open_store(table: str, region: str | None = None, host: str | None = None,
+               clock: Callable[[], float] | None = None, *,
+               retention_days: float = DEFAULT_RETENTION_DAYS) -> Store:
+    """The full Store on a DynamoDB table (``host``: an endpoint URL, e.g. moto's)."""
+    return Store(DynamoTable(table, region, host), clock, retention_days=retention_days)
 
 
 def store(cfg: Config) -> Store:

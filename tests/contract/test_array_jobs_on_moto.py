@@ -4,13 +4,13 @@ sees the array's counts and cancels it whole."""
 
 from __future__ import annotations
 
-from dispatcher.aws.dynamodb import open_store
 from dispatcher.domain import arrays
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.ops.client import JobClient
 from dispatcher.ports.table import Set, Update
 from dispatcher.testing.workload import run_until_drained
 from dispatcher.wiring import pipeline
+from dispatcher.wiring.adapters import open_store
 from tests.conftest import Aws
 from tests.helpers import queue_counts
 

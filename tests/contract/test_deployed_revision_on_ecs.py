@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from dispatcher.aws.dynamodb import open_store
 from dispatcher.aws.ecs import EcsTarget
 from dispatcher.aws.ecs_revisions import REGISTERABLE_FIELDS, EcsTaskDefinitions
 from dispatcher.cli.app import app
 from dispatcher.domain.errors import ResourceMissing
 from dispatcher.ops.client import JobClient
 from dispatcher.wiring import pipeline
+from dispatcher.wiring.adapters import open_store
 from tests.conftest import Aws
 from tests.helpers import client
 

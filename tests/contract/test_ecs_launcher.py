@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from dispatcher.aws.dynamodb import open_store
 from dispatcher.aws.ecs import EcsLauncher, EcsTarget
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import Resources
@@ -23,6 +22,7 @@ from dispatcher.ops.client import JobClient
 from dispatcher.ports.launcher import NOT_STARTED_BY_FIRST_CALL, LaunchRequest
 from dispatcher.testing.workload import run_until_drained
 from dispatcher.wiring import adapters, pipeline
+from dispatcher.wiring.adapters import open_store
 from tests.conftest import Aws
 from tests.helpers import client, ecs_tasks, queue_counts, s, table_items
 

@@ -17,7 +17,6 @@ from typer.testing import CliRunner
 
 from dispatcher import handlers
 from dispatcher.aws.clients import endpoint_client
-from dispatcher.aws.dynamodb import open_store
 from dispatcher.cli.app import app
 from dispatcher.domain import task_events
 from dispatcher.domain.bundles import Bundle, follow_on_id
@@ -30,6 +29,7 @@ from dispatcher.store import Store, codec
 from dispatcher.store.runner import JOBS_PER_TRANSACTION
 from dispatcher.testing.moto import MotoEndpoint
 from dispatcher.testing.proxy import AwsProxy, RecordedCall
+from dispatcher.wiring.adapters import open_store
 from tests.conftest import BASE_ENV
 from tests.helpers import stream_records
 from tests.integration.aws_on_behalf import on_behalf

@@ -24,10 +24,10 @@ import pytest
 from samtranslator.yaml_helper import yaml_parse
 
 from dispatcher import handlers
-from dispatcher.aws.dynamodb import open_store
 from dispatcher.domain.jobs import JobState
 from dispatcher.ops import metrics
 from dispatcher.ops.client import JobClient
+from dispatcher.wiring.adapters import open_store
 from tests.conftest import Aws
 from tests.integration.test_dashboard import dashboard_body
 from tests.integration.test_infra import STACK_NAME, TEMPLATE, function_env, resolve, sam_expand

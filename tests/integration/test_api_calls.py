@@ -9,7 +9,6 @@ from typing import Any
 
 import boto3
 
-from dispatcher.aws.dynamodb import open_store
 from dispatcher.handlers import on_task_event
 from dispatcher.testing.workload import (
     DEMO_HANDLERS,
@@ -20,6 +19,7 @@ from dispatcher.testing.workload import (
     stopped_event,
 )
 from dispatcher.wiring import pipeline
+from dispatcher.wiring.adapters import open_store
 from tests.conftest import Aws
 
 N = 500

@@ -8,13 +8,13 @@ from collections import Counter
 
 from typer.testing import CliRunner
 
-from dispatcher.aws.dynamodb import open_store
 from dispatcher.cli.app import app
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import Job, JobState, now
 from dispatcher.ports.table import Put
 from dispatcher.store import Store
 from dispatcher.store import codec as r
+from dispatcher.wiring.adapters import open_store
 from tests.conftest import Aws
 
 runner = CliRunner()

@@ -11,12 +11,12 @@ from collections.abc import Callable
 
 import pytest
 
-from dispatcher.aws.dynamodb import open_store
 from dispatcher.ops.client import JobClient
 from dispatcher.ports.table import Set, Update
 from dispatcher.store import codec as r
 from dispatcher.testing.workload import run_until_drained
 from dispatcher.wiring import pipeline
+from dispatcher.wiring.adapters import open_store
 from tests.conftest import Aws
 from tests.helpers import check_converged, ecs_tasks, wait_for
 

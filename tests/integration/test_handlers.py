@@ -9,10 +9,10 @@ import pytest
 from botocore.exceptions import ClientError
 
 from dispatcher import handlers
-from dispatcher.aws.dynamodb import open_store
 from dispatcher.domain import task_events
 from dispatcher.ops import metrics
 from dispatcher.ops.client import JobClient
+from dispatcher.wiring.adapters import open_store
 from tests.conftest import Aws
 
 

@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from dispatcher.aws.dynamodb import open_store
 from dispatcher.domain.job_events import DETAIL_TYPE
 from dispatcher.domain.jobs import JobState
 from dispatcher.local.environment import LocalEnv
 from dispatcher.local.event_feed import PrintingSink
 from dispatcher.ops.client import JobClient
 from dispatcher.testing.moto import MotoEndpoint
+from dispatcher.wiring.adapters import open_store
 from tests.helpers import exits_within, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

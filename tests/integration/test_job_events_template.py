@@ -13,11 +13,11 @@ import pytest
 from samtranslator.yaml_helper import yaml_parse
 
 from dispatcher import handlers
-from dispatcher.aws.dynamodb import open_store
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.domain.launches import Launch
 from dispatcher.store import Fence, JobUpdate, LaunchOutcome
+from dispatcher.wiring.adapters import open_store
 from tests.helpers import stream_records
 from tests.integration.test_infra import TEMPLATE, matches, resolve, sam_expand
 

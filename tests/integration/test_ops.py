@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from dispatcher.aws.dynamodb import open_store
 from dispatcher.cli.app import app
 from dispatcher.domain import task_events
 from dispatcher.domain.bundles import BundleState
@@ -27,6 +26,7 @@ from dispatcher.ops.metrics import publish_stop, publish_tick
 from dispatcher.stages.rerun import StopOutcome, StopResult
 from dispatcher.store import Fence, JobUpdate, Store
 from dispatcher.wiring import pipeline
+from dispatcher.wiring.adapters import open_store
 from tests.conftest import Aws
 from tests.helpers import client
 

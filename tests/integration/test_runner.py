@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.aws.dynamodb import open_store
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState
 from dispatcher.local.environment import LocalEnv
@@ -24,6 +23,7 @@ from dispatcher.ops.client import JobClient
 from dispatcher.store import Store
 from dispatcher.testing.moto import MotoEndpoint
 from dispatcher.testing.proxy import AwsProxy
+from dispatcher.wiring.adapters import open_store
 from tests.helpers import wait_for
 
 HANDLERS = ("echo=tests.handlers:echo,fail=tests.handlers:fail,steps=tests.handlers:steps,"
