@@ -7,7 +7,7 @@ One message makes the array; each tick (a minute apart on the twins' clock) reco
 through the admission pipeline, launches their bundles and settles the parent; a runner stand-in
 runs every launched bundle to its end between ticks (as ``tests/twins/test_array_jobs.py``
 does), each child once. The dispatcher's table and queue calls are counted by API
-(``dispatcher.testing.aws_model``'s wrappers over the same twins); the runner's are not (they are
+(``dispatcher.simulation.aws_model``'s wrappers over the same twins); the runner's are not (they are
 a bundle's claim, heartbeats and grouped results, as for any job), nor are the dependents
 function's (the table's stream, delivered after each tick and each runner pass: one end, the
 parent's, releases the merge). The last line is the headline.
@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.pacing import LaunchPacer
+from dispatcher.simulation.aws_model import Calls, ItemTimes, Latencies, ModelQueue, ModelTable
+from dispatcher.simulation.virtual_time import VirtualClock
 from dispatcher.store import Store
-from dispatcher.testing.aws_model import Calls, ItemTimes, Latencies, ModelQueue, ModelTable
-from dispatcher.testing.virtual_time import VirtualClock
 from dispatcher.wiring import pipeline
 from tests.twins import Twins
 from tests.twins.test_array_jobs import run_launched

@@ -6,10 +6,10 @@ The reference batch: 200,000 jobs of ~2 s, 60 tasks x 20 at once; its floor is
 runs it scaled down through local mode with real runner processes; this runs it at full scale
 with the real tick, admission, bundling, recording, launches, stop events and reconcile, and the
 real store, on the in-memory twins, where each AWS call costs its modelled latency in virtual
-time (:mod:`dispatcher.testing.aws_model`, figures and sources there), Fargate's launch limits
+time (:mod:`dispatcher.simulation.aws_model`, figures and sources there), Fargate's launch limits
 are enforced (RunTask 20/s; 100 tasks at once and 20/s per capacity provider), each task starts
 30-60 s after its RunTask and runs its bundle as the runner does, 20 jobs at once, writing
-through the real runner store (:mod:`dispatcher.testing.task_model`). The tick is one Lambda
+through the real runner store (:mod:`dispatcher.simulation.task_model`). The tick is one Lambda
 invocation a minute with its 15 minutes.
 
 Prints: drain time (end of enqueueing to the last job done), the floor, admitted jobs/s (peak
@@ -29,8 +29,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from dispatcher.testing.aws_model import Latencies, per_job
-from dispatcher.testing.batch_model import BatchModel, BatchRun, Shape
+from dispatcher.simulation.aws_model import Latencies, per_job
+from dispatcher.simulation.batch_model import BatchModel, BatchRun, Shape
 
 
 def vm_kib(field: str = "VmHWM") -> int:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from dispatcher.domain.jobs import JobState
-from dispatcher.testing.batch_model import BatchModel, Shape, job_states
-from dispatcher.testing.virtual_time import VirtualClock, VirtualPool, virtual_wait
+from dispatcher.simulation.batch_model import BatchModel, Shape, job_states
+from dispatcher.simulation.virtual_time import VirtualClock, VirtualPool, virtual_wait
 
 # 1,500 jobs of 2 s on 4 tasks x 10: 75 s of work a task; a fixed start so the end times'
 # spread is the dispatcher's alone. Follow-ons of 15 s (dispatcher/store/follow_ons.py): each

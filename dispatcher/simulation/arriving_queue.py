@@ -1,13 +1,13 @@
 """A queue whose messages arrive at set virtual times: the high queue of the batch model
-(:mod:`dispatcher.testing.batch_model`), where an urgent job lands while a tick runs."""
+(:mod:`dispatcher.simulation.batch_model`), where an urgent job lands while a tick runs."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from dispatcher.ports.queue import Backlog, Queue, Received
+from dispatcher.simulation.virtual_time import VirtualClock
 from dispatcher.testing.memory_queue import MemoryQueue
-from dispatcher.testing.virtual_time import VirtualClock
 
 
 class ArrivingQueue(Queue):

@@ -43,7 +43,7 @@ from dispatcher.domain.jobs import Resources
 from dispatcher.ports.launcher import Launcher, LaunchRequest, LaunchResult, TaskStatus
 from dispatcher.ports.queue import Backlog, Queue, Received
 from dispatcher.ports.table import Condition, Delete, Op, Put, Record, Table, Update
-from dispatcher.testing.virtual_time import VirtualClock
+from dispatcher.simulation.virtual_time import VirtualClock
 
 SQS_CALL = 0.020
 DDB_CALL = 0.010

@@ -2,14 +2,14 @@
 
 :class:`BatchModel` wires the real stages (``dispatcher.wiring.pipeline.build``: tick,
 admission, bundling, recording, launches, reconcile, and the task-event handler's reruns) and
-the real store to the twins, each component behind its own :mod:`~dispatcher.testing.aws_model`
+the real store to the twins, each component behind its own :mod:`~dispatcher.simulation.aws_model`
 wrappers (so calls are counted per component) and all on one :class:`VirtualClock`. Then a
 discrete-event loop (:meth:`BatchModel.run`) plays the batch: the schedule's ticks (one Lambda
 invocation each, with the invocation's remaining time; a tick due while the previous one still
 runs is skipped, as its lease would refuse it), each launched task's start after Fargate's
-start latency and its runner (:mod:`~dispatcher.testing.task_model`), each task's stop event
+start latency and its runner (:mod:`~dispatcher.simulation.task_model`), each task's stop event
 after it exits. The stage code runs unmodified; only its thread pools are virtual
-(:func:`dispatcher.testing.virtual_time.patched`).
+(:func:`dispatcher.simulation.virtual_time.patched`).
 """
 
 from __future__ import annotations
@@ -34,12 +34,8 @@ from dispatcher.domain.pacing import LaunchLimits, LaunchPacer
 from dispatcher.domain.stops import StopCode, TaskStop
 from dispatcher.ops.client import JobClient
 from dispatcher.ports.table import Record
-from dispatcher.stages.tick import TickReport
-from dispatcher.store import Store
-from dispatcher.store import codec as r
-from dispatcher.testing import memory_table
-from dispatcher.testing.arriving_queue import ArrivingQueue
-from dispatcher.testing.aws_model import (
+from dispatcher.simulation.arriving_queue import ArrivingQueue
+from dispatcher.simulation.aws_model import (
     Calls,
     ItemTimes,
     Latencies,
@@ -47,12 +43,16 @@ from dispatcher.testing.aws_model import (
     ModelQueue,
     ModelTable,
 )
-from dispatcher.testing.deep_queue import DeepQueue
+from dispatcher.simulation.deep_queue import DeepQueue
+from dispatcher.simulation.task_model import TaskModel, TaskRun
+from dispatcher.simulation.virtual_time import VirtualClock, patched
+from dispatcher.stages.tick import TickReport
+from dispatcher.store import Store
+from dispatcher.store import codec as r
+from dispatcher.testing import memory_table
 from dispatcher.testing.memory_launcher import MemoryLauncher
 from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.testing.memory_table import MemoryTable
-from dispatcher.testing.task_model import TaskModel, TaskRun
-from dispatcher.testing.virtual_time import VirtualClock, patched
 from dispatcher.wiring import pipeline
 
 T0 = 1_700_000_000.0

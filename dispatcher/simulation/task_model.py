@@ -12,7 +12,7 @@ starts before the rest, as the worker does), and ends with the bundle's DONE wri
 first any job handed since its last beat that the write turns up; then it takes its batch's
 next follow-on, if any, and runs it alike. Handlers are not run: a job takes
 ``seconds_of(job)`` of virtual time and succeeds. The store calls cost what the AWS model
-charges them (:mod:`dispatcher.testing.aws_model`); the jobs do not wait for the writes, as the
+charges them (:mod:`dispatcher.simulation.aws_model`); the jobs do not wait for the writes, as the
 flusher is a thread of its own in the runner.
 """
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, HandedJobs
 from dispatcher.domain.jobs import Job, JobState
+from dispatcher.simulation.virtual_time import VirtualClock
 from dispatcher.store import Fence, RunnerStore
-from dispatcher.testing.virtual_time import VirtualClock
 from job_runner.outcome import Outcome
 from job_runner.worker import FOLLOW_ON_POLL_SECONDS, FOLLOW_ON_WAIT_SECONDS
 from job_runner.writes import FLUSH_AT_JOBS, Writes
