@@ -127,7 +127,11 @@ class Worker:
         return seen
 
     def on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        log.warning("SIGTERM: cancelling the running jobs cooperatively, taking no new ones")
+        # A signal does not say who sent it: ECS's stop event does (its stop code and reason,
+        # which the task-event handler records on each job's attempt: `jobs show`).
+        log.warning("SIGTERM: the task is being stopped (who stopped it and why: the stop code "
+                    "in `longjobs jobs show`); cancelling the running jobs cooperatively, "
+                    "taking no new ones")
         self.stopping.set()  # before the look at running: a job started meanwhile sees it
         for ctx in list(self.running.values()):
             ctx.cancel("task stopping (SIGTERM)")

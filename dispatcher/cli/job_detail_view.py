@@ -78,9 +78,7 @@ def render_detail(d: JobDetail, console: Console) -> None:
                            f"{a.task_definition or '?'}", style="bold"))
         console.print(Text(f"  started {when(j['started_at'])}  stopped "
                            f"{when(j['stopped_at'])}  outcome {a.outcome or '-'}"))
-        console.print(Text(f"  stop code {a.stop_code or '-'}  exit "
-                           f"{'-' if a.exit_code is None else a.exit_code}  class "
-                           f"{a.stop_class or '-'}"))
+        console.print(Text(f"  {stop_said(a.stop_code, a.exit_code, a.stop_class, a.outcome)}"))
         if a.reason:
             console.print(Text(f"  reason: {a.reason}"))
     if d.logs:
@@ -93,6 +91,18 @@ def render_detail(d: JobDetail, console: Console) -> None:
             console.print(Text(f"log: unknown ({latest['unknown']})"))
         console.print(Text(f"  `longjobs jobs logs {d.summary.job_id}` prints this job's "
                            "own lines"))
+
+
+def stop_said(code: str | None, exit_code: int | None, cls: str | None,
+              outcome: str | None) -> str:
+    """How an attempt's task stopped, in words: every stop names its cause, or says plainly
+    that ECS gave none; an attempt its runner ended while the task went on has no stop."""
+    if code is None and exit_code is None and cls is None:
+        return "its runner ended it; the task went on (no stop of its own)" if outcome \
+            else "no stop of its task seen yet"
+    exit_said = "no exit code" if exit_code is None else f"exit {exit_code}"
+    cause = f"stop code {code}" if code else "no stop code given by ECS (nor who stopped it)"
+    return f"{cause}  {exit_said}  class {cls or 'not decided'}"
 
 
 def waiting_text(w: dict[str, object]) -> str:

@@ -187,3 +187,15 @@ def test_show_names_the_bulk_actions_that_acted_on_a_job() -> None:
     assert detail.bulk_ids == ["bulk-0123456789ab"]
     assert detail.to_json()["bulk_ids"] == ["bulk-0123456789ab"]
     assert re.search(r"bulk actions +bulk-0123456789ab", rendered(Queries(store), "j"))
+
+
+def test_every_stop_shown_names_its_cause_or_says_none_was_given() -> None:
+    said = job_detail_view.stop_said
+    assert said("SpotInterruption", 143, "infrastructure", None) == \
+        "stop code SpotInterruption  exit 143  class infrastructure"
+    assert said(None, None, "infrastructure", None) == (
+        "no stop code given by ECS (nor who stopped it)  no exit code  class infrastructure")
+    assert said(None, None, None, "SUCCEEDED") == \
+        "its runner ended it; the task went on (no stop of its own)"
+    assert said(None, None, None, None) == "no stop of its task seen yet"
+    assert "-" not in said(None, None, None, None) + said(None, None, "application", None)
