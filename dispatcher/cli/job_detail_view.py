@@ -84,7 +84,8 @@ def render_detail(d: JobDetail, console: Console) -> None:
     if d.logs:
         latest = d.logs[-1]
         if "stream" in latest:
-            console.print(Text(f"log: {latest['group']} {latest['stream']}"))
+            # Whole on one line at any width: the group and stream are copied, not read.
+            console.print(Text(f"log: {latest['group']} {latest['stream']}"), soft_wrap=True)
             if latest.get("console_url"):  # whole on one line, so that it can be copied
                 console.print(Text(f"  {latest['console_url']}"), soft_wrap=True)
         else:

@@ -41,7 +41,7 @@ from dispatcher.cli.common import (
     wide_console,
 )
 from dispatcher.cli.error_policy import fail, guarded
-from dispatcher.cli.job_detail_view import render_detail
+from dispatcher.cli.job_detail_view import render_detail, waiting_text
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.waiting import REASONS
 from dispatcher.store.operator import FILTERED_READ
@@ -114,7 +114,8 @@ def jobs_list(
         if r.infra_attempts:
             attempts += f" +{r.infra_attempts} infra"
         created = when(r.to_json()["created_at"])
-        waiting = [r.waiting_for.reason if r.waiting_for else "-"] if waits else []
+        shown = r.to_json()["waiting_for"]  # its times as ISO text
+        waiting = [waiting_cell(shown, wide) if shown else "-"] if waits else []
         table.add_row(*map(Text, (ids[r.job_id], r.state, r.kind or "-",
                                   created if wide else created[:16], attempts, *waiting,
                                   r.reason or "" if wide else short(r.reason, 60))))
@@ -161,6 +162,15 @@ def jobs_logs(job_id: Annotated[str, typer.Argument(help="The job id.")],
     if not read.lines:
         typer.echo(f"no log lines for {job_id} yet" + ("" if read.finished else
                    " (it has not ended: --follow waits for them)"), err=True)
+
+
+def waiting_cell(w: dict[str, object], wide: bool) -> str:
+    """A row's WAITING: the reason and, for a wait with an end (scheduled, a backoff), when it
+    ends (``MM-DD HH:MM`` UTC at 80 columns); --wide: all that ``jobs show`` says."""
+    if wide:
+        return waiting_text(w)
+    until = f" {when(str(w['until']))[5:16]}" if w.get("until") else ""
+    return f"{w['reason']}{until}"
 
 
 def list_or_iter(it: Iterator[JobLog]) -> Iterator[JobLog]:

@@ -199,3 +199,19 @@ def test_every_stop_shown_names_its_cause_or_says_none_was_given() -> None:
         "its runner ended it; the task went on (no stop of its own)"
     assert said(None, None, None, None) == "no stop of its task seen yet"
     assert "-" not in said(None, None, None, None) + said(None, None, "application", None)
+
+
+def test_the_log_stream_line_stays_whole_at_80_columns() -> None:
+    """The group and stream a job's lines are in are copied, not read: one line, however
+    narrow the terminal."""
+    from dispatcher.testing.memory_logs import MemoryJobLogs
+
+    store = Store(MemoryTable())
+    launched(store, [Job("j", "ok", {}, estimated_seconds=1)])
+    worker(store, {"ok": lambda p, ctx: 1}).run()
+    logs = MemoryJobLogs(group="/ecs/longjobs-production-eu-west-1-a-stack-with-a-long-name/worker")
+    queries = Queries(store, logs=logs)
+    out = io.StringIO()
+    job_detail_view.render_detail(queries.show("j"), Console(file=out, width=80))
+    (line,) = [ln for ln in out.getvalue().splitlines() if ln.startswith("log: ")]
+    assert len(line) > 80 and line.endswith(ARN.rsplit("/", 1)[-1]), line

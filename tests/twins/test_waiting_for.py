@@ -67,6 +67,11 @@ def test_scheduled_until_its_not_before(cli: Any) -> None:
     assert shown == {"reason": "scheduled", "until": "2023-11-14T23:13:20.000000Z"}
     text = CliRunner().invoke(app, ["jobs", "show", "later"]).output
     assert "scheduled until 2023-11-14 23:13:20" in text
+    # The list says when too: at 80 columns in short, --wide whole.
+    listed = CliRunner().invoke(app, ["jobs", "list"], env={"COLUMNS": "80"}).output
+    assert "scheduled 11-14 23:13" in listed, listed
+    wide = CliRunner().invoke(app, ["jobs", "list", "--wide"]).output
+    assert "scheduled until 2023-11-14 23:13:20" in wide, wide
 
 
 def test_kind_limit_with_its_kinds_running_jobs_and_the_list_filters_by_it(cli: Any) -> None:
