@@ -108,7 +108,7 @@ def report(shape: Shape, out: BatchRun, wall: float) -> list[str]:
 
 def backlog(args: argparse.Namespace, shape: Shape) -> None:
     """One tick from a backlog of ``args.backlog`` messages (tasks are launched, never run)."""
-    from dispatcher.testing.jobless_table import JoblessTable
+    from dispatcher.simulation.jobless_table import JoblessTable
 
     model = BatchModel(shape, backlog=args.backlog, table=JoblessTable())
     base = vm_kib("VmRSS")
