@@ -8,7 +8,8 @@ any ``per`` of them fit one bundle, ``per`` being the least of the retry's bundl
 rule's job limit, and what its work and bytes budgets hold of the largest of them; packing in
 order closes a bundle only when the next job does not fit, so every bundle closed holds at
 least ``per`` and the bundles are at most ``ceil(n / per)``. Over a run of P pages, at most
-``ceil(n / per) + P - 1``.
+``ceil(n / per) + P - 1``. An array's children, retried through their parent in bundles of
+their own, are left out.
 """
 
 from __future__ import annotations
@@ -43,7 +44,10 @@ def unbundled(view: checks.View, retried: set[str], rule: BundleSizes, pages: in
     out: list[str] = []
     for job_id in sorted(retried):
         job = view.job(job_id)
-        if job is None or job.array_size is not None or job.live_task \
+        # An array's children are retried through their parent, in bundles of their own, page
+        # by page of the array (dispatcher/store/array_retry.py; tests/twins/
+        # test_retries_share_bundles.py): not packed with the run's other jobs.
+        if job is None or job.array_size is not None or job.array_parent or job.live_task \
                 or not rule.is_small(replace(job, depends_on=None)) or not job.bundle_id:
             continue
         shape = rule.shape(replace(job, depends_on=None), at)

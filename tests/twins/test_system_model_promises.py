@@ -249,3 +249,19 @@ def test_a_resumed_bulk_cancel_leaves_an_array_retried_since_as_it_is(
     children = m.twins.store.get_jobs(["a005:0", "a005:1"])
     assert parent is not None and parent.state == JobState.RUNNING
     assert {j.state for j in children} == {JobState.PENDING}
+
+
+def array_and_jobs_retried_together(m: model.SystemModel) -> None:
+    """An array and a burst cancelled by one bulk cancel, retried by one bulk retry."""
+    m.submit_array(2, 0, "succeed", 1.0, None)
+    m.slow_drain_tick(None)
+    m.burst(40, "succeed")
+    m.flaky_tick(5, False)
+    m.bulk_action(("cancel", "PENDING"), None, None, False, 1, None)
+    m.bulk_action(("retry", "CANCELLED"), None, None, False, 100, None)
+
+
+def test_an_arrays_children_retried_through_it_are_bundled_apart(
+        machines: Callable[[], model.SystemModel]) -> None:
+    """(A sequence the model found: the check counted them among the run's other jobs.)"""
+    assert seen_by(machines(), "retries_bundled", array_and_jobs_retried_together) == []
