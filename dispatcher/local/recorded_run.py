@@ -34,12 +34,15 @@ _LOCAL_ENV = {**DUMMY_CREDENTIALS, "POWERTOOLS_LOG_LEVEL": "WARNING"}
 def record_end_to_end(jobs: list[dict[str, Any]], *, wave: int, tasks: int,
                       concurrency: int = 20, capture_items: bool = False,
                       dispatcher_env: Mapping[str, str] | None = None,
-                      runner_env: Mapping[str, str] | None = None) -> list[RecordedCall]:
+                      runner_env: Mapping[str, str] | None = None,
+                      idle_ticks: int = 0) -> list[RecordedCall]:
     """Run ``jobs`` end to end, ``wave`` sent at once, each wave in ``tasks`` bundles of
     ``concurrency`` jobs at once; return every AWS call the proxy recorded, by component.
 
     ``capture_items`` keeps each DynamoDB write's items (the capacity model's input);
-    ``dispatcher_env`` and ``runner_env`` add settings to the tick's and the runner's.
+    ``dispatcher_env`` and ``runner_env`` add settings to the tick's and the runner's;
+    ``idle_ticks``: ticks made after the run, with nothing left to do, recorded as the
+    component ``idle``.
     This process's environment is set for the run (endpoint, provisioned names), as local
     mode sets it: a benchmark's process runs one.
     """
@@ -68,4 +71,7 @@ def record_end_to_end(jobs: list[dict[str, Any]], *, wave: int, tasks: int,
                   "LONGJOBS_ASSIGN_WAIT_SECONDS": "5", **(runner_env or {})}
         api_calls_end_to_end(proxy, stages.tick, jobs, wave=wave, runner_env=runner,
                              list_tasks=list_tasks, on_stopped=on_stopped)
+        with proxy.recording("idle"):
+            for _ in range(idle_ticks):
+                stages.tick.tick()
         return proxy.recorded()
