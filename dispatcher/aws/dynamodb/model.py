@@ -38,12 +38,6 @@ from dispatcher.ports.table import (
 # what its readers read (INDEX_ATTRIBUTES). A new name, as DynamoDB changes neither the
 # projection nor the keys of an index in place.
 STATUS_INDEX = "by_status_shard"
-# Indexes still declared by the template and no longer read: ``by_status`` (projection ALL)
-# stays one release, so that an update adds the new index in an UpdateTable of its own
-# (DynamoDB creates or deletes one index per UpdateTable); the next release deletes it. Its
-# key is ``status_key`` too, so it is sharded as well meanwhile (docs/deploying.md).
-RETIRED_INDEXES = {"by_status": {"hash_key": "status_key", "range_key": "status_at",
-                                 "projection": "ALL"}}
 TTL_ATTRIBUTE = "expires_at"
 KEYS = INDEX_KEYS
 
@@ -123,8 +117,7 @@ def key_schema() -> dict[str, Any]:
         "hash_key": "pk",
         "attributes": {"pk": "S", "status_key": "S", "status_at": "S"},
         "indexes": {STATUS_INDEX: {"hash_key": "status_key", "range_key": "status_at",
-                                   "projection": "INCLUDE"},
-                    **RETIRED_INDEXES},
+                                   "projection": "INCLUDE"}},
         "ttl_attribute": TTL_ATTRIBUTE,
     }
 
