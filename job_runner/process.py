@@ -44,6 +44,13 @@ def task_arn(cfg: Config | None = None) -> str:
                             f"{base}/task: {type(exc).__name__}: {exc}") from None
 
 
+# What a worker image that registers no handler says at its start.
+NO_HANDLERS = ("no job handler is registered in this image: build it with a handlers package "
+               "that declares them ([project.entry-points.\"longjobs.handlers\"] kind = "
+               "\"module:function\"; docker build --build-arg HANDLERS=...), or set the "
+               "stack's Handlers parameter (LONGJOBS_HANDLERS=kind=module:function)")
+
+
 def main() -> int:
     try:
         cfg = settings.load("runner")
@@ -60,6 +67,10 @@ def main() -> int:
     except LongjobsError as exc:
         print(f"job_runner: {exc}", file=sys.stderr)
         return 2
+    if not registry.kinds():
+        # Every job of the bundle fails as an unknown kind, each saying so; this line says it
+        # once, first, where the image's builder looks.
+        log.error(NO_HANDLERS)
     worker = Worker(cfg, store, registry, arn)
     signal.signal(signal.SIGTERM, worker.on_sigterm)
     try:

@@ -486,6 +486,32 @@ def test_worker_container_runs_an_init_process(template: dict[str, Any]) -> None
     assert container["LinuxParameters"]["InitProcessEnabled"] is True
 
 
+def test_a_worker_image_whose_handlers_declare_none_fails_its_build_in_one_line(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Right after it installs HANDLERS, the build runs job_runner.image_check, unless the
+    handlers come from the stack's Handlers parameter: a package that declares no handler stops
+    the build with one line naming the fix, not every job of the first task."""
+    from importlib.metadata import EntryPoint
+
+    from job_runner import image_check, kinds
+
+    build, _ = dockerfile_stages()
+    installs = next(n for n, i in enumerate(build) if 'pip install "$HANDLERS"' in i)
+    check = build[installs + 2]  # after its ARG HANDLERS_BY_STACK
+    assert build[installs + 1] == 'ARG HANDLERS_BY_STACK=""'
+    assert check.startswith("RUN ") and 'python -m job_runner.image_check "$HANDLERS"' in check
+    assert '[ -z "$HANDLERS_BY_STACK" ]' in check
+    monkeypatch.setattr(kinds, "entry_points", lambda group: [])
+    said = image_check.problem("my-jobs==1.4.0")
+    assert said is not None and said.count("\n") == 0 and said.startswith(
+        "error: my-jobs==1.4.0 declares no longjobs.handlers entry point: add")
+    assert image_check.main(["my-jobs==1.4.0"]) == 1
+    monkeypatch.setattr(kinds, "entry_points", lambda group: [
+        EntryPoint("resize", "my_jobs:resize", "longjobs.handlers")])
+    assert image_check.problem("my-jobs==1.4.0") is None
+    assert image_check.main(["my-jobs==1.4.0"]) == 0
+
+
 def dockerfile_stages() -> list[list[str]]:
     """The Dockerfile's instructions (comments and continuations folded), split per stage."""
     text = (ROOT / "infra" / "worker" / "Dockerfile").read_text()
