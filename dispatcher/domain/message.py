@@ -317,8 +317,14 @@ class JobMessage(BaseModel):
         return len(self.payload_json().encode())
 
 
+SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
 def json_schema() -> dict[str, Any]:
     schema = JobMessage.model_json_schema()
+    # The dialect its keywords are (dependentRequired, $defs: 2020-12): a validator left to
+    # its default draft would judge messages by other rules.
+    schema = {"$schema": SCHEMA_DIALECT, **schema}
     schema["$id"] = "https://longjobs.dev/schema/job-message-v1.json"
     schema["title"] = "longjobs job message v1"
     # cpu and memory go together (the pair is checked against Fargate's sizes on top).

@@ -175,6 +175,21 @@ def test_the_schema_command_prints_the_new_fields() -> None:
     assert "not_before" in json.loads(result.output)["properties"]
 
 
+def test_the_schema_declares_its_dialect_and_is_a_valid_2020_12_schema() -> None:
+    """A validator that is not ours reads the dialect from the schema itself (a validator
+    on its default draft would judge messages by other rules) and finds the schema valid."""
+    from jsonschema import Draft202012Validator, validators
+
+    schema = json.loads(CliRunner().invoke(app, ["schema"]).output)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert validators.validator_for(schema) is Draft202012Validator
+    Draft202012Validator.check_schema(schema)
+    checker = Draft202012Validator(schema)
+    assert checker.is_valid({"schema_version": 1, "job_id": "a", "kind": "k", "payload": {}})
+    assert not checker.is_valid({"schema_version": 1, "job_id": "a", "kind": "k", "payload": {},
+                                 "cpu": 1024})  # dependentRequired: memory with it
+
+
 # -- the producer client ------------------------------------------------------------------------
 def _queues() -> dict[Priority, MemoryQueue]:
     return {p: MemoryQueue() for p in Priority}
