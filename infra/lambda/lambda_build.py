@@ -5,7 +5,9 @@ Two parts, so that `sam build` installs the dependencies once for both functions
 - ``layer``: the project's runtime dependencies (pyproject.toml's ``[project] dependencies``,
   no extras: no CLI, no local mode) in ``ARTIFACTS_DIR/python``, the folder of a layer that
   Lambda puts on ``sys.path`` (``/opt/python``). The layer is shared by both functions.
-- ``code``: the ``dispatcher`` package alone, in ``ARTIFACTS_DIR`` (``/var/task``).
+- ``code``: the ``dispatcher`` package alone, in ``ARTIFACTS_DIR`` (``/var/task``), without
+  the subpackages no handler imports (:data:`NOT_IN_FUNCTIONS`: the CLI, local mode, the test
+  support and the simulation, about a third of the package).
 
 Both are compiled to bytecode by an interpreter of the runtime's own version (the template's
 ``Runtime``). The function's file system is read-only, so a module whose .pyc is missing or
@@ -39,6 +41,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "dispatcher"
 PLATFORM = "manylinux2014_x86_64"  # the template's Architectures: [x86_64]
+# Subpackages of ``dispatcher`` that the handlers' import closure never reaches (the import
+# contract "lambda" in pyproject.toml keeps it so), left out of the functions' code.
+NOT_IN_FUNCTIONS = ("cli", "local", "testing", "simulation")
 
 
 class BuildError(Exception):
@@ -136,8 +141,15 @@ def build_code(artifacts: Path, python: str) -> None:
     target = artifacts / PACKAGE
     shutil.rmtree(target, ignore_errors=True)
     # The sources only: a developer's __pycache__ holds bytecode of the host's version.
-    shutil.copytree(ROOT / PACKAGE, target,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    source = ROOT / PACKAGE
+
+    def left_out(folder: str, names: list[str]) -> set[str]:
+        skipped = set(shutil.ignore_patterns("__pycache__", "*.pyc")(folder, names))
+        if Path(folder) == source:
+            skipped |= set(NOT_IN_FUNCTIONS) & set(names)
+        return skipped
+
+    shutil.copytree(source, target, ignore=left_out)
     compile_tree(python, target)
 
 
