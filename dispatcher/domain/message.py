@@ -21,6 +21,7 @@ from pydantic import (
     ValidationInfo,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
@@ -257,10 +258,17 @@ class JobMessage(BaseModel):
             raise ValueError(f"tolerated_failures {value} is more than the array's {size} "
                              f"children: at most {size} (every child may fail), or a "
                              "percentage such as \"5%\"")
-        if len(info.data.get("job_id", "")) > arrays.MAX_PARENT_ID_LENGTH:
-            raise ValueError(f"an array job's job_id has at most {arrays.MAX_PARENT_ID_LENGTH} "
-                             "characters (its children's ids add :<index>)")
         return value
+
+    @model_validator(mode="after")
+    def _parent_id(self) -> JobMessage:
+        """An array's id leaves room for its children's ``:<index>`` (whatever else it says:
+        a check of the whole message, named by the field it is about)."""
+        if self.array_size is not None and len(self.job_id) > arrays.MAX_PARENT_ID_LENGTH:
+            raise ValueError(f"job_id: an array job's job_id has at most "
+                             f"{arrays.MAX_PARENT_ID_LENGTH} characters (its children's ids "
+                             "add :<index>)")
+        return self
 
     @field_validator("depends_on")
     @classmethod
@@ -351,14 +359,15 @@ def describe_errors(exc: ValidationError) -> str:
         loc = [p for p in err["loc"] if not (isinstance(p, str) and _BRANCH.fullmatch(p))]
         branches = [p for p in err["loc"] if isinstance(p, str) and _BRANCH.fullmatch(p)]
         why = str(err["msg"]).removeprefix("Value error, ")
-        where = ".".join(str(p) for p in loc) or "message"
+        # A check of the whole message (no location) names its field itself.
+        where = ".".join(str(p) for p in loc) or ""
         deeper = bool(branches) and err["loc"][-1] not in branches
         key = ".".join(str(p) for p in err["loc"][:err["loc"].index(branches[0])]) \
             if branches else where
         if branches and not deeper:
             kinds.setdefault(key, []).append(_BRANCH_WORDS.get(branches[-1], "an object"))
         # A validator's message that names its field already is said alone.
-        text = why if why.startswith((f"{where}:", f"{where}.", f"{where} ")) \
+        text = why if not where or why.startswith((f"{where}:", f"{where}.", f"{where} ")) \
             else f"{where}: {why}"
         found.setdefault(key, []).append((deeper or not branches, text))
     parts: list[str] = []

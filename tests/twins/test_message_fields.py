@@ -379,3 +379,17 @@ def test_an_api_error_names_no_id_its_caller_did_not_choose() -> None:
         client.submit("k", {}, job_id="mine", depends_on=[{"job_id": "x", "condition": "no"}])
     assert str(raised.value) == ("mine: schema violation: depends_on.0.condition: Input should "
                                  "be 'succeeded', 'finished' or 'failed'")
+
+
+@pytest.mark.parametrize("extra", [{}, {"tolerated_failures": 1}])
+def test_an_arrays_id_too_long_for_its_childrens_is_refused_under_job_id(
+        extra: dict[str, Any]) -> None:
+    """With or without tolerated failures (the check once lived in theirs, and so ran only
+    when they were given, and named them)."""
+    with pytest.raises(InvalidMessage) as raised:
+        message.parse(json.dumps({"schema_version": 1, "job_id": "a" * 123, "kind": "k",
+                                  "payload": {}, "array_size": 3, **extra}))
+    assert raised.value.reason == ("schema violation: job_id: an array job's job_id has at "
+                                   "most 122 characters (its children's ids add :<index>)")
+    assert message.parse(json.dumps({"schema_version": 1, "job_id": "a" * 122, "kind": "k",
+                                     "payload": {}, "array_size": 3, **extra})).array_size == 3
