@@ -129,8 +129,15 @@ class JobMessage(BaseModel):
     schema_version: Literal[1] = Field(description="Always 1 for this schema.")
     job_id: str = Field(description="Idempotency key: a second message with the same id is a "
                         "duplicate and never becomes a second job. 1-128 chars of "
-                        "[A-Za-z0-9._:@/+=-].")
-    kind: str = Field(description="Which handler runs the job.")
+                        "[A-Za-z0-9._:@/+=-], the first a letter or digit; an array job's "
+                        f"at most {arrays.MAX_PARENT_ID_LENGTH} (its children's add "
+                        ":<index>).",
+                        json_schema_extra={"pattern": f"^{_JOB_ID.pattern}$",
+                                           "minLength": 1, "maxLength": 128})
+    kind: str = Field(description="Which handler runs the job: 1-128 chars of [A-Za-z0-9._:-], "
+                      "the first a letter or digit.",
+                      json_schema_extra={"pattern": f"^{_KIND.pattern}$", "minLength": 1,
+                                         "maxLength": 128})
     payload: dict[str, Any] = Field(description="Arguments for the handler (a JSON object).")
     estimated_seconds: float | None = Field(
         default=None, ge=0, le=MAX_SECONDS, allow_inf_nan=False,
@@ -181,6 +188,20 @@ class JobMessage(BaseModel):
     tolerated_failures: int | str = Field(
         default=0, validate_default=True, description="An array job's children that may "
         "fail with the parent still SUCCEEDED: a count, or a percentage such as \"5%\".")
+
+    @field_validator("schema_version", "estimated_seconds", "max_attempts", "timeout_seconds",
+                     "cpu", "memory", "ephemeral_storage", "array_size", "tolerated_failures",
+                     mode="before")
+    @classmethod
+    def _json_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """A number at the wire is a JSON number, as the schema says: never a boolean, nor a
+        string (pydantic would take "3" and true for 3 and 1), but tolerated failures'
+        percentage. 3.0 is the integer 3, as JSON Schema counts it."""
+        counts = info.field_name == "tolerated_failures"
+        if isinstance(value, bool) or (isinstance(value, str) and not counts):
+            what = "a count or a percentage such as \"5%\"" if counts else "a JSON number"
+            raise ValueError(f"{info.field_name} must be {what}, not {json.dumps(value)}")
+        return value
 
     @field_validator("job_id")
     @classmethod
