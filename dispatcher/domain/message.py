@@ -184,10 +184,11 @@ class JobMessage(BaseModel):
         "for its whole array. When one ends otherwise, this job is CANCELLED with the reason. "
         "An array job may add n_to_n: true, naming an array of its size: its child i then "
         "waits for that array's child i only (and only it is CANCELLED when that one ends "
-        "otherwise).")
+        "otherwise). No job may be named twice, in either form.")
     tolerated_failures: int | str = Field(
         default=0, validate_default=True, description="An array job's children that may "
-        "fail with the parent still SUCCEEDED: a count, or a percentage such as \"5%\".")
+        "fail with the parent still SUCCEEDED: a count of at most array_size, or a "
+        "percentage such as \"5%\"; without array_size, only 0.")
 
     @field_validator("schema_version", "estimated_seconds", "max_attempts", "timeout_seconds",
                      "cpu", "memory", "ephemeral_storage", "array_size", "tolerated_failures",
@@ -356,9 +357,41 @@ def json_schema() -> dict[str, Any]:
     schema = {"$schema": SCHEMA_DIALECT, **schema}
     schema["$id"] = "https://longjobs.dev/schema/job-message-v1.json"
     schema["title"] = "longjobs job message v1"
-    # cpu and memory go together (the pair is checked against Fargate's sizes on top).
+    # cpu and memory go together, as a pair Fargate runs.
     schema["dependentRequired"] = {"cpu": ["memory"], "memory": ["cpu"]}
+    schema["allOf"] = cross_field_rules()
     return schema
+
+
+def cross_field_rules() -> list[dict[str, Any]]:
+    """What one field asks of another, as JSON Schema says it (``if``/``then``): the memory
+    each cpu value takes on Fargate; failures tolerated (but none) only by an array; an
+    element-wise dependency only of an array; the dependencies' ids. (What it cannot say, the
+    descriptions do: a dependency named twice in two forms, failures tolerated past the
+    array's size, an array's id too long for its children's.)"""
+    rules: list[dict[str, Any]] = [
+        {"if": {"required": ["cpu"], "properties": {"cpu": {"const": cpu}}},
+         "then": {"properties": {"memory": {"enum": list(sizes)}}}}
+        for cpu, sizes in fargate.CPU_MEMORY.items()]
+    rules.append({"if": {"required": ["tolerated_failures"],
+                         "not": {"properties": {"tolerated_failures": {"enum": [0, "0"]}}}},
+                  "then": {"required": ["array_size"]}})
+    rules.append({"if": {"required": ["depends_on"], "properties": {"depends_on": {
+                      "type": "array", "contains": {
+                          "type": "object", "required": ["n_to_n"],
+                          "properties": {"n_to_n": {"const": True}}}}}},
+                  "then": {"required": ["array_size"]}})
+    job_id = {"type": "string", "pattern": f"^{_JOB_ID.pattern}$"}
+    rules.append({"properties": {
+        "depends_on": {"anyOf": [{"type": "null"}, {"type": "array", "uniqueItems": True,
+                                                     "items": {"anyOf": [job_id, {
+                                                         "type": "object",
+                                                         "properties": {"job_id": job_id}}]}}]},
+        "tolerated_failures": {"anyOf": [
+            {"type": "integer", "minimum": 0},
+            {"type": "string", "pattern": r"^\s*(100(\.0+)?|\d{1,2}(\.\d+)?)%\s*$"},
+            {"const": "0"}]}}})
+    return rules
 
 
 # A union's branch in an error's location (pydantic names it by its type: ``str``,
