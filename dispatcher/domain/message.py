@@ -383,6 +383,9 @@ def cross_field_rules() -> list[dict[str, Any]]:
                   "then": {"required": ["array_size"]}})
     job_id = {"type": "string", "pattern": f"^{_JOB_ID.pattern}$"}
     rules.append({"properties": {
+        # 0 (an instant job) or at least the smallest estimate a job may have.
+        "estimated_seconds": {"anyOf": [{"type": "null"}, {"const": 0}, {
+            "type": "number", "minimum": MIN_ESTIMATE_SECONDS, "maximum": MAX_SECONDS}]},
         "depends_on": {"anyOf": [{"type": "null"}, {"type": "array", "uniqueItems": True,
                                                      "items": {"anyOf": [job_id, {
                                                          "type": "object",
