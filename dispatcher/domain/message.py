@@ -184,7 +184,8 @@ class JobMessage(BaseModel):
         "for its whole array. When one ends otherwise, this job is CANCELLED with the reason. "
         "An array job may add n_to_n: true, naming an array of its size: its child i then "
         "waits for that array's child i only (and only it is CANCELLED when that one ends "
-        "otherwise). No job may be named twice, in either form.")
+        "otherwise). No job may be named twice, in either form, nor the job itself (and a "
+        "producer that can read the table is refused, at submit, a child of its own array).")
     tolerated_failures: int | str = Field(
         default=0, validate_default=True, description="An array job's children that may "
         "fail with the parent still SUCCEEDED: a count of at most array_size, or a "

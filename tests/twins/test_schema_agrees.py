@@ -6,7 +6,8 @@ string or a boolean is no number to either), cpu and memory as Fargate pairs the
 failures, dependencies and their element-wise form, ``not_before`` as a number or a time.
 
 Left out, because JSON Schema cannot say them (the fields' descriptions do): a dependency named
-twice in two forms (an id and an object), failures tolerated past the array's size, an array's
+twice in two forms (an id and an object), a job naming itself, failures tolerated past the
+array's size, an array's
 id too long for its children's, a time past the latest ``not_before`` written as a string;
 and the payload's size and depth."""
 
@@ -75,7 +76,8 @@ def inexpressible(doc: dict[str, Any]) -> bool:
     # Named twice, but not as two equal items (uniqueItems refuses those: both agree).
     twice = len(named) != len(set(named)) and len({json.dumps(d, sort_keys=True)
                                                     for d in deps}) == len(deps)
-    return twice or too_many
+    itself = doc["job_id"] in named
+    return twice or too_many or itself
 
 
 def dispatcher_accepts(doc: dict[str, Any]) -> bool:
