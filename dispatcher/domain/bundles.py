@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -60,6 +61,23 @@ class Bundle:
     # bundle done, without a launch of their own (dispatcher.store.follow_ons); or a batch of
     # none (:func:`lone_batch`), whose runner takes other due work only.
     batch: str | None = None
+    # The smallest ``timeout_seconds`` of its jobs (handed ones included); 0: none of them has
+    # one; None: not known (recorded before bundles kept it). The tick's look for jobs past
+    # their timeout reads the running jobs only while an active bundle may hold one
+    # (dispatcher.stages.reconcile).
+    timeout_seconds: float | None = None
+
+
+def jobs_timeout(timeouts: Iterable[float | None]) -> float:
+    """A bundle's ``timeout_seconds`` from its jobs': the smallest, or 0 if none has one."""
+    return min((t for t in timeouts if t), default=0.0)
+
+
+def joined_timeout(a: float | None, b: float | None) -> float | None:
+    """The ``timeout_seconds`` of a bundle of ``a``'s jobs and ``b``'s (unknown if either is)."""
+    if a is None or b is None:
+        return None
+    return jobs_timeout([a, b])
 
 
 # A batch of no follow-ons ends in this: its bundle's runner, its bundle done, takes other due

@@ -136,12 +136,14 @@ class Reconciler:
 
     def timeouts(self, active: list[Bundle], stats: ReconcileStats) -> None:
         """Jobs past ``timeout_seconds`` that their runner did not stop: fail them, and stop
-        the task if nothing else of its bundle is left to run. Only while some bundle is
-        active: a job runs only in a task, and a task holds an active bundle from its launch
-        to its exit, whose stop settles the jobs it left RUNNING; so an idle tick reads none
-        of the running index's nine partitions. (A job whose last write the table refused
-        may stay RUNNING after its task ended its bundle: its task's stop event settles it.)"""
-        if not active:
+        the task if nothing else of its bundle is left to run. Only while some active bundle
+        may hold a job with a timeout (its ``timeout_seconds``: not 0, or not known): a job runs
+        only in a task, and a task holds an active bundle from its launch to its exit, whose
+        stop settles the jobs it left RUNNING; so a tick whose tasks run no job with a
+        timeout, or an idle one, reads none of the running index's nine partitions. (A job
+        whose last write the table refused may stay RUNNING after its task ended its bundle:
+        its task's stop event settles it.)"""
+        if all(b.timeout_seconds == 0 for b in active):
             return
         t = self._clock()
         margin = TIMEOUT_MARGIN_SECONDS + 2 * self._policy.heartbeat_seconds

@@ -239,7 +239,7 @@ def bundle_record(bundle: Bundle) -> Record:
         created_at=bundle.created_at, updated_at=bundle.created_at,
         priority=None if bundle.priority == Priority.NORMAL else str(bundle.priority),
         kind=bundle.kind, slots=bundle.slots or None, batch=bundle.batch,
-        **_resources(bundle.resources),
+        timeout_seconds=bundle.timeout_seconds, **_resources(bundle.resources),
     )
 
 
@@ -256,6 +256,7 @@ def record_bundle(rec: Record) -> Bundle:
         priority=Priority(rec.priority or Priority.NORMAL), resources=record_resources(rec),
         kind=rec.kind, slots=_int(rec.slots), handed_jobs=list(rec.handed_jobs or []),
         takes_handed=rec.handed is not None, batch=rec.batch,
+        timeout_seconds=None if rec.timeout_seconds is None else float(rec.timeout_seconds),
     )
 
 

@@ -18,13 +18,14 @@ It is never in two bundles, so it can never have two live runs, and it is never 
 from __future__ import annotations
 
 from dispatcher.domain import lifecycle
-from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.bundles import Bundle, BundleState, joined_timeout
 from dispatcher.ports.table import (
     MAX_TRANSACTION_ITEMS,
     Action,
     And,
     Eq,
     Op,
+    Remove,
     Set,
     TransactionCancelled,
     Update,
@@ -98,6 +99,8 @@ class Handing(Reads):
                     return []
                 continue
             host.handed_jobs = [*host.handed_jobs, *moving]
+            host.timeout_seconds = joined_timeout(host.timeout_seconds,
+                                                  source.timeout_seconds)
             source.job_ids = [j for j in source.job_ids if j not in moving]
             if not source.job_ids:
                 source.state = BundleState.DONE
@@ -107,8 +110,12 @@ class Handing(Reads):
     def _handoff(self, source: Bundle, moving: list[str], host: Bundle) -> list[Op]:
         t = self.clock()
         handed = [*host.handed_jobs, *moving]
+        # The handed jobs' timeouts join the host's (the source's smallest stands for theirs:
+        # a look for overdue jobs made for nothing, never one missed).
+        joined = joined_timeout(host.timeout_seconds, source.timeout_seconds)
         host_op = Update(r.bundle_key(host.bundle_id), [
-            Set("handed_jobs", handed), Set("handed", len(handed))],
+            Set("handed_jobs", handed), Set("handed", len(handed)),
+            Set("timeout_seconds", joined) if joined is not None else Remove("timeout_seconds")],
             And(Eq("state", str(BundleState.RUNNING)), Eq("attempt", host.attempt),
                 Eq("task_arn", host.task_arn), Eq("handed", len(host.handed_jobs))))
         rest = [j for j in source.job_ids if j not in moving]

@@ -13,7 +13,13 @@ from dataclasses import dataclass, replace
 
 from dispatcher.domain import lifecycle, sizes
 from dispatcher.domain.bundle_sizes import BundleSizes
-from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState, lone_batch
+from dispatcher.domain.bundles import (
+    ACTIVE_BUNDLE_STATES,
+    Bundle,
+    BundleState,
+    jobs_timeout,
+    lone_batch,
+)
 from dispatcher.domain.cancels import NotCancelled
 from dispatcher.domain.errors import ConflictError, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState, new_id
@@ -206,7 +212,8 @@ def retry_bundle_ops(jobs: list[Job], bundle_id: str, *, t: float, from_scratch:
                     next_attempt_at=due, created_at=t, priority=first.priority,
                     resources=first.resources,
                     kind=first.kind if len(kinds) == 1 else None, slots=int(not shared),
-                    batch=lone_batch(bundle_id) if shared else None)
+                    batch=lone_batch(bundle_id) if shared else None,
+                    timeout_seconds=jobs_timeout(j.timeout_seconds for j in jobs))
     return [Put(r.bundle_record(bundle), Absent()),
             *(_retry_op(job, bundle_id, t=t, from_scratch=from_scratch, reason=reason, by=by)
               for job in jobs)]

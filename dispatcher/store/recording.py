@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dispatcher.domain import lifecycle, sizes
-from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.bundles import Bundle, BundleState, jobs_timeout
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import Job, JobState, Rejection
 from dispatcher.ports.table import (
@@ -78,6 +78,9 @@ class Recordings(Reads):
         before it deletes the job's message.
         """
         by_id = {j.job_id: j for j in jobs}
+        for bundle in bundles:  # kept on the bundle: the tick's look for overdue jobs reads it
+            bundle.timeout_seconds = jobs_timeout(by_id[j].timeout_seconds
+                                                  for j in bundle.job_ids if j in by_id)
         duplicates: set[str] = set()
         one = [b for b in bundles if _fits_one(b, by_id)]
         for bundle in bundles:

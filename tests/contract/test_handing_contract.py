@@ -103,3 +103,22 @@ def test_nothing_moves_to_a_host_that_moved_on_or_a_job_cancelled(store: Store) 
     u3 = store.get_job("u3")
     assert u3 is not None and u3.bundle_id == "urgent2"
 
+
+
+def test_a_handed_job_with_a_timeout_gives_the_host_its_timeout(store: Store) -> None:
+    """The host kept no timeout (none of its jobs has one); a job handed to it has: the host
+    keeps the smallest from then on, so the tick's look for overdue jobs reads the running
+    jobs while it runs (dispatcher/stages/reconcile.py)."""
+    host, _ = running_host(store)
+    assert host.timeout_seconds == 0
+    bundle = Bundle(bundle_id="urgent", job_ids=["u1"], next_attempt_at=T0, created_at=T0,
+                    priority=Priority.HIGH)
+    (job,) = _jobs("u1", bundle_id="urgent")
+    job.priority, job.timeout_seconds = Priority.HIGH, 45.0
+    assert store.record([bundle], [job]) == set()
+    source = store.full_bundles(["urgent"])[0]
+    assert source.timeout_seconds == 45.0
+    assert store.hand(source, ["u1"], host) == ["u1"]
+    assert host.timeout_seconds == 45.0
+    got = store.get_bundle("host")
+    assert got is not None and got.timeout_seconds == 45.0

@@ -125,10 +125,11 @@ def test_an_ignored_reconciled_stop_frees_no_capacity(twins: Twins,
     assert decision.intake.admitted == 0 and twins.job("waiting") is None
 
 
-def test_an_idle_tick_reads_no_running_jobs_and_a_busy_one_does(
+def test_the_running_jobs_are_read_only_while_a_job_with_a_timeout_may_run(
         twins: Twins, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The timeouts' read of the running index (nine partitions) is made only while a bundle
-    is active: with no task running no job can be RUNNING."""
+    """The timeouts' read of the running index (nine partitions) is made only while an active
+    bundle holds a job with a timeout (its bundle keeps the smallest): not by an idle tick,
+    nor by one whose tasks run no job with a timeout."""
     read: list[str] = []
     query = twins.table.query
 
@@ -141,6 +142,12 @@ def test_an_idle_tick_reads_no_running_jobs_and_a_busy_one_does(
     stages.tick.tick()
     assert not [k for k in read if k.startswith("JOB#RUNNING")]
     twins.launched("busy")
+    read.clear()
+    stages.tick.tick()
+    assert not [k for k in read if k.startswith("JOB#RUNNING")]
+    bundle_id, _ = twins.launched("limited", timeout_seconds=600)
+    limited = twins.bundle(bundle_id)
+    assert limited is not None and limited.timeout_seconds == 600
     read.clear()
     stages.tick.tick()
     assert len([k for k in read if k.startswith("JOB#RUNNING")]) == 9
