@@ -110,6 +110,24 @@ def cancel_array(store: JobActions, parent: Job, reason: str | None,
     return store._job(parent.job_id)
 
 
+def _none_stopping(store: JobActions, parent: Job, recorded: int) -> None:
+    """A cancelled array's children its cancel asked their tasks to stop, and that have not
+    yet: a retry now would pass them by (not ended) and their runners would then cancel them,
+    the array failing after a retry meant to run it all. Refused, saying how many and what to
+    do (a page of reads per 100 children, only for a cancelled array)."""
+    stopping: list[str] = []
+    for start in range(0, recorded, CHILD_PAGE):
+        ids = [arrays.child_id(parent.job_id, i)
+               for i in range(start, min(recorded, start + CHILD_PAGE))]
+        stopping += [j.job_id for j in store.get_jobs(ids) if j.state not in TERMINAL_JOB_STATES]
+    if stopping:
+        raise LongjobsError(
+            f"{len(stopping)} of its children are still stopping after its cancel (e.g. "
+            f"{', '.join(stopping[:3])}): their tasks end them at their next heartbeat; retry "
+            f"it once they have (`longjobs jobs show {parent.job_id}` counts them)",
+            job_id=parent.job_id)
+
+
 def _retried_since(store: JobActions, parent: Job, recorded: int, by: str) -> bool:
     """Whether bulk action ``by`` cancelled children of ``parent`` (its mark on them: a run cut
     short before the parent's own write) that are no longer CANCELLED: an operator retried
@@ -194,6 +212,8 @@ def retry_array(store: JobActions, parent: Job, *, from_scratch: bool,
         raise LongjobsError(f"only a FAILED or CANCELLED array job can be retried, not "
                             f"{parent.state}", job_id=parent.job_id)
     recorded = _recorded(store, parent.job_id)
+    if parent.state == JobState.CANCELLED:
+        _none_stopping(store, parent, recorded)
     t = store.clock()
     marker = Record(r.array_key(parent.job_id), status_key=r.OPEN_ARRAYS, status_at=r.iso(t),
                     job_id=parent.job_id, priority=str(parent.priority), created_at=t)

@@ -4,7 +4,10 @@ sees the array's counts and cancels it whole."""
 
 from __future__ import annotations
 
+import pytest
+
 from dispatcher.domain import arrays
+from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.ops.client import JobClient
 from dispatcher.ports.table import Set, Update
@@ -39,19 +42,22 @@ def test_one_message_becomes_an_arrays_children_on_the_real_adapters(aws: Aws) -
     got = client.get("arr")
     assert isinstance(got, Job) and got.state == JobState.CANCELLED
 
-    # Its retry, carried on the parent (dispatcher/store/array_retry.py): its ended children
-    # (three, as if their runs had failed: the others still wait for their task to honour the
-    # cancel request) back to PENDING, sharing a new bundle as admitted small jobs do; the
-    # cursor gone once done.
+    # Its retry waits for the children its cancel asked their task to stop; then, carried on
+    # the parent (dispatcher/store/array_retry.py), it puts its ended children back to PENDING
+    # (three as if their runs had failed, the rest as their runner ends them on the request),
+    # sharing a new bundle as admitted small jobs do; the cursor gone once done.
     for i in range(3):
         store.table.write(Update(f"JOB#arr:{i}", [Set("state", "FAILED")]))
+    with pytest.raises(LongjobsError, match="9 of its children are still stopping"):
+        client.retry("arr")
+    for i in range(3, 12):
+        store.table.write(Update(f"JOB#arr:{i}", [Set("state", "CANCELLED")]))
     client.retry("arr")
     assert client.get("arr").state == JobState.RUNNING  # type: ignore[union-attr]
     children = store.get_jobs([arrays.child_id("arr", i) for i in range(12)])
     assert [c.state for c in children] == [JobState.PENDING] * 12
     retried = [c for c in children if c.history and "retried_at" in c.history[-1]]
-    assert [c.array_index for c in retried] == [0, 1, 2]
+    assert [c.array_index for c in retried] == list(range(12))
     assert len({c.bundle_id for c in retried}) == 1
-    assert retried[0].bundle_id not in {c.bundle_id for c in children if c not in retried}
     item = store.table.get("JOB#arr")
     assert item is not None and item.array_retry_next is None and item.array_retry is None

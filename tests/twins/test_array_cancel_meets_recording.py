@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 
 from dispatcher.domain import arrays
+from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.store import codec as r
 from tests.twins import Twins
@@ -127,5 +128,37 @@ def test_a_cancelled_arrays_children_cancelled_before_recording_are_retried_with
         run_launched(twins, ran=ran)
     assert sorted(ran) == sorted(arrays.child_id("a", i) for i in range(SIZE))
     assert set(ran.values()) == {1}
+    parent = twins.job("a")
+    assert parent is not None and parent.state == JobState.SUCCEEDED, parent.reason
+
+
+def test_a_cancelled_arrays_retry_waits_for_its_children_still_stopping(
+        twins: Twins) -> None:
+    """Cancelled while its children's task runs them: their cancel is a request their runner
+    honours. A retry now would pass them by (not ended yet) and their runner would then cancel
+    them, the array failing after a retry meant to run everything: it is refused, saying how
+    many are still stopping and what to do; once they have stopped, the retry runs them all."""
+    client = twins.client()
+    client.submit("k", {}, job_id="a", array_size=4, estimated_seconds=1)
+    stages = twins.stages(LONGJOBS_MAX_RUNNING_TASKS="2")
+    stages.tick.tick()  # the parent
+    stages.tick.tick()  # its children, launched
+    assert client.cancel("a").state == JobState.CANCELLED
+    stopping = [j for j in children(twins) if j.state == JobState.PENDING]
+    assert stopping  # requested of their task, not ended yet
+    with pytest.raises(LongjobsError) as refused:
+        client.retry("a")
+    said = str(refused.value)
+    assert f"{len(stopping)} of its children are still stopping" in said, said
+    assert "longjobs jobs show a" in said
+    run_launched(twins)  # the runner honours the requests
+    assert {j.state for j in children(twins)} == {JobState.CANCELLED}
+    assert client.retry("a").state in (JobState.RUNNING, JobState.PENDING)
+    ran: Counter[str] = Counter()
+    for _ in range(6):
+        twins.clock.advance(60)
+        stages.tick.tick()
+        run_launched(twins, ran=ran)
+    assert sorted(ran) == [arrays.child_id("a", i) for i in range(4)]
     parent = twins.job("a")
     assert parent is not None and parent.state == JobState.SUCCEEDED, parent.reason
