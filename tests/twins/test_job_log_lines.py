@@ -149,8 +149,7 @@ def test_a_timed_out_jobs_last_line_says_so_first() -> None:
     """``jobs logs`` of a job past its limit ends with the reason before the error's words,
     so a line cut at the terminal's width still says it timed out."""
     def slow(payload: dict[str, Any], ctx: Any) -> None:
-        while not ctx.cancelled():
-            time.sleep(0.01)
+        ctx.wait()  # until its timeout cancels it
         ctx.raise_if_cancelled()
 
     logs = run_bundle([Job(job_id="to-1", kind="s", payload={}, estimated_seconds=0.01,
