@@ -13,6 +13,7 @@ from dispatcher.domain import arrays
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.store import codec as r
+from dispatcher.wiring import pipeline
 from tests.twins import Twins
 from tests.twins.test_array_jobs import run_launched
 
@@ -35,6 +36,45 @@ def none_ran_after(t: Twins, ticks: int = 4) -> Counter[str]:
         t.clock.advance(3600)  # leases and the messages' holds run out
         stages.tick.tick()
         run_launched(t, ran=ran)
+    return ran
+
+
+def cancelled_while_recording(t: Twins, stages: pipeline.Stages) -> list[JobState]:
+    """Array ``a`` of SIZE children submitted and its parent recorded; then a tick during
+    which, right after its first recording of children, an operator cancels the array. The
+    cancel's answers (one: the drain records from its pool's threads)."""
+    client = t.client()
+    client.submit("k", {}, job_id="a", array_size=SIZE, estimated_seconds=1)
+    stages.tick.tick()  # the parent
+    record = t.store.record
+    cancelled: list[JobState] = []
+    once = threading.Lock()
+
+    def record_then_cancel(*args: object) -> set[str]:
+        out = record(*args)  # type: ignore[arg-type]
+        with once:
+            if not cancelled:
+                cancelled.append(client.cancel("a").state)
+        return out
+
+    t.store.record = record_then_cancel  # type: ignore[method-assign]
+    try:
+        stages.tick.tick()
+    finally:
+        t.store.record = record  # type: ignore[method-assign]
+    return cancelled
+
+
+def run_to_the_end(t: Twins, stages: pipeline.Stages, ticks: int) -> Counter[str]:
+    """``ticks`` ticks a minute apart, every launched bundle run; the runs by job. The array
+    ``a`` must end SUCCEEDED."""
+    ran: Counter[str] = Counter()
+    for _ in range(ticks):
+        t.clock.advance(60)
+        stages.tick.tick()
+        run_launched(t, ran=ran)
+    parent = t.job("a")
+    assert parent is not None and parent.state == JobState.SUCCEEDED, parent.reason
     return ran
 
 
@@ -72,25 +112,8 @@ def test_a_tick_recording_children_while_the_array_is_cancelled_starts_none_afte
         twins: Twins) -> None:
     """The cancel runs between two of a tick's recordings of children: what that tick records
     after it (it read the array open at its start) never starts, and the cancel says so."""
-    client = twins.client()
-    client.submit("k", {}, job_id="a", array_size=SIZE, estimated_seconds=1)
     stages = twins.stages(LONGJOBS_BUNDLE_MAX_JOBS="40", LONGJOBS_MAX_RUNNING_TASKS="4")
-    stages.tick.tick()  # the parent
-    record = twins.store.record
-    cancelled: list[JobState] = []
-    once = threading.Lock()  # the drain records from its pool's threads
-
-    def record_then_cancel(*args: object) -> set[str]:
-        out = record(*args)  # type: ignore[arg-type]
-        with once:
-            if not cancelled:
-                cancelled.append(client.cancel("a").state)
-        return out
-
-    twins.store.record = record_then_cancel  # type: ignore[method-assign]
-    stages.tick.tick()
-    twins.store.record = record  # type: ignore[method-assign]
-    assert cancelled == [JobState.CANCELLED]
+    assert cancelled_while_recording(twins, stages) == [JobState.CANCELLED]
     assert none_ran_after(twins) == Counter()
     assert {j.state for j in children(twins)} == {JobState.CANCELLED}
     launched = {j for b in twins.bundles() if b.task_arn for j in b.job_ids}
@@ -102,34 +125,12 @@ def test_a_cancelled_arrays_children_cancelled_before_recording_are_retried_with
         twins: Twins) -> None:
     """Children the cancel found offered but not recorded are recorded CANCELLED (so a tick
     still holding them finds them taken); a retry of the array runs them like the others."""
-    client = twins.client()
-    client.submit("k", {}, job_id="a", array_size=SIZE, estimated_seconds=1)
     stages = twins.stages(LONGJOBS_BUNDLE_MAX_JOBS="40", LONGJOBS_MAX_RUNNING_TASKS="4")
-    stages.tick.tick()
-    record = twins.store.record
-    once = threading.Lock()  # the drain records from its pool's threads
-
-    def record_then_cancel(*args: object) -> set[str]:
-        out = record(*args)  # type: ignore[arg-type]
-        with once:
-            parent = twins.job("a")
-            if parent is not None and parent.state != JobState.CANCELLED:
-                client.cancel("a")
-        return out
-
-    twins.store.record = record_then_cancel  # type: ignore[method-assign]
-    stages.tick.tick()
-    twins.store.record = record  # type: ignore[method-assign]
-    assert client.retry("a").state in (JobState.RUNNING, JobState.PENDING)
-    ran: Counter[str] = Counter()
-    for _ in range(12):
-        twins.clock.advance(60)
-        stages.tick.tick()
-        run_launched(twins, ran=ran)
+    assert cancelled_while_recording(twins, stages) == [JobState.CANCELLED]
+    assert twins.client().retry("a").state in (JobState.RUNNING, JobState.PENDING)
+    ran = run_to_the_end(twins, stages, 12)
     assert sorted(ran) == sorted(arrays.child_id("a", i) for i in range(SIZE))
     assert set(ran.values()) == {1}
-    parent = twins.job("a")
-    assert parent is not None and parent.state == JobState.SUCCEEDED, parent.reason
 
 
 def test_a_cancelled_arrays_retry_waits_for_its_children_still_stopping(
@@ -154,11 +155,5 @@ def test_a_cancelled_arrays_retry_waits_for_its_children_still_stopping(
     run_launched(twins)  # the runner honours the requests
     assert {j.state for j in children(twins)} == {JobState.CANCELLED}
     assert client.retry("a").state in (JobState.RUNNING, JobState.PENDING)
-    ran: Counter[str] = Counter()
-    for _ in range(6):
-        twins.clock.advance(60)
-        stages.tick.tick()
-        run_launched(twins, ran=ran)
+    ran = run_to_the_end(twins, stages, 6)
     assert sorted(ran) == [arrays.child_id("a", i) for i in range(4)]
-    parent = twins.job("a")
-    assert parent is not None and parent.state == JobState.SUCCEEDED, parent.reason
