@@ -80,8 +80,9 @@ def joined_timeout(a: float | None, b: float | None) -> float | None:
     return jobs_timeout([a, b])
 
 
-# A batch of no follow-ons ends in this: its bundle's runner, its bundle done, takes other due
-# work waiting behind it, as a drain's runners do before their follow-ons, then exits. A
+# A batch of no follow-ons ends in this: its bundle's runner, its bundle done, takes the oldest
+# due work of the same resources that the last tick left waiting (as a drain's runners do
+# before their follow-ons; dispatcher.store.follow_ons), and exits when there is none. A
 # retry's shared bundles are each of one (dispatcher.store.job_ops), so that a retry of more
 # bundles than free slots runs in the slots' tasks, as an admitted batch does, instead of
 # launching a task per bundle. A drain's batch id (jobs.new_id: hex digits) never ends in it.

@@ -203,9 +203,10 @@ def retry_bundle_ops(jobs: list[Job], bundle_id: str, *, t: float, from_scratch:
     # kind's limit if the kind has one (the tick counts only limited kinds); a bundle of
     # several is a fresh one (never a follow-on), whose kind is theirs if they share one and
     # whose slots the tick decides when it launches it, as for an admitted bundle. It is of a
-    # batch of none (bundles.lone_batch): its task, its jobs done, takes the retry's other
-    # bundles still due (dispatcher.store.follow_ons), so a retry of many bundles runs in the
-    # tasks its free slots launch, as admitted work does, not a task a bundle.
+    # batch of none (bundles.lone_batch): its task, its jobs done, takes the due work the last
+    # tick left waiting (the retry's other bundles among it; dispatcher.store.follow_ons), so
+    # a retry of more bundles than free slots runs in the tasks those slots launch, as
+    # admitted work does, not a task a bundle.
     shared = len(jobs) > 1
     bundle = Bundle(bundle_id=bundle_id, job_ids=[j.job_id for j in jobs],
                     estimated_seconds=sum(j.estimated_seconds or 0.0 for j in jobs),
