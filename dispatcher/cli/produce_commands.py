@@ -12,7 +12,7 @@ import typer
 
 from dispatcher.cli.common import JsonOpt, print_json
 from dispatcher.cli.error_policy import guarded
-from dispatcher.domain import message
+from dispatcher.domain import message, published_schema
 from dispatcher.domain.dependencies import Requires
 from dispatcher.domain.errors import InvalidMessage, LongjobsError
 
@@ -166,4 +166,4 @@ def _time(value: str | None) -> float | str | None:
 
 def schema() -> None:
     """Print the JSON Schema of job messages (v1) for producers in other languages."""
-    typer.echo(json.dumps(message.json_schema(), indent=2))
+    typer.echo(json.dumps(published_schema.json_schema(), indent=2))

@@ -25,7 +25,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from dispatcher.domain import arrays, dependencies, fargate, lifecycle, sizes
+from dispatcher.domain import arrays, dependencies, fargate, lifecycle, message_errors, sizes
 from dispatcher.domain.errors import InvalidMessage
 from dispatcher.domain.jobs import Priority, Resources
 
@@ -39,7 +39,7 @@ MAX_PAYLOAD_BYTES = sizes.MAX_PAYLOAD_BYTES
 REJECTED_BODY_BYTES = sizes.REJECTED_BODY_BYTES
 
 # Matched with fullmatch: ``$`` would also accept a trailing newline.
-_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}")
+JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}")
 _KIND = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 
 # Time fields are stored as DynamoDB numbers, which hold 38 significant digits with a magnitude
@@ -132,7 +132,7 @@ class JobMessage(BaseModel):
                         "[A-Za-z0-9._:@/+=-], the first a letter or digit; an array job's "
                         f"at most {arrays.MAX_PARENT_ID_LENGTH} (its children's add "
                         ":<index>).",
-                        json_schema_extra={"pattern": f"^{_JOB_ID.pattern}$",
+                        json_schema_extra={"pattern": f"^{JOB_ID.pattern}$",
                                            "minLength": 1, "maxLength": 128})
     kind: str = Field(description="Which handler runs the job: 1-128 chars of [A-Za-z0-9._:-], "
                       "the first a letter or digit.",
@@ -208,7 +208,7 @@ class JobMessage(BaseModel):
     @field_validator("job_id")
     @classmethod
     def _job_id(cls, value: str) -> str:
-        if not _JOB_ID.fullmatch(value):
+        if not JOB_ID.fullmatch(value):
             raise ValueError("job_id must be 1-128 chars of [A-Za-z0-9._:@/+=-]")
         return value
 
@@ -300,7 +300,7 @@ class JobMessage(BaseModel):
         if not value:
             return None
         ids = [d if isinstance(d, str) else d.job_id for d in value]
-        bad = next((i for i in ids if not _JOB_ID.fullmatch(i)), None)
+        bad = next((i for i in ids if not JOB_ID.fullmatch(i)), None)
         if bad is not None:
             raise ValueError(f"depends_on: {bad[:140]!r} is not a job id")
         if info.data.get("job_id") in ids:
@@ -348,96 +348,6 @@ class JobMessage(BaseModel):
         return len(self.payload_json().encode())
 
 
-SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
-
-
-def json_schema() -> dict[str, Any]:
-    schema = JobMessage.model_json_schema()
-    # The dialect its keywords are (dependentRequired, $defs: 2020-12): a validator left to
-    # its default draft would judge messages by other rules.
-    schema = {"$schema": SCHEMA_DIALECT, **schema}
-    schema["$id"] = "https://longjobs.dev/schema/job-message-v1.json"
-    schema["title"] = "longjobs job message v1"
-    # cpu and memory go together, as a pair Fargate runs.
-    schema["dependentRequired"] = {"cpu": ["memory"], "memory": ["cpu"]}
-    schema["allOf"] = cross_field_rules()
-    return schema
-
-
-def cross_field_rules() -> list[dict[str, Any]]:
-    """What one field asks of another, as JSON Schema says it (``if``/``then``): the memory
-    each cpu value takes on Fargate; failures tolerated (but none) only by an array; an
-    element-wise dependency only of an array; the dependencies' ids. (What it cannot say, the
-    descriptions do: a dependency named twice in two forms, failures tolerated past the
-    array's size, an array's id too long for its children's.)"""
-    rules: list[dict[str, Any]] = [
-        {"if": {"required": ["cpu"], "properties": {"cpu": {"const": cpu}}},
-         "then": {"properties": {"memory": {"enum": list(sizes)}}}}
-        for cpu, sizes in fargate.CPU_MEMORY.items()]
-    rules.append({"if": {"required": ["tolerated_failures"],
-                         "not": {"properties": {"tolerated_failures": {"enum": [0, "0"]}}}},
-                  "then": {"required": ["array_size"]}})
-    rules.append({"if": {"required": ["depends_on"], "properties": {"depends_on": {
-                      "type": "array", "contains": {
-                          "type": "object", "required": ["n_to_n"],
-                          "properties": {"n_to_n": {"const": True}}}}}},
-                  "then": {"required": ["array_size"]}})
-    job_id = {"type": "string", "pattern": f"^{_JOB_ID.pattern}$"}
-    rules.append({"properties": {
-        # 0 (an instant job) or at least the smallest estimate a job may have.
-        "estimated_seconds": {"anyOf": [{"type": "null"}, {"const": 0}, {
-            "type": "number", "minimum": MIN_ESTIMATE_SECONDS, "maximum": MAX_SECONDS}]},
-        "depends_on": {"anyOf": [{"type": "null"}, {"type": "array", "uniqueItems": True,
-                                                     "items": {"anyOf": [job_id, {
-                                                         "type": "object",
-                                                         "properties": {"job_id": job_id}}]}}]},
-        "tolerated_failures": {"anyOf": [
-            {"type": "integer", "minimum": 0},
-            {"type": "string", "pattern": r"^\s*(100(\.0+)?|\d{1,2}(\.\d+)?)%\s*$"},
-            {"const": "0"}]}}})
-    return rules
-
-
-# A union's branch in an error's location (pydantic names it by its type: ``str``,
-# ``DependsOn``): not a field the sender wrote (an unknown field of the sender's is one, and
-# may be capitalised: only these names are branches).
-_BRANCH = re.compile(r"DependsOn|str|int|float|bool")
-_BRANCH_WORDS = {"str": "a string", "int": "an integer", "float": "a number",
-                 "bool": "a boolean"}
-
-
-def describe_errors(exc: ValidationError) -> str:
-    """What is wrong, in the sender's words: where (the fields it wrote, no union branch
-    named), and why (no pydantic prefix). A value of a union (a dependency: an id or an
-    object) that fails every branch is told by the branch it got into, if one got past its
-    own type, else as one line naming what it may be."""
-    found: dict[str, list[tuple[bool, str]]] = {}  # where -> (past its branch's type, why)
-    kinds: dict[str, list[str]] = {}
-    for err in exc.errors():
-        loc = [p for p in err["loc"] if not (isinstance(p, str) and _BRANCH.fullmatch(p))]
-        branches = [p for p in err["loc"] if isinstance(p, str) and _BRANCH.fullmatch(p)]
-        why = str(err["msg"]).removeprefix("Value error, ")
-        # A check of the whole message (no location) names its field itself.
-        where = ".".join(str(p) for p in loc) or ""
-        deeper = bool(branches) and err["loc"][-1] not in branches
-        key = ".".join(str(p) for p in err["loc"][:err["loc"].index(branches[0])]) \
-            if branches else where
-        if branches and not deeper:
-            kinds.setdefault(key, []).append(_BRANCH_WORDS.get(branches[-1], "an object"))
-        # A validator's message that names its field already is said alone.
-        text = why if not where or why.startswith((f"{where}:", f"{where}.", f"{where} ")) \
-            else f"{where}: {why}"
-        found.setdefault(key, []).append((deeper or not branches, text))
-    parts: list[str] = []
-    for key, told in found.items():
-        kept = [text for past, text in told if past]
-        parts += kept or [f"{key}: should be {' or '.join(kinds.get(key, ['valid']))}"]
-    parts = parts[:3]
-    # A field name can be as long as the message (an unknown field of 500 KB): clipped, so the
-    # reason fits its REJECTED record and the logs.
-    return sizes.clip_text("schema violation: " + "; ".join(parts), sizes.MAX_REASON_BYTES)
-
-
 def parse(body: str, allowed_kinds: tuple[str, ...] = ()) -> JobMessage:
     """Turn a raw SQS body into a JobMessage or raise InvalidMessage with a readable reason."""
     try:
@@ -455,8 +365,8 @@ def parse(body: str, allowed_kinds: tuple[str, ...] = ()) -> JobMessage:
     except ValidationError as exc:
         # Keep the job id if one is readable, so the REJECTED record can be found by it.
         job_id = data.get("job_id")
-        readable = job_id if isinstance(job_id, str) and _JOB_ID.fullmatch(job_id) else None
-        raise InvalidMessage(describe_errors(exc), job_id=readable) from None
+        readable = job_id if isinstance(job_id, str) and JOB_ID.fullmatch(job_id) else None
+        raise InvalidMessage(message_errors.describe(exc), job_id=readable) from None
     check(msg, allowed_kinds)
     return msg
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from dispatcher import settings
-from dispatcher.domain import message
+from dispatcher.domain import message, message_errors
 from dispatcher.domain.dependencies import REJECTED, child_of, no_such_child
 from dispatcher.domain.errors import ConfigError, InvalidMessage, JobNotFound, SubmitError
 from dispatcher.domain.jobs import PRIORITY_ORDER, Job, Priority, Rejection
@@ -198,7 +198,7 @@ class JobClient:
             msg = message.JobMessage.model_validate(fields)
             message.check(msg, self.allowed_kinds)
         except ValidationError as exc:
-            raise InvalidMessage(message.describe_errors(exc), job_id=chosen) from None
+            raise InvalidMessage(message_errors.describe(exc), job_id=chosen) from None
         except InvalidMessage as exc:
             raise InvalidMessage(exc.reason, job_id=chosen) from None
         # priority normal is the default: left out, so the body stays what it was before the

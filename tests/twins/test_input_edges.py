@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from dispatcher import settings
-from dispatcher.domain import message
+from dispatcher.domain import message, published_schema
 from dispatcher.domain.errors import InvalidMessage
 from dispatcher.domain.jobs import JobState
 from dispatcher.ops.client import JobClient
@@ -102,7 +102,7 @@ def test_a_huge_integer_literal_is_rejected_not_a_crash() -> None:
 
 
 def test_the_schema_export_states_the_bounds() -> None:
-    props = message.json_schema()["properties"]
+    props = published_schema.json_schema()["properties"]
     text = json.dumps(props)
     assert "10000000" in text or "1e7" in text
     assert math.isclose(message.MAX_SECONDS, 1e7)

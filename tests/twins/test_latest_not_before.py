@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from dispatcher.domain import message
+from dispatcher.domain import message, published_schema
 from dispatcher.domain.errors import InvalidMessage
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.lifecycle import HELD_TIMES
@@ -94,7 +94,7 @@ def test_a_not_before_past_the_latest_is_refused_naming_the_latest(late: float |
 
 
 def test_the_schema_says_the_latest_not_before() -> None:
-    field = message.json_schema()["properties"]["not_before"]
+    field = published_schema.json_schema()["properties"]["not_before"]
     number = next(s for s in field["anyOf"] if s.get("type") == "number")
     assert number["maximum"] == LATEST
     assert LATEST_ISO in field["description"]

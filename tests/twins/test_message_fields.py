@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dispatcher.cli.app import app
-from dispatcher.domain import fargate, message
+from dispatcher.domain import fargate, message, published_schema
 from dispatcher.domain.errors import InvalidMessage
 from dispatcher.domain.jobs import Priority, Resources
 from dispatcher.ops.client import JobClient
@@ -152,7 +152,7 @@ def test_not_before_refuses_nan() -> None:
 
 # -- the exported JSON Schema -------------------------------------------------------------------
 def test_the_json_schema_states_the_new_fields() -> None:
-    schema = message.json_schema()
+    schema = published_schema.json_schema()
     props = schema["properties"]
     assert {"cpu", "memory", "ephemeral_storage", "priority", "not_before"} <= set(props)
     assert set(schema["required"]) == {"schema_version", "job_id", "kind", "payload"}

@@ -20,10 +20,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from dispatcher.domain import message
+from dispatcher.domain import message, published_schema
 from dispatcher.domain.errors import InvalidMessage
 
-SCHEMA = Draft202012Validator(message.json_schema(),
+SCHEMA = Draft202012Validator(published_schema.json_schema(),
                               format_checker=Draft202012Validator.FORMAT_CHECKER)
 ID_CHARS = "aZ09._:@/+=- é"  # allowed and not, a non-ASCII one among them
 

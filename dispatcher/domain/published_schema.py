@@ -1,0 +1,66 @@
+"""The JSON Schema of job messages that ``longjobs schema`` publishes for producers in other
+languages: the message model's own schema (:class:`dispatcher.domain.message.JobMessage`) with
+its dialect, its id, and what one field asks of another, in the words JSON Schema has
+(``tests/twins/test_schema_agrees.py`` finds a validator that is not ours agreeing with the
+dispatcher on drawn messages)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dispatcher.domain import fargate
+from dispatcher.domain.message import (
+    JOB_ID,
+    MAX_SECONDS,
+    MIN_ESTIMATE_SECONDS,
+    JobMessage,
+)
+
+SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def json_schema() -> dict[str, Any]:
+    schema = JobMessage.model_json_schema()
+    # The dialect its keywords are (dependentRequired, $defs: 2020-12): a validator left to
+    # its default draft would judge messages by other rules.
+    schema = {"$schema": SCHEMA_DIALECT, **schema}
+    schema["$id"] = "https://longjobs.dev/schema/job-message-v1.json"
+    schema["title"] = "longjobs job message v1"
+    # cpu and memory go together, as a pair Fargate runs.
+    schema["dependentRequired"] = {"cpu": ["memory"], "memory": ["cpu"]}
+    schema["allOf"] = cross_field_rules()
+    return schema
+
+
+def cross_field_rules() -> list[dict[str, Any]]:
+    """What one field asks of another, as JSON Schema says it (``if``/``then``): the memory
+    each cpu value takes on Fargate; failures tolerated (but none) only by an array; an
+    element-wise dependency only of an array; the dependencies' ids. (What it cannot say, the
+    descriptions do: a dependency named twice in two forms, failures tolerated past the
+    array's size, an array's id too long for its children's.)"""
+    rules: list[dict[str, Any]] = [
+        {"if": {"required": ["cpu"], "properties": {"cpu": {"const": cpu}}},
+         "then": {"properties": {"memory": {"enum": list(sizes)}}}}
+        for cpu, sizes in fargate.CPU_MEMORY.items()]
+    rules.append({"if": {"required": ["tolerated_failures"],
+                         "not": {"properties": {"tolerated_failures": {"enum": [0, "0"]}}}},
+                  "then": {"required": ["array_size"]}})
+    rules.append({"if": {"required": ["depends_on"], "properties": {"depends_on": {
+                      "type": "array", "contains": {
+                          "type": "object", "required": ["n_to_n"],
+                          "properties": {"n_to_n": {"const": True}}}}}},
+                  "then": {"required": ["array_size"]}})
+    job_id = {"type": "string", "pattern": f"^{JOB_ID.pattern}$"}
+    rules.append({"properties": {
+        # 0 (an instant job) or at least the smallest estimate a job may have.
+        "estimated_seconds": {"anyOf": [{"type": "null"}, {"const": 0}, {
+            "type": "number", "minimum": MIN_ESTIMATE_SECONDS, "maximum": MAX_SECONDS}]},
+        "depends_on": {"anyOf": [{"type": "null"}, {"type": "array", "uniqueItems": True,
+                                                     "items": {"anyOf": [job_id, {
+                                                         "type": "object",
+                                                         "properties": {"job_id": job_id}}]}}]},
+        "tolerated_failures": {"anyOf": [
+            {"type": "integer", "minimum": 0},
+            {"type": "string", "pattern": r"^\s*(100(\.0+)?|\d{1,2}(\.\d+)?)%\s*$"},
+            {"const": "0"}]}}})
+    return rules
