@@ -23,8 +23,9 @@ from dispatcher.ports.queue import Queue
 from dispatcher.ports.task_definitions import TaskDefinitions
 from dispatcher.settings import Config
 from dispatcher.stages.admit import Admission
+from dispatcher.stages.array_children import ArrayChildren
 from dispatcher.stages.dependents import Dependents, DependentsStats
-from dispatcher.stages.fanout import ArrayChildren, ArrayTally, FannedQueue
+from dispatcher.stages.fanout import ArrayTally, FannedQueue
 from dispatcher.stages.finish import Finishes
 from dispatcher.stages.handoff import Handoffs
 from dispatcher.stages.launch import Launches
