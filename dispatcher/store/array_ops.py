@@ -23,7 +23,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from dispatcher.domain import arrays, cancels
@@ -115,11 +115,8 @@ def _none_stopping(store: JobActions, parent: Job, recorded: int) -> None:
     yet: a retry now would pass them by (not ended) and their runners would then cancel them,
     the array failing after a retry meant to run it all. Refused, saying how many and what to
     do (a page of reads per 100 children, only for a cancelled array)."""
-    stopping: list[str] = []
-    for start in range(0, recorded, CHILD_PAGE):
-        ids = [arrays.child_id(parent.job_id, i)
-               for i in range(start, min(recorded, start + CHILD_PAGE))]
-        stopping += [j.job_id for j in store.get_jobs(ids) if j.state not in TERMINAL_JOB_STATES]
+    stopping = [j.job_id for page in _pages(store, parent, recorded) for j in page
+                if j.state not in TERMINAL_JOB_STATES]
     if stopping:
         raise LongjobsError(
             f"{len(stopping)} of its children are still stopping after its cancel (e.g. "
@@ -133,13 +130,16 @@ def _retried_since(store: JobActions, parent: Job, recorded: int, by: str) -> bo
     short before the parent's own write) that are no longer CANCELLED: an operator retried
     the array since. A resumed run then leaves the whole array as it is, as it leaves any job
     it acted on (once per job across its runs), rather than cancel the retry's children."""
+    return any(bulk_marks.acted(j, by) and j.state != JobState.CANCELLED
+               for page in _pages(store, parent, recorded) for j in page)
+
+
+def _pages(store: JobActions, parent: Job, recorded: int) -> Iterator[list[Job]]:
+    """The recorded children of ``parent``, a page (one BatchGetItem) at a time, read as they
+    are asked for."""
     for start in range(0, recorded, CHILD_PAGE):
-        ids = [arrays.child_id(parent.job_id, i)
-               for i in range(start, min(recorded, start + CHILD_PAGE))]
-        if any(bulk_marks.acted(j, by) and j.state != JobState.CANCELLED
-               for j in store.get_jobs(ids)):
-            return True
-    return False
+        yield store.get_jobs([arrays.child_id(parent.job_id, i)
+                              for i in range(start, min(recorded, start + CHILD_PAGE))])
 
 
 def _cancel_rest(store: JobActions, parent: Job, done: int, left: dict[str, str],
