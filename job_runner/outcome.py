@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import traceback
 from dataclasses import dataclass
@@ -55,7 +54,7 @@ def error_of(exc: BaseException) -> dict[str, Any]:
 
 def succeeded(job: Job, value: Any) -> Outcome:
     try:
-        size = len(json.dumps(value).encode())
+        size = sizes.json_bytes(value)
     except Exception as exc:  # TypeError, ValueError, RecursionError, a broken
         # __iter__ or __float__...: any result that cannot be stored fails its job, not the task
         why = f"{type(exc).__name__}: {text_of(exc)}"[:500]

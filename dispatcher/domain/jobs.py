@@ -6,12 +6,13 @@ Plain dataclasses: how they are stored is the store's business; which state chan
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from dispatcher.domain import sizes
 
 
 class JobState(StrEnum):
@@ -124,7 +125,7 @@ class Job:
 
     def item_bytes(self) -> int:
         """Upper estimate of its table item, for bundle and transaction size limits."""
-        size = self.payload_bytes or len(json.dumps(self.payload, separators=(",", ":")))
+        size = self.payload_bytes or sizes.json_bytes(self.payload)
         return size + 1024
 
 

@@ -28,6 +28,7 @@ from pydantic_core import PydanticCustomError
 from dispatcher.domain import arrays, dependencies, fargate, lifecycle, message_errors, sizes
 from dispatcher.domain.errors import InvalidMessage
 from dispatcher.domain.jobs import Priority, Resources
+from dispatcher.domain.sizes import compact_json
 
 SCHEMA_VERSION = 1
 
@@ -71,15 +72,6 @@ _NotBefore = Annotated[float | None, WithJsonSchema({
         {"type": "null"},
     ],
 })]
-
-
-def compact_json(value: Any) -> str:
-    """The one JSON encoding of payloads and other JSON attributes, as stored in the table and
-    as measured against the size limits: no spaces, ASCII (non-ASCII characters escaped, so a
-    lone surrogate cannot break UTF-8 encoding and len() is the byte size). NaN/Infinity are
-    written as Python writes them (a handler's result may hold one and must still be stored);
-    payloads never do, the schema refuses them."""
-    return json.dumps(value, separators=(",", ":"))
 
 
 _JSON_SCALARS = (str, int, float, bool, type(None))
@@ -344,8 +336,26 @@ class JobMessage(BaseModel):
 
     @cached_property
     def payload_bytes(self) -> int:
-        """Stored size, computed once: validation, bundling and transaction packing use it."""
+        """Stored size (its UTF-8 bytes), computed once: validation, bundling and transaction
+        packing use it."""
         return len(self.payload_json().encode())
+
+
+# Characters SQS refuses in a message body, though JSON may carry them raw: the two
+# non-characters at the end of the BMP (the allowed ones: #x9 | #xA | #xD | #x20 to #xD7FF |
+# #xE000 to #xFFFD | #x10000 to #x10FFFF; JSON escapes the control characters and
+# :func:`compact_json` the surrogates).
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html
+_SQS_REFUSED = {0xFFFE: "\\ufffe", 0xFFFF: "\\uffff"}
+
+
+def body_json(msg: JobMessage, leave_out: set[str] | None = None) -> str:
+    """The message as an SQS body: its fields but those unset and ``leave_out``, in
+    :func:`compact_json` (its payload measured so), with the characters SQS refuses escaped."""
+    # Python's mode: its JSON mode writes a surrogate in a payload's key as U+FFFD (the
+    # enums are strings, so json writes them as their values).
+    fields = msg.model_dump(exclude_none=True, exclude=leave_out or None)
+    return compact_json(fields).translate(_SQS_REFUSED)
 
 
 def parse(body: str, allowed_kinds: tuple[str, ...] = ()) -> JobMessage:

@@ -8,14 +8,15 @@ what a handler may refuse to exceed is refused with a clear error (payload at su
 admission, checkpoint at ``ctx.checkpoint``, a result fails its job); what longjobs writes
 itself (errors, reasons, history) is clipped, with a marker saying so and how large it was.
 
-Sizes are measured as the table stores them: JSON attributes (payload, checkpoint, result,
-error, history) as their compact ASCII JSON (a non-ASCII character counts 6 bytes, as its
-escape), strings as UTF-8.
+Sizes are measured as the table stores them, in UTF-8 bytes (as DynamoDB counts them): JSON
+attributes (payload, checkpoint, result, error, history) as their compact JSON
+(:func:`compact_json`), strings as themselves.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from dispatcher.domain.errors import PermanentError, TooLarge
@@ -90,10 +91,32 @@ def _marker(size: int) -> str:
     return f" [truncated: {size} bytes]"
 
 
+# A UTF-16 surrogate with no partner: a Python string can hold one (json reads "\ud800" as
+# one), UTF-8 cannot encode it, and the table refuses a string that is not UTF-8.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def compact_json(value: Any) -> str:
+    """The one JSON encoding of payloads and the other JSON attributes, as the table stores them
+    and as the size limits measure them: no spaces, characters outside ASCII as themselves (a
+    producer counts a payload's size as its UTF-8 bytes), a lone surrogate as its ``\\u``
+    escape. For strings, objects, arrays, integers, booleans and null that is what JavaScript's
+    ``JSON.stringify`` writes, byte for byte (floats may be written differently: Python writes
+    ``1.0`` and ``1e+16``, JavaScript ``1`` and ``10000000000000000``). NaN and Infinity are
+    written as Python writes them (a handler's result may hold one and must still be stored);
+    payloads never do, the schema refuses them."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    # Only inside strings can a surrogate stand, where its escape reads back as the same.
+    return _LONE_SURROGATE.sub(_escaped, text)
+
+
 def json_bytes(value: Any) -> int:
-    """A value's stored size as a JSON attribute: its compact ASCII JSON (the table's
-    encoding, :func:`dispatcher.domain.message.compact_json`)."""
-    return len(json.dumps(value, separators=(",", ":")))
+    """A value's stored size as a JSON attribute: the UTF-8 bytes of :func:`compact_json`."""
+    return len(compact_json(value).encode())
 
 
 def clip_text(text: str, limit: int) -> str:

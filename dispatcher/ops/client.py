@@ -206,8 +206,7 @@ class JobClient:
         leave_out = {"priority"} if msg.priority == Priority.NORMAL else set()
         if msg.array_size is None:  # likewise: a job that is no array says nothing of arrays
             leave_out.add("tolerated_failures")
-        return msg.job_id, msg.model_dump_json(exclude_none=True, exclude=leave_out or None), \
-            msg.priority
+        return msg.job_id, message.body_json(msg, leave_out), msg.priority
 
     # -- reading --------------------------------------------------------------------------------
     def _table(self) -> Store:

@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from dispatcher.domain.message import compact_json
+from dispatcher.domain.sizes import compact_json, json_bytes
 from dispatcher.ports.table import (
     INDEX_ATTRIBUTES,
     INDEX_KEYS,
@@ -87,7 +87,7 @@ def _check_number(attr: str, value: float) -> None:
 def _value_bytes(attr: str, value: Any) -> int:
     """A stored value's size as DynamoDB counts it (numbers: an upper estimate)."""
     if attr in JSON_ATTRIBUTES:
-        return len(compact_json(value))  # ASCII: characters are bytes
+        return json_bytes(value)
     if isinstance(value, str):
         return len(value.encode())
     if isinstance(value, list):

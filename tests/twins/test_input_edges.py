@@ -115,14 +115,54 @@ def test_the_size_check_measures_what_the_table_stores() -> None:
     from dispatcher.aws.dynamodb.model import CompactJSONAttribute
 
     assert CompactJSONAttribute().serialize(msg.payload) == msg.payload_json()
-    assert msg.payload_bytes == len(msg.payload_json()) == len(msg.payload_json().encode())
+    assert msg.payload_bytes == len(msg.payload_json().encode())
     assert msg.payload_bytes < message.MAX_PAYLOAD_BYTES < len(json.dumps(payload))
+
+
+def test_a_payload_is_counted_in_the_utf8_bytes_a_producer_counts() -> None:
+    """88 kB of three-byte characters is 88 kB, not the 264 kB of their escapes; a character
+    more than the limit is refused, its size in bytes in the reason."""
+    wrapper = len('{"s":""}')
+    room = message.MAX_PAYLOAD_BYTES - wrapper
+    fits = {"s": "\u20ac" * (room // 3) + "x" * (room % 3)}  # the euro sign: 3 bytes
+    msg = message.parse(_body("euros", payload=fits))
+    assert msg.payload_bytes == message.MAX_PAYLOAD_BYTES
+    assert msg.payload_json() == json.dumps(fits, separators=(",", ":"), ensure_ascii=False)
+    over = {"s": fits["s"] + "\u00e9"}  # two bytes more
+    with pytest.raises(InvalidMessage, match=f"{message.MAX_PAYLOAD_BYTES + 2} bytes"):
+        message.parse(_body("euros", payload=over))
+
+
+def test_a_lone_surrogate_is_stored_as_its_escape_and_reads_back() -> None:
+    """UTF-8 cannot carry a surrogate without its partner (json reads one from "\\ud800"):
+    it is written as its escape, as JavaScript's JSON.stringify writes it, and counted so."""
+    payload = {"s": "a\ud800b\\", "\udfff": 1}
+    msg = message.parse(json.dumps({"schema_version": 1, "job_id": "lone", "kind": "k",
+                                    "payload": payload}))
+    assert msg.payload_json() == '{"s":"a\\ud800b\\\\","\\udfff":1}'
+    assert msg.payload_bytes == len(msg.payload_json())
+    world = _World()
+    world.queue.send([("e", message.body_json(msg))])
+    world.tick()
+    job = world.store.get_job("lone")
+    assert job is not None and job.payload == payload
+
+
+def test_a_body_escapes_what_sqs_refuses_and_reads_back_as_sent() -> None:
+    """SQS refuses U+FFFE and U+FFFF in a body (and a surrogate, which UTF-8 cannot carry):
+    the client's body escapes them; other characters outside ASCII travel as themselves."""
+    payload = {"s": "\ufffe\uffff\ud800é\U0001f4a5"}
+    msg = message.parse(_body("refused", payload=payload))
+    body = message.body_json(msg)
+    assert "\ufffe" not in body and "\uffff" not in body and "é\U0001f4a5" in body
+    body.encode()  # no surrogate left
+    assert message.parse(body).payload == payload
 
 
 def test_a_payload_just_under_the_limit_is_recorded() -> None:
     n = (message.MAX_PAYLOAD_BYTES - len('{"xs":[]}') + 1) // 2
     payload = {"xs": [0] * n}
-    assert len(message.compact_json(payload)) <= message.MAX_PAYLOAD_BYTES
+    assert len(message.compact_json(payload).encode()) <= message.MAX_PAYLOAD_BYTES
     world = _World()
     world.queue.send([("e", _body("big", payload=payload))])
     world.tick()

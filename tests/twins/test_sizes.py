@@ -111,7 +111,7 @@ def test_a_result_or_error_that_would_overfill_the_item_fails_the_job_once(ends:
         assert job.state == JobState.SUCCEEDED and job.result == "r" * (60 * KB)
     else:
         assert job.state == JobState.FAILED and job.error is not None
-        assert len(json.dumps(job.error)) <= 8 * KB
+        assert sizes.json_bytes(job.error) <= 8 * KB
         assert "truncated" in job.error["message"]
     bundle = store.get_bundle("b1")
     assert bundle is not None and bundle.state == BundleState.DONE
@@ -167,7 +167,7 @@ def test_history_is_bounded_with_the_first_and_last_attempts_kept() -> None:
     assert job.history[0]["reason"].startswith("run 0 ")
     assert job.history[-1]["reason"] == "spot"
     assert any("omitted" in h for h in job.history)
-    assert len(json.dumps(job.history, separators=(",", ":"))) <= 16 * KB
+    assert sizes.json_bytes(job.history) <= 16 * KB
 
 
 def test_a_job_item_the_table_already_holds_near_the_limit_fails_alone_at_its_stop() -> None:
@@ -214,7 +214,7 @@ def _worst_case_job() -> Record:
     arn = ("arn:aws:ecs:ap-southeast-4:000000000000:task/" + "c" * 255 + "/" + "0" * 32)
     taskdef = "arn:aws:ecs:ap-southeast-4:000000000000:task-definition/" + "f" * 255 + ":99999"
     try:
-        raise RuntimeError("\U0001f4a5" * 300_000)  # 12 bytes each, escaped
+        raise RuntimeError("\U0001f4a5" * 300_000)  # 4 bytes each in UTF-8
     except RuntimeError as exc:
         error = error_of(exc)
     history = [{"attempt": n, "task_arn": arn, "task_definition": taskdef,

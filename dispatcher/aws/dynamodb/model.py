@@ -23,7 +23,7 @@ from pynamodb.indexes import GlobalSecondaryIndex, IncludeProjection
 from pynamodb.models import Model
 
 from dispatcher.aws.dynamodb.connection import share_parsed_data
-from dispatcher.domain.message import compact_json
+from dispatcher.domain.sizes import compact_json
 from dispatcher.ports.table import (
     ATTRIBUTES,
     INDEX_ATTRIBUTES,
