@@ -43,7 +43,7 @@ def submit(
     priority: Annotated[str | None, typer.Option(
         help="high, normal (default) or low.")] = None,
     not_before: Annotated[str | None, typer.Option(
-        help="Not before this UTC time: epoch seconds or ISO-8601 with a timezone "
+        help="Not before this time: epoch seconds or an RFC 3339 time "
         f"(e.g. 2026-01-31T02:00:00Z), at the latest {message.LATEST_NOT_BEFORE}.")] = None,
     array: Annotated[int | None, typer.Option(
         "--array", help="An array job of N children (2-100000): ID:0 to ID:N-1, each with "
@@ -124,7 +124,7 @@ def payload_text(value: str) -> str:
 def _count(value: str) -> int | str:
     """--tolerated-failures as the message takes it: a count, or a percentage (checked by
     the schema either way)."""
-    return int(value) if value.strip().isdigit() else value
+    return int(value) if re.fullmatch("[0-9]+", value) else value
 
 
 # What --condition takes (each --depends-on job must end so).
@@ -155,7 +155,7 @@ def as_flags(reason: str) -> str:
 
 def _time(value: str | None) -> float | str | None:
     """``--not-before`` as the schema takes it: a number is epoch seconds, anything else is
-    left to the schema as an ISO-8601 time."""
+    left to the schema as an RFC 3339 time."""
     if value is None:
         return None
     try:

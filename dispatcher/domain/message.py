@@ -25,7 +25,16 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from dispatcher.domain import arrays, dependencies, fargate, lifecycle, message_errors, sizes
+from dispatcher.domain import (
+    arrays,
+    dependencies,
+    fargate,
+    lifecycle,
+    message_errors,
+    payloads,
+    rfc3339,
+    sizes,
+)
 from dispatcher.domain.errors import InvalidMessage
 from dispatcher.domain.jobs import Priority, Resources
 from dispatcher.domain.sizes import compact_json
@@ -52,8 +61,7 @@ _KIND = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 MAX_SECONDS = 1e7
 MIN_TIMEOUT_SECONDS = 0.001
 MIN_ESTIMATE_SECONDS = 0.001  # a non-zero estimate below this is rejected (send 0)
-# Payload nesting deeper than this is refused (json and the encoder recurse per level).
-MAX_PAYLOAD_DEPTH = 64
+MAX_PAYLOAD_DEPTH = payloads.MAX_DEPTH
 # not_before, as epoch seconds: from 1970 to one second before the earliest due time the
 # dispatcher keeps for held bundles (lifecycle.HELD_TIMES, at the end of year 9999, the last
 # time an ISO-8601 index key can carry): a job scheduled at a marker would be taken for a held
@@ -61,44 +69,19 @@ MAX_PAYLOAD_DEPTH = 64
 # moves it; a whole second, so that an ISO-8601 time names it.
 MAX_NOT_BEFORE = float(math.floor(min(lifecycle.HELD_TIMES)) - 1)
 LATEST_NOT_BEFORE = datetime.fromtimestamp(MAX_NOT_BEFORE, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-_NOT_BEFORE_SHAPE = ("not_before must be epoch seconds (UTC) or an ISO-8601 time with a "
-                     "timezone, e.g. 2026-01-31T02:00:00Z")
+_NOT_BEFORE_SHAPE = ("not_before must be epoch seconds (UTC) or an RFC 3339 time, e.g. "
+                     f"{rfc3339.EXAMPLES}")
 
 # not_before as producers may send it; the model stores epoch seconds (a float).
 _NotBefore = Annotated[float | None, WithJsonSchema({
     "anyOf": [
         {"type": "number", "minimum": 0, "maximum": MAX_NOT_BEFORE},
-        {"type": "string", "format": "date-time"},
+        # The format says it; the pattern says the shape to a validator that does not assert
+        # formats (JSON Schema 2020-12 leaves that to each validator's settings).
+        {"type": "string", "format": "date-time", "pattern": f"^{rfc3339.PATTERN}$"},
         {"type": "null"},
     ],
 })]
-
-
-_JSON_SCALARS = (str, int, float, bool, type(None))
-
-
-def _check_json_value(value: Any) -> None:
-    """Refuse what the table cannot store as JSON: values of other types (a producer's
-    datetime, Decimal, set or bytes), non-finite numbers anywhere, and nesting deeper than
-    MAX_PAYLOAD_DEPTH. Iterative, so hostile depth cannot exhaust the stack."""
-    stack: list[tuple[Any, str, int]] = [(value, "payload", 0)]
-    while stack:
-        item, where, depth = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            raise ValueError(f"{where}: {item} is not a finite number (NaN and Infinity are "
-                             "not JSON)")
-        if isinstance(item, dict | list | tuple):
-            if depth >= MAX_PAYLOAD_DEPTH:
-                raise ValueError(f"{where}: nested deeper than {MAX_PAYLOAD_DEPTH} levels")
-            if isinstance(item, dict):
-                bad = next((k for k in item if not isinstance(k, _JSON_SCALARS)), None)
-                if bad is not None:
-                    raise ValueError(f"{where}: a key of type {type(bad).__name__} is not JSON")
-            pairs = item.items() if isinstance(item, dict) else enumerate(item)
-            stack.extend((v, f"{where}.{k}", depth + 1) for k, v in pairs)
-        elif not isinstance(item, _JSON_SCALARS):
-            raise ValueError(f"{where}: a {type(item).__name__} is not JSON (send a string, "
-                             "number, boolean, null, list or object)")
 
 
 class DependsOn(BaseModel):
@@ -130,7 +113,11 @@ class JobMessage(BaseModel):
                       "the first a letter or digit.",
                       json_schema_extra={"pattern": f"^{_KIND.pattern}$", "minLength": 1,
                                          "maxLength": 128})
-    payload: dict[str, Any] = Field(description="Arguments for the handler (a JSON object).")
+    payload: dict[str, Any] = Field(description="Arguments for the handler (a JSON object): at "
+                                    f"most {MAX_PAYLOAD_BYTES} bytes, counted as the UTF-8 bytes "
+                                    "of its compact JSON (JSON.stringify's), and nested at most "
+                                    f"{MAX_PAYLOAD_DEPTH} deep; larger is refused (\"payload too "
+                                    "large: N bytes\").")
     estimated_seconds: float | None = Field(
         default=None, ge=0, le=MAX_SECONDS, allow_inf_nan=False,
         description="Producer's estimate in seconds (0, or 0.001 to 1e7); small jobs are "
@@ -161,9 +148,10 @@ class JobMessage(BaseModel):
         "producer sends it to and its share of free task slots.")
     not_before: _NotBefore = Field(
         default=None, ge=0, allow_inf_nan=False,
-        description="Do not start before this UTC time: epoch seconds, or an ISO-8601 time "
-        f"with a timezone (e.g. 2026-01-31T02:00:00Z), at the latest {LATEST_NOT_BEFORE} "
-        f"({MAX_NOT_BEFORE:.0f}). Stored as epoch seconds.")
+        description="Do not start before this time: epoch seconds, or an RFC 3339 date-time "
+        f"(e.g. {rfc3339.EXAMPLES}; T and Z may be lower case, second 60 is the leap second), "
+        f"from 1970-01-01T00:00:00Z to {LATEST_NOT_BEFORE} ({MAX_NOT_BEFORE:.0f}). Stored as "
+        "epoch seconds.")
     array_size: int | None = Field(
         default=None, ge=arrays.MIN_ARRAY_SIZE, le=arrays.MAX_ARRAY_SIZE,
         description=f"An array job: this many children ({arrays.MIN_ARRAY_SIZE} to "
@@ -180,8 +168,9 @@ class JobMessage(BaseModel):
         "producer that can read the table is refused, at submit, a child of its own array).")
     tolerated_failures: int | str = Field(
         default=0, validate_default=True, description="An array job's children that may "
-        "fail with the parent still SUCCEEDED: a count of at most array_size, or a "
-        "percentage such as \"5%\"; without array_size, only 0.")
+        "fail with the parent still SUCCEEDED: a count (a JSON integer) of at most "
+        "array_size, or a percentage from \"0%\" to \"100%\" such as \"5%\" (rounded down); "
+        "without array_size, only 0.")
 
     @field_validator("schema_version", "estimated_seconds", "max_attempts", "timeout_seconds",
                      "cpu", "memory", "ephemeral_storage", "array_size", "tolerated_failures",
@@ -233,15 +222,19 @@ class JobMessage(BaseModel):
     @field_validator("not_before", mode="before")
     @classmethod
     def _not_before(cls, value: Any) -> Any:
-        """An ISO-8601 time (with its timezone) or an aware datetime becomes epoch seconds;
-        numbers go on to the float checks."""
+        """An RFC 3339 time (:mod:`dispatcher.domain.rfc3339`) or an aware datetime (from a
+        Python caller) becomes epoch seconds; numbers go on to the float checks."""
         if isinstance(value, bool):
             raise ValueError(_NOT_BEFORE_SHAPE)
         if isinstance(value, str):
             try:
-                value = datetime.fromisoformat(value)
-            except ValueError:
-                raise ValueError(_NOT_BEFORE_SHAPE) from None
+                epoch = rfc3339.epoch_seconds(value)
+            except rfc3339.NotATime as exc:
+                raise ValueError(f"not_before: {exc}") from None
+            if epoch < 0:
+                raise ValueError(f"not_before {value[:60]} is before 1970-01-01T00:00:00Z: "
+                                 "send a later time (a time past starts the job at once)")
+            return epoch
         if isinstance(value, datetime):
             if value.tzinfo is None or value.utcoffset() is None:
                 raise ValueError(f"not_before {value.isoformat()} has no timezone: add one, "
@@ -264,12 +257,14 @@ class JobMessage(BaseModel):
     @field_validator("tolerated_failures")
     @classmethod
     def _tolerated(cls, value: int | str, info: ValidationInfo) -> int | str:
-        if info.data.get("array_size") is None:
-            if value not in (0, "0"):
-                raise ValueError("tolerated_failures is for array jobs (with array_size)")
+        size = info.data.get("array_size")
+        count = arrays.tolerated_count(value, size or 0)  # a readable error if unreadable
+        if size is None:
+            if value != 0:
+                raise ValueError("tolerated_failures is for array jobs (with array_size): "
+                                 "leave it out, or add array_size")
             return value
-        size = info.data["array_size"]
-        if arrays.tolerated_count(value, size) > size:  # raises a readable error if unreadable
+        if count > size:
             raise ValueError(f"tolerated_failures {value} is more than the array's {size} "
                              f"children: at most {size} (every child may fail), or a "
                              "percentage such as \"5%\"")
@@ -327,7 +322,7 @@ class JobMessage(BaseModel):
     @field_validator("payload")
     @classmethod
     def _payload(cls, value: dict[str, Any]) -> dict[str, Any]:
-        _check_json_value(value)
+        payloads.check(value)
         return value
 
     def payload_json(self) -> str:

@@ -90,7 +90,7 @@ class JobClient:
                depends_on: Sequence[str | Mapping[str, str | bool]] | None = None) -> str:
         """Enqueue one job; returns its id. ``cpu`` (units) and ``memory`` (MiB) together, a
         pair Fargate runs, and ``ephemeral_storage`` (GiB) size its task; ``priority`` picks
-        the queue; ``not_before`` (epoch seconds, ISO-8601 with a timezone, or an aware
+        the queue; ``not_before`` (epoch seconds, an RFC 3339 time, or an aware
         datetime) holds it until then. ``array_size`` N makes it an array job: one message,
         N children ``<id>:0`` to ``<id>:N-1`` (each sees ``ctx.array_index``), the job itself
         their parent, FAILED once more than ``tolerated_failures`` (a count, or a percentage

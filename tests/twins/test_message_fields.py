@@ -129,11 +129,11 @@ def test_not_before_keeps_fractions_of_a_second() -> None:
 
 
 @pytest.mark.parametrize(("value", "expected"), [
-    ("2026-01-31T02:00:00", "has no timezone"),
-    ("2026-01-31", "has no timezone"),
-    ("tomorrow", "ISO-8601"),
-    ("1769824800", "ISO-8601"),  # a number in a string is neither
-    (True, "ISO-8601"),
+    ("2026-01-31T02:00:00", "has no UTC offset: add Z"),
+    ("2026-01-31", "is not an RFC 3339 time"),
+    ("tomorrow", "is not an RFC 3339 time"),
+    ("1769824800", "is not an RFC 3339 time"),  # a number in a string is neither
+    (True, "RFC 3339"),
     (-1, "greater than or equal to 0"),
     (1e12, "less than or equal to"),
 ])
@@ -313,7 +313,7 @@ def test_submit_flags(cli_queues: dict[Priority, MemoryQueue]) -> None:
     (["--memory", "4096"], "needs cpu too"),
     (["--cpu", "300", "--memory", "1024"], "256, 512, 1024, 2048, 4096, 8192 or 16384"),
     (["--priority", "urgent"], "'high', 'normal' or 'low'"),
-    (["--not-before", "2026-01-31T02:00:00"], "has no timezone"),
+    (["--not-before", "2026-01-31T02:00:00"], "has no UTC offset"),
     (["--not-before", "nan"], "--not-before"),
     (["--array", "10", "--tolerated-failures", "20"],
      "--tolerated-failures 20 is more than the array's 10 children: at most 10"),
