@@ -34,7 +34,10 @@ MAX_PARENT_ID_LENGTH = 128 - 1 - len(str(MAX_ARRAY_SIZE - 1))
 # parent, so the list need not be complete to be useful, and it must fit the parent's item.
 KEPT_FAILED_INDEXES = 1000
 
-_TOLERATED = re.compile(r"(\d{1,3}(?:\.\d+)?)%")
+# A percentage, 0% to 100%, in ASCII digits (Python's \d takes any script's digits; the schema's
+# pattern, an ECMA-262 one, does not). No spaces: the schema states this same pattern.
+TOLERATED_PERCENTAGE = r"(100(?:\.0+)?|[0-9]{1,2}(?:\.[0-9]+)?)%"
+_TOLERATED = re.compile(TOLERATED_PERCENTAGE)
 
 
 def child_id(parent_id: str, index: int) -> str:
@@ -45,10 +48,11 @@ def tolerated_count(tolerated: int | str, size: int) -> int:
     """How many children may fail with the parent still SUCCEEDED: a count, or a percentage
     of ``size`` written ``"5%"`` (rounded down)."""
     if isinstance(tolerated, str):
-        match = _TOLERATED.fullmatch(tolerated.strip())
-        if match is None or float(match.group(1)) > 100:
-            raise ValueError(f"tolerated_failures {tolerated!r} is not a count or a "
-                             f"percentage such as \"5%\"")
+        match = _TOLERATED.fullmatch(tolerated)
+        if match is None:
+            raise ValueError(f"tolerated_failures must be a count (a JSON integer) or a "
+                             f"percentage from \"0%\" to \"100%\" such as \"5%\", not "
+                             f"{tolerated[:40]!r}")
         return math.floor(size * float(match.group(1)) / 100)
     if tolerated < 0:
         raise ValueError("tolerated_failures must not be negative")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dispatcher.domain import fargate
+from dispatcher.domain import arrays, fargate
 from dispatcher.domain.message import (
     JOB_ID,
     MAX_SECONDS,
@@ -39,28 +39,34 @@ def cross_field_rules() -> list[dict[str, Any]]:
     descriptions do: a dependency named twice in two forms, failures tolerated past the
     array's size, an array's id too long for its children's.)"""
     rules: list[dict[str, Any]] = [
-        {"if": {"required": ["cpu"], "properties": {"cpu": {"const": cpu}}},
-         "then": {"properties": {"memory": {"enum": list(sizes)}}}}
+        {"if": _fields({"cpu": {"const": cpu}}, required=True),
+         "then": _fields({"memory": {"enum": list(sizes)}})}
         for cpu, sizes in fargate.CPU_MEMORY.items()]
-    rules.append({"if": {"required": ["tolerated_failures"],
-                         "not": {"properties": {"tolerated_failures": {"enum": [0, "0"]}}}},
-                  "then": {"required": ["array_size"]}})
-    rules.append({"if": {"required": ["depends_on"], "properties": {"depends_on": {
-                      "type": "array", "contains": {
-                          "type": "object", "required": ["n_to_n"],
-                          "properties": {"n_to_n": {"const": True}}}}}},
-                  "then": {"required": ["array_size"]}})
+    rules.append({"if": {**_fields({"tolerated_failures": True}, required=True),
+                         "not": _fields({"tolerated_failures": {"const": 0}})},
+                  "then": _fields({"array_size": True}, required=True)})
+    rules.append({"if": _fields({"depends_on": {"type": "array", "contains": _fields(
+                      {"n_to_n": {"const": True}}, required=True)}}, required=True),
+                  "then": _fields({"array_size": True}, required=True)})
     job_id = {"type": "string", "pattern": f"^{JOB_ID.pattern}$"}
-    rules.append({"properties": {
+    rules.append({"type": "object", "properties": {
         # 0 (an instant job) or at least the smallest estimate a job may have.
         "estimated_seconds": {"anyOf": [{"type": "null"}, {"const": 0}, {
             "type": "number", "minimum": MIN_ESTIMATE_SECONDS, "maximum": MAX_SECONDS}]},
         "depends_on": {"anyOf": [{"type": "null"}, {"type": "array", "uniqueItems": True,
-                                                     "items": {"anyOf": [job_id, {
-                                                         "type": "object",
-                                                         "properties": {"job_id": job_id}}]}}]},
+                                                     "items": {"anyOf": [
+                                                         job_id, _fields({"job_id": job_id})]}}]},
         "tolerated_failures": {"anyOf": [
             {"type": "integer", "minimum": 0},
-            {"type": "string", "pattern": r"^\s*(100(\.0+)?|\d{1,2}(\.\d+)?)%\s*$"},
-            {"const": "0"}]}}})
+            {"type": "string", "pattern": f"^{arrays.TOLERATED_PERCENTAGE}$"}]}}})
     return rules
+
+
+def _fields(properties: dict[str, Any], *, required: bool = False) -> dict[str, Any]:
+    """An object subschema on these fields (all of them required, if ``required``), typed
+    and naming what it requires among its properties, as a validator in strict mode asks
+    (ajv's strictTypes and strictRequired: https://ajv.js.org/strict-mode.html)."""
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(properties)
+    return schema

@@ -301,3 +301,19 @@ def test_a_redelivered_refused_message_stays_one_rejection() -> None:
     assert world.store.get_rejection("bad") is not None
     assert world.store.get_job("good") is not None
     assert world.queue.backlog().visible + world.queue.backlog().in_flight == 0
+
+
+def test_a_rejected_message_fixed_and_sent_again_under_its_id_becomes_the_job() -> None:
+    """A REJECTED record holds no job id: the producer fixes its message and sends it again
+    under the same id (docs/producing.md says so), and the job is recorded beside the record
+    of the first refusal."""
+    world = _World()
+    world.queue.send([("m1", _body("fixed", tolerated_failures="3"))])
+    world.tick()
+    refused = world.store.get_rejection("fixed")
+    assert refused is not None and "tolerated_failures" in refused.reason
+    assert world.store.get_job("fixed") is None
+    world.queue.send([("m2", _body("fixed"))])
+    world.tick()
+    job = world.store.get_job("fixed")
+    assert job is not None and job.state in (JobState.PENDING, JobState.RUNNING)
