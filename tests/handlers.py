@@ -29,6 +29,14 @@ def echo(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
     return {"echo": payload}
 
 
+def measure(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """What the payload's strings hold, by field: their length and characters (not the
+    strings, which may be larger than a result may be)."""
+    _record(ctx, "run")
+    return {k: {"length": len(v), "characters": sorted(set(v))}
+            for k, v in payload.items() if isinstance(v, str)}
+
+
 def fail(payload: dict[str, Any], ctx: JobContext) -> None:
     _record(ctx, "run")
     raise ValueError("poison: this job always fails")
