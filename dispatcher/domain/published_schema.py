@@ -21,13 +21,11 @@ SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 def json_schema() -> dict[str, Any]:
     schema = JobMessage.model_json_schema()
-    # The dialect its keywords are (dependentRequired, $defs: 2020-12): a validator left to
+    # The dialect its keywords are ($defs, if/then: 2020-12): a validator left to
     # its default draft would judge messages by other rules.
     schema = {"$schema": SCHEMA_DIALECT, **schema}
     schema["$id"] = "https://longjobs.dev/schema/job-message-v1.json"
     schema["title"] = "longjobs job message v1"
-    # cpu and memory go together, as a pair Fargate runs.
-    schema["dependentRequired"] = {"cpu": ["memory"], "memory": ["cpu"]}
     schema["allOf"] = cross_field_rules()
     return schema
 
@@ -38,7 +36,12 @@ def cross_field_rules() -> list[dict[str, Any]]:
     element-wise dependency only of an array; the dependencies' ids. (What it cannot say, the
     descriptions do: a dependency named twice in two forms, failures tolerated past the
     array's size, an array's id too long for its children's.)"""
+    # cpu and memory go together (a null one is absent, as for the dispatcher), as a pair
+    # Fargate runs.
     rules: list[dict[str, Any]] = [
+        {"if": _fields({one: True}, required=True), "then": _fields({other: True}, required=True)}
+        for one, other in (("cpu", "memory"), ("memory", "cpu"))]
+    rules += [
         {"if": _fields({"cpu": {"const": cpu}}, required=True),
          "then": _fields({"memory": {"enum": list(sizes)}})}
         for cpu, sizes in fargate.CPU_MEMORY.items()]
@@ -63,10 +66,12 @@ def cross_field_rules() -> list[dict[str, Any]]:
 
 
 def _fields(properties: dict[str, Any], *, required: bool = False) -> dict[str, Any]:
-    """An object subschema on these fields (all of them required, if ``required``), typed
-    and naming what it requires among its properties, as a validator in strict mode asks
-    (ajv's strictTypes and strictRequired: https://ajv.js.org/strict-mode.html)."""
-    schema: dict[str, Any] = {"type": "object", "properties": properties}
-    if required:
-        schema["required"] = list(properties)
-    return schema
+    """An object subschema on these fields (all of them required, if ``required``: present
+    and not null, since the dispatcher takes a null field for an absent one), typed and naming
+    what it requires among its properties, as a validator in strict mode asks (ajv's
+    strictTypes and strictRequired: https://ajv.js.org/strict-mode.html)."""
+    if not required:
+        return {"type": "object", "properties": properties}
+    present = {name: {"not": {"type": "null"}} if rule is True else rule
+               for name, rule in properties.items()}
+    return {"type": "object", "properties": present, "required": list(properties)}
