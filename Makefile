@@ -6,46 +6,53 @@ MINISTACK := .venv-ministack
 CHECKOV_VERSION := 3.3.30
 MINISTACK_VERSION := 1.5.33
 
-# The three venvs are installed with uv (a package installer from PyPI, in a venv of its own):
-# on a clean clone (CI) it builds them in a fraction of pip's time. If uv cannot be installed,
-# the same rules fall back to plain pip.
+# The venvs are installed with uv (a package installer from PyPI, in a venv of its own, at the
+# version below): the project's from uv.lock, exactly (every package and version it names, no
+# other), so that a run today and a run next month test the same libraries. `make lock`
+# updates uv.lock after a change to pyproject.toml; `make lock-upgrade` moves every package to
+# its newest allowed release (README, "Dependencies").
+UV_VERSION := 0.13.9
 UV_VENV := .venv-uv
 UV := $(UV_VENV)/bin/uv
+UV_STAMP := $(UV_VENV)/uv-$(UV_VERSION)
 
-.PHONY: demo test test-fast lint docs bench bench-nightly bench-backlog bench-bulk bench-arrays ministack clean
+.PHONY: demo test test-fast lint audit lock lock-upgrade docs bench bench-nightly bench-backlog bench-bulk bench-arrays ministack clean
 
-# $(call make_venv,DIR,PACKAGES): DIR as a venv holding PACKAGES (pip's syntax), by uv if it
-# is there, else by pip.
+# $(call make_venv,DIR,PACKAGES): DIR as a venv holding PACKAGES (pip's syntax).
 define make_venv
-	if [ -x $(UV) ]; then \
-	  $(UV) venv -q --allow-existing --python $(PYTHON) $(1) && \
-	  $(UV) pip install -q --python $(1)/bin/python $(2); \
-	else \
-	  $(PYTHON) -m venv $(1) && $(1)/bin/pip install -q --upgrade pip && \
-	  $(1)/bin/pip install -q $(2); \
-	fi
+	$(UV) venv -q --allow-existing --python $(PYTHON) $(1) && \
+	  $(UV) pip install -q --python $(1)/bin/python $(2)
 endef
 
-# Best effort: without uv (no network to PyPI for it, an unsupported platform) pip does it all.
-$(UV):
-	$(PYTHON) -m venv $(UV_VENV) && $(UV_VENV)/bin/pip install -q uv || \
-	  { echo "uv not installed: installing with pip"; rm -rf $(UV_VENV); }
+$(UV_STAMP):
+	rm -rf $(UV_VENV)
+	$(PYTHON) -m venv $(UV_VENV) && $(UV_VENV)/bin/pip install -q 'uv==$(UV_VERSION)'
+	touch $@
 
-# Redone whenever pyproject.toml changes.
+# Redone whenever pyproject.toml or uv.lock changes. A lock that no longer matches
+# pyproject.toml stops here, in one line, rather than install something else.
 # The install is silent for a while on a first run: say what it is doing.
-$(VENV): pyproject.toml | $(UV)
-	@echo "creating $(VENV) (first run, or pyproject.toml changed)..."
-	$(call make_venv,$(VENV),-e '.[dev]')
+$(VENV): pyproject.toml uv.lock | $(UV_STAMP)
+	@$(UV) lock --check -q 2>/dev/null || \
+	  { echo "error: uv.lock does not match pyproject.toml: run \`make lock\`, then commit uv.lock" >&2; exit 1; }
+	@echo "creating $(VENV) from uv.lock (first run, or pyproject.toml or uv.lock changed)..."
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync -q --frozen --all-extras --python $(PYTHON)
 	@echo "$(VENV) is ready"
 	touch $(VENV)
 
+lock: | $(UV_STAMP)
+	$(UV) lock
+
+lock-upgrade: | $(UV_STAMP)
+	$(UV) lock --upgrade
+
 # checkov lives in its own venv: its pins clash with the project's (boto3, pydantic).
-$(TOOLS)/bin/checkov: | $(UV)
+$(TOOLS)/bin/checkov: | $(UV_STAMP)
 	$(call make_venv,$(TOOLS),'checkov==$(CHECKOV_VERSION)')
 
 # MiniStack (local mode's SQS for deep queues, see dispatcher/local/ministack.py) pins its own
 # botocore, so it too lives in a venv of its own.
-$(MINISTACK)/bin/ministack: | $(UV)
+$(MINISTACK)/bin/ministack: | $(UV_STAMP)
 	$(call make_venv,$(MINISTACK),'ministack==$(MINISTACK_VERSION)')
 
 ministack: $(MINISTACK)/bin/ministack

@@ -3,8 +3,9 @@
 Two parts, so that `sam build` installs the dependencies once for both functions:
 
 - ``layer``: the project's runtime dependencies (pyproject.toml's ``[project] dependencies``,
-  no extras: no CLI, no local mode) in ``ARTIFACTS_DIR/python``, the folder of a layer that
-  Lambda puts on ``sys.path`` (``/opt/python``). The layer is shared by both functions.
+  no extras: no CLI, no local mode) at the versions uv.lock pins, each wheel checked against
+  the lock's hash, in ``ARTIFACTS_DIR/python``, the folder of a layer that Lambda puts on
+  ``sys.path`` (``/opt/python``). The layer is shared by both functions.
 - ``code``: the ``dispatcher`` package alone, in ``ARTIFACTS_DIR`` (``/var/task``), without
   the subpackages no handler imports (:data:`NOT_IN_FUNCTIONS`: the CLI, local mode, the test
   support and the simulation, about a third of the package).
@@ -20,7 +21,8 @@ keeps times to two seconds). Bytecode of another version is useless (the file na
 version tag, ``cpython-312``, and its header the version's magic number), so the build fails
 if no interpreter of the runtime's version can be found rather than ship none.
 
-Runs on the host's Python (3.11 or newer: tomllib), standard library only. Usage::
+Runs on the host's Python (3.11 or newer), standard library only, with uv (the Makefile's, in
+``.venv-uv``, or one on the PATH) to write the lock's list out. Usage::
 
     python3 infra/lambda/lambda_build.py layer|code ARTIFACTS_DIR --runtime python3.12
 
@@ -35,7 +37,7 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,10 +110,31 @@ def compile_tree(python: str, root: Path) -> None:
                    check=True, stdout=subprocess.DEVNULL)
 
 
-def dependencies() -> list[str]:
-    """The runtime dependencies: pyproject.toml's ``[project] dependencies``, no extras."""
-    with (ROOT / "pyproject.toml").open("rb") as f:
-        return list(tomllib.load(f)["project"]["dependencies"])
+def find_uv() -> str:
+    """uv: the Makefile's (``.venv-uv``, at its UV_VERSION), else one on the PATH."""
+    for uv in (str(ROOT / ".venv-uv" / "bin" / "uv"), shutil.which("uv") or ""):
+        if uv and Path(uv).is_file():
+            return uv
+    raise BuildError("uv not found: the layer is installed from uv.lock, which uv writes out; "
+                     "run `make lock` once (it installs the Makefile's uv into .venv-uv) or put "
+                     "uv on the PATH")
+
+
+def locked_requirements(folder: Path) -> Path:
+    """The runtime dependencies (no extras), pinned as uv.lock pins them, with the lock's
+    hashes, as a requirements file in ``folder``. A lock that no longer matches pyproject.toml
+    is refused (``export --frozen`` would write it out as it is)."""
+    uv = find_uv()
+    check = subprocess.run([uv, "lock", "--check", "--project", str(ROOT)],
+                           capture_output=True, text=True, timeout=120, check=False)
+    if check.returncode != 0:
+        raise BuildError("uv.lock does not match pyproject.toml: run `make lock`, then commit "
+                         "uv.lock")
+    out = folder / "requirements.txt"
+    subprocess.run([uv, "export", "--project", str(ROOT), "--frozen", "--no-dev",
+                    "--no-emit-project", "--no-header", "--format", "requirements-txt",
+                    "--output-file", str(out)], capture_output=True, timeout=120, check=True)
+    return out
 
 
 def pip(python: str) -> list[str]:
@@ -126,12 +149,15 @@ def pip(python: str) -> list[str]:
 def build_layer(artifacts: Path, version: str, python: str) -> None:
     target = artifacts / "python"
     # pip installs wheels for the runtime (version, platform) whatever Python runs it; it would
-    # compile for its own version, hence --no-compile and compile_tree afterwards.
-    subprocess.run([*pip(python), "install", "-q", "--no-compile",
-                    "--disable-pip-version-check", "--no-warn-conflicts", "--target", str(target),
-                    "--platform", PLATFORM, "--implementation", "cp",
-                    "--python-version", version, "--only-binary=:all:", *dependencies()],
-                   check=True)
+    # compile for its own version, hence --no-compile and compile_tree afterwards. The lock's
+    # list is whole: nothing to resolve (--no-deps), every wheel checked (--require-hashes).
+    with tempfile.TemporaryDirectory() as scratch:
+        requirements = locked_requirements(Path(scratch))
+        subprocess.run([*pip(python), "install", "-q", "--no-compile",
+                        "--disable-pip-version-check", "--no-warn-conflicts",
+                        "--target", str(target), "--platform", PLATFORM, "--implementation",
+                        "cp", "--python-version", version, "--only-binary=:all:",
+                        "--require-hashes", "--no-deps", "-r", str(requirements)], check=True)
     # Console scripts (pip's --target puts them in bin/) have nothing to run them in Lambda.
     shutil.rmtree(target / "bin", ignore_errors=True)
     compile_tree(python, target)

@@ -496,7 +496,7 @@ def test_a_worker_image_whose_handlers_declare_none_fails_its_build_in_one_line(
     from job_runner import image_check, kinds
 
     build, _ = dockerfile_stages()
-    installs = next(n for n, i in enumerate(build) if 'pip install "$HANDLERS"' in i)
+    installs = next(n for n, i in enumerate(build) if "pip install -c" in i and "$HANDLERS" in i)
     check = build[installs + 2]  # after its ARG HANDLERS_BY_STACK
     assert build[installs + 1] == 'ARG HANDLERS_BY_STACK=""'
     assert check.startswith("RUN ") and 'python -m job_runner.image_check "$HANDLERS"' in check
@@ -531,9 +531,9 @@ def test_worker_image_can_install_git_handlers_and_ships_without_git() -> None:
     """HANDLERS may be a git+https URL, so the build stage has git; the
     runtime stage only copies the installed environment (no git, no build tools)."""
     build, runtime = dockerfile_stages()
-    assert build[0].startswith("FROM python:") and build[0].endswith(" AS build")
+    assert build[0].startswith("FROM ") and build[0].endswith(" AS build")
     assert any("apt-get install" in i and " git" in i for i in build)
-    assert any("pip install \"$HANDLERS\"" in i for i in build)
+    assert any("\"$HANDLERS\"" in i and "pip install" in i for i in build)
     assert not any("git" in i for i in runtime), runtime
     assert not any("pip install" in i for i in runtime), runtime
     assert any(i.startswith("COPY --from=build /opt/venv") for i in runtime)

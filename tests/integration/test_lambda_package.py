@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 from samtranslator.yaml_helper import yaml_parse
 
+from tests.integration.locked import normal, runtime_pins
+
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
 HELPER = INFRA / "lambda" / "lambda_build.py"
@@ -232,3 +234,14 @@ def test_the_handlers_import_from_the_package_and_its_bytecode(
     assert "dispatcher.handlers" in ours
     assert not {n.split(".")[0] for n in ours} & {"typer", "rich", "moto", "s3transfer"}
     assert len(ours) <= HANDLER_MODULE_BUDGET
+
+
+def test_the_layer_holds_exactly_what_the_lock_pins(package: tuple[str, list[Path]]) -> None:
+    """Built from uv.lock (infra/lambda/lambda_build.py): every distribution in the layer at the
+    version the lock pins for the runtime dependencies, and none besides."""
+    _, (_, layer) = package
+    installed = {}
+    for info in layer.glob("*.dist-info"):
+        name, version = info.name.removesuffix(".dist-info").split("-", 1)
+        installed[normal(name)] = version
+    assert installed == runtime_pins()
