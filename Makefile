@@ -61,9 +61,16 @@ demo: $(VENV)
 	$(VENV)/bin/longjobs demo
 
 lint: $(VENV)
-	$(VENV)/bin/ruff check dispatcher job_runner tests bench
+	$(VENV)/bin/ruff check dispatcher job_runner tests bench infra
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/python infra/audit.py --if-reachable
+
+# The locked runtime dependencies against known advisories (infra/audit.py; allowed ones in
+# infra/audit-allowlist.txt, each with its date and reason). `make lint` runs it too, where OSV
+# can be reached.
+audit: $(VENV)
+	$(VENV)/bin/python infra/audit.py
 
 # docs/configuration.md's table is generated from dispatcher/settings.py (dispatcher/settings_page.py).
 docs: $(VENV)

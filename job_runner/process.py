@@ -12,7 +12,7 @@ import signal
 import sys
 import urllib.request
 
-from dispatcher import settings
+from dispatcher import settings, versions
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.stops import RUNNER_FAILED_EXIT
 from dispatcher.settings import Config
@@ -67,6 +67,8 @@ def main() -> int:
     except LongjobsError as exc:
         print(f"job_runner: {exc}", file=sys.stderr)
         return 2
+    # Which build this task runs, where an operator reads the task's log.
+    log.info("job runner starting", extra={"task_arn": arn, **versions.running()})
     if not registry.kinds():
         # Every job of the bundle fails as an unknown kind, each saying so; this line says it
         # once, first, where the image's builder looks.

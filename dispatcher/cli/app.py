@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperArgument
 
+from dispatcher import versions
 from dispatcher.cli import (
     deploy_commands,
     dispatch_commands,
@@ -39,19 +40,9 @@ app.command()(deploy_commands.deploy)
 app.command()(top_commands.top)
 
 
-def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed
-
-    try:
-        return installed("longjobs")
-    except PackageNotFoundError:  # run from a checkout that was never installed
-        return "unknown (not installed)"
-
-
 def _print_version(value: bool) -> None:
     if value:
-        typer.echo(f"longjobs {version()}")
+        typer.echo(versions.line())
         raise typer.Exit
 
 
@@ -59,7 +50,7 @@ def _print_version(value: bool) -> None:
 def root(
     _version: Annotated[bool, typer.Option(
         "--version", callback=_print_version, is_eager=True,
-        help="Print the installed version and exit.")] = False,
+        help="Print the versions of longjobs, boto3, botocore and pynamodb, and exit.")] = False,
 ) -> None:
     """Run long batch jobs as standalone ECS tasks."""
 

@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -77,6 +77,8 @@ class TickReport:
     handoff: HandoffStats = field(default_factory=HandoffStats)  # urgent jobs, no slot free
     arrays: ArrayStats = field(default_factory=ArrayStats)  # array jobs: open, decided
     elapsed_ms: int = 0
+    # What ran the tick: longjobs's version and the AWS libraries' (dispatcher.versions).
+    versions: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -92,8 +94,10 @@ class Tick:
     def __init__(self, store: StageStore, revisions: Revisions, admission: Admission,
                  launches: Launches, reconciler: Reconciler, policy: TickPolicy, *,
                  clock: Callable[[], float] = time.time,
-                 handoffs: Handoffs | None = None, arrays: ArrayTally | None = None) -> None:
+                 handoffs: Handoffs | None = None, arrays: ArrayTally | None = None,
+                 versions: Mapping[str, str] | None = None) -> None:
         self._store = store
+        self._versions = dict(versions or {})
         self._arrays = arrays
         self._revisions = revisions
         self._admission = admission
@@ -114,7 +118,8 @@ class Tick:
         started = time.monotonic()
         budget = self.budget(remaining_ms)
         decision = TickReport(tick_id=uuid.uuid4().hex[:12],
-                            max_running_tasks=self._policy.max_running_tasks)
+                            max_running_tasks=self._policy.max_running_tasks,
+                            versions=dict(self._versions))
         owner = f"tick-{decision.tick_id}"
         # The lease outlasts this tick however long it drains: a RECORDING bundle found by the
         # next lease holder is then surely a crashed tick's.

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dispatcher import logs
+from dispatcher import logs, versions
 from dispatcher.domain.bundle_sizes import BundleSizes
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.domain.pacing import LaunchPacer
@@ -112,7 +112,8 @@ def build(cfg: Config, *, queue: Queue, store: StageStore, launcher: Launcher,
                 TickPolicy(cfg.max_running_tasks, cfg.tick_seconds, cfg.lease_seconds,
                            cfg.tick_reserve_seconds, cfg.tick_concurrency, cfg.hold_seconds,
                            cfg.kind_limits, cfg.task_concurrency, cfg.priority_weights),
-                clock=clock, handoffs=handoffs, arrays=ArrayTally(store, children, clock))
+                clock=clock, handoffs=handoffs, arrays=ArrayTally(store, children, clock),
+                versions=versions.running())
     return Stages(tick, revisions, reruns, launches, queue, store, launcher, queues, dependents)
 
 

@@ -245,3 +245,22 @@ def test_the_layer_holds_exactly_what_the_lock_pins(package: tuple[str, list[Pat
         name, version = info.name.removesuffix(".dist-info").split("-", 1)
         installed[normal(name)] = version
     assert installed == runtime_pins()
+
+
+def test_the_functions_report_the_versions_the_lock_pins(
+        package: tuple[str, list[Path]], tmp_path: Path) -> None:
+    """What a tick's record says ran it, from the package as the runtime loads it: longjobs's
+    version without its distribution's metadata (the code is the folder alone), the libraries'
+    from the layer's."""
+    python, path = package
+    result = subprocess.run(
+        [python, "-s", "-B", "-c",
+         "import json; from dispatcher import versions; print(json.dumps(versions.running()))"],
+        cwd=tmp_path, env={"PYTHONPATH": os.pathsep.join(map(str, path)), "PATH": "/usr/bin"},
+        capture_output=True, text=True, timeout=120, check=True)
+    pins = runtime_pins()
+    from dispatcher.versions import VERSION
+
+    assert json.loads(result.stdout) == {"longjobs": VERSION, "boto3": pins["boto3"],
+                                         "botocore": pins["botocore"],
+                                         "pynamodb": pins["pynamodb"]}

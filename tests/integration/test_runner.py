@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher import versions
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState
 from dispatcher.local.environment import LocalEnv
@@ -24,6 +25,7 @@ from dispatcher.store import Store
 from dispatcher.testing.moto import MotoEndpoint
 from dispatcher.testing.proxy import AwsProxy
 from dispatcher.wiring.adapters import open_store
+from job_runner.process import NO_HANDLERS
 from tests.helpers import wait_for
 
 HANDLERS = ("echo=tests.handlers:echo,fail=tests.handlers:fail,steps=tests.handlers:steps,"
@@ -253,7 +255,8 @@ def test_a_runner_without_an_assignment_exits_without_running(
     moto_server.reset()
     from dispatcher.local.provision import provision
 
-    env = {**os.environ, **provision(moto_server.url), "AWS_ENDPOINT_URL": moto_server.url,
+    mine = {k: v for k, v in os.environ.items() if k != "LONGJOBS_HANDLERS"}  # none registered
+    env = {**mine, **provision(moto_server.url), "AWS_ENDPOINT_URL": moto_server.url,
            "LONGJOBS_TASK_ARN": "arn:aws:ecs:us-east-1:000000000000:task/c/unassigned",
            "LONGJOBS_ASSIGN_WAIT_SECONDS": "1", "LONGJOBS_TEST_LOG": str(tmp_path / "x")}
     done = subprocess.run([sys.executable, "-m", "job_runner"], env=env, capture_output=True,
@@ -261,6 +264,13 @@ def test_a_runner_without_an_assignment_exits_without_running(
     assert done.returncode == 0, done.stderr
     assert "no bundle assigned" in done.stderr
     assert not (tmp_path / "x").exists()
+    # Its first line says which build the task runs; with no handler registered, the next says
+    # so once, before any job of the bundle would fail as an unknown kind.
+    logged = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    assert logged[0]["message"] == "job runner starting"
+    assert {k: logged[0][k] for k in versions.running()} == versions.running()
+    assert logged[0]["task_arn"] == env["LONGJOBS_TASK_ARN"]
+    assert logged[1]["message"] == NO_HANDLERS
     bad = subprocess.run([sys.executable, "-m", "job_runner"],
                          env={k: v for k, v in env.items() if k != "LONGJOBS_TABLE"},
                          capture_output=True, text=True, timeout=60, check=False)

@@ -7,6 +7,7 @@ resolution on ECS) is in ``tests/contract/test_ecs_launcher.py``, on moto.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from typing import Any
 
@@ -93,6 +94,25 @@ def test_new_revision_is_pinned_on_later_launches(twins: Twins) -> None:
     assert revisions == {"before-deploy": f"{FAMILY}:1", "after-deploy": f"{FAMILY}:2"}
     assert [r.task_definition for r in twins.launcher.requests] == [f"{FAMILY}:1",
                                                                      f"{FAMILY}:2"]
+
+
+def test_every_ticks_record_says_which_build_ran_it(
+        twins: Twins, caplog: pytest.LogCaptureFixture) -> None:
+    """longjobs's version and the AWS libraries', as installed, in the record and its log."""
+    from importlib.metadata import version
+
+    stages = twins.stages()
+    tick_log = logging.getLogger("dispatcher.stages.tick")  # its tree does not propagate
+    tick_log.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.INFO, logger="dispatcher.stages.tick"):
+            decision = stages.tick.tick()
+    finally:
+        tick_log.removeHandler(caplog.handler)
+    installed = {name: version(name) for name in ("longjobs", "boto3", "botocore", "pynamodb")}
+    assert decision.versions == installed
+    logged = next(r for r in caplog.records if r.getMessage() == "tick")
+    assert logged.versions == installed
 
 
 def test_duplicate_deliveries_and_producer_retries_make_one_job(twins: Twins) -> None:
