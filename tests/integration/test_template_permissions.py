@@ -2,7 +2,7 @@
 
 The SAM-transformed template is rendered for given parameter values by a small evaluator of the
 intrinsics these parts use (Ref, Fn::If and the conditions, Fn::Select, Fn::Split, Fn::Sub,
-Fn::Join): ``JobPolicyArns`` attaches managed policies to the worker task role;
+Fn::Join): ``JobPolicyArns`` (comma-separated) attaches managed policies to the worker task role;
 ``JobSecret1``-``5`` give the worker container environment variables from SSM or Secrets
 Manager, and the execution role exactly the reads they need (kms:Decrypt only with
 ``JobSecretsKmsKeyArn``); empty, they render nothing. The task-state rule is evaluated on ECS
@@ -152,20 +152,44 @@ def test_job_policy_arns_are_attached_to_the_task_role_only(expanded: dict[str, 
 def test_job_secrets_become_the_containers_secrets_with_exact_reads(
         expanded: dict[str, Any]) -> None:
     """Two slots set (one secret, one parameter; slot 2 left empty): the container gets both
-    variables, and the execution role may read each ARN with its own service's action only."""
+    variables, and the execution role may read exactly those ARNs (each action authorizes its
+    own service's ARNs only: GetSecretValue cannot read a parameter, nor GetParameters a
+    secret)."""
     values = {"JobSecret1": f"DB_PASSWORD={SECRET_ARN}", "JobSecret3": f"API_TOKEN={PARAMETER_ARN}"}
     assert worker_container(expanded, **values)["Secrets"] == [
         {"Name": "DB_PASSWORD", "ValueFrom": SECRET_ARN},
         {"Name": "API_TOKEN", "ValueFrom": PARAMETER_ARN}]
     statements = execution_statements(expanded, **values)
     assert {s["Sid"]: (s["Action"], s["Resource"]) for s in statements} == {
-        "ReadJobSecrets": ("secretsmanager:GetSecretValue", [SECRET_ARN]),
-        "ReadJobParameters": ("ssm:GetParameters", [PARAMETER_ARN])}
-    # One service only: the other statement is not rendered at all (an empty Resource list
-    # would be an invalid policy).
+        "ReadJobSecrets": (["ssm:GetParameters", "secretsmanager:GetSecretValue"],
+                           [SECRET_ARN, PARAMETER_ARN])}
     only_ssm = execution_statements(expanded, JobSecret5=f"TOKEN={PARAMETER_ARN}")
-    assert [(s["Sid"], s["Resource"]) for s in only_ssm] == [("ReadJobParameters",
+    assert [(s["Sid"], s["Resource"]) for s in only_ssm] == [("ReadJobSecrets",
                                                               [PARAMETER_ARN])]
+
+
+# What AWS documents inside the condition functions but Fn::If ("Condition functions",
+# Supported functions: "Fn::FindInMap, Ref, Other condition functions"):
+# https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/intrinsic-function-reference-conditions.html
+DOCUMENTED_IN_CONDITIONS = {"Ref", "Fn::FindInMap", "Condition", "Fn::And", "Fn::Equals",
+                            "Fn::Not", "Fn::Or"}
+
+
+def _functions(value: Any) -> set[str]:
+    if isinstance(value, list):
+        return set().union(*map(_functions, value)) if value else set()
+    if isinstance(value, dict):
+        return set(value) | _functions(list(value.values()))
+    return set()
+
+
+def test_every_condition_uses_only_what_aws_documents_in_conditions() -> None:
+    """cfn-lint took Fn::Select, Fn::Split and Fn::Join inside Fn::Equals, which AWS's page on
+    the condition functions does not list: a stack could fail to create on it."""
+    template = yaml_parse(TEMPLATE.read_text())
+    used = {name: _functions(rule) for name, rule in template["Conditions"].items()}
+    assert {name: sorted(f - DOCUMENTED_IN_CONDITIONS) for name, f in used.items()
+            if f - DOCUMENTED_IN_CONDITIONS} == {}
 
 
 def test_kms_decrypt_only_with_a_key_and_only_through_ssm_and_secrets_manager(
