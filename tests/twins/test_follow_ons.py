@@ -142,11 +142,18 @@ def test_a_task_that_ran_follow_ons_reports_all_their_jobs_when_it_stops() -> No
     backlog(tw, 600, max_attempts=1)  # j0000 fails for good (no retry keeps its bundle)
     stages = tw.stages(**ENV)
     stages.tick.tick()
-    arns = tw.task_arns()
-    ran = run(tw, arns[0], fail=frozenset({"j0000"}))
-    tw.launcher.stop_task(arns[0], StopCode.ESSENTIAL_CONTAINER_EXITED,
+    # The task launched with j0000's bundle (the tick's launches run side by side: which task
+    # of the list it is varies, and another task would never run j0000).
+    first = tw.job("j0000")
+    assert first is not None and first.bundle_id is not None
+    bundle = tw.bundle(first.bundle_id)
+    assert bundle is not None and bundle.task_arn is not None
+    arn = bundle.task_arn
+    ran = run(tw, arn, fail=frozenset({"j0000"}))
+    assert "j0000" in ran
+    tw.launcher.stop_task(arn, StopCode.ESSENTIAL_CONTAINER_EXITED,
                           "Essential container in task exited", 0)
-    outcome = stages.reruns.on_stop(TaskStop(arns[0], str(StopCode.ESSENTIAL_CONTAINER_EXITED),
+    outcome = stages.reruns.on_stop(TaskStop(arn, str(StopCode.ESSENTIAL_CONTAINER_EXITED),
                                              "Essential container in task exited", 0))
     assert outcome.result == StopResult.FINISHED, outcome
     succeeded = len(outcome.succeeded) + outcome.succeeded_before
