@@ -15,7 +15,7 @@ request stops that job only; the heartbeat reports the running job ids on the bu
 Urgent jobs handed to the bundle while it runs (dispatcher/stages/handoff.py) are learnt from
 the heartbeat's write (or from the bundle's last write, which refuses to end it over one) and
 start before the rest of the bundle, as slots free. A bundle of a large drain's batch that ends
-DONE is followed by the batch's next follow-on (dispatcher/store/follow_ons.py), taken onto this
+DONE is followed by the batch's next follow-on (:mod:`job_runner.next_bundle`), taken onto this
 task and claimed and run alike; the task exits when none is left.
 
 Ways to stop taking jobs:
@@ -41,7 +41,6 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Sequence
 from types import FrameType
@@ -57,6 +56,7 @@ from job_runner.context import JobContext
 from job_runner.executor import POLL_SECONDS, Executor, Signals
 from job_runner.joblog import running
 from job_runner.kinds import HandlerRegistry
+from job_runner.next_bundle import FollowOnTaker, assigned
 from job_runner.outcome import Outcome, log_fields
 from job_runner.schedule import Schedule
 from job_runner.writes import Writes
@@ -64,12 +64,6 @@ from job_runner.writes import Writes
 # JSON lines with task_arn / bundle_id / job_id on every line (payloads are never logged).
 # Its level is LONGJOBS_LOG_LEVEL, set by job_runner.process.main once the settings are loaded.
 log = Logger(service="longjobs-runner", logger_handler=logging.StreamHandler(sys.stderr))
-
-# How long a runner whose bundle ended looks for its batch's next follow-on while none is
-# recorded yet (the drain records them as it admits; at the batch's end none comes), and how
-# often.
-FOLLOW_ON_WAIT_SECONDS = 10.0
-FOLLOW_ON_POLL_SECONDS = 2.0
 
 
 class Worker:
@@ -104,27 +98,12 @@ class Worker:
                                          stopping=self.stopping.is_set,
                                          claim_lost=self.lost.is_set),
                                  retry_any_exception=cfg.retry_any_exception)
+        self._follow_ons = FollowOnTaker(store, arn, self.stopping,
+                                         handed=lambda: len(self._handed), log=log)
 
     def find_bundle(self) -> Bundle | None:
-        """The bundle this task was launched for, once its launch is written whole: LAUNCHED
-        with this task's ARN. One still LAUNCHING is looked at again until the wait ends: on
-        DynamoDB the launch's one transaction makes the pointer and the bundle visible
-        together, but local mode's moto once showed a runner the pointer with its bundle not
-        yet LAUNCHED (why was not pinned down), and a task that gave up then cost its jobs a
-        rerun. Another attempt's is returned at once
-        (:meth:`run` exits)."""
-        deadline = time.monotonic() + self.cfg.assign_wait_seconds
-        delay = 0.2
-        seen: Bundle | None = None
-        while time.monotonic() < deadline and not self.stopping.is_set():
-            bundle = self.store.bundle_for_task(self.arn)
-            if bundle is not None and not (bundle.state == BundleState.LAUNCHING
-                                           and bundle.task_arn in (None, self.arn)):
-                return bundle
-            seen = bundle or seen
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
-        return seen
+        """The bundle this task was launched for (:func:`job_runner.next_bundle.assigned`)."""
+        return assigned(self.store, self.arn, self.cfg.assign_wait_seconds, self.stopping)
 
     def on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         # A signal does not say who sent it: ECS's stop event does (its stop code and reason,
@@ -155,59 +134,6 @@ class Worker:
             self.stopping.set()
             self.executor.close()
         return 0
-
-    def _follow_on(self, done: Bundle, fence: Fence, writes: Writes) -> Bundle | None:
-        """End ``done`` (itself RUNNING; its last results are written just before the take)
-        DONE and take its batch's next follow-on onto this task, in one transaction (see
-        dispatcher.store.follow_ons), or None: the caller then ends ``done`` alone (its last
-        results with it) and the task exits. One not recorded yet
-        is looked for again for up to FOLLOW_ON_WAIT_SECONDS, ``done`` still RUNNING: the
-        task holds its slot. HandedJobs and ConflictError are raised as a last write's."""
-        if done.batch is None or writes.refused:
-            # A job the table refused may name this task as running it still: the task's
-            # stop, which settles only its last bundle, must be this one's.
-            return None
-        deadline = time.monotonic() + FOLLOW_ON_WAIT_SECONDS
-        while not self.stopping.is_set():
-            try:
-                take = self.store.end_and_take(fence, done, writes.outcomes(),
-                                               handed=len(self._handed),
-                                               before=writes.flush_for_take)
-            except (HandedJobs, ConflictError):
-                raise
-            except Exception as exc:  # it may have committed all the same (its answer lost)
-                return self._taken_anyway(done, exc)
-            if take.bundle is not None:
-                log.info("took follow-on %s of batch %s", take.bundle.bundle_id, done.batch)
-                return take.bundle
-            if not take.later or time.monotonic() >= deadline:
-                return None
-            self.stopping.wait(FOLLOW_ON_POLL_SECONDS)
-        return None
-
-    def _taken_anyway(self, done: Bundle, exc: Exception) -> Bundle | None:
-        """After a take that raised: the follow-on it took if it committed all the same (the
-        task's pointer names a bundle LAUNCHED on this task other than ``done``, which is
-        then DONE), for this task to run as taken; else None, ``done`` still RUNNING, ended
-        alone by the caller. Ending it alone after a take that committed would find it DONE
-        (ConflictError: the runner exits) and leave the follow-on to the task's stop, which
-        reruns it as a task that never claimed it and charges its jobs an attempt."""
-        try:
-            taken = self.store.bundle_for_task(self.arn)
-        except Exception as read:  # as the take: ended alone, the fence decides
-            log.warning("taking a follow-on failed, and reading this task's bundle after it",
-                        extra={"error": f"{type(exc).__name__}: {exc}",
-                               "read_error": f"{type(read).__name__}: {read}"})
-            return None
-        if taken is not None and taken.bundle_id != done.bundle_id \
-                and taken.task_arn == self.arn and taken.state == BundleState.LAUNCHED:
-            log.warning("taking a follow-on failed after it was written; running it",
-                        extra={"error": f"{type(exc).__name__}: {exc}",
-                               "follow_on": taken.bundle_id})
-            return taken
-        log.warning("taking a follow-on failed; ending the bundle",
-                    extra={"error": f"{type(exc).__name__}: {exc}"})
-        return None
 
     def _run_bundle(self, bundle: Bundle) -> Bundle | None:
         """Claim and run one bundle LAUNCHED on this task; the follow-on of its batch taken
@@ -255,7 +181,7 @@ class Worker:
     def _run_jobs(self, bundle: Bundle, fence: Fence, writes: Writes) -> Bundle | None:
         """Run the bundle's jobs and end it: DONE, PENDING (a retry is due), or left RUNNING
         for the stop event to settle (or its claim was lost). The follow-on taken as it ended
-        DONE, if one was (see :meth:`_follow_on`)."""
+        DONE, if one was (:class:`job_runner.next_bundle.FollowOnTaker`)."""
         schedule = Schedule(self.store.bundle_jobs(bundle), self.store.get_jobs)
         while True:
             try:
@@ -285,7 +211,7 @@ class Worker:
             self._ending.set()  # a beat that finds the bundle moved from now on: it ended
             try:
                 if target == BundleState.DONE and bundle.batch is not None:
-                    following = self._follow_on(bundle, fence, writes)
+                    following = self._follow_ons.take(bundle, fence, writes)
                     if following is not None:
                         return following
                 writes.flush(target, handed=len(self._handed))

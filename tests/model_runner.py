@@ -27,9 +27,9 @@ from dispatcher.domain.stops import RUNNER_FAILED_EXIT, StopCode
 from dispatcher.ports.table import Delete, Eq, Table
 from dispatcher.store import Fence, Store
 from dispatcher.testing.memory_launcher import MemoryLauncher
+from job_runner.next_bundle import FOLLOW_ON_WAIT_SECONDS
 from job_runner.outcome import Outcome, raised, succeeded
 from job_runner.schedule import Schedule
-from job_runner.worker import FOLLOW_ON_WAIT_SECONDS
 from job_runner.writes import Writes
 
 # What a handler does when the model lets one of its runs end.
@@ -323,7 +323,7 @@ class SimTask:
                     else BundleState.DONE
                 if target == BundleState.DONE and self.bundle is not None \
                         and self.bundle.batch is not None and not self.writes.refused:
-                    self.phase = "following"  # Worker._follow_on, the bundle RUNNING
+                    self.phase = "following"  # FollowOnTaker.take, the bundle RUNNING
                     self.follow_until = self.clock() + FOLLOW_ON_WAIT_SECONDS
                     self.follow()
                     return

@@ -27,8 +27,8 @@ from dispatcher.domain.errors import ConflictError, HandedJobs
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.simulation.virtual_time import VirtualClock
 from dispatcher.store import Fence, RunnerStore
+from job_runner.next_bundle import FOLLOW_ON_POLL_SECONDS, FOLLOW_ON_WAIT_SECONDS
 from job_runner.outcome import Outcome
-from job_runner.worker import FOLLOW_ON_POLL_SECONDS, FOLLOW_ON_WAIT_SECONDS
 from job_runner.writes import FLUSH_AT_JOBS, Writes
 
 
@@ -65,7 +65,7 @@ class TaskModel:
         """The task from its container's start to its exit; yields the times it sleeps until
         (the caller sets the clock to each before resuming it). A bundle of a batch that
         ends DONE is followed by the batch's next follow-on, taken as the worker takes it
-        (:meth:`job_runner.worker.Worker._follow_on`)."""
+        (:meth:`job_runner.next_bundle.FollowOnTaker.take`)."""
         clock = self.clock
         bundle = self.store.bundle_for_task(task.task_arn)
         if bundle is None or bundle.task_arn != task.task_arn \
@@ -81,7 +81,7 @@ class TaskModel:
                    handed: int) -> Generator[float, None, Bundle | None]:
         """``done`` (its last results written just before) ended DONE with its batch's next
         follow-on taken,
-        in one transaction, as the worker does (:meth:`job_runner.worker.Worker._follow_on`);
+        in one transaction, as the worker does (:meth:`job_runner.next_bundle.FollowOnTaker.take`);
         None if none was taken (``done`` is still RUNNING)."""
         if writes.refused:
             return None

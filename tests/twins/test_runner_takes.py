@@ -1,5 +1,5 @@
-"""The runner's take of a follow-on when the table's answer is lost (job_runner/worker.py,
-``Worker._follow_on``): a take that committed but raised is found on the task's pointer and
+"""The runner's take of a follow-on when the table's answer is lost (job_runner/next_bundle.py,
+``FollowOnTaker.take``): a take that committed but raised is found on the task's pointer and
 run, not charged to its jobs as a task that never claimed it."""
 
 from __future__ import annotations

@@ -1,0 +1,113 @@
+"""Which bundle a task runs: the one it was launched for (:func:`assigned`), then, each time a
+bundle of a large drain's batch ends DONE, the batch's next follow-on, taken onto the task in
+the same transaction that ends the last (:class:`FollowOnTaker`, over
+dispatcher/store/follow_ons.py); the task exits when none is left.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from aws_lambda_powertools import Logger
+
+from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.errors import ConflictError, HandedJobs
+from dispatcher.store import Fence, RunnerStore
+from job_runner.writes import Writes
+
+# How long a runner whose bundle ended looks for its batch's next follow-on while none is
+# recorded yet (the drain records them as it admits; at the batch's end none comes), and how
+# often.
+FOLLOW_ON_WAIT_SECONDS = 10.0
+FOLLOW_ON_POLL_SECONDS = 2.0
+
+
+def assigned(store: RunnerStore, arn: str, wait_seconds: float,
+             stopping: threading.Event) -> Bundle | None:
+    """The bundle this task was launched for, once its launch is written whole: LAUNCHED with
+    this task's ARN. One still LAUNCHING is looked at again until the wait ends: on DynamoDB the
+    launch's one transaction makes the pointer and the bundle visible together, but local
+    mode's moto once showed a runner the pointer with its bundle not yet LAUNCHED (why was not
+    pinned down), and a task that gave up then cost its jobs a rerun. Another attempt's is
+    returned at once (the runner exits)."""
+    deadline = time.monotonic() + wait_seconds
+    delay = 0.2
+    seen: Bundle | None = None
+    while time.monotonic() < deadline and not stopping.is_set():
+        bundle = store.bundle_for_task(arn)
+        if bundle is not None and not (bundle.state == BundleState.LAUNCHING
+                                       and bundle.task_arn in (None, arn)):
+            return bundle
+        seen = bundle or seen
+        time.sleep(delay)
+        delay = min(delay * 2, 5.0)
+    return seen
+
+
+class FollowOnTaker:
+    """Takes the next follow-on of a batch onto this task as a bundle of it ends DONE.
+    ``handed``: how many jobs have been handed to the running bundle so far (the heartbeat
+    learns more while a take waits)."""
+
+    def __init__(self, store: RunnerStore, arn: str, stopping: threading.Event, *,
+                 handed: Callable[[], int], log: Logger) -> None:
+        self.store = store
+        self.arn = arn
+        self.stopping = stopping
+        self._handed = handed
+        self._log = log
+
+    def take(self, done: Bundle, fence: Fence, writes: Writes) -> Bundle | None:
+        """End ``done`` (itself RUNNING; its last results are written just before the take)
+        DONE and take its batch's next follow-on onto this task, in one transaction (see
+        dispatcher.store.follow_ons), or None: the caller then ends ``done`` alone (its last
+        results with it) and the task exits. One not recorded yet
+        is looked for again for up to FOLLOW_ON_WAIT_SECONDS, ``done`` still RUNNING: the
+        task holds its slot. HandedJobs and ConflictError are raised as a last write's."""
+        if done.batch is None or writes.refused:
+            # A job the table refused may name this task as running it still: the task's
+            # stop, which settles only its last bundle, must be this one's.
+            return None
+        deadline = time.monotonic() + FOLLOW_ON_WAIT_SECONDS
+        while not self.stopping.is_set():
+            try:
+                take = self.store.end_and_take(fence, done, writes.outcomes(),
+                                               handed=self._handed(),
+                                               before=writes.flush_for_take)
+            except (HandedJobs, ConflictError):
+                raise
+            except Exception as exc:  # it may have committed all the same (its answer lost)
+                return self._taken_anyway(done, exc)
+            if take.bundle is not None:
+                self._log.info("took follow-on %s of batch %s", take.bundle.bundle_id, done.batch)
+                return take.bundle
+            if not take.later or time.monotonic() >= deadline:
+                return None
+            self.stopping.wait(FOLLOW_ON_POLL_SECONDS)
+        return None
+
+    def _taken_anyway(self, done: Bundle, exc: Exception) -> Bundle | None:
+        """After a take that raised: the follow-on it took if it committed all the same (the
+        task's pointer names a bundle LAUNCHED on this task other than ``done``, which is
+        then DONE), for this task to run as taken; else None, ``done`` still RUNNING, ended
+        alone by the caller. Ending it alone after a take that committed would find it DONE
+        (ConflictError: the runner exits) and leave the follow-on to the task's stop, which
+        reruns it as a task that never claimed it and charges its jobs an attempt."""
+        try:
+            taken = self.store.bundle_for_task(self.arn)
+        except Exception as read:  # as the take: ended alone, the fence decides
+            self._log.warning("taking a follow-on failed, and reading this task's bundle after it",
+                        extra={"error": f"{type(exc).__name__}: {exc}",
+                               "read_error": f"{type(read).__name__}: {read}"})
+            return None
+        if taken is not None and taken.bundle_id != done.bundle_id \
+                and taken.task_arn == self.arn and taken.state == BundleState.LAUNCHED:
+            self._log.warning("taking a follow-on failed after it was written; running it",
+                        extra={"error": f"{type(exc).__name__}: {exc}",
+                               "follow_on": taken.bundle_id})
+            return taken
+        self._log.warning("taking a follow-on failed; ending the bundle",
+                    extra={"error": f"{type(exc).__name__}: {exc}"})
+        return None
