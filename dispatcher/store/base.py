@@ -134,13 +134,13 @@ class Reads:
         - a bundle: set only with DONE, which is final (``bundle_actions``, ``_cancel_now``,
           the commit of a recording that kept no job).
         - a page (``PAGE#``): written without one, however far ahead its bundle is scheduled;
-          it gets one in its bundle's DONE write (``runner.page_expiry``): in the same
+          it gets one in its bundle's DONE write (``state_writes.page_expiry``): in the same
           transaction when it has room, else in the transactions right after it, as DONE is
           final (a crash between only keeps them). No extra call where there is room; one per
           100 pages where there is not.
         - a task's pointer (``TASK#``): written without one, however long its jobs run; the
           write that moves its bundle off that task (DONE, or PENDING to rerun elsewhere) sets
-          it (``runner.pointer_expiry``), one small item in a transaction made anyway.
+          it (``state_writes.pointer_expiry``), one small item in a transaction made anyway.
         - a launch (``LAUNCH#``): only when it goes DONE (``finish_launch``); a STARTING one,
           which a crashed tick's recovery reads, has none.
         - the lease: none (one item, rewritten every tick).

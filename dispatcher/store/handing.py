@@ -32,7 +32,7 @@ from dispatcher.ports.table import (
 )
 from dispatcher.store import codec as r
 from dispatcher.store.base import Reads
-from dispatcher.store.runner import bundle_actions
+from dispatcher.store.state_writes import bundle_actions
 
 # One transaction: the host, the waiting bundle and the jobs.
 JOBS_PER_HANDOFF = MAX_TRANSACTION_ITEMS - 2

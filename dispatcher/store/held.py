@@ -32,7 +32,7 @@ from dispatcher.ports.table import (
 )
 from dispatcher.store import codec as r
 from dispatcher.store.base import Reads, job_state, status
-from dispatcher.store.runner import bundle_actions
+from dispatcher.store.state_writes import bundle_actions
 
 # How a held retry's reason says what it waits for (operator.retry writes it, the release
 # replaces it).

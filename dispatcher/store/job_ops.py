@@ -43,7 +43,7 @@ from dispatcher.store import bulk_marks
 from dispatcher.store import codec as r
 from dispatcher.store.base import job_state, pack_groups, status
 from dispatcher.store.held import WAITING
-from dispatcher.store.runner import UPDATES_BYTES, fit_pages, page_expiry
+from dispatcher.store.state_writes import UPDATES_BYTES, fit_pages, page_expiry
 
 
 def check_mark(job: Job, by: str | None, only: JobState | None, *,
@@ -89,7 +89,7 @@ def cancel_ops(jobs: list[Job], bundle: Bundle | None, others: list[Job], *, t: 
     other jobs are ``others``: each job from PENDING, and the bundle fenced as PENDING at its
     attempt, closed DONE when no other job of it is left unfinished. The second value: the
     transactions giving the rest of a closed bundle's pages their expiry, made after these
-    ops commit (:func:`dispatcher.store.runner.expire_pages_later`)."""
+    ops commit (:func:`dispatcher.store.state_writes.expire_pages_later`)."""
     expires: list[Action] = [] if expires_at is None else [Set("expires_at", expires_at)]
     ops: list[Op] = [cancel_op(job, t=t, expires_at=expires_at, reason=reason, by=by)
                      for job in jobs]

@@ -31,7 +31,7 @@ from dispatcher.ports.table import (
 from dispatcher.store import array_ops, index, job_ops, task_cancels
 from dispatcher.store import codec as r
 from dispatcher.store.deployments import Deployments
-from dispatcher.store.runner import expire_pages_later
+from dispatcher.store.state_writes import expire_pages_later
 from dispatcher.store.values import PageOutcome
 
 TRIES = 3

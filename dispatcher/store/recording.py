@@ -36,7 +36,7 @@ from dispatcher.ports.table import (
 )
 from dispatcher.store import codec as r
 from dispatcher.store.base import Reads, pack_groups
-from dispatcher.store.runner import (
+from dispatcher.store.state_writes import (
     UPDATES_BYTES,
     bundle_actions,
     expire_pages_later,

@@ -47,11 +47,11 @@ from dispatcher.store.deployments import Deployments
 from dispatcher.store.handing import Handing
 from dispatcher.store.held import HeldRetries
 from dispatcher.store.recording import PROBE_KEY, Recordings
-from dispatcher.store.runner import (
+from dispatcher.store.runner import handed_as_read
+from dispatcher.store.state_writes import (
     bundle_actions,
     expire_pages_later,
     fit_pages,
-    handed_as_read,
     job_updates,
     page_expiry,
     pointer_expiry,

@@ -26,7 +26,7 @@ from dispatcher.local.provision import provision
 from dispatcher.ops.client import JobClient
 from dispatcher.ports.table import Set, Update
 from dispatcher.store import Store, codec
-from dispatcher.store.runner import JOBS_PER_TRANSACTION
+from dispatcher.store.state_writes import JOBS_PER_TRANSACTION
 from dispatcher.testing.moto import MotoEndpoint
 from dispatcher.testing.proxy import AwsProxy, RecordedCall
 from dispatcher.wiring.adapters import open_store
