@@ -99,9 +99,8 @@ LONGEST = ("test_array_at_full_size", "test_system_model", "test_demo", "test_ap
            "test_a_retry_waits_for_the_task_its_abandoned_run_keeps_alive_beside_a_mate")
 # Modules whose module-scoped fixture is itself a run of ~30 s (a recorded exercise of every
 # component on moto, a local mode, a moto server of their own, the Lambda package built from
-# PyPI, the example Node.js producer installed from npm with a local mode): sent to one worker
-# as one unit, the fixture runs once instead of once on every worker that gets one of their
-# tests.
+# PyPI): sent to one worker as one unit, the fixture runs once instead of once on every worker
+# that gets one of their tests.
 SHARED_SETUP = ("test_permissions", "test_operator_permissions", "test_first_hour",
                 "test_readme_commands", "test_proxy", "test_lambda_package")
 
