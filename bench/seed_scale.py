@@ -15,7 +15,9 @@ invocation a minute with its 15 minutes.
 Prints: drain time (end of enqueueing to the last job done), the floor, admitted jobs/s (peak
 over one virtual second, and mean), launched tasks/s, the spread of the tasks' end times, the
 ticks, calls per job by API and component, this process's peak RSS (the twins' state included),
-and last ``seed: drain/floor = X.XX``. ``--backlog N``: one tick admitting from a backlog of N
+what ran as the model's ledger judges it (jobs lost, jobs with two runs alive at once, jobs run
+past their budget: :mod:`dispatcher.simulation.run_ledger`; any exits 1), and last
+``seed: drain/floor = X.XX``. ``--backlog N``: one tick admitting from a backlog of N
 messages instead (no tasks run), with its admission rate and the peak RSS it added.
 
 Run: .venv/bin/python bench/seed_scale.py [--jobs N] [--seconds D] [--urgent-at 60]
@@ -154,8 +156,15 @@ def main() -> None:
           f"{shape.concurrency}, start {args.start} s, a tick every {shape.tick_interval:g} s "
           f"(pid {os.getpid()})", flush=True)
     t0 = time.monotonic()
-    out = BatchModel(shape).run()
-    print("\n".join(report(shape, out, time.monotonic() - t0)))
+    model = BatchModel(shape)
+    out = model.run()
+    lines = report(shape, out, time.monotonic() - t0)  # its peak RSS before the ledger's look
+    verdict = model.verdict()
+    # What ran, judged by the run's own ledger: a drain that lost or doubled a job is no figure.
+    lines.insert(-1, f"runs: {verdict.line()}")
+    print("\n".join(lines))
+    if not verdict.holds:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from typing import Any
 
 from dispatcher import settings
 from dispatcher.domain import message
-from dispatcher.domain.jobs import Job, Priority
+from dispatcher.domain.jobs import Job, JobState, Priority
 from dispatcher.domain.pacing import LaunchLimits, LaunchPacer
 from dispatcher.domain.stops import StopCode, TaskStop
 from dispatcher.ops.client import JobClient
@@ -44,6 +44,7 @@ from dispatcher.simulation.aws_model import (
     ModelTable,
 )
 from dispatcher.simulation.deep_queue import DeepQueue
+from dispatcher.simulation.run_ledger import RunLedger, Verdict
 from dispatcher.simulation.task_model import TaskModel, TaskRun
 from dispatcher.simulation.virtual_time import VirtualClock, patched
 from dispatcher.stages.tick import TickReport
@@ -139,6 +140,7 @@ class BatchModel:
         logging.getLogger("dispatcher").setLevel(self.env["LONGJOBS_LOG_LEVEL"])
         self.urgent_id: str | None = None
         self.outcome = BatchRun()
+        self.ledger = RunLedger()
         # The event loop's state (run): the events, the tasks seen launched, their runners.
         self._events: list[tuple[float, int, str, Any]] = []
         self._seq = itertools.count()
@@ -148,7 +150,8 @@ class BatchModel:
         self._tasks = TaskModel(self.runner_store, self.clock, concurrency=shape.concurrency,
                                 seconds_of=_seconds_of, flush_seconds=self.cfg.flush_seconds,
                                 heartbeat_seconds=self.cfg.heartbeat_seconds,
-                                on_job_start=self._job_started)
+                                on_job_start=self._job_started,
+                                on_job_end=self._job_ended)
 
     def _stages(self, component: str) -> pipeline.Stages:
         calls = self.calls[component]
@@ -250,6 +253,24 @@ class BatchModel:
             task.task_arn, str(StopCode.ESSENTIAL_CONTAINER_EXITED),
             "Essential container in task exited", 0, stopped_at=t))
 
+    def _job_ended(self, job: Job, task_arn: str, at: float) -> None:
+        self.ledger.ended(job.job_id, task_arn, at)
+
+    def verdict(self) -> Verdict:
+        """What the run's ledger says of it (:mod:`dispatcher.simulation.run_ledger`): every
+        job submitted (the urgent one too) against its state in the table at the end."""
+        ids = [f"j{i:07d}" for i in range(self.shape.jobs)]  # as jobs() names them
+        ids += [self.urgent_id] if self.urgent_id is not None else []
+        records = {rec.job_id: rec for pk, rec in self.table.snapshot().items()
+                   if pk.startswith("JOB#") and rec.job_id}
+        states = {j: JobState(rec.state) if rec.state else None for j, rec in records.items()}
+
+        def budget(job_id: str) -> int:
+            rec = records.get(job_id)
+            return int(rec.max_attempts or 0) + self.cfg.max_infra_attempts if rec else 0
+
+        return self.ledger.verdict(ids, states, budget)
+
     def _at(self, t: float, kind: str, what: Any = None) -> None:
         heapq.heappush(self._events, (t, next(self._seq), kind, what))
 
@@ -306,7 +327,8 @@ class BatchModel:
     def _remaining(self, deadline: float) -> Callable[[], int]:
         return lambda: int(max(0.0, deadline - self.clock()) * 1000)
 
-    def _job_started(self, job: Job, at: float) -> None:
+    def _job_started(self, job: Job, task_arn: str, at: float) -> None:
+        self.ledger.started(job.job_id, task_arn, at)
         if job.job_id == self.urgent_id:
             self.outcome.urgent_started = at - T0
             for task in self.outcome.tasks:

@@ -52,14 +52,17 @@ class TaskModel:
     def __init__(self, store: RunnerStore, clock: VirtualClock, *, concurrency: int,
                  seconds_of: Callable[[Job], float], flush_seconds: float,
                  heartbeat_seconds: float,
-                 on_job_start: Callable[[Job, float], None] | None = None) -> None:
+                 on_job_start: Callable[[Job, str, float], None] | None = None,
+                 on_job_end: Callable[[Job, str, float], None] | None = None) -> None:
         self.store = store
         self.clock = clock
         self.concurrency = concurrency
         self.seconds_of = seconds_of
         self.flush_seconds = flush_seconds
         self.heartbeat_seconds = heartbeat_seconds
+        # Each job's run on a task, as it starts and ends (the job, the task's ARN, the time).
         self.on_job_start = on_job_start
+        self.on_job_end = on_job_end
 
     def run(self, task: TaskRun) -> Iterator[float]:
         """The task from its container's start to its exit; yields the times it sleeps until
@@ -128,7 +131,7 @@ class TaskModel:
                 job = page.pop(0)
                 writes.start(job)
                 if self.on_job_start is not None:
-                    self.on_job_start(job, now)
+                    self.on_job_start(job, task.task_arn, now)
                 started += 1
                 heapq.heappush(running, (now + self.seconds_of(job), started, job))
             if not running:
@@ -153,6 +156,8 @@ class TaskModel:
             while running and running[0][0] <= now:
                 _, _, job = heapq.heappop(running)
                 writes.finish(job, Outcome(JobState.SUCCEEDED), started=True)
+                if self.on_job_end is not None:
+                    self.on_job_end(job, task.task_arn, now)
                 task.jobs_run += 1
                 task.last_job_end = now
                 oldest = now if oldest is None else oldest

@@ -8,6 +8,7 @@ import pytest
 
 from dispatcher.domain.jobs import JobState
 from dispatcher.simulation.batch_model import BatchModel, Shape, job_states
+from dispatcher.simulation.run_ledger import RunLedger
 from dispatcher.simulation.virtual_time import VirtualClock, VirtualPool, virtual_wait
 
 # 1,500 jobs of 2 s on 4 tasks x 10: 75 s of work a task; a fixed start so the end times'
@@ -30,6 +31,37 @@ def test_every_job_runs_once_and_succeeds(model: BatchModel) -> None:
     assert job_states(model.table) == {str(JobState.SUCCEEDED): SHAPE.jobs}
     assert len(out.tasks) == SHAPE.tasks  # one task a slot (follow-ons are taken), no rerun
     assert sum(t.jobs_run for t in out.tasks) == SHAPE.jobs
+
+
+def test_the_runs_ledger_finds_each_job_run_once_and_nothing_lost(model: BatchModel) -> None:
+    verdict = model.verdict()
+    assert verdict.holds, verdict.line()
+    assert (verdict.jobs, verdict.runs, verdict.succeeded) == (SHAPE.jobs,) * 3
+    assert all(len(runs) == 1 and runs[0].end is not None
+               for runs in model.ledger.runs.values())
+
+
+def test_the_runs_ledger_finds_each_rule_broken() -> None:
+    """Each of its three rules, broken on purpose, is found (and only that one)."""
+    ledger = RunLedger()
+    ledger.started("twice", "task/a", 10.0)
+    ledger.started("twice", "task/b", 15.0)  # while the first still runs
+    ledger.ended("twice", "task/a", 20.0)
+    ledger.ended("twice", "task/b", 25.0)
+    for n in range(4):  # four runs one after another, where the budget allows three
+        ledger.started("often", "task/c", 100.0 + n)
+        ledger.ended("often", "task/c", 100.5 + n)
+    ledger.started("lost", "task/d", 1.0)
+    ledger.ended("lost", "task/d", 2.0)
+    states = {"twice": JobState.SUCCEEDED, "often": JobState.SUCCEEDED,
+              "lost": JobState.PENDING}
+    verdict = ledger.verdict(["twice", "often", "lost", "never"], states, lambda _: 3)
+    assert (verdict.overlapping, verdict.over_budget, verdict.lost) == (
+        ["twice"], ["often"], ["lost", "never"])
+    assert not verdict.holds
+    assert "2 lost (lost, never), 1 with two runs alive at once (twice)" in verdict.line()
+    with pytest.raises(ValueError, match="no run alive"):
+        ledger.ended("lost", "task/d", 3.0)
 
 
 def test_calls_per_job_stay_bounded(model: BatchModel) -> None:
@@ -67,6 +99,8 @@ def test_an_urgent_job_submitted_into_a_full_batch_starts_within_a_minute() -> N
     assert out.drain > 120.0  # the batch still held every slot a minute after the job came
     assert out.urgent_started is not None and 60.0 <= out.urgent_started <= 60.0 + 60.0 + 2.2
     assert out.jobs_run == shape.jobs + 1
+    verdict = model.verdict()  # the urgent job among them, handed to a running task
+    assert verdict.holds and verdict.jobs == verdict.succeeded == shape.jobs + 1, verdict.line()
 
 
 def test_a_pool_task_starts_when_a_lane_is_free_and_its_result_moves_the_waiter() -> None:
