@@ -20,7 +20,8 @@ past their budget: :mod:`dispatcher.simulation.run_ledger`; any exits 1), and la
 ``seed: drain/floor = X.XX``. ``--backlog N``: one tick admitting from a backlog of N
 messages instead (no tasks run), with its admission rate and the peak RSS it added.
 
-Run: .venv/bin/python bench/seed_scale.py [--jobs N] [--seconds D] [--urgent-at 60]
+Run: .venv/bin/python bench/seed_scale.py [--jobs N] [--seconds D] [--urgent-at 60] [--faults]
+(``--faults``: the last line reads ``seed under faults: drain/floor = X.XX``)
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pathlib import Path
 
 from dispatcher.simulation.aws_model import Latencies, per_job
 from dispatcher.simulation.batch_model import BatchModel, BatchRun, Shape
+from dispatcher.simulation.faults import Faults
 
 
 def vm_kib(field: str = "VmHWM") -> int:
@@ -104,7 +106,14 @@ def report(shape: Shape, out: BatchRun, wall: float) -> list[str]:
         lines.append(f"  {c}: {per_job(v, n)}")
     lines.append(f"peak RSS (VmHWM) of this process (dispatcher, twins, model): "
                  f"{vm_kib() / 1024:.0f} MiB; wall {wall:.0f} s")
-    lines.append(f"seed: drain/floor = {out.drain / shape.floor:.2f}")
+    killed = sum(t.killed_at is not None for t in out.tasks)
+    if shape.faults.any:
+        lines.append(f"faults: {killed} of {len(out.tasks)} tasks killed while they ran; "
+                     f"stop events twice {shape.faults.event_twice:.0%}, late "
+                     f"{shape.faults.event_late:.0%} (by {shape.faults.late_by:g} s), lost "
+                     f"{shape.faults.event_lost:.0%}")
+    under = " under faults" if shape.faults.any else ""
+    lines.append(f"seed{under}: drain/floor = {out.drain / shape.floor:.2f}")
     return lines
 
 
@@ -140,6 +149,10 @@ def main() -> None:
                         help="a LONGJOBS_* setting of the dispatcher and runner")
     parser.add_argument("--urgent-at", type=float, default=None,
                         help="submit one high-priority job this many seconds into the batch")
+    parser.add_argument("--faults", action="store_true",
+                        help="under the reference faults (dispatcher/simulation/faults.py): "
+                        "5 %% of the tasks killed while they run, 5 %% of their stop events "
+                        "delivered twice, 5 %% late, 2 %% lost")
     parser.add_argument("--backlog", type=int, default=None,
                         help="instead: one tick from a backlog of this many messages")
     args = parser.parse_args()
@@ -148,7 +161,8 @@ def main() -> None:
                   concurrency=args.concurrency, start=(float(low), float(high or low)),
                   tick_interval=args.tick_interval,
                   latencies=Latencies().scaled(args.latency_scale),
-                  settings=dict(s.split("=", 1) for s in args.set), urgent_at=args.urgent_at)
+                  settings=dict(s.split("=", 1) for s in args.set), urgent_at=args.urgent_at,
+                  faults=Faults.reference() if args.faults else Faults())
     if args.backlog is not None:
         backlog(args, shape)
         return

@@ -14,8 +14,6 @@ after it exits. The stage code runs unmodified; only its thread pools are virtua
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import heapq
 import itertools
 import json
@@ -33,7 +31,6 @@ from dispatcher.domain.jobs import Job, JobState, Priority
 from dispatcher.domain.pacing import LaunchLimits, LaunchPacer
 from dispatcher.domain.stops import StopCode, TaskStop
 from dispatcher.ops.client import JobClient
-from dispatcher.ports.table import Record
 from dispatcher.simulation.arriving_queue import ArrivingQueue
 from dispatcher.simulation.aws_model import (
     Calls,
@@ -44,13 +41,14 @@ from dispatcher.simulation.aws_model import (
     ModelTable,
 )
 from dispatcher.simulation.deep_queue import DeepQueue
+from dispatcher.simulation.faults import KILLED, Faults, TaskFate, fate
+from dispatcher.simulation.lean_table import lean_table
 from dispatcher.simulation.run_ledger import RunLedger, Verdict
 from dispatcher.simulation.task_model import TaskModel, TaskRun
 from dispatcher.simulation.virtual_time import VirtualClock, patched
 from dispatcher.stages.tick import TickReport
 from dispatcher.store import Store
 from dispatcher.store import codec as r
-from dispatcher.testing import memory_table
 from dispatcher.testing.memory_launcher import MemoryLauncher
 from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.testing.memory_table import MemoryTable
@@ -86,6 +84,7 @@ class Shape:
     settings: dict[str, str] = field(default_factory=dict)  # LONGJOBS_* overrides
     urgent_at: float | None = None  # a high-priority job submitted this long into the batch
     seed: int = 1
+    faults: Faults = field(default_factory=Faults)  # none by default
 
     @property
     def floor(self) -> float:
@@ -141,6 +140,8 @@ class BatchModel:
         self.urgent_id: str | None = None
         self.outcome = BatchRun()
         self.ledger = RunLedger()
+        self._fault_rng = random.Random(shape.seed + 1)  # the faults' own draws
+        self._fates: dict[str, TaskFate] = {}
         # The event loop's state (run): the events, the tasks seen launched, their runners.
         self._events: list[tuple[float, int, str, Any]] = []
         self._seq = itertools.count()
@@ -213,7 +214,9 @@ class BatchModel:
         self.clock.lead()
         self.high.before_receive = self._catch_up
         with patched(self.clock), lean_table():
-            while self._events and out.jobs_run < s.jobs + (s.urgent_at is not None):
+            target = s.jobs + (s.urgent_at is not None)
+            done = False
+            while self._events and not done:
                 t, _, kind, what = heapq.heappop(self._events)
                 if t - T0 > max_seconds:
                     break
@@ -231,8 +234,15 @@ class BatchModel:
                     self._task_step(t, what)
                 elif kind == "stopped":
                     self._stopped(t, what)
+                elif kind == "kill":
+                    self._kill(t, what)
                 if kind in ("tick", "stopped"):  # only these launch tasks
                     self._start_tasks()
+                # Without faults every job runs once: the runs counted say when all are done.
+                # With them a run may be lost and rerun: the table says, looked at as tasks
+                # come and go.
+                done = out.jobs_run >= target if not s.faults.any else \
+                    kind in ("tick", "stopped") and self._succeeded() >= target
             # The stop events still queued when the last job ended (a tick that watched the
             # high queue ran the tasks to their ends) are the batch's too: their calls count.
             for t, _, kind, what in sorted(self._events):
@@ -246,12 +256,35 @@ class BatchModel:
         return out
 
     def _stopped(self, t: float, task: TaskRun) -> None:
-        """A task's stop event, handled by the task-event handler's stages."""
-        self.ecs.stop_task(task.task_arn, StopCode.ESSENTIAL_CONTAINER_EXITED,
-                           "Essential container in task exited", 0)
-        self.events.reruns.on_stop(TaskStop(
-            task.task_arn, str(StopCode.ESSENTIAL_CONTAINER_EXITED),
-            "Essential container in task exited", 0, stopped_at=t))
+        """A task's stop event (one delivery of it), handled by the task-event handler's
+        stages; a killed task's says so (ECS stopped it at its kill)."""
+        code, reason, exit_code = KILLED if task.killed_at is not None else (
+            str(StopCode.ESSENTIAL_CONTAINER_EXITED), "Essential container in task exited", 0)
+        if task.killed_at is None and self.ecs.tasks[task.task_arn].last_status.gone is False:
+            self.ecs.stop_task(task.task_arn, code, reason, exit_code)
+        stopped = T0 + task.ended_at if task.ended_at is not None else t
+        self.events.reruns.on_stop(TaskStop(task.task_arn, code, reason, exit_code,
+                                            stopped_at=stopped))
+
+    def _kill(self, t: float, task: TaskRun) -> None:
+        """The task killed (dispatcher.simulation.faults): its running jobs end unwritten
+        with it, ECS reports it stopped, and its stop event goes out as its fate says."""
+        if task.ended_at is not None:  # it had ended before
+            return
+        task.killed_at = t
+        for job_id in sorted(task.running):
+            self.ledger.ended(job_id, task.task_arn, t)
+        task.running.clear()
+        task.ended_at = t - T0
+        self.outcome.jobs_run += task.jobs_run
+        if task.last_job_end is not None and not task.urgent:
+            self._last_end = max(self._last_end, task.last_job_end)
+        self.ecs.stop_task(task.task_arn, *KILLED)
+        for delay in self._fates[task.task_arn].deliveries:
+            self._at(t + delay, "stopped", task)
+
+    def _succeeded(self) -> int:
+        return sum(self.table.count(k) for k in r.job_statuses(JobState.SUCCEEDED))
 
     def _job_ended(self, job: Job, task_arn: str, at: float) -> None:
         self.ledger.ended(job.job_id, task_arn, at)
@@ -281,9 +314,14 @@ class BatchModel:
             task = TaskRun(arn, launched - T0, launched + self.rng.uniform(*s.start) - T0)
             self.outcome.tasks.append(task)
             self._at(T0 + task.started_at, "task", (task, self._tasks.run(task)))
+            doom = self._fates[arn] = fate(s.faults, self._fault_rng, EXIT_TO_EVENT)
+            if doom.killed_after is not None:
+                self._at(T0 + task.started_at + doom.killed_after, "kill", task)
 
     def _task_step(self, t: float, what: tuple[TaskRun, Iterator[float]]) -> None:
         task, steps = what
+        if task.killed_at is not None:  # its runner died with it
+            return
         wake = next(steps, None)
         if wake is not None:
             self._at(wake, "task", what)
@@ -293,7 +331,8 @@ class BatchModel:
         if not task.urgent:  # the drain is the batch's: until its last job ends
             end = task.last_job_end if task.last_job_end is not None else task.ended_at + T0
             self._last_end = max(self._last_end, end)
-        self._at(self.clock() + EXIT_TO_EVENT, "stopped", task)
+        for delay in self._fates[task.task_arn].deliveries:
+            self._at(self.clock() + delay, "stopped", task)
 
     def _catch_up(self) -> None:
         """The tasks' steps up to the calling thread's time, run while a tick is under way
@@ -340,38 +379,6 @@ class BatchModel:
             if pk.startswith("JOB#") and rec.created_at is not None \
                     and rec.pk != r.job_key(self.urgent_id or ""):
                 yield float(rec.created_at) - T0
-
-
-@contextlib.contextmanager
-def lean_table() -> Iterator[None]:
-    """The table twin without DynamoDB's item-size checks, copying items through their
-    ``__dict__``: the size checks and ``Record.present`` were half of the model's CPU at
-    200,000 jobs, and the batch's items are a few hundred bytes, far below 400 KB. Conditions,
-    transactions and the values stored are the twin's own."""
-
-    def clone(rec: Record | None) -> Record | None:
-        if rec is None:
-            return None
-        values: dict[str, Any] = {k: v if isinstance(v, str | int | float) else copy.deepcopy(v)
-                                  for k, v in vars(rec).items() if v is not None}
-        return Record(**values)
-
-    def copy_in(rec: Record) -> Record:
-        values: dict[str, Any] = {k: memory_table._store_value(k, v)
-                                  for k, v in vars(rec).items() if v is not None}
-        return Record(**values)
-
-    names = ("_check_item", "_item_bytes", "_clone", "_copy_in")
-    saved = {n: getattr(memory_table, n) for n in names}
-    lean = {"_check_item": lambda rec, size: None, "_item_bytes": lambda rec: 0, "_clone": clone,
-            "_copy_in": copy_in}
-    for n in names:
-        setattr(memory_table, n, lean[n])
-    try:
-        yield
-    finally:
-        for n in names:
-            setattr(memory_table, n, saved[n])
 
 
 def _synthetic_body(shape: Shape) -> Callable[[int], str]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, HandedJobs
@@ -46,6 +46,8 @@ class TaskRun:
     last_job_end: float | None = None
     urgent: bool = False  # it ran the urgent job: not part of the batch's figures
     follow_ons: int = 0  # follow-ons it took after its first bundle
+    running: set[str] = field(default_factory=set)  # the jobs it runs now
+    killed_at: float | None = None  # killed (dispatcher.simulation.faults): its runner is gone
 
 
 class TaskModel:
@@ -124,12 +126,18 @@ class TaskModel:
                     if found is None or found.state != JobState.PENDING:
                         continue
                     page.insert(0, found)
-                if not page:
-                    page = [j for j in next(pages, []) if j.state == JobState.PENDING]
-                    if not page:
+                # The next page with a job left to run: a rerun's first pages may hold none
+                # (their jobs ended on the task before), and the bundle goes on past them.
+                while not page:
+                    chunk = next(pages, None)
+                    if chunk is None:
                         break
+                    page = [j for j in chunk if j.state == JobState.PENDING]
+                if not page:
+                    break
                 job = page.pop(0)
                 writes.start(job)
+                task.running.add(job.job_id)
                 if self.on_job_start is not None:
                     self.on_job_start(job, task.task_arn, now)
                 started += 1
@@ -156,11 +164,13 @@ class TaskModel:
             while running and running[0][0] <= now:
                 _, _, job = heapq.heappop(running)
                 writes.finish(job, Outcome(JobState.SUCCEEDED), started=True)
+                task.running.discard(job.job_id)
                 if self.on_job_end is not None:
                     self.on_job_end(job, task.task_arn, now)
                 task.jobs_run += 1
                 task.last_job_end = now
-                oldest = now if oldest is None else oldest
+                if not writes.write_through:  # written at once otherwise: none waits
+                    oldest = now if oldest is None else oldest
             if not writes.write_through and writes.pending and oldest is not None and (
                     len(writes.pending) >= FLUSH_AT_JOBS or now >= oldest + self.flush_seconds):
                 writes.flush()

@@ -8,8 +8,10 @@ import pytest
 
 from dispatcher.domain.jobs import JobState
 from dispatcher.simulation.batch_model import BatchModel, Shape, job_states
+from dispatcher.simulation.faults import Faults
 from dispatcher.simulation.run_ledger import RunLedger
 from dispatcher.simulation.virtual_time import VirtualClock, VirtualPool, virtual_wait
+from dispatcher.store import codec as r
 
 # 1,500 jobs of 2 s on 4 tasks x 10: 75 s of work a task; a fixed start so the end times'
 # spread is the dispatcher's alone. Follow-ons of 15 s (dispatcher/store/follow_ons.py): each
@@ -62,6 +64,27 @@ def test_the_runs_ledger_finds_each_rule_broken() -> None:
     assert "2 lost (lost, never), 1 with two runs alive at once (twice)" in verdict.line()
     with pytest.raises(ValueError, match="no run alive"):
         ledger.ended("lost", "task/d", 3.0)
+
+
+def test_under_faults_nothing_is_lost_doubled_or_run_past_its_budget() -> None:
+    """Half the tasks killed while they run (their unwritten results lost with them), stop
+    events delivered twice, late or not at all: every job ends SUCCEEDED, some of them run
+    twice, never at once. (Reruns of bundles of several pages, whose first pages had ended
+    before the kill: the model once ended such a bundle at its first page with nothing left
+    to run, and lost the jobs of the rest.)"""
+    shape = Shape(jobs=2_000, seconds=2.0, tasks=4, concurrency=10, start=(30.0, 30.0),
+                  seed=3, faults=Faults(killed=0.5, kill_within=(20.0, 80.0), event_twice=0.3,
+                                        event_late=0.3, event_lost=0.2))
+    model = BatchModel(shape)
+    out = model.run()
+    verdict = model.verdict()
+    assert verdict.holds, verdict.line()
+    assert verdict.succeeded == shape.jobs and verdict.runs > shape.jobs  # some ran twice
+    killed = [t for t in out.tasks if t.killed_at is not None]
+    assert killed and len(out.tasks) > shape.tasks  # their bundles were relaunched
+    bundles = [r.record_bundle(rec) for pk, rec in model.table.snapshot().items()
+               if pk.startswith("BUNDLE#")]
+    assert max(b.pages for b in bundles) > 1
 
 
 def test_calls_per_job_stay_bounded(model: BatchModel) -> None:
