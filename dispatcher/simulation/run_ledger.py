@@ -17,7 +17,7 @@ FINAL = (JobState.SUCCEEDED, JobState.FAILED)
 
 
 @dataclass
-class Run:
+class JobRun:
     """One run of a job on a task; ``end`` None while it runs (or if its task died with it)."""
 
     task_arn: str
@@ -55,10 +55,10 @@ class RunLedger:
     """Each job's runs, in the order they started."""
 
     def __init__(self) -> None:
-        self.runs: dict[str, list[Run]] = {}
+        self.runs: dict[str, list[JobRun]] = {}
 
     def started(self, job_id: str, task_arn: str, at: float) -> None:
-        self.runs.setdefault(job_id, []).append(Run(task_arn, at))
+        self.runs.setdefault(job_id, []).append(JobRun(task_arn, at))
 
     def ended(self, job_id: str, task_arn: str, at: float) -> None:
         """The run of ``job_id`` on ``task_arn`` still alive ends (its job finished, or its
@@ -83,7 +83,7 @@ class RunLedger:
                        lost=lost, overlapping=overlapping, over_budget=over)
 
 
-def _overlap(runs: list[Run]) -> bool:
+def _overlap(runs: list[JobRun]) -> bool:
     """Two of the runs alive at once: one started before the one before it ended (or while
     it had not ended)."""
     ordered = sorted(runs, key=lambda r: r.start)
