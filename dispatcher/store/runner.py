@@ -8,7 +8,6 @@ state of a newer attempt.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -46,12 +45,6 @@ from dispatcher.store.state_writes import (
 from dispatcher.store.values import Fence, JobOutcomes, JobUpdate
 
 log = logging.getLogger(__name__)
-
-# Transactions cancelled by a concurrent request on one of their items (TransactionConflict:
-# e.g. an operator's cancel request landing on the bundle item) are retried this many times.
-# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html
-CONFLICT_TRIES = 5
-CONFLICT_BACKOFF_SECONDS = 0.05
 
 # BatchGetItem reads at most 100 items per call.
 # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
@@ -179,11 +172,15 @@ class RunnerStore(FollowOns):
             page_expiry(fence.bundle_id, fence.pages, expires_at)
             if bundle_to == BundleState.DONE else [], 1 + len(chunk) + len(leaving), chunk)
         refused: set[str] = set()
-        conflicts = 0
         while chunk or bundle_to is not None:
             try:
-                self.table.transact([head, *job_updates(chunk, fence.bundle_id, t, expires_at),
-                                     *leaving, *pages_now])
+                # Cancelled for a moment (throttled, TransactionConflict: an operator's cancel
+                # request landing on the bundle item) it is tried again (Reads.table_retry);
+                # a runner that gave up on its results at the first throttle would cost its
+                # whole bundle a rerun.
+                # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html
+                self._transact_retrying([head, *job_updates(chunk, fence.bundle_id, t,
+                                                            expires_at), *leaving, *pages_now])
                 expire_pages_later(self.table, fence.bundle_id, pages_later)
                 return refused
             except TransactionCancelled as exc:
@@ -202,11 +199,7 @@ class RunnerStore(FollowOns):
                     refused |= {chunk[i - 1].job_id for i in failed}
                     chunk = [u for i, u in enumerate(chunk, start=1) if i not in failed]
                     continue
-                conflicts += 1
-                if conflicts == CONFLICT_TRIES or not any(
-                        reason == "TransactionConflict" for reason in exc.reasons):
-                    raise
-                time.sleep(CONFLICT_BACKOFF_SECONDS * 2 ** (conflicts - 1))
+                raise  # still cancelled for a moment after its retries
         return refused
 
     def end_and_take(self, fence: Fence, done: Bundle, ended: JobOutcomes,
@@ -260,7 +253,7 @@ class RunnerStore(FollowOns):
         TooLarge for a checkpoint beyond its budget (nothing is written)."""
         sizes.check_checkpoint(checkpoint, job_id)
         try:
-            self.table.transact([
+            self._transact_retrying([
                 Check(r.bundle_key(fence.bundle_id), fenced(fence)),
                 Update(r.job_key(job_id), [Set("checkpoint", checkpoint),
                                            Set("updated_at", self.clock())],

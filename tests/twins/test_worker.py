@@ -18,6 +18,7 @@ from dispatcher.domain.launches import Launch
 from dispatcher.ports.table import Op, Set, TransactionCancelled, Update
 from dispatcher.store import LaunchOutcome, Store
 from dispatcher.store import codec as r
+from dispatcher.store.base import TableRetry
 from dispatcher.testing.memory_table import MemoryTable
 from job_runner import executor
 from job_runner.kinds import HandlerRegistry
@@ -31,17 +32,19 @@ CFG = settings.load("runner", {"LONGJOBS_TABLE": "t", "LONGJOBS_FLUSH_SECONDS": 
 
 class ConflictOnce(MemoryTable):
     """DynamoDB cancels a transaction that collides with another request on one of its items
-    (TransactionConflict); moto never does. The first transaction here is cancelled so."""
+    (TransactionConflict), or that it throttles (ThrottlingError: botocore does not retry a
+    cancelled transaction); moto does neither. The first transaction here is cancelled so."""
 
-    def __init__(self) -> None:
+    def __init__(self, reason: str = "TransactionConflict") -> None:
         super().__init__()
+        self.reason = reason
         self.conflicts = 0
         self.armed = False
 
     def _transact(self, ops: list[Op]) -> None:
         if self.armed and self.conflicts == 0:
             self.conflicts += 1
-            raise TransactionCancelled(["TransactionConflict"] + [None] * (len(ops) - 1))
+            raise TransactionCancelled([self.reason] + [None] * (len(ops) - 1))
         super()._transact(ops)
 
 
@@ -101,14 +104,32 @@ def test_a_refused_result_does_not_throw_away_its_bundle_mates() -> None:
     assert bundle is not None and bundle.state == BundleState.DONE
 
 
-def test_a_transaction_conflict_is_retried_not_taken_for_a_lost_claim() -> None:
-    table = ConflictOnce()
-    store = Store(table)
+@pytest.mark.parametrize("reason", ["TransactionConflict", "ThrottlingError"])
+def test_a_transaction_cancelled_for_a_moment_is_retried_not_taken_for_a_lost_claim(
+        reason: str) -> None:
+    table = ConflictOnce(reason)
+    store = Store(table, table_retry=TableRetry(sleep=lambda s: None))
     launched(store, [small("a"), small("b")])
     table.armed = True
-    worker(store, {"ok": lambda p, ctx: "done"}).run()
+    assert worker(store, {"ok": lambda p, ctx: "done"}).run() == 0
     assert table.conflicts == 1
     assert state(store, "a") == state(store, "b") == JobState.SUCCEEDED
+
+
+def test_a_checkpoint_throttled_for_a_moment_is_saved() -> None:
+    table = ConflictOnce("ThrottlingError")
+    store = Store(table, table_retry=TableRetry(sleep=lambda s: None))
+    launched(store, [Job(job_id="long", kind="step", payload={}, estimated_seconds=30)])
+
+    def step(payload: dict[str, Any], ctx: Any) -> str:
+        table.armed = True
+        ctx.checkpoint({"done": 1})
+        job = store.get_job("long")
+        assert job is not None and job.checkpoint == {"done": 1}
+        return "ok"
+
+    assert worker(store, {"step": step}).run() == 0
+    assert table.conflicts == 1 and state(store, "long") == JobState.SUCCEEDED
 
 
 def test_a_lone_job_records_its_start_at_once_and_a_bundled_one_does_not() -> None:
