@@ -199,6 +199,11 @@ class Config(BaseModel):
         "LONGJOBS_TICK_RESERVE_SECONDS", "Lambda time kept back from the drain to record, "
         "delete and launch what it admitted.",
         on_aws=OnAws.STACK)] = 30.0
+    tick_one_at_a_time: Annotated[bool, Env(
+        "LONGJOBS_TICK_ONE_AT_A_TIME", "true only where the platform never runs two ticks at "
+        "once (the stack's tick function has a reserved concurrency of 1): a tick then takes "
+        "over at once the lease of one that died, instead of waiting out its term.",
+        on_aws=OnAws.STACK)] = False
     urgent_watch_seconds: Annotated[float, Field(ge=0, le=840), Env(
         "LONGJOBS_URGENT_WATCH_SECONDS", "A tick that finds every task slot busy keeps "
         "long-polling the high queue this long, handing each urgent job to a running task as "

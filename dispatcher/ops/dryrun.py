@@ -82,7 +82,7 @@ class DryRunStore(StageStore):
     def __init__(self, inner: StageStore, plan: DryRunPlan) -> None:
         self._inner, self._plan = inner, plan
 
-    def acquire_lease(self, owner: str, seconds: float) -> bool:
+    def acquire_lease(self, owner: str, seconds: float, *, one_at_a_time: bool = False) -> bool:
         return True  # a dry run does not take the lease (it writes nothing to protect)
 
     def release_lease(self, owner: str) -> None:

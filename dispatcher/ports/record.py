@@ -115,6 +115,7 @@ class Record:
     # lease (and the deployment: who wrote it last)
     owner: str | None = None
     lease_until: float | None = None
+    one_at_a_time: str | None = None  # "true": held by a tick the platform runs one at a time
     # the deployment (DEPLOY#current): the job code launches run
     image: str | None = None
     container_env: Any = None

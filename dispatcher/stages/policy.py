@@ -80,6 +80,9 @@ class TickPolicy:
     # Each priority's weight in sharing the free task slots (dispatcher.domain.fairness).
     priority_weights: Mapping[str, int] = field(
         default_factory=lambda: {"high": 6, "normal": 3, "low": 1})
+    # The platform runs these ticks one at a time (LONGJOBS_TICK_ONE_AT_A_TIME): a dead one's
+    # lease is taken over at once (StageStore.acquire_lease).
+    one_at_a_time: bool = False
 
 
 @dataclass(frozen=True)

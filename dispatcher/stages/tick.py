@@ -125,7 +125,8 @@ class Tick:
         # next lease holder is then surely a crashed tick's.
         lease = max(self._policy.lease_seconds,
                     budget + self._policy.reserve_seconds + LEASE_MARGIN_SECONDS)
-        if not self._store.acquire_lease(owner, lease):
+        if not self._store.acquire_lease(owner, lease,
+                                         one_at_a_time=self._policy.one_at_a_time):
             decision.skipped = "another tick holds the lease"
             log.info("tick skipped", extra=decision.as_dict())
             return decision

@@ -74,13 +74,25 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
     """What the tick and the task-event handler ask of the table (the dry run wraps this)."""
 
     # -- lease ----------------------------------------------------------------------------------
-    def acquire_lease(self, owner: str, seconds: float) -> bool:
-        """Take the single dispatcher lease unless another live owner holds it."""
+    def acquire_lease(self, owner: str, seconds: float, *, one_at_a_time: bool = False) -> bool:
+        """Take the single dispatcher lease unless another live owner holds it.
+
+        ``one_at_a_time``: the platform never runs two of these ticks at once (the stack's
+        tick function has a reserved concurrency of 1: "Sets the maximum number of
+        simultaneous executions for a function ... prevents it from scaling beyond that
+        level", https://docs.aws.amazon.com/lambda/latest/dg/API_PutFunctionConcurrency.html).
+        A lease such a tick holds while another of them runs is then one whose tick has died
+        (its Lambda killed, out of memory, timed out) without giving it back, and is taken
+        over at once instead of after its term (up to 16 minutes of a 15-minute tick with
+        nothing launched). A lease anything else holds (a tick run by hand, local mode) is
+        respected to its term, as it always was."""
         t = self.clock()
-        rec = Record(r.LEASE_KEY, owner=owner, lease_until=t + seconds, updated_at=t)
+        rec = Record(r.LEASE_KEY, owner=owner, lease_until=t + seconds, updated_at=t,
+                     one_at_a_time="true" if one_at_a_time else None)
         free = Or(Absent(), Lt("lease_until", t), Eq("owner", owner))
         try:
-            self.table.write(Put(rec, free))
+            self.table.write(Put(rec, Or(free, Eq("one_at_a_time", "true"))
+                                 if one_at_a_time else free))
         except ConditionFailed:
             return False
         return True

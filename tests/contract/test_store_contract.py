@@ -219,6 +219,19 @@ def test_lease_is_exclusive_until_it_expires(env: tuple[Store, Clock]) -> None:
     assert store.acquire_lease("a", 60)
 
 
+def test_a_lease_of_ticks_run_one_at_a_time_passes_between_them_at_once(
+        env: tuple[Store, Clock]) -> None:
+    store, clock = env
+    assert store.acquire_lease("a", 960, one_at_a_time=True)
+    assert store.acquire_lease("b", 960, one_at_a_time=True)  # a died: b runs, so a does not
+    assert not store.acquire_lease("by-hand", 60)  # anything else waits out b's term
+    store.release_lease("b")
+    assert store.acquire_lease("by-hand", 60)
+    assert not store.acquire_lease("c", 960, one_at_a_time=True)  # by-hand's is respected
+    clock.t += 61
+    assert store.acquire_lease("c", 960, one_at_a_time=True)
+
+
 def test_fail_overdue_only_the_run_it_read(env: tuple[Store, Clock]) -> None:
     store, _ = env
     fence = _launch(store, _record(store, "b1", "j1"), "arn:task/1")

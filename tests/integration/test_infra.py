@@ -205,6 +205,12 @@ def test_dispatcher_runs_every_minute_one_at_a_time(
     assert fn["Handler"] == "dispatcher.handlers.dispatch"
     assert fn["Runtime"] == "python3.12"
     assert fn["ReservedConcurrentExecutions"] == 1
+    # One tick at a time is what lets a tick take over a dead one's lease at once; no other
+    # function of the stack may say it runs so (only the tick takes the lease).
+    assert function_env(template, "DispatcherFunction")["LONGJOBS_TICK_ONE_AT_A_TIME"] == "true"
+    for name, other in template["Resources"].items():
+        if other["Type"] == "AWS::Serverless::Function" and name != "DispatcherFunction":
+            assert function_env(template, name)["LONGJOBS_TICK_ONE_AT_A_TIME"] == "false", name
     # A tick drains until its reserve before the Timeout (Lambda's maximum); the HOLD on each
     # received message is longer than that reserve, so none is delivered twice meanwhile.
     reserve = float(function_env(template, "DispatcherFunction")["LONGJOBS_TICK_RESERVE_SECONDS"])
