@@ -33,8 +33,13 @@ from collections import Counter
 from pathlib import Path
 
 from dispatcher.simulation.aws_model import Latencies, per_job
-from dispatcher.simulation.batch_model import BatchModel, BatchRun, Shape
+from dispatcher.simulation.batch_model import BatchModel
+from dispatcher.simulation.batch_shape import BatchRun, Shape
 from dispatcher.simulation.faults import Faults
+
+# The stack's promise for a high-priority job sent while every slot is busy: it starts within
+# a minute (the tick's watch hands it to a running task).
+URGENT_WITHIN = 60.0
 
 
 def vm_kib(field: str = "VmHWM") -> int:
@@ -60,6 +65,33 @@ def rates(times: list[float]) -> tuple[float, float]:
     peak = max(Counter(int(t) for t in times).values())
     span = max(times) - min(times)
     return float(peak), len(times) / span if span > 0 else float(len(times))
+
+
+def fault_lines(shape: Shape, out: BatchRun, model: BatchModel) -> list[str]:
+    """What the faults did (``--faults``)."""
+    f = shape.faults
+    killed = sum(t.killed_at is not None for t in out.tasks)
+    lines = [f"faults: {len(out.tasks)} tasks: {out.reclaimed} got a Spot reclaim's SIGTERM "
+             f"({f.reclaimed:.0%} drawn), {killed} killed while they ran (crashed "
+             f"{f.killed:.0%} drawn, reclaimed and still running 2 min later, or their runner "
+             f"failed: {out.failed_runners}); stop events twice {f.event_twice:.0%}, late "
+             f"{f.event_late:.0%} (by {f.late_by:g} s), lost {f.event_lost:.0%}; "
+             f"{out.failed_events} stop events failed in their handler (delivered again)"]
+    throttled = {c: (calls.draws.throttled, calls.draws.failed)
+                 for c, calls in model.calls.items() if calls.draws.throttled}
+    if f.calls.any:
+        lines.append(f"  calls: {f.calls.throttled:.0%} of the DynamoDB and ECS calls throttled "
+                     f"(a retry again {f.calls.throttled_again:.0%}), latency p99 "
+                     f"{f.calls.tail_p99:g}x its median; attempts throttled (calls that gave "
+                     "up): " + (", ".join(f"{c} {n} ({g})" for c, (n, g) in throttled.items())
+                                or "none"))
+    if f.tick_crash is not None:
+        crashed = ", ".join(f"+{t:.0f} s" for t in out.crashed_ticks) or "none"
+        lines.append(f"  tick {f.tick_crash.tick + 1} set to die after "
+                     f"{f.tick_crash.after_writes} writes; ticks died at: {crashed}; ticks "
+                     f"that raised: {len(out.failed_ticks)}"
+                     + (f" (first: {out.failed_ticks[0]})" if out.failed_ticks else ""))
+    return lines
 
 
 def report(shape: Shape, out: BatchRun, wall: float) -> list[str]:
@@ -106,12 +138,6 @@ def report(shape: Shape, out: BatchRun, wall: float) -> list[str]:
         lines.append(f"  {c}: {per_job(v, n)}")
     lines.append(f"peak RSS (VmHWM) of this process (dispatcher, twins, model): "
                  f"{vm_kib() / 1024:.0f} MiB; wall {wall:.0f} s")
-    killed = sum(t.killed_at is not None for t in out.tasks)
-    if shape.faults.any:
-        lines.append(f"faults: {killed} of {len(out.tasks)} tasks killed while they ran; "
-                     f"stop events twice {shape.faults.event_twice:.0%}, late "
-                     f"{shape.faults.event_late:.0%} (by {shape.faults.late_by:g} s), lost "
-                     f"{shape.faults.event_lost:.0%}")
     under = " under faults" if shape.faults.any else ""
     lines.append(f"seed{under}: drain/floor = {out.drain / shape.floor:.2f}")
     return lines
@@ -151,8 +177,10 @@ def main() -> None:
                         help="submit one high-priority job this many seconds into the batch")
     parser.add_argument("--faults", action="store_true",
                         help="under the reference faults (dispatcher/simulation/faults.py): "
-                        "5 %% of the tasks killed while they run, 5 %% of their stop events "
-                        "delivered twice, 5 %% late, 2 %% lost")
+                        "5 %% of the tasks reclaimed (SIGTERM, then the kill), 1 %% crashed, "
+                        "5 %% of their stop events delivered twice, 5 %% late, 2 %% lost; 1 %% "
+                        "of the calls throttled, latency p99 10x the median; the first tick's "
+                        "Lambda killed mid-drain; and an urgent job sent 60 s in (--urgent-at)")
     parser.add_argument("--backlog", type=int, default=None,
                         help="instead: one tick from a backlog of this many messages")
     args = parser.parse_args()
@@ -161,7 +189,8 @@ def main() -> None:
                   concurrency=args.concurrency, start=(float(low), float(high or low)),
                   tick_interval=args.tick_interval,
                   latencies=Latencies().scaled(args.latency_scale),
-                  settings=dict(s.split("=", 1) for s in args.set), urgent_at=args.urgent_at,
+                  settings=dict(s.split("=", 1) for s in args.set),
+                  urgent_at=60.0 if args.faults and args.urgent_at is None else args.urgent_at,
                   faults=Faults.reference() if args.faults else Faults())
     if args.backlog is not None:
         backlog(args, shape)
@@ -173,11 +202,17 @@ def main() -> None:
     model = BatchModel(shape)
     out = model.run()
     lines = report(shape, out, time.monotonic() - t0)  # its peak RSS before the ledger's look
+    if shape.faults.any:
+        lines[-1:-1] = fault_lines(shape, out, model)
     verdict = model.verdict()
     # What ran, judged by the run's own ledger: a drain that lost or doubled a job is no figure.
     lines.insert(-1, f"runs: {verdict.line()}")
+    late = shape.urgent_at is not None and (
+        out.urgent_started is None or out.urgent_started - shape.urgent_at > URGENT_WITHIN)
+    if late:
+        lines.insert(-1, f"urgent job: not started within {URGENT_WITHIN:g} s of its sending")
     print("\n".join(lines))
-    if not verdict.holds:
+    if not verdict.holds or late:
         raise SystemExit(1)
 
 

@@ -37,12 +37,28 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import ClientError
 
 from dispatcher.domain.jobs import Resources
+from dispatcher.domain.pacing import RateExceeded
 from dispatcher.ports.launcher import Launcher, LaunchRequest, LaunchResult, TaskStatus
 from dispatcher.ports.queue import Backlog, Queue, Received
-from dispatcher.ports.table import Condition, Delete, Op, Put, Record, Table, Update
+from dispatcher.ports.table import (
+    Condition,
+    Delete,
+    Op,
+    Put,
+    Record,
+    Table,
+    TableUnavailable,
+    TransactionCancelled,
+    Update,
+)
+from dispatcher.simulation.call_faults import CallDraws, CallFaults
 from dispatcher.simulation.virtual_time import VirtualClock
 
 SQS_CALL = 0.020
@@ -74,19 +90,78 @@ class Latencies:
         return Latencies(self.per_call, self.per_item, scale)
 
 
-class Calls:
-    """Calls per API of one component (thread-safe), and the charge for each."""
+class InvocationDied(BaseException):
+    """The component's process died (a tick's Lambda killed mid-drain): every call it makes
+    from then on fails with this. A BaseException, so that no ``except Exception`` of the
+    stage code outlives its process."""
 
-    def __init__(self, clock: VirtualClock, latencies: Latencies) -> None:
+
+class Calls:
+    """Calls per API of one component (thread-safe), the charge for each, and what goes
+    wrong with them (:mod:`dispatcher.simulation.call_faults`; none by default).
+
+    :meth:`die_after` kills the component after its next ``writes`` table writes (each
+    written before it dies): every call raises :class:`InvocationDied` until :meth:`revive`
+    (a new invocation)."""
+
+    def __init__(self, clock: VirtualClock, latencies: Latencies,
+                 faults: CallFaults | None = None, *, seed: int = 0) -> None:
         self.clock = clock
         self.latencies = latencies
         self.counts: Counter[str] = Counter()
+        self.draws = CallDraws(faults or CallFaults(), seed)
+        self.dead = False
+        self._writes_left: int | None = None
         self._lock = threading.Lock()
 
-    def charge(self, api: str, items: int = 1, calls: int = 1) -> None:
+    def charge(self, api: str, items: int = 1, calls: int = 1,
+               throttled: Callable[[], Exception] | None = None) -> None:
+        """``calls`` calls of ``api``; ``throttled`` makes the error a call throttled on
+        every attempt raises (None: the API is not throttled)."""
+        if self.dead:
+            raise InvocationDied(api)
+        latency = self.latencies.of(api, items)
+        for _ in range(calls):
+            drawn = self.draws.attempts(api if throttled is not None else "", latency)
+            with self._lock:
+                self.counts[api] += drawn.attempts
+            self.clock.charge(drawn.seconds)
+            if drawn.throttled_through and throttled is not None:
+                raise throttled()
+
+    def wrote(self) -> None:
+        """A table write of this component is done: it dies here if its time has come."""
         with self._lock:
-            self.counts[api] += calls
-        self.clock.charge(calls * self.latencies.of(api, items))
+            if self._writes_left is None:
+                return
+            self._writes_left -= 1
+            if self._writes_left > 0:
+                return
+            self._writes_left, self.dead = None, True
+        raise InvocationDied("after its write")
+
+    def die_after(self, writes: int) -> None:
+        with self._lock:
+            self._writes_left = max(1, writes)
+
+    def revive(self) -> None:
+        with self._lock:
+            self._writes_left, self.dead = None, False
+
+
+def _table_throttled(api: str) -> Callable[[], Exception]:
+    # What dispatcher.aws.dynamodb.dynamo_table makes of botocore's last throttled attempt.
+    return lambda: TableUnavailable(api, "ProvisionedThroughputExceededException",
+                                    "The level of configured provisioned throughput for the "
+                                    "table was exceeded.", status=400, retryable=True)
+
+
+def _ecs_throttled(api: str) -> Callable[[], Exception]:
+    if api == "RunTask":  # dispatcher.aws.ecs.ecs_call
+        return lambda: RateExceeded("RunTask: ThrottlingException: Rate exceeded")
+    response: Any = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"},
+                     "ResponseMetadata": {"HTTPStatusCode": 400}}
+    return lambda: ClientError(response, api)
 
 
 class ItemTimes:
@@ -156,44 +231,49 @@ class ModelTable(Table):
         self.times = times
 
     def get(self, pk: str) -> Record | None:
-        self.calls.charge("GetItem")
+        self.calls.charge("GetItem", throttled=_table_throttled("GetItem"))
         return self.inner.get(pk)
 
     def get_many(self, pks: list[str]) -> list[Record]:
         for start in range(0, len(pks), 100):  # BatchGetItem takes 100 keys
-            self.calls.charge("BatchGetItem", len(pks[start:start + 100]))
+            self.calls.charge("BatchGetItem", len(pks[start:start + 100]),
+                              throttled=_table_throttled("BatchGetItem"))
         return self.inner.get_many(pks)
 
     def query(self, status_key: str, *, at_most: str | None = None,
               at_least: str | None = None, limit: int | None = None,
               newest_first: bool = False, where: Condition | None = None,
               after: Record | None = None) -> list[Record]:
-        self.calls.charge("Query")
+        self.calls.charge("Query", throttled=_table_throttled("Query"))
         return self.inner.query(status_key, at_most=at_most, at_least=at_least, limit=limit,
                                 newest_first=newest_first, where=where, after=after)
 
     def count(self, status_key: str, *, at_least: str | None = None,
               where: Condition | None = None) -> int:
-        self.calls.charge("Query")
+        self.calls.charge("Query", throttled=_table_throttled("Query"))
         return self.inner.count(status_key, at_least=at_least, where=where)
 
     def write(self, op: Put | Update | Delete) -> Record | None:
         api = {Put: "PutItem", Update: "UpdateItem", Delete: "DeleteItem"}[type(op)]
         self.times.after(self.calls.clock, [op.pk])
-        self.calls.charge(api)
+        self.calls.charge(api, throttled=_table_throttled(api))
         try:
-            return self.inner.write(op)
+            done = self.inner.write(op)
         finally:
             self.times.wrote(self.calls.clock, [op.pk])
+        self.calls.wrote()
+        return done
 
     def transact(self, ops: list[Op], *, token: str | None = None) -> None:
         pks = [op.pk for op in ops]
         self.times.after(self.calls.clock, pks)
-        self.calls.charge("TransactWriteItems", len(ops))
+        self.calls.charge("TransactWriteItems", len(ops), throttled=lambda: TransactionCancelled(
+            ["ThrottlingError"] + [None] * (len(ops) - 1)))
         try:
             self.inner.transact(ops, token=token)
         finally:
             self.times.wrote(self.calls.clock, pks)
+        self.calls.wrote()
 
     def _transact(self, ops: list[Op]) -> None:  # every transaction goes through transact
         raise NotImplementedError
@@ -217,11 +297,12 @@ class ModelLauncher(Launcher):
         self._lock = threading.Lock()
 
     def resolve_task_definition(self) -> str:
-        self.calls.charge("DescribeTaskDefinition")
+        self.calls.charge("DescribeTaskDefinition",
+                          throttled=_ecs_throttled("DescribeTaskDefinition"))
         return self.inner.resolve_task_definition()
 
     def run(self, request: LaunchRequest) -> LaunchResult:
-        self.calls.charge("RunTask")
+        self.calls.charge("RunTask", throttled=_ecs_throttled("RunTask"))
         result = self.inner.run(request)
         at = self.calls.clock()
         # The launch thread takes every bundle handed over by then for its next RunTask: wait
@@ -234,11 +315,12 @@ class ModelLauncher(Launcher):
         return result
 
     def describe(self, task_arns: list[str]) -> list[TaskStatus]:
-        self.calls.charge("DescribeTasks", calls=max(1, -(-len(task_arns) // 100)))
+        self.calls.charge("DescribeTasks", calls=max(1, -(-len(task_arns) // 100)),
+                          throttled=_ecs_throttled("DescribeTasks"))
         return self.inner.describe(task_arns)
 
     def stop(self, task_arn: str, reason: str) -> None:
-        self.calls.charge("StopTask")
+        self.calls.charge("StopTask", throttled=_ecs_throttled("StopTask"))
         self.inner.stop(task_arn, reason)
 
 

@@ -10,38 +10,58 @@ runs is skipped, as its lease would refuse it), each launched task's start after
 start latency and its runner (:mod:`~dispatcher.simulation.task_model`), each task's stop event
 after it exits. The stage code runs unmodified; only its thread pools are virtual
 (:func:`dispatcher.simulation.virtual_time.patched`).
+
+Under faults (:mod:`dispatcher.simulation.faults`) the loop also plays what goes wrong, each as
+AWS would present it: a task killed (its running jobs end unwritten, ECS reports its stop), a
+Spot reclaim (SIGTERM, the runner gives its jobs back; the kill two minutes later), a runner
+that fails itself when a write is refused past its retries (RUNNER_FAILED_EXIT), a stop event
+whose handler raises (Lambda delivers it again, twice at most), a tick that raises (the next
+runs as scheduled) or whose Lambda dies after a given write (its lease stays, as a killed
+process leaves it). The model's :class:`~dispatcher.simulation.run_ledger.RunLedger` records
+every job's runs, for the run to judge itself (:meth:`BatchModel.verdict`).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-import json
 import logging
 import random
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from dispatcher import settings
 from dispatcher.domain import message
 from dispatcher.domain.jobs import Job, JobState, Priority
 from dispatcher.domain.pacing import LaunchLimits, LaunchPacer
-from dispatcher.domain.stops import StopCode, TaskStop
+from dispatcher.domain.stops import RUNNER_FAILED_EXIT, TaskStop
 from dispatcher.ops.client import JobClient
 from dispatcher.simulation.arriving_queue import ArrivingQueue
 from dispatcher.simulation.aws_model import (
     Calls,
+    InvocationDied,
     ItemTimes,
-    Latencies,
     ModelLauncher,
     ModelQueue,
     ModelTable,
 )
+from dispatcher.simulation.batch_shape import (
+    ENV,
+    EVENT_RETRIES,
+    EXIT_TO_EVENT,
+    EXITED,
+    LAMBDA_TIMEOUT,
+    QUEUE_URL,
+    T0,
+    TASK_EVENTS,
+    BatchRun,
+    Shape,
+    seconds_of,
+    synthetic_body,
+)
 from dispatcher.simulation.deep_queue import DeepQueue
-from dispatcher.simulation.faults import KILLED, Faults, TaskFate, fate
+from dispatcher.simulation.faults import KILLED, SPOT_WARNING_SECONDS, TaskFate, fate
 from dispatcher.simulation.lean_table import lean_table
 from dispatcher.simulation.run_ledger import RunLedger, Verdict
 from dispatcher.simulation.task_model import TaskModel, TaskRun
@@ -49,62 +69,11 @@ from dispatcher.simulation.virtual_time import VirtualClock, patched
 from dispatcher.stages.tick import TickReport
 from dispatcher.store import Store
 from dispatcher.store import codec as r
+from dispatcher.store.base import TableRetry
 from dispatcher.testing.memory_launcher import MemoryLauncher
 from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.testing.memory_table import MemoryTable
 from dispatcher.wiring import pipeline
-
-T0 = 1_700_000_000.0
-QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/000000000000/longjobs-jobs"
-ENV = {
-    "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
-    "LONGJOBS_QUEUE_URL": QUEUE_URL,
-    "LONGJOBS_DLQ_URL": "https://sqs.us-east-1.amazonaws.com/000000000000/longjobs-dlq",
-    "LONGJOBS_TABLE": "longjobs-jobs", "LONGJOBS_CLUSTER": "longjobs",
-    "LONGJOBS_TASK_FAMILY": "longjobs-worker", "LONGJOBS_CONTAINER": "worker",
-    "LONGJOBS_SUBNETS": "subnet-00000000", "LONGJOBS_SECURITY_GROUPS": "sg-00000000000000000",
-    "LONGJOBS_LOG_LEVEL": "WARNING",
-}
-LAMBDA_TIMEOUT = 900.0  # the tick's Lambda: 15 minutes, AWS's maximum
-EXIT_TO_EVENT = 5.0  # a task's exit to its stop event reaching the handler (assumed)
-
-
-@dataclass
-class Shape:
-    """The batch and the model's parameters."""
-
-    jobs: int = 200_000
-    seconds: float = 2.0  # each job's mean length
-    jitter: float = 0.1  # each job is seconds x U(1 - jitter, 1 + jitter)
-    tasks: int = 60
-    concurrency: int = 20
-    start: tuple[float, float] = (30.0, 60.0)  # Fargate's start latency
-    tick_interval: float = 60.0  # the schedule: rate(1 minute)
-    latencies: Latencies = field(default_factory=Latencies)
-    settings: dict[str, str] = field(default_factory=dict)  # LONGJOBS_* overrides
-    urgent_at: float | None = None  # a high-priority job submitted this long into the batch
-    seed: int = 1
-    faults: Faults = field(default_factory=Faults)  # none by default
-
-    @property
-    def floor(self) -> float:
-        """The work over the slots, plus one mean start."""
-        return self.jobs * self.seconds / (self.tasks * self.concurrency) \
-            + sum(self.start) / 2
-
-
-@dataclass
-class BatchRun:
-    """What the batch did, in virtual seconds from the end of enqueueing."""
-
-    drain: float = 0.0
-    ticks: list[tuple[float, float, TickReport]] = field(default_factory=list)  # start, end
-    skipped_ticks: int = 0
-    tasks: list[TaskRun] = field(default_factory=list)
-    jobs_run: int = 0
-    calls: dict[str, Counter[str]] = field(default_factory=dict)
-    admitted_at: list[float] = field(default_factory=list)
-    urgent_started: float | None = None
 
 
 class BatchModel:
@@ -118,23 +87,27 @@ class BatchModel:
         self.clock = VirtualClock(T0)
         self.rng = random.Random(shape.seed)
         lat = shape.latencies
-        self.calls = {c: Calls(self.clock, lat)
-                      for c in ("producer", "dispatcher", "events", "runner")}
+        self.calls = {c: Calls(self.clock, lat, shape.faults.calls, seed=shape.seed * 10 + n)
+                      for n, c in enumerate(("producer", "dispatcher", "events", "runner"))}
+        # The store's own retries of a transaction wait in virtual time.
+        self.table_retry = TableRetry(sleep=self.clock.charge)
         self.items = ItemTimes()
         self.table = table if table is not None else MemoryTable(clock=self.clock)
-        self.sqs = DeepQueue(clock=self.clock, synthetic=backlog, body_of=_synthetic_body(shape))
+        self.sqs = DeepQueue(clock=self.clock, synthetic=backlog, body_of=synthetic_body(shape))
         self.ecs = MemoryLauncher(clock=self.clock, limits=LaunchLimits(clock=self.clock))
         # The high queue of its own, as the stack has it; urgent jobs arrive there on time.
         self.high = ArrivingQueue(MemoryQueue(clock=self.clock), self.clock)
-        # The stack's watch for urgent jobs (its default: the tick runs every minute).
+        # The stack's watch for urgent jobs (its default: the tick runs every minute), and its
+        # one tick at a time (the tick function's reserved concurrency of 1).
         self.env = {**ENV, "LONGJOBS_MAX_RUNNING_TASKS": str(shape.tasks),
                     "LONGJOBS_TASK_CONCURRENCY": str(shape.concurrency),
-                    "LONGJOBS_URGENT_WATCH_SECONDS": "50", **shape.settings}
+                    "LONGJOBS_URGENT_WATCH_SECONDS": "50",
+                    "LONGJOBS_TICK_ONE_AT_A_TIME": "true", **shape.settings}
         self.cfg = settings.load("dispatcher", self.env)
         self.dispatcher = self._stages("dispatcher")
         self.events = self._stages("events")
         self.runner_store = Store(ModelTable(self.table, self.calls["runner"], self.items),
-                                  clock=self.clock)
+                                  clock=self.clock, table_retry=self.table_retry)
         # The JSON logs' level is read once, at import: the model's is its settings'.
         logging.getLogger("dispatcher").setLevel(self.env["LONGJOBS_LOG_LEVEL"])
         self.urgent_id: str | None = None
@@ -142,6 +115,7 @@ class BatchModel:
         self.ledger = RunLedger()
         self._fault_rng = random.Random(shape.seed + 1)  # the faults' own draws
         self._fates: dict[str, TaskFate] = {}
+        self._steps: dict[str, tuple[TaskRun, Iterator[float]]] = {}  # each task's runner
         # The event loop's state (run): the events, the tasks seen launched, their runners.
         self._events: list[tuple[float, int, str, Any]] = []
         self._seq = itertools.count()
@@ -149,7 +123,7 @@ class BatchModel:
         self._last_end = T0
         self._world = threading.Lock()  # the loop's state, from a tick's thread (_catch_up)
         self._tasks = TaskModel(self.runner_store, self.clock, concurrency=shape.concurrency,
-                                seconds_of=_seconds_of, flush_seconds=self.cfg.flush_seconds,
+                                seconds_of=seconds_of, flush_seconds=self.cfg.flush_seconds,
                                 heartbeat_seconds=self.cfg.heartbeat_seconds,
                                 on_job_start=self._job_started,
                                 on_job_end=self._job_ended)
@@ -157,7 +131,8 @@ class BatchModel:
     def _stages(self, component: str) -> pipeline.Stages:
         calls = self.calls[component]
         launcher = ModelLauncher(self.ecs, calls)
-        store = Store(ModelTable(self.table, calls, self.items), clock=self.clock)
+        store = Store(ModelTable(self.table, calls, self.items), clock=self.clock,
+                      table_retry=self.table_retry)
         pacer = LaunchPacer(runtask_per_second=self.cfg.runtask_per_second,
                             task_launch_burst=self.cfg.task_launch_burst,
                             task_launch_per_second=self.cfg.task_launch_per_second,
@@ -225,24 +200,22 @@ class BatchModel:
                     if t < tick_free:
                         out.skipped_ticks += 1  # the running tick holds the lease
                     else:
-                        report = self.dispatcher.tick.tick(
-                            remaining_ms=self._remaining(t + LAMBDA_TIMEOUT))
-                        tick_free = self.clock()
-                        out.ticks.append((t - T0, tick_free - T0, report))
+                        tick_free = self._tick(t, len(out.ticks) + len(out.crashed_ticks)
+                                               + len(out.failed_ticks))
                     self._at(t + s.tick_interval, "tick")
-                elif kind == "task":
-                    self._task_step(t, what)
+                elif kind in TASK_EVENTS:
+                    self._task_event(t, kind, what)
                 elif kind == "stopped":
                     self._stopped(t, what)
-                elif kind == "kill":
-                    self._kill(t, what)
-                if kind in ("tick", "stopped"):  # only these launch tasks
+                elif kind == "retried":
+                    self._stopped(t, *what)
+                if kind in ("tick", "stopped", "retried"):  # only these launch tasks
                     self._start_tasks()
                 # Without faults every job runs once: the runs counted say when all are done.
                 # With them a run may be lost and rerun: the table says, looked at as tasks
                 # come and go.
                 done = out.jobs_run >= target if not s.faults.any else \
-                    kind in ("tick", "stopped") and self._succeeded() >= target
+                    kind in ("tick", "stopped", "retried") and self._final() >= target
             # The stop events still queued when the last job ended (a tick that watched the
             # high queue ran the tasks to their ends) are the batch's too: their calls count.
             for t, _, kind, what in sorted(self._events):
@@ -255,23 +228,68 @@ class BatchModel:
         out.admitted_at = sorted(self._admission_times())
         return out
 
-    def _stopped(self, t: float, task: TaskRun) -> None:
+    def _task_event(self, t: float, kind: str, what: Any) -> None:
+        if kind == "task":
+            self._task_step(t, what)
+        elif kind == "kill":
+            self._kill(t, what)
+        else:
+            self._sigterm(t, what)
+
+    def _tick(self, t: float, number: int) -> float:
+        """The tick's Lambda invoked at ``t`` (the ``number``-th to run); when its lease
+        is free again (a tick that died holds it until it expires)."""
+        crash, out = self.shape.faults.tick_crash, self.outcome
+        calls = self.calls["dispatcher"]
+        if crash is not None and crash.tick == number:
+            calls.die_after(crash.after_writes)
+        try:
+            report = self.dispatcher.tick.tick(remaining_ms=self._remaining(t + LAMBDA_TIMEOUT))
+        except InvocationDied:
+            out.crashed_ticks.append(self.clock() - T0)
+            return self.clock()  # the loop's next ticks find its lease held, as AWS would
+        except Exception as exc:  # the invocation failed; the next tick runs
+            out.failed_ticks.append(f"+{t - T0:.0f} s: {exc!r}"[:300])
+            return self.clock()
+        finally:
+            calls.revive()
+        out.ticks.append((t - T0, self.clock() - T0, report))
+        return self.clock()
+
+    def _stopped(self, t: float, task: TaskRun, tries: int = 0) -> None:
         """A task's stop event (one delivery of it), handled by the task-event handler's
-        stages; a killed task's says so (ECS stopped it at its kill)."""
-        code, reason, exit_code = KILLED if task.killed_at is not None else (
-            str(StopCode.ESSENTIAL_CONTAINER_EXITED), "Essential container in task exited", 0)
-        if task.killed_at is None and self.ecs.tasks[task.task_arn].last_status.gone is False:
+        stages, as ECS reports the stop (a kill, a reclaim, a failed runner: ``task.stop``);
+        a handler that raises gets the event again (:data:`EVENT_RETRIES`)."""
+        code, reason, exit_code = task.stop or (*EXITED, 0)
+        if self.ecs.tasks[task.task_arn].last_status.gone is False:
             self.ecs.stop_task(task.task_arn, code, reason, exit_code)
         stopped = T0 + task.ended_at if task.ended_at is not None else t
-        self.events.reruns.on_stop(TaskStop(task.task_arn, code, reason, exit_code,
-                                            stopped_at=stopped))
+        try:
+            self.events.reruns.on_stop(TaskStop(task.task_arn, code, reason, exit_code,
+                                                stopped_at=stopped))
+        except Exception:  # the invocation failed: Lambda retries it
+            self.outcome.failed_events += 1
+            if tries < len(EVENT_RETRIES):
+                self._at(t + EVENT_RETRIES[tries], "retried", (task, tries + 1))
+
+    def _sigterm(self, t: float, task: TaskRun) -> None:
+        """A Spot reclaim's two-minute warning: SIGTERM now (the runner gives its jobs back
+        at once), the kill two minutes later if it is still running."""
+        if task.ended_at is not None:
+            return
+        self.outcome.reclaimed += 1
+        task.stopping, task.stop = True, (*KILLED[:2], 0)
+        self._at(t, "task", self._steps[task.task_arn])
+        self._at(t + SPOT_WARNING_SECONDS, "kill", task)
 
     def _kill(self, t: float, task: TaskRun) -> None:
         """The task killed (dispatcher.simulation.faults): its running jobs end unwritten
         with it, ECS reports it stopped, and its stop event goes out as its fate says."""
         if task.ended_at is not None:  # it had ended before
             return
+        # Killed by ECS (a crash, or a reclaim's SIGKILL), or its runner failed itself.
         task.killed_at = t
+        task.stop = KILLED if task.stopping or task.stop is None else task.stop
         for job_id in sorted(task.running):
             self.ledger.ended(job_id, task.task_arn, t)
         task.running.clear()
@@ -279,12 +297,15 @@ class BatchModel:
         self.outcome.jobs_run += task.jobs_run
         if task.last_job_end is not None and not task.urgent:
             self._last_end = max(self._last_end, task.last_job_end)
-        self.ecs.stop_task(task.task_arn, *KILLED)
+        self.ecs.stop_task(task.task_arn, *task.stop)
         for delay in self._fates[task.task_arn].deliveries:
             self._at(t + delay, "stopped", task)
 
-    def _succeeded(self) -> int:
-        return sum(self.table.count(k) for k in r.job_statuses(JobState.SUCCEEDED))
+    def _final(self) -> int:
+        """Jobs ended for good: SUCCEEDED, or FAILED (a job whose reruns spent its budget is
+        the ledger's to judge, not a job the run waits for for ever)."""
+        return sum(self.table.count(k) for state in (JobState.SUCCEEDED, JobState.FAILED)
+                   for k in r.job_statuses(state))
 
     def _job_ended(self, job: Job, task_arn: str, at: float) -> None:
         self.ledger.ended(job.job_id, task_arn, at)
@@ -313,17 +334,26 @@ class BatchModel:
         for arn, launched in self._launched(self._seen):
             task = TaskRun(arn, launched - T0, launched + self.rng.uniform(*s.start) - T0)
             self.outcome.tasks.append(task)
-            self._at(T0 + task.started_at, "task", (task, self._tasks.run(task)))
+            steps = self._steps[arn] = (task, self._tasks.run(task))
+            self._at(T0 + task.started_at, "task", steps)
             doom = self._fates[arn] = fate(s.faults, self._fault_rng, EXIT_TO_EVENT)
             if doom.killed_after is not None:
                 self._at(T0 + task.started_at + doom.killed_after, "kill", task)
+            if doom.reclaimed_after is not None:
+                self._at(T0 + task.started_at + doom.reclaimed_after, "sigterm", task)
 
     def _task_step(self, t: float, what: tuple[TaskRun, Iterator[float]]) -> None:
         task, steps = what
-        if task.killed_at is not None:  # its runner died with it
+        if task.ended_at is not None:  # its runner had ended (or died with it)
             return
-        wake = next(steps, None)
-        if wake is not None:
+        try:
+            wake = next(steps, None)
+        except Exception:  # the runner failed itself (a write refused)
+            self.outcome.failed_runners += 1
+            task.stop = (*EXITED, RUNNER_FAILED_EXIT)
+            self._kill(t, task)  # its running jobs end with its process
+            return
+        if wake is not None:  # (a SIGTERM's early wake leaves one queued: it wakes in vain)
             self._at(wake, "task", what)
             return
         self.outcome.jobs_run += task.jobs_run
@@ -338,16 +368,17 @@ class BatchModel:
         """The tasks' steps up to the calling thread's time, run while a tick is under way
         (called as it receives from the high queue): a tick runs whole between two events of
         the loop, and a long one would otherwise look for running tasks in a table where none
-        has claimed its bundle yet. Stop events and ticks stay for the loop."""
+        has claimed its bundle yet. What befalls tasks (their kills and SIGTERMs) comes in its
+        turn among their steps; stop events and ticks stay for the loop."""
         with self._world:
             now = self.clock()
             self._start_tasks()
             later: list[tuple[float, int, str, Any]] = []
             while self._events and self._events[0][0] <= now:
                 event = heapq.heappop(self._events)
-                if event[2] == "task":
+                if event[2] in TASK_EVENTS:
                     self.clock.set(event[0])
-                    self._task_step(event[0], event[3])
+                    self._task_event(event[0], event[2], event[3])
                 else:
                     later.append(event)
             for event in later:
@@ -379,23 +410,3 @@ class BatchModel:
             if pk.startswith("JOB#") and rec.created_at is not None \
                     and rec.pk != r.job_key(self.urgent_id or ""):
                 yield float(rec.created_at) - T0
-
-
-def _synthetic_body(shape: Shape) -> Callable[[int], str]:
-    """Message ``i`` of a synthetic backlog: a job of the batch, as the producer sends it."""
-    mark = "j0000000"
-    template = message.JobMessage.model_validate({
-        "kind": "seed.call", "job_id": mark, "payload": {"seconds": shape.seconds},
-        "estimated_seconds": shape.seconds, "schema_version": message.SCHEMA_VERSION,
-    }).model_dump_json(exclude_none=True, exclude={"priority"})
-    return lambda i: template.replace(mark, f"b{i:07d}")
-
-
-def _seconds_of(job: Job) -> float:
-    payload = job.payload if isinstance(job.payload, dict) else json.loads(job.payload or "{}")
-    return float(payload.get("seconds", 1.0))
-
-
-def job_states(table: MemoryTable) -> Counter[str]:
-    return Counter(str(r.record_job(rec).state) for pk, rec in table.snapshot().items()
-                   if pk.startswith("JOB#"))

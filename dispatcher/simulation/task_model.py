@@ -48,6 +48,9 @@ class TaskRun:
     follow_ons: int = 0  # follow-ons it took after its first bundle
     running: set[str] = field(default_factory=set)  # the jobs it runs now
     killed_at: float | None = None  # killed (dispatcher.simulation.faults): its runner is gone
+    stopping: bool = False  # SIGTERM (a Spot reclaim's warning): give back, write, exit
+    # How ECS reports its stop (stop code, reason, exit code); None: its runner exited 0.
+    stop: tuple[str, str, int | None] | None = None
 
 
 class TaskModel:
@@ -88,7 +91,7 @@ class TaskModel:
         follow-on taken,
         in one transaction, as the worker does (:meth:`job_runner.next_bundle.FollowOnTaker.take`);
         None if none was taken (``done`` is still RUNNING)."""
-        if writes.refused:
+        if writes.refused or task.stopping:
             return None
         deadline = self.clock() + FOLLOW_ON_WAIT_SECONDS
         while True:
@@ -97,6 +100,22 @@ class TaskModel:
             if take.bundle is not None or not take.later or self.clock() >= deadline:
                 return take.bundle
             yield self.clock() + FOLLOW_ON_POLL_SECONDS
+            if task.stopping:  # the taker stops with the runner: done ends as it is
+                return None
+
+    def _give_back(self, task: TaskRun, writes: Writes, running: list[Job],
+                   now: float) -> None:
+        """SIGTERM, as the worker takes it (:meth:`job_runner.worker.Worker.on_sigterm`): each
+        running job cancelled (a modelled job stops at once) and given back, what finished
+        written; the bundle stays RUNNING for its stop event's rerun."""
+        for job in running:
+            writes.finish(job, Outcome(JobState.PENDING, error={
+                "type": "Interrupted", "message": "task stopping (SIGTERM)"},
+                reason="interrupted: task stopping (SIGTERM)", interrupted=True), started=True)
+            task.running.discard(job.job_id)
+            if self.on_job_end is not None:
+                self.on_job_end(job, task.task_arn, now)
+        writes.flush()
 
     def _bundle(self, task: TaskRun, bundle: Bundle) -> Generator[float, None, Bundle | None]:
         """One bundle LAUNCHED on the task: claimed, run, DONE; the follow-on of its batch
@@ -120,6 +139,9 @@ class TaskModel:
         next_beat = clock() + self.heartbeat_seconds
         while True:
             now = clock()
+            if task.stopping:  # what ended before the SIGTERM was recorded above
+                self._give_back(task, writes, [job for _, _, job in running], now)
+                return None
             while len(running) < self.concurrency:
                 if urgent:
                     found = self.store.get_job(urgent.pop(0))

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from dispatcher.domain.jobs import JobState
-from dispatcher.simulation.batch_model import BatchModel, Shape, job_states
+from dispatcher.simulation.batch_model import BatchModel
+from dispatcher.simulation.batch_shape import Shape, job_states
 from dispatcher.simulation.faults import Faults
 from dispatcher.simulation.run_ledger import RunLedger
 from dispatcher.simulation.virtual_time import VirtualClock, VirtualPool, virtual_wait
