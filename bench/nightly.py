@@ -53,18 +53,36 @@ ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_JOBS, REFERENCE_SECONDS = 200_000, 2.0
 JOB_ID_WIDTH = 7  # "n000001": fixed, so the execution log's size counts its lines
 LOG_VAR = "LONGJOBS_NIGHTLY_LOG"
+RUNS_VAR = "LONGJOBS_NIGHTLY_RUNS"  # --faults: each run's start and end (bench/nightly_faults.py)
+
+
+def _append(path: str, line: str) -> None:
+    """One short O_APPEND write: atomic, whatever the concurrency."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
 
 
 def sleep(payload: dict[str, Any], ctx: Any) -> None:
-    """The nightly job: D seconds of I/O wait; then one line in the execution log."""
-    time.sleep(float(payload["seconds"]))
+    """The nightly job: D seconds of I/O wait; then one line in the execution log. Under
+    ``--faults`` it also logs its run's start and end, and stops when told to (SIGTERM), as a
+    well-behaved handler does: a run that stopped so is not an execution."""
+    runs = os.environ.get(RUNS_VAR)
+    if not runs:
+        time.sleep(float(payload["seconds"]))
+    else:
+        _append(runs, f"S {ctx.job_id} {os.getpid()} {time.time():.3f}\n")
+        end = time.monotonic() + float(payload["seconds"])
+        while (left := end - time.monotonic()) > 0 and not ctx.cancelled():
+            time.sleep(min(0.2, left))
+        _append(runs, f"E {ctx.job_id} {os.getpid()} {time.time():.3f}\n")
+        if left > 0:
+            return
     path = os.environ.get(LOG_VAR)
-    if path:  # one short O_APPEND write: atomic, whatever the concurrency
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, f"{ctx.job_id}\n".encode())
-        finally:
-            os.close(fd)
+    if path:
+        _append(path, f"{ctx.job_id}\n")
 
 
 def vm_hwm_kib(pid: int | str = "self", field: str = "VmHWM") -> int:
@@ -341,13 +359,22 @@ def nightly(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="nightly-"))
     log = workdir / "executions.log"
     settings[LOG_VAR] = str(log)
+    runs_log = workdir / "runs.log"
+    if args.faults:
+        settings[RUNS_VAR] = str(runs_log)
     print(f"nightly: {n} jobs of {d:g} s, {tasks} tasks x {c} at once, start latency "
           f"{start_low:g}-{start_high:g} s, tick every {args.tick_interval:g} s, SQS on "
           f"{args.sqs} (work dir {workdir})", flush=True)
     t0 = time.time()
     stack = Stack(args, settings, workdir)
     ok = False
+    injector: Any = None
     try:
+        if args.faults:
+            import nightly_faults  # beside this file (the script's directory is on sys.path)
+
+            nightly_faults.throttle(stack.proxies)
+            injector = nightly_faults.Injector(stack.env.launcher, factor).start()
         print(f"setup: {time.time() - t0:.1f} s", flush=True)
         rss_before = vm_hwm_kib()
         cpu_before = {"moto": cpu_seconds(stack.moto.pid), "this process": cpu_seconds(),
@@ -379,6 +406,8 @@ def nightly(args: argparse.Namespace) -> int:
             else:
                 time.sleep(0.25)
         ticker.stop()
+        if injector is not None:
+            injector.stop()
         rss_after = vm_hwm_kib()
         records = job_records(ddb, table)
         calls = stack.calls()
@@ -408,9 +437,18 @@ def nightly(args: argparse.Namespace) -> int:
           f"{sum(executions.values())} of {len(executions)} jobs, "
           f"{sum(1 for v in executions.values() if v > 1)} run more than once, "
           f"{len(expected - set(executions))} never run")
-    ok = drained and set(executions) == expected and all(v == 1 for v in executions.values())
-    print(f"exactly once: {'yes' if ok else 'NO'} (every job SUCCEEDED once in the table and "
-          f"ran once by the handlers' log)")
+    if injector is None:
+        ok = drained and set(executions) == expected and all(
+            v == 1 for v in executions.values())
+        print(f"exactly once: {'yes' if ok else 'NO'} (every job SUCCEEDED once in the table "
+              f"and ran once by the handlers' log)")
+    else:  # a job whose task died after its run may run again: never at once, within budget
+        verdict = nightly_faults.verdict(runs_log, stack.env.launcher,
+                                         {j: s for j, (s, _) in records.items()},
+                                         sorted(expected), stack.env.env)
+        ok = drained and verdict.holds
+        print(nightly_faults.describe(injector, stack.proxies))
+        print(f"runs: {verdict.line()}")
     if not drained:
         print(f"not drained within {args.timeout:.0f} s")
     print(f"drain: {drain:.1f} s (end of enqueueing to the last job terminal)")
@@ -453,7 +491,8 @@ def nightly(args: argparse.Namespace) -> int:
     print(f"AWS calls per job: {total / n:.3f} end to end ({parts})")
     for k, v in calls.items():
         print(f"  {k}: " + ", ".join(f"{api} {cnt}" for api, cnt in sorted(v.items())))
-    print(f"nightly: drain/floor = {drain / floor:.2f}")
+    under = " under faults" if injector is not None else ""
+    print(f"nightly{under}: drain/floor = {drain / floor:.2f}")
     return 0 if ok else 1
 
 
@@ -528,6 +567,10 @@ def main() -> int:
                         help="another setting for the dispatcher and tasks (repeatable)")
     parser.add_argument("--show-ticks", type=int, default=5,
                         help="print this many of the ticks that admitted or launched")
+    parser.add_argument("--faults", action="store_true",
+                        help="under faults (bench/nightly_faults.py): 5 %% of the tasks "
+                        "reclaimed (SIGTERM, then SIGKILL), 1 %% crashed, 1 %% of the DynamoDB "
+                        "and ECS calls throttled; the runs are judged by their own log")
     parser.add_argument("--backlog-only", action="store_true",
                         help="measure the dispatcher's peak RSS admitting 5,000 and 20,000 "
                              "messages instead")

@@ -67,6 +67,7 @@ class _Task:
     started_at: float | None = None
     stop_reason: str | None = None
     lost_as: str | None = None  # stop code of a simulated infrastructure loss
+    lost_reason: str = "task lost with its host (simulated: SIGKILL)"
     exit: TaskExit | None = None
     watcher: threading.Thread | None = None
     timer: threading.Timer | None = None
@@ -215,7 +216,7 @@ class LocalLauncher(Launcher):
         assert task.process is not None
         code = task.process.wait()
         if task.lost_as is not None:
-            stop_code, reason = task.lost_as, "task lost with its host (simulated: SIGKILL)"
+            stop_code, reason = task.lost_as, task.lost_reason
         elif task.stop_reason is not None:
             stop_code, reason = StopCode.USER_INITIATED.value, task.stop_reason
         else:
@@ -290,6 +291,29 @@ class LocalLauncher(Launcher):
         if task.process is not None:
             task.lost_as = stop_code
             _signal(task.process, signal.SIGKILL)
+
+    def reclaim(self, task_arn: str, warning: float = 120.0) -> None:
+        """A Fargate Spot interruption: SIGTERM now (the runner gives its jobs back and exits),
+        SIGKILL ``warning`` seconds later if it still runs; ECS reports SpotInterruption. "a
+        two-minute warning is sent before a task is stopped ... as a SIGTERM signal to the
+        running task" (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/
+        fargate-capacity-providers.html). Tests and the nightly bench's faults use it."""
+        task = self.tasks.get(task_arn)
+        if task is None:
+            return
+        reason = "Spot interruption (simulated: SIGTERM, then SIGKILL)"
+        with self._lock:
+            exit = self._never_started(task, StopCode.SPOT_INTERRUPTION.value, reason)
+        if exit is not None:
+            self._report(exit)
+            return
+        if task.process is None or task.process.poll() is not None:
+            return
+        task.lost_as, task.lost_reason = StopCode.SPOT_INTERRUPTION.value, reason
+        _signal(task.process, signal.SIGTERM)
+        timer = threading.Timer(warning, _signal, (task.process, signal.SIGKILL))
+        timer.daemon = True
+        timer.start()
 
     def running(self) -> list[str]:
         """Tasks not yet gone: provisioning, pending or running."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import random
 import sys
 import threading
 import urllib.parse
@@ -33,6 +34,8 @@ from dispatcher.testing.aws_requests import (
 __all__ = ["AwsProxy", "RecordedCall"]
 
 RUNTASK = "ecs.RunTask"
+# The error code each throttleable service answers a throttled call with.
+THROTTLED = {"dynamodb": "ProvisionedThroughputExceededException", "ecs": "ThrottlingException"}
 _MAX_RUNTASK_COUNT = 10
 _HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
@@ -82,6 +85,9 @@ class AwsProxy:
         self._counts: Counter[str] = Counter()
         self._runtask_failures: deque[str] = deque()
         self._throttles = 0
+        self._throttled_share = 0.0
+        self.throttled = 0  # calls answered as throttled (throttle_share)
+        self._throttle_draws = random.Random(0)
         self._errors: dict[str, deque[bool | None]] = {}
         self._token_cache: dict[str, tuple[Any, Response]] = {}
         self._token_locks: dict[str, threading.Lock] = {}
@@ -178,6 +184,17 @@ class AwsProxy:
         with self._lock:
             self._throttles += times
 
+    def throttle_share(self, share: float, seed: int = 0) -> None:
+        """Throttle ``share`` (0 to 1) of the DynamoDB and ECS calls from now on, drawn at
+        random (seeded), each answered as AWS answers a throttled call: DynamoDB's
+        ProvisionedThroughputExceededException, ECS's ThrottlingException; both are retried by
+        botocore and the adapters. SQS is never throttled: "Standard queues support a nearly
+        unlimited number of API calls per second, per API action"
+        (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-queues.html)."""
+        with self._lock:
+            self._throttled_share = share
+            self._throttle_draws = random.Random(seed)
+
     def inject_error(self, operation: str, *, after_forward: bool, times: int = 1,
                      skip: int = 0) -> None:
         """Fail the next ``times`` calls of ``operation`` (e.g. ``sqs.DeleteMessageBatch``).
@@ -222,6 +239,13 @@ class AwsProxy:
                 self.runtask_requests.append(request)
             queued = self._errors.get(operation or "")
             after_forward = queued.popleft() if queued else None
+            service = (operation or "").partition(".")[0]
+            throttled = service in THROTTLED and self._throttled_share > 0 \
+                and self._throttle_draws.random() < self._throttled_share
+        if throttled:
+            with self._lock:
+                self.throttled += 1
+            return _error(THROTTLED[service], "Rate exceeded (injected)")
         if after_forward is False:
             return _error("InjectedCrash", f"injected crash before {operation}")
         if captured and record is not None:

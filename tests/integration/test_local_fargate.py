@@ -103,6 +103,31 @@ def test_a_task_is_not_running_until_its_start_latency_has_passed(
     assert local.running() == []
 
 
+# A task that, like the runner, exits 0 on SIGTERM; and one that ignores it.
+GRACEFUL = [sys.executable, "-c", "import signal, sys, time; "
+            "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); time.sleep(60)"]
+DEAF = [sys.executable, "-c", "import signal, time; "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"]
+
+
+@pytest.mark.parametrize(("command", "exit_code"), [(GRACEFUL, 0), (DEAF, 137)],
+                         ids=["exits on SIGTERM", "killed after the warning"])
+def test_a_reclaimed_task_gets_sigterm_then_sigkill_and_reports_a_spot_interruption(
+        exits: list[TaskExit], command: list[str], exit_code: int) -> None:
+    local = launcher(config(LONGJOBS_LOCAL_START_SECONDS="0"), exits, command=command)
+    try:
+        (arn,) = local.run(request("spot")).task_arns
+        assert wait_for(lambda: local.tasks[arn].process is not None)
+        time.sleep(0.5)  # its signal handler is set
+        local.reclaim(arn, warning=1.0)
+        assert wait_for(lambda: bool(exits))
+        (gone,) = exits
+        assert (gone.stop_code, gone.exit_code) == ("SpotInterruption", exit_code)
+        assert "Spot interruption" in gone.stopped_reason
+    finally:
+        local.shutdown(grace=5)
+
+
 def test_a_task_stopped_before_it_starts_never_starts(exits: list[TaskExit]) -> None:
     local = launcher(config(LONGJOBS_LOCAL_START_SECONDS="0.2"), exits, command=SLEEPER)
     try:

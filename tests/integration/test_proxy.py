@@ -162,6 +162,25 @@ def test_runtask_throttle_is_retried_by_default_botocore(proxy: AwsProxy) -> Non
     assert proxy.counts()["ecs.RunTask"] == 2
 
 
+def test_a_share_of_dynamodb_calls_throttled_as_aws_throttles_them(proxy: AwsProxy) -> None:
+    """botocore sees DynamoDB's throttling error (and retries it); SQS is never throttled."""
+    ddb, sqs = client(proxy, "dynamodb"), client(proxy, "sqs")
+    ddb.create_table(TableName="t", BillingMode="PAY_PER_REQUEST",
+                     KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                     AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}])
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    proxy.throttle_share(1.0)
+    with pytest.raises(ClientError) as error:
+        ddb.get_item(TableName="t", Key={"pk": {"S": "a"}})
+    assert error.value.response["Error"]["Code"] == "ProvisionedThroughputExceededException"
+    assert proxy.counts()["dynamodb.GetItem"] == 2 == proxy.throttled  # RETRY_ONCE's retry too
+    sqs.send_message(QueueUrl=url, MessageBody="never throttled")
+    proxy.throttle_share(0.5, seed=1)
+    ddb.put_item(TableName="t", Item={"pk": {"S": "b"}})  # throttled or not, botocore retried
+    tried = proxy.counts()["dynamodb.PutItem"]
+    assert 1 <= tried <= 2 and proxy.throttled == 2 + tried - 1
+
+
 def test_injected_crash_after_forward_keeps_effects(proxy: AwsProxy) -> None:
     sqs = client(proxy, "sqs")
     url = sqs.create_queue(QueueName="q")["QueueUrl"]
