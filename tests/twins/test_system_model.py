@@ -101,7 +101,7 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
         self.hooks_ids.reset()
         self.kind_limits = KindLimitWatch()
         self.settings = {"LONGJOBS_TASK_CONCURRENCY": "2", "LONGJOBS_KIND_LIMITS": "",
-                         "LONGJOBS_MAX_RUNNING_TASKS": "3"}
+                         "LONGJOBS_MAX_RUNNING_TASKS": "3", "LONGJOBS_TICK_ONE_AT_A_TIME": "true"}
         self.submitted: dict[str, str] = {}  # job id -> "valid" / "malformed"
         self.bodies: list[str] = []  # malformed messages without a job id
         self.finished: set[str] = set()  # seen in a terminal state (TTL may delete them)
@@ -492,12 +492,16 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
 
     @rule(concurrency=st.sampled_from(["1", "2", "4"]),
           limits=st.sampled_from(["", "report=1", "report=2,resize=1", "report=4", "resize=8"]),
-          tasks=st.sampled_from(["1", "3", "6"]))
-    def change_settings(self, concurrency: str, limits: str, tasks: str) -> None:
-        """An operator redeploys with other settings: the next ticks and tasks use them."""
+          tasks=st.sampled_from(["1", "3", "6"]), one_at_a_time=st.sampled_from(["true", "false"]))
+    def change_settings(self, concurrency: str, limits: str, tasks: str,
+                        one_at_a_time: str = "true") -> None:
+        """An operator redeploys with other settings: the next ticks and tasks use them. The
+        model runs one tick at a time, as the stack does, so a tick may take a dead one's
+        lease at once (LONGJOBS_TICK_ONE_AT_A_TIME) or wait out its term."""
         self.promises.forget()
         self.settings = {"LONGJOBS_TASK_CONCURRENCY": concurrency,
-                         "LONGJOBS_KIND_LIMITS": limits, "LONGJOBS_MAX_RUNNING_TASKS": tasks}
+                         "LONGJOBS_KIND_LIMITS": limits, "LONGJOBS_MAX_RUNNING_TASKS": tasks,
+                         "LONGJOBS_TICK_ONE_AT_A_TIME": one_at_a_time}
 
     @precondition(lambda self: bool(self.events or self.delivered))
     @rule(data=st.data(), again=st.booleans(), old=st.booleans())

@@ -198,14 +198,16 @@ def test_the_retries_check_sees_a_shared_bundle_whose_task_takes_nothing_after(
 def launch_recovered_mid_step(m: model.SystemModel) -> None:
     """A killed task's relaunch is begun by a tick that dies (the limit three then); the limit
     goes down to one; a step of twelve ticks: the one past the recovery time completes the
-    relaunch (decided under the old limit), and the ticks after it launch nothing."""
+    relaunch (decided under the old limit), and the ticks after it launch nothing. (Ticks that
+    may run beside others: the dead tick's lease holds them off until its term.)"""
+    m.change_settings("2", "", "3", "false")
     m.submit(spec(priority="high", estimated_seconds=None, max_attempts=1), 2, False)
     m.tick(1)
     m.kill(Draws(0), ("EssentialContainerExited", 137))  # type: ignore[arg-type]
     m.advance(130.0)
     m.claim(Draws(0))  # type: ignore[arg-type]
     m.crashing_tick(2, False)
-    m.change_settings("1", "", "1")
+    m.change_settings("1", "", "1", "false")
     m.tick(12)
 
 
