@@ -20,8 +20,9 @@ past their budget: :mod:`dispatcher.simulation.run_ledger`; any exits 1), and la
 ``seed: drain/floor = X.XX``. ``--backlog N``: one tick admitting from a backlog of N
 messages instead (no tasks run), with its admission rate and the peak RSS it added.
 
-Run: .venv/bin/python bench/seed_scale.py [--jobs N] [--seconds D] [--urgent-at 60] [--faults]
-(``--faults``: the last line reads ``seed under faults: drain/floor = X.XX``)
+Run: .venv/bin/python bench/seed_scale.py [--jobs N] [--seconds D] [--urgent-at 60] [--faults
+[--crash-after WRITES]] (``--faults``: the last line reads ``seed under faults: drain/floor =
+X.XX``)
 """
 
 from __future__ import annotations
@@ -30,12 +31,13 @@ import argparse
 import os
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from dispatcher.simulation.aws_model import Latencies, per_job
 from dispatcher.simulation.batch_model import BatchModel
 from dispatcher.simulation.batch_shape import BatchRun, Shape
-from dispatcher.simulation.faults import Faults
+from dispatcher.simulation.faults import REFERENCE_CRASH_WRITES, Faults, TickCrash
 
 # The stack's promise for a high-priority job sent while every slot is busy: it starts within
 # a minute (the tick's watch hands it to a running task).
@@ -161,6 +163,16 @@ def backlog(args: argparse.Namespace, shape: Shape) -> None:
     print(f"backlog {args.backlog:,}: RSS before the tick {base / 1024:.0f} MiB, peak during it "
           f"{vm_kib() / 1024:.0f} MiB" + ("" if reset else " (VmHWM not resettable here)"))
 
+def faults(args: argparse.Namespace) -> Faults:
+    if not args.faults:
+        return Faults()
+    reference = Faults.reference()
+    if args.crash_after is None:
+        return reference
+    crash = TickCrash(0, args.crash_after) if args.crash_after > 0 else None
+    return replace(reference, tick_crash=crash)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=200_000)
@@ -181,6 +193,9 @@ def main() -> None:
                         "5 %% of their stop events delivered twice, 5 %% late, 2 %% lost; 1 %% "
                         "of the calls throttled, latency p99 10x the median; the first tick's "
                         "Lambda killed mid-drain; and an urgent job sent 60 s in (--urgent-at)")
+    parser.add_argument("--crash-after", type=int, default=None, metavar="WRITES",
+                        help="with --faults: the first tick's Lambda dies after this many of "
+                        f"its writes (default {REFERENCE_CRASH_WRITES:,}; 0: it does not die)")
     parser.add_argument("--backlog", type=int, default=None,
                         help="instead: one tick from a backlog of this many messages")
     args = parser.parse_args()
@@ -191,7 +206,7 @@ def main() -> None:
                   latencies=Latencies().scaled(args.latency_scale),
                   settings=dict(s.split("=", 1) for s in args.set),
                   urgent_at=60.0 if args.faults and args.urgent_at is None else args.urgent_at,
-                  faults=Faults.reference() if args.faults else Faults())
+                  faults=faults(args))
     if args.backlog is not None:
         backlog(args, shape)
         return

@@ -1,5 +1,6 @@
 """Faults in the model of AWS: what goes wrong with tasks and their stop events, drawn per task
-from the model's seeded random numbers, so that a run under faults is the same run each time.
+from the model's seeded random numbers (the calls' throttles and tails are drawn as the tick's
+threads make them, so two runs under those may differ: :mod:`dispatcher.simulation.call_faults`).
 
 - **Crashes**: a share of the tasks is killed at a random time while it runs its jobs (no
   warning: its runner gets no time to give its jobs back): its running jobs end there,
