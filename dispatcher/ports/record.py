@@ -148,8 +148,9 @@ NUMBER_ATTRIBUTES = frozenset(
 # the whole item) nor those
 # no reader of the index reads (expires_at, reported_stop, a job's sequence) nor the
 # deployment record's (image, container_env, derived_from, version: that item has no
-# index key). A write that changes none of these nor a key writes nothing to the index (a
-# checkpoint); a reader that needs the whole item reads it (``dispatcher.store.index.full``).
+# index key) nor the lease's mark (one_at_a_time: no index key either). A write that changes
+# none of these nor a key writes nothing to the index (a checkpoint); a reader that needs the
+# whole item reads it (``dispatcher.store.index.full``).
 INDEX_KEYS = ("pk", "status_key", "status_at")
 NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint", "body",
                            "credit", "summary", "cancel_jobs", "running_jobs", "expires_at",
@@ -159,5 +160,5 @@ NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint"
                            "array_parent", "array_index", "array_retry_next", "array_retry",
                            "depends_on", "waiters", "bulk_ids", "given_back_at", "batch",
                            "batch_next", "batch_last", "ran_succeeded", "ran_failed",
-                           "yielded_at"})
+                           "yielded_at", "one_at_a_time"})
 INDEX_ATTRIBUTES: tuple[str, ...] = tuple(sorted(ATTRIBUTES - NOT_PROJECTED - set(INDEX_KEYS)))

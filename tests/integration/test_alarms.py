@@ -140,7 +140,9 @@ class Context:
 def set_function_env(template: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """The metric settings the template hands the functions (service, namespace)."""
     env = function_env(template, "DispatcherFunction")
-    assert function_env(template, "TaskEventFunction") == env
+    # The two functions share their settings; only the tick runs one invocation at a time.
+    assert function_env(template, "TaskEventFunction") == {
+        **env, "LONGJOBS_TICK_ONE_AT_A_TIME": "false"}
     for name in ("POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE"):
         monkeypatch.setenv(name, str(resolve(env[name], template)))
     monkeypatch.delenv("LONGJOBS_METRICS_NAMESPACE", raising=False)
