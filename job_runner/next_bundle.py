@@ -28,17 +28,18 @@ def assigned(store: RunnerStore, arn: str, wait_seconds: float,
              stopping: threading.Event) -> Bundle | None:
     """The bundle this task was launched for, once its launch is written whole: LAUNCHED with
     this task's ARN. One still LAUNCHING is looked at again until the wait ends: on DynamoDB the
-    launch's one transaction makes the pointer and the bundle visible together, but local
-    mode's moto once showed a runner the pointer with its bundle not yet LAUNCHED (why was not
-    pinned down), and a task that gave up then cost its jobs a rerun. Another attempt's is
-    returned at once (the runner exits)."""
+    launch's one transaction makes the pointer and the bundle visible together, but moto
+    applies a transaction's items one by one, and a runner that read between them saw its
+    pointer with the bundle not yet LAUNCHED, still carrying the ARN of the task before (a
+    relaunch), and gave up: its jobs paid a rerun for it. This task's pointer names the
+    bundle, so a LAUNCHING one is this launch under way, whatever ARN it still shows. Another
+    attempt's, launched or running, is returned at once (the runner exits)."""
     deadline = time.monotonic() + wait_seconds
     delay = 0.2
     seen: Bundle | None = None
     while time.monotonic() < deadline and not stopping.is_set():
         bundle = store.bundle_for_task(arn)
-        if bundle is not None and not (bundle.state == BundleState.LAUNCHING
-                                       and bundle.task_arn in (None, arn)):
+        if bundle is not None and bundle.state != BundleState.LAUNCHING:
             return bundle
         seen = bundle or seen
         time.sleep(delay)

@@ -330,10 +330,13 @@ def test_large_results_are_written_within_the_transaction_byte_limit() -> None:
     assert bundle is not None and bundle.state == BundleState.DONE
 
 
-def test_a_runner_that_sees_its_pointer_before_its_bundle_is_launched_waits_for_it() -> None:
+@pytest.mark.parametrize("before", [None, ARN.replace("t1", "t0")],
+                         ids=["a first launch", "a relaunch, the task before's ARN still on it"])
+def test_a_runner_that_sees_its_pointer_before_its_bundle_is_launched_waits_for_it(
+        before: str | None) -> None:
     """An emulator may show a launch's task pointer before the bundle it names is LAUNCHED
     (DynamoDB's transaction shows both at once): the runner looks again rather than exit and
-    cost its jobs a rerun."""
+    cost its jobs a rerun; a relaunch's bundle still shows the task before's ARN then."""
     store = Store(MemoryTable())
     jobs = [small("j1")]
     bundle = Bundle("b1", ["j1"])
@@ -341,6 +344,9 @@ def test_a_runner_that_sees_its_pointer_before_its_bundle_is_launched_waits_for_
     store.record([bundle], jobs)
     launch = Launch("L-b1", ["b1"], "longjobs-worker:1")
     store.begin_launch(launch, [bundle])  # LAUNCHING, no task yet
+    if before is not None:
+        store.table.write(Update(r.bundle_key("b1"), [Set("task_arn", before),
+                                                      Set("attempt", 2)]))
     store.table.write(Update(r.task_key(ARN), [Set("bundle_id", "b1")]))  # the pointer first
     looks = 0
     real = store.bundle_for_task
