@@ -35,6 +35,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from dispatcher.simulation.aws_model import Latencies, per_job
+from dispatcher.simulation.batch_figures import start_latencies
 from dispatcher.simulation.batch_model import BatchModel
 from dispatcher.simulation.batch_shape import BatchRun, Shape
 from dispatcher.simulation.faults import REFERENCE_CRASH_WRITES, Faults, TickCrash
@@ -163,6 +164,39 @@ def backlog(args: argparse.Namespace, shape: Shape) -> None:
     print(f"backlog {args.backlog:,}: RSS before the tick {base / 1024:.0f} MiB, peak during it "
           f"{vm_kib() / 1024:.0f} MiB" + ("" if reset else " (VmHWM not resettable here)"))
 
+def stream(shape: Shape, minutes: float) -> None:
+    """A steady stream of ``shape.jobs`` jobs at ``shape.rate`` a second: the time from each
+    job's sending to its first start, and what ran."""
+    assert shape.rate
+    print(f"stream: {shape.jobs:,} jobs of {shape.seconds:g} s at {shape.rate:g} a second "
+          f"for {minutes:g} min, {shape.tasks} tasks x {shape.concurrency} "
+          f"(pid {os.getpid()})", flush=True)
+    t0 = time.monotonic()
+    model = BatchModel(shape)
+    out = model.run()
+    wall = time.monotonic() - t0
+    waits = sorted(start_latencies(shape, model.sqs, model.ledger))
+    busy = shape.rate * shape.seconds / (shape.tasks * shape.concurrency)
+    verdict = model.verdict()
+    launched = len(out.tasks)
+    total = sum(sum(c.values()) for c in out.calls.values())
+    if waits:
+        print(f"send to start: p50 {waits[len(waits) // 2]:.1f} s, p90 "
+              f"{waits[int(0.9 * len(waits))]:.1f} s, p99 {waits[int(0.99 * len(waits))]:.1f} s, "
+              f"max {waits[-1]:.1f} s ({len(waits):,} jobs)")
+    print(f"slots: the stream keeps {busy:.0%} of them busy on average; {launched:,} tasks "
+          f"launched, {len(out.ticks)} ticks run, {out.skipped_ticks} skipped")
+    print(f"AWS calls per job: {total / shape.jobs:.3f} end to end ("
+          + ", ".join(f"{c} {sum(v.values()) / shape.jobs:.3f}" for c, v in out.calls.items())
+          + ")")
+    print(f"peak RSS (VmHWM) of this process: {vm_kib() / 1024:.0f} MiB; wall {wall:.0f} s")
+    print(f"runs: {verdict.line()}")
+    p99 = waits[int(0.99 * len(waits))] if waits else float("inf")
+    print(f"stream: send-to-start p99 = {p99:.1f} s")
+    if not verdict.holds:
+        raise SystemExit(1)
+
+
 def faults(args: argparse.Namespace) -> Faults:
     if not args.faults:
         return Faults()
@@ -196,11 +230,16 @@ def main() -> None:
     parser.add_argument("--crash-after", type=int, default=None, metavar="WRITES",
                         help="with --faults: the first tick's Lambda dies after this many of "
                         f"its writes (default {REFERENCE_CRASH_WRITES:,}; 0: it does not die)")
+    parser.add_argument("--rate", type=float, default=None, metavar="JOBS_PER_S",
+                        help="instead of a batch: a steady stream of this many jobs a second "
+                        "for --minutes; the last line is its p99 time from send to start")
+    parser.add_argument("--minutes", type=float, default=60.0, help="with --rate")
     parser.add_argument("--backlog", type=int, default=None,
                         help="instead: one tick from a backlog of this many messages")
     args = parser.parse_args()
     low, _, high = args.start.partition("-")
-    shape = Shape(jobs=args.jobs, seconds=args.seconds, tasks=args.tasks,
+    jobs = round(args.rate * args.minutes * 60) if args.rate else args.jobs
+    shape = Shape(jobs=jobs, rate=args.rate, seconds=args.seconds, tasks=args.tasks,
                   concurrency=args.concurrency, start=(float(low), float(high or low)),
                   tick_interval=args.tick_interval,
                   latencies=Latencies().scaled(args.latency_scale),
@@ -209,6 +248,9 @@ def main() -> None:
                   faults=faults(args))
     if args.backlog is not None:
         backlog(args, shape)
+        return
+    if shape.rate:
+        stream(shape, args.minutes)
         return
     print(f"seed: {shape.jobs} jobs of {shape.seconds:g} s, {shape.tasks} tasks x "
           f"{shape.concurrency}, start {args.start} s, a tick every {shape.tick_interval:g} s "

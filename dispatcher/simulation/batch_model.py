@@ -46,6 +46,7 @@ from dispatcher.simulation.aws_model import (
     ModelQueue,
     ModelTable,
 )
+from dispatcher.simulation.batch_figures import admission_times, job_ids
 from dispatcher.simulation.batch_shape import (
     ENV,
     EVENT_RETRIES,
@@ -93,7 +94,8 @@ class BatchModel:
         self.table_retry = TableRetry(sleep=self.clock.charge)
         self.items = ItemTimes()
         self.table = table if table is not None else MemoryTable(clock=self.clock)
-        self.sqs = DeepQueue(clock=self.clock, synthetic=backlog, body_of=synthetic_body(shape))
+        self.sqs = DeepQueue(clock=self.clock, synthetic=shape.jobs if shape.rate else backlog,
+                             body_of=synthetic_body(shape), arrival_rate=shape.rate)
         self.ecs = MemoryLauncher(clock=self.clock, limits=LaunchLimits(clock=self.clock))
         # The high queue of its own, as the stack has it; urgent jobs arrive there on time.
         self.high = ArrivingQueue(MemoryQueue(clock=self.clock), self.clock)
@@ -175,8 +177,9 @@ class BatchModel:
     # -- the event loop --------------------------------------------------------------------------
     def run(self, *, max_seconds: float = 24 * 3600.0) -> BatchRun:
         s, out = self.shape, self.outcome
-        with lean_table():
-            self.enqueue()
+        if not s.rate:  # a stream's jobs arrive as the run goes (DeepQueue's arrival rate)
+            with lean_table():
+                self.enqueue()
         self.clock.set(T0)
         self._at(T0, "tick")
         if s.urgent_at is not None:  # on the high queue from then, seen by a tick under way
@@ -225,7 +228,7 @@ class BatchModel:
         self.high.before_receive = None
         out.drain = self._last_end - T0
         out.calls = {c: calls.counts for c, calls in self.calls.items()}
-        out.admitted_at = sorted(self._admission_times())
+        out.admitted_at = sorted(admission_times(self.table, self.urgent_id))
         return out
 
     def _task_event(self, t: float, kind: str, what: Any) -> None:
@@ -313,7 +316,7 @@ class BatchModel:
     def verdict(self) -> Verdict:
         """What the run's ledger says of it (:mod:`dispatcher.simulation.run_ledger`): every
         job submitted (the urgent one too) against its state in the table at the end."""
-        ids = [f"j{i:07d}" for i in range(self.shape.jobs)]  # as jobs() names them
+        ids = job_ids(self.shape)
         ids += [self.urgent_id] if self.urgent_id is not None else []
         records = {rec.job_id: rec for pk, rec in self.table.snapshot().items()
                    if pk.startswith("JOB#") and rec.job_id}
@@ -403,10 +406,3 @@ class BatchModel:
             self.outcome.urgent_started = at - T0
             for task in self.outcome.tasks:
                 task.urgent = task.urgent or task.bundle_id == job.bundle_id
-
-    def _admission_times(self) -> Iterator[float]:
-        """When each of the batch's jobs was admitted (the urgent one left out)."""
-        for pk, rec in self.table.snapshot().items():
-            if pk.startswith("JOB#") and rec.created_at is not None \
-                    and rec.pk != r.job_key(self.urgent_id or ""):
-                yield float(rec.created_at) - T0

@@ -57,6 +57,8 @@ class Shape:
     latencies: Latencies = field(default_factory=Latencies)
     settings: dict[str, str] = field(default_factory=dict)  # LONGJOBS_* overrides
     urgent_at: float | None = None  # a high-priority job submitted this long into the batch
+    # A steady stream instead of a batch: the jobs are sent at this many a second from T0 on.
+    rate: float | None = None
     seed: int = 1
     faults: Faults = field(default_factory=Faults)  # none by default
 

@@ -5,7 +5,9 @@ and hopeless for 200,000. :class:`DeepQueue` keeps the visible messages in a deq
 received ones in a heap by the time they become visible again, with the same semantics:
 visibility timeouts, redelivery of what is not deleted, receive counts, release. A backlog of
 ``synthetic`` messages is not held at all until received: message ``i`` is ``body_of(i)``,
-so a million-message backlog costs memory only for what is in flight.
+so a million-message backlog costs memory only for what is in flight. With ``arrival_rate``
+the synthetic messages are not all there at once but arrive as a steady stream: message ``i``
+is sent ``i / arrival_rate`` seconds after the queue's start.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from dispatcher.ports.queue import BATCH, Backlog, Queue, Received, check_batch
 
 class DeepQueue(Queue):
     def __init__(self, clock: Callable[[], float] = time.time, *, synthetic: int = 0,
-                 body_of: Callable[[int], str] | None = None, visibility_seconds: float = 30.0
-                 ) -> None:
+                 body_of: Callable[[int], str] | None = None, visibility_seconds: float = 30.0,
+                 arrival_rate: float | None = None) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -36,6 +38,7 @@ class DeepQueue(Queue):
         self._next_synthetic = 0
         self._body_of = body_of or (lambda i: "")
         self._synthetic_sent = clock()
+        self.arrival_rate = arrival_rate
         self.visibility_seconds = visibility_seconds
 
     def send(self, entries: list[tuple[str, str]]) -> dict[str, str]:
@@ -50,8 +53,20 @@ class DeepQueue(Queue):
 
     def _body(self, mid: str) -> tuple[str, float]:
         if mid.startswith("s"):
-            return self._body_of(int(mid[1:])), self._synthetic_sent
+            return self._body_of(int(mid[1:])), self.sent_at(int(mid[1:]))
         return self._bodies[mid]
+
+    def sent_at(self, i: int) -> float:
+        """When synthetic message ``i`` was sent."""
+        rate = self.arrival_rate
+        return self._synthetic_sent + (i / rate if rate else 0.0)
+
+    def _arrived(self, t: float) -> int:
+        """Synthetic messages sent by ``t``."""
+        if not self.arrival_rate:
+            return self._synthetic
+        return min(self._synthetic,
+                   int((t - self._synthetic_sent) * self.arrival_rate) + 1)
 
     def _expire(self, t: float) -> None:
         while self._reappear and self._reappear[0][0] <= t:
@@ -74,7 +89,7 @@ class DeepQueue(Queue):
             while len(out) < min(max_messages, BATCH):
                 if self._visible:
                     mid = self._visible.popleft()
-                elif self._next_synthetic < self._synthetic:
+                elif self._next_synthetic < self._arrived(t):
                     mid = f"s{self._next_synthetic}"
                     self._next_synthetic += 1
                 else:
@@ -116,5 +131,6 @@ class DeepQueue(Queue):
     def backlog(self) -> Backlog:
         with self._lock:
             self._expire(self._clock())
-            visible = len(self._visible) + self._synthetic - self._next_synthetic
+            visible = len(self._visible) + max(0, self._arrived(self._clock())
+                                                  - self._next_synthetic)
             return Backlog(visible, len(self._hidden), 0)

@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 
 from dispatcher.domain.jobs import JobState
+from dispatcher.simulation.batch_figures import start_latencies
 from dispatcher.simulation.batch_model import BatchModel
 from dispatcher.simulation.batch_shape import Shape, job_states
+from dispatcher.simulation.deep_queue import DeepQueue
 from dispatcher.simulation.faults import Faults
 from dispatcher.simulation.run_ledger import RunLedger
 from dispatcher.simulation.virtual_time import VirtualClock, VirtualPool, virtual_wait
@@ -144,3 +146,29 @@ def test_a_pool_task_starts_when_a_lane_is_free_and_its_result_moves_the_waiter(
         ends = sorted(f.result() for f in futures)
     assert ends == [101.0, 102.0, 105.0]  # two lanes: the third waits for the second
     assert clock() == 105.0
+
+
+def test_a_deep_queue_with_an_arrival_rate_holds_each_message_until_it_is_sent() -> None:
+    clock = VirtualClock(1_000.0)
+    clock.set(1_000.0)
+    queue = DeepQueue(clock=clock, synthetic=30, body_of=str, arrival_rate=10.0)
+    first = queue.receive(10)
+    assert [m.body for m in first] == ["0"]  # only message 0 is sent at the start
+    clock.set(1_001.05)  # ten more sent since
+    more = queue.receive(10)
+    assert [m.body for m in more] == [str(i) for i in range(1, 11)]
+    assert queue.backlog().visible == 0 and queue.sent_at(11) == 1_001.1
+    queue.delete(first + more)
+    clock.set(1_100.0)
+    assert queue.backlog().visible == 19  # the rest, and no more than were sent
+
+
+def test_a_stream_runs_every_job_once_each_after_it_was_sent() -> None:
+    shape = Shape(jobs=600, seconds=2.0, tasks=4, concurrency=10, start=(30.0, 30.0),
+                  rate=20.0)
+    model = BatchModel(shape)
+    model.run()
+    verdict = model.verdict()
+    assert verdict.holds and verdict.succeeded == verdict.runs == shape.jobs, verdict.line()
+    waits = start_latencies(shape, model.sqs, model.ledger)
+    assert len(waits) == shape.jobs and min(waits) >= 30.0  # none before its send and a start
