@@ -66,6 +66,7 @@ class Writes:
         self.pending: dict[str, JobUpdate] = {}
         self.refused: set[str] = set()  # jobs whose update the table refused (moved on)
         self._ended: dict[str, JobState] = {}  # jobs finished SUCCEEDED or FAILED here
+        self._abandoned = False  # a job's handler was left running (recorded live_task)
         self.retrying = False
         self.retry_at = 0.0
         self._on_error = on_error
@@ -139,6 +140,7 @@ class Writes:
             if outcome.target in (JobState.SUCCEEDED, JobState.FAILED):
                 self._ended[job.job_id] = outcome.target
             self.pending[job.job_id].live_task = live_task
+            self._abandoned |= live_task is not None
             if outcome.target in TERMINAL_JOB_STATES and live_task is None:
                 self._left -= 1
             if self._oldest is None or len(self.pending) >= FLUSH_AT_JOBS:
@@ -208,9 +210,15 @@ class Writes:
                 else None
             lower = max(0, min(self._slots, self._left))
             slots = lower if bundle_to is None and lower < self._slots_written else None
+            # Ending it DONE with every job's outcome as written, none left running here: the
+            # task's stop reports these counts without reading the bundle or its jobs.
+            ended = JobOutcomes(*(list(self._ended.values()).count(s)
+                                  for s in (JobState.SUCCEEDED, JobState.FAILED))) \
+                if bundle_to == BundleState.DONE and not self.refused and not self._abandoned \
+                else None
         try:
             refused = self.store.apply(self.fence, updates, bundle_to, retry_at, handed=handed,
-                                       slots=slots)
+                                       slots=slots, ended=ended)
         except HandedJobs as more:  # the updates are written; the bundle stays RUNNING
             with self._lock:
                 self.refused |= more.refused

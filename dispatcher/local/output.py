@@ -117,9 +117,13 @@ def tick_said(decision: Mapping[str, Any]) -> str:
 def stop_said(outcome: Mapping[str, Any]) -> str:
     """What the task-event handler did with one task's stop, in a few words."""
     task = str(outcome.get("task_arn") or "?").rsplit("/", 1)[-1]
-    counts = [(len(outcome.get("succeeded") or ()), "{} succeeded"),
+    finished = outcome.get("finished") or {}  # the task's last bundle, as its runner ended it
+    succeeded = int(finished.get("succeeded", 0)) + int(outcome.get("succeeded_before") or 0)
+    failed = len(outcome.get("failed") or ()) + int(finished.get("failed", 0)) \
+        + int(outcome.get("failed_before") or 0)
+    counts = [(succeeded, "{} succeeded"),
               (len(outcome.get("rerun") or ()), "{} to rerun"),
-              (len(outcome.get("failed") or ()), "{} failed"),
+              (failed, "{} failed"),
               (outcome.get("relaunched"), "relaunched")]
     said = [form.format(n) for n, form in counts if n]
     reason = outcome.get("reason")

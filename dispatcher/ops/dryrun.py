@@ -28,7 +28,7 @@ from dispatcher.settings import Config
 from dispatcher.stages.tick import Tick
 from dispatcher.store import JobUpdate, LaunchOutcome, StageStore
 from dispatcher.store.array_jobs import OpenArray
-from dispatcher.store.values import JobOutcomes
+from dispatcher.store.values import TaskPointer
 from dispatcher.wiring import adapters, pipeline
 
 READ_SECONDS = 60
@@ -168,14 +168,14 @@ class DryRunStore(StageStore):
     def bundle_for_task(self, task_arn: str) -> Bundle | None:
         return self._inner.bundle_for_task(task_arn)
 
-    def task_pointer(self, task_arn: str) -> tuple[Bundle | None, JobOutcomes]:
+    def task_pointer(self, task_arn: str) -> TaskPointer | None:
         return self._inner.task_pointer(task_arn)
 
     def get_rejection(self, key: str) -> Rejection | None:
         return self._inner.get_rejection(key)
 
-    def first_report(self, bundle: Bundle, task_arn: str) -> bool:
-        self._plan.would("mark_stop_reported", bundle_id=bundle.bundle_id, task_arn=task_arn)
+    def first_report(self, bundle_id: str, task_arn: str) -> bool:
+        self._plan.would("mark_stop_reported", bundle_id=bundle_id, task_arn=task_arn)
         return True
 
     def settle(self, bundle: Bundle, updates: list[JobUpdate], target: BundleState,

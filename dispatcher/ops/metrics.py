@@ -60,6 +60,7 @@ from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.ports.queue import Backlog, Queue
 from dispatcher.stages.rerun import StopOutcome, StopResult
 from dispatcher.stages.tick import TickReport
+from dispatcher.store.values import JobOutcomes
 
 DEFAULT_NAMESPACE = "longjobs"
 DEFAULT_SERVICE = "longjobs"
@@ -201,9 +202,9 @@ def stop_blob(outcome: StopOutcome, *, queue: str | None = None,
     ignored event (stale, duplicate, not ours), which changed nothing."""
     dims = {"Queue": queue_name(queue or None)}
     if outcome.result == StopResult.FINISHED:  # a task that ended normally: its results
-        return emf([("JobsSucceeded", MetricUnit.Count,
-                     len(outcome.succeeded) + outcome.succeeded_before),
-                    ("JobsFailed", MetricUnit.Count, len(outcome.failed) + outcome.failed_before)],
+        last = outcome.finished or JobOutcomes()
+        return emf([("JobsSucceeded", MetricUnit.Count, last.succeeded + outcome.succeeded_before),
+                    ("JobsFailed", MetricUnit.Count, last.failed + outcome.failed_before)],
                    dims, namespace=namespace)
     if outcome.result == StopResult.IGNORED or outcome.stop_class is None:
         return {}

@@ -102,6 +102,11 @@ class Record:
     # (dispatcher.store.values.JobOutcomes)
     ran_succeeded: float | None = None
     ran_failed: float | None = None
+    # ... and how those of the bundle it names ended, written by its runner with the bundle's
+    # move to DONE when it abandoned none and the table refused none of its results
+    ended_bundle: str | None = None
+    ended_succeeded: float | None = None
+    ended_failed: float | None = None
     # launch
     bundle_ids: list[str] | None = None
     task_arns: list[str] | None = None
@@ -160,5 +165,6 @@ NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint"
                            "array_parent", "array_index", "array_retry_next", "array_retry",
                            "depends_on", "waiters", "bulk_ids", "given_back_at", "batch",
                            "batch_next", "batch_last", "ran_succeeded", "ran_failed",
+                           "ended_bundle", "ended_succeeded", "ended_failed",
                            "yielded_at", "one_at_a_time"})
 INDEX_ATTRIBUTES: tuple[str, ...] = tuple(sorted(ATTRIBUTES - NOT_PROJECTED - set(INDEX_KEYS)))

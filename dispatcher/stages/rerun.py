@@ -29,6 +29,7 @@ from dispatcher.stages.launch import Launches, LaunchStats, launch_slots
 from dispatcher.stages.policy import RerunPolicy
 from dispatcher.stages.revision import Revisions
 from dispatcher.store import JobUpdate, StageStore
+from dispatcher.store.values import JobOutcomes
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,9 @@ class StopOutcome:
     bundle_id: str | None = None
     stop_class: StopClass | None = None
     rerun: list[str] = field(default_factory=list)  # job ids back to PENDING
-    failed: list[str] = field(default_factory=list)  # job ids that ended FAILED
-    succeeded: list[str] = field(default_factory=list)  # FINISHED only
+    failed: list[str] = field(default_factory=list)  # job ids this stop's settle ended FAILED
+    # FINISHED only: how the runner ended the jobs of the task's last bundle
+    finished: JobOutcomes | None = None
     relaunched: bool = False
     spot_fallbacks: int = 0  # the relaunch went to on-demand FARGATE (no Spot capacity)
     launch_failures: int = 0  # the relaunch's RunTask failures (the next tick retries them)
@@ -86,18 +88,19 @@ class Reruns:
 
     def on_stop(self, stop: TaskStop) -> StopOutcome:
         arn = stop.task_arn
-        bundle, before = self._store.task_pointer(arn)
-        if bundle is None:
+        pointer = self._store.task_pointer(arn)
+        if pointer is not None and pointer.ended is not None:
+            # The normal end of a task, its outcomes counted by its runner: no more to read.
+            return self._finished(arn, pointer.bundle_id, pointer.before,
+                                  self._finishes.counted(pointer.bundle_id, arn, pointer.ended))
+        bundle = self._store.get_bundle(pointer.bundle_id) if pointer is not None else None
+        if pointer is None or bundle is None:
             return StopOutcome(StopResult.IGNORED, arn,
                                reason="no bundle was assigned to this task")
+        before = pointer.before
         if bundle.task_arn == arn and bundle.state == BundleState.DONE:
-            finished = self._finishes.report(bundle, arn)  # the normal end of a task
-            if finished is None:
-                return StopOutcome(StopResult.IGNORED, arn, bundle.bundle_id,
-                                   reason="already handled: this task's stop was settled before")
-            return StopOutcome(StopResult.FINISHED, arn, bundle.bundle_id,
-                               succeeded=finished.succeeded, failed=finished.failed,
-                               succeeded_before=before.succeeded, failed_before=before.failed)
+            return self._finished(arn, bundle.bundle_id, before,
+                                  self._finishes.report(bundle, arn))
         if bundle.task_arn != arn or bundle.state not in (BundleState.LAUNCHED,
                                                           BundleState.RUNNING):
             return StopOutcome(StopResult.IGNORED, arn, bundle.bundle_id,
@@ -173,3 +176,12 @@ class Reruns:
             out.spot_fallbacks = stats.spot_fallbacks
             out.launch_failures = sum(stats.failures.values())
         return out
+
+    @staticmethod
+    def _finished(arn: str, bundle_id: str, before: JobOutcomes,
+                  finished: JobOutcomes | None) -> StopOutcome:
+        if finished is None:
+            return StopOutcome(StopResult.IGNORED, arn, bundle_id,
+                               reason="already handled: this task's stop was settled before")
+        return StopOutcome(StopResult.FINISHED, arn, bundle_id, finished=finished,
+                           succeeded_before=before.succeeded, failed_before=before.failed)

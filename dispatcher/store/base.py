@@ -38,7 +38,7 @@ from dispatcher.ports.table import (
     transient,
 )
 from dispatcher.store import codec as r
-from dispatcher.store.values import JobOutcomes
+from dispatcher.store.values import JobOutcomes, TaskPointer
 
 log = logging.getLogger(__name__)
 
@@ -243,16 +243,20 @@ class Reads:
 
     def bundle_for_task(self, task_arn: str) -> Bundle | None:
         """The bundle a task was assigned, read strongly consistent (the runner polls this)."""
-        return self.task_pointer(task_arn)[0]
+        pointer = self.task_pointer(task_arn)
+        return self.get_bundle(pointer.bundle_id) if pointer is not None else None
 
-    def task_pointer(self, task_arn: str) -> tuple[Bundle | None, JobOutcomes]:
-        """The bundle a task runs or ran last, and how the jobs of those it ran before ended
-        (the follow-ons it took: dispatcher.store.follow_ons)."""
+    def task_pointer(self, task_arn: str) -> TaskPointer | None:
+        """A task's pointer: the bundle it runs or ran last, and what its runner counted of
+        how their jobs ended (:class:`~dispatcher.store.values.TaskPointer`); None if no
+        bundle was assigned to it. One read."""
         pointer = self.table.get(r.task_key(task_arn))
         if pointer is None or not pointer.bundle_id:
-            return None, JobOutcomes()
-        return self.get_bundle(pointer.bundle_id), JobOutcomes(
-            int(pointer.ran_succeeded or 0), int(pointer.ran_failed or 0))
+            return None
+        ended = JobOutcomes(int(pointer.ended_succeeded or 0), int(pointer.ended_failed or 0)) \
+            if pointer.ended_bundle == pointer.bundle_id else None
+        return TaskPointer(pointer.bundle_id, JobOutcomes(int(pointer.ran_succeeded or 0),
+                                                          int(pointer.ran_failed or 0)), ended)
 
     def get_rejection(self, key: str) -> Rejection | None:
         rec = self.table.get(r.rejection_key(key))

@@ -123,7 +123,8 @@ class RunnerStore(FollowOns):
 
     def apply(self, fence: Fence, updates: list[JobUpdate],
               bundle_to: BundleState | None = None, retry_at: float | None = None,
-              *, handed: int | None = None, slots: int | None = None) -> set[str]:
+              *, handed: int | None = None, slots: int | None = None,
+              ended: JobOutcomes | None = None) -> set[str]:
         """Job results, grouped: one transaction per 98 jobs or 3.5 MB of updates
         (:func:`update_chunks`), each checking the fence; the last one also moves the bundle
         to ``bundle_to``.
@@ -137,7 +138,11 @@ class RunnerStore(FollowOns):
         results are written without the move and HandedJobs raised: the runner runs them.
 
         ``slots``: the bundle's ``slots`` lowered to the jobs it has left (written with the
-        first chunk, when the bundle does not move: see job_runner.writes)."""
+        first chunk, when the bundle does not move: see job_runner.writes).
+
+        ``ended``: with a move to DONE, how the runner ended the bundle's jobs, given only
+        when it abandoned none and the table refused none of its results before; written on
+        the task's pointer with the move (TaskPointer.ended) unless this write refuses one."""
         t = self.clock()
         chunks = update_chunks(updates)
         refused: set[str] = set()
@@ -146,9 +151,11 @@ class RunnerStore(FollowOns):
             if last and bundle_to is not None:
                 lifecycle.check_bundle(fence.bundle_id, BundleState.RUNNING, bundle_to)
             try:
+                vouched = ended if last and bundle_to == BundleState.DONE and not refused \
+                    else None
                 refused |= self._apply_chunk(fence, chunk, bundle_to if last else None,
                                              retry_at, t, handed,
-                                             slots=slots if n == 0 else None)
+                                             slots=slots if n == 0 else None, ended=vouched)
             except HandedJobs as more:  # the earlier chunks' refusals go with it
                 more.refused |= refused
                 raise
@@ -156,7 +163,7 @@ class RunnerStore(FollowOns):
 
     def _apply_chunk(self, fence: Fence, chunk: list[JobUpdate], bundle_to: BundleState | None,
                      retry_at: float | None, t: float, handed: int | None = None,
-                     slots: int | None = None) -> set[str]:
+                     slots: int | None = None, ended: JobOutcomes | None = None) -> set[str]:
         key = r.bundle_key(fence.bundle_id)
         expires_at = self._expiry(t)
         moving = fenced(fence)
@@ -167,7 +174,9 @@ class RunnerStore(FollowOns):
             else Update(key, [Set("slots", slots)], fenced(fence))
         # Moving the bundle off this task (DONE, or PENDING): the task's pointer may expire;
         # a DONE bundle's pages too (Fence.pages: the runner read them at its claim).
-        leaving = pointer_expiry(fence.task_arn, expires_at) if bundle_to is not None else []
+        counted = (fence.bundle_id, ended) if ended is not None else None
+        leaving = pointer_expiry(fence.task_arn, expires_at, counted) \
+            if bundle_to is not None else []
         pages_now, pages_later = fit_pages(
             page_expiry(fence.bundle_id, fence.pages, expires_at)
             if bundle_to == BundleState.DONE else [], 1 + len(chunk) + len(leaving), chunk)
@@ -198,6 +207,9 @@ class RunnerStore(FollowOns):
                 if failed:  # those jobs moved on: write the others (the list only shrinks)
                     refused |= {chunk[i - 1].job_id for i in failed}
                     chunk = [u for i, u in enumerate(chunk, start=1) if i not in failed]
+                    if counted is not None:  # a refused job may name this task as its run's
+                        leaving = pointer_expiry(fence.task_arn, expires_at)
+                        counted = None
                     continue
                 raise  # still cancelled for a moment after its retries
         return refused

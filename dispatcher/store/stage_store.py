@@ -299,14 +299,14 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
                 pass  # only the conditions failed: the update itself fits
         return refused
 
-    def first_report(self, bundle: Bundle, task_arn: str) -> bool:
+    def first_report(self, bundle_id: str, task_arn: str) -> bool:
         """True the first time a stop of ``task_arn`` is handled for this bundle, False for a
         duplicate (EventBridge and Lambda's async retries can deliver an event twice): the
         stop's job metrics are published once. A settle marks its stop as handled too."""
         differs = Or(Lacks("reported_stop"), Lt("reported_stop", task_arn),
                      Gt("reported_stop", task_arn))  # <>: the port has no inequality
         try:
-            self.table.write(Update(r.bundle_key(bundle.bundle_id),
+            self.table.write(Update(r.bundle_key(bundle_id),
                                     [Set("reported_stop", task_arn)], And(Exists(), differs)))
         except ConditionFailed:
             return False

@@ -29,7 +29,7 @@ from dispatcher.ports.table import (
 )
 from dispatcher.store import codec as r
 from dispatcher.store.base import job_state, status
-from dispatcher.store.values import JobUpdate
+from dispatcher.store.values import JobOutcomes, JobUpdate
 
 log = logging.getLogger(__name__)
 
@@ -131,16 +131,25 @@ def bundle_actions(target: BundleState, t: float, retry_at: float | None,
     return actions
 
 
-def pointer_expiry(task_arn: str | None, expires_at: int | None) -> list[Op]:
+def pointer_expiry(task_arn: str | None, expires_at: int | None,
+                   ended: tuple[str, JobOutcomes] | None = None) -> list[Op]:
     """The update giving a task's pointer (``TASK#<arn>``) its expiry, made by the write that
     moves the bundle off that task (DONE, or PENDING to rerun elsewhere). Until then the
     pointer is needed: by the runner looking for its bundle, by the task's stop event, by
     reconciliation; however long the task's jobs run. It costs one small item in that write's
     transaction (which always has room for it), never a call of its own. Unconditional: a
-    pointer is written with its bundle's LAUNCHED state, so it exists."""
-    if task_arn is None or expires_at is None:
+    pointer is written with its bundle's LAUNCHED state, so it exists.
+
+    ``ended``: the bundle moved DONE and how its runner ended its jobs, when it may vouch for
+    them (:class:`~dispatcher.store.values.TaskPointer`), carried by the same update."""
+    if task_arn is None:
         return []
-    return [Update(r.task_key(task_arn), [Set("expires_at", expires_at)])]
+    counted = [Set("ended_bundle", ended[0]), Set("ended_succeeded", ended[1].succeeded),
+               Set("ended_failed", ended[1].failed)] if ended is not None else []
+    expiry = [Set("expires_at", expires_at)] if expires_at is not None else []
+    if not counted and not expiry:
+        return []
+    return [Update(r.task_key(task_arn), [*expiry, *counted])]
 
 
 def page_expiry(bundle_id: str, pages: int, expires_at: int | None) -> list[Op]:

@@ -61,9 +61,24 @@ class PageOutcome:
 
 @dataclass(frozen=True)
 class JobOutcomes:
-    """How many jobs of the bundles a task ran before the one its pointer names (the follow-ons
-    it took, dispatcher.store.follow_ons) ended SUCCEEDED and FAILED by its runner: counted
-    on the pointer as it takes each, so the task's stop reports them without reading them."""
+    """How many jobs of a task's bundles ended SUCCEEDED and FAILED by its runner, counted on
+    the task's pointer (see :class:`TaskPointer`), so the task's stop reports them without
+    reading them."""
 
     succeeded: int = 0
     failed: int = 0
+
+
+@dataclass(frozen=True)
+class TaskPointer:
+    """A task's pointer (``TASK#<arn>``) as read: the bundle the task runs or ran last;
+    ``before``, how the jobs of the bundles it ran before that one ended (the follow-ons it
+    took, dispatcher.store.follow_ons, each counted as it took the next); ``ended``, how that
+    bundle's own jobs ended, when its runner ended it DONE having abandoned none of them and
+    the table having refused none of its results (written with the move to DONE: the bundle
+    is then DONE on this task, and no run of its jobs is left going on there). None
+    otherwise: the bundle and its jobs are read to know."""
+
+    bundle_id: str
+    before: JobOutcomes = JobOutcomes()
+    ended: JobOutcomes | None = None

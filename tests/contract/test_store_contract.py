@@ -13,6 +13,7 @@ from dispatcher.domain.launches import Launch
 from dispatcher.ports.table import Put, Set, Update
 from dispatcher.store import Fence, JobUpdate, LaunchOutcome, Store
 from dispatcher.store import codec as r
+from dispatcher.store.values import JobOutcomes, TaskPointer
 from tests.contract.tables import BACKENDS, Clock, make_store, make_table
 
 T0 = 1_700_000_000.0
@@ -129,6 +130,38 @@ def test_apply_with_a_lost_fence_writes_nothing(env: tuple[Store, Clock]) -> Non
         JobState.FAILED, {"step": 1}, "boom")
     done = store.get_bundle("b1")
     assert done is not None and done.state == BundleState.DONE
+
+
+def test_a_runners_count_rides_on_its_pointer_unless_the_table_refuses_a_result(
+        env: tuple[Store, Clock]) -> None:
+    """The move to DONE carries the runner's count onto the task's pointer, for the task's
+    stop to report without reading the jobs; a result refused in that same write takes it
+    off (the refused job may name the task as its run's); a pointer naming another bundle
+    than the counted one (it took a follow-on since) has none."""
+    store, _ = env
+    fence = _launch(store, _record(store, "b1", "j1", "j2"), "arn:task/1")
+    store.claim(fence)
+    store.apply(fence, [JobUpdate(j, JobState.PENDING, JobState.SUCCEEDED, via=JobState.RUNNING,
+                                  attempts_delta=1) for j in ("j1", "j2")],
+                bundle_to=BundleState.DONE, ended=JobOutcomes(2, 0))
+    assert store.task_pointer("arn:task/1") == TaskPointer("b1", JobOutcomes(), JobOutcomes(2, 0))
+
+    fence = _launch(store, _record(store, "b2", "j3", "j4"), "arn:task/2")
+    store.claim(fence)
+    # Meanwhile j3 is moved on by another writer (failed as overdue, say): refused below.
+    store.table.write(Update(r.job_key("j3"), [Set("state", "FAILED"),
+                                               Set("status_key", r.job_status("FAILED", "j3"))]))
+    refused = store.apply(fence, [JobUpdate(j, JobState.PENDING, JobState.SUCCEEDED,
+                                            via=JobState.RUNNING, attempts_delta=1)
+                                  for j in ("j3", "j4")],
+                          bundle_to=BundleState.DONE, ended=JobOutcomes(2, 0))
+    assert refused == {"j3"}
+    assert store.task_pointer("arn:task/2") == TaskPointer("b2", JobOutcomes(), None)
+    done = store.get_bundle("b2")
+    assert done is not None and done.state == BundleState.DONE
+
+    store.table.write(Update(r.task_key("arn:task/1"), [Set("bundle_id", "b2")]))
+    assert store.task_pointer("arn:task/1") == TaskPointer("b2", JobOutcomes(), None)
 
 
 def test_settle_requeues_only_the_bundle_it_read(env: tuple[Store, Clock]) -> None:

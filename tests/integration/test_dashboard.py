@@ -27,6 +27,7 @@ from dispatcher.stages.admitted import AdmissionStats
 from dispatcher.stages.launch import LaunchStats
 from dispatcher.stages.rerun import StopOutcome, StopResult
 from dispatcher.stages.tick import TickReport
+from dispatcher.store.values import JobOutcomes
 from tests.conftest import Aws
 from tests.integration.test_infra import STACK_NAME, TEMPLATE, function_env, resolve, resources
 
@@ -186,7 +187,7 @@ def sample_blobs(namespace: str, queue_url: str) -> list[dict[str, Any]]:
                                backlogs=backlogs,
                                running_by_revision={"longjobs-worker:7": 3,
                                                     "longjobs-worker:8": 1})
-    stops = [StopOutcome(StopResult.FINISHED, "arn", "b", succeeded=["a"], failed=["b"]),
+    stops = [StopOutcome(StopResult.FINISHED, "arn", "b", finished=JobOutcomes(1, 1)),
              StopOutcome(StopResult.SETTLED, "arn", "b", StopClass.INFRASTRUCTURE,
                          rerun=["c"], relaunched=True),
              StopOutcome(StopResult.SETTLED, "arn", "b", StopClass.APPLICATION, failed=["d"])]

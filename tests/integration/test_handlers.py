@@ -108,6 +108,6 @@ def test_a_normally_finished_task_reports_its_results(aws: Aws,
     capsys.readouterr()
     out = handlers.task_event(task_events.sample_event(arn, stop_code="EssentialContainerExited",
                                                   exit_code=0), None)
-    assert out["succeeded"] == ["fine"] and out["failed"] == []
+    assert out["finished"] == {"succeeded": 1, "failed": 0} and out["failed"] == []
     blob = next(b for b in _emf(capsys.readouterr().out) if "JobsSucceeded" in b)
     assert _value(blob["JobsSucceeded"]) == 1 and _value(blob["JobsFailed"]) == 0

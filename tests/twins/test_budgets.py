@@ -15,6 +15,7 @@ from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.stops import StopCode, TaskStop
 from dispatcher.store import Fence, JobUpdate
+from dispatcher.store.values import JobOutcomes
 from job_runner import JobContext
 from job_runner.kinds import HandlerRegistry
 from job_runner.worker import Worker
@@ -151,5 +152,5 @@ def test_a_redelivered_stop_event_reports_its_jobs_once() -> None:
     tw.store.apply(fence, [JobUpdate("fine", JobState.PENDING, JobState.SUCCEEDED,
                                      via=JobState.RUNNING, attempts_delta=1)], BundleState.DONE)
     done = TaskStop(arn, *CRASH[:2], 0)
-    assert stages.reruns.on_stop(done).succeeded == ["fine"]
+    assert stages.reruns.on_stop(done).finished == JobOutcomes(1, 0)
     assert str(stages.reruns.on_stop(done).result) == "ignored"

@@ -156,8 +156,9 @@ def test_a_task_that_ran_follow_ons_reports_all_their_jobs_when_it_stops() -> No
     outcome = stages.reruns.on_stop(TaskStop(arn, str(StopCode.ESSENTIAL_CONTAINER_EXITED),
                                              "Essential container in task exited", 0))
     assert outcome.result == StopResult.FINISHED, outcome
-    succeeded = len(outcome.succeeded) + outcome.succeeded_before
-    failed = len(outcome.failed) + outcome.failed_before
+    assert outcome.finished is not None  # its runner counted its last bundle
+    succeeded = outcome.finished.succeeded + outcome.succeeded_before
+    failed = outcome.finished.failed + outcome.failed_before
     assert (succeeded, failed) == (len(ran) - 1, 1)
     assert outcome.succeeded_before > 0  # it ran more than its last bundle
     blob = stop_blob(outcome)

@@ -10,6 +10,7 @@ from pathlib import Path
 from dispatcher.local.output import Follower, QuietTicks, ReadableRecords, render, tick_said
 from dispatcher.stages.rerun import StopOutcome, StopResult
 from dispatcher.stages.tick import TickReport
+from dispatcher.store.values import JobOutcomes
 from tests.helpers import wait_for
 
 
@@ -66,7 +67,7 @@ def test_the_dispatchers_own_records_read_as_what_they_did() -> None:
     assert line.endswith(" INFO    longjobs: tick: admitted 5, rejected 1, launched 2 task(s)")
     assert tick_said(TickReport(tick_id="a").as_dict()) == "nothing to do"
     stop = StopOutcome(StopResult.FINISHED, "arn:aws:ecs:r:1:task/c/abc123", bundle_id="b1",
-                       succeeded=["j1", "j2"], failed=["j3"])
+                       finished=JobOutcomes(1, 1), succeeded_before=1)
     record = logging.LogRecord("dispatcher.handlers", logging.INFO, "", 0, "task stopped",
                                None, None)
     record.__dict__.update(stop.as_dict())

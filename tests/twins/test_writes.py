@@ -11,9 +11,12 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.store import Fence, JobUpdate
+from dispatcher.store.values import JobOutcomes
 from job_runner.outcome import Outcome
 from job_runner.writes import Writes
 
@@ -29,7 +32,8 @@ class BlockingStore:
 
     def apply(self, fence: Fence, updates: list[JobUpdate],
               bundle_to: BundleState | None = None, retry_at: float | None = None,
-              *, handed: int | None = None, slots: int | None = None) -> set[str]:
+              *, handed: int | None = None, slots: int | None = None,
+              ended: JobOutcomes | None = None) -> set[str]:
         if not self.applied and not self.release.is_set():
             self.entered.set()
             assert self.release.wait(30), "the test never released the first flush"
@@ -158,3 +162,38 @@ def test_a_write_under_way_keeps_the_history_it_was_given() -> None:
                              if k not in ("ended_at", "outcome", "reason")}])]
     assert [u.target for u in second] == [JobState.SUCCEEDED]
     assert second[0].history == started.history and "ended_at" in started.history[0]
+
+
+class CountingStore:
+    """Records what each apply was given to put on the task's pointer; refuses ``refuse``'s
+    updates on its first apply."""
+
+    def __init__(self, refuse: str | None = None) -> None:
+        self.refuse = refuse
+        self.ended: list[JobOutcomes | None] = []
+
+    def apply(self, fence: Fence, updates: list[JobUpdate],
+              bundle_to: BundleState | None = None, retry_at: float | None = None,
+              *, handed: int | None = None, slots: int | None = None,
+              ended: JobOutcomes | None = None) -> set[str]:
+        self.ended.append(ended)
+        refused = {u.job_id for u in updates if u.job_id == self.refuse}
+        self.refuse = None
+        return refused
+
+
+@pytest.mark.parametrize(("refuse", "vouched"), [(None, JobOutcomes(1, 1)), ("j1", None)])
+def test_the_move_to_done_carries_the_count_only_when_every_result_was_written(
+        refuse: str | None, vouched: JobOutcomes | None) -> None:
+    """A result refused in an earlier flush (the job moved on, perhaps naming this task as
+    its run's) leaves the move to DONE without the count: the task's stop reads the jobs."""
+    store = CountingStore(refuse)
+    w = writes(store, flush_seconds=3600)
+    one, two = job(1), job(2)
+    w.start(one)
+    w.finish(one, Outcome(JobState.SUCCEEDED), started=True)
+    w.flush()
+    w.start(two)
+    w.finish(two, Outcome(JobState.FAILED, reason="boom"), started=True)
+    w.flush(BundleState.DONE)
+    assert store.ended == [None, vouched]
