@@ -28,7 +28,7 @@ from dispatcher.settings import Config
 from dispatcher.stages.tick import Tick
 from dispatcher.store import JobUpdate, LaunchOutcome, StageStore
 from dispatcher.store.array_jobs import OpenArray
-from dispatcher.store.values import TaskPointer
+from dispatcher.store.values import Lease, TaskPointer
 from dispatcher.wiring import adapters, pipeline
 
 READ_SECONDS = 60
@@ -82,10 +82,12 @@ class DryRunStore(StageStore):
     def __init__(self, inner: StageStore, plan: DryRunPlan) -> None:
         self._inner, self._plan = inner, plan
 
-    def acquire_lease(self, owner: str, seconds: float, *, one_at_a_time: bool = False) -> bool:
-        return True  # a dry run does not take the lease (it writes nothing to protect)
+    def acquire_lease(self, owner: str, seconds: float, *,
+                      one_at_a_time: bool = False) -> Lease | None:
+        return Lease(owner)  # a dry run does not take the lease (it writes nothing to protect)
 
-    def release_lease(self, owner: str) -> None:
+    def release_lease(self, owner: str, *, swept_at: float | None = None,
+                      clean: Lease | None = None) -> None:
         return None
 
     def active_bundles(self) -> list[Bundle]:

@@ -69,6 +69,9 @@ class DependentsStats:
     # Held jobs left as they were because the table failed (their judging, link, release or
     # cancel): the next look at them takes them up.
     table_failures: int = 0
+    # When the look at every held dependent was last claimed (SWEEP#dependents' time), as the
+    # tick knows it: from its lease, then as its own look left it; None: not known.
+    sweep_at: float | None = None
 
     def add(self, other: DependentsStats) -> None:
         self.released += other.released[:max(0, IDS_KEPT - len(self.released))]
@@ -148,16 +151,21 @@ class Dependents:
     def sweep(self, stats: DependentsStats) -> None:
         """Once per :data:`SWEEP_SECONDS` (the first tick after it passed): judge every held
         dependent, and link again the young ones (see the module)."""
+        known = stats.sweep_at
+        if known is not None and self._clock() - known < SWEEP_SECONDS:
+            return  # the table would refuse the claim (claim_sweep's condition)
+        stats.sweep_at = None  # another's look since, maybe: the claim's answer says
         claimed: float | None = None
         try:
             claimed = self._store.claim_sweep(SWEEP_SECONDS)
             if claimed is None:
                 return
+            stats.sweep_at = claimed
             held = self._store.held_dependents()
         except TableUnavailable as exc:  # the table's trouble: a later tick looks
             log.error("looking at the held dependents failed; a later tick looks again",
                       extra={"reason": exc.reason})
-            self._give_back(claimed)
+            self._give_back(claimed, stats)
             return
         stats.swept = len(held)
         failures = stats.table_failures
@@ -174,7 +182,7 @@ class Dependents:
             log.error("moving on the expiry of links failed; a later look moves it",
                       extra={"reason": exc.reason})
         if stats.table_failures > failures:  # left as they were: look again in a minute
-            self._give_back(claimed)
+            self._give_back(claimed, stats)
 
     def _break_cycles(self, waiting: list[tuple[Bundle, Job, Judgement]],
                       stats: DependentsStats) -> list[tuple[Bundle, Job, Judgement]]:
@@ -210,12 +218,14 @@ class Dependents:
         if linked:
             self.release(linked, stats)
 
-    def _give_back(self, claimed: float | None) -> None:
+    def _give_back(self, claimed: float | None, stats: DependentsStats) -> None:
         if claimed is None:
             return
         # If even that fails, the look after the period takes them up.
         with contextlib.suppress(TableUnavailable):
-            self._store.give_back_sweep(claimed, SWEEP_SECONDS, SWEEP_RETRY_SECONDS)
+            if self._store.give_back_sweep(claimed, SWEEP_SECONDS, SWEEP_RETRY_SECONDS):
+                # The claim's time as written back: the next look may come that much sooner.
+                stats.sweep_at = claimed - SWEEP_SECONDS + SWEEP_RETRY_SECONDS
 
     def _link(self, job: Job, job_ids: list[str], stats: DependentsStats | None = None
               ) -> list[str]:

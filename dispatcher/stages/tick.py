@@ -43,6 +43,7 @@ from dispatcher.stages.policy import TickPolicy
 from dispatcher.stages.reconcile import Reconciler, ReconcileStats
 from dispatcher.stages.revision import Revisions
 from dispatcher.store import StageStore
+from dispatcher.store.values import Lease
 
 log = logging.getLogger(__name__)
 
@@ -125,11 +126,15 @@ class Tick:
         # next lease holder is then surely a crashed tick's.
         lease = max(self._policy.lease_seconds,
                     budget + self._policy.reserve_seconds + LEASE_MARGIN_SECONDS)
-        if not self._store.acquire_lease(owner, lease,
-                                         one_at_a_time=self._policy.one_at_a_time):
+        held = self._store.acquire_lease(owner, lease, one_at_a_time=self._policy.one_at_a_time)
+        if held is None:
             decision.skipped = "another tick holds the lease"
             log.info("tick skipped", extra=decision.as_dict())
             return decision
+        # When the look at every held dependent was last claimed, as the lease kept it: the
+        # sweep skips a claim the table would refuse, and leaves what it did for the next.
+        decision.reconcile.sweep_at = held.swept_at
+        clean = False
         try:
             # Resolve once and pin: every launch of this tick, the relaunches of its
             # reconciliation too, uses the same revision (the deployed job code on the stack's
@@ -137,17 +142,21 @@ class Tick:
             # which is how a deploy shows up per job.
             with self._revisions.pinned() as task_definition:
                 decision.task_definition = task_definition
-                self._run(decision, started + budget)
+                self._run(decision, started + budget, held)
+            # Every bundle it began recording is committed (a failure leaves one RECORDING).
+            clean = decision.intake.record_failures == 0
         finally:
-            self._store.release_lease(owner)
+            self._store.release_lease(owner, swept_at=decision.reconcile.sweep_at,
+                                      clean=held if clean else None)
             decision.elapsed_ms = int((time.monotonic() - started) * 1000)
             log.info("tick", extra=decision.as_dict())
         return decision
 
-    def _run(self, d: TickReport, drain_deadline: float) -> None:
+    def _run(self, d: TickReport, drain_deadline: float, lease: Lease) -> None:
         assert d.task_definition is not None
         self._launches.recover(d.launch, d.task_definition)
-        d.recovered_recordings = len(self._store.recover_recordings())
+        if lease.recordings_left:  # else the tick before recorded all it began
+            d.recovered_recordings = len(self._store.recover_recordings())
         active = self._store.active_bundles()
         self._reconciler.run(active, d.reconcile)
         self._reconciler.timeouts(active, d.reconcile)

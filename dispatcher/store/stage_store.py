@@ -23,7 +23,6 @@ from dispatcher.ports.table import (
     Check,
     Condition,
     ConditionFailed,
-    Delete,
     Eq,
     Exists,
     Gt,
@@ -57,7 +56,7 @@ from dispatcher.store.state_writes import (
     pointer_expiry,
     update_chunks,
 )
-from dispatcher.store.values import JobUpdate, LaunchOutcome
+from dispatcher.store.values import JobUpdate, LaunchOutcome, Lease
 from dispatcher.store.waiters import Waiters
 
 # A DONE launch (LAUNCH#): only a STARTING one is ever read again (a crashed tick's launch is
@@ -74,8 +73,9 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
     """What the tick and the task-event handler ask of the table (the dry run wraps this)."""
 
     # -- lease ----------------------------------------------------------------------------------
-    def acquire_lease(self, owner: str, seconds: float, *, one_at_a_time: bool = False) -> bool:
-        """Take the single dispatcher lease unless another live owner holds it.
+    def acquire_lease(self, owner: str, seconds: float, *,
+                      one_at_a_time: bool = False) -> Lease | None:
+        """Take the single dispatcher lease unless another live owner holds it (None then).
 
         ``one_at_a_time``: the platform never runs two of these ticks at once (the stack's
         tick function has a reserved concurrency of 1: "Sets the maximum number of
@@ -85,22 +85,36 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
         (its Lambda killed, out of memory, timed out) without giving it back, and is taken
         over at once instead of after its term (up to 16 minutes of a 15-minute tick with
         nothing launched). A lease anything else holds (a tick run by hand, local mode) is
-        respected to its term, as it always was."""
+        respected to its term, as it always was.
+
+        An update, not a put: the item keeps what the last holder left on it for the next
+        (:class:`~dispatcher.store.values.Lease`), returned by this same call."""
         t = self.clock()
-        rec = Record(r.LEASE_KEY, owner=owner, lease_until=t + seconds, updated_at=t,
-                     one_at_a_time="true" if one_at_a_time else None)
         free = Or(Absent(), Lt("lease_until", t), Eq("owner", owner))
         try:
-            self.table.write(Put(rec, Or(free, Eq("one_at_a_time", "true"))
-                                 if one_at_a_time else free))
+            rec = self.table.write(Update(r.LEASE_KEY, [
+                Set("owner", owner), Set("lease_until", t + seconds), Set("updated_at", t),
+                Set("one_at_a_time", "true") if one_at_a_time else Remove("one_at_a_time"),
+                Add("lease_count", 1)],
+                Or(free, Eq("one_at_a_time", "true")) if one_at_a_time else free))
         except ConditionFailed:
-            return False
-        return True
+            return None
+        assert rec is not None  # an Update returns the item
+        number = int(rec.lease_count or 0)
+        return Lease(owner, rec.swept_at, number,
+                     recordings_left=rec.clean_at is None or int(rec.clean_at) != number - 1)
 
-    def release_lease(self, owner: str) -> None:
-        """Give the lease back early (only if we still own it)."""
+    def release_lease(self, owner: str, *, swept_at: float | None = None,
+                      clean: Lease | None = None) -> None:
+        """Give the lease back early (only if we still own it), leaving on it when the look
+        at every held dependent was last claimed, if this tick knows (``swept_at``), and,
+        with ``clean`` (the lease as this tick took it), that it left no bundle RECORDING."""
         with contextlib.suppress(ConditionFailed):  # a lost lease is the next owner's
-            self.table.write(Delete(r.LEASE_KEY, Eq("owner", owner)))
+            self.table.write(Update(r.LEASE_KEY, [
+                Remove("owner"), Set("lease_until", 0),
+                *([Set("swept_at", swept_at)] if swept_at is not None else []),
+                *([Set("clean_at", clean.number)] if clean is not None else [])],
+                Eq("owner", owner)))
 
     # -- sharing task slots between priorities (dispatcher.domain.fairness) ---------------------
     def priority_credit(self) -> dict[str, float]:

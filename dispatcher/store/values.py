@@ -70,6 +70,27 @@ class JobOutcomes:
 
 
 @dataclass(frozen=True)
+class Lease:
+    """The dispatcher lease as a tick took it: what the ticks before it left on it, so it
+    skips reads and writes whose answer is known.
+
+    ``swept_at``: when the look at every held dependent was last claimed
+    (``SWEEP#dependents``), as the last tick to give the lease back left it; None when not
+    known. A tick skips a claim the table would refuse (one a period succeeds).
+
+    ``number``: how many times the lease was taken, this time included; ``recordings_left``:
+    whether a bundle may be RECORDING, left by a tick that died or failed part-way through
+    recording it (only a tick holding the lease records): False when the holder just before
+    this one gave the lease back having recorded all it began. The tick then skips the
+    query for such bundles."""
+
+    owner: str
+    swept_at: float | None = None
+    number: int = 0
+    recordings_left: bool = True
+
+
+@dataclass(frozen=True)
 class TaskPointer:
     """A task's pointer (``TASK#<arn>``) as read: the bundle the task runs or ran last;
     ``before``, how the jobs of the bundles it ran before that one ended (the follow-ons it

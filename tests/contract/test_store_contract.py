@@ -13,7 +13,7 @@ from dispatcher.domain.launches import Launch
 from dispatcher.ports.table import Put, Set, Update
 from dispatcher.store import Fence, JobUpdate, LaunchOutcome, Store
 from dispatcher.store import codec as r
-from dispatcher.store.values import JobOutcomes, TaskPointer
+from dispatcher.store.values import JobOutcomes, Lease, TaskPointer
 from tests.contract.tables import BACKENDS, Clock, make_store, make_table
 
 T0 = 1_700_000_000.0
@@ -250,6 +250,27 @@ def test_lease_is_exclusive_until_it_expires(env: tuple[Store, Clock]) -> None:
     assert store.acquire_lease("b", 60)  # expired: taken over
     store.release_lease("b")
     assert store.acquire_lease("a", 60)
+
+
+def test_a_lease_hands_the_next_holder_what_its_last_holder_left(
+        env: tuple[Store, Clock]) -> None:
+    store, _ = env
+    a = store.acquire_lease("a", 60)
+    assert a == Lease("a", None, 1, recordings_left=True)  # the first: nothing known
+    store.release_lease("a", swept_at=T0, clean=a)
+    b = store.acquire_lease("b", 60)
+    assert b == Lease("b", T0, 2, recordings_left=False)  # a recorded all it began
+    store.release_lease("b")  # knew nothing new, and may have left a recording
+    c = store.acquire_lease("c", 60, one_at_a_time=True)
+    assert c == Lease("c", T0, 3, recordings_left=True)
+    store.release_lease("c", clean=c)
+    assert store.acquire_lease("d", 60, one_at_a_time=True) == Lease("d", T0, 4, False)
+    # d dies holding it: whatever it began recording is looked for by the next
+    e = store.acquire_lease("e", 60, one_at_a_time=True)
+    assert e == Lease("e", T0, 5, recordings_left=True)
+    store.release_lease("d", swept_at=T0 + 1, clean=e)  # not d's any more: nothing written
+    store.release_lease("e", swept_at=T0 + 2, clean=e)
+    assert store.acquire_lease("f", 60) == Lease("f", T0 + 2, 6, recordings_left=False)
 
 
 def test_a_lease_of_ticks_run_one_at_a_time_passes_between_them_at_once(

@@ -14,10 +14,11 @@ import pytest
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.stops import TaskStop
-from dispatcher.ports.table import Op
+from dispatcher.ports.table import Op, TableUnavailable
 from dispatcher.store import codec as r
 from dispatcher.testing.memory_table import MemoryTable
 from tests.twins import Twins
+from tests.twins.test_dependency_links import counting_twins
 
 HOLD = 60  # LONGJOBS_HOLD_SECONDS: undeleted messages are delivered again after it
 
@@ -295,3 +296,33 @@ def test_a_scheduled_bundle_in_pages_waits_for_its_time(crash_after: int | None)
     twins.clock.set(when + 1)
     stages.tick.tick()
     assert len(twins.task_arns()) == len(bundles)
+
+
+def test_the_look_for_recordings_cut_short_follows_a_tick_that_left_one_only() -> None:
+    """Only a tick records, so a tick after one that gave the lease back having recorded all
+    it began skips the query for RECORDING bundles; after one whose recording failed (or
+    that died: it gave nothing back) the query runs and commits what was written."""
+    twins, table = counting_twins()
+    recording = r.bundle_status(BundleState.RECORDING)
+    stages = twins.stages(**settings())
+    stages.tick.tick()
+    assert recording in table.queried  # the first tick knows nothing of those before it
+    table.reset()
+    stages.tick.tick()
+    assert recording not in table.queried
+    real = twins.store.record
+
+    def refused(*args: Any) -> Any:
+        twins.store.record = real  # type: ignore[method-assign]
+        raise TableUnavailable("TransactWriteItems", "InternalServerError")
+
+    twins.store.record = refused  # type: ignore[method-assign]
+    twins.client().submit_many(small_jobs(3))
+    assert stages.tick.tick().intake.record_failures == 1
+    table.reset()
+    assert stages.tick.tick().intake.admitted == 1  # given back at once, recorded now
+    assert recording in table.queried
+    assert all(twins.job(j["job_id"]) is not None for j in small_jobs(3))
+    table.reset()
+    stages.tick.tick()
+    assert recording not in table.queried

@@ -13,7 +13,7 @@ from dispatcher.domain.jobs import Job, JobState
 from dispatcher.domain.lifecycle import DEPENDENTS_HELD_AT
 from dispatcher.ports.record import Record
 from dispatcher.ports.table import Put, TableUnavailable
-from dispatcher.stages.dependents import SWEEP_SECONDS, Dependents
+from dispatcher.stages.dependents import SWEEP_RETRY_SECONDS, SWEEP_SECONDS, Dependents
 from dispatcher.store import Store
 from dispatcher.store import codec as r
 from dispatcher.testing.ended_jobs_feed import EndedJobsFeed
@@ -257,3 +257,51 @@ def test_a_dependency_at_the_item_limit_is_waited_for_without_a_link(twins: Twin
     twins.clock.advance(SWEEP_SECONDS + 1)
     report = twins.stages().tick.tick()  # the next look: b judged, a CANCELLED against it
     assert report.reconcile.dependents_cancelled_ids == ["b"]
+
+
+class SweepWritesTable(MemoryTable):
+    """Counts the writes made to the look's claim (SWEEP#dependents), refused ones too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sweep_writes = 0
+
+    def write(self, op: Any) -> Record | None:
+        if op.pk == r.SWEEP_KEY:
+            self.sweep_writes += 1
+        return super().write(op)
+
+
+def test_the_ticks_between_two_looks_make_no_claim_the_table_would_refuse() -> None:
+    """Each tick used to try the claim of the look at every held dependent, refused all but
+    once a period: the lease now carries the claim's time from tick to tick, so the ticks in
+    between write nothing for it; a look given back (the table failed it) comes again a
+    minute on, as the claim's item says."""
+    tw = Twins()
+    table = SweepWritesTable()
+    tw.table, tw.store = table, Store(table, clock=tw.clock)
+    first = tw.stages().tick.tick()
+    assert table.sweep_writes == 1 and first.reconcile.sweep_at == tw.clock()
+    for _ in range(4):
+        tw.clock.advance(60)
+        assert tw.stages().tick.tick().reconcile.sweep_at == first.reconcile.sweep_at
+    assert table.sweep_writes == 1
+    tw.clock.advance(SWEEP_SECONDS - 4 * 60 + 1)
+    stages = tw.stages()
+    real = tw.store.held_dependents
+    calls = 0
+
+    def fails_once(among: list[str] | None = None) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise TableUnavailable("Query", "ProvisionedThroughputExceededException")
+        return real(among)
+
+    tw.store.held_dependents = fails_once  # type: ignore[method-assign]
+    claimed = tw.clock()
+    assert stages.tick.tick().reconcile.sweep_at == claimed - SWEEP_SECONDS + SWEEP_RETRY_SECONDS
+    assert table.sweep_writes == 3  # the claim, and its give-back
+    tw.clock.advance(SWEEP_RETRY_SECONDS + 1)
+    assert tw.stages().tick.tick().reconcile.sweep_at == tw.clock()  # looked again
+    assert table.sweep_writes == 4 and calls == 2
