@@ -51,7 +51,7 @@ from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, HandedJobs, Interrupted, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.settings import Config
-from dispatcher.store import Fence, RunnerStore
+from dispatcher.store import Claim, Fence, RunnerStore
 from job_runner.context import JobContext
 from job_runner.executor import POLL_SECONDS, Executor, Signals
 from job_runner.joblog import running
@@ -117,31 +117,36 @@ class Worker:
 
     def run(self) -> int:
         log.append_keys(task_arn=self.arn)
-        bundle = self.find_bundle()
+        # The usual start: its bundle claimed at once (its pointer, then the claim).
+        claim = self.store.claim_assigned(self.arn)
+        bundle = claim.bundle if claim is not None else self.find_bundle()
         if bundle is None:
             log.warning("no bundle assigned to %s; exiting without running anything", self.arn)
             return 0
-        if bundle.task_arn != self.arn or bundle.state != BundleState.LAUNCHED:
+        if claim is None and (bundle.task_arn != self.arn
+                              or bundle.state != BundleState.LAUNCHED):
             # What it saw: its stop is settled as a task that never started its bundle.
             log.warning("bundle %s belongs to another attempt (%s, attempt %s, task %s); "
                         "exiting", bundle.bundle_id, bundle.state, bundle.attempt,
                         bundle.task_arn)
             return 0
         try:
-            while bundle is not None:
-                bundle = self._run_bundle(bundle)
+            following = self._run_bundle(bundle, claim)
+            while following is not None:
+                following = self._run_bundle(following)
         finally:
             self.stopping.set()
             self.executor.close()
         return 0
 
-    def _run_bundle(self, bundle: Bundle) -> Bundle | None:
-        """Claim and run one bundle LAUNCHED on this task; the follow-on of its batch taken
-        as it ended DONE (run it next), or None (the task exits)."""
+    def _run_bundle(self, bundle: Bundle, claim: Claim | None = None) -> Bundle | None:
+        """Claim (unless ``claim`` is its claim already) and run one bundle LAUNCHED on this
+        task; the follow-on of its batch taken as it ended DONE (run it next), or None (the
+        task exits)."""
         log.append_keys(bundle_id=bundle.bundle_id, attempt=bundle.attempt)
         fence = Fence(bundle.bundle_id, bundle.attempt, self.arn, pages=bundle.pages)
         try:
-            claim = self.store.claim(fence)
+            claim = claim or self.store.claim(fence)
         except ConflictError as exc:
             log.warning("%s; exiting without running anything", exc.reason)
             return None

@@ -152,17 +152,20 @@ class SimTask:
 
     # -- steps (Worker.run, _start_jobs, _run_job, _heartbeat, _run_jobs) ------------------------
     def claim(self) -> None:
-        bundle = self.store.bundle_for_task(self.arn)
-        if bundle is None or bundle.task_arn != self.arn or bundle.state != BundleState.LAUNCHED:
-            self.exit(0)  # nothing assigned, or another attempt's
-            return
-        self.fence = Fence(bundle.bundle_id, bundle.attempt, self.arn, pages=bundle.pages)
-        try:
-            claim = self.store.claim(self.fence)
-        except ConflictError:
-            self.exit(0)
-            return
+        claim = self.store.claim_assigned(self.arn)  # the usual start; else read, then claim
+        if claim is None:
+            bundle = self.store.bundle_for_task(self.arn)
+            if bundle is None or bundle.task_arn != self.arn \
+                    or bundle.state != BundleState.LAUNCHED:
+                self.exit(0)  # nothing assigned, or another attempt's
+                return
+            try:
+                claim = self.store.claim(Fence(bundle.bundle_id, bundle.attempt, self.arn))
+            except ConflictError:
+                self.exit(0)
+                return
         bundle = self.bundle = claim.bundle
+        self.fence = Fence(bundle.bundle_id, bundle.attempt, self.arn, pages=bundle.pages)
         self.cancel_requested |= claim.cancel_requested
         self.handed = list(bundle.handed_jobs)
         self.writes = Writes.for_bundle(self.store, self.fence, bundle, 2.0, on_error=self._fail)

@@ -26,7 +26,7 @@ from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, HandedJobs
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.simulation.virtual_time import VirtualClock
-from dispatcher.store import Fence, RunnerStore
+from dispatcher.store import Claim, Fence, RunnerStore
 from job_runner.next_bundle import FOLLOW_ON_POLL_SECONDS, FOLLOW_ON_WAIT_SECONDS
 from job_runner.outcome import Outcome
 from job_runner.writes import FLUSH_AT_JOBS, Writes
@@ -75,14 +75,17 @@ class TaskModel:
         ends DONE is followed by the batch's next follow-on, taken as the worker takes it
         (:meth:`job_runner.next_bundle.FollowOnTaker.take`)."""
         clock = self.clock
-        bundle = self.store.bundle_for_task(task.task_arn)
-        if bundle is None or bundle.task_arn != task.task_arn \
-                or bundle.state != BundleState.LAUNCHED:
+        # As the worker starts (Worker.run): its bundle claimed at once, else read.
+        claim = self.store.claim_assigned(task.task_arn)
+        bundle = claim.bundle if claim is not None else self.store.bundle_for_task(task.task_arn)
+        if bundle is None or (claim is None and (bundle.task_arn != task.task_arn
+                                                or bundle.state != BundleState.LAUNCHED)):
             task.ended_at = clock()
             return
-        while bundle is not None:
-            bundle = yield from self._bundle(task, bundle)
-            task.follow_ons += bundle is not None
+        following = yield from self._bundle(task, bundle, claim)
+        while following is not None:
+            task.follow_ons += 1
+            following = yield from self._bundle(task, following)
         task.ended_at = clock()
 
     def _follow_on(self, task: TaskRun, done: Bundle, fence: Fence, writes: Writes,
@@ -117,13 +120,14 @@ class TaskModel:
                 self.on_job_end(job, task.task_arn, now)
         writes.flush()
 
-    def _bundle(self, task: TaskRun, bundle: Bundle) -> Generator[float, None, Bundle | None]:
-        """One bundle LAUNCHED on the task: claimed, run, DONE; the follow-on of its batch
-        taken as it ended, if one was (as the worker's)."""
+    def _bundle(self, task: TaskRun, bundle: Bundle, claim: Claim | None = None
+                ) -> Generator[float, None, Bundle | None]:
+        """One bundle LAUNCHED on the task: claimed (unless ``claim`` is its claim), run,
+        DONE; the follow-on of its batch taken as it ended, if one was (as the worker's)."""
         clock = self.clock
         fence = Fence(bundle.bundle_id, bundle.attempt, task.task_arn, pages=bundle.pages)
         try:
-            bundle = self.store.claim(fence).bundle
+            bundle = (claim or self.store.claim(fence)).bundle
         except ConflictError:
             return None
         task.bundle_id = bundle.bundle_id

@@ -87,16 +87,34 @@ class RunnerStore(FollowOns):
 
         The update returns the bundle as written, with the cancel requests an operator made
         while it waited for its task, so a cancel before the job starts is not lost."""
+        return self._claim(fence.bundle_id, fenced(fence, (BundleState.LAUNCHED,)),
+                           f"task {fence.task_arn} lost the claim of bundle "
+                           f"{fence.bundle_id} attempt {fence.attempt}")
+
+    def claim_assigned(self, task_arn: str) -> Claim | None:
+        """The bundle this task's pointer names, claimed as :meth:`claim` does without reading
+        it first: on the condition that it is LAUNCHED on this task, which names this launch
+        (a task's ARN is its own; a relaunch is another task), so it stands for the attempt.
+        None if it is not so (yet): the caller reads it and waits, as
+        :func:`job_runner.next_bundle.assigned` does. One read and one write."""
+        pointer = self.table.get(r.task_key(task_arn))
+        if pointer is None or not pointer.bundle_id:
+            return None
+        try:
+            return self._claim(pointer.bundle_id, And(Eq("task_arn", task_arn),
+                                                      Eq("state", str(BundleState.LAUNCHED))),
+                               f"bundle {pointer.bundle_id} is not LAUNCHED on {task_arn}")
+        except ConflictError:
+            return None
+
+    def _claim(self, bundle_id: str, cond: Condition, lost: str) -> Claim:
         t = self.clock()
         # ``handed`` (ADD 0: set to 0 if missing, kept on a rerun) says this runner takes
         # urgent jobs handed to its bundle while it runs; a runner of an older release, which
         # would not, leaves it missing, and then nothing is handed to it.
-        rec = self._write(Update(r.bundle_key(fence.bundle_id), [
+        rec = self._write(Update(r.bundle_key(bundle_id), [
             *bundle_actions(BundleState.RUNNING, t, None), Set("heartbeat_at", t),
-            Add("handed", 0)],
-            fenced(fence, (BundleState.LAUNCHED,))),
-            f"task {fence.task_arn} lost the claim of bundle {fence.bundle_id} "
-            f"attempt {fence.attempt}")
+            Add("handed", 0)], cond), lost)
         assert rec is not None  # an Update returns the item
         bundle = r.record_bundle(rec)
         bundle.job_ids = self.job_ids_of(bundle)  # a paged bundle's ids are on its pages

@@ -10,6 +10,7 @@ from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, IllegalTransition, LongjobsError
 from dispatcher.domain.jobs import Job, JobState, Rejection
 from dispatcher.domain.launches import Launch
+from dispatcher.ports.record import Record
 from dispatcher.ports.table import Put, Set, Update
 from dispatcher.store import Fence, JobUpdate, LaunchOutcome, Store
 from dispatcher.store import codec as r
@@ -98,6 +99,23 @@ def test_launch_claim_fence_and_pointer(env: tuple[Store, Clock]) -> None:
     with pytest.raises(ConflictError):  # the same launch cannot be begun twice
         store.begin_launch(Launch("L-b1", ["b1"], "fam:1", created_at=T0),
                            [Bundle(bundle_id="b1", job_ids=["j1"])])
+
+
+def test_a_task_claims_what_its_pointer_names_only_while_it_is_launched_there(
+        env: tuple[Store, Clock]) -> None:
+    store, _ = env
+    assert store.claim_assigned("arn:task/1") is None  # nothing assigned
+    bundle = _record(store, "b1", "j1")
+    launch = Launch(launch_id="L-b1", bundle_ids=["b1"], task_definition="fam:1", created_at=T0)
+    store.begin_launch(launch, [bundle])
+    store.table.write(Put(Record(r.task_key("arn:task/1"), bundle_id="b1")))
+    assert store.claim_assigned("arn:task/1") is None  # LAUNCHING: the launch under way
+    store.finish_launch(launch, LaunchOutcome(assigned=[("b1", "arn:task/1")]), {})
+    assert store.claim_assigned("arn:task/other") is None  # not its pointer's
+    claim = store.claim_assigned("arn:task/1")
+    assert claim is not None and (claim.bundle.state, claim.bundle.attempt,
+                                  claim.bundle.job_ids) == (BundleState.RUNNING, 1, ["j1"])
+    assert store.claim_assigned("arn:task/1") is None  # claimed once only
 
 
 def test_apply_with_a_lost_fence_writes_nothing(env: tuple[Store, Clock]) -> None:

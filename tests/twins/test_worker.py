@@ -363,3 +363,40 @@ def test_a_runner_that_sees_its_pointer_before_its_bundle_is_launched_waits_for_
     store.bundle_for_task = bundle_for_task  # type: ignore[method-assign]
     worker(store, {"ok": lambda payload, ctx: "done"}).run()
     assert looks >= 2 and state(store, "j1") == JobState.SUCCEEDED
+
+
+class CallCounting(MemoryTable):
+    """Counts the table's calls by kind: gets, batch gets, writes, transactions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def get(self, pk: str) -> Any:
+        self.calls.append("get " + pk.split("#", 1)[0])
+        return super().get(pk)
+
+    def get_many(self, pks: list[str]) -> Any:
+        self.calls.append("get_many")
+        return super().get_many(pks)
+
+    def write(self, op: Any) -> Any:
+        self.calls.append("write " + op.pk.split("#", 1)[0])
+        return super().write(op)
+
+    def _transact(self, ops: list[Op]) -> None:
+        self.calls.append("transact")
+        super()._transact(ops)
+
+
+def test_a_runner_claims_its_bundle_with_one_read_and_one_write() -> None:
+    """Its pointer names the bundle, and the claim's condition (LAUNCHED on this task) is the
+    fence: the bundle is not read before it (the claim returns it)."""
+    table = CallCounting()
+    store = Store(table)
+    launched(store, [small("a"), small("b")])
+    table.calls.clear()
+    worker(store, {"ok": lambda p, ctx: "done"}).run()
+    assert table.calls[:3] == ["get TASK", "write BUNDLE", "get_many"]  # the jobs, then
+    assert "get BUNDLE" not in table.calls
+    assert state(store, "a") == state(store, "b") == JobState.SUCCEEDED
