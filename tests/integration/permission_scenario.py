@@ -47,6 +47,7 @@ from tests.integration.iam_checks import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+FAR_FUTURE = 4_000_000_000  # a not_before (epoch seconds) the scenario never reaches
 
 
 class LambdaContext:
@@ -160,7 +161,11 @@ def exercised(moto_server: MotoEndpoint, proxy: AwsProxy,
               "estimated_seconds": 0.1} for i in range(2)]
             + [{"kind": "echo", "payload": {}, "job_id": "stuck", "estimated_seconds": 3600}]
             + [{"kind": "echo", "payload": {}, "job_id": "after0", "estimated_seconds": 0.1,
-                "depends_on": ["small0"]}])
+                "depends_on": ["small0"]}]
+            # An array whose children are not due yet: cancelled below, the tick after it
+            # ends the array and deletes its marker (in a transaction: a DeleteItem).
+            + [{"kind": "echo", "payload": {}, "job_id": "arr", "array_size": 2,
+                "estimated_seconds": 3600, "not_before": FAR_FUTURE}])
         sqs = endpoint_client("sqs", proxy.url, REGION)
         sqs.send_message(QueueUrl=env["LONGJOBS_QUEUE_URL"], MessageBody='{"kind": "oops"')
         # One waits for small0 and for a job no one sent (yet), as a producer that cannot
@@ -226,10 +231,13 @@ def exercised(moto_server: MotoEndpoint, proxy: AwsProxy,
         assert bulk_rerun["relaunched"] is True, bulk_rerun
 
         # A second tick reconciles: the unclaimed tasks still RUNNING are stopped as stuck.
+        # It also ends the array an operator cancelled.
+        JobClient().cancel("arr")
         mp.setenv("LONGJOBS_START_TIMEOUT_SECONDS", "0")
         with proxy.recording("dispatcher"):
             second = handlers.dispatch({}, LambdaContext())
         assert second["reconcile"]["stuck_stopped"] >= 1, second
+        assert store.table.get(codec.array_key("arr")) is None, "the array's marker was kept"
 
         with proxy.recording("deploy"):
             deployed = CliRunner().invoke(app, ["deploy", "--image",
