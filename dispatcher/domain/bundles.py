@@ -104,6 +104,11 @@ def follow_on_id(batch: str, n: int) -> str:
     return f"{batch}-{n}"
 
 
+def follow_on_batch(bundle_id: str) -> str:
+    """The batch a follow-on's id (:func:`follow_on_id`) names."""
+    return bundle_id.rsplit("-", 1)[0]
+
+
 def first_wave_id(batch: str, n: int) -> str:
     """The id of the ``n``-th bundle of ``batch`` launched for a free slot (not a follow-on)."""
     return f"{batch}-w{n}"

@@ -19,7 +19,10 @@ the last tick left such other work waiting, of the batch's priority or higher
 first reads the oldest due (one Query): a task that can run it (its resources, no limited
 kind) takes it instead of its next follow-on, in the same transaction (it joins the batch, so
 the task goes on with the batch after it); one that cannot ends and exits, leaving its slot to
-the tick for that work.
+the tick for that work. A task whose batch has no follow-on left takes the oldest untaken
+follow-on of another batch it can run (its resources, no limited kind; higher priority first)
+and goes on with that batch, rather than exit and leave those follow-ons to new tasks' starts
+(a second drain made while the first batch's tasks still ran, a stream's every tick).
 
 A take is one transaction of five or six items (and the ended bundle's pages' expiry, where
 they fit):
@@ -67,7 +70,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dispatcher.domain import lifecycle
-from dispatcher.domain.bundles import Bundle, BundleState, follow_on_id, has_follow_ons
+from dispatcher.domain.bundles import (
+    Bundle,
+    BundleState,
+    follow_on_batch,
+    follow_on_id,
+    has_follow_ons,
+)
 from dispatcher.domain.jobs import PRIORITY_ORDER
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import (
@@ -166,13 +175,16 @@ class FollowOns(Reads):
                         return Take(None)
                     continue  # another taker or the tick came first: read again
             if not has_follow_ons(batch):
-                return Take(None)  # a batch of none: other due work was all it takes
+                # A batch of none: other due work was all it takes, or another batch's.
+                return self._take_other_batch(done, task_arn, tick, limited, ended, ending,
+                                              before)
             first = int(cursor.batch_next or 0) if cursor is not None else 0
             last = int(cursor.batch_last) if cursor is not None \
                 and cursor.batch_last is not None else None
             end = first + LOOKAHEAD if last is None else min(first + LOOKAHEAD, last)
-            if end <= first:
-                return Take(None)  # every follow-on of the batch taken or launched
+            if end <= first:  # every follow-on of the batch taken or launched
+                return self._take_other_batch(done, task_arn, tick, limited, ended, ending,
+                                              before)
             ids = [follow_on_id(batch, n) for n in range(first, end)]
             found = {rec.pk: rec for rec in self.table.get_many([r.bundle_key(i) for i in ids])}
             recs = [found.get(r.bundle_key(i)) for i in ids]
@@ -209,6 +221,34 @@ class FollowOns(Reads):
             except _Refused:
                 return Take(None)
         return Take(None, later=True)  # other takers kept coming first: look again shortly
+
+    def _take_other_batch(self, done: Bundle, task_arn: str, tick: Record, limited: set[str],
+                          ended: JobOutcomes, ending: Sequence[Op],
+                          before: Callable[[], bool] | None) -> Take:
+        """``done``'s batch has no follow-on left to take: the oldest untaken follow-on of
+        another batch that this task can run (its resources, no limited kind), higher
+        priority first, taken as its own batch's would be; the task goes on with that batch.
+        Without it, the task would exit and that batch's follow-ons wait for the tick to
+        launch them into the slots so freed: a Fargate start each, for work a running task
+        could do now (a second drain while the first batch's tasks run; a stream's every
+        tick). One Query, made only when the own batch is over. Take(None) if there is none
+        (or another taker came first: the task ends, and the tick launches the rest)."""
+        rows = self.table.query(r.FOLLOW_ONS_STATUS, at_most=r.iso(self.clock()),
+                                limit=OTHERS_READ)
+        fits = [b for b in map(r.record_bundle, rows) if b.kind not in limited
+                and b.resources == done.resources
+                and follow_on_batch(b.bundle_id) != done.batch]
+        other = min(fits, key=lambda b: (PRIORITY_ORDER.index(b.priority), b.next_attempt_at),
+                    default=None)
+        if other is None:
+            return Take(None)
+        try:
+            if self._take(other, done, task_arn, tick, follow_on_batch(other.bundle_id), None,
+                          ended, ending, before):
+                return Take(other)
+        except _Refused:
+            pass
+        return Take(None)
 
     def _other_due(self, done: Bundle, limited: set[str]) -> Bundle | None:
         """The oldest due bundle, other than the untaken follow-ons, of ``done``'s priority or

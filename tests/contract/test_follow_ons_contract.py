@@ -291,3 +291,20 @@ def test_a_take_by_a_task_that_lost_its_bundle_is_a_conflict(store: Store) -> No
         store.end_and_take(fence, ran, JobOutcomes(1, 0))
     left = store.get_bundle(follow_on_id(BATCH, 0))
     assert left is not None and left.state == BundleState.PENDING and left.attempt == 0
+
+
+def test_a_runner_at_its_batchs_end_takes_another_batchs_follow_on_into_that_batch(
+        store: Store) -> None:
+    tick(store)
+    done = first_wave(store)
+    store.end_batch(BATCH, 0)  # a batch of one bundle, and over
+    assert store.take_follow_on(done, "arn:task/1") == Take(None)  # none anywhere
+    other = Bundle(bundle_id=follow_on_id("batch2", 0), job_ids=["g0"], next_attempt_at=T0,
+                   created_at=T0, batch="batch2")
+    assert store.record([other], _jobs("g0", bundle_id=other.bundle_id)) == set()
+    take = store.take_follow_on(done, "arn:task/1")
+    assert take.bundle is not None and take.bundle.bundle_id == other.bundle_id
+    got = store.get_bundle(other.bundle_id)
+    assert got is not None and (got.state, got.task_arn, got.batch) == (
+        BundleState.LAUNCHED, "arn:task/1", "batch2")  # its next take is of batch2
+    assert store.bundle_for_task("arn:task/1") == got

@@ -215,3 +215,30 @@ def test_a_tick_between_a_bundles_end_and_its_take_runs_no_task_past_the_limit()
     ran = run(tw, tw.task_arns()[0])
     assert len(ran) > len(tw.jobs()) // SLOTS // 10  # it went on into follow-ons
     assert most == SLOTS
+
+
+def test_a_task_whose_batch_is_over_goes_on_with_another_batchs_follow_ons() -> None:
+    """A second drain, into the slot a first batch's task left as that batch ran out, cuts its
+    backlog into follow-ons for the one task it launches; the first batch's other tasks, as
+    they end it, take them too, rather than exit and leave them to new tasks' starts."""
+    tw = Twins()
+    first_ids = backlog(tw, 600)  # three bundles launched, twelve follow-ons
+    stages = tw.stages(**ENV)
+    stages.tick.tick()
+    a1, a2, a3 = tw.task_arns()
+    assert len(run(tw, a2)) == 600 - 2 * 40  # it took every follow-on, then exited
+    second_ids = [f"k{i:04d}" for i in range(400)]
+    tw.client().submit_many([{"kind": "k", "payload": {}, "job_id": j, "estimated_seconds": 1.0}
+                             for j in second_ids])
+    tw.clock.advance(60)
+    report = stages.tick.tick()
+    assert report.capacity == 1 and report.launch.bundles_launched == 1
+    (b1,) = [a for a in tw.task_arns() if a not in (a1, a2, a3)]
+    ran = run(tw, a1)
+    assert len(ran) > 40 and set(ran[40:]) <= set(second_ids), \
+        "the first batch's task exited with the second's follow-ons waiting"
+    ran += run(tw, a3) + run(tw, b1)
+    assert sorted(j for j in ran if j in second_ids) == second_ids  # each once
+    assert len([j for j in ran if j in first_ids]) == 80
+    assert len(tw.launcher.tasks) == 4  # none launched for the second batch's follow-ons
+    assert {b.state for b in tw.bundles()} == {BundleState.DONE}
