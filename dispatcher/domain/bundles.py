@@ -104,6 +104,13 @@ def follow_on_id(batch: str, n: int) -> str:
     return f"{batch}-{n}"
 
 
+def of_a_batch(bundle_id: str) -> bool:
+    """Whether ``bundle_id`` names a drain's batch (:func:`first_wave_id`,
+    :func:`follow_on_id`): the task running it takes follow-ons as it ends it. Every other
+    bundle id is a :func:`~dispatcher.domain.jobs.new_id` (hex, no ``-``)."""
+    return "-" in bundle_id
+
+
 def follow_on_batch(bundle_id: str) -> str:
     """The batch a follow-on's id (:func:`follow_on_id`) names."""
     return bundle_id.rsplit("-", 1)[0]

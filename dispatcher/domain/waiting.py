@@ -172,7 +172,7 @@ def waiting_for(state: str, *, not_before: float | None, runs: int, reason: str 
             return Waiting(KIND_LIMIT, kind=bundle.kind, running=running, limit=limit,
                            attempt=attempt, detail=detail)
     active, most = summary.active, summary.max_running
-    if bundle.follow_on:  # taken in turn by its batch's tasks; a free slot gets the oldest
+    if bundle.follow_on:  # taken in turn by running tasks; a free slot gets the oldest
         return Waiting(FOLLOW_ON, running=active, limit=most)
     rank = PRIORITY_RANK.get(bundle.priority, 1)
     higher = sum(n for p, n in summary.left_due.items() if PRIORITY_RANK.get(p, 1) < rank)

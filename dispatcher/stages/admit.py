@@ -87,7 +87,7 @@ class Admission:
               kind_room: Mapping[str, int] | None = None,
               shares: Mapping[Priority, int] | None = None,
               visible: Mapping[Priority, int] | None = None,
-              beat_seconds: float | None = None) -> Iterator[list[Bundle]]:
+              beat_seconds: float | None = None, takers: int = 0) -> Iterator[list[Bundle]]:
         """Admit up to ``capacity`` bundles of work before ``deadline`` (monotonic), each
         priority's queue in turn, yielding each recorded bundle that can launch now as soon as
         it is recorded (``stats.bundles_recorded`` counts every bundle recorded, deferred ones
@@ -97,8 +97,19 @@ class Admission:
         default: all of them, highest first); ``visible``: each level's backlog, if read
         already (:meth:`backlog`); ``beat_seconds``: yield an empty list whenever that long
         (on the clock) passed without a yield, so the tick can look around (at the high queue,
-        stages/lookout.py) however long the drain goes without a bundle to launch."""
+        stages/lookout.py) however long the drain goes without a bundle to launch.
+
+        ``takers``: with no slot free, the running tasks that take follow-ons as they end their
+        bundles (their own batch's, then another's: dispatcher.store.follow_ons). The first
+        queue below the high one with a backlog is then cut into follow-ons for them, none
+        launched (:class:`Bundler`'s ``takers``), if it is large enough to follow on: its jobs
+        wait in the table, where those tasks take them, rather than in the queue for a slot
+        to free and a new task to start. (Urgent jobs have their own way to running tasks
+        with no slot free: dispatcher/stages/handoff.py.)"""
         if capacity <= 0:
+            if takers > 0:
+                yield from self._drain_for_takers(takers, deadline, stats, kind_room, visible,
+                                                  beat_seconds)
             return
         visible = dict(visible) if visible is not None else self.backlog()
         guaranteed = {p: (shares or {}).get(p, 0) for p in PRIORITY_ORDER}
@@ -119,6 +130,25 @@ class Admission:
                                   beat_seconds=beat_seconds).run(pool)
                 left -= bundler.opened
                 room = bundler.kind_room
+
+    def _drain_for_takers(self, takers: int, deadline: float, stats: AdmissionStats,
+                          kind_room: Mapping[str, int] | None,
+                          visible: Mapping[Priority, int] | None,
+                          beat_seconds: float | None) -> Iterator[list[Bundle]]:
+        visible = dict(visible) if visible is not None else self.backlog()
+        for priority, queue in self._queues:
+            backlog = visible.get(priority, 0)
+            if priority == Priority.HIGH or not backlog:
+                continue
+            target = self.target_jobs(backlog, takers)
+            stats.target_jobs = max(stats.target_jobs, target)
+            bundler = Bundler(self._policy.bundling, 0, target, at=self._clock(),
+                              kind_limits=self._policy.kind_limits, kind_room=kind_room,
+                              backlog=backlog, clock=self._clock, takers=takers)
+            with ThreadPoolExecutor(self._concurrency, thread_name_prefix="admit") as pool:
+                yield from _Drain(self, queue, bundler, deadline, stats,
+                                  beat_seconds=beat_seconds).run(pool)
+            return
 
     def has_queue(self, priority: Priority) -> bool:
         """Whether ``priority`` has a queue of its own, which :meth:`intake` takes from."""

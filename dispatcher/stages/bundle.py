@@ -90,10 +90,14 @@ class Bundler:
                  *, at: float = 0.0, kind_limits: Mapping[str, int] | None = None,
                  kind_room: Mapping[str, int] | None = None, waiting: int = 0,
                  backlog: int | None = None,
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] | None = None, takers: int = 0) -> None:
         """``waiting``: jobs to admit although no slot can take them (they all :meth:`wait`):
-        the urgent intake of a tick with every slot busy (dispatcher/stages/handoff.py)."""
+        the urgent intake of a tick with every slot busy (dispatcher/stages/handoff.py).
+        ``takers``: with no slot free (``capacity`` 0), the running tasks that take
+        follow-ons as they end their bundles: the backlog is cut into follow-ons for them
+        (none launched), at most what that many slots' even shares would admit."""
         self._policy = policy
+        self._takers = takers if capacity <= 0 else 0
         self._waiting = waiting
         self._waited = 0
         self.capacity = max(0, capacity)
@@ -169,7 +173,7 @@ class Bundler:
         tasks' last follow-ons end within seconds of each other, not a whole follow-on."""
         per_round = self._policy.task_concurrency
         left = min(self._backlog or 0, self._admits()) - self._seen
-        share = left // max(1, self.capacity)
+        share = left // max(1, self.capacity, self._takers)
         return max(min(self._follow_on(), self._tail),
                    min(self._follow_on(), per_round * (share // per_round)))
 
@@ -184,7 +188,7 @@ class Bundler:
         per = min(self._target or 0, self._policy.bundle_max_jobs)
         if self._seconds > 0:
             per = min(per, int(self._rule.max_work_seconds * self._seen / self._seconds))
-        return self.capacity * max(1, per)
+        return max(self.capacity, self._takers) * max(1, per)
 
     def _limit(self, bundle: Bundle) -> int:
         """Jobs a bundle may hold: the even share, except in the last slot or when deferred;
@@ -243,6 +247,8 @@ class Bundler:
             return self._waiting - self._waited
         if self._follow_on():
             return max(0, self._admits() - self._seen)
+        if self._takers:  # follow-ons or nothing: the first small job decides (_decide)
+            return 1 if self._undecided_for_takers else 0
         per = min(self._target or self._policy.bundle_max_jobs, self._policy.bundle_max_jobs)
         if self._seconds > 0:  # the work limit, at the mean estimate seen so far
             per = min(per, int(self._rule.max_work_seconds * self._seen / self._seconds))
@@ -267,8 +273,14 @@ class Bundler:
     def full(self) -> bool:
         """No task slot is left: only deferred work could still be admitted."""
         return self.opened >= self.capacity and not self.takes_waiting \
-            and not self.follows_on and not any(
+            and not self.follows_on and not self._undecided_for_takers and not any(
                 b.bundle_id not in self.deferred for b in self._open.values())
+
+    @property
+    def _undecided_for_takers(self) -> bool:
+        """Cutting follow-ons for running tasks, with no job seen yet to decide whether the
+        backlog follows on (one job is received to decide)."""
+        return bool(self._takers) and self._follow is None and not self._seen
 
     @property
     def takes_waiting(self) -> bool:

@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.bundles import Bundle, BundleState, of_a_batch
 from dispatcher.domain.jobs import Priority
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import TableUnavailable
@@ -179,8 +179,14 @@ class Tick:
         self._work.begin()
         waiting, blocked = self._work.due(d.capacity, room)
         others_due = self._work.others_due(room) if d.capacity <= 0 else Counter()
-        visible = self._admission.backlog() if d.capacity > 0 else {}
-        if d.capacity > 0 and sum(visible.values()) >= FOLLOW_ON_SHARES * d.capacity:
+        # No slot free: the running tasks that take follow-ons as they end their bundles (a
+        # drain's batch's) take the queue's backlog too, cut into follow-ons for them, unless
+        # other due work waits (they take that first).
+        takers = 0 if d.capacity > 0 or others_due else sum(
+            1 for b in active if b.bundle_id not in freed and of_a_batch(b.bundle_id))
+        visible = self._admission.backlog() if d.capacity > 0 or takers else {}
+        if max(d.capacity, takers) > 0 \
+                and sum(visible.values()) >= FOLLOW_ON_SHARES * max(d.capacity, takers):
             # A backlog that may be cut into follow-ons (a few a slot at least): their
             # runners take them only on the revision the tick launches (its summary says so
             # at its end; a runner may look before).
@@ -208,7 +214,8 @@ class Tick:
             handed = {b.bundle_id for b in due}
             for ready in self._admission.drain(d.capacity - len(due), drain_deadline, d.intake,
                                                kind_room=room, shares=queue_slots,
-                                               visible=visible, beat_seconds=LOOK_SECONDS):
+                                               visible=visible, beat_seconds=LOOK_SECONDS,
+                                               takers=takers):
                 if ready:
                     launch(ready)
                     handed |= {b.bundle_id for b in ready}

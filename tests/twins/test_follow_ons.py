@@ -242,3 +242,25 @@ def test_a_task_whose_batch_is_over_goes_on_with_another_batchs_follow_ons() -> 
     assert len([j for j in ran if j in first_ids]) == 80
     assert len(tw.launcher.tasks) == 4  # none launched for the second batch's follow-ons
     assert {b.state for b in tw.bundles()} == {BundleState.DONE}
+
+
+def test_with_no_slot_free_a_backlog_becomes_follow_ons_that_the_running_tasks_take() -> None:
+    """Every slot runs a batch's task; a backlog that comes meanwhile is cut into follow-ons
+    for those tasks (none launched: no slot is free) rather than left in the queue until a
+    task exits and a new one starts; the tasks take them as they end their own batch."""
+    tw = Twins()
+    first_ids = backlog(tw, 600)
+    stages = tw.stages(**ENV)
+    stages.tick.tick()
+    tasks = tw.task_arns()
+    second_ids = [f"k{i:04d}" for i in range(800)]
+    tw.client().submit_many([{"kind": "k", "payload": {}, "job_id": j, "estimated_seconds": 1.0}
+                             for j in second_ids])
+    tw.clock.advance(60)
+    busy = stages.tick.tick()
+    assert busy.capacity == 0 and busy.launch.bundles_launched == 0
+    assert busy.intake.admitted == 800 and busy.intake.follow_ons > 0
+    ran = [j for arn in tasks for j in run(tw, arn)]
+    assert sorted(ran) == sorted(first_ids + second_ids)  # every job once
+    assert tw.task_arns() == tasks  # no task started for the second backlog
+    assert {b.state for b in tw.bundles()} == {BundleState.DONE}
