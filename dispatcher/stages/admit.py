@@ -102,10 +102,10 @@ class Admission:
         ``takers``: with no slot free, the running tasks that take follow-ons as they end their
         bundles (their own batch's, then another's: dispatcher.store.follow_ons). The first
         queue below the high one with a backlog is then cut into follow-ons for them, none
-        launched (:class:`Bundler`'s ``takers``), if it is large enough to follow on: its jobs
-        wait in the table, where those tasks take them, rather than in the queue for a slot
-        to free and a new task to start. (Urgent jobs have their own way to running tasks
-        with no slot free: dispatcher/stages/handoff.py.)"""
+        launched (:class:`Bundler`'s ``takers``; follow-ons on): its jobs wait in the table,
+        where those tasks take them, rather than in the queue for a slot to free and a new
+        task to start. (Urgent jobs have their own way to running tasks with no slot free:
+        dispatcher/stages/handoff.py.)"""
         if capacity <= 0:
             if takers > 0:
                 yield from self._drain_for_takers(takers, deadline, stats, kind_room, visible,
@@ -135,6 +135,8 @@ class Admission:
                           kind_room: Mapping[str, int] | None,
                           visible: Mapping[Priority, int] | None,
                           beat_seconds: float | None) -> Iterator[list[Bundle]]:
+        if self._policy.bundling.follow_on_seconds <= 0:
+            return  # follow-ons are off
         visible = dict(visible) if visible is not None else self.backlog()
         for priority, queue in self._queues:
             backlog = visible.get(priority, 0)

@@ -163,8 +163,10 @@ class Bundler:
         cap = self._policy.bundle_max_jobs
         per = per_round * max(1, round(min(follow_seconds / est, cap)))
         self._tail = per_round * max(1, round(min(TAIL_SECONDS / est, cap)))
+        # (For running tasks, with no slot free, always: nothing of it launches now.)
         self._follow = per if follow_seconds > 0 and self._target is not None \
-            and self._backlog is not None and self._target >= FOLLOW_ON_SHARES * per else 0
+            and self._backlog is not None \
+            and (self._takers or self._target >= FOLLOW_ON_SHARES * per) else 0
 
     def _follow_on_size(self) -> int:
         """Jobs for the next follow-on: ``follow_on_seconds``' worth while much is left; as

@@ -180,13 +180,13 @@ class Tick:
         waiting, blocked = self._work.due(d.capacity, room)
         others_due = self._work.others_due(room) if d.capacity <= 0 else Counter()
         # No slot free: the running tasks that take follow-ons as they end their bundles (a
-        # drain's batch's) take the queue's backlog too, cut into follow-ons for them, unless
-        # other due work waits (they take that first).
-        takers = 0 if d.capacity > 0 or others_due else sum(
+        # drain's batch's) take the queue's backlog too, cut into follow-ons for them (after
+        # any other due work, which their takes look at first).
+        takers = 0 if d.capacity > 0 else sum(
             1 for b in active if b.bundle_id not in freed and of_a_batch(b.bundle_id))
         visible = self._admission.backlog() if d.capacity > 0 or takers else {}
-        if max(d.capacity, takers) > 0 \
-                and sum(visible.values()) >= FOLLOW_ON_SHARES * max(d.capacity, takers):
+        if (d.capacity > 0 and sum(visible.values()) >= FOLLOW_ON_SHARES * d.capacity) \
+                or (takers and sum(visible.values()) > 0):
             # A backlog that may be cut into follow-ons (a few a slot at least): their
             # runners take them only on the revision the tick launches (its summary says so
             # at its end; a runner may look before).
