@@ -22,7 +22,9 @@ the task goes on with the batch after it); one that cannot ends and exits, leavi
 the tick for that work. A task whose batch has no follow-on left takes the oldest untaken
 follow-on of another batch it can run (its resources, no limited kind; higher priority first)
 and goes on with that batch, rather than exit and leave those follow-ons to new tasks' starts
-(a second drain made while the first batch's tasks still ran, a stream's every tick).
+(a second drain made while the first batch's tasks still ran, a stream's every tick); so does
+one whose batch has none ready yet (a drain still recording, or one whose tick died before it
+wrote the batch's end), rather than wait.
 
 A take is one transaction of five or six items (and the ended bundle's pages' expiry, where
 they fit):
@@ -203,8 +205,10 @@ class FollowOns(Reads):
                 seen = [n for n, rec in enumerate(recs) if rec is not None
                         and rec.state != str(BundleState.RECORDING)]
                 upto = len(ids) if last is not None else seen[-1] + 1 if seen else 0
-                if not upto:
-                    return Take(None, later=True)
+                if not upto:  # none ready yet: another batch's, if one is, else look again
+                    elsewhere = self._take_other_batch(done, task_arn, tick, limited, ended,
+                                                       ending, before)
+                    return elsewhere if elsewhere.bundle is not None else Take(None, later=True)
                 self.table.write(self._cursor(batch, first + upto))
                 continue  # read again
             rec = recs[pick]
@@ -225,13 +229,14 @@ class FollowOns(Reads):
     def _take_other_batch(self, done: Bundle, task_arn: str, tick: Record, limited: set[str],
                           ended: JobOutcomes, ending: Sequence[Op],
                           before: Callable[[], bool] | None) -> Take:
-        """``done``'s batch has no follow-on left to take: the oldest untaken follow-on of
-        another batch that this task can run (its resources, no limited kind), higher
-        priority first, taken as its own batch's would be; the task goes on with that batch.
-        Without it, the task would exit and that batch's follow-ons wait for the tick to
-        launch them into the slots so freed: a Fargate start each, for work a running task
+        """``done``'s batch has no follow-on left to take (or none ready yet, its drain's
+        end not written: the drain still records them, or its tick died): the oldest untaken
+        follow-on of another batch that this task can run (its resources, no limited kind),
+        higher priority first, taken as its own batch's would be; the task goes on with that
+        batch. Without it, the task would exit and that batch's follow-ons wait for the tick
+        to launch them into the slots so freed: a Fargate start each, for work a running task
         could do now (a second drain while the first batch's tasks run; a stream's every
-        tick). One Query, made only when the own batch is over. Take(None) if there is none
+        tick). One Query, made only then. Take(None) if there is none
         (or another taker came first: the task ends, and the tick launches the rest)."""
         rows = self.table.query(r.FOLLOW_ONS_STATUS, at_most=r.iso(self.clock()),
                                 limit=OTHERS_READ)

@@ -308,3 +308,17 @@ def test_a_runner_at_its_batchs_end_takes_another_batchs_follow_on_into_that_bat
     assert got is not None and (got.state, got.task_arn, got.batch) == (
         BundleState.LAUNCHED, "arn:task/1", "batch2")  # its next take is of batch2
     assert store.bundle_for_task("arn:task/1") == got
+
+
+def test_a_runner_whose_batch_has_none_ready_yet_takes_another_batchs_rather_than_wait(
+        store: Store) -> None:
+    """A batch whose drain has not written its end (still recording, or its tick died) has
+    none ready: another batch's ready follow-on is taken rather than waiting for more."""
+    tick(store)
+    done = first_wave(store)
+    assert store.take_follow_on(done, "arn:task/1") == Take(None, later=True)
+    other = Bundle(bundle_id=follow_on_id("batch2", 0), job_ids=["g0"], next_attempt_at=T0,
+                   created_at=T0, batch="batch2")
+    assert store.record([other], _jobs("g0", bundle_id=other.bundle_id)) == set()
+    take = store.take_follow_on(done, "arn:task/1")
+    assert take.bundle is not None and take.bundle.bundle_id == other.bundle_id
