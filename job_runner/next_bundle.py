@@ -31,8 +31,10 @@ def assigned(store: RunnerStore, arn: str, wait_seconds: float,
     launch's one transaction makes the pointer and the bundle visible together, but moto
     applies a transaction's items one by one, and a runner that read between them saw its
     pointer with the bundle not yet LAUNCHED, still carrying the ARN of the task before (a
-    relaunch), and gave up: its jobs paid a rerun for it. This task's pointer names the
-    bundle, so a LAUNCHING one is this launch under way, whatever ARN it still shows. Another
+    relaunch), and gave up: its jobs paid a rerun for it. So a LAUNCHING one is waited for,
+    whatever ARN it shows: under moto, this launch under way; on DynamoDB (both written at
+    once, read strongly consistent) a later relaunch of a bundle this task lost, which costs
+    only the wait before the runner exits, its claim fenced on this task's ARN. Another
     attempt's, launched or running, is returned at once (the runner exits)."""
     deadline = time.monotonic() + wait_seconds
     delay = 0.2

@@ -240,8 +240,9 @@ class BatchModel:
             self._sigterm(t, what)
 
     def _tick(self, t: float, number: int) -> float:
-        """The tick's Lambda invoked at ``t`` (the ``number``-th to run); when its lease
-        is free again (a tick that died holds it until it expires)."""
+        """The tick's Lambda invoked at ``t`` (the ``number``-th to run); when it ended (a tick
+        that died: when it died; the next tick takes its lease over at once, as the stack's
+        LONGJOBS_TICK_ONE_AT_A_TIME says)."""
         crash, out = self.shape.faults.tick_crash, self.outcome
         calls = self.calls["dispatcher"]
         if crash is not None and crash.tick == number:
@@ -250,7 +251,7 @@ class BatchModel:
             report = self.dispatcher.tick.tick(remaining_ms=self._remaining(t + LAMBDA_TIMEOUT))
         except InvocationDied:
             out.crashed_ticks.append(self.clock() - T0)
-            return self.clock()  # the loop's next ticks find its lease held, as AWS would
+            return self.clock()  # its lease stays held, for the next tick to take over
         except Exception as exc:  # the invocation failed; the next tick runs
             out.failed_ticks.append(f"+{t - T0:.0f} s: {exc!r}"[:300])
             return self.clock()

@@ -16,7 +16,8 @@ threads make them, so two runs under those may differ: :mod:`dispatcher.simulati
   developerguide/fargate-capacity-providers.html, "Handling Fargate Spot termination notices")
 - **Calls**: throttling and latency tails (:mod:`dispatcher.simulation.call_faults`).
 - **A tick that dies**: one tick's Lambda killed after a given number of its table writes
-  (mid-drain): every call it makes from then on fails; its lease stays until it expires, its
+  (mid-drain): every call it makes from then on fails; its lease stays held (the next tick
+  takes it over, one at a time as on the stack), its
   received messages come back after their visibility timeout, and the next tick's recovery
   finds what it left half done.
 - **Stop events**: EventBridge delivers a share of the stop events twice, a share late (after

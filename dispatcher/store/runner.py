@@ -229,7 +229,7 @@ class RunnerStore(FollowOns):
                         leaving = pointer_expiry(fence.task_arn, expires_at)
                         counted = None
                     continue
-                raise  # still cancelled for a moment after its retries
+                raise  # cancelled for no job's condition: transient past its retries, or not
         return refused
 
     def end_and_take(self, fence: Fence, done: Bundle, ended: JobOutcomes,
