@@ -30,8 +30,8 @@ RUNNER = settings.load("runner", {"LONGJOBS_TABLE": "t",
                                   "LONGJOBS_FLUSH_SECONDS": "0"})
 
 
-def backlog(tw: Twins, n: int, **extra: object) -> list[str]:
-    ids = [f"j{i:04d}" for i in range(n)]
+def backlog(tw: Twins, n: int, prefix: str = "j", **extra: object) -> list[str]:
+    ids = [f"{prefix}{i:04d}" for i in range(n)]
     tw.client().submit_many([{"kind": "k", "payload": {}, "job_id": j, "estimated_seconds": 1.0,
                               **extra} for j in ids])
     return ids
@@ -227,9 +227,7 @@ def test_a_task_whose_batch_is_over_goes_on_with_another_batchs_follow_ons() -> 
     stages.tick.tick()
     a1, a2, a3 = tw.task_arns()
     assert len(run(tw, a2)) == 600 - 2 * 40  # it took every follow-on, then exited
-    second_ids = [f"k{i:04d}" for i in range(400)]
-    tw.client().submit_many([{"kind": "k", "payload": {}, "job_id": j, "estimated_seconds": 1.0}
-                             for j in second_ids])
+    second_ids = backlog(tw, 400, prefix="k")
     tw.clock.advance(60)
     report = stages.tick.tick()
     assert report.capacity == 1 and report.launch.bundles_launched == 1
@@ -253,9 +251,7 @@ def test_with_no_slot_free_a_backlog_becomes_follow_ons_that_the_running_tasks_t
     stages = tw.stages(**ENV)
     stages.tick.tick()
     tasks = tw.task_arns()
-    second_ids = [f"k{i:04d}" for i in range(800)]
-    tw.client().submit_many([{"kind": "k", "payload": {}, "job_id": j, "estimated_seconds": 1.0}
-                             for j in second_ids])
+    second_ids = backlog(tw, 800, prefix="k")
     tw.clock.advance(60)
     busy = stages.tick.tick()
     assert busy.capacity == 0 and busy.launch.bundles_launched == 0
