@@ -166,15 +166,23 @@ class Reads:
         conditions (``Absent()`` on the items a recording creates, the state fences) guard
         what the token cannot: a twin or endpoint that ignores tokens, a retry after its
         10 minutes, another tick. A definite cancellation wrote nothing, so the next try
-        gets a new token (DynamoDB promises replays only of a request that succeeded)."""
+        gets a new token (DynamoDB promises replays only of a request that succeeded) — but
+        only while no earlier try was ambiguous: once one may have committed, every later try
+        keeps its token, else a cancellation between (a conflict, a throttled replay) would
+        send the ops afresh and apply an unconditioned ``Add`` twice."""
         token = uuid.uuid4().hex
+        ambiguous = False
 
         def once() -> None:
-            nonlocal token
+            nonlocal token, ambiguous
             try:
                 self.table.transact(ops, token=token)
             except TransactionCancelled:
-                token = uuid.uuid4().hex
+                if not ambiguous:
+                    token = uuid.uuid4().hex
+                raise
+            except Exception:
+                ambiguous = True
                 raise
 
         def tell(state: RetryCallState) -> None:

@@ -14,11 +14,13 @@ from dispatcher.aws.dynamodb.dynamo_table import DynamoTable
 from dispatcher.domain.bundles import BundleState
 from dispatcher.ports.table import (
     Absent,
+    Add,
     Op,
     Put,
     Record,
     TableUnavailable,
     TransactionCancelled,
+    Update,
     transient,
 )
 from dispatcher.store import Store
@@ -171,6 +173,41 @@ def test_without_a_token_a_lost_response_still_records_each_job_once() -> None:
     assert [sorted(b.job_ids) for b in twins.bundles()] == [sorted(ids)]
     assert stages.tick.tick().launch.bundles_launched == 1
     assert [b.state for b in twins.bundles()] == [BundleState.LAUNCHED]
+
+
+class Scripted(MemoryTable):
+    """Each transaction plays the next step: ``"lost"`` commits, then answers a 500;
+    ``"conflict"`` is cancelled, writing nothing; past the script, plain success."""
+
+    def __init__(self, script: list[str]) -> None:
+        super().__init__()
+        self.script = list(script)
+        self.tokens_seen: list[str] = []
+
+    def _transact_once(self, ops: list[Op], token: str) -> None:
+        self.tokens_seen.append(token)
+        step = self.script.pop(0) if self.script else "ok"
+        if step == "conflict":
+            raise _conflict(ops)
+        super()._transact_once(ops, token)
+        if step == "lost":
+            raise _server_error(ops)
+
+
+@pytest.mark.parametrize("script", [["lost", "conflict"], ["lost", "conflict", "conflict"],
+                                    ["conflict", "lost", "conflict"]])
+def test_after_a_try_that_may_have_committed_every_retry_keeps_its_token(
+        script: list[str]) -> None:
+    """A retry after an ambiguous failure and then a cancellation still replays the first
+    try's commit: an unconditioned ``Add`` is applied once, not twice."""
+    table = Scripted(script)
+    store = Store(table, clock=lambda: 1000.0)
+    store._transact_retrying([Update("COUNTER#c", [Add("attempts", 1)])])
+    record = table.get("COUNTER#c")
+    assert record is not None and record.attempts == 1
+    first_ambiguous = script.index("lost")
+    # Tries before the ambiguous one were cancelled outright: they may take a new token.
+    assert len(set(table.tokens_seen[first_ambiguous:])) == 1
 
 
 # -- the DynamoDB adapter says what DynamoDB said -------------------------------------------------
