@@ -87,7 +87,7 @@ class DryRunStore(StageStore):
         return Lease(owner)  # a dry run does not take the lease (it writes nothing to protect)
 
     def release_lease(self, owner: str, *, swept_at: float | None = None,
-                      clean: Lease | None = None) -> None:
+                      held: Lease | None = None, clean: bool = False) -> None:
         return None
 
     def active_bundles(self) -> list[Bundle]:

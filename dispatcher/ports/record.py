@@ -118,10 +118,12 @@ class Record:
     # the look at every held dependent (SWEEP#dependents): when one was last given back
     given_back_at: float | None = None
     # the lease (dispatcher.store.values.Lease): SWEEP#dependents' claim as its last holder
-    # left it; how many times it was taken; the last holder to leave no bundle RECORDING
+    # left it; how many times it was taken; the last holder to leave no bundle RECORDING;
+    # the last holder to give it back at all
     swept_at: float | None = None
     lease_count: float | None = None
     clean_at: float | None = None
+    released_at: float | None = None
     # lease (and the deployment: who wrote it last)
     owner: str | None = None
     lease_until: float | None = None
@@ -171,5 +173,6 @@ NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint"
                            "depends_on", "waiters", "bulk_ids", "given_back_at", "batch",
                            "batch_next", "batch_last", "ran_succeeded", "ran_failed",
                            "ended_bundle", "ended_succeeded", "ended_failed",
-                           "yielded_at", "one_at_a_time", "swept_at", "lease_count", "clean_at"})
+                           "yielded_at", "one_at_a_time", "swept_at", "lease_count", "clean_at",
+                           "released_at"})
 INDEX_ATTRIBUTES: tuple[str, ...] = tuple(sorted(ATTRIBUTES - NOT_PROJECTED - set(INDEX_KEYS)))

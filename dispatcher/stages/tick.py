@@ -131,6 +131,9 @@ class Tick:
             decision.skipped = "another tick holds the lease"
             log.info("tick skipped", extra=decision.as_dict())
             return decision
+        if held.taken_over:
+            log.warning("lease taken over from a tick that did not give it back",
+                        extra={"tick_id": decision.tick_id, "lease_number": held.number})
         # When the look at every held dependent was last claimed, as the lease kept it: the
         # sweep skips a claim the table would refuse, and leaves what it did for the next.
         decision.reconcile.sweep_at = held.swept_at
@@ -147,7 +150,7 @@ class Tick:
             clean = decision.intake.record_failures == 0
         finally:
             self._store.release_lease(owner, swept_at=decision.reconcile.sweep_at,
-                                      clean=held if clean else None)
+                                      held=held, clean=clean)
             decision.elapsed_ms = int((time.monotonic() - started) * 1000)
             log.info("tick", extra=decision.as_dict())
         return decision

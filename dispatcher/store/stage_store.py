@@ -102,18 +102,23 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
         assert rec is not None  # an Update returns the item
         number = int(rec.lease_count or 0)
         return Lease(owner, rec.swept_at, number,
-                     recordings_left=rec.clean_at is None or int(rec.clean_at) != number - 1)
+                     recordings_left=rec.clean_at is None or int(rec.clean_at) != number - 1,
+                     taken_over=number > 1 and (rec.released_at is None
+                                                or int(rec.released_at) != number - 1))
 
     def release_lease(self, owner: str, *, swept_at: float | None = None,
-                      clean: Lease | None = None) -> None:
+                      held: Lease | None = None, clean: bool = False) -> None:
         """Give the lease back early (only if we still own it), leaving on it when the look
         at every held dependent was last claimed, if this tick knows (``swept_at``), and,
-        with ``clean`` (the lease as this tick took it), that it left no bundle RECORDING."""
+        with ``held`` (the lease as this tick took it), that it was given back, so the next
+        holder knows it took over from no dead tick, and, with ``clean`` too, that this tick
+        left no bundle RECORDING."""
         with contextlib.suppress(ConditionFailed):  # a lost lease is the next owner's
             self.table.write(Update(r.LEASE_KEY, [
                 Remove("owner"), Set("lease_until", 0),
+                *([Set("released_at", held.number)] if held is not None else []),
                 *([Set("swept_at", swept_at)] if swept_at is not None else []),
-                *([Set("clean_at", clean.number)] if clean is not None else [])],
+                *([Set("clean_at", held.number)] if held is not None and clean else [])],
                 Eq("owner", owner)))
 
     # -- sharing task slots between priorities (dispatcher.domain.fairness) ---------------------

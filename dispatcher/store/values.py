@@ -82,12 +82,14 @@ class Lease:
     whether a bundle may be RECORDING, left by a tick that died or failed part-way through
     recording it (only a tick holding the lease records): False when the holder just before
     this one gave the lease back having recorded all it began. The tick then skips the
-    query for such bundles."""
+    query for such bundles. ``taken_over``: the holder just before did not give it back (its
+    tick died, or outran its term), which the tick logs: nothing else shows a dead tick."""
 
     owner: str
     swept_at: float | None = None
     number: int = 0
     recordings_left: bool = True
+    taken_over: bool = False
 
 
 @dataclass(frozen=True)

@@ -275,20 +275,23 @@ def test_a_lease_hands_the_next_holder_what_its_last_holder_left(
     store, _ = env
     a = store.acquire_lease("a", 60)
     assert a == Lease("a", None, 1, recordings_left=True)  # the first: nothing known
-    store.release_lease("a", swept_at=T0, clean=a)
+    store.release_lease("a", swept_at=T0, held=a, clean=True)
     b = store.acquire_lease("b", 60)
     assert b == Lease("b", T0, 2, recordings_left=False)  # a recorded all it began
-    store.release_lease("b")  # knew nothing new, and may have left a recording
+    store.release_lease("b", held=b)  # knew nothing new, and may have left a recording
     c = store.acquire_lease("c", 60, one_at_a_time=True)
     assert c == Lease("c", T0, 3, recordings_left=True)
-    store.release_lease("c", clean=c)
+    store.release_lease("c", held=c, clean=True)
     assert store.acquire_lease("d", 60, one_at_a_time=True) == Lease("d", T0, 4, False)
-    # d dies holding it: whatever it began recording is looked for by the next
+    # d dies holding it: whatever it began recording is looked for by the next, which knows
+    # it took the lease over
     e = store.acquire_lease("e", 60, one_at_a_time=True)
-    assert e == Lease("e", T0, 5, recordings_left=True)
-    store.release_lease("d", swept_at=T0 + 1, clean=e)  # not d's any more: nothing written
-    store.release_lease("e", swept_at=T0 + 2, clean=e)
+    assert e == Lease("e", T0, 5, recordings_left=True, taken_over=True)
+    store.release_lease("d", swept_at=T0 + 1, held=e, clean=True)  # not d's: nothing written
+    store.release_lease("e", swept_at=T0 + 2, held=e, clean=True)
     assert store.acquire_lease("f", 60) == Lease("f", T0 + 2, 6, recordings_left=False)
+    store.release_lease("f")  # given back without saying which: the next cannot tell
+    assert store.acquire_lease("g", 60) == Lease("g", T0 + 2, 7, True, taken_over=True)
 
 
 def test_a_lease_of_ticks_run_one_at_a_time_passes_between_them_at_once(

@@ -5,20 +5,44 @@ of 1): then the next tick that runs knows the holder is gone and takes the lease
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+
+import pytest
+
+from dispatcher.stages.tick import TickReport
 from tests.twins import Twins
+
+TAKEN_OVER = "lease taken over from a tick that did not give it back"
 
 # A Lambda tick's lease: its 870 s of drain, its 30 s reserve and the 60 s margin.
 DEAD_TICKS_TERM = 960.0
 
 
-def test_a_tick_run_one_at_a_time_takes_a_dead_ones_lease_at_once() -> None:
+def _warnings(caplog: pytest.LogCaptureFixture, tick: Callable[[], TickReport]) -> list[str]:
+    tick_log = logging.getLogger("dispatcher.stages.tick")  # its tree does not propagate
+    tick_log.addHandler(caplog.handler)
+    caplog.clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="dispatcher.stages.tick"):
+            assert not tick().skipped
+    finally:
+        tick_log.removeHandler(caplog.handler)
+    return [r.getMessage() for r in caplog.records]
+
+
+def test_a_tick_run_one_at_a_time_takes_a_dead_ones_lease_at_once(
+        caplog: pytest.LogCaptureFixture) -> None:
     twins = Twins()
     twins.client().submit("k", {}, job_id="after-a-dead-tick")
     assert twins.store.acquire_lease("dead-tick", DEAD_TICKS_TERM, one_at_a_time=True)
     twins.clock.advance(60)  # the next scheduled tick
-    decision = twins.stages(LONGJOBS_TICK_ONE_AT_A_TIME="true").tick.tick()
-    assert not decision.skipped
-    assert decision.launch.bundles_launched == 1
+    stages = twins.stages(LONGJOBS_TICK_ONE_AT_A_TIME="true")
+    assert _warnings(caplog, stages.tick.tick).count(TAKEN_OVER) == 1  # the dead tick shows
+    assert twins.task_arns()  # launched at once
+    twins.clock.advance(60)
+    # The tick after a live one that gave it back says nothing.
+    assert TAKEN_OVER not in _warnings(caplog, stages.tick.tick)
 
 
 def test_a_tick_that_may_run_beside_another_waits_out_the_dead_ones_term() -> None:
