@@ -77,7 +77,9 @@ def fault_lines(shape: Shape, out: BatchRun, model: BatchModel) -> list[str]:
     lines = [f"faults: {len(out.tasks)} tasks: {out.reclaimed} got a Spot reclaim's SIGTERM "
              f"({f.reclaimed:.0%} drawn), {killed} killed while they ran (crashed "
              f"{f.killed:.0%} drawn, reclaimed and still running 2 min later, or their runner "
-             f"failed: {out.failed_runners}); stop events twice {f.event_twice:.0%}, late "
+             f"failed: {out.failed_runners}"
+             + (f", first: {out.runner_errors[0]}" if out.runner_errors else "")
+             + f"); stop events twice {f.event_twice:.0%}, late "
              f"{f.event_late:.0%} (by {f.late_by:g} s), lost {f.event_lost:.0%}; "
              f"{out.failed_events} stop events failed in their handler (delivered again)"]
     throttled = {c: (calls.draws.throttled, calls.draws.failed)

@@ -76,6 +76,10 @@ from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.testing.memory_table import MemoryTable
 from dispatcher.wiring import pipeline
 
+# What no fault of AWS's raises: a runner that raises one of these has a bug, or the model has,
+# and the run stops on it rather than playing it as a runner that failed itself.
+BUGS = (AssertionError, AttributeError, NameError, TypeError, ImportError)
+
 
 class BatchModel:
     """``backlog``: the queue holds that many messages of the batch's jobs, made as they are
@@ -352,8 +356,11 @@ class BatchModel:
             return
         try:
             wake = next(steps, None)
-        except Exception:  # the runner failed itself (a write refused)
+        except BUGS:
+            raise  # the runner's code or the model's is wrong: no fault of AWS's to play
+        except Exception as exc:  # the runner failed itself (a write refused)
             self.outcome.failed_runners += 1
+            self.outcome.runner_errors.append(f"+{t - T0:.0f} s: {exc!r}"[:300])
             task.stop = (*EXITED, RUNNER_FAILED_EXIT)
             self._kill(t, task)  # its running jobs end with its process
             return

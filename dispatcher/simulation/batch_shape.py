@@ -85,6 +85,7 @@ class BatchRun:
     failed_ticks: list[str] = field(default_factory=list)  # a tick that raised: its error
     failed_events: int = 0  # stop events whose handler raised (delivered again, or lost)
     failed_runners: int = 0  # runners that failed themselves (RUNNER_FAILED_EXIT)
+    runner_errors: list[str] = field(default_factory=list)  # what each of them raised
     reclaimed: int = 0  # tasks that got a Spot reclaim's SIGTERM
 
 
