@@ -202,7 +202,9 @@ class Config(BaseModel):
     tick_one_at_a_time: Annotated[bool, Env(
         "LONGJOBS_TICK_ONE_AT_A_TIME", "true only where the platform never runs two ticks at "
         "once (the stack's tick function has a reserved concurrency of 1): a tick then takes "
-        "over at once the lease of one that died, instead of waiting out its term.",
+        "over at once the lease of one that died, instead of waiting out its term. Whatever "
+        "the setting, a tick that takes over a lease its holder never gave back logs `lease "
+        "taken over from a tick that did not give it back` (a warning).",
         on_aws=OnAws.STACK)] = False
     urgent_watch_seconds: Annotated[float, Field(ge=0, le=840), Env(
         "LONGJOBS_URGENT_WATCH_SECONDS", "A tick that finds every task slot busy keeps "

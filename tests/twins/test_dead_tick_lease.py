@@ -38,7 +38,7 @@ def test_a_tick_run_one_at_a_time_takes_a_dead_ones_lease_at_once(
     assert twins.store.acquire_lease("dead-tick", DEAD_TICKS_TERM, one_at_a_time=True)
     twins.clock.advance(60)  # the next scheduled tick
     stages = twins.stages(LONGJOBS_TICK_ONE_AT_A_TIME="true")
-    assert _warnings(caplog, stages.tick.tick).count(TAKEN_OVER) == 1  # the dead tick shows
+    assert TAKEN_OVER in _warnings(caplog, stages.tick.tick)  # the dead tick shows
     assert twins.task_arns()  # launched at once
     twins.clock.advance(60)
     # The tick after a live one that gave it back says nothing.
