@@ -208,8 +208,9 @@ class Config(BaseModel):
         on_aws=OnAws.STACK)] = False
     urgent_watch_seconds: Annotated[float, Field(ge=0, le=840), Env(
         "LONGJOBS_URGENT_WATCH_SECONDS", "A tick that finds every task slot busy keeps "
-        "long-polling the high queue this long, handing each urgent job to a running task as "
-        "it arrives; 0 looks once. The stack sets 50 (its tick runs every minute).",
+        "long-polling the high queue until this long after it began, handing each urgent job "
+        "to a running task as it arrives; 0 (or a drain that took longer) looks once. The "
+        "stack sets 50 (its tick runs every minute: the watch ends before the next).",
         on_aws=OnAws.STACK)] = 0.0
     tick_concurrency: Annotated[int, Field(ge=1, le=64), Env(
         "LONGJOBS_TICK_CONCURRENCY", "AWS calls the tick keeps in flight while it receives, "

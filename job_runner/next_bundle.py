@@ -69,7 +69,7 @@ class FollowOnTaker:
         results with it) and the task exits. One not recorded yet
         is looked for again for up to FOLLOW_ON_WAIT_SECONDS, ``done`` still RUNNING: the
         task holds its slot. HandedJobs and ConflictError are raised as a last write's."""
-        if done.batch is None or writes.refused:
+        if writes.refused:
             # A job the table refused may name this task as running it still: the task's
             # stop, which settles only its last bundle, must be this one's.
             return None
@@ -84,7 +84,8 @@ class FollowOnTaker:
             except Exception as exc:  # it may have committed all the same (its answer lost)
                 return self._taken_anyway(done, exc)
             if take.bundle is not None:
-                self._log.info("took follow-on %s of batch %s", take.bundle.bundle_id, done.batch)
+                self._log.info("took follow-on %s of batch %s", take.bundle.bundle_id,
+                               take.bundle.batch)
                 return take.bundle
             if not take.later or time.monotonic() >= deadline:
                 return None

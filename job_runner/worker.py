@@ -215,7 +215,7 @@ class Worker:
             target = BundleState.PENDING if writes.retrying or left else BundleState.DONE
             self._ending.set()  # a beat that finds the bundle moved from now on: it ended
             try:
-                if target == BundleState.DONE and bundle.batch is not None:
+                if target == BundleState.DONE:
                     following = self._follow_ons.take(bundle, fence, writes)
                     if following is not None:
                         return following

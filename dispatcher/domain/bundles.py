@@ -104,11 +104,14 @@ def follow_on_id(batch: str, n: int) -> str:
     return f"{batch}-{n}"
 
 
-def of_a_batch(bundle_id: str) -> bool:
-    """Whether ``bundle_id`` names a drain's batch (:func:`first_wave_id`,
-    :func:`follow_on_id`): the task running it takes follow-ons as it ends it. Every other
-    bundle id is a :func:`~dispatcher.domain.jobs.new_id` (hex, no ``-``)."""
-    return "-" in bundle_id
+def of_small_jobs(bundle: Bundle, small_job_seconds: float) -> bool:
+    """Whether ``bundle`` holds small jobs (estimated at most ``small_job_seconds``; a job
+    with no estimate is not small): its task ends it soon and takes a follow-on then, as
+    every task does. Only small jobs share a bundle, so one of several jobs (or of pages:
+    its ids are kept apart) holds small jobs; one of a single job, if that job is small."""
+    if bundle.pages > 0 or len(bundle.job_ids) > 1:
+        return True
+    return 0 < bundle.estimated_seconds <= small_job_seconds and len(bundle.job_ids) == 1
 
 
 def follow_on_batch(bundle_id: str) -> str:

@@ -99,12 +99,13 @@ class Admission:
         (on the clock) passed without a yield, so the tick can look around (at the high queue,
         stages/lookout.py) however long the drain goes without a bundle to launch.
 
-        ``takers``: with no slot free, the running tasks that take follow-ons as they end their
-        bundles (their own batch's, then another's: dispatcher.store.follow_ons). The first
-        queue below the high one with a backlog is then cut into follow-ons for them, none
-        launched (:class:`Bundler`'s ``takers``; follow-ons on): its jobs wait in the table,
-        where those tasks take them, rather than in the queue for a slot to free and a new
-        task to start. (Urgent jobs have their own way to running tasks with no slot free:
+        ``takers``: the running tasks that take follow-ons as they end their bundles (their
+        own batch's, then another's: dispatcher.store.follow_ons). The first queue below the
+        high one with a backlog is cut into follow-ons for them too (:class:`Bundler`'s
+        ``takers``; follow-ons on): with no slot free, none launched; with some, once it is
+        more than those slots take. Its jobs wait in the table, where those tasks take them,
+        rather than in the queue for a slot to free and a new task to start. (Urgent jobs
+        have their own way to running tasks with no slot free:
         dispatcher/stages/handoff.py.)"""
         if capacity <= 0:
             if takers > 0:
@@ -115,6 +116,8 @@ class Admission:
         guaranteed = {p: (shares or {}).get(p, 0) for p in PRIORITY_ORDER}
         room = dict(kind_room or {})
         left = capacity
+        if self._policy.bundling.follow_on_seconds <= 0:
+            takers = 0  # follow-ons are off
         with ThreadPoolExecutor(self._concurrency, thread_name_prefix="admit") as pool:
             for n, (priority, queue) in enumerate(self._queues):
                 below = sum(guaranteed[p] for p, _ in self._queues[n + 1:])
@@ -123,9 +126,14 @@ class Admission:
                     continue
                 target = self.target_jobs(visible.get(priority, 0), slots)
                 stats.target_jobs = max(stats.target_jobs, target)
+                # The running tasks take one queue's follow-ons (the first below the high
+                # one with a backlog), as with no slot free.
+                sharing = takers if priority != Priority.HIGH and visible.get(priority) else 0
+                takers -= sharing
                 bundler = Bundler(self._policy.bundling, slots, target, at=self._clock(),
                                   kind_limits=self._policy.kind_limits, kind_room=room,
-                                  backlog=visible.get(priority, 0), clock=self._clock)
+                                  backlog=visible.get(priority, 0), clock=self._clock,
+                                  takers=sharing)
                 yield from _Drain(self, queue, bundler, deadline, stats,
                                   beat_seconds=beat_seconds).run(pool)
                 left -= bundler.opened

@@ -93,11 +93,14 @@ class Bundler:
                  clock: Callable[[], float] | None = None, takers: int = 0) -> None:
         """``waiting``: jobs to admit although no slot can take them (they all :meth:`wait`):
         the urgent intake of a tick with every slot busy (dispatcher/stages/handoff.py).
-        ``takers``: with no slot free (``capacity`` 0), the running tasks that take
-        follow-ons as they end their bundles: the backlog is cut into follow-ons for them
-        (none launched), at most what that many slots' even shares would admit."""
+        ``takers``: the running tasks that take follow-ons as they end their bundles. With no
+        slot free (``capacity`` 0) the backlog is cut into follow-ons for them (none
+        launched); with some, as soon as it is more than the free slots take at a follow-on
+        each (one launched per free slot, the rest for every task). Either way the drain
+        admits at most what as many slots as free and taking tasks together would, at their
+        even shares."""
         self._policy = policy
-        self._takers = takers if capacity <= 0 else 0
+        self._takers = max(0, takers)
         self._waiting = waiting
         self._waited = 0
         self.capacity = max(0, capacity)
@@ -149,12 +152,15 @@ class Bundler:
         decided yet: :meth:`_decide`)."""
         return self._follow or 0
 
-    def _decide(self, job: Job) -> None:
-        """Whether this drain's bundles follow on, decided once, at its first small job: they
-        do when the even share is worth ``FOLLOW_ON_SHARES`` follow-ons or more, each of whole
-        rounds of a task's jobs worth ``follow_on_seconds`` at that job's estimate."""
+    def _decide(self, job: Job, shape: Shape) -> None:
+        """Whether this drain's bundles follow on, decided once, at its first job that could
+        (small, neither scheduled nor of a limited kind): they do when the even share is
+        worth ``FOLLOW_ON_SHARES`` follow-ons or more, each of whole rounds of a task's jobs
+        worth ``follow_on_seconds`` at that job's estimate, or when running tasks take them
+        and the free slots would not take the backlog at a follow-on each."""
         est = job.estimated_seconds
-        if self._follow is not None or not self.is_small(job) or not est or est <= 0:
+        if self._follow is not None or not self.is_small(job) or not est or est <= 0 \
+                or shape[2] is not None or shape[3] is not None:
             return
         follow_seconds = self._policy.follow_on_seconds
         per_round = self._policy.task_concurrency
@@ -163,10 +169,12 @@ class Bundler:
         cap = self._policy.bundle_max_jobs
         per = per_round * max(1, round(min(follow_seconds / est, cap)))
         self._tail = per_round * max(1, round(min(TAIL_SECONDS / est, cap)))
-        # (For running tasks, with no slot free, always: nothing of it launches now.)
+        # For running tasks that take them, as soon as the free slots would not take it at a
+        # follow-on each (with no slot free, always: nothing of it launches now).
         self._follow = per if follow_seconds > 0 and self._target is not None \
             and self._backlog is not None \
-            and (self._takers or self._target >= FOLLOW_ON_SHARES * per) else 0
+            and ((self._takers and self._backlog > self.capacity * per)
+                 or self._target >= FOLLOW_ON_SHARES * per) else 0
 
     def _follow_on_size(self) -> int:
         """Jobs for the next follow-on: ``follow_on_seconds``' worth while much is left; as
@@ -175,7 +183,7 @@ class Bundler:
         tasks' last follow-ons end within seconds of each other, not a whole follow-on."""
         per_round = self._policy.task_concurrency
         left = min(self._backlog or 0, self._admits()) - self._seen
-        share = left // max(1, self.capacity, self._takers)
+        share = left // max(1, self.capacity + self._takers)
         return max(min(self._follow_on(), self._tail),
                    min(self._follow_on(), per_round * (share // per_round)))
 
@@ -187,10 +195,14 @@ class Bundler:
     def _admits(self) -> int:
         """Jobs this drain admits at most when its bundles follow on: as without them, every
         slot's even share (up to the work limit at the mean estimate seen)."""
-        per = min(self._target or 0, self._policy.bundle_max_jobs)
+        sharers = self.capacity + self._takers
+        even = self._target or 0
+        if self._takers and self._backlog:  # the free slots' share is the running tasks' too
+            even = min(even, -(-self._backlog // sharers))
+        per = min(even, self._policy.bundle_max_jobs)
         if self._seconds > 0:
             per = min(per, int(self._rule.max_work_seconds * self._seen / self._seconds))
-        return max(self.capacity, self._takers) * max(1, per)
+        return max(1, sharers) * max(1, per)
 
     def _limit(self, bundle: Bundle) -> int:
         """Jobs a bundle may hold: the even share, except in the last slot or when deferred;
@@ -249,8 +261,8 @@ class Bundler:
             return self._waiting - self._waited
         if self._follow_on():
             return max(0, self._admits() - self._seen)
-        if self._takers:  # follow-ons or nothing: the first small job decides (_decide)
-            return 1 if self._undecided_for_takers else 0
+        if self._takers and not self.capacity:  # follow-ons or nothing: the first small job
+            return 1 if self._undecided_for_takers else 0  # decides (_decide)
         per = min(self._target or self._policy.bundle_max_jobs, self._policy.bundle_max_jobs)
         if self._seconds > 0:  # the work limit, at the mean estimate seen so far
             per = min(per, int(self._rule.max_work_seconds * self._seen / self._seconds))
@@ -282,7 +294,8 @@ class Bundler:
     def _undecided_for_takers(self) -> bool:
         """Cutting follow-ons for running tasks, with no job seen yet to decide whether the
         backlog follows on (one job is received to decide)."""
-        return bool(self._takers) and self._follow is None and not self._seen
+        return bool(self._takers) and not self.capacity and self._follow is None \
+            and not self._seen
 
     @property
     def takes_waiting(self) -> bool:
@@ -305,7 +318,7 @@ class Bundler:
         assert placed  # a deferred shape never needs a slot
 
     def _place(self, job: Job, shape: Shape) -> bool:
-        self._decide(job)
+        self._decide(job, shape)
         if self.is_small(job) and self._fits(shape, job):
             bundle = self._open[shape]
             self._add(bundle, job)

@@ -83,6 +83,9 @@ class TickPolicy:
     # The platform runs these ticks one at a time (LONGJOBS_TICK_ONE_AT_A_TIME): a dead one's
     # lease is taken over at once (StageStore.acquire_lease).
     one_at_a_time: bool = False
+    # A running task whose jobs are this short (on average) takes follow-ons soon: the tick
+    # cuts the backlog into follow-ons for it (LONGJOBS_SMALL_JOB_SECONDS).
+    small_job_seconds: float = 60.0
 
 
 @dataclass(frozen=True)

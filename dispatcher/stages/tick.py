@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dispatcher.domain.bundles import Bundle, BundleState, of_a_batch
+from dispatcher.domain.bundles import Bundle, BundleState, of_small_jobs
 from dispatcher.domain.jobs import Priority
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import TableUnavailable
@@ -116,7 +116,7 @@ class Tick:
         return max(0.0, self._policy.tick_seconds - LAUNCH_RESERVE_SECONDS)
 
     def tick(self, remaining_ms: Callable[[], int] | None = None) -> TickReport:
-        started = time.monotonic()
+        started, begun = time.monotonic(), self._clock()
         budget = self.budget(remaining_ms)
         decision = TickReport(tick_id=uuid.uuid4().hex[:12],
                             max_running_tasks=self._policy.max_running_tasks,
@@ -145,7 +145,7 @@ class Tick:
             # which is how a deploy shows up per job.
             with self._revisions.pinned() as task_definition:
                 decision.task_definition = task_definition
-                self._run(decision, started + budget, held)
+                self._run(decision, started + budget, held, begun)
             # Every bundle it began recording is committed (a failure leaves one RECORDING).
             clean = decision.intake.record_failures == 0
         finally:
@@ -155,7 +155,7 @@ class Tick:
             log.info("tick", extra=decision.as_dict())
         return decision
 
-    def _run(self, d: TickReport, drain_deadline: float, lease: Lease) -> None:
+    def _run(self, d: TickReport, drain_deadline: float, lease: Lease, begun: float) -> None:
         assert d.task_definition is not None
         self._launches.recover(d.launch, d.task_definition)
         if lease.recordings_left:  # else the tick before recorded all it began
@@ -182,11 +182,15 @@ class Tick:
         self._work.begin()
         waiting, blocked = self._work.due(d.capacity, room)
         others_due = self._work.others_due(room) if d.capacity <= 0 else Counter()
-        # No slot free: the running tasks that take follow-ons as they end their bundles (a
-        # drain's batch's) take the queue's backlog too, cut into follow-ons for them (after
-        # any other due work, which their takes look at first).
-        takers = 0 if d.capacity > 0 else sum(
-            1 for b in active if b.bundle_id not in freed and of_a_batch(b.bundle_id))
+        # The running tasks, which take follow-ons as they end their bundles, take the queue's
+        # backlog too, cut into follow-ons for them (after any other due work, which their
+        # takes look at first): with some slots free, what those would not take at a
+        # follow-on each (a stream's every tick); with none, all of it. Only tasks running
+        # small jobs count: one running a job of hours takes nothing for hours, and with
+        # none of those a backlog of long jobs stays in the queue (a receive only to find
+        # that it cannot follow on would admit a job to wait).
+        small = self._policy.small_job_seconds
+        takers = sum(1 for b in active if b.bundle_id not in freed and of_small_jobs(b, small))
         visible = self._admission.backlog() if d.capacity > 0 or takers else {}
         if (d.capacity > 0 and sum(visible.values()) >= FOLLOW_ON_SHARES * d.capacity) \
                 or (takers and sum(visible.values()) > 0):
@@ -244,7 +248,7 @@ class Tick:
         self._reconciler.after_drain(d.reconcile)
         d.capacity_left = d.capacity - d.launch.bundles_launched
         if self._handoffs is not None and d.capacity_left <= 0:
-            self._urgent(d, active, drain_deadline)
+            self._urgent(d, active, drain_deadline, begun)
         for b in due:
             if b.kind is not None and b.kind in kind_running:
                 kind_running[b.kind] += b.slots
@@ -256,17 +260,20 @@ class Tick:
             kinds={k: (n, self._policy.kind_limits[k]) for k, n in kind_running.items()},
             left_due=dict(left_due), blocked=frozenset(blocked), others_due=dict(others_due)))
 
-    def _urgent(self, d: TickReport, active: list[Bundle], drain_deadline: float) -> None:
+    def _urgent(self, d: TickReport, active: list[Bundle], drain_deadline: float,
+                begun: float) -> None:
         """No slot is left: take the high queue's jobs in and hand them to running tasks
         (stages/handoff.py); with a watch, go on long-polling the high queue until the watch
-        ends (the next tick is a minute away). A receive a tick (a long poll, a few) when no
-        urgent job comes; reads and writes only for those that do."""
+        ends, counted from the tick's start (``begun``): the tick then ends before the next
+        one is due, however long it drained, rather than hold the lease over it and have it
+        skipped (a stream's ticks drain every minute). A receive a tick (a long poll, a few)
+        when no urgent job comes; reads and writes only for those that do."""
         assert self._handoffs is not None
         handoffs, now = self._handoffs, self._clock()
         room = handoffs.room([b for b in active if is_host(b, now, handoffs.policy)])
         if room <= 0:
             return
-        until = now + handoffs.policy.watch_seconds
+        until = begun + handoffs.policy.watch_seconds
         # Taken in and not handed yet: first those an earlier tick left (it died before its
         # hand-off, or no task could take them then), one read of the due high bundles.
         waiting = [b for b in self._store.due_bundles(URGENT_READ, now, (), [Priority.HIGH])

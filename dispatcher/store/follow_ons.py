@@ -148,11 +148,22 @@ class FollowOns(Reads):
         handed to ``done`` meanwhile). ``before``: called once a take is about to be made,
         before its transaction (the runner writes its last results then: with no take, they
         go with its own ending write, in one transaction); if it says False, no take is
-        made (Take(None))."""
+        made (Take(None)).
+
+        ``done`` of no batch (a bundle launched alone: a drain too small to follow on, a
+        retry, an urgent job) takes the oldest untaken follow-on of a batch, as a task whose
+        batch is over does: a stream's every tick cuts its backlog into follow-ons for the
+        tasks already running, whatever bundle each runs."""
         batch, revision = done.batch, done.task_definition
-        if batch is None or revision is None:
+        if revision is None:
             return Take(None)
         ended = ended or JobOutcomes()
+        if batch is None:
+            tick = self.table.get(r.TICK_KEY)
+            if tick is None or tick.task_definition != revision:
+                return Take(None)
+            return self._take_other_batch(done, task_arn, tick, _limited(tick), ended, ending,
+                                          before)
         for tries in range(TAKE_TRIES):
             # The last tick's word and the cursor, in one read.
             read = {rec.pk: rec for rec in self.table.get_many([r.TICK_KEY,
@@ -161,7 +172,7 @@ class FollowOns(Reads):
             if tick is None or tick.task_definition != revision:
                 return Take(None)  # a deploy (or no tick yet): the tick launches the rest
             summary = TickSummary.from_json(tick.summary)
-            limited = set(summary.kinds) if summary is not None else set()
+            limited = _limited(tick)
             if summary is not None and summary.others_waiting(str(done.priority)):
                 other = self._other_due(done, limited)
                 if other is not None and other.resources != done.resources:
@@ -351,6 +362,13 @@ class FollowOns(Reads):
         bundle.slots = 1 if bundle.slots == 1 else 0
         bundle.updated_at, bundle.batch = t, batch
         return True
+
+
+def _limited(tick: Record) -> set[str]:
+    """The kinds with a limit, as the last tick's summary says: a follow-on of one of them is
+    the tick's to launch, which counts its slots."""
+    summary = TickSummary.from_json(tick.summary)
+    return set(summary.kinds) if summary is not None else set()
 
 
 class EndRefused(Exception):

@@ -322,3 +322,30 @@ def test_a_runner_whose_batch_has_none_ready_yet_takes_another_batchs_rather_tha
     assert store.record([other], _jobs("g0", bundle_id=other.bundle_id)) == set()
     take = store.take_follow_on(done, "arn:task/1")
     assert take.bundle is not None and take.bundle.bundle_id == other.bundle_id
+
+
+def test_a_runner_of_a_bundle_of_no_batch_takes_a_batchs_follow_on_into_that_batch(
+        store: Store) -> None:
+    """A task launched for a bundle alone (a backlog too small to follow on, a retry) goes on
+    with a batch's follow-on as it ends it: a stream's ticks cut follow-ons for every running
+    task. None anywhere, or a revision the last tick did not launch: it takes nothing."""
+    tick(store)
+    alone = Bundle(bundle_id="alone", job_ids=["a0"], next_attempt_at=T0, created_at=T0)
+    assert store.record([alone], _jobs("a0", bundle_id="alone")) == set()
+    _launch(store, alone, "arn:task/1")
+    launched = store.get_bundle("alone")
+    assert launched is not None and launched.batch is None
+    done = run_to_done(store, launched, "arn:task/1")
+    assert store.take_follow_on(done, "arn:task/1") == Take(None)  # none anywhere
+    other = Bundle(bundle_id=follow_on_id("batch2", 0), job_ids=["g0"], next_attempt_at=T0,
+                   created_at=T0, batch="batch2")
+    assert store.record([other], _jobs("g0", bundle_id=other.bundle_id)) == set()
+    tick(store, revision="fam:2")  # a deploy: the rest is the tick's to launch
+    assert store.take_follow_on(done, "arn:task/1") == Take(None)
+    tick(store)
+    take = store.take_follow_on(done, "arn:task/1")
+    assert take.bundle is not None and take.bundle.bundle_id == other.bundle_id
+    got = store.get_bundle(other.bundle_id)
+    assert got is not None and (got.state, got.task_arn, got.batch) == (
+        BundleState.LAUNCHED, "arn:task/1", "batch2")
+    assert store.bundle_for_task("arn:task/1") == got

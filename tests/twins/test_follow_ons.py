@@ -260,3 +260,48 @@ def test_with_no_slot_free_a_backlog_becomes_follow_ons_that_the_running_tasks_t
     assert sorted(ran) == sorted(first_ids + second_ids)  # every job once
     assert tw.task_arns() == tasks  # no task started for the second backlog
     assert {b.state for b in tw.bundles()} == {BundleState.DONE}
+
+
+def test_with_a_few_slots_free_the_running_tasks_take_what_those_slots_would_not() -> None:
+    """A stream's tick: two tasks run bundles of no batch (a backlog too small to follow on)
+    and one slot is free. The next backlog is more than that slot takes at a follow-on, so
+    the tick launches one follow-on's worth into it and cuts the rest into follow-ons that
+    every running task takes as it ends its bundle, batch or not, rather than leave it to
+    one new task (or to new tasks started as the others exit)."""
+    tw = Twins()
+    first_ids = backlog(tw, 30)  # 10 a slot: three bundles of no batch
+    stages = tw.stages(**ENV)
+    stages.tick.tick()
+    assert all(b.batch is None for b in tw.bundles())
+    a1, a2, a3 = tw.task_arns()
+    assert len(run(tw, a1)) == 10  # nothing to take: it exits, and its slot frees
+    second_ids = backlog(tw, 400, prefix="k")
+    tw.clock.advance(60)
+    report = stages.tick.tick()
+    assert report.capacity == 1 and report.launch.bundles_launched == 1
+    assert report.intake.admitted == 400 and report.intake.follow_ons > 0
+    (b1,) = [a for a in tw.task_arns() if a not in (a1, a2, a3)]
+    ran = run(tw, a2)
+    assert len(ran) > 10 and set(ran[10:]) <= set(second_ids), \
+        "a task of no batch exited with follow-ons waiting"
+    ran += run(tw, a3) + run(tw, b1)
+    assert sorted(j for j in ran if j in second_ids) == second_ids  # each once
+    assert len([j for j in ran if j in first_ids]) == 20
+    assert len(tw.launcher.tasks) == 4  # one launched for the second backlog, into the free slot
+    assert {b.state for b in tw.bundles()} == {BundleState.DONE}
+
+
+def test_a_few_free_slots_that_take_the_backlog_at_a_follow_on_each_make_no_follow_ons() -> None:
+    """Running tasks take nothing from a backlog the free slots take whole at a follow-on's
+    size: it launches, as it did, with no batch."""
+    tw = Twins()
+    backlog(tw, 30)
+    stages = tw.stages(**ENV)
+    stages.tick.tick()
+    a1, _, _ = tw.task_arns()
+    run(tw, a1)
+    backlog(tw, 40, prefix="k")  # one follow-on's worth, for the one free slot
+    tw.clock.advance(60)
+    report = stages.tick.tick()
+    assert report.launch.bundles_launched == 1 and report.intake.follow_ons == 0
+    assert report.intake.admitted == 40

@@ -460,7 +460,11 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
         else:
             self.promises.forget()
         if decision.capacity == 0 and urgent and hosts:
-            self.urgent_left_waiting(self.view(), urgent, hosts, decision.handoff.handed, env)
+            # Hosts all through the tick: one whose runner fell silent during a slow drain
+            # (its heartbeat too old by the hand-off) is no host the tick could see.
+            after = self.view()
+            hosts = min(hosts, self.urgent_hosts(after, self.twins.clock()))
+            self.urgent_left_waiting(after, urgent, hosts, decision.handoff.handed, env)
         for b in due:
             key = (b.bundle_id, b.attempt)
             after = self.twins.store.get_bundle(b.bundle_id)

@@ -347,3 +347,26 @@ def test_a_job_handed_after_the_last_heartbeat_is_run_before_the_bundle_ends() -
         dict.fromkeys(["j0", "j1", "u1"], JobState.SUCCEEDED)
     bundle = store.get_bundle("b1")
     assert bundle is not None and bundle.state == BundleState.DONE
+
+
+def test_the_watch_ends_a_watch_after_the_tick_began_however_long_it_drained(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tick whose work before the watch took most of a minute (a slow table, a long drain)
+    watches only what is left of its watch: it ends before the next tick is due, rather than
+    hold the lease over it and have that tick skipped."""
+    world = backlogged([])
+    world.run(2 * TICK_EVERY)  # every slot busy from here on
+    store = world.stages.tick._store
+    active = store.active_bundles
+
+    def slow() -> list[Bundle]:
+        world.tw.clock.advance(45.0)
+        return active()
+
+    monkeypatch.setattr(store, "active_bundles", slow)
+    begun = world.now()
+    with world.threads():
+        report = world.stages.tick.tick()
+    assert report.capacity == 0 and not report.skipped
+    assert world.now() - begun <= WATCH_SECONDS + 1.0 < TICK_EVERY
+    assert report.handoff.watched_seconds <= WATCH_SECONDS - 45.0 + 1.0
