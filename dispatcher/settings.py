@@ -279,6 +279,13 @@ class Config(BaseModel):
         "LONGJOBS_ASSIGN_WAIT_SECONDS", "How long a runner waits for its bundle assignment "
         "before exiting without running anything.", ("runner",),
         on_aws=OnAws.PARAMETER)] = 120.0
+    stream_wait_seconds: Annotated[float, Field(ge=0, le=600), Env(
+        "LONGJOBS_STREAM_WAIT_SECONDS", "How long a runner with no follow-on left to take "
+        "waits for the next tick's, while the last tick fed the running tasks as a stream's "
+        "ticks do (or left small jobs in the queue for want of slots), rather than exit and "
+        "leave them to a new task's start; 0 never waits. The stack sets 90 (its tick runs "
+        "every minute).", ("runner",),
+        on_aws=OnAws.STACK)] = 0.0
     flush_seconds: Annotated[float, Field(ge=0), Env(
         "LONGJOBS_FLUSH_SECONDS", "Longest a finished job's result waits to be written with "
         "others.", ("runner",),

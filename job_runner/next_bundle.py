@@ -22,6 +22,9 @@ from job_runner.writes import Writes
 # often.
 FOLLOW_ON_WAIT_SECONDS = 10.0
 FOLLOW_ON_POLL_SECONDS = 2.0
+# How often a runner with none to take looks again while a stream's ticks feed the running
+# tasks (Take.fed_until): a take's look is three calls, and the next tick's come at once.
+STREAM_POLL_SECONDS = 5.0
 
 
 def assigned(store: RunnerStore, arn: str, wait_seconds: float,
@@ -55,8 +58,9 @@ class FollowOnTaker:
     learns more while a take waits)."""
 
     def __init__(self, store: RunnerStore, arn: str, stopping: threading.Event, *,
-                 handed: Callable[[], int], log: Logger) -> None:
+                 handed: Callable[[], int], log: Logger, stream_wait: float = 0.0) -> None:
         self.store = store
+        self.stream_wait = stream_wait
         self.arn = arn
         self.stopping = stopping
         self._handed = handed
@@ -68,12 +72,16 @@ class FollowOnTaker:
         dispatcher.store.follow_ons), or None: the caller then ends ``done`` alone (its last
         results with it) and the task exits. One not recorded yet
         is looked for again for up to FOLLOW_ON_WAIT_SECONDS, ``done`` still RUNNING: the
-        task holds its slot. HandedJobs and ConflictError are raised as a last write's."""
+        task holds its slot; so is one the next tick of a stream may cut (``fed_at``), every
+        STREAM_POLL_SECONDS for up to ``stream_wait`` after the first look and after that
+        tick. HandedJobs and ConflictError are
+        raised as a last write's."""
         if writes.refused:
             # A job the table refused may name this task as running it still: the task's
             # stop, which settles only its last bundle, must be this one's.
             return None
         deadline = time.monotonic() + FOLLOW_ON_WAIT_SECONDS
+        streaming = time.monotonic() + self.stream_wait
         while not self.stopping.is_set():
             try:
                 take = self.store.end_and_take(fence, done, writes.outcomes(),
@@ -87,9 +95,14 @@ class FollowOnTaker:
                 self._log.info("took follow-on %s of batch %s", take.bundle.bundle_id,
                                take.bundle.batch)
                 return take.bundle
-            if not take.later or time.monotonic() >= deadline:
+            if take.later and time.monotonic() < deadline:
+                self.stopping.wait(FOLLOW_ON_POLL_SECONDS)
+            elif take.fed_at is not None and time.monotonic() < streaming \
+                    and self.store.clock() < take.fed_at + self.stream_wait \
+                    and writes.flush_for_take():  # its results written, not held meanwhile
+                self.stopping.wait(STREAM_POLL_SECONDS)  # the next tick's, of a stream
+            else:
                 return None
-            self.stopping.wait(FOLLOW_ON_POLL_SECONDS)
         return None
 
     def _taken_anyway(self, done: Bundle, exc: Exception) -> Bundle | None:

@@ -99,7 +99,8 @@ class Worker:
                                          claim_lost=self.lost.is_set),
                                  retry_any_exception=cfg.retry_any_exception)
         self._follow_ons = FollowOnTaker(store, arn, self.stopping,
-                                         handed=lambda: len(self._handed), log=log)
+                                         handed=lambda: len(self._handed), log=log,
+                                         stream_wait=cfg.stream_wait_seconds)
 
     def find_bundle(self) -> Bundle | None:
         """The bundle this task was launched for (:func:`job_runner.next_bundle.assigned`)."""

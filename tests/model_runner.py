@@ -126,6 +126,8 @@ class SimTask:
     handed: list[str] = field(default_factory=list)  # urgent jobs handed to its bundle, seen
     bundle: Bundle | None = None  # as claimed: its batch's follow-on is taken when it ends
     follow_until: float = 0.0  # phase "following": looking for a follow-on until then
+    stream_until: float = 0.0  # ... and for a stream's next tick's until then
+    stream_wait: float = 0.0  # LONGJOBS_STREAM_WAIT_SECONDS (the stack's: 90)
 
     # -- what the model asks --------------------------------------------------------------------
     @property
@@ -325,9 +327,10 @@ class SimTask:
                 target = BundleState.PENDING if self.writes.retrying or left \
                     else BundleState.DONE
                 if target == BundleState.DONE and self.bundle is not None \
-                        and self.bundle.batch is not None and not self.writes.refused:
+                        and not self.writes.refused:
                     self.phase = "following"  # FollowOnTaker.take, the bundle RUNNING
                     self.follow_until = self.clock() + FOLLOW_ON_WAIT_SECONDS
+                    self.stream_until = self.clock() + self.stream_wait
                     self.follow()
                     return
                 self.writes.flush(target, handed=len(self.handed))
@@ -371,8 +374,17 @@ class SimTask:
             self.runs, self.cancel_requested, self.left = {}, set(), set()
             self.exhausted, self.handed = False, []
             return
-        if not take.later or self.clock() >= self.follow_until:
-            self.end_alone()
+        if take.later and self.clock() < self.follow_until:
+            return  # looked at again shortly
+        if take.fed_at is not None and self.clock() < min(self.stream_until,
+                                                           take.fed_at + self.stream_wait):
+            try:
+                if self.writes.flush_for_take():  # its results written, not held meanwhile
+                    return  # a stream's next tick may cut some (FollowOnTaker.take)
+            except Exception:
+                self.exit(RUNNER_FAILED_EXIT)
+                return
+        self.end_alone()
 
     def end_alone(self) -> None:
         """The bundle's DONE write with no follow-on taken, then the exit (Worker._run_jobs)."""

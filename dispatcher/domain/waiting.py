@@ -48,7 +48,13 @@ class TickSummary:
     bundle did not fit their room (its younger ones wait behind it); ``left_due``: due bundles
     it left PENDING, by priority; ``others_due``: those of them other than follow-ons no task
     has taken yet (with no slot free, of a look at the oldest few), which a batch's running
-    tasks run before its follow-ons (dispatcher.store.follow_ons)."""
+    tasks run before its follow-ons (dispatcher.store.follow_ons). ``fed_seconds``: what the
+    follow-ons it cut gave each task, running or launched, in seconds of that task's time: a
+    stream's ticks feed the running tasks so every minute, and a task that ran out of
+    follow-ons waits for the next tick's rather than exit while they do (one started
+    instead would spend its start idle). ``small_jobs_left``: its drain of small jobs stopped
+    with every slot's share taken, not with the queue empty (a stream's first ticks, before
+    any feeds the running tasks): those tasks wait for the next tick's too."""
 
     at: float
     active: int
@@ -57,6 +63,8 @@ class TickSummary:
     left_due: dict[str, int] = field(default_factory=dict)
     blocked: frozenset[str] = frozenset()
     others_due: dict[str, int] = field(default_factory=dict)
+    fed_seconds: float = 0.0
+    small_jobs_left: bool = False
 
     def others_waiting(self, priority: str) -> bool:
         """Whether due work other than untaken follow-ons, of ``priority`` or higher, was
@@ -68,7 +76,8 @@ class TickSummary:
         return {"at": self.at, "active": self.active, "max_running": self.max_running,
                 "kinds": {k: list(v) for k, v in self.kinds.items()},
                 "left_due": dict(self.left_due), "blocked": sorted(self.blocked),
-                "others_due": dict(self.others_due)}
+                "others_due": dict(self.others_due), "fed_seconds": self.fed_seconds,
+                "small_jobs_left": self.small_jobs_left}
 
     @staticmethod
     def from_json(data: Any) -> TickSummary | None:
@@ -82,7 +91,9 @@ class TickSummary:
                                      for p, n in (data.get("left_due") or {}).items()},
                            blocked=frozenset(str(k) for k in data.get("blocked") or ()),
                            others_due={str(p): int(n)
-                                       for p, n in (data.get("others_due") or {}).items()})
+                                       for p, n in (data.get("others_due") or {}).items()},
+                           fed_seconds=float(data.get("fed_seconds") or 0.0),
+                           small_jobs_left=bool(data.get("small_jobs_left")))
 
 
 @dataclass(frozen=True)

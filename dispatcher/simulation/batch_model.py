@@ -103,13 +103,16 @@ class BatchModel:
         self.ecs = MemoryLauncher(clock=self.clock, limits=LaunchLimits(clock=self.clock))
         # The high queue of its own, as the stack has it; urgent jobs arrive there on time.
         self.high = ArrivingQueue(MemoryQueue(clock=self.clock), self.clock)
-        # The stack's watch for urgent jobs (its default: the tick runs every minute), and its
-        # one tick at a time (the tick function's reserved concurrency of 1).
+        # The stack's watch for urgent jobs and its runners' wait for a stream's next tick
+        # (its defaults: the tick runs every minute), and its one tick at a time (the tick
+        # function's reserved concurrency of 1).
         self.env = {**ENV, "LONGJOBS_MAX_RUNNING_TASKS": str(shape.tasks),
                     "LONGJOBS_TASK_CONCURRENCY": str(shape.concurrency),
                     "LONGJOBS_URGENT_WATCH_SECONDS": "50",
+                    "LONGJOBS_STREAM_WAIT_SECONDS": "90",
                     "LONGJOBS_TICK_ONE_AT_A_TIME": "true", **shape.settings}
         self.cfg = settings.load("dispatcher", self.env)
+        self.runner_cfg = settings.load("runner", self.env)
         self.dispatcher = self._stages("dispatcher")
         self.events = self._stages("events")
         self.runner_store = Store(ModelTable(self.table, self.calls["runner"], self.items),
@@ -131,6 +134,7 @@ class BatchModel:
         self._tasks = TaskModel(self.runner_store, self.clock, concurrency=shape.concurrency,
                                 seconds_of=seconds_of, flush_seconds=self.cfg.flush_seconds,
                                 heartbeat_seconds=self.cfg.heartbeat_seconds,
+                                stream_wait_seconds=self.runner_cfg.stream_wait_seconds,
                                 on_job_start=self._job_started,
                                 on_job_end=self._job_ended)
 

@@ -27,7 +27,11 @@ from dispatcher.domain.errors import ConflictError, HandedJobs
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.simulation.virtual_time import VirtualClock
 from dispatcher.store import Claim, Fence, RunnerStore
-from job_runner.next_bundle import FOLLOW_ON_POLL_SECONDS, FOLLOW_ON_WAIT_SECONDS
+from job_runner.next_bundle import (
+    FOLLOW_ON_POLL_SECONDS,
+    FOLLOW_ON_WAIT_SECONDS,
+    STREAM_POLL_SECONDS,
+)
 from job_runner.outcome import Outcome
 from job_runner.writes import FLUSH_AT_JOBS, Writes
 
@@ -56,7 +60,7 @@ class TaskRun:
 class TaskModel:
     def __init__(self, store: RunnerStore, clock: VirtualClock, *, concurrency: int,
                  seconds_of: Callable[[Job], float], flush_seconds: float,
-                 heartbeat_seconds: float,
+                 heartbeat_seconds: float, stream_wait_seconds: float = 0.0,
                  on_job_start: Callable[[Job, str, float], None] | None = None,
                  on_job_end: Callable[[Job, str, float], None] | None = None) -> None:
         self.store = store
@@ -65,14 +69,16 @@ class TaskModel:
         self.seconds_of = seconds_of
         self.flush_seconds = flush_seconds
         self.heartbeat_seconds = heartbeat_seconds
+        self.stream_wait_seconds = stream_wait_seconds
         # Each job's run on a task, as it starts and ends (the job, the task's ARN, the time).
         self.on_job_start = on_job_start
         self.on_job_end = on_job_end
 
     def run(self, task: TaskRun) -> Iterator[float]:
         """The task from its container's start to its exit; yields the times it sleeps until
-        (the caller sets the clock to each before resuming it). A bundle of a batch that
-        ends DONE is followed by the batch's next follow-on, taken as the worker takes it
+        (the caller sets the clock to each before resuming it). A bundle that ends
+        DONE is followed by a follow-on (its batch's next, or another batch's), taken as the
+        worker takes it
         (:meth:`job_runner.next_bundle.FollowOnTaker.take`)."""
         clock = self.clock
         # As the worker starts (Worker.run): its bundle claimed at once, else read.
@@ -97,12 +103,20 @@ class TaskModel:
         if writes.refused or task.stopping:
             return None
         deadline = self.clock() + FOLLOW_ON_WAIT_SECONDS
+        streaming = self.clock() + self.stream_wait_seconds
         while True:
             take = self.store.end_and_take(fence, done, writes.outcomes(), handed=handed,
                                            before=writes.flush_for_take)
-            if take.bundle is not None or not take.later or self.clock() >= deadline:
+            if take.bundle is not None:
                 return take.bundle
-            yield self.clock() + FOLLOW_ON_POLL_SECONDS
+            if take.later and self.clock() < deadline:
+                yield self.clock() + FOLLOW_ON_POLL_SECONDS
+            elif take.fed_at is not None and self.clock() < min(
+                    streaming, take.fed_at + self.stream_wait_seconds) \
+                    and writes.flush_for_take():  # its results written, not held meanwhile
+                yield self.clock() + STREAM_POLL_SECONDS
+            else:
+                return None
             if task.stopping:  # the taker stops with the runner: done ends as it is
                 return None
 
@@ -170,10 +184,8 @@ class TaskModel:
                 heapq.heappush(running, (now + self.seconds_of(job), started, job))
             if not running:
                 try:
-                    following = None
-                    if bundle.batch is not None:
-                        following = yield from self._follow_on(task, bundle, fence, writes,
-                                                               len(handed))
+                    following = yield from self._follow_on(task, bundle, fence, writes,
+                                                           len(handed))
                     if following is None:
                         writes.flush(BundleState.DONE, handed=len(handed))
                     return following

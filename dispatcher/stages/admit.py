@@ -79,9 +79,12 @@ class Admission:
         least a task's worth of parallel jobs)."""
         return max(self._policy.bundling.task_concurrency, math.ceil(visible / max(1, capacity)))
 
-    def backlog(self) -> dict[Priority, int]:
-        """Visible messages of each level's queue (a shared queue's under its level)."""
-        return {p: q.backlog().visible for p, q in self._queues}
+    def backlog(self, *, below_high: bool = False) -> dict[Priority, int]:
+        """Visible messages of each level's queue (a shared queue's under its level);
+        ``below_high``: of the levels below the high one only (a drain for running tasks
+        takes none of the high queue's, which reach them their own way)."""
+        return {p: q.backlog().visible for p, q in self._queues
+                if not (below_high and p == Priority.HIGH)}
 
     def drain(self, capacity: int, deadline: float, stats: AdmissionStats, *,
               kind_room: Mapping[str, int] | None = None,
@@ -226,18 +229,23 @@ class _Drain:
         receives: dict[Future[list[Received]], None] = {}
         work: dict[Future[Recorded], None] = {}
         self.receiving = True
+        self.stopped_for_room = False
         ahead = max(1, self.admission._concurrency // 2)
         clock = self.admission._clock
         yielded_at = clock()
         while True:
             if self.receiving and (self.bundler.full or time.monotonic() >= self.deadline):
                 self.receiving = False
+                if self.bundler.full:
+                    self._stopped_for_room()
             # Receive no more than the slots can take (a short receive for the last few): what
             # is received beyond them waits in the table rather than launch now.
             while self.receiving and len(receives) < ahead:
                 want = min(BATCH, self.bundler.room() - BATCH * len(receives))
                 if want <= 0 or self.receives_left == 0:
                     self.receiving = bool(receives)  # none in flight: no room left at all
+                    if want <= 0:
+                        self._stopped_for_room()
                     break
                 if self.receives_left is not None:
                     self.receives_left -= 1
@@ -272,6 +280,22 @@ class _Drain:
         given_back = [m for b in self.failed for m in self.held[b].messages] + self.kept
         self.stats.released += self.recorder.give_back(self.queue, given_back)
         self.recorder.end_batches(self.bundler.batches)
+        if self.stopped_for_room and not self.stats.small_jobs_left:
+            try:
+                self.stats.small_jobs_left = self.queue.backlog().visible > 0
+            except Exception as exc:  # a hint for the runners only: none given
+                log.warning("reading the queue's backlog after the drain failed",
+                            extra={"error": repr(exc)})
+
+    def _stopped_for_room(self) -> None:
+        """The drain stops receiving with every slot's share taken: a drain of small jobs
+        (not an intake of urgent ones, which receives a set number of times) may have left
+        more in the queue; if it did (a look at the queue once the drain ends), the summary
+        tells the running tasks (with follow-ons on: only then may the next tick cut them
+        some)."""
+        if self.receives_left is None and self.bundler.small_seen \
+                and self.admission._policy.bundling.follow_on_seconds > 0:
+            self.stopped_for_room = True
 
     def _close_held_too_long(self) -> None:
         for b in self.bundler.open_bundles:
@@ -410,6 +434,7 @@ class _Drain:
             stats.bundles_recorded += 1
             if bundle.batch is not None and bundle.bundle_id in self.bundler.deferred:
                 stats.follow_ons += 1  # taken by a running task, or launched by a tick
+                stats.follow_on_seconds += bundle.estimated_seconds
             elif bundle.bundle_id in self.bundler.deferred:
                 stats.deferred_bundles += 1  # a later tick launches it (due, kind has room)
                 self.waiting.append(bundle)

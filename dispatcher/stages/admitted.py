@@ -30,6 +30,10 @@ class AdmissionStats:
     bundles_recorded: int = 0
     deferred_bundles: int = 0  # recorded for later: scheduled, or their kind at its limit
     follow_ons: int = 0  # recorded for running tasks to take (dispatcher.store.follow_ons)
+    follow_on_seconds: float = 0.0  # their jobs' estimated seconds
+    # A drain of small jobs stopped with every slot's share taken, not with the queue empty:
+    # more may wait there for the next tick.
+    small_jobs_left: bool = False
     # Jobs recorded to wait for others whose dependencies had all decided already: released
     # at once, or cancelled (stages/dependents.py).
     dependents_released: int = 0

@@ -175,6 +175,14 @@ class Bundler:
             and self._backlog is not None \
             and ((self._takers and self._backlog > self.capacity * per)
                  or self._target >= FOLLOW_ON_SHARES * per) else 0
+        if self._follow and self._takers and self._backlog:
+            # Cut for running tasks, the share of each is worth FOLLOW_ON_SHARES follow-ons
+            # too (whole rounds, TAIL_SECONDS' worth at least): a stream's minute, shared by
+            # the tasks, is taken in several pieces as they free, not one each, which a task
+            # freeing late would start a whole follow-on after the others.
+            share = -(-self._backlog // (self.capacity + self._takers))
+            rounds = share // FOLLOW_ON_SHARES // per_round
+            self._follow = max(min(per, self._tail), min(per, per_round * max(1, rounds)))
 
     def _follow_on_size(self) -> int:
         """Jobs for the next follow-on: ``follow_on_seconds``' worth while much is left; as
@@ -272,6 +280,11 @@ class Bundler:
         free = max(0, self.capacity - self.opened) * per
         return free + sum(max(0, min(per, self._limit(b)) - len(b.job_ids))
                           for b in self._open.values() if b.bundle_id not in self.deferred)
+
+    @property
+    def small_seen(self) -> bool:
+        """Small jobs were admitted (those share bundles, and follow on)."""
+        return self._small_seen > 0
 
     @property
     def batches(self) -> dict[str, int]:

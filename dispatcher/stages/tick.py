@@ -191,7 +191,8 @@ class Tick:
         # that it cannot follow on would admit a job to wait).
         small = self._policy.small_job_seconds
         takers = sum(1 for b in active if b.bundle_id not in freed and of_small_jobs(b, small))
-        visible = self._admission.backlog() if d.capacity > 0 or takers else {}
+        visible = self._admission.backlog(below_high=d.capacity <= 0) \
+            if d.capacity > 0 or takers else {}
         if (d.capacity > 0 and sum(visible.values()) >= FOLLOW_ON_SHARES * d.capacity) \
                 or (takers and sum(visible.values()) > 0):
             # A backlog that may be cut into follow-ons (a few a slot at least): their
@@ -258,7 +259,10 @@ class Tick:
             at=self._clock(), active=d.active_bundles + d.launch.bundles_launched,
             max_running=self._policy.max_running_tasks,
             kinds={k: (n, self._policy.kind_limits[k]) for k, n in kind_running.items()},
-            left_due=dict(left_due), blocked=frozenset(blocked), others_due=dict(others_due)))
+            left_due=dict(left_due), blocked=frozenset(blocked), others_due=dict(others_due),
+            fed_seconds=d.intake.follow_on_seconds / max(1, (takers + d.capacity)
+                                                         * self._policy.task_concurrency)
+            if takers else 0.0, small_jobs_left=d.intake.small_jobs_left))
 
     def _urgent(self, d: TickReport, active: list[Bundle], drain_deadline: float,
                 begun: float) -> None:

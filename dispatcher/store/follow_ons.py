@@ -116,15 +116,24 @@ OTHERS_READ = 10
 # tick (a minute) and a task's start (up to a minute) after the last one did, it is running
 # or the tick launched other work into that slot.
 YIELD_SECONDS = 180.0
+# A task with no follow-on to take may wait for the next tick's while the last tick fed each
+# task at least this many seconds of its time (a stream, not a trickle: a trickle's tasks
+# end, and the capacity follows it down), or left small jobs in the queue for want of slots.
+STREAM_FED_SECONDS = 15.0
 
 
 @dataclass(frozen=True)
 class Take:
     """What a take found: ``bundle``, LAUNCHED on the taker's task (claim it next), or None;
-    ``later``: none is ready yet and the batch may not be over (look again shortly)."""
+    ``later``: none is ready yet and the batch may not be over (look again shortly);
+    ``fed_at``: none anywhere, but the last tick, ended then (the table's clock), fed the
+    running tasks as a stream's do (:data:`STREAM_FED_SECONDS`): the next tick's may come,
+    and the runner may look again for a while (``LONGJOBS_STREAM_WAIT_SECONDS``) rather
+    than exit and leave them to a new task's start."""
 
     bundle: Bundle | None
     later: bool = False
+    fed_at: float | None = None
 
 
 class FollowOns(Reads):
@@ -162,6 +171,10 @@ class FollowOns(Reads):
             tick = self.table.get(r.TICK_KEY)
             if tick is None or tick.task_definition != revision:
                 return Take(None)
+            summary = TickSummary.from_json(tick.summary)
+            if summary is not None and not (summary.fed_seconds or summary.small_jobs_left
+                                            or summary.left_due):
+                return Take(None)  # the last tick cut none and left none: no Query
             return self._take_other_batch(done, task_arn, tick, _limited(tick), ended, ending,
                                           before)
         for tries in range(TAKE_TRIES):
@@ -256,14 +269,18 @@ class FollowOns(Reads):
                 and follow_on_batch(b.bundle_id) != done.batch]
         other = min(fits, key=lambda b: (PRIORITY_ORDER.index(b.priority), b.next_attempt_at),
                     default=None)
-        if other is None:
-            return Take(None)
-        try:
-            if self._take(other, done, task_arn, tick, follow_on_batch(other.bundle_id), None,
-                          ended, ending, before):
-                return Take(other)
-        except _Refused:
-            pass
+        if other is not None:
+            try:
+                if self._take(other, done, task_arn, tick, follow_on_batch(other.bundle_id),
+                              None, ended, ending, before):
+                    return Take(other)
+            except _Refused:
+                return Take(None)
+        # None left, or another taker came first: a stream's task looks again.
+        summary = TickSummary.from_json(tick.summary)
+        if summary is not None \
+                and (summary.fed_seconds >= STREAM_FED_SECONDS or summary.small_jobs_left):
+            return Take(None, fed_at=summary.at)
         return Take(None)
 
     def _other_due(self, done: Bundle, limited: set[str]) -> Bundle | None:

@@ -340,12 +340,33 @@ def test_a_runner_of_a_bundle_of_no_batch_takes_a_batchs_follow_on_into_that_bat
     other = Bundle(bundle_id=follow_on_id("batch2", 0), job_ids=["g0"], next_attempt_at=T0,
                    created_at=T0, batch="batch2")
     assert store.record([other], _jobs("g0", bundle_id=other.bundle_id)) == set()
-    tick(store, revision="fam:2")  # a deploy: the rest is the tick's to launch
+    # The last tick cut none and left none due (its summary): nothing is looked for.
     assert store.take_follow_on(done, "arn:task/1") == Take(None)
-    tick(store)
+    fed = TickSummary(at=T0, active=1, max_running=1, fed_seconds=30.0)
+    store.save_tick_summary(fed, "fam:2", None)  # a deploy: the rest is the tick's to launch
+    assert store.take_follow_on(done, "arn:task/1") == Take(None)
+    store.save_tick_summary(fed, REVISION, None)
     take = store.take_follow_on(done, "arn:task/1")
     assert take.bundle is not None and take.bundle.bundle_id == other.bundle_id
     got = store.get_bundle(other.bundle_id)
     assert got is not None and (got.state, got.task_arn, got.batch) == (
         BundleState.LAUNCHED, "arn:task/1", "batch2")
     assert store.bundle_for_task("arn:task/1") == got
+
+
+@pytest.mark.parametrize("word", [{"fed_seconds": 30.0}, {"small_jobs_left": True}])
+def test_a_runner_with_none_to_take_after_a_tick_that_fed_the_tasks_hears_when(
+        store: Store, word: dict[str, object]) -> None:
+    """None to take anywhere, but the last tick fed the running tasks as a stream's do, or
+    left small jobs in the queue for want of slots: the take says when that tick ended, so
+    the runner may wait for the next one's. A trickle's tick (fed little) says nothing."""
+    tick(store)
+    done = first_wave(store)
+    store.end_batch(BATCH, 0)
+    at = T0 + 30
+    store.save_tick_summary(TickSummary(at=at, active=1, max_running=1, **word),  # type: ignore[arg-type]
+                            REVISION, None)
+    assert store.take_follow_on(done, "arn:task/1") == Take(None, fed_at=at)
+    store.save_tick_summary(TickSummary(at=at, active=1, max_running=1, fed_seconds=5.0),
+                            REVISION, None)
+    assert store.take_follow_on(done, "arn:task/1") == Take(None)

@@ -4,18 +4,24 @@ reports and reruns once it ran several bundles."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
+
+import pytest
 
 from dispatcher import settings
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.stops import StopCode, TaskStop
+from dispatcher.domain.waiting import TickSummary
 from dispatcher.ops.metrics import stop_blob
 from dispatcher.stages.bundle import TAIL_SECONDS
 from dispatcher.stages.rerun import StopResult
-from dispatcher.store import Fence
+from dispatcher.store import Fence, codec
 from dispatcher.store.follow_ons import Take
 from dispatcher.store.values import JobOutcomes, JobUpdate
+from job_runner import next_bundle
 from job_runner.kinds import HandlerRegistry
 from job_runner.worker import Worker
 from tests.twins import Twins
@@ -25,9 +31,9 @@ CONCURRENCY = 4
 SLOTS = 3
 ENV = {"LONGJOBS_MAX_RUNNING_TASKS": str(SLOTS), "LONGJOBS_TASK_CONCURRENCY": str(CONCURRENCY),
        "LONGJOBS_FOLLOW_ON_SECONDS": "10"}  # 10 s of 1 s jobs at 4 at once: 40 jobs
-RUNNER = settings.load("runner", {"LONGJOBS_TABLE": "t",
-                                  "LONGJOBS_TASK_CONCURRENCY": str(CONCURRENCY),
-                                  "LONGJOBS_FLUSH_SECONDS": "0"})
+RUNNER_ENV = {"LONGJOBS_TABLE": "t", "LONGJOBS_TASK_CONCURRENCY": str(CONCURRENCY),
+              "LONGJOBS_FLUSH_SECONDS": "0"}
+RUNNER = settings.load("runner", RUNNER_ENV)
 
 
 def backlog(tw: Twins, n: int, prefix: str = "j", **extra: object) -> list[str]:
@@ -37,9 +43,11 @@ def backlog(tw: Twins, n: int, prefix: str = "j", **extra: object) -> list[str]:
     return ids
 
 
-def run(tw: Twins, arn: str, fail: frozenset[str] = frozenset()) -> list[str]:
-    """The task's runner to its end (as ``python -m job_runner``): the jobs it ran."""
-    ran: list[str] = []
+def run(tw: Twins, arn: str, fail: frozenset[str] = frozenset(), *,
+        cfg: settings.Config = RUNNER, ran: list[str] | None = None) -> list[str]:
+    """The task's runner to its end (as ``python -m job_runner``): the jobs it ran (in
+    ``ran`` too, as they start)."""
+    ran = [] if ran is None else ran
 
     def handler(payload: dict[str, object], ctx: object) -> None:
         job_id = getattr(ctx, "job_id")  # noqa: B009
@@ -47,7 +55,7 @@ def run(tw: Twins, arn: str, fail: frozenset[str] = frozenset()) -> list[str]:
         if job_id in fail:
             raise ValueError("bad input")
 
-    Worker(RUNNER, tw.store, HandlerRegistry({"k": handler}), arn).run()
+    Worker(cfg, tw.store, HandlerRegistry({"k": handler}), arn).run()
     return ran
 
 
@@ -305,3 +313,40 @@ def test_a_few_free_slots_that_take_the_backlog_at_a_follow_on_each_make_no_foll
     report = stages.tick.tick()
     assert report.launch.bundles_launched == 1 and report.intake.follow_ons == 0
     assert report.intake.admitted == 40
+
+
+def test_a_runner_of_a_stream_waits_for_the_next_ticks_follow_ons_rather_than_exit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last tick fed the running tasks as a stream's do: a runner with nothing left to
+    take waits (LONGJOBS_STREAM_WAIT_SECONDS, its results written meanwhile) and takes the
+    next tick's follow-ons, rather than exit and leave them to a new task's start. With the
+    setting 0 (outside the stack) it exits as it did."""
+    monkeypatch.setattr(next_bundle, "STREAM_POLL_SECONDS", 0.01)
+    tw = Twins()
+    first_ids = backlog(tw, 12)  # 4 a slot: three bundles of no batch
+    stages = tw.stages(**ENV)
+    stages.tick.tick()
+    a1, a2, _ = tw.task_arns()
+    word = tw.table.get(codec.TICK_KEY)
+    assert word is not None and word.task_definition is not None
+    tw.store.save_tick_summary(TickSummary(at=tw.clock(), active=SLOTS, max_running=SLOTS,
+                                           fed_seconds=30.0), word.task_definition, None)
+    assert len(run(tw, a2)) == 4  # the setting 0: it exits at once
+    waiting = settings.load("runner", {**RUNNER_ENV, "LONGJOBS_STREAM_WAIT_SECONDS": "30"})
+    ran: list[str] = []
+    worker = threading.Thread(target=run, args=(tw, a1), kwargs={"cfg": waiting, "ran": ran})
+    worker.start()
+    deadline = time.monotonic() + 10
+    while sum(j.state == JobState.SUCCEEDED for j in tw.jobs()) < 8:  # a2's four, a1's
+        time.sleep(0.01)
+        assert time.monotonic() < deadline, "the waiting runner held its results"
+    assert worker.is_alive()  # waiting, its bundle RUNNING: its slot held
+    assert sorted(ran) == sorted(j for j in first_ids if tw.job(j).bundle_id  # type: ignore[union-attr]
+                                 == tw.store.bundle_for_task(a1).bundle_id)  # type: ignore[union-attr]
+    second_ids = backlog(tw, 100, prefix="k")
+    tw.clock.advance(20)  # within the wait after the last tick
+    busy = stages.tick.tick()  # a2's slot is free; a1 and a3 take the rest
+    assert busy.capacity == 1 and busy.intake.follow_ons > 0
+    worker.join(timeout=20)
+    assert not worker.is_alive()
+    assert set(second_ids) & set(ran), "the waiting runner took none of the next tick's"

@@ -73,6 +73,9 @@ GAPS = frozenset(g for g in os.environ.get("LONGJOBS_MODEL_GAPS", ",".join(KNOWN
 EXAMPLES = int(os.environ.get("LONGJOBS_MODEL_EXAMPLES", "150"))
 STEPS = 50
 MAX_INFRA_ATTEMPTS = 2
+# The stack's LONGJOBS_STREAM_WAIT_SECONDS (infra/template.yaml): a runner of a stream waits
+# for the next tick's follow-ons rather than exit.
+STREAM_WAIT_SECONDS = 90.0
 # The budget's slack (dispatcher/domain/lifecycle.py): every run of a job is charged an
 # attempt or an infrastructure attempt, but one: a stop of a bundle's first launch that names
 # nobody (its writes were buffered). So runs <= max_attempts + MAX_INFRA_ATTEMPTS + 1.
@@ -177,7 +180,8 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
                 key = (bundle.bundle_id, bundle.attempt) if bundle else ("?", 0)
                 self.tasks[arn] = SimTask(
                     arn, key, self.twins.store, self.twins.launcher, self.twins.clock,
-                    int(self.settings["LONGJOBS_TASK_CONCURRENCY"]), self.ran)
+                    int(self.settings["LONGJOBS_TASK_CONCURRENCY"]), self.ran,
+                    stream_wait=STREAM_WAIT_SECONDS)
             sim = self.tasks[arn]
             if task.last_status.gone and arn not in self.stopped:
                 self.stopped.add(arn)
