@@ -276,9 +276,10 @@ class FollowOns(Reads):
                     return Take(other)
             except _Refused:
                 return Take(None)
-        # None left, or another taker came first: a stream's task looks again.
+        # None left, or another taker came first: a stream's task looks again, unless the
+        # last tick left other due work waiting for a slot (this one's, if it exits).
         summary = TickSummary.from_json(tick.summary)
-        if summary is not None \
+        if summary is not None and not summary.others_due \
                 and (summary.fed_seconds >= STREAM_FED_SECONDS or summary.small_jobs_left):
             return Take(None, fed_at=summary.at)
         return Take(None)

@@ -370,3 +370,7 @@ def test_a_runner_with_none_to_take_after_a_tick_that_fed_the_tasks_hears_when(
     store.save_tick_summary(TickSummary(at=at, active=1, max_running=1, fed_seconds=5.0),
                             REVISION, None)
     assert store.take_follow_on(done, "arn:task/1") == Take(None)
+    # Other due work waits for a slot: the task leaves its slot to the tick, however fed.
+    store.save_tick_summary(TickSummary(at=at, active=1, max_running=1, others_due={"low": 1},
+                                        **word), REVISION, None)  # type: ignore[arg-type]
+    assert store.take_follow_on(done, "arn:task/1") == Take(None)
