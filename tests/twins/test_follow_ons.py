@@ -18,6 +18,7 @@ from dispatcher.domain.waiting import TickSummary
 from dispatcher.ops.metrics import stop_blob
 from dispatcher.stages.bundle import TAIL_SECONDS
 from dispatcher.stages.rerun import StopResult
+from dispatcher.stages.tick import TickReport
 from dispatcher.store import Fence, codec
 from dispatcher.store.follow_ons import Take
 from dispatcher.store.values import JobOutcomes, JobUpdate
@@ -57,6 +58,29 @@ def run(tw: Twins, arn: str, fail: frozenset[str] = frozenset(), *,
 
     Worker(cfg, tw.store, HandlerRegistry({"k": handler}), arn).run()
     return ran
+
+
+def second_backlog_runs_on_the_tasks_up(tw: Twins, stages: Any, first_ids: list[str],
+                                        tasks: tuple[str, str, str], own: int,
+                                        why: str) -> TickReport:
+    """``tasks``: one that has exited, one that runs its ``own`` jobs next, and one after. 400
+    more jobs come a minute later, with that one slot free: the tick launches one task into it;
+    the next task to end its own jobs goes on with the new ones rather than exit, and they all
+    run once on the tasks up and the one launched. The tick's report."""
+    _, going, last = tasks
+    second_ids = backlog(tw, 400, prefix="k")
+    tw.clock.advance(60)
+    report = stages.tick.tick()
+    assert report.capacity == 1 and report.launch.bundles_launched == 1
+    (new,) = [a for a in tw.task_arns() if a not in tasks]
+    ran = run(tw, going)
+    assert len(ran) > own and set(ran[own:]) <= set(second_ids), why
+    ran += run(tw, last) + run(tw, new)
+    assert len([j for j in ran if j in first_ids]) == 2 * own
+    assert sorted(j for j in ran if j in second_ids) == second_ids  # each once
+    assert len(tw.launcher.tasks) == 4
+    assert {b.state for b in tw.bundles()} == {BundleState.DONE}
+    return report
 
 
 def test_a_backlog_over_the_slots_is_cut_into_follow_ons_that_the_first_tasks_run() -> None:
@@ -235,19 +259,9 @@ def test_a_task_whose_batch_is_over_goes_on_with_another_batchs_follow_ons() -> 
     stages.tick.tick()
     a1, a2, a3 = tw.task_arns()
     assert len(run(tw, a2)) == 600 - 2 * 40  # it took every follow-on, then exited
-    second_ids = backlog(tw, 400, prefix="k")
-    tw.clock.advance(60)
-    report = stages.tick.tick()
-    assert report.capacity == 1 and report.launch.bundles_launched == 1
-    (b1,) = [a for a in tw.task_arns() if a not in (a1, a2, a3)]
-    ran = run(tw, a1)
-    assert len(ran) > 40 and set(ran[40:]) <= set(second_ids), \
-        "the first batch's task exited with the second's follow-ons waiting"
-    ran += run(tw, a3) + run(tw, b1)
-    assert sorted(j for j in ran if j in second_ids) == second_ids  # each once
-    assert len([j for j in ran if j in first_ids]) == 80
-    assert len(tw.launcher.tasks) == 4  # none launched for the second batch's follow-ons
-    assert {b.state for b in tw.bundles()} == {BundleState.DONE}
+    second_backlog_runs_on_the_tasks_up(
+        tw, stages, first_ids, (a2, a1, a3), 40,
+        "the first batch's task exited with the second's follow-ons waiting")
 
 
 def test_with_no_slot_free_a_backlog_becomes_follow_ons_that_the_running_tasks_take() -> None:
@@ -283,20 +297,10 @@ def test_with_a_few_slots_free_the_running_tasks_take_what_those_slots_would_not
     assert all(b.batch is None for b in tw.bundles())
     a1, a2, a3 = tw.task_arns()
     assert len(run(tw, a1)) == 10  # nothing to take: it exits, and its slot frees
-    second_ids = backlog(tw, 400, prefix="k")
-    tw.clock.advance(60)
-    report = stages.tick.tick()
-    assert report.capacity == 1 and report.launch.bundles_launched == 1
+    report = second_backlog_runs_on_the_tasks_up(
+        tw, stages, first_ids, (a1, a2, a3), 10,
+        "a task of no batch exited with follow-ons waiting")
     assert report.intake.admitted == 400 and report.intake.follow_ons > 0
-    (b1,) = [a for a in tw.task_arns() if a not in (a1, a2, a3)]
-    ran = run(tw, a2)
-    assert len(ran) > 10 and set(ran[10:]) <= set(second_ids), \
-        "a task of no batch exited with follow-ons waiting"
-    ran += run(tw, a3) + run(tw, b1)
-    assert sorted(j for j in ran if j in second_ids) == second_ids  # each once
-    assert len([j for j in ran if j in first_ids]) == 20
-    assert len(tw.launcher.tasks) == 4  # one launched for the second backlog, into the free slot
-    assert {b.state for b in tw.bundles()} == {BundleState.DONE}
 
 
 def test_a_few_free_slots_that_take_the_backlog_at_a_follow_on_each_make_no_follow_ons() -> None:
