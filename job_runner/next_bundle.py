@@ -66,7 +66,7 @@ class FollowOnTaker:
         self._handed = handed
         self._log = log
 
-    def take(self, done: Bundle, fence: Fence, writes: Writes) -> Bundle | None:
+    def take(self, done: Bundle, fence: Fence, writes: Writes, seen: int) -> Bundle | None:
         """End ``done`` (itself RUNNING; its last results are written just before the take)
         DONE and take its batch's next follow-on onto this task, in one transaction (see
         dispatcher.store.follow_ons), or None: the caller then ends ``done`` alone (its last
@@ -74,8 +74,10 @@ class FollowOnTaker:
         is looked for again for up to FOLLOW_ON_WAIT_SECONDS, ``done`` still RUNNING: the
         task holds its slot; so is one the next tick of a stream may cut (``fed_at``), every
         STREAM_POLL_SECONDS for up to ``stream_wait`` after the first look and after that
-        tick. HandedJobs and ConflictError are
-        raised as a last write's."""
+        tick. ``seen``: the jobs handed to ``done`` that its runner ran, all it knows of when
+        the take begins; the take, and the end after it, refuse to end ``done`` over more.
+        HandedJobs and ConflictError are raised as a last write's; HandedJobs too when the
+        heartbeat learnt of a job handed while the take waited (the runner runs it first)."""
         if writes.refused:
             # A job the table refused may name this task as running it still: the task's
             # stop, which settles only its last bundle, must be this one's.
@@ -85,8 +87,7 @@ class FollowOnTaker:
         while not self.stopping.is_set():
             try:
                 take = self.store.end_and_take(fence, done, writes.outcomes(),
-                                               handed=self._handed(),
-                                               before=writes.flush_for_take)
+                                               handed=seen, before=writes.flush_for_take)
             except (HandedJobs, ConflictError):
                 raise
             except Exception as exc:  # it may have committed all the same (its answer lost)
@@ -103,6 +104,9 @@ class FollowOnTaker:
                 self.stopping.wait(STREAM_POLL_SECONDS)  # the next tick's, of a stream
             else:
                 return None
+            if self._handed() > seen:  # an urgent job handed while it waited: run it
+                raise HandedJobs(f"bundle {done.bundle_id} was handed a job while its "
+                                 "runner waited for a follow-on", [])
         return None
 
     def _taken_anyway(self, done: Bundle, exc: Exception) -> Bundle | None:

@@ -212,15 +212,20 @@ class Worker:
                 return None
             if self._take_handed(schedule):
                 continue  # handed while the last jobs ran: run them first
+            # Every job handed so far has run (those a beat learns from now on have not): the
+            # bundle ends, or a take ends it, only if the table shows no more than these.
+            seen = self._seen_handed()
+            if seen is None:
+                continue  # a beat learnt one just now: run it first
             left = self._left - writes.refused
             target = BundleState.PENDING if writes.retrying or left else BundleState.DONE
             self._ending.set()  # a beat that finds the bundle moved from now on: it ended
             try:
                 if target == BundleState.DONE:
-                    following = self._follow_ons.take(bundle, fence, writes)
+                    following = self._follow_ons.take(bundle, fence, writes, seen)
                     if following is not None:
                         return following
-                writes.flush(target, handed=len(self._handed))
+                writes.flush(target, handed=seen)
             except HandedJobs as more:  # handed since the last heartbeat: run them, then end
                 self._ending.clear()
                 self.learn_handed(more.job_ids)
@@ -236,6 +241,12 @@ class Worker:
                 self._handed += new
                 self._incoming += new
                 self._changed.notify_all()
+
+    def _seen_handed(self) -> int | None:
+        """How many jobs were handed to the bundle, all of them run; None if a beat learnt
+        one not started yet."""
+        with self._changed:
+            return None if self._incoming else len(self._handed)
 
     def _take_handed(self, schedule: Schedule) -> bool:
         with self._changed:

@@ -175,6 +175,8 @@ class FollowOns(Reads):
             if summary is not None and not (summary.fed_seconds or summary.small_jobs_left
                                             or summary.left_due):
                 return Take(None)  # the last tick cut none and left none: no Query
+            if summary is not None and summary.others_waiting(str(done.priority)):
+                return Take(None)  # other due work goes first: its slot is the tick's
             return self._take_other_batch(done, task_arn, tick, _limited(tick), ended, ending,
                                           before)
         for tries in range(TAKE_TRIES):

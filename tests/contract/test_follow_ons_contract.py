@@ -345,6 +345,10 @@ def test_a_runner_of_a_bundle_of_no_batch_takes_a_batchs_follow_on_into_that_bat
     fed = TickSummary(at=T0, active=1, max_running=1, fed_seconds=30.0)
     store.save_tick_summary(fed, "fam:2", None)  # a deploy: the rest is the tick's to launch
     assert store.take_follow_on(done, "arn:task/1") == Take(None)
+    # Other due work of its priority or higher waits: the slot is left to the tick for it.
+    store.save_tick_summary(TickSummary(at=T0, active=1, max_running=1, fed_seconds=30.0,
+                                        others_due={"high": 1}), REVISION, None)
+    assert store.take_follow_on(done, "arn:task/1") == Take(None)
     store.save_tick_summary(fed, REVISION, None)
     take = store.take_follow_on(done, "arn:task/1")
     assert take.bundle is not None and take.bundle.bundle_id == other.bundle_id

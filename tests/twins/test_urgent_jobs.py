@@ -16,6 +16,7 @@ the schedule), each job taking JOB_SECONDS; a task's stop event is delivered whe
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -27,13 +28,14 @@ from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.jobs import JobState, Priority
 from dispatcher.domain.pacing import LaunchPacer
 from dispatcher.domain.stops import TaskStop
+from dispatcher.domain.waiting import TickSummary
 from dispatcher.ops.client import JobClient
 from dispatcher.ports.queue import BATCH, Received
 from dispatcher.store import Store
 from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.testing.memory_table import MemoryTable
 from dispatcher.wiring import pipeline
-from job_runner import JobContext
+from job_runner import JobContext, next_bundle
 from job_runner.kinds import HandlerRegistry
 from job_runner.worker import Worker
 from tests.model_faults import one_thread
@@ -370,3 +372,38 @@ def test_the_watch_ends_a_watch_after_the_tick_began_however_long_it_drained(
     assert report.capacity == 0 and not report.skipped
     assert world.now() - begun <= WATCH_SECONDS + 1.0 < TICK_EVERY
     assert report.handoff.watched_seconds <= WATCH_SECONDS - 45.0 + 1.0
+
+
+def test_a_job_handed_to_a_runner_waiting_for_a_streams_next_tick_runs_before_it_ends(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runner whose jobs have all ended waits for the next tick's follow-ons (the last tick
+    fed the running tasks), its heartbeat beating: a host the hand-off picks first. A job
+    handed to it meanwhile runs; the bundle never ends DONE over it."""
+    monkeypatch.setattr(next_bundle, "STREAM_POLL_SECONDS", 0.02)
+    store = Store(MemoryTable())
+    launched(store, [small("j0"), small("j1")])
+    source = urgent_waiting(store, "u1")
+    store.save_tick_summary(TickSummary(at=store.clock(), active=1, max_running=1,
+                                        fed_seconds=30.0), "longjobs-worker:1", None)
+    cfg = settings.load("runner", {
+        "LONGJOBS_TABLE": "t", "LONGJOBS_FLUSH_SECONDS": "3600",
+        "LONGJOBS_HEARTBEAT_SECONDS": "0.05", "LONGJOBS_ASSIGN_WAIT_SECONDS": "1",
+        "LONGJOBS_TASK_CONCURRENCY": "2", "LONGJOBS_STREAM_WAIT_SECONDS": "1"})
+    ran: list[str] = []
+    worker = Worker(cfg, store, HandlerRegistry({"ok": lambda p, ctx: ran.append(ctx.job_id)}),
+                    ARN)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not all((j := store.get_job(i)) is not None and j.state == JobState.SUCCEEDED
+                  for i in ("j0", "j1")):  # written before it waits
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    [host] = store.full_bundles(["b1"])
+    assert host.state == BundleState.RUNNING  # waiting: its slot held
+    assert store.hand(source, ["u1"], host) == ["u1"]
+    thread.join(10)
+    assert not thread.is_alive()
+    assert ran == ["j0", "j1", "u1"]
+    job = store.get_job("u1")
+    assert job is not None and job.state == JobState.SUCCEEDED
