@@ -220,6 +220,7 @@ class _Drain:
         self.receives_left = receives  # None: until the slots are taken or the queue is empty
         self.receiving = False  # still receiving
         self.empty = 0
+        self.stopped_for_room = False  # stopped receiving with every slot's share taken
         self.beat = beat_seconds
 
     def run(self, pool: ThreadPoolExecutor) -> Iterator[list[Bundle]]:
@@ -229,7 +230,6 @@ class _Drain:
         receives: dict[Future[list[Received]], None] = {}
         work: dict[Future[Recorded], None] = {}
         self.receiving = True
-        self.stopped_for_room = False
         ahead = max(1, self.admission._concurrency // 2)
         clock = self.admission._clock
         yielded_at = clock()

@@ -340,7 +340,7 @@ def test_a_runner_of_a_stream_waits_for_the_next_ticks_follow_ons_rather_than_ex
     ran: list[str] = []
     worker = threading.Thread(target=run, args=(tw, a1), kwargs={"cfg": waiting, "ran": ran})
     worker.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a poll on a condition; the bound is for a hang
     while sum(j.state == JobState.SUCCEEDED for j in tw.jobs()) < 8:  # a2's four, a1's
         time.sleep(0.01)
         assert time.monotonic() < deadline, "the waiting runner held its results"

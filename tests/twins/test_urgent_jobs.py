@@ -394,7 +394,7 @@ def test_a_job_handed_to_a_runner_waiting_for_a_streams_next_tick_runs_before_it
                     ARN)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a poll on a condition; the bound is for a hang
     while not all((j := store.get_job(i)) is not None and j.state == JobState.SUCCEEDED
                   for i in ("j0", "j1")):  # written before it waits
         assert time.monotonic() < deadline
