@@ -404,6 +404,6 @@ def test_a_job_handed_to_a_runner_waiting_for_a_streams_next_tick_runs_before_it
     assert store.hand(source, ["u1"], host) == ["u1"]
     thread.join(10)
     assert not thread.is_alive()
-    assert ran == ["j0", "j1", "u1"]
+    assert sorted(ran[:2]) == ["j0", "j1"] and ran[2:] == ["u1"]  # its own two at once, then u1
     job = store.get_job("u1")
     assert job is not None and job.state == JobState.SUCCEEDED
