@@ -266,9 +266,9 @@ class FollowOns(Reads):
         (or another taker came first: the task ends, and the tick launches the rest)."""
         rows = self.table.query(r.FOLLOW_ONS_STATUS, at_most=r.iso(self.clock()),
                                 limit=OTHERS_READ)
-        fits = [b for b in map(r.record_bundle, rows) if b.kind not in limited
-                and b.resources == done.resources
-                and follow_on_batch(b.bundle_id) != done.batch]
+        others = [b for b in map(r.record_bundle, rows)
+                  if follow_on_batch(b.bundle_id) != done.batch]
+        fits = [b for b in others if b.kind not in limited and b.resources == done.resources]
         other = min(fits, key=lambda b: (PRIORITY_ORDER.index(b.priority), b.next_attempt_at),
                     default=None)
         if other is not None:
@@ -279,8 +279,13 @@ class FollowOns(Reads):
             except _Refused:
                 return Take(None)
         # None left, or another taker came first: a stream's task looks again, unless the
-        # last tick left other due work waiting for a slot (this one's, if it exits).
+        # last tick left other due work waiting for a slot (this one's, if it exits), or
+        # follow-ons wait that this task cannot run but a task in its slot could (of other
+        # resources, or of a limited kind with room, which the tick launches): a slot held
+        # empty for the next tick's would keep them from it.
         summary = TickSummary.from_json(tick.summary)
+        if other is None and any(b not in fits and _has_room(summary, b.kind) for b in others):
+            return Take(None)
         if summary is not None and not summary.others_due \
                 and (summary.fed_seconds >= STREAM_FED_SECONDS or summary.small_jobs_left):
             return Take(None, fed_at=summary.at)
@@ -389,6 +394,13 @@ def _limited(tick: Record) -> set[str]:
     the tick's to launch, which counts its slots."""
     summary = TickSummary.from_json(tick.summary)
     return set(summary.kinds) if summary is not None else set()
+
+
+def _has_room(summary: TickSummary | None, kind: str | None) -> bool:
+    """Whether the last tick left ``kind`` room to start more jobs (of no limit: always)."""
+    running, limit = (summary.kinds.get(kind) if summary is not None and kind is not None
+                      else None) or (0, 1)
+    return running < limit
 
 
 class EndRefused(Exception):

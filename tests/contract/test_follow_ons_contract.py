@@ -10,7 +10,7 @@ import pytest
 from dispatcher.domain.bundles import Bundle, BundleState, follow_on_id
 from dispatcher.domain.deployment import Deployment
 from dispatcher.domain.errors import ConflictError, HandedJobs
-from dispatcher.domain.jobs import JobState
+from dispatcher.domain.jobs import JobState, Resources
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import Set, Update
 from dispatcher.store import Fence, JobUpdate, Store
@@ -378,3 +378,32 @@ def test_a_runner_with_none_to_take_after_a_tick_that_fed_the_tasks_hears_when(
     store.save_tick_summary(TickSummary(at=at, active=1, max_running=1, others_due={"low": 1},
                                         **word), REVISION, None)  # type: ignore[arg-type]
     assert store.take_follow_on(done, "arn:task/1") == Take(None)
+
+
+@pytest.mark.parametrize("why", ["resources", "kind with room"])
+def test_a_runner_fed_for_a_stream_does_not_wait_beside_follow_ons_only_its_slot_can_run(
+        store: Store, why: str) -> None:
+    """The last tick fed the running tasks, but a follow-on waits that this task cannot run
+    (other resources; a limited kind, which the tick launches, with room): the runner does
+    not hold its slot empty for the next tick's, it leaves it to that follow-on. A limited
+    kind at its limit takes no slot yet: the runner waits as before."""
+    tick(store)
+    done = first_wave(store)
+    store.end_batch(BATCH, 0)
+    cpu = 2048 if why == "resources" else None
+    kind = "gpu" if why == "kind with room" else None
+    other = Bundle(bundle_id=follow_on_id("batch2", 0), job_ids=["g0"], next_attempt_at=T0,
+                   created_at=T0, batch="batch2", kind=kind,
+                   resources=Resources(cpu=cpu, memory=4096 if cpu else None))
+    assert store.record([other], _jobs("g0", bundle_id=other.bundle_id)) == set()
+    at = T0 + 30
+    kinds = {"gpu": (1, 2)} if kind else {}
+    store.save_tick_summary(TickSummary(at=at, active=1, max_running=1, fed_seconds=30.0,
+                                        kinds=kinds), REVISION, None)
+    assert store.take_follow_on(done, "arn:task/1") == Take(None)
+    got = store.get_bundle(other.bundle_id)
+    assert got is not None and got.state == BundleState.PENDING  # the tick's to launch
+    if kind:
+        store.save_tick_summary(TickSummary(at=at, active=1, max_running=1, fed_seconds=30.0,
+                                            kinds={"gpu": (2, 2)}), REVISION, None)
+        assert store.take_follow_on(done, "arn:task/1") == Take(None, fed_at=at)
