@@ -125,20 +125,22 @@ class Admission:
             for n, (priority, queue) in enumerate(self._queues):
                 below = sum(guaranteed[p] for p, _ in self._queues[n + 1:])
                 slots = max(0, left - below)
-                if slots == 0 or time.monotonic() >= deadline:
-                    continue
-                target = self.target_jobs(visible.get(priority, 0), slots)
-                stats.target_jobs = max(stats.target_jobs, target)
                 # The running tasks take one queue's follow-ons (the first below the high
-                # one with a backlog), as with no slot free.
+                # one with a backlog), as with no slot free: also when the levels above (or
+                # the shares of those below) leave this one no slot.
                 sharing = takers if priority != Priority.HIGH and visible.get(priority) else 0
+                if time.monotonic() >= deadline or not (slots or sharing):
+                    continue
                 takers -= sharing
+                target = self.target_jobs(visible.get(priority, 0), slots or sharing)
+                stats.target_jobs = max(stats.target_jobs, target)
                 bundler = Bundler(self._policy.bundling, slots, target, at=self._clock(),
                                   kind_limits=self._policy.kind_limits, kind_room=room,
                                   backlog=visible.get(priority, 0), clock=self._clock,
                                   takers=sharing)
                 yield from _Drain(self, queue, bundler, deadline, stats,
-                                  beat_seconds=beat_seconds).run(pool)
+                                  beat_seconds=beat_seconds,
+                                  of_high=priority == Priority.HIGH).run(pool)
                 left -= bundler.opened
                 room = bundler.kind_room
 
@@ -203,8 +205,12 @@ class _Drain:
 
     def __init__(self, admission: Admission, queue: Queue, bundler: Bundler, deadline: float,
                  stats: AdmissionStats, *, wait_seconds: int = 0,
-                 receives: int | None = None, beat_seconds: float | None = None) -> None:
+                 receives: int | None = None, beat_seconds: float | None = None,
+                 of_high: bool = False) -> None:
+        """``of_high``: the high queue's, never cut into follow-ons for running tasks
+        (urgent jobs reach them their own way: stages/handoff.py)."""
         self.admission = admission
+        self.of_high = of_high
         self.recorder = admission._recorder
         self.queue = queue
         self.bundler = bundler
@@ -289,11 +295,12 @@ class _Drain:
 
     def _stopped_for_room(self) -> None:
         """The drain stops receiving with every slot's share taken: a drain of small jobs
-        (not an intake of urgent ones, which receives a set number of times) may have left
+        (not of the high queue, whose jobs no follow-on takes, nor an intake of urgent ones,
+        which receives a set number of times) may have left
         more in the queue; if it did (a look at the queue once the drain ends), the summary
         tells the running tasks (with follow-ons on: only then may the next tick cut them
         some)."""
-        if self.receives_left is None and self.bundler.small_seen \
+        if self.receives_left is None and self.bundler.small_seen and not self.of_high \
                 and self.admission._policy.bundling.follow_on_seconds > 0:
             self.stopped_for_room = True
 

@@ -4,6 +4,7 @@ reports and reruns once it ran several bundles."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any
@@ -12,16 +13,18 @@ import pytest
 
 from dispatcher import settings
 from dispatcher.domain.bundles import BundleState
-from dispatcher.domain.jobs import JobState
+from dispatcher.domain.jobs import JobState, Priority
 from dispatcher.domain.stops import StopCode, TaskStop
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.ops.metrics import stop_blob
+from dispatcher.ports.queue import Backlog
 from dispatcher.stages.bundle import TAIL_SECONDS
 from dispatcher.stages.rerun import StopResult
 from dispatcher.stages.tick import TickReport
 from dispatcher.store import Fence, codec
 from dispatcher.store.follow_ons import Take
 from dispatcher.store.values import JobOutcomes, JobUpdate
+from dispatcher.testing.memory_queue import MemoryQueue
 from job_runner import next_bundle
 from job_runner.kinds import HandlerRegistry
 from job_runner.worker import Worker
@@ -354,3 +357,67 @@ def test_a_runner_of_a_stream_waits_for_the_next_ticks_follow_ons_rather_than_ex
     worker.join(timeout=20)
     assert not worker.is_alive()
     assert set(second_ids) & set(ran), "the waiting runner took none of the next tick's"
+
+
+def test_a_free_slot_the_high_queue_fills_still_leaves_the_backlog_to_the_running_tasks() -> None:
+    """One slot is free and the high queue's jobs take it; the normal queue's backlog, which
+    that leaves no slot, is still cut into follow-ons for the running tasks (as with no slot
+    free), rather than left in the queue for a minute more."""
+    tw = Twins()
+    high = MemoryQueue(clock=tw.clock)
+    tw.priority_queues[Priority.HIGH] = high
+    backlog(tw, 30)  # 10 a slot: three bundles of no batch
+    stages = tw.stages(**ENV)
+    stages.tick.tick()
+    first = tw.task_arns()
+    run(tw, first[0])  # its slot frees
+    high.send([(str(n), json.dumps({"schema_version": 1, "kind": "k", "payload": {},
+                                    "job_id": f"h{n}", "estimated_seconds": 1.0,
+                                    "priority": "high"})) for n in range(4)])
+    second_ids = backlog(tw, 100, prefix="k")
+    tw.clock.advance(60)
+    report = stages.tick.tick()
+    assert report.capacity == 1 and report.launch.bundles_launched == 1
+    (new,) = [a for a in tw.task_arns() if a not in first]
+    assert {j for b in tw.bundles() if b.task_arn == new for j in b.job_ids} \
+        == {f"h{n}" for n in range(4)}
+    assert report.intake.follow_ons > 0 and report.intake.admitted == 104
+    assert tw.queue_counts() == (0, 0)
+    ran = [j for arn in (*first[1:], new) for j in run(tw, arn)]
+    assert sorted(j for j in ran if j in second_ids) == second_ids  # each once
+    assert len(tw.launcher.tasks) == 4  # none launched for them
+
+
+class LaggingCount(MemoryQueue):
+    """SQS's approximate count, read as a stream's messages arrive: it says 5 where more
+    are; the tick's first read of it decides no follow-ons, and its drain stops with every
+    slot's share taken, leaving the rest."""
+
+    def backlog(self) -> Backlog:
+        got = super().backlog()
+        return Backlog(min(got.visible, 5), got.in_flight, got.delayed)
+
+
+@pytest.mark.parametrize("priority", ["normal", "high"])
+def test_a_drain_that_left_small_jobs_for_want_of_slots_tells_the_runners_unless_urgent(
+        priority: str) -> None:
+    """A drain of small jobs that stopped with every slot's share taken and left some in the
+    queue tells the running tasks (their runners wait for the next tick's follow-ons). Not
+    one of the high queue: no follow-on takes its jobs, so a runner waiting for them would
+    only hold the slot a new task would run them in."""
+    tw = Twins()
+    queue = LaggingCount(clock=tw.clock)
+    if priority == "high":
+        tw.priority_queues[Priority.HIGH] = queue
+    else:
+        tw.queue = queue
+    for s in range(0, 100, 10):
+        queue.send([(str(k), json.dumps({"schema_version": 1, "kind": "k", "payload": {},
+                                         "job_id": f"j{s + k}", "estimated_seconds": 1.0,
+                                         "priority": priority})) for k in range(10)])
+    report = tw.stages(**ENV).tick.tick()
+    assert report.launch.bundles_launched == SLOTS and report.intake.follow_ons == 0
+    assert queue.backlog().in_flight == 0 and super(LaggingCount, queue).backlog().visible > 0
+    word = tw.table.get(codec.TICK_KEY)
+    summary = TickSummary.from_json(word.summary if word else None)
+    assert summary is not None and summary.small_jobs_left == (priority == "normal")
