@@ -6,6 +6,7 @@ dispatcher/store/follow_ons.py); the task exits when none is left.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -91,7 +92,7 @@ class FollowOnTaker:
             except (HandedJobs, ConflictError):
                 raise
             except Exception as exc:  # it may have committed all the same (its answer lost)
-                return self._taken_anyway(done, exc)
+                return taken_anyway(self.store, self.arn, done, exc, self._log)
             if take.bundle is not None:
                 self._log.info("took follow-on %s of batch %s", take.bundle.bundle_id,
                                take.bundle.batch)
@@ -109,26 +110,28 @@ class FollowOnTaker:
                                  "runner waited for a follow-on", [])
         return None
 
-    def _taken_anyway(self, done: Bundle, exc: Exception) -> Bundle | None:
-        """After a take that raised: the follow-on it took if it committed all the same (the
-        task's pointer names a bundle LAUNCHED on this task other than ``done``, which is
-        then DONE), for this task to run as taken; else None, ``done`` still RUNNING, ended
-        alone by the caller. Ending it alone after a take that committed would find it DONE
-        (ConflictError: the runner exits) and leave the follow-on to the task's stop, which
-        reruns it as a task that never claimed it and charges its jobs an attempt."""
-        try:
-            taken = self.store.bundle_for_task(self.arn)
-        except Exception as read:  # as the take: ended alone, the fence decides
-            self._log.warning("taking a follow-on failed, and reading this task's bundle after it",
-                        extra={"error": f"{type(exc).__name__}: {exc}",
-                               "read_error": f"{type(read).__name__}: {read}"})
-            return None
-        if taken is not None and taken.bundle_id != done.bundle_id \
-                and taken.task_arn == self.arn and taken.state == BundleState.LAUNCHED:
-            self._log.warning("taking a follow-on failed after it was written; running it",
-                        extra={"error": f"{type(exc).__name__}: {exc}",
-                               "follow_on": taken.bundle_id})
-            return taken
-        self._log.warning("taking a follow-on failed; ending the bundle",
-                    extra={"error": f"{type(exc).__name__}: {exc}"})
+
+def taken_anyway(store: RunnerStore, arn: str, done: Bundle, exc: Exception,
+                 log: Logger | logging.Logger) -> Bundle | None:
+    """After a take that raised: the follow-on it took if it committed all the same (the
+    task's pointer names a bundle LAUNCHED on task ``arn`` other than ``done``, which is
+    then DONE), for the task to run as taken; else None, ``done`` still RUNNING, ended
+    alone by the caller. Ending it alone after a take that committed would find it DONE
+    (ConflictError: the runner exits) and leave the follow-on to the task's stop, which
+    reruns it as a task that never claimed it and charges its jobs an attempt."""
+    try:
+        taken = store.bundle_for_task(arn)
+    except Exception as read:  # as the take: ended alone, the fence decides
+        log.warning("taking a follow-on failed, and reading this task's bundle after it",
+                    extra={"error": f"{type(exc).__name__}: {exc}",
+                           "read_error": f"{type(read).__name__}: {read}"})
         return None
+    if taken is not None and taken.bundle_id != done.bundle_id \
+            and taken.task_arn == arn and taken.state == BundleState.LAUNCHED:
+        log.warning("taking a follow-on failed after it was written; running it",
+                    extra={"error": f"{type(exc).__name__}: {exc}",
+                           "follow_on": taken.bundle_id})
+        return taken
+    log.warning("taking a follow-on failed; ending the bundle",
+                extra={"error": f"{type(exc).__name__}: {exc}"})
+    return None

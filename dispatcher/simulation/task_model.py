@@ -19,6 +19,7 @@ flusher is a thread of its own in the runner.
 from __future__ import annotations
 
 import heapq
+import logging
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 
@@ -31,9 +32,12 @@ from job_runner.next_bundle import (
     FOLLOW_ON_POLL_SECONDS,
     FOLLOW_ON_WAIT_SECONDS,
     STREAM_POLL_SECONDS,
+    taken_anyway,
 )
 from job_runner.outcome import Outcome
 from job_runner.writes import FLUSH_AT_JOBS, Writes
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -105,8 +109,13 @@ class TaskModel:
         deadline = self.clock() + FOLLOW_ON_WAIT_SECONDS
         streaming = self.clock() + self.stream_wait_seconds
         while True:
-            take = self.store.end_and_take(fence, done, writes.outcomes(), handed=handed,
-                                           before=writes.flush_for_take)
+            try:
+                take = self.store.end_and_take(fence, done, writes.outcomes(), handed=handed,
+                                               before=writes.flush_for_take)
+            except (HandedJobs, ConflictError):
+                raise
+            except Exception as exc:  # as the worker: it may have committed all the same
+                return taken_anyway(self.store, task.task_arn, done, exc, log)
             if take.bundle is not None:
                 return take.bundle
             if take.later and self.clock() < deadline:
