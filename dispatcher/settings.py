@@ -220,8 +220,10 @@ class Config(BaseModel):
         on_aws=OnAws.PARAMETER)] = 8
     hold_seconds: Annotated[int, Field(ge=2, le=43200), Env(
         "LONGJOBS_HOLD_SECONDS", "Visibility timeout the tick receives messages with; it "
-        "records and deletes each message within half of it.",
-        on_aws=OnAws.PARAMETER)] = 300
+        "records and deletes each message within half of it, and hides one it still holds at "
+        "three quarters of it (a recording slowed by throttling) for another hold. What a tick "
+        "that dies held comes back after it.",
+        on_aws=OnAws.PARAMETER)] = 120
     lease_seconds: Annotated[int, Field(ge=1), Env(
         "LONGJOBS_LEASE_SECONDS", "Expiry of the tick lease; longer than any tick can run.",
         on_aws=OnAws.PARAMETER)

@@ -54,10 +54,10 @@ class SqsQueue(Queue):
         return {messages[int(f["Id"])].message_id: f"{f.get('Code')}: {f.get('Message', '')}"
                 for f in resp.get("Failed", [])}
 
-    def release(self, messages: list[Received]) -> None:
+    def release(self, messages: list[Received], after: int = 0) -> None:
         if messages:
             self._call("change_message_visibility_batch", Entries=[
-                {"Id": str(n), "ReceiptHandle": m.receipt_handle, "VisibilityTimeout": 0}
+                {"Id": str(n), "ReceiptHandle": m.receipt_handle, "VisibilityTimeout": after}
                 for n, m in enumerate(messages)])
 
     def backlog(self) -> Backlog:

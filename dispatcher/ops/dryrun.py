@@ -71,8 +71,9 @@ class DryRunQueue(Queue):
         self._plan.would("delete_messages", message_ids=[m.message_id for m in messages])
         return {}
 
-    def release(self, messages: list[Received]) -> None:
-        self._plan.would("leave_in_queue", message_ids=[m.message_id for m in messages])
+    def release(self, messages: list[Received], after: int = 0) -> None:
+        if not after:  # a longer hold: nothing a plan needs (the dry run gives all back)
+            self._plan.would("leave_in_queue", message_ids=[m.message_id for m in messages])
 
     def backlog(self) -> Backlog:
         return self._inner.backlog()

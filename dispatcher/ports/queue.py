@@ -59,8 +59,11 @@ class Queue(ABC):
         """Delete up to 10 messages; return {message_id: reason} for those that failed."""
 
     @abstractmethod
-    def release(self, messages: list[Received]) -> None:
-        """Make messages visible again now: received beyond capacity, they stay backlog."""
+    def release(self, messages: list[Received], after: int = 0) -> None:
+        """Make messages visible again ``after`` seconds from now (ChangeMessageVisibility):
+        0, at once (received beyond capacity, they stay backlog); more, not before then (a
+        message still held past half its visibility timeout, kept from coming back while
+        its holder is alive). A message deleted meanwhile stays deleted."""
 
     @abstractmethod
     def backlog(self) -> Backlog: ...

@@ -52,8 +52,8 @@ class ArrivingQueue(Queue):
     def delete(self, messages: list[Received]) -> dict[str, str]:
         return self.inner.delete(messages)
 
-    def release(self, messages: list[Received]) -> None:
-        self.inner.release(messages)
+    def release(self, messages: list[Received], after: int = 0) -> None:
+        self.inner.release(messages, after)
 
     def backlog(self) -> Backlog:
         self._land()

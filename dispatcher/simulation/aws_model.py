@@ -215,9 +215,9 @@ class ModelQueue(Queue):
         self.calls.charge("DeleteMessageBatch")
         return self.inner.delete(messages)
 
-    def release(self, messages: list[Received]) -> None:
+    def release(self, messages: list[Received], after: int = 0) -> None:
         self.calls.charge("ChangeMessageVisibilityBatch")
-        self.inner.release(messages)
+        self.inner.release(messages, after)
 
     def backlog(self) -> Backlog:
         self.calls.charge("GetQueueAttributes")

@@ -120,13 +120,20 @@ class DeepQueue(Queue):
                 heapq.heapify(self._reappear)
         return {}
 
-    def release(self, messages: list[Received]) -> None:
+    def release(self, messages: list[Received], after: int = 0) -> None:
+        t = self._clock()
         with self._lock:
             for m in messages:
-                hidden = self._hidden.pop(m.message_id, None)
-                if hidden is not None:
-                    self._counts[m.message_id] = hidden[1]
-                    self._visible.appendleft(m.message_id)
+                hidden = self._hidden.get(m.message_id)
+                if hidden is None:
+                    continue
+                if after:  # hidden longer: the heap entry of before no longer matches
+                    self._hidden[m.message_id] = (t + after, hidden[1])
+                    heapq.heappush(self._reappear, (t + after, m.message_id))
+                    continue
+                del self._hidden[m.message_id]
+                self._counts[m.message_id] = hidden[1]
+                self._visible.appendleft(m.message_id)
 
     def backlog(self) -> Backlog:
         with self._lock:

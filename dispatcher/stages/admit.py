@@ -10,8 +10,10 @@ run ahead while the main thread validates and bundles; each bundle is recorded a
 deleted on the pool as soon as it closes, and yielded to the tick (which launches it) while the
 drain goes on. Messages are received with the ``hold_seconds`` visibility timeout and
 a bundle is closed once its oldest message was held for half of it, so every message is recorded
-and deleted long before it could be delivered again. Memory is bounded by the open and in-flight
-bundles, not by the depth of the queue.
+and deleted before it could be delivered again; those of a recording still going at three
+quarters of it (throttled, retried) are hidden for another hold. The hold is short (a tick
+whose Lambda dies leaves what it held to come back after it), not the time a drain may take.
+Memory is bounded by the open and in-flight bundles, not by the depth of the queue.
 
 Priorities: each level (high, normal, low) has its queue, drained in that order. The tick
 tells each level how many free task slots it may take (:meth:`DueWork.share
@@ -260,13 +262,15 @@ class _Drain:
             if not receives:
                 self.bundler.close()  # nothing more is coming: record what is open
             self._close_held_too_long()
+            self._keep_held()
             work.update(dict.fromkeys(
                 pool.submit(self.recorder.record, self.queue, b, self.held[b.bundle_id])
                 for b in self.bundler.take_closed()))
             if not receives and not work:
                 break
             pending: list[Future[Any]] = [*receives, *work]
-            wait(pending, return_when=FIRST_COMPLETED)
+            # Woken now and then however long a call takes, to keep what is held (above).
+            wait(pending, timeout=self.admission._hold / 8, return_when=FIRST_COMPLETED)
             for r in [f for f in receives if f.done()]:
                 del receives[r]
                 work.update(dict.fromkeys(self._admit(pool, r)))
@@ -308,6 +312,26 @@ class _Drain:
         for b in self.bundler.open_bundles:
             if time.monotonic() - self.held[b.bundle_id].since >= self.admission._hold / 2:
                 self.bundler.close_bundle(b.bundle_id)
+
+    def _keep_held(self) -> None:
+        """Messages held for three quarters of the hold (a recording slowed by throttling,
+        retried): hidden for another hold from now, so that they do not come back while
+        this tick still records them (a duplicate receive each, one more towards the
+        dead-letter queue). The hold itself stays short: what a tick that dies held comes
+        back after it. One ChangeMessageVisibilityBatch for ten messages, on this thread (a
+        rare call: a recording seldom takes that long)."""
+        hold = self.admission._hold
+        now = time.monotonic()
+        for bundle_id, held in self.held.items():
+            if now - (held.kept or held.since) < hold * 3 / 4:
+                continue
+            held.kept = now
+            for i in range(0, len(held.messages), BATCH):
+                try:
+                    self.queue.release(held.messages[i:i + BATCH], after=int(hold))
+                except Exception as exc:  # they may come back: duplicates, then, no loss
+                    log.warning("holding messages longer failed", extra={
+                        "bundle_id": bundle_id, "error": repr(exc)})
 
     def _admit(self, pool: ThreadPoolExecutor,
                f: Future[list[Received]]) -> list[Future[Recorded]]:

@@ -243,7 +243,9 @@ class ArrayChildren(Queue):
         for parent_id, mark, floor in ahead:
             self._store.offered_back(parent_id, mark, floor)
 
-    def release(self, messages: list[Received]) -> None:
+    def release(self, messages: list[Received], after: int = 0) -> None:
+        if after:
+            return  # no timeout hides a child: it is this tick's until it is given back
         with self._lock:
             for c, index in self._children(messages):
                 c.back.append(index)

@@ -89,13 +89,13 @@ class FannedQueue(Queue):
             failed.update(self.children.delete(children))
         return failed
 
-    def release(self, messages: list[Received]) -> None:
+    def release(self, messages: list[Received], after: int = 0) -> None:
         queued = [m for m in messages if m.array_index is None]
         if queued:
-            self._queue.release(queued)
+            self._queue.release(queued, after)
         children = [m for m in messages if m.array_index is not None]
         if children:
-            self.children.release(children)
+            self.children.release(children, after)
 
     def backlog(self) -> Backlog:
         queued = self._queue.backlog()

@@ -46,6 +46,7 @@ class Held:
     jobs: list[Job] = field(default_factory=list)
     messages: list[Received] = field(default_factory=list)
     since: float = field(default_factory=time.monotonic)  # its oldest message's receipt
+    kept: float | None = None  # when its messages' hold was last made longer, if ever
 
 
 @dataclass

@@ -48,12 +48,13 @@ class MemoryQueue(Queue):
                 self._messages.pop(m.message_id, None)
         return {}
 
-    def release(self, messages: list[Received]) -> None:
+    def release(self, messages: list[Received], after: int = 0) -> None:
+        t = self._clock()
         with self._lock:
             for m in messages:
                 if m.message_id in self._messages:
                     body, sent, _, n = self._messages[m.message_id]
-                    self._messages[m.message_id] = (body, sent, 0.0, n)
+                    self._messages[m.message_id] = (body, sent, t + after if after else 0.0, n)
 
     def backlog(self) -> Backlog:
         t = self._clock()

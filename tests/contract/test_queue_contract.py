@@ -126,6 +126,20 @@ def test_release_makes_messages_visible_now(queues: QueueFactory) -> None:
     assert all(m.receive_count == 2 for m in back)
 
 
+def test_release_after_a_while_keeps_messages_hidden_that_long(queues: QueueFactory) -> None:
+    """A message held past most of its visibility timeout is hidden for as long again from
+    now, and then comes back (ChangeMessageVisibility to that many seconds)."""
+    q = queues("jobs")
+    _send(q, ["held"])
+    got = q.receive(visibility_timeout=1)
+    q.release(got, after=3)
+    time.sleep(1.5)  # the first timeout is over; the new one is not
+    assert q.receive() == [] and q.backlog().in_flight == 1
+    time.sleep(2)
+    (back,) = _drain(q)
+    assert back.body == "held" and back.receive_count == 2
+
+
 def test_delete_with_the_latest_receipt_handle(queues: QueueFactory) -> None:
     q = queues("jobs")
     _send(q, ["z"])

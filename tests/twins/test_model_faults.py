@@ -63,7 +63,7 @@ def test_a_tick_that_dies_mid_drain_costs_its_messages_hold_not_its_lease() -> N
     """The first tick's Lambda dies after 30 of its writes (bundles recorded, none launched).
     Where the platform runs one tick at a time (the stack), the next tick takes its lease at
     once and commits what it left RECORDING; only the messages it held come back later, when
-    their hold (LONGJOBS_HOLD_SECONDS, 300 s) ends. Elsewhere the next ticks wait out its
+    their hold (LONGJOBS_HOLD_SECONDS, 120 s) ends. Elsewhere the next ticks wait out its
     lease's term (960 s), and the batch with them."""
     crash = Faults(tick_crash=TickCrash(tick=0, after_writes=30))
     at_once = run(crash)
@@ -74,7 +74,9 @@ def test_a_tick_that_dies_mid_drain_costs_its_messages_hold_not_its_lease() -> N
     assert waited.outcome.drain > 960
     clean = BatchModel(Shape(**SMALL, seed=3))  # type: ignore[arg-type]
     clean.run()
-    assert clean.outcome.drain < at_once.outcome.drain <= clean.outcome.drain + 300 + 60
+    # Its messages back after the hold, and drained by the first tick after it (a minute
+    # apart; the one at the hold's end may have just missed them): a minute or two.
+    assert clean.outcome.drain < at_once.outcome.drain <= clean.outcome.drain + 120 + 2 * 60
 
 
 def test_latency_tails_have_the_p99_they_are_given() -> None:
