@@ -99,6 +99,14 @@ def fault_lines(shape: Shape, out: BatchRun, model: BatchModel) -> list[str]:
     return lines
 
 
+def partition_line(model: BatchModel) -> str:
+    """What DynamoDB's limit of 1,000 WCU a second per partition key did to the run."""
+    p = model.partitions
+    return (f"partitions: hottest {p.hottest.key or '-'} took {p.hottest.wcu:,.0f} WCU in a "
+            f"second (limit {p.limit:,.0f}); {p.throttled:,} write attempts throttled for a "
+            f"key past it" + ("" if not p.throttled else ": the table's writes set the bound"))
+
+
 def report(shape: Shape, out: BatchRun, wall: float) -> list[str]:
     n = shape.jobs
     lines = [f"drain: {out.drain:.1f} s (end of enqueueing to the last job done; "
@@ -192,6 +200,7 @@ def stream(shape: Shape, minutes: float) -> None:
           + ", ".join(f"{c} {sum(v.values()) / shape.jobs:.3f}" for c, v in out.calls.items())
           + ")")
     print(f"peak RSS (VmHWM) of this process: {vm_kib() / 1024:.0f} MiB; wall {wall:.0f} s")
+    print(partition_line(model))
     print(f"runs: {verdict.line()}")
     p99 = waits[int(0.99 * len(waits))] if waits else float("inf")
     print(f"stream: send-to-start p99 = {p99:.1f} s")
@@ -263,6 +272,7 @@ def main() -> None:
     lines = report(shape, out, time.monotonic() - t0)  # its peak RSS before the ledger's look
     if shape.faults.any:
         lines[-1:-1] = fault_lines(shape, out, model)
+    lines.insert(-1, partition_line(model))
     verdict = model.verdict()
     # What ran, judged by the run's own ledger: a drain that lost or doubled a job is no figure.
     lines.insert(-1, f"runs: {verdict.line()}")

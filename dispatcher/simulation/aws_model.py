@@ -28,6 +28,10 @@ multiplies them all):
   and 20/s per capacity provider
   (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/throttling.html).
 
+DynamoDB's limit of 1,000 WCU a second per partition key (the table's and the status index's)
+is :mod:`dispatcher.simulation.partitions`: a write past it is throttled and tried again as
+the adapter does.
+
 A write waits for the item's last write: a thread that writes an item last written at a
 later virtual time (a bundle the drain recorded, handed to the launch thread) moves its clock
 there first, so no effect precedes its cause however this machine ordered the threads.
@@ -59,6 +63,7 @@ from dispatcher.ports.table import (
     Update,
 )
 from dispatcher.simulation.call_faults import CallDraws, CallFaults
+from dispatcher.simulation.partitions import Partitions
 from dispatcher.simulation.virtual_time import VirtualClock
 
 SQS_CALL = 0.020
@@ -128,6 +133,17 @@ class Calls:
             self.clock.charge(drawn.seconds)
             if drawn.throttled_through and throttled is not None:
                 raise throttled()
+
+    def retried(self, api: str, n: int) -> bool:
+        """Attempt ``n`` of ``api`` was throttled for a partition past its limit: whether
+        its adapter tries again (the wait and the next attempt charged and counted)."""
+        wait = self.draws.backoff(api, n)
+        if wait is None:
+            return False
+        with self._lock:
+            self.counts[api] += 1
+        self.clock.charge(wait + self.latencies.of(api))
+        return True
 
     def wrote(self) -> None:
         """A table write of this component is done: it dies here if its time has come."""
@@ -225,10 +241,26 @@ class ModelQueue(Queue):
 
 
 class ModelTable(Table):
-    def __init__(self, inner: Table, calls: Calls, times: ItemTimes) -> None:
+    def __init__(self, inner: Table, calls: Calls, times: ItemTimes,
+                 partitions: Partitions | None = None) -> None:
+        """``partitions``: each partition key's writes a second, shared by every component's
+        table; a write past a key's limit is throttled (None: no limit)."""
         self.inner = inner
         self.calls = calls
         self.times = times
+        self.partitions = partitions
+
+    def _room(self, api: str, ops: list[Op], throttled: Callable[[], Exception]) -> None:
+        """Wait, as the adapter retries, until every partition key ``ops`` write has room
+        in its second; raise ``throttled()`` if the adapter gives up first."""
+        if self.partitions is None:
+            return
+        charges = self.partitions.charges(ops, transaction=api == "TransactWriteItems")
+        n = 1
+        while not self.partitions.take(self.calls.clock(), charges):
+            if not self.calls.retried(api, n):
+                raise throttled()
+            n += 1
 
     def get(self, pk: str) -> Record | None:
         self.calls.charge("GetItem", throttled=_table_throttled("GetItem"))
@@ -257,6 +289,7 @@ class ModelTable(Table):
         api = {Put: "PutItem", Update: "UpdateItem", Delete: "DeleteItem"}[type(op)]
         self.times.after(self.calls.clock, [op.pk])
         self.calls.charge(api, throttled=_table_throttled(api))
+        self._room(api, [op], _table_throttled(api))
         try:
             done = self.inner.write(op)
         finally:
@@ -267,8 +300,10 @@ class ModelTable(Table):
     def transact(self, ops: list[Op], *, token: str | None = None) -> None:
         pks = [op.pk for op in ops]
         self.times.after(self.calls.clock, pks)
-        self.calls.charge("TransactWriteItems", len(ops), throttled=lambda: TransactionCancelled(
-            ["ThrottlingError"] + [None] * (len(ops) - 1)))
+        cancelled = lambda: TransactionCancelled(  # noqa: E731
+            ["ThrottlingError"] + [None] * (len(ops) - 1))
+        self.calls.charge("TransactWriteItems", len(ops), throttled=cancelled)
+        self._room("TransactWriteItems", ops, cancelled)
         try:
             self.inner.transact(ops, token=token)
         finally:

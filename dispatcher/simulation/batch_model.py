@@ -64,6 +64,7 @@ from dispatcher.simulation.batch_shape import (
 from dispatcher.simulation.deep_queue import DeepQueue
 from dispatcher.simulation.faults import KILLED, SPOT_WARNING_SECONDS, TaskFate, fate
 from dispatcher.simulation.lean_table import lean_table
+from dispatcher.simulation.partitions import Partitions
 from dispatcher.simulation.run_ledger import RunLedger, Verdict
 from dispatcher.simulation.task_model import TaskModel, TaskRun
 from dispatcher.simulation.virtual_time import VirtualClock, patched
@@ -98,6 +99,8 @@ class BatchModel:
         self.table_retry = TableRetry(sleep=self.clock.charge)
         self.items = ItemTimes()
         self.table = table if table is not None else MemoryTable(clock=self.clock)
+        # DynamoDB's limit of writes a second to one partition key, on every run.
+        self.partitions = Partitions(self.table.status_key_of)
         self.sqs = DeepQueue(clock=self.clock, synthetic=shape.jobs if shape.rate else backlog,
                              body_of=synthetic_body(shape), arrival_rate=shape.rate)
         self.ecs = MemoryLauncher(clock=self.clock, limits=LaunchLimits(clock=self.clock))
@@ -115,7 +118,8 @@ class BatchModel:
         self.runner_cfg = settings.load("runner", self.env)
         self.dispatcher = self._stages("dispatcher")
         self.events = self._stages("events")
-        self.runner_store = Store(ModelTable(self.table, self.calls["runner"], self.items),
+        self.runner_store = Store(ModelTable(self.table, self.calls["runner"], self.items,
+                                             self.partitions),
                                   clock=self.clock, table_retry=self.table_retry)
         # The JSON logs' level is read once, at import: the model's is its settings'.
         logging.getLogger("dispatcher").setLevel(self.env["LONGJOBS_LOG_LEVEL"])
@@ -141,7 +145,7 @@ class BatchModel:
     def _stages(self, component: str) -> pipeline.Stages:
         calls = self.calls[component]
         launcher = ModelLauncher(self.ecs, calls)
-        store = Store(ModelTable(self.table, calls, self.items), clock=self.clock,
+        store = Store(ModelTable(self.table, calls, self.items, self.partitions), clock=self.clock,
                       table_retry=self.table_retry)
         pacer = LaunchPacer(runtask_per_second=self.cfg.runtask_per_second,
                             task_launch_burst=self.cfg.task_launch_burst,

@@ -104,6 +104,18 @@ class CallDraws:
         self.throttled = 0  # attempts throttled
         self.failed = 0  # calls throttled on every attempt
 
+    def backoff(self, api: str, n: int) -> float | None:
+        """Attempt ``n`` of ``api`` was throttled (a partition past its limit, which the
+        model finds, not draws): the adapter's wait before it tries again, or None if it
+        gives up."""
+        retries = RETRIES.get(api)
+        with self._lock:
+            self.throttled += 1
+            if retries is None or n >= retries.attempts:
+                self.failed += 1
+                return None
+            return retries.wait(self._rng, n)
+
     def attempts(self, api: str, latency: float) -> Attempts:
         f, retries = self.faults, RETRIES.get(api)
         with self._lock:

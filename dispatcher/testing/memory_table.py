@@ -366,6 +366,12 @@ class MemoryTable(Table):
             raise ConditionFailed(op.pk)
         return after
 
+    def status_key_of(self, pk: str) -> str | None:
+        """The status index key of item ``pk`` as stored (None: no item, or none in the
+        index): read without a copy, for the model of AWS's partitions."""
+        rec = self._items.get(pk)
+        return rec.status_key if rec is not None else None
+
     def _set(self, pk: str, rec: Record | None) -> None:
         before = self._items.get(pk) if self._watchers else None
         if rec is None:
