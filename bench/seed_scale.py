@@ -39,6 +39,7 @@ from dispatcher.simulation.batch_figures import start_latencies
 from dispatcher.simulation.batch_model import BatchModel
 from dispatcher.simulation.batch_shape import BatchRun, Shape
 from dispatcher.simulation.faults import REFERENCE_CRASH_WRITES, Faults, TickCrash
+from dispatcher.simulation.forgetful_table import KEEP_SECONDS
 
 # The stack's promise for a high-priority job sent while every slot is busy: it starts within
 # a minute (the tick's watch hands it to a running task).
@@ -182,7 +183,8 @@ def stream(shape: Shape, minutes: float) -> None:
           f"for {minutes:g} min, {shape.tasks} tasks x {shape.concurrency} "
           f"(pid {os.getpid()})", flush=True)
     t0 = time.monotonic()
-    model = BatchModel(shape)
+    # An hour's 1.8 million jobs, not all at once: each forgotten 10 minutes after it ended.
+    model = BatchModel(shape, forget_ended=KEEP_SECONDS)
     out = model.run()
     wall = time.monotonic() - t0
     waits = sorted(start_latencies(shape, model.sqs, model.ledger))

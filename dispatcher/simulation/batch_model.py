@@ -63,6 +63,7 @@ from dispatcher.simulation.batch_shape import (
 )
 from dispatcher.simulation.deep_queue import DeepQueue
 from dispatcher.simulation.faults import KILLED, SPOT_WARNING_SECONDS, TaskFate, fate
+from dispatcher.simulation.forgetful_table import ForgetfulTable
 from dispatcher.simulation.lean_table import lean_table
 from dispatcher.simulation.partitions import Partitions
 from dispatcher.simulation.run_ledger import RunLedger, Verdict
@@ -85,12 +86,16 @@ BUGS = (AssertionError, AttributeError, NameError, TypeError, ImportError)
 class BatchModel:
     """``backlog``: the queue holds that many messages of the batch's jobs, made as they are
     received (:class:`DeepQueue`'s synthetic backlog) instead of enqueued; ``table``: the
-    table twin (default a :class:`MemoryTable`)."""
+    table twin (default a :class:`MemoryTable`); ``forget_ended``: instead, one that forgets
+    a job's item that many seconds after it ended (:class:`ForgetfulTable`: a stream of
+    millions)."""
 
     def __init__(self, shape: Shape, *, backlog: int = 0,
-                 table: MemoryTable | None = None) -> None:
+                 table: MemoryTable | None = None, forget_ended: float | None = None) -> None:
         self.shape = shape
         self.clock = VirtualClock(T0)
+        if forget_ended is not None:
+            table = ForgetfulTable(self.clock, forget_ended)
         self.rng = random.Random(shape.seed)
         lat = shape.latencies
         self.calls = {c: Calls(self.clock, lat, shape.faults.calls, seed=shape.seed * 10 + n)
@@ -331,13 +336,15 @@ class BatchModel:
         job submitted (the urgent one too) against its state in the table at the end."""
         ids = job_ids(self.shape)
         ids += [self.urgent_id] if self.urgent_id is not None else []
-        records = {rec.job_id: rec for pk, rec in self.table.snapshot().items()
-                   if pk.startswith("JOB#") and rec.job_id}
-        states = {j: JobState(rec.state) if rec.state else None for j, rec in records.items()}
+        known = dict(self.table.ended) if isinstance(self.table, ForgetfulTable) else {}
+        known.update({rec.job_id: (rec.state or "", float(rec.max_attempts or 0))
+                      for pk, rec in self.table.snapshot().items()
+                      if pk.startswith("JOB#") and rec.job_id})
+        states = {j: JobState(state) if state else None for j, (state, _) in known.items()}
 
         def budget(job_id: str) -> int:
-            rec = records.get(job_id)
-            return int(rec.max_attempts or 0) + self.cfg.max_infra_attempts if rec else 0
+            rec = known.get(job_id)
+            return int(rec[1]) + self.cfg.max_infra_attempts if rec else 0
 
         return self.ledger.verdict(ids, states, budget)
 

@@ -163,12 +163,17 @@ def test_a_deep_queue_with_an_arrival_rate_holds_each_message_until_it_is_sent()
     assert queue.backlog().visible == 19  # the rest, and no more than were sent
 
 
-def test_a_stream_runs_every_job_once_each_after_it_was_sent() -> None:
+@pytest.mark.parametrize("forget", [None, 10.0], ids=["every job kept", "ended ones forgotten"])
+def test_a_stream_runs_every_job_once_each_after_it_was_sent(forget: float | None) -> None:
+    """And the same when the table forgets each job 10 s after it ended (an hour's stream
+    is run so): the ledger still judges every job by how it ended."""
     shape = Shape(jobs=600, seconds=2.0, tasks=4, concurrency=10, start=(30.0, 30.0),
                   rate=20.0)
-    model = BatchModel(shape)
+    model = BatchModel(shape, forget_ended=forget)
     model.run()
     verdict = model.verdict()
     assert verdict.holds and verdict.succeeded == verdict.runs == shape.jobs, verdict.line()
+    held = sum(pk.startswith("JOB#") for pk in model.table.snapshot())
+    assert held == shape.jobs if forget is None else held < shape.jobs / 2
     waits = start_latencies(shape, model.sqs, model.ledger)
     assert len(waits) == shape.jobs and min(waits) >= 30.0  # none before its send and a start
