@@ -223,7 +223,13 @@ class TaskModel:
                 writes.flush()
                 oldest = None
             if now >= next_beat:
-                beat = self.store.heartbeat(fence, [j.job_id for _, _, j in running])
-                urgent += list(beat.handed[len(handed):])
-                handed = list(beat.handed)
                 next_beat = now + self.heartbeat_seconds
+                try:
+                    beat = self.store.heartbeat(fence, [j.job_id for _, _, j in running])
+                except ConflictError:
+                    raise
+                except Exception as exc:  # as the worker: a missed beat, tried at the next
+                    log.warning("heartbeat failed: %s", type(exc).__name__)
+                else:
+                    urgent += list(beat.handed[len(handed):])
+                    handed = list(beat.handed)

@@ -4,9 +4,12 @@ together. Counts only: virtual time is the model's, never this machine's."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from dispatcher.domain.jobs import JobState
+from dispatcher.ports.table import TableUnavailable
 from dispatcher.simulation.batch_figures import start_latencies
 from dispatcher.simulation.batch_model import BatchModel
 from dispatcher.simulation.batch_shape import Shape, job_states
@@ -177,3 +180,22 @@ def test_a_stream_runs_every_job_once_each_after_it_was_sent(forget: float | Non
     assert held == shape.jobs if forget is None else held < shape.jobs / 2
     waits = start_latencies(shape, model.sqs, model.ledger)
     assert len(waits) == shape.jobs and min(waits) >= 30.0  # none before its send and a start
+
+
+def test_the_models_runner_lives_through_heartbeats_the_table_refuses(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the worker: a heartbeat throttled past its retries is a missed beat, tried at the
+    next interval, not the end of the task (the model once played it as a runner that failed
+    itself, rerunning its bundle)."""
+    model = BatchModel(dataclasses.replace(SHAPE, settings={
+        **SHAPE.settings, "LONGJOBS_HEARTBEAT_SECONDS": "5"}))  # beats within each bundle
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise TableUnavailable("UpdateItem", "ProvisionedThroughputExceededException",
+                               "throttled", status=400, retryable=True)
+
+    monkeypatch.setattr(model.runner_store, "heartbeat", refused)
+    out = model.run()
+    verdict = model.verdict()
+    assert verdict.holds and verdict.runs == SHAPE.jobs, verdict.line()
+    assert out.failed_runners == 0, out.runner_errors
