@@ -23,8 +23,8 @@ from dispatcher.domain.pacing import LaunchPacer
 from dispatcher.ops.client import JobClient
 from dispatcher.ports.queue import BATCH, Received
 from dispatcher.stages import tick as tick_module
-from dispatcher.stages.admit import EMPTY_RECEIVES
 from dispatcher.stages.lookout import LOOK_SECONDS
+from dispatcher.stages.queue_drain import EMPTY_RECEIVES
 from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.wiring import pipeline
 from tests.model_faults import one_thread
