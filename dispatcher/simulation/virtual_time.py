@@ -167,17 +167,20 @@ class VirtualPool(ThreadPoolExecutor):
 
 def virtual_wait(clock: VirtualClock) -> Callable[..., cf._base.DoneAndNotDoneFutures[Any]]:
     """``concurrent.futures.wait`` in virtual time (``FIRST_COMPLETED`` is all the drain
-    asks for): the waiter's clock moves to the first end among ``fs`` if none has ended."""
+    asks for): the waiter's clock moves to the first end among ``fs`` if none has ended, or
+    ``timeout`` virtual seconds on if that comes first. Every task is run to its end in real
+    time first (its end in virtual time is known only then)."""
 
     def wait(fs: Iterable[cf.Future[Any]], timeout: float | None = None,
              return_when: str = cf.ALL_COMPLETED) -> cf._base.DoneAndNotDoneFutures[Any]:
         pending = list(fs)
-        cf.wait(pending, timeout)  # every task runs without waiting for the waiter
+        cf.wait(pending)  # every task runs without waiting for the waiter
         ends = [getattr(f, "ends_at", clock()) for f in pending]
+        until = float("inf") if timeout is None else clock() + timeout
         if return_when == cf.ALL_COMPLETED:
-            clock.at_least(max(ends, default=clock()))
+            clock.at_least(min(until, max(ends, default=clock())))
         elif not any(f.done() for f in pending):
-            clock.at_least(min(ends, default=clock()))
+            clock.at_least(min(until, min(ends, default=clock())))
         done = {f for f in pending if f.done()}
         return cf._base.DoneAndNotDoneFutures(done, set(pending) - done)
 

@@ -5,6 +5,7 @@ together. Counts only: virtual time is the model's, never this machine's."""
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 
@@ -149,6 +150,27 @@ def test_a_pool_task_starts_when_a_lane_is_free_and_its_result_moves_the_waiter(
         ends = sorted(f.result() for f in futures)
     assert ends == [101.0, 102.0, 105.0]  # two lanes: the third waits for the second
     assert clock() == 105.0
+
+
+def test_a_wait_with_a_timeout_moves_the_waiter_that_far_in_virtual_time() -> None:
+    """The drain wakes now and then however long a call takes (to keep its messages held):
+    in virtual time its waits end after the timeout's virtual seconds, whatever this machine
+    took to run the task. (A real-time timeout once left a task unfinished, its end unknown:
+    the waiter's clock jumped to infinity.)"""
+    clock = VirtualClock(100.0)
+    clock.set(100.0)
+    wait = virtual_wait(clock)
+
+    def slow() -> None:
+        time.sleep(0.2)  # longer than the real part of the timeout below
+        clock.charge(60.0)
+
+    with VirtualPool(1, clock=clock) as pool:
+        future = pool.submit(slow)
+        done, not_done = wait([future], timeout=0.05, return_when="FIRST_COMPLETED")
+        assert (done, not_done) == (set(), {future}) and clock() == 100.05
+        done, _ = wait([future], timeout=90.0, return_when="FIRST_COMPLETED")
+        assert done == {future} and clock() == 160.0
 
 
 def test_a_deep_queue_with_an_arrival_rate_holds_each_message_until_it_is_sent() -> None:
