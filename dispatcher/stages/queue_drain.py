@@ -155,7 +155,7 @@ class QueueDrain:
 
     def _close_held_too_long(self) -> None:
         for b in self.bundler.open_bundles:
-            if time.monotonic() - self.held[b.bundle_id].since >= self.setup.hold / 2:
+            if self.setup.clock() - self.held[b.bundle_id].since >= self.setup.hold / 2:
                 self.bundler.close_bundle(b.bundle_id)
 
     def _keep_held(self) -> None:
@@ -166,7 +166,7 @@ class QueueDrain:
         back after it. One ChangeMessageVisibilityBatch for ten messages, on this thread (a
         rare call: a recording seldom takes that long)."""
         hold = self.setup.hold
-        now = time.monotonic()
+        now = self.setup.clock()
         for bundle_id, held in self.held.items():
             if now - (held.kept or held.since) < hold * 3 / 4:
                 continue
@@ -236,7 +236,9 @@ class QueueDrain:
                     or (self.bundler.follows_on and self.bundler.is_small(job)))
             assert job.bundle_id is not None
             self.admitted[job.job_id] = job.bundle_id
-            held = self.held.setdefault(job.bundle_id, Held())
+            held = self.held.get(job.bundle_id)
+            if held is None:
+                held = self.held[job.bundle_id] = Held(since=now)
             held.jobs.append(job)
             held.messages.append(received)
         out: list[Future[Recorded]] = []

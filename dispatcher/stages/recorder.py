@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import dataclass, field
 
 from dispatcher.domain.bundles import Bundle
@@ -45,7 +44,7 @@ class Held:
 
     jobs: list[Job] = field(default_factory=list)
     messages: list[Received] = field(default_factory=list)
-    since: float = field(default_factory=time.monotonic)  # its oldest message's receipt
+    since: float = 0.0  # its oldest message's receipt, on the admission's clock
     kept: float | None = None  # when its messages' hold was last made longer, if ever
 
 

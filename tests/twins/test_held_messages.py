@@ -2,30 +2,31 @@
 tick whose Lambda dies held comes back soon; kept longer while a recording slowed past it goes
 on, so that no message comes back while the tick that holds it still records it.
 
-SQS's visibility runs on the wall clock, so the queue here does too: the drain keeps its
-messages by the time it has held them (time.monotonic), not by the twins' clock."""
+The drain counts how long it held a message on the admission's clock, the queue's visibility
+runs on the same: the twins' clock here, moved by the slow recording."""
 
 from __future__ import annotations
 
 import threading
-import time
+from collections.abc import Callable
 
 from dispatcher.ports.queue import Received
 from dispatcher.ports.table import Op
 from dispatcher.store import Store
 from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.testing.memory_table import MemoryTable
-from tests.twins import Twins
+from tests.twins import FakeClock, Twins
 
-HOLD = 2  # seconds: the drain holds a recording's messages longer at 1.5 s
+HOLD = 2  # seconds: the drain holds a recording's messages longer at 1.5 s (and wakes to look
+# every quarter of a second of this machine's time: a wait's timeout is an eighth of the hold)
 HANG = 60.0  # a bound for a hang only
 
 
 class KeptQueue(MemoryQueue):
-    """A queue on the wall clock that tells when a hold was made longer."""
+    """A queue that tells when a hold was made longer."""
 
-    def __init__(self) -> None:
-        super().__init__(clock=time.time)
+    def __init__(self, clock: Callable[[], float]) -> None:
+        super().__init__(clock=clock)
         self.kept = threading.Event()
         self.holds: list[int] = []
 
@@ -37,30 +38,33 @@ class KeptQueue(MemoryQueue):
 
 
 class SlowRecording(MemoryTable):
-    """The first transaction (a bundle's recording) waits until ``until`` is set: a
-    recording retried through throttling for longer than the hold; then it looks at what
-    another tick would find in the queue."""
+    """The first transaction (a bundle's recording) takes longer than the hold, as one
+    retried through throttling would: the clock moves past three quarters of the hold, the
+    recording waits for the drain to hold its messages longer, the clock moves past the
+    first hold's end, and it looks at what another tick would find in the queue."""
 
-    def __init__(self, queue: KeptQueue) -> None:
-        super().__init__()
+    def __init__(self, queue: KeptQueue, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
         self.queue = queue
+        self.clock = clock
         self.slowed = False
         self.visible_meanwhile: int | None = None
 
     def transact(self, ops: list[Op], *, token: str | None = None) -> None:
         if not self.slowed:
             self.slowed = True
+            self.clock.advance(HOLD * 0.8)
             assert self.queue.kept.wait(HANG), "the drain never held its messages longer"
-            time.sleep(HOLD * 0.6)  # past the first hold's end: kept or not, it would be over
+            self.clock.advance(HOLD * 0.4)  # past the first hold's end
             self.visible_meanwhile = self.queue.backlog().visible
         super().transact(ops, token=token)
 
 
 def test_a_recording_slower_than_the_hold_keeps_its_messages_from_another_tick() -> None:
     tw = Twins()
-    queue = KeptQueue()
+    queue = KeptQueue(tw.clock)
     tw.queue = queue
-    tw.table = SlowRecording(queue)
+    tw.table = SlowRecording(queue, tw.clock)
     tw.store = Store(tw.table, clock=tw.clock)
     ids = [f"j{n}" for n in range(5)]
     tw.client().submit_many([{"kind": "k", "payload": {}, "job_id": j} for j in ids])
@@ -75,7 +79,7 @@ def test_a_recording_slower_than_the_hold_keeps_its_messages_from_another_tick()
 
 def test_a_recording_within_the_hold_makes_no_call_to_hold_it_longer() -> None:
     tw = Twins()
-    queue = KeptQueue()
+    queue = KeptQueue(tw.clock)
     tw.queue = queue
     tw.client().submit_many([{"kind": "k", "payload": {}, "job_id": f"j{n}"} for n in range(10)])
     report = tw.stages(LONGJOBS_HOLD_SECONDS="60").tick.tick()
