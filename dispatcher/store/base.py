@@ -215,6 +215,18 @@ class Reads:
         except ConditionFailed:
             raise ConflictError(lost, job_id=job_id) from None
 
+    def _write_retrying(self, op: Put | Update | Delete, lost: str,
+                        patience: TableRetry) -> Record | None:
+        """:meth:`_write`, tried again while it fails for a moment (:func:`transient`: throttled
+        past botocore's own attempts, a 5xx) as ``patience`` says, waiting on
+        :attr:`table_retry`'s sleep (the model's is virtual); a failed condition is
+        ConflictError at once. Only for a write whose condition makes a second try harmless."""
+        return Retrying(retry=retry_if_exception(transient),
+                        stop=stop_after_attempt(patience.attempts),
+                        wait=wait_random_exponential(multiplier=patience.first_wait,
+                                                     max=patience.max_wait),
+                        sleep=self.table_retry.sleep, reraise=True)(self._write, op, lost)
+
     # -- reads ----------------------------------------------------------------------------------
     def get_job(self, job_id: str) -> Job | None:
         rec = self.table.get(r.job_key(job_id))

@@ -32,6 +32,7 @@ from dispatcher.ports.table import (
     Update,
 )
 from dispatcher.store import codec as r
+from dispatcher.store.base import TableRetry
 from dispatcher.store.follow_ons import EndRefused, FollowOns, Take
 from dispatcher.store.state_writes import (
     bundle_actions,
@@ -49,7 +50,10 @@ log = logging.getLogger(__name__)
 # BatchGetItem reads at most 100 items per call.
 # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
 JOB_PAGE = 100
-
+# A claim the table refuses for a moment is tried again for up to about a minute (waits of up
+# to 1, 2, 4, 8 and 15 s): the runner has nothing else to do, and giving up costs its task and a
+# rerun of its bundle. Its condition (LAUNCHED on this task) makes a second try harmless.
+CLAIM_RETRY = TableRetry(attempts=8, first_wait=1.0, max_wait=15.0)
 
 
 def fenced(f: Fence, states: tuple[BundleState, ...] = (BundleState.RUNNING,)) -> Condition:
@@ -112,9 +116,9 @@ class RunnerStore(FollowOns):
         # ``handed`` (ADD 0: set to 0 if missing, kept on a rerun) says this runner takes
         # urgent jobs handed to its bundle while it runs; a runner of an older release, which
         # would not, leaves it missing, and then nothing is handed to it.
-        rec = self._write(Update(r.bundle_key(bundle_id), [
+        rec = self._write_retrying(Update(r.bundle_key(bundle_id), [
             *bundle_actions(BundleState.RUNNING, t, None), Set("heartbeat_at", t),
-            Add("handed", 0)], cond), lost)
+            Add("handed", 0)], cond), lost, CLAIM_RETRY)
         assert rec is not None  # an Update returns the item
         bundle = r.record_bundle(rec)
         bundle.job_ids = self.job_ids_of(bundle)  # a paged bundle's ids are on its pages

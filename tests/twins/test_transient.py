@@ -15,6 +15,7 @@ from dispatcher.domain.bundles import BundleState
 from dispatcher.ports.table import (
     Absent,
     Add,
+    Delete,
     Op,
     Put,
     Record,
@@ -23,7 +24,9 @@ from dispatcher.ports.table import (
     Update,
     transient,
 )
-from dispatcher.store import Store
+from dispatcher.store import Fence, Store
+from dispatcher.store.base import TableRetry
+from dispatcher.store.runner import CLAIM_RETRY
 from dispatcher.testing.memory_table import MemoryTable
 from tests.twins import Twins
 
@@ -326,3 +329,42 @@ def test_a_stopped_task_whose_settle_the_table_refuses_does_not_fail_the_tick() 
     table.bundle_key = None  # the table takes it again: the next tick settles the stop
     decision = stages.tick.tick()
     assert [o.bundle_id for o in decision.reconcile.outcomes] == [bundle.bundle_id]
+
+
+class RefusesWrites(MemoryTable):
+    """Refuses the next ``failures`` single writes as throttled past botocore's attempts."""
+
+    def __init__(self, failures: int = 0) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def write(self, op: Put | Update | Delete) -> Record | None:
+        if self.failures:
+            self.failures -= 1
+            raise _throttled([])
+        return super().write(op)
+
+
+@pytest.mark.parametrize("refused", [3, 1000])
+def test_a_claim_the_table_refuses_for_a_while_is_tried_again_for_about_a_minute(
+        refused: int) -> None:
+    """A runner's claim throttled past botocore's own attempts is tried again (the runner has
+    nothing else to do; giving up costs its task and a rerun); one refused throughout fails
+    after CLAIM_RETRY's tries, its waits about a minute in all."""
+    table = RefusesWrites()
+    slept: list[float] = []
+    twins = Twins()
+    twins.table = table
+    twins.store = Store(table, clock=twins.clock, table_retry=TableRetry(sleep=slept.append))
+    bundle_id, arn = twins.launched("j1")
+    launched = twins.bundle(bundle_id)
+    assert launched is not None
+    table.failures = refused
+    fence = Fence(bundle_id, launched.attempt, arn)
+    if refused < CLAIM_RETRY.attempts:
+        claim = twins.store.claim(fence)
+        assert claim.bundle.state == BundleState.RUNNING and len(slept) == refused
+    else:
+        with pytest.raises(TableUnavailable):
+            twins.store.claim(fence)
+        assert len(slept) == CLAIM_RETRY.attempts - 1 and sum(slept) <= 4 * 15 + 15
