@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tenacity import (
     RetryCallState,
@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 DEFAULT_RETENTION_DAYS = 30.0
 
 
+T = TypeVar("T")
 U = TypeVar("U")
 
 
@@ -215,17 +216,17 @@ class Reads:
         except ConditionFailed:
             raise ConflictError(lost, job_id=job_id) from None
 
-    def _write_retrying(self, op: Put | Update | Delete, lost: str,
-                        patience: TableRetry) -> Record | None:
-        """:meth:`_write`, tried again while it fails for a moment (:func:`transient`: throttled
-        past botocore's own attempts, a 5xx) as ``patience`` says, waiting on
-        :attr:`table_retry`'s sleep (the model's is virtual); a failed condition is
-        ConflictError at once. Only for a write whose condition makes a second try harmless."""
+    def _patiently(self, patience: TableRetry, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)``, tried again while the table fails it for a moment
+        (:func:`transient`: throttled past botocore's own attempts, a 5xx) as ``patience``
+        says, waiting on :attr:`table_retry`'s sleep (the model's is virtual); any other
+        error (a failed condition's ConflictError) at once. Only for a call a second try
+        leaves harmless: a read, a write whose condition refuses a second effect."""
         return Retrying(retry=retry_if_exception(transient),
                         stop=stop_after_attempt(patience.attempts),
                         wait=wait_random_exponential(multiplier=patience.first_wait,
                                                      max=patience.max_wait),
-                        sleep=self.table_retry.sleep, reraise=True)(self._write, op, lost)
+                        sleep=self.table_retry.sleep, reraise=True)(call, *args)
 
     # -- reads ----------------------------------------------------------------------------------
     def get_job(self, job_id: str) -> Job | None:

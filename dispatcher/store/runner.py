@@ -50,10 +50,11 @@ log = logging.getLogger(__name__)
 # BatchGetItem reads at most 100 items per call.
 # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
 JOB_PAGE = 100
-# A claim the table refuses for a moment is tried again for up to about a minute (waits of up
-# to 1, 2, 4, 8 and 15 s): the runner has nothing else to do, and giving up costs its task and a
-# rerun of its bundle. Its condition (LAUNCHED on this task) makes a second try harmless.
-CLAIM_RETRY = TableRetry(attempts=8, first_wait=1.0, max_wait=15.0)
+# A runner's claim and its reads of its bundle's jobs, refused by the table for a moment, are
+# tried again for up to about a minute (waits of up to 1, 2, 4, 8 and 15 s): the runner has
+# nothing else to do, and giving up costs its task and a rerun of its bundle. The claim's
+# condition (LAUNCHED on this task) makes a second try harmless.
+RUNNER_PATIENCE = TableRetry(attempts=8, first_wait=1.0, max_wait=15.0)
 
 
 def fenced(f: Fence, states: tuple[BundleState, ...] = (BundleState.RUNNING,)) -> Condition:
@@ -116,12 +117,13 @@ class RunnerStore(FollowOns):
         # ``handed`` (ADD 0: set to 0 if missing, kept on a rerun) says this runner takes
         # urgent jobs handed to its bundle while it runs; a runner of an older release, which
         # would not, leaves it missing, and then nothing is handed to it.
-        rec = self._write_retrying(Update(r.bundle_key(bundle_id), [
+        rec = self._patiently(RUNNER_PATIENCE, self._write, Update(r.bundle_key(bundle_id), [
             *bundle_actions(BundleState.RUNNING, t, None), Set("heartbeat_at", t),
-            Add("handed", 0)], cond), lost, CLAIM_RETRY)
+            Add("handed", 0)], cond), lost)
         assert rec is not None  # an Update returns the item
         bundle = r.record_bundle(rec)
-        bundle.job_ids = self.job_ids_of(bundle)  # a paged bundle's ids are on its pages
+        # a paged bundle's ids are on its pages
+        bundle.job_ids = self._patiently(RUNNER_PATIENCE, self.job_ids_of, bundle)
         return Claim(bundle, frozenset(rec.cancel_jobs or ()))
 
     def heartbeat(self, fence: Fence, running: Collection[str] = ()) -> Beat:
@@ -141,7 +143,8 @@ class RunnerStore(FollowOns):
         """The bundle's jobs, a page at a time, in bundle order: a runner holds one page of a
         9,000-job bundle, not all of it."""
         for start in range(0, len(bundle.job_ids), page_size):
-            yield self.get_jobs(bundle.job_ids[start:start + page_size])
+            yield self._patiently(RUNNER_PATIENCE, self.get_jobs,
+                                  bundle.job_ids[start:start + page_size])
 
     def apply(self, fence: Fence, updates: list[JobUpdate],
               bundle_to: BundleState | None = None, retry_at: float | None = None,

@@ -26,7 +26,7 @@ from dispatcher.ports.table import (
 )
 from dispatcher.store import Fence, Store
 from dispatcher.store.base import TableRetry
-from dispatcher.store.runner import CLAIM_RETRY
+from dispatcher.store.runner import RUNNER_PATIENCE
 from dispatcher.testing.memory_table import MemoryTable
 from tests.twins import Twins
 
@@ -331,27 +331,35 @@ def test_a_stopped_task_whose_settle_the_table_refuses_does_not_fail_the_tick() 
     assert [o.bundle_id for o in decision.reconcile.outcomes] == [bundle.bundle_id]
 
 
-class RefusesWrites(MemoryTable):
-    """Refuses the next ``failures`` single writes as throttled past botocore's attempts."""
+class Refuses(MemoryTable):
+    """Refuses the next ``writes`` single writes and ``reads`` BatchGetItem reads as
+    throttled past botocore's attempts."""
 
-    def __init__(self, failures: int = 0) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.failures = failures
+        self.writes = 0
+        self.reads = 0
 
     def write(self, op: Put | Update | Delete) -> Record | None:
-        if self.failures:
-            self.failures -= 1
+        if self.writes:
+            self.writes -= 1
             raise _throttled([])
         return super().write(op)
 
+    def get_many(self, pks: list[str]) -> list[Record]:
+        if self.reads:
+            self.reads -= 1
+            raise _throttled([])
+        return super().get_many(pks)
+
 
 @pytest.mark.parametrize("refused", [3, 1000])
-def test_a_claim_the_table_refuses_for_a_while_is_tried_again_for_about_a_minute(
+def test_a_runners_claim_and_reads_the_table_refuses_for_a_while_are_tried_again(
         refused: int) -> None:
-    """A runner's claim throttled past botocore's own attempts is tried again (the runner has
-    nothing else to do; giving up costs its task and a rerun); one refused throughout fails
-    after CLAIM_RETRY's tries, its waits about a minute in all."""
-    table = RefusesWrites()
+    """A runner's claim, and its reads of its bundle's jobs, throttled past botocore's own
+    attempts are tried again for about a minute (the runner has nothing else to do; giving up
+    costs its task and a rerun); refused throughout, they fail after RUNNER_PATIENCE's tries."""
+    table = Refuses()
     slept: list[float] = []
     twins = Twins()
     twins.table = table
@@ -359,12 +367,15 @@ def test_a_claim_the_table_refuses_for_a_while_is_tried_again_for_about_a_minute
     bundle_id, arn = twins.launched("j1")
     launched = twins.bundle(bundle_id)
     assert launched is not None
-    table.failures = refused
+    table.writes = refused
     fence = Fence(bundle_id, launched.attempt, arn)
-    if refused < CLAIM_RETRY.attempts:
-        claim = twins.store.claim(fence)
-        assert claim.bundle.state == BundleState.RUNNING and len(slept) == refused
-    else:
+    if refused >= RUNNER_PATIENCE.attempts:
         with pytest.raises(TableUnavailable):
             twins.store.claim(fence)
-        assert len(slept) == CLAIM_RETRY.attempts - 1 and sum(slept) <= 4 * 15 + 15
+        assert len(slept) == RUNNER_PATIENCE.attempts - 1 and sum(slept) <= 4 * 15 + 15
+        return
+    claim = twins.store.claim(fence)
+    assert claim.bundle.state == BundleState.RUNNING and len(slept) == refused
+    table.reads = refused
+    (page,) = list(twins.store.bundle_jobs(claim.bundle))
+    assert [j.job_id for j in page] == ["j1"] and len(slept) == 2 * refused
