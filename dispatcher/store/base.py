@@ -157,9 +157,10 @@ class Reads:
         return [] if expires_at is None else [Set("expires_at", expires_at)]
 
     # -- write helpers --------------------------------------------------------------------------
-    def _transact_retrying(self, ops: list[Op]) -> None:
-        """One transaction, tried again (:attr:`table_retry`) while it fails for a moment; the last
-        failure is raised as it is (its code and per-item reasons say why).
+    def _transact_retrying(self, ops: list[Op], patience: TableRetry | None = None) -> None:
+        """One transaction, tried again (:attr:`table_retry`, or ``patience``'s tries and
+        waits on its sleep) while it fails for a moment; the last failure is raised as it is
+        (its code and per-item reasons say why).
 
         Every try of these same ops carries one ClientRequestToken, so a try after an
         ambiguous failure (a 5xx, a lost connection: it may have committed) is done at most
@@ -193,10 +194,10 @@ class Reads:
                                "code": exc.code if isinstance(exc, TableUnavailable) else None,
                                "reasons": getattr(exc, "reasons", None)})
 
-        cfg = self.table_retry
+        cfg = patience or self.table_retry
         Retrying(retry=retry_if_exception(transient), stop=stop_after_attempt(cfg.attempts),
                  wait=wait_random_exponential(multiplier=cfg.first_wait, max=cfg.max_wait),
-                 sleep=cfg.sleep, before_sleep=tell, reraise=True)(once)
+                 sleep=self.table_retry.sleep, before_sleep=tell, reraise=True)(once)
 
     def _transact(self, ops: list[Op], lost: str, job_id: str | None = None) -> None:
         """One transaction (tried again while it fails for a moment); a failed condition

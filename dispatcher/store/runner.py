@@ -50,10 +50,11 @@ log = logging.getLogger(__name__)
 # BatchGetItem reads at most 100 items per call.
 # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
 JOB_PAGE = 100
-# A runner's claim and its reads of its bundle's jobs, refused by the table for a moment, are
-# tried again for up to about a minute (waits of up to 1, 2, 4, 8 and 15 s): the runner has
-# nothing else to do, and giving up costs its task and a rerun of its bundle. The claim's
-# condition (LAUNCHED on this task) makes a second try harmless.
+# A runner's claim, its reads of its bundle's jobs and its results writes, refused by the table
+# for a moment, are tried again for up to about a minute (waits of up to 1, 2, 4, 8 and 15 s):
+# the runner has no hold to keep, and giving up costs its task and a rerun of its bundle. The
+# claim's condition (LAUNCHED on this task) makes a second try harmless; a results write keeps
+# its token once a try may have committed (Store._transact_retrying).
 RUNNER_PATIENCE = TableRetry(attempts=8, first_wait=1.0, max_wait=15.0)
 
 
@@ -209,12 +210,13 @@ class RunnerStore(FollowOns):
         while chunk or bundle_to is not None:
             try:
                 # Cancelled for a moment (throttled, TransactionConflict: an operator's cancel
-                # request landing on the bundle item) it is tried again (Reads.table_retry);
-                # a runner that gave up on its results at the first throttle would cost its
-                # whole bundle a rerun.
+                # request landing on the bundle item) it is tried again for about a minute
+                # (RUNNER_PATIENCE: a runner has no hold to keep); a runner that gave up on
+                # its results would cost its whole bundle a rerun.
                 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html
                 self._transact_retrying([head, *job_updates(chunk, fence.bundle_id, t,
-                                                            expires_at), *leaving, *pages_now])
+                                                            expires_at), *leaving, *pages_now],
+                                        RUNNER_PATIENCE)
                 expire_pages_later(self.table, fence.bundle_id, pages_later)
                 return refused
             except TransactionCancelled as exc:

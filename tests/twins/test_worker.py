@@ -19,6 +19,7 @@ from dispatcher.ports.table import Op, Set, TransactionCancelled, Update
 from dispatcher.store import LaunchOutcome, Store
 from dispatcher.store import codec as r
 from dispatcher.store.base import TableRetry
+from dispatcher.store.runner import RUNNER_PATIENCE
 from dispatcher.testing.memory_table import MemoryTable
 from job_runner import executor
 from job_runner.kinds import HandlerRegistry
@@ -35,14 +36,16 @@ class ConflictOnce(MemoryTable):
     (TransactionConflict), or that it throttles (ThrottlingError: botocore does not retry a
     cancelled transaction); moto does neither. The first transaction here is cancelled so."""
 
-    def __init__(self, reason: str = "TransactionConflict") -> None:
+    def __init__(self, reason: str = "TransactionConflict", times: int = 1) -> None:
+        """``times``: that many transactions in a row, once armed."""
         super().__init__()
         self.reason = reason
+        self.times = times
         self.conflicts = 0
         self.armed = False
 
     def _transact(self, ops: list[Op]) -> None:
-        if self.armed and self.conflicts == 0:
+        if self.armed and self.conflicts < self.times:
             self.conflicts += 1
             raise TransactionCancelled([self.reason] + [None] * (len(ops) - 1))
         super()._transact(ops)
@@ -113,6 +116,21 @@ def test_a_transaction_cancelled_for_a_moment_is_retried_not_taken_for_a_lost_cl
     table.armed = True
     assert worker(store, {"ok": lambda p, ctx: "done"}).run() == 0
     assert table.conflicts == 1
+    assert state(store, "a") == state(store, "b") == JobState.SUCCEEDED
+
+
+def test_results_throttled_past_the_ticks_tries_are_still_written() -> None:
+    """A runner has no hold to keep: its results write is tried for about a minute
+    (RUNNER_PATIENCE), past the five tries a tick gives a recording, rather than fail the
+    runner and rerun its bundle."""
+    table = ConflictOnce("ThrottlingError", times=TableRetry().attempts + 1)
+    slept: list[float] = []
+    store = Store(table, table_retry=TableRetry(sleep=slept.append))
+    launched(store, [small("a"), small("b")])
+    table.armed = True
+    assert worker(store, {"ok": lambda p, ctx: "done"}).run() == 0
+    assert table.conflicts == TableRetry().attempts + 1 < RUNNER_PATIENCE.attempts
+    assert len(slept) == table.conflicts  # each wait on the store's sleep (virtual in a model)
     assert state(store, "a") == state(store, "b") == JobState.SUCCEEDED
 
 
