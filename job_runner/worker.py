@@ -188,7 +188,7 @@ class Worker:
         """Run the bundle's jobs and end it: DONE, PENDING (a retry is due), or left RUNNING
         for the stop event to settle (or its claim was lost). The follow-on taken as it ended
         DONE, if one was (:class:`job_runner.next_bundle.FollowOnTaker`)."""
-        schedule = Schedule(self.store.bundle_jobs(bundle), self.store.get_jobs)
+        schedule = Schedule(self.store.bundle_jobs(bundle), self.store.jobs_patiently)
         while True:
             try:
                 self._start_jobs(bundle, schedule, writes)

@@ -47,7 +47,8 @@ RETRY_MAX_SECONDS = 300.0
 # A flush is one transaction of at most 98 job updates (plus the fence).
 FLUSH_AT_JOBS = 98
 # close() waits this long for the flusher to end (it ends at once unless a write is under way,
-# and a write is bounded by the AWS client's own timeouts).
+# and a write is bounded by its tries, about half a minute of waits at most: the store's
+# RUNNER_PATIENCE, and each try by the AWS client's own timeouts).
 CLOSE_WAIT_SECONDS = 60.0
 
 

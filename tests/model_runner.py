@@ -171,7 +171,7 @@ class SimTask:
         self.cancel_requested |= claim.cancel_requested
         self.handed = list(bundle.handed_jobs)
         self.writes = Writes.for_bundle(self.store, self.fence, bundle, 2.0, on_error=self._fail)
-        self.plan = Schedule(self.store.bundle_jobs(bundle), self.store.get_jobs)
+        self.plan = Schedule(self.store.bundle_jobs(bundle), self.store.jobs_patiently)
         self.concurrency = min(self.concurrency, bundle.slots or self.concurrency)
         self.phase = "running"
 

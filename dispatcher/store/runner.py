@@ -26,6 +26,7 @@ from dispatcher.ports.table import (
     In,
     Lacks,
     Op,
+    Record,
     Remove,
     Set,
     TransactionCancelled,
@@ -51,11 +52,13 @@ log = logging.getLogger(__name__)
 # https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
 JOB_PAGE = 100
 # A runner's claim, its reads of its bundle's jobs and its results writes, refused by the table
-# for a moment, are tried again for up to about a minute (waits of up to 1, 2, 4, 8 and 15 s):
-# the runner has no hold to keep, and giving up costs its task and a rerun of its bundle. The
-# claim's condition (LAUNCHED on this task) makes a second try harmless; a results write keeps
-# its token once a try may have committed (Store._transact_retrying).
-RUNNER_PATIENCE = TableRetry(attempts=8, first_wait=1.0, max_wait=15.0)
+# for a moment, are tried again for up to half a minute (waits of up to 1, 2, 4, 8 and 15 s):
+# the runner has no hold to keep, and giving up costs its task and a rerun of its bundle. Its
+# heartbeat starts after the claim and the read of its jobs, so the two together stay well
+# inside the silence after which a task counts as stuck (4 heartbeats: 120 s). A claim's try
+# after one that may have committed finds its own write (Store._claim's ``mine``); a results
+# write keeps its token once a try may have committed (Store._transact_retrying).
+RUNNER_PATIENCE = TableRetry(attempts=6, first_wait=1.0, max_wait=15.0)
 
 
 def fenced(f: Fence, states: tuple[BundleState, ...] = (BundleState.RUNNING,)) -> Condition:
@@ -95,7 +98,10 @@ class RunnerStore(FollowOns):
         while it waited for its task, so a cancel before the job starts is not lost."""
         return self._claim(fence.bundle_id, fenced(fence, (BundleState.LAUNCHED,)),
                            f"task {fence.task_arn} lost the claim of bundle "
-                           f"{fence.bundle_id} attempt {fence.attempt}")
+                           f"{fence.bundle_id} attempt {fence.attempt}",
+                           lambda rec: rec.state == str(BundleState.RUNNING)
+                           and rec.task_arn == fence.task_arn
+                           and int(rec.attempt or 0) == fence.attempt)
 
     def claim_assigned(self, task_arn: str) -> Claim | None:
         """The bundle this task's pointer names, claimed as :meth:`claim` does without reading
@@ -109,18 +115,36 @@ class RunnerStore(FollowOns):
         try:
             return self._claim(pointer.bundle_id, And(Eq("task_arn", task_arn),
                                                       Eq("state", str(BundleState.LAUNCHED))),
-                               f"bundle {pointer.bundle_id} is not LAUNCHED on {task_arn}")
+                               f"bundle {pointer.bundle_id} is not LAUNCHED on {task_arn}",
+                               lambda rec: rec.state == str(BundleState.RUNNING)
+                               and rec.task_arn == task_arn)
         except ConflictError:
             return None
 
-    def _claim(self, bundle_id: str, cond: Condition, lost: str) -> Claim:
-        t = self.clock()
-        # ``handed`` (ADD 0: set to 0 if missing, kept on a rerun) says this runner takes
-        # urgent jobs handed to its bundle while it runs; a runner of an older release, which
-        # would not, leaves it missing, and then nothing is handed to it.
-        rec = self._patiently(RUNNER_PATIENCE, self._write, Update(r.bundle_key(bundle_id), [
-            *bundle_actions(BundleState.RUNNING, t, None), Set("heartbeat_at", t),
-            Add("handed", 0)], cond), lost)
+    def _claim(self, bundle_id: str, cond: Condition, lost: str,
+               mine: Callable[[Record], bool]) -> Claim:
+        """``mine``: whether the bundle as read is this claim's, RUNNING: a try the table
+        failed may have committed (a 5xx, a lost connection), and the next one then finds
+        its condition refused by its own write."""
+        tries = 0
+
+        def once() -> Record | None:
+            nonlocal tries
+            tries += 1
+            t = self.clock()  # each try's own: a claim tried for a while is alive now
+            # ``handed`` (ADD 0: set to 0 if missing, kept on a rerun) says this runner takes
+            # urgent jobs handed to its bundle while it runs; a runner of an older release,
+            # which would not, leaves it missing, and then nothing is handed to it.
+            return self._write(Update(r.bundle_key(bundle_id), [
+                *bundle_actions(BundleState.RUNNING, t, None), Set("heartbeat_at", t),
+                Add("handed", 0)], cond), lost)
+
+        try:
+            rec = self._patiently(RUNNER_PATIENCE, once)
+        except ConflictError:
+            rec = self.table.get(r.bundle_key(bundle_id)) if tries > 1 else None
+            if rec is None or not mine(rec):
+                raise
         assert rec is not None  # an Update returns the item
         bundle = r.record_bundle(rec)
         # a paged bundle's ids are on its pages
@@ -140,12 +164,16 @@ class RunnerStore(FollowOns):
             return Beat(frozenset())
         return Beat(frozenset(rec.cancel_jobs or ()), tuple(rec.handed_jobs or ()))
 
+    def jobs_patiently(self, job_ids: list[str]) -> list[Job]:
+        """:meth:`get_jobs`, tried again as the runner's claim is (:data:`RUNNER_PATIENCE`):
+        the runner's later reads of its jobs (handed ones, ones set aside)."""
+        return self._patiently(RUNNER_PATIENCE, self.get_jobs, job_ids)
+
     def bundle_jobs(self, bundle: Bundle, page_size: int = JOB_PAGE) -> Iterator[list[Job]]:
         """The bundle's jobs, a page at a time, in bundle order: a runner holds one page of a
         9,000-job bundle, not all of it."""
         for start in range(0, len(bundle.job_ids), page_size):
-            yield self._patiently(RUNNER_PATIENCE, self.get_jobs,
-                                  bundle.job_ids[start:start + page_size])
+            yield self.jobs_patiently(bundle.job_ids[start:start + page_size])
 
     def apply(self, fence: Fence, updates: list[JobUpdate],
               bundle_to: BundleState | None = None, retry_at: float | None = None,

@@ -12,6 +12,7 @@ from botocore.stub import ANY, Stubber
 
 from dispatcher.aws.dynamodb.dynamo_table import DynamoTable
 from dispatcher.domain.bundles import BundleState
+from dispatcher.domain.errors import ConflictError
 from dispatcher.ports.table import (
     Absent,
     Add,
@@ -339,12 +340,17 @@ class Refuses(MemoryTable):
         super().__init__()
         self.writes = 0
         self.reads = 0
+        self.lost = 0
 
     def write(self, op: Put | Update | Delete) -> Record | None:
         if self.writes:
             self.writes -= 1
             raise _throttled([])
-        return super().write(op)
+        done = super().write(op)
+        if self.lost:  # written, but its answer lost on the way back (a 5xx, a cut connection)
+            self.lost -= 1
+            raise _server_error([])
+        return done
 
     def get_many(self, pks: list[str]) -> list[Record]:
         if self.reads:
@@ -379,3 +385,28 @@ def test_a_runners_claim_and_reads_the_table_refuses_for_a_while_are_tried_again
     table.reads = refused
     (page,) = list(twins.store.bundle_jobs(claim.bundle))
     assert [j.job_id for j in page] == ["j1"] and len(slept) == 2 * refused
+
+
+@pytest.mark.parametrize("assigned", [True, False], ids=["claim_assigned", "claim"])
+def test_a_claim_whose_answer_was_lost_is_the_runners_when_its_retry_finds_it(
+        assigned: bool) -> None:
+    """The claim committed but its answer was lost (a 5xx): the retry's condition (LAUNCHED)
+    is refused by the claim's own write. The bundle, read back RUNNING on this task and
+    attempt, is this runner's claim: not a lost claim, which would end the task and rerun its
+    bundle."""
+    table = Refuses()
+    twins = Twins()
+    twins.table = table
+    twins.store = Store(table, clock=twins.clock, table_retry=TableRetry(sleep=lambda s: None))
+    bundle_id, arn = twins.launched("j1")
+    launched = twins.bundle(bundle_id)
+    assert launched is not None
+    table.lost = 1
+    claim = twins.store.claim_assigned(arn) if assigned \
+        else twins.store.claim(Fence(bundle_id, launched.attempt, arn))
+    assert claim is not None and claim.bundle.bundle_id == bundle_id
+    assert claim.bundle.state == BundleState.RUNNING and claim.bundle.job_ids == ["j1"]
+    # Another attempt's task finds it RUNNING but not its own: refused as before.
+    other = Fence(bundle_id, launched.attempt, "arn:aws:ecs:us-east-1:1:task/c/other")
+    with pytest.raises(ConflictError):
+        twins.store.claim(other)
