@@ -279,12 +279,15 @@ class FollowOns(Reads):
             except _Refused:
                 return Take(None)
         # None left, or another taker came first: a stream's task looks again, unless the
-        # last tick left other due work waiting for a slot (this one's, if it exits), or
-        # follow-ons wait that this task cannot run but a task in its slot could (of other
+        # last tick left other due work waiting for a slot (this one's, if it exits), or a
+        # follow-on waits that this task cannot run but a task in its slot could (of other
         # resources, or of a limited kind with room, which the tick launches): a slot held
-        # empty for the next tick's would keep them from it.
+        # empty for the next tick's would keep it from that one. One task leaves its slot
+        # for it (_yield_to); the others wait as before.
         summary = TickSummary.from_json(tick.summary)
-        if other is None and any(b not in fits and _has_room(summary, b.kind) for b in others):
+        blocked = next((b for b in others if b not in fits and _has_room(summary, b.kind)),
+                       None)
+        if other is None and blocked is not None and self._yield_to(blocked):
             return Take(None)
         if summary is not None and not summary.others_due \
                 and (summary.fed_seconds >= STREAM_FED_SECONDS or summary.small_jobs_left):

@@ -385,8 +385,9 @@ def test_a_runner_fed_for_a_stream_does_not_wait_beside_follow_ons_only_its_slot
         store: Store, why: str) -> None:
     """The last tick fed the running tasks, but a follow-on waits that this task cannot run
     (other resources; a limited kind, which the tick launches, with room): the runner does
-    not hold its slot empty for the next tick's, it leaves it to that follow-on. A limited
-    kind at its limit takes no slot yet: the runner waits as before."""
+    not hold its slot empty for the next tick's, it leaves it to that follow-on (one runner
+    does; the others wait as before). A limited kind at its limit takes no slot yet: the
+    runner waits as before."""
     tick(store)
     done = first_wave(store)
     store.end_batch(BATCH, 0)
@@ -403,6 +404,9 @@ def test_a_runner_fed_for_a_stream_does_not_wait_beside_follow_ons_only_its_slot
     assert store.take_follow_on(done, "arn:task/1") == Take(None)
     got = store.get_bundle(other.bundle_id)
     assert got is not None and got.state == BundleState.PENDING  # the tick's to launch
+    # One task leaves its slot for it; the next to find it waits for the stream as before.
+    second = first_wave(store, "arn:task/2", "w2")
+    assert store.take_follow_on(second, "arn:task/2") == Take(None, fed_at=at)
     if kind:
         store.save_tick_summary(TickSummary(at=at, active=1, max_running=1, fed_seconds=30.0,
                                             kinds={"gpu": (2, 2)}), REVISION, None)
