@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from dispatcher.domain.bundles import Bundle
@@ -114,28 +114,48 @@ class Admission:
         left = capacity
         if self._policy.bundling.follow_on_seconds <= 0:
             takers = 0  # follow-ons are off
+        # The running tasks take one queue's follow-ons (the first below the high one with a
+        # backlog), as with no slot free: also when the levels above (or the shares of those
+        # below) leave this one no slot; that one is drained last, after the levels that take
+        # slots, so that a deep backlog cut for running tasks keeps no free slot waiting.
+        later: tuple[Priority, Queue, int] | None = None
         with ThreadPoolExecutor(self._concurrency, thread_name_prefix="admit") as pool:
             for n, (priority, queue) in enumerate(self._queues):
                 below = sum(guaranteed[p] for p, _ in self._queues[n + 1:])
                 slots = max(0, left - below)
-                # The running tasks take one queue's follow-ons (the first below the high
-                # one with a backlog), as with no slot free: also when the levels above (or
-                # the shares of those below) leave this one no slot.
                 sharing = takers if priority != Priority.HIGH and visible.get(priority) else 0
-                if time.monotonic() >= deadline or not (slots or sharing):
-                    continue
                 takers -= sharing
-                target = self.target_jobs(visible.get(priority, 0), slots or sharing)
-                stats.target_jobs = max(stats.target_jobs, target)
-                bundler = Bundler(self._policy.bundling, slots, target, at=self._clock(),
-                                  kind_limits=self._policy.kind_limits, kind_room=room,
-                                  backlog=visible.get(priority, 0), clock=self._clock,
-                                  takers=sharing)
-                yield from QueueDrain(self._setup, queue, bundler, deadline, stats,
-                                  beat_seconds=beat_seconds,
-                                  of_high=priority == Priority.HIGH).run(pool)
+                if sharing and not slots:
+                    later = (priority, queue, sharing)
+                    continue
+                if time.monotonic() >= deadline or not slots:
+                    continue
+                bundler = yield from self._drain_one(pool, priority, queue, slots, sharing,
+                                                     visible, room, deadline, stats,
+                                                     beat_seconds)
                 left -= bundler.opened
                 room = bundler.kind_room
+            if later is not None and time.monotonic() < deadline:
+                priority, queue, sharing = later
+                yield from self._drain_one(pool, priority, queue, 0, sharing, visible, room,
+                                           deadline, stats, beat_seconds)
+
+    def _drain_one(self, pool: ThreadPoolExecutor, priority: Priority, queue: Queue,
+                   slots: int, sharing: int, visible: Mapping[Priority, int],
+                   room: Mapping[str, int], deadline: float, stats: AdmissionStats,
+                   beat_seconds: float | None) -> Generator[list[Bundle], None, Bundler]:
+        """One level's drain into ``slots`` free slots, and into follow-ons for ``sharing``
+        running tasks; its bundler, once it ends (the bundles it opened, the kinds' room
+        left)."""
+        target = self.target_jobs(visible.get(priority, 0), slots or sharing)
+        stats.target_jobs = max(stats.target_jobs, target)
+        bundler = Bundler(self._policy.bundling, slots, target, at=self._clock(),
+                          kind_limits=self._policy.kind_limits, kind_room=room,
+                          backlog=visible.get(priority, 0), clock=self._clock, takers=sharing)
+        yield from QueueDrain(self._setup, queue, bundler, deadline, stats,
+                              beat_seconds=beat_seconds,
+                              of_high=priority == Priority.HIGH).run(pool)
+        return bundler
 
     def _drain_for_takers(self, takers: int, deadline: float, stats: AdmissionStats,
                           kind_room: Mapping[str, int] | None,
