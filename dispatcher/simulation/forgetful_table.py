@@ -4,10 +4,11 @@ millions of jobs, which the twin would otherwise hold all at once (about 10 KB a
 The stack's table keeps an ended job until its TTL (days); nothing the dispatcher, the runner or
 the stop handler does reads a job long after it ended: the next take reads the follow-ons, a
 task's stop settles only the bundle it ran last, the timeout check reads RUNNING jobs, and a
-message delivered again comes back within ``LONGJOBS_HOLD_SECONDS`` of its receipt, before its
-job could have ended. So the model's stream forgets ended jobs ``keep_seconds`` after they
-ended (10 minutes of virtual time), keeping only what the run's ledger judges them by
-(:attr:`ForgetfulTable.ended`: each one's final state and attempts budget)."""
+message delivered again comes back within ``LONGJOBS_HOLD_SECONDS`` (120 s) of its receipt,
+long before its job's item is forgotten. So the model's stream forgets ended jobs
+``keep_seconds`` after they ended (10 minutes of virtual time), keeping only what the run's
+ledger judges them by (:attr:`ForgetfulTable.ended`: each one's final state and attempts
+budget)."""
 
 from __future__ import annotations
 

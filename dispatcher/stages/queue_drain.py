@@ -268,9 +268,10 @@ class QueueDrain:
         try:
             result = f.result()
         except Exception as exc:
-            # Nothing of it is deleted: its messages come back after the hold and are
-            # recorded then (what was written of it becomes duplicates, or is committed by
-            # the next tick's recovery of RECORDING bundles).
+            # Nothing of it is deleted: its messages come back a hold after this drain ends
+            # (it still holds them, as any bundle it has not recorded) and are recorded then
+            # (what was written of it becomes duplicates, or is committed by the next tick's
+            # recovery of RECORDING bundles).
             stats.record_failures += 1
             log.error("recording a bundle failed; its messages are kept for redelivery",
                       extra={"error": repr(exc)})
