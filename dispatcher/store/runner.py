@@ -238,7 +238,7 @@ class RunnerStore(FollowOns):
         while chunk or bundle_to is not None:
             try:
                 # Cancelled for a moment (throttled, TransactionConflict: an operator's cancel
-                # request landing on the bundle item) it is tried again for about a minute
+                # request landing on the bundle item) it is tried again for up to half a minute
                 # (RUNNER_PATIENCE: a runner has no hold to keep); a runner that gave up on
                 # its results would cost its whole bundle a rerun.
                 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html

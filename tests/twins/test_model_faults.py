@@ -41,7 +41,7 @@ def test_a_spot_reclaim_gives_the_running_jobs_back_and_they_run_again() -> None
 def test_throttling_past_the_adapters_retries_costs_reruns_never_a_job() -> None:
     """A fifth of the calls throttled, their retries throttled again nine times in ten: calls
     give up in every component (a runner's claim and reads of its jobs are tried again for
-    about a minute, its heartbeats at the next beat; a results write the store's tries could
+    up to half a minute, its heartbeats at the next beat; a results write the store's tries could
     not make fails the runner, RUNNER_FAILED_EXIT), stop events fail in their handler and are
     delivered again, ticks raise; every job still ends, once at a time and within its budget:
     SUCCEEDED, or FAILED when its reruns spent the infrastructure budget (saying so). Which

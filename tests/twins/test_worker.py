@@ -120,7 +120,7 @@ def test_a_transaction_cancelled_for_a_moment_is_retried_not_taken_for_a_lost_cl
 
 
 def test_results_throttled_past_the_ticks_tries_are_still_written() -> None:
-    """A runner has no hold to keep: its results write is tried for about a minute
+    """A runner has no hold to keep: its results write is tried for up to half a minute
     (RUNNER_PATIENCE), past the five tries a tick gives a recording, rather than fail the
     runner and rerun its bundle."""
     table = ConflictOnce("ThrottlingError", times=TableRetry().attempts)  # all a tick's tries
