@@ -162,7 +162,9 @@ def test_a_wait_with_a_timeout_moves_the_waiter_that_far_in_virtual_time() -> No
     wait = virtual_wait(clock)
 
     def slow() -> None:
-        time.sleep(0.2)  # longer than the real part of the timeout below
+        # Outlasts in real time the timeout below (0.05), as a task this machine is slow to
+        # run does; load only makes it longer. Nothing waits on this sleep's length.
+        time.sleep(0.2)
         clock.charge(60.0)
 
     with VirtualPool(1, clock=clock) as pool:
