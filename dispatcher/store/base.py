@@ -50,6 +50,12 @@ T = TypeVar("T")
 U = TypeVar("U")
 
 
+def _told(state: RetryCallState) -> None:
+    exc = state.outcome.exception() if state.outcome else None
+    log.warning("table call failed for a moment; trying again",
+                extra={"error": repr(exc), "try": state.attempt_number})
+
+
 def pack_groups(units: Iterable[U], items_of: Callable[[U], int], bytes_of: Callable[[U], int],
                 max_items: int, max_bytes: int) -> list[list[U]]:
     """``units`` in order, grouped greedily for transactions: a group closes before the unit
@@ -194,10 +200,7 @@ class Reads:
                                "code": exc.code if isinstance(exc, TableUnavailable) else None,
                                "reasons": getattr(exc, "reasons", None)})
 
-        cfg = patience or self.table_retry
-        Retrying(retry=retry_if_exception(transient), stop=stop_after_attempt(cfg.attempts),
-                 wait=wait_random_exponential(multiplier=cfg.first_wait, max=cfg.max_wait),
-                 sleep=self.table_retry.sleep, before_sleep=tell, reraise=True)(once)
+        self._patiently(patience or self.table_retry, once, before_sleep=tell)
 
     def _transact(self, ops: list[Op], lost: str, job_id: str | None = None) -> None:
         """One transaction (tried again while it fails for a moment); a failed condition
@@ -217,17 +220,21 @@ class Reads:
         except ConditionFailed:
             raise ConflictError(lost, job_id=job_id) from None
 
-    def _patiently(self, patience: TableRetry, call: Callable[..., T], *args: Any) -> T:
+    def _patiently(self, patience: TableRetry, call: Callable[..., T], *args: Any,
+                   before_sleep: Callable[[RetryCallState], None] | None = None) -> T:
         """``call(*args)``, tried again while the table fails it for a moment
         (:func:`transient`: throttled past botocore's own attempts, a 5xx) as ``patience``
         says, waiting on :attr:`table_retry`'s sleep (the model's is virtual); any other
-        error (a failed condition's ConflictError) at once. Only for a call a second try
-        leaves harmless: a read, a write whose condition refuses a second effect."""
+        error (a failed condition's ConflictError) at once; each wait logged
+        (``before_sleep``, else a warning naming the error). Only for a call a second try
+        leaves harmless: a read, a write whose condition refuses a second effect, a
+        transaction with its token."""
         return Retrying(retry=retry_if_exception(transient),
                         stop=stop_after_attempt(patience.attempts),
                         wait=wait_random_exponential(multiplier=patience.first_wait,
                                                      max=patience.max_wait),
-                        sleep=self.table_retry.sleep, reraise=True)(call, *args)
+                        sleep=self.table_retry.sleep, before_sleep=before_sleep or _told,
+                        reraise=True)(call, *args)
 
     # -- reads ----------------------------------------------------------------------------------
     def get_job(self, job_id: str) -> Job | None:

@@ -285,14 +285,14 @@ class FollowOns(Reads):
         # empty for the next tick's would keep it from that one. One task leaves its slot
         # for it (_yield_to); the others wait as before.
         summary = TickSummary.from_json(tick.summary)
+        if summary is None or summary.others_due \
+                or not (summary.fed_seconds >= STREAM_FED_SECONDS or summary.small_jobs_left):
+            return Take(None)
         blocked = next((b for b in others if b not in fits and _has_room(summary, b.kind)),
                        None)
         if other is None and blocked is not None and self._yield_to(blocked):
             return Take(None)
-        if summary is not None and not summary.others_due \
-                and (summary.fed_seconds >= STREAM_FED_SECONDS or summary.small_jobs_left):
-            return Take(None, fed_at=summary.at)
-        return Take(None)
+        return Take(None, fed_at=summary.at)
 
     def _other_due(self, done: Bundle, limited: set[str]) -> Bundle | None:
         """The oldest due bundle, other than the untaken follow-ons, of ``done``'s priority or
