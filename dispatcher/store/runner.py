@@ -109,7 +109,7 @@ class RunnerStore(FollowOns):
         (a task's ARN is its own; a relaunch is another task), so it stands for the attempt.
         None if it is not so (yet): the caller reads it and waits, as
         :func:`job_runner.next_bundle.assigned` does. One read and one write."""
-        pointer = self.table.get(r.task_key(task_arn))
+        pointer = self._patiently(RUNNER_PATIENCE, self.table.get, r.task_key(task_arn))
         if pointer is None or not pointer.bundle_id:
             return None
         try:

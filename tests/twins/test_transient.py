@@ -352,6 +352,12 @@ class Refuses(MemoryTable):
             raise _server_error([])
         return done
 
+    def get(self, pk: str) -> Record | None:
+        if self.reads and pk.startswith("TASK#"):  # a task's pointer: its runner's first read
+            self.reads -= 1
+            raise _throttled([])
+        return super().get(pk)
+
     def get_many(self, pks: list[str]) -> list[Record]:
         if self.reads:
             self.reads -= 1
@@ -362,9 +368,10 @@ class Refuses(MemoryTable):
 @pytest.mark.parametrize("refused", [3, 1000])
 def test_a_runners_claim_and_reads_the_table_refuses_for_a_while_are_tried_again(
         refused: int) -> None:
-    """A runner's claim, and its reads of its bundle's jobs, throttled past botocore's own
-    attempts are tried again for up to half a minute (the runner has nothing else to do; giving up
-    costs its task and a rerun); refused throughout, they fail after RUNNER_PATIENCE's tries."""
+    """A runner's claim (its task's pointer read, then its write), and its reads of its
+    bundle's jobs, throttled past botocore's own attempts are tried again for up to half a
+    minute (the runner has nothing else to do; giving up costs its task and a rerun);
+    refused throughout, they fail after RUNNER_PATIENCE's tries."""
     table = Refuses()
     slept: list[float] = []
     twins = Twins()
@@ -380,11 +387,13 @@ def test_a_runners_claim_and_reads_the_table_refuses_for_a_while_are_tried_again
             twins.store.claim(fence)
         assert len(slept) == RUNNER_PATIENCE.attempts - 1 and sum(slept) <= 1 + 2 + 4 + 8 + 15
         return
-    claim = twins.store.claim(fence)
-    assert claim.bundle.state == BundleState.RUNNING and len(slept) == refused
+    table.reads = refused  # its pointer, read first
+    claim = twins.store.claim_assigned(arn)  # the pointer's read, then the claim's write
+    assert claim is not None and claim.bundle.state == BundleState.RUNNING
+    assert len(slept) == 2 * refused
     table.reads = refused
     (page,) = list(twins.store.bundle_jobs(claim.bundle))
-    assert [j.job_id for j in page] == ["j1"] and len(slept) == 2 * refused
+    assert [j.job_id for j in page] == ["j1"] and len(slept) == 3 * refused
 
 
 @pytest.mark.parametrize("assigned", [True, False], ids=["claim_assigned", "claim"])
