@@ -61,6 +61,19 @@ class JobNotFound(LongjobsError):
     """No job with this id exists in the table."""
 
 
+class ScheduleNotFound(LongjobsError):
+    """No schedule of this name exists in the stack's schedule group."""
+
+
+class ScheduleExists(LongjobsError):
+    """A schedule of this name exists already."""
+
+
+class InvalidSchedule(LongjobsError):
+    """A schedule EventBridge Scheduler would refuse or refused: a name, expression, time zone
+    or value it does not take."""
+
+
 class ResourceMissing(LongjobsError):
     """An AWS resource the configuration names (queue, table, cluster, family) does not exist."""
 

@@ -33,6 +33,7 @@ from dispatcher.domain import (
     message_errors,
     payloads,
     rfc3339,
+    schedules,
     sizes,
 )
 from dispatcher.domain.errors import InvalidMessage
@@ -94,6 +95,20 @@ class DependsOn(BaseModel):
     # Element-wise (an array on an array of its size). None rather than False when absent, so
     # a body leaves it out (exclude_none) and reads as it did before the field existed.
     n_to_n: bool | None = None
+
+
+class ScheduleRef(BaseModel):
+    """The schedule whose fire a job is (:mod:`dispatcher.domain.schedules`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="The schedule's name: 1-64 chars of [0-9A-Za-z_.-].",
+                      json_schema_extra={"pattern": f"^{schedules.NAME.pattern}$"})
+    overlap: schedules.Overlap = Field(
+        default=schedules.Overlap.ALLOW,
+        description="allow (default): a fire runs beside the last one's job; skip: a fire "
+        "while the job of the last fire that ran is pending or running is recorded as "
+        "CANCELLED with the reason, and runs nothing.")
 
 
 class JobMessage(BaseModel):
@@ -171,6 +186,10 @@ class JobMessage(BaseModel):
         "fail with the parent still SUCCEEDED: a count (a JSON integer) of at most "
         "array_size, or a percentage from \"0%\" to \"100%\" such as \"5%\" (rounded down); "
         "without array_size, only 0.")
+
+    schedule: ScheduleRef | None = Field(
+        default=None, description="Set by a schedule's fires (`longjobs schedules`): the "
+        "schedule, whose name the job_id carries as schedule/<name>/<fire time>.")
 
     @field_validator("schema_version", "estimated_seconds", "max_attempts", "timeout_seconds",
                      "cpu", "memory", "ephemeral_storage", "array_size", "tolerated_failures",
@@ -278,6 +297,19 @@ class JobMessage(BaseModel):
             raise ValueError(f"job_id: an array job's job_id has at most "
                              f"{arrays.MAX_PARENT_ID_LENGTH} characters (its children's ids "
                              "add :<index>)")
+        return self
+
+    @model_validator(mode="after")
+    def _schedule_id(self) -> JobMessage:
+        """A fire's job is named by its schedule and its time: the record of the schedule's
+        fires, and a skip schedule's overlap rule, go by it."""
+        if self.schedule is not None:
+            fire = schedules.fire_of(self.job_id)
+            if fire is None or fire[0] != self.schedule.name:
+                raise ValueError(f"job_id: a fire of schedule {self.schedule.name!r} has the "
+                                 f"job_id {schedules.fire_id(self.schedule.name, 'TIME')} "
+                                 "(TIME as 2026-01-31T02:00:00Z); leave schedule out of a "
+                                 "job no schedule made")
         return self
 
     @field_validator("depends_on")

@@ -42,6 +42,7 @@ class AdmissionStats:
     target_jobs: int = 0  # the even share of the backlog per bundle
     oldest_sent_at: float | None = None
     rejections: list[dict[str, str]] = field(default_factory=list)
+    skipped_fires: int = 0  # schedules' fires recorded as skipped (dispatcher.stages.fires)
 
 
 def to_job(msg: message.JobMessage, received: Received, at: float) -> Job:

@@ -197,6 +197,7 @@ class QueueDrain:
         rejections: list[Rejection] = []
         finished: list[Received] = []  # rejected, or duplicates of a recorded job: delete now
         parents: list[tuple[Job, Received]] = []
+        skipped: list[tuple[Job, Received, str]] = []  # schedules' fires that run nothing
         for received in batch:
             if received.sent_at is not None:
                 stats.oldest_sent_at = min(stats.oldest_sent_at or received.sent_at,
@@ -208,6 +209,17 @@ class QueueDrain:
                 finished.append(received)
                 continue
             job = to_job(msg, received, now)
+            if msg.schedule is not None and received.array_index is None:
+                try:
+                    why = self.recorder.fires.judge(msg.schedule.name, msg.schedule.overlap, job,
+                                                    self.admitted, now)
+                except Exception as exc:  # judged again when it comes back
+                    self._failed(f"judging a schedule's fire failed: {exc!r}"[:1000], 1)
+                    self.kept.append(received)
+                    continue
+                if why is not None:
+                    skipped.append((job, received, why))
+                    continue
             if job.array_size is not None:  # an array's parent: recorded, never bundled
                 stats.arrays += 1
                 parents.append((job, received))
@@ -244,6 +256,8 @@ class QueueDrain:
         out: list[Future[Recorded]] = []
         if parents:
             out.append(pool.submit(self.recorder.record_parents, self.queue, parents))
+        if skipped:
+            out.append(pool.submit(self.recorder.skip, self.queue, skipped))
         if rejections or finished:
             out.append(pool.submit(self.recorder.reject, self.queue, rejections, finished))
         return out
@@ -282,8 +296,9 @@ class QueueDrain:
             stats.rejections.extend({"key": r.key, "reason": r.reason}
                                     for r in result.rejections)
         bundle = result.bundle
-        if bundle is None:  # rejections, or array parents (dispatcher.stages.fanout)
+        if bundle is None:  # rejections, array parents (dispatcher.stages.fanout), skips
             stats.duplicates += result.duplicates
+            stats.skipped_fires += result.skipped
             if result.failure is not None:  # given back at the end, as a failed bundle's
                 self._failed(result.failure, len(result.kept))
                 self.kept += result.kept

@@ -33,6 +33,7 @@ from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import Job, JobState, Rejection
 from dispatcher.ports.queue import BATCH, Queue, Received
 from dispatcher.stages.dependents import Dependents, DependentsStats
+from dispatcher.stages.fires import FireGate
 from dispatcher.store import StageStore
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class Recorded:
     # they had decided already (stages/dependents.py).
     dependents: DependentsStats | None = None
     kept: list[Received] = field(default_factory=list)  # not recorded: give back at the end
+    skipped: int = 0  # schedules' fires recorded as skipped (dispatcher.stages.fires)
 
 
 def refused(job: Job) -> Rejection:
@@ -84,6 +86,7 @@ class Recorder:
     def __init__(self, store: StageStore, dependents: Dependents) -> None:
         self._store = store
         self._dependents = dependents
+        self.fires = FireGate(store)
 
     def record(self, queue: Queue, bundle: Bundle, held: Held) -> Recorded:
         """Record a bundle; its messages are deleted after it (never before), by the drain
@@ -120,6 +123,18 @@ class Recorder:
                             kept=[m for _, m in parents])
         return Recorded(duplicates=len(duplicates),
                         delete_failures=self.delete(queue, [m for _, m in parents]))
+
+    def skip(self, queue: Queue, skipped: list[tuple[Job, Received, str]]) -> Recorded:
+        """Record skipped fires' jobs, CANCELLED with their reasons, then delete their
+        messages. A failure is returned with the messages, to be given back as a failed
+        bundle's are."""
+        try:
+            written = sum(self._store.record_skipped(job, reason) for job, _, reason in skipped)
+        except Exception as exc:
+            return Recorded(failure=f"{type(exc).__name__}: {exc}"[:1000],
+                            kept=[m for _, m, _ in skipped])
+        return Recorded(duplicates=len(skipped) - written, skipped=written,
+                        delete_failures=self.delete(queue, [m for _, m, _ in skipped]))
 
     def reject(self, queue: Queue, rejections: list[Rejection],
                messages: list[Received]) -> Recorded:

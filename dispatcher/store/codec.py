@@ -92,6 +92,11 @@ OPEN_ARRAYS = "ARRAY#open"
 SWEEP_KEY = "SWEEP#dependents"
 
 
+def schedule_key(name: str) -> str:
+    """The record of a schedule's fires (dispatcher.domain.schedules.FireRecord)."""
+    return f"SCHEDULE#{name}"
+
+
 def waiter_key(job_id: str, dependent_id: str) -> str:
     """The link of ``dependent_id`` to ``job_id``, a job it waits for."""
     return f"WAIT#{job_id}#{dependent_id}"

@@ -31,6 +31,7 @@ from dispatcher.ports.table import (
 from dispatcher.store import array_ops, index, job_ops, task_cancels
 from dispatcher.store import codec as r
 from dispatcher.store.deployments import Deployments
+from dispatcher.store.schedule_fires import ScheduleFires
 from dispatcher.store.state_writes import expire_pages_later
 from dispatcher.store.values import PageOutcome
 
@@ -50,7 +51,7 @@ def _where(kind: str | None, scheduled_after: float | None) -> Condition | None:
     return And(*where) if len(where) > 1 else (where[0] if where else None)
 
 
-class OperatorStore(Deployments):
+class OperatorStore(Deployments, ScheduleFires):
     """Operator actions and queries (and ``longjobs deploy``'s deployment record)."""
 
     # -- actions --------------------------------------------------------------------------------

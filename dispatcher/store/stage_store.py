@@ -47,6 +47,7 @@ from dispatcher.store.handing import Handing
 from dispatcher.store.held import HeldRetries
 from dispatcher.store.recording import PROBE_KEY, Recordings
 from dispatcher.store.runner import handed_as_read
+from dispatcher.store.schedule_fires import ScheduleFires
 from dispatcher.store.state_writes import (
     bundle_actions,
     expire_pages_later,
@@ -69,7 +70,8 @@ LAUNCH_TTL_SECONDS = 7 * 86400
 TICK_SUMMARY_TTL_SECONDS = 86400
 
 
-class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Waiters):
+class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Waiters,
+                 ScheduleFires):
     """What the tick and the task-event handler ask of the table (the dry run wraps this)."""
 
     # -- lease ----------------------------------------------------------------------------------

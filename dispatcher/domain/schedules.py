@@ -1,0 +1,191 @@
+"""Recurring schedules: each fire of a schedule is one job, named by the schedule and the fire.
+
+A schedule is kept by EventBridge Scheduler (on AWS; local mode runs a loop of its own over the
+same calls): its target is the job queue of its priority, and its input is a job message whose
+job id is ``schedule/<name>/<aws.scheduler.scheduled-time>``. Scheduler writes the fire's own
+time into that placeholder ("Adding context attributes",
+https://docs.aws.amazon.com/scheduler/latest/UserGuide/managing-schedule-context-attributes.html),
+so every delivery of one fire, a retried or duplicated one included, carries the same job id,
+and the dispatcher's idempotent admission makes it one job.
+
+What the dispatcher keeps of a schedule's fires (:class:`FireRecord`, one item per schedule):
+the job of its last fire that ran, and its latest fires with what became of each. A schedule
+whose ``overlap`` is ``skip`` runs no fire while the job of the last one that ran is still
+pending or running: the dispatcher judges that at admission (no code of ours is in the firing
+path) and records the skipped fire as a CANCELLED job whose reason says why, so a second
+delivery of it is a duplicate and never runs either.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+# Scheduler's rule for a schedule's name (API_CreateSchedule: Name, 1-64, [0-9a-zA-Z-_.]+).
+# https://docs.aws.amazon.com/scheduler/latest/APIReference/API_CreateSchedule.html
+NAME = re.compile(r"[0-9A-Za-z_.-]{1,64}")
+ID_PREFIX = "schedule/"
+# The context attribute Scheduler replaces with the fire's time, e.g. 2022-03-22T18:59:43Z.
+SCHEDULED_TIME = "<aws.scheduler.scheduled-time>"
+_FIRE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+# The latest fires a schedule's record keeps (``schedules show`` lists them).
+FIRES_KEPT = 20
+RAN, SKIPPED = "RAN", "SKIPPED"
+
+
+class Overlap(StrEnum):
+    """What a fire does while the job of the last fire that ran is still pending or running."""
+
+    ALLOW = "allow"  # runs beside it
+    SKIP = "skip"  # runs nothing, and is recorded as skipped with the reason
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a schedule, or None."""
+    if NAME.fullmatch(name):
+        return None
+    return (f"schedule name {name[:80]!r} must be 1-64 characters of letters, digits, '-', '_' "
+            "and '.' (EventBridge Scheduler's rule), e.g. nightly-report")
+
+
+def fire_id(name: str, at: str) -> str:
+    """The job id of the fire of schedule ``name`` at ``at`` (its scheduled time, as
+    Scheduler writes it, or :data:`SCHEDULED_TIME` in the template)."""
+    return f"{ID_PREFIX}{name}/{at}"
+
+
+def fire_time(epoch: float) -> str:
+    """A fire's time as Scheduler writes its scheduled time: UTC, whole seconds."""
+    return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def fire_epoch(at: str) -> float:
+    """A fire's time (as :func:`fire_time` writes it) as epoch seconds."""
+    return datetime.strptime(at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+
+
+def fire_of(job_id: str) -> tuple[str, str] | None:
+    """``(schedule name, fire time)`` of a fire's job (or of a child of a fire's array job),
+    None for a job no schedule made."""
+    if not job_id.startswith(ID_PREFIX):
+        return None
+    name, sep, rest = job_id[len(ID_PREFIX):].partition("/")
+    if not sep or NAME.fullmatch(name) is None or _FIRE_TIME.match(rest) is None:
+        return None
+    return name, rest[:20]
+
+
+def render(body: str, at: str) -> str:
+    """A schedule's input as Scheduler delivers it for the fire at ``at``."""
+    return body.replace(SCHEDULED_TIME, at)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One schedule: when it fires (an EventBridge Scheduler expression in ``timezone``) and
+    the job each fire makes: ``job`` holds the job message's fields but its id (kind, payload,
+    priority, and any other submit option)."""
+
+    name: str
+    expression: str
+    job: dict[str, Any]
+    timezone: str = "UTC"
+    overlap: Overlap = Overlap.ALLOW
+    enabled: bool = True
+    # Scheduler's StartDate: no fire before it. A rate counts its periods from it; a resume
+    # sets it to the resume's time, so the fires missed while paused are not made up.
+    start: float | None = None
+    description: str = ""
+
+    @property
+    def kind(self) -> str:
+        return str(self.job.get("kind", ""))
+
+    @property
+    def priority(self) -> str:
+        return str(self.job.get("priority") or "normal")
+
+    def body(self) -> str:
+        """The job message every fire sends, :data:`SCHEDULED_TIME` in its id (Scheduler's
+        ``Target.Input``)."""
+        fields = {"schema_version": 1, "job_id": fire_id(self.name, SCHEDULED_TIME),
+                  **{k: v for k, v in self.job.items() if k not in ("job_id", "schedule")},
+                  "schedule": {"name": self.name, "overlap": str(self.overlap)}}
+        return json.dumps(fields, separators=(",", ":"), ensure_ascii=False)
+
+    def message(self, at: str) -> dict[str, Any]:
+        """The job message of the fire at ``at``, as the queue receives it."""
+        parsed: dict[str, Any] = json.loads(render(self.body(), at))
+        return parsed
+
+
+def from_body(name: str, expression: str, body: str, **fields: Any) -> Schedule:
+    """The schedule whose input is ``body`` (read back from Scheduler); ``fields`` are the
+    other :class:`Schedule` fields."""
+    data = json.loads(body)
+    ref = data.pop("schedule", None) or {}
+    for key in ("schema_version", "job_id"):
+        data.pop(key, None)
+    return Schedule(name=name, expression=expression, job=data,
+                    overlap=Overlap(ref.get("overlap", Overlap.ALLOW)), **fields)
+
+
+@dataclass(frozen=True)
+class Fire:
+    """What became of one fire: its job ran (was admitted), or it was skipped, and why."""
+
+    at: str
+    job_id: str
+    outcome: str  # RAN or SKIPPED
+    reason: str | None = None
+
+    def as_json(self) -> dict[str, str]:
+        out = {"at": self.at, "job_id": self.job_id, "outcome": self.outcome}
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> Fire:
+        return Fire(str(data.get("at", "")), str(data.get("job_id", "")),
+                    str(data.get("outcome", RAN)), data.get("reason"))
+
+
+@dataclass(frozen=True)
+class FireRecord:
+    """What the dispatcher keeps of one schedule's fires: the job of the last fire that ran
+    (the one a ``skip`` schedule's next fire waits to see ended) and its latest fires, newest
+    first."""
+
+    name: str
+    last_run: str | None = None
+    fires: tuple[Fire, ...] = field(default_factory=tuple)
+
+    @property
+    def last_fire(self) -> Fire | None:
+        return self.fires[0] if self.fires else None
+
+    def noted(self, fire: Fire) -> FireRecord:
+        """With ``fire`` among its fires (once: a fire noted again replaces itself), newest
+        first by fire time, the latest :data:`FIRES_KEPT` kept."""
+        fires = sorted([f for f in self.fires if f.job_id != fire.job_id] + [fire],
+                       key=lambda f: f.at, reverse=True)[:FIRES_KEPT]
+        last_run = self.last_run
+        if fire.outcome == RAN and (last_run is None or _at(last_run) <= fire.at):
+            last_run = fire.job_id
+        return replace(self, last_run=last_run, fires=tuple(fires))
+
+
+def _at(job_id: str) -> str:
+    fire = fire_of(job_id)
+    return fire[1] if fire else ""
+
+
+def skip_reason(name: str, previous: str, state: str) -> str:
+    """Why a fire of a ``skip`` schedule was skipped."""
+    return (f"skipped: schedule {name!r} skips a fire while its last run is live, and "
+            f"{previous} is {state}")
