@@ -104,6 +104,18 @@ class Config(BaseModel):
         "LONGJOBS_DLQ_URL", "URL of the job queue's dead-letter queue (operators' dlq commands; "
         "the stack's DeadLetterQueueUrl output).", ("client",),
         on_aws=OnAws.STACK)] = ""
+    schedule_group: Annotated[str, Env(
+        "LONGJOBS_SCHEDULE_GROUP", "EventBridge Scheduler schedule group the stack owns, where "
+        "`longjobs schedules` keeps its schedules (the stack's ScheduleGroupName output).",
+        ("client",), on_aws=OnAws.STACK)] = ""
+    scheduler_role_arn: Annotated[str, Env(
+        "LONGJOBS_SCHEDULER_ROLE_ARN", "Role EventBridge Scheduler assumes to send a schedule's "
+        "jobs to the job queues (the stack's SchedulerRoleArn output).", ("client",),
+        on_aws=OnAws.STACK)] = ""
+    schedule_dlq_arn: Annotated[str, Env(
+        "LONGJOBS_SCHEDULE_DLQ_ARN", "Queue that keeps the fires EventBridge Scheduler could not "
+        "deliver (the stack's ScheduleDeadLetterQueueArn output).", ("client",),
+        on_aws=OnAws.STACK)] = ""
     table: Annotated[str, Env(
         "LONGJOBS_TABLE", "Name of the DynamoDB job table.", ALL_ROLES, required=True,
         on_aws=OnAws.STACK)] = ""

@@ -1,7 +1,8 @@
 """The ``longjobs`` command line: a thin layer over the Python API; errors are one line.
 
 This module is the root app only: each command group lives in a ``*_commands`` module of its own
-(``produce``, ``dispatch``, ``local``, ``jobs``, ``dlq``, ``deploy``, ``top``), the error policy in
+(``produce``, ``dispatch``, ``local``, ``jobs``, ``dlq``, ``schedule``, ``deploy``,
+``top``), the error policy in
 ``error_policy``; they never import this module back. The console script is
 ``dispatcher.cli.entry:main``, which checks that the ``cli`` extra is installed before importing
 typer.
@@ -23,6 +24,7 @@ from dispatcher.cli import (
     jobs_commands,
     local_commands,
     produce_commands,
+    schedule_commands,
     top_commands,
 )
 
@@ -35,6 +37,7 @@ app.command()(local_commands.demo)
 app.command()(local_commands.local)
 app.add_typer(jobs_commands.jobs_app)
 app.add_typer(dlq_commands.dlq_app)
+app.add_typer(schedule_commands.schedules_app)
 app.command("stats")(jobs_commands.stats)
 app.command()(deploy_commands.deploy)
 app.command()(top_commands.top)

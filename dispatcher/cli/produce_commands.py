@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -70,14 +70,7 @@ def submit(
     from dispatcher.ops.client import JobClient
 
     def run() -> str:
-        text = payload_text(payload)
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise LongjobsError(f"--payload is not JSON: {exc}; quote it for the shell, e.g. "
-                                f"--payload '{{\"day\": \"2026-11-30\"}}'") from None
-        if not isinstance(data, dict):
-            raise LongjobsError("--payload must be a JSON object, e.g. --payload '{\"n\": 1}'")
+        data = payload_object(payload)
         if condition not in CONDITIONS:
             raise LongjobsError(f"--condition {condition!r} is not one of "
                                 f"{', '.join(CONDITIONS)}")
@@ -119,6 +112,20 @@ def payload_text(value: str) -> str:
             raise LongjobsError(f"--payload {value}: cannot read {path!r}: "
                                 f"{getattr(exc, 'strerror', None) or exc}") from None
     return value
+
+
+def payload_object(value: str) -> dict[str, Any]:
+    """--payload as a JSON object (given, ``@FILE`` or ``-``), or an error saying how to
+    write one."""
+    text = payload_text(value)
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise LongjobsError(f"--payload is not JSON: {exc}; quote it for the shell, e.g. "
+                            f"--payload '{{\"day\": \"2026-11-30\"}}'") from None
+    if not isinstance(data, dict):
+        raise LongjobsError("--payload must be a JSON object, e.g. --payload '{\"n\": 1}'")
+    return data
 
 
 def _count(value: str) -> int | str:

@@ -228,9 +228,10 @@ def _day_of_week(text: str) -> Days:
         # day-of-week field"; Quartz likewise for L.
         raise FieldError(f"day-of-week {text!r}: L and # stand alone: write one nL (last "
                          "weekday n of the month, e.g. 6L) or n#k (e.g. 2#1), not in a list")
-    if "/" in text:
-        raise FieldError(f"day-of-week {text!r}: / is not allowed in day-of-week (its wildcards "
-                         "are , - * ? L #); list the days instead, e.g. MON,WED,FRI")
+    # Steps (1/2: every other day from SUN) are taken: EventBridge's cron reference lists / among
+    # day-of-week's wildcards in some of its versions and not in others; refusing what Scheduler
+    # takes would be worse than Scheduler refusing it at CreateSchedule, with its own words.
+    # https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-cron-expressions.html
     return Days("set", _values("day-of-week", text, 1, 7, WEEKDAYS))
 
 

@@ -14,7 +14,8 @@ what Scheduler does once the schedule is deployed, so the rules are AWS's, cited
 
 Choices where AWS's pages are silent (Quartz, whose syntax they copy, decides most):
 - a range must run upward (22-2 is refused, with the split 22-23,0-2 to write instead), and a
-  step ``a/n`` runs from a to the field's end; / is refused in day-of-week (not in its list);
+  step ``a/n`` runs from a to the field's end (in day-of-week too, which some versions of
+  AWS's cron reference give / and others do not: Scheduler has the last word);
 - L, LW, nW, nL and n#k stand alone in their field; ``nW`` for a day the month lacks (31W in
   April) fires not that month, like plain 31; a fifth weekday a month lacks (2#5) likewise;
 - field names (JAN, MON) are read in any case; the keywords cron/rate/at and rate's units only

@@ -85,7 +85,7 @@ def render(body: str, at: str) -> str:
 
 
 @dataclass(frozen=True)
-class Schedule:
+class JobSchedule:
     """One schedule: when it fires (an EventBridge Scheduler expression in ``timezone``) and
     the job each fire makes: ``job`` holds the job message's fields but its id (kind, payload,
     priority, and any other submit option)."""
@@ -123,14 +123,14 @@ class Schedule:
         return parsed
 
 
-def from_body(name: str, expression: str, body: str, **fields: Any) -> Schedule:
+def from_body(name: str, expression: str, body: str, **fields: Any) -> JobSchedule:
     """The schedule whose input is ``body`` (read back from Scheduler); ``fields`` are the
-    other :class:`Schedule` fields."""
+    other :class:`JobSchedule` fields."""
     data = json.loads(body)
     ref = data.pop("schedule", None) or {}
     for key in ("schema_version", "job_id"):
         data.pop(key, None)
-    return Schedule(name=name, expression=expression, job=data,
+    return JobSchedule(name=name, expression=expression, job=data,
                     overlap=Overlap(ref.get("overlap", Overlap.ALLOW)), **fields)
 
 
@@ -157,9 +157,9 @@ class Fire:
 
 @dataclass(frozen=True)
 class FireRecord:
-    """What the dispatcher keeps of one schedule's fires: the job of the last fire that ran
-    (the one a ``skip`` schedule's next fire waits to see ended) and its latest fires, newest
-    first."""
+    """What the dispatcher keeps of one schedule's fires: the job of the fire admitted to run
+    last (the one a ``skip`` schedule's next fire waits to see ended) and its latest fires,
+    newest first by fire time."""
 
     name: str
     last_run: str | None = None
@@ -174,15 +174,10 @@ class FireRecord:
         first by fire time, the latest :data:`FIRES_KEPT` kept."""
         fires = sorted([f for f in self.fires if f.job_id != fire.job_id] + [fire],
                        key=lambda f: f.at, reverse=True)[:FIRES_KEPT]
-        last_run = self.last_run
-        if fire.outcome == RAN and (last_run is None or _at(last_run) <= fire.at):
-            last_run = fire.job_id
+        # The last run is the fire admitted last, not the latest by its time: a fire delivered
+        # late that runs is the run the next fire of a skip schedule must see ended.
+        last_run = fire.job_id if fire.outcome == RAN else self.last_run
         return replace(self, last_run=last_run, fires=tuple(fires))
-
-
-def _at(job_id: str) -> str:
-    fire = fire_of(job_id)
-    return fire[1] if fire else ""
 
 
 def skip_reason(name: str, previous: str, state: str) -> str:

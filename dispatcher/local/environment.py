@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from dispatcher.local.event_feed import StreamFeed
 from dispatcher.local.local_launcher import LocalLauncher, TaskExit
 from dispatcher.local.output import QuietTicks
 from dispatcher.local.provision import provision
+from dispatcher.local.schedule_loop import ScheduleLoop
 from dispatcher.ports.event_sink import EventSink
 from dispatcher.settings import Config
 from dispatcher.stages.rerun import StopOutcome
@@ -29,6 +31,8 @@ from dispatcher.wiring import adapters, pipeline
 
 log = logging.getLogger("longjobs.local")
 KEEP = 1000
+# How often local mode fires the schedules that came due (Scheduler fires within the minute).
+SCHEDULE_STEP_SECONDS = 1.0
 DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
                      "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
 
@@ -111,12 +115,18 @@ class LocalEnv:
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, daemon=True, name="ticker")
         self._ticker.start()
+        # EventBridge Scheduler's part: the emulator keeps schedules but fires none.
+        self.schedules = ScheduleLoop(adapters.schedule_book(self.cfg), adapters.queues(self.cfg),
+                                      time.time)
+        self._firing = threading.Thread(target=self._fire_loop, daemon=True, name="schedules")
+        self._firing.start()
         return self
 
     def exports(self) -> list[str]:
         keys = ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SQS", *DUMMY_CREDENTIALS,
                 "LONGJOBS_QUEUE_URL", "LONGJOBS_HIGH_QUEUE_URL", "LONGJOBS_LOW_QUEUE_URL",
-                "LONGJOBS_DLQ_URL",
+                "LONGJOBS_DLQ_URL", "LONGJOBS_SCHEDULE_GROUP", "LONGJOBS_SCHEDULER_ROLE_ARN",
+                "LONGJOBS_SCHEDULE_DLQ_ARN",
                 "LONGJOBS_TABLE", "LONGJOBS_CLUSTER", "LONGJOBS_TASK_FAMILY",
                 "LONGJOBS_LOCAL_LOG"]
         return [f"export {k}={self.env[k]}" for k in keys if k in self.env]
@@ -145,6 +155,13 @@ class LocalEnv:
             except Exception as exc:  # a failed tick is retried on the next one, as in AWS
                 log.warning("tick failed: %r", exc)
 
+    def _fire_loop(self) -> None:
+        while not self._stop.wait(SCHEDULE_STEP_SECONDS):
+            try:
+                self.schedules.step()
+            except Exception as exc:  # the endpoint failed for a moment: the next step
+                log.warning("firing schedules failed: %r", exc)
+
     def _on_exit(self, exit: TaskExit) -> None:
         if self._stop.is_set():
             return
@@ -163,6 +180,7 @@ class LocalEnv:
     def stop(self) -> None:
         self._stop.set()
         self._ticker.join(timeout=60)
+        self._firing.join(timeout=60)
         self.launcher.shutdown()
         if self._feed is not None:
             self._feed.stop()

@@ -47,6 +47,18 @@ class Names:
         return f"{self.prefix}-jobs-dlq"
 
     @property
+    def schedule_dlq(self) -> str:
+        return f"{self.prefix}-schedules-dlq"
+
+    @property
+    def schedule_group(self) -> str:
+        return self.prefix
+
+    @property
+    def scheduler_role(self) -> str:
+        return f"{self.prefix}-scheduler"
+
+    @property
     def table(self) -> str:
         return f"{self.prefix}-jobs"
 
@@ -90,6 +102,15 @@ def provision(endpoint: str | None, names: Names | None = None,
     })["QueueUrl"] for name in (names.queue, names.high_queue, names.low_queue))
 
     create_table(names.table, region, endpoint)
+    # The schedule group, the queue of fires Scheduler could not deliver and the role it
+    # sends with (the emulator checks no role; the ARN is the shape AWS's takes).
+    schedule_dlq = sqs.create_queue(QueueName=names.schedule_dlq,
+                                    Attributes=DLQ_ATTRIBUTES)["QueueUrl"]
+    schedule_dlq_arn = sqs.get_queue_attributes(QueueUrl=schedule_dlq, AttributeNames=[
+        "QueueArn"])["Attributes"]["QueueArn"]
+    endpoint_client("scheduler", endpoint, region).create_schedule_group(
+        Name=names.schedule_group)
+    account = schedule_dlq_arn.split(":")[4]
 
     ecs = endpoint_client("ecs", endpoint, region)
     ecs.create_cluster(clusterName=names.cluster,
@@ -109,4 +130,7 @@ def provision(endpoint: str | None, names: Names | None = None,
         "LONGJOBS_CONTAINER": names.container,
         "LONGJOBS_SUBNETS": subnet,
         "LONGJOBS_SECURITY_GROUPS": "sg-00000000000000000",
+        "LONGJOBS_SCHEDULE_GROUP": names.schedule_group,
+        "LONGJOBS_SCHEDULER_ROLE_ARN": f"arn:aws:iam::{account}:role/{names.scheduler_role}",
+        "LONGJOBS_SCHEDULE_DLQ_ARN": schedule_dlq_arn,
     }

@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # the table's model (pynamodb) loads only when a client reads
     from dispatcher.ops.job_log import JobLog, LogCursor
     from dispatcher.ops.job_views import JobDetail, JobSummary, Stats
     from dispatcher.ops.queries import Queries
+    from dispatcher.ops.schedule_ops import Schedules
     from dispatcher.ports.job_logs import LogLine
 
 # How many of the ids it sent a client remembers, with their array sizes (see
@@ -329,6 +330,16 @@ class JobClient:
         dlq = adapters.dead_letters(self.cfg)
         assert dlq is not None  # LONGJOBS_DLQ_URL is set (checked above)
         return DeadLetters(dlq, self._queue, self._queues)
+
+    def schedules(self) -> Schedules:
+        """The stack's schedules (``LONGJOBS_SCHEDULE_GROUP``): create, list, show, pause,
+        resume, update, delete, run_now. Rates in seconds are taken only against a local
+        endpoint (local mode fires them; AWS refuses them)."""
+        from dispatcher.ops.schedule_ops import Schedules
+
+        return Schedules(adapters.schedule_book(self.cfg), self._table,
+                         lambda body: self.submit_many([body])[0],
+                         seconds=bool(self.cfg.endpoint_url), allowed_kinds=self.allowed_kinds)
 
     # Keep `list` the last method: below it, `list[...]` in a class-level annotation would name
     # this method (mypy: "not valid as a type").

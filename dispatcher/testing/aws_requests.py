@@ -20,6 +20,10 @@ _TARGET_SERVICES = {
     "AWSEvents": "events",
 }
 _SCOPE = re.compile(r"Credential=[^/,]+/\d{8}/([^/,]+)/([^/,]+)/aws4_request")
+# EventBridge Scheduler's REST paths: /schedules[/{Name}], /schedule-groups[/{Name}].
+_SCHEDULE_PATH = re.compile(r"/schedules(?:/([^/]+))?/?")
+_SCHEDULE_GROUP_PATH = re.compile(r"/schedule-groups(?:/([^/]+))?/?")
+_SCHEDULER_VERBS = {"POST": "Create", "PUT": "Update", "GET": "Get", "DELETE": "Delete"}
 
 # Request fields that name what a call acts on (kept by the proxy's recording); payloads,
 # message bodies and item values are dropped so a recording stays small.
@@ -40,7 +44,9 @@ class RecordedCall:
     table]`` pairs (``Put``, ``Update``, ``Delete``, ``ConditionCheck``, ``Get``),
     ``RequestItems`` as the list of table names, ``pk`` the partition key of a single-item
     request, ``tags`` as the number of tags sent, the role ARNs of ``overrides``, and
-    ``EventBusNames`` the buses (names or ARNs) a PutEvents' entries name. With the
+    ``EventBusNames`` the buses (names or ARNs) a PutEvents' entries name; for EventBridge
+    Scheduler's schedule requests, ``Name`` (from the path), ``GroupName`` (``None``: the
+    default group) and the ``Target``'s ``Arn``, ``RoleArn`` and ``DeadLetterConfig``. With the
     proxy's ``capture_items``, a DynamoDB write keeps each item it named before and after
     (``items``) and a read the sizes of what it returned (``read``), for the capacity model
     (:mod:`dispatcher.testing.capacity`).
@@ -94,7 +100,27 @@ def request_target(body: bytes, path: str, content_type: str) -> dict[str, Any]:
     if isinstance(entries, list):
         target["EventBusNames"] = sorted({str(e.get("EventBusName") or "default")
                                           for e in entries if isinstance(e, dict)})
+    target.update(_schedule_target(path, params))
     return target
+
+
+def _schedule_target(path: str, params: dict[str, Any]) -> dict[str, Any]:
+    """What an EventBridge Scheduler schedule request names (REST: the schedule's name is in
+    the path; its group in the body, or the query of GetSchedule and DeleteSchedule
+    (``groupName``) and of ListSchedules (``ScheduleGroup``); its target's ARN, role and
+    dead-letter queue in the body of CreateSchedule and UpdateSchedule)."""
+    match = _SCHEDULE_PATH.fullmatch(urllib.parse.urlsplit(path).path)
+    if match is None:
+        return {}
+    out: dict[str, Any] = {"GroupName": params.get("GroupName") or params.get("groupName")
+                           or params.get("ScheduleGroup")}
+    if match.group(1):
+        out["Name"] = urllib.parse.unquote(match.group(1))
+    schedule_target = params.get("Target")
+    if isinstance(schedule_target, dict):
+        out["Target"] = {k: schedule_target[k] for k in ("Arn", "RoleArn", "DeadLetterConfig")
+                         if k in schedule_target}
+    return out
 
 
 def request_scope(headers: list[tuple[str, str]]) -> tuple[str | None, str | None]:
@@ -105,8 +131,10 @@ def request_scope(headers: list[tuple[str, str]]) -> tuple[str | None, str | Non
     return None, None
 
 
-def request_operation(path: str, headers: list[tuple[str, str]], body: bytes) -> str | None:
-    """``service.Operation`` from X-Amz-Target (JSON protocols) or ``Action=`` (query)."""
+def request_operation(path: str, headers: list[tuple[str, str]], body: bytes,
+                      method: str = "") -> str | None:
+    """``service.Operation`` from X-Amz-Target (JSON protocols) or ``Action=`` (query), or,
+    for EventBridge Scheduler (REST), from ``method`` and the path."""
     lowered = {name.lower(): value for name, value in headers}
     service = request_scope(headers)[1]
     target = lowered.get("x-amz-target")
@@ -118,4 +146,22 @@ def request_operation(path: str, headers: list[tuple[str, str]], body: bytes) ->
         params.update(urllib.parse.parse_qs(body.decode("utf-8", "replace")))
     if actions := params.get("Action"):
         return f"{service or 'unknown'}.{actions[0]}"
+    if service == "scheduler":
+        return _scheduler_operation(method, urllib.parse.urlsplit(path).path)
+    return None
+
+
+def _scheduler_operation(method: str, path: str) -> str | None:
+    """EventBridge Scheduler speaks REST (rest-json): the operation is the method on the
+    path (https://docs.aws.amazon.com/scheduler/latest/APIReference/API_Operations.html)."""
+    for pattern, kind in ((_SCHEDULE_PATH, "Schedule"), (_SCHEDULE_GROUP_PATH, "ScheduleGroup")):
+        match = pattern.fullmatch(path)
+        if match is None:
+            continue
+        if not match.group(1):
+            return f"scheduler.List{kind}s" if method == "GET" else None
+        verb = _SCHEDULER_VERBS.get(method)
+        if verb is None or (verb == "Update" and kind == "ScheduleGroup"):
+            return None
+        return f"scheduler.{verb}{kind}"
     return None

@@ -214,7 +214,7 @@ class AwsProxy:
                 body: bytes) -> Response:
         if path.startswith("/moto-api/"):
             return self._forward(method, path, headers, body)
-        operation = request_operation(path, headers, body)
+        operation = request_operation(path, headers, body, method)
         request: dict[str, Any] | None = None
         if operation == RUNTASK:
             try:

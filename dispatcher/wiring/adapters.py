@@ -17,6 +17,7 @@ from dispatcher.aws.dynamodb import DynamoTable
 from dispatcher.aws.ecs import CapacityShare, EcsLauncher, EcsTarget
 from dispatcher.aws.ecs_revisions import EcsTaskDefinitions
 from dispatcher.aws.eventbridge import EventBridgeSink
+from dispatcher.aws.scheduler import EventBridgeScheduleBook
 from dispatcher.aws.sqs import SqsQueue
 from dispatcher.domain.errors import ConfigError
 from dispatcher.domain.job_events import TableChange
@@ -26,6 +27,7 @@ from dispatcher.ports.event_sink import EventSink
 from dispatcher.ports.job_logs import JobLogs
 from dispatcher.ports.launcher import Launcher
 from dispatcher.ports.queue import Queue
+from dispatcher.ports.schedule_book import ScheduleBook
 from dispatcher.ports.task_definitions import TaskDefinitions
 from dispatcher.settings import Config
 from dispatcher.store import Store
@@ -70,6 +72,32 @@ def queues(cfg: Config) -> dict[Priority, Queue]:
 def dead_letters(cfg: Config) -> Queue | None:
     """The dead-letter queue ``LONGJOBS_DLQ_URL`` names, if it is set."""
     return SqsQueue(client("sqs", cfg), cfg.dlq_url) if cfg.dlq_url else None
+
+
+def schedule_book(cfg: Config) -> ScheduleBook:
+    """The stack's schedule group in EventBridge Scheduler (``LONGJOBS_SCHEDULE_GROUP``), its
+    schedules sent to the job queues with ``LONGJOBS_SCHEDULER_ROLE_ARN``."""
+    missing = [name for name, value in (("LONGJOBS_SCHEDULE_GROUP", cfg.schedule_group),
+                                        ("LONGJOBS_SCHEDULER_ROLE_ARN", cfg.scheduler_role_arn))
+               if not value]
+    if missing:
+        raise ConfigError(f"{' and '.join(missing)} not set: schedules need the stack's "
+                          "schedule group and scheduler role (its ScheduleGroupName and "
+                          "SchedulerRoleArn outputs; `longjobs local` exports them)")
+    sqs = client("sqs", cfg)
+    urls = {Priority.NORMAL: cfg.queue_url, Priority.HIGH: cfg.high_queue_url or cfg.queue_url,
+            Priority.LOW: cfg.low_queue_url or cfg.queue_url}
+    arns: dict[str, str] = {}
+
+    def queue_arn(priority: str) -> str:
+        url = urls[Priority(priority)]
+        if url not in arns:  # one GetQueueAttributes per queue: its ARN, partition included
+            arns[url] = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])[
+                "Attributes"]["QueueArn"]
+        return arns[url]
+
+    return EventBridgeScheduleBook(client("scheduler", cfg), cfg.schedule_group,
+                                   cfg.scheduler_role_arn, cfg.schedule_dlq_arn, queue_arn)
 
 
 def ecs_target(cfg: Config) -> EcsTarget:

@@ -5,9 +5,10 @@ and a small evaluator of identity policies.
 action, the resource ARN, the condition keys with static values, including the implicit ones:
 ``ecs:TagResource`` for tags on RunTask/RegisterTaskDefinition, ``iam:PassRole`` for the task
 definition's roles, one item action per transaction item, ``events:PutEvents`` on each bus a
-PutEvents' entries name); :func:`allowed` is IAM's verdict for a list of policy statements of
-``infra/template.yaml`` (after the SAM transform), with the template's intrinsics resolved to the
-values of the moto environment the components run in.
+PutEvents' entries name, ``iam:PassRole`` of a schedule's execution role); :func:`allowed`
+is IAM's verdict for a list of policy statements of ``infra/template.yaml`` (after the SAM
+transform), with the template's intrinsics resolved to the values of the moto environment the
+components run in.
 """
 
 from __future__ import annotations
@@ -36,18 +37,29 @@ ECS_TASKS = "ecs-tasks.amazonaws.com"
 WORKER_LOG_GROUP = "longjobs-WorkerLogGroup-abc"
 # The bus the publisher sends to (the stack's EventBus parameter), created by the scenario.
 EVENT_BUS = "longjobs-job-events"
+# What local mode provisions for the recurring schedules: the schedule group (the stack's
+# ScheduleGroup), the role the schedules send with (SchedulerRole) and their dead-letter queue
+# (ScheduleDeadLetterQueue).
+SCHEDULE_GROUP = NAMES.prefix
+SCHEDULER_ROLE = f"arn:aws:iam::{ACCOUNT}:role/longjobs-scheduler"
+SCHEDULE_DLQ = "longjobs-schedules-dlq"
+SCHEDULER = "scheduler.amazonaws.com"
 
 # What the template's intrinsics resolve to in the moto environment the components run in.
 REFS = {"AWS::Region": REGION, "AWS::AccountId": ACCOUNT, "AWS::Partition": "aws",
         "TaskFamily": NAMES.family, "Cluster": NAMES.cluster, "JobTable": NAMES.table,
-        "EventBus": EVENT_BUS}
+        "EventBus": EVENT_BUS, "ScheduleGroup": SCHEDULE_GROUP}
 ATTRS = {"Cluster.Arn": CLUSTER_ARN, "JobTable.Arn": TABLE_ARN, "JobQueue.Arn": QUEUE_ARN,
          "HighJobQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{HIGH_QUEUE}",
          "LowJobQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{LOW_QUEUE}",
          "WorkerTaskRole.Arn": TASK_ROLE, "WorkerExecutionRole.Arn": EXECUTION_ROLE,
          "EventDeadLetterQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:longjobs-events-dlq",
          "JobDeadLetterQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{NAMES.dlq}",
-         "WorkerLogGroup.Arn": f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{WORKER_LOG_GROUP}:*"}
+         "WorkerLogGroup.Arn": f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{WORKER_LOG_GROUP}:*",
+         "ScheduleGroup.Arn":
+             f"arn:aws:scheduler:{REGION}:{ACCOUNT}:schedule-group/{SCHEDULE_GROUP}",
+         "SchedulerRole.Arn": SCHEDULER_ROLE,
+         "ScheduleDeadLetterQueue.Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{SCHEDULE_DLQ}"}
 
 
 # ------------------------------------------------------------------------------ the evaluator
@@ -236,5 +248,33 @@ def authorizations(call: RecordedCall,
                      f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/{bus}",
                      operation=call.operation)
                 for bus in t.get("EventBusNames", ["default"])]
+    if service == "scheduler" and op in _SCHEDULE_ACTIONS:
+        return _schedule_authorizations(op, t, call.operation)
     # Anything else: the same-named action on every resource; only a "*" grant allows it.
     return [Auth(f"{service}:{op}", "*", operation=call.operation)]
+
+
+# EventBridge Scheduler ("Actions, resources, and condition keys for Amazon EventBridge
+# Scheduler", https://docs.aws.amazon.com/service-authorization/latest/reference/
+# list_amazoneventbridgescheduler.html): a schedule's actions act on the schedule,
+# arn:${Partition}:scheduler:${Region}:${Account}:schedule/${GroupName}/${ScheduleName} (a
+# request without GroupName is in the group "default"); CreateSchedule and UpdateSchedule also
+# authorize iam:PassRole of the target's execution role, with iam:PassedToService =
+# scheduler.amazonaws.com. ListSchedules has no resource type ("*").
+_SCHEDULE_ACTIONS = {"CreateSchedule", "GetSchedule", "UpdateSchedule", "DeleteSchedule",
+                     "ListSchedules"}
+
+
+def _schedule_authorizations(op: str, target: dict[str, Any], operation: str) -> list[Auth]:
+    if op == "ListSchedules":
+        return [Auth("scheduler:ListSchedules", "*", operation=operation)]
+    group = target.get("GroupName") or "default"
+    auths = [Auth(f"scheduler:{op}",
+                  f"arn:aws:scheduler:{REGION}:{ACCOUNT}:schedule/{group}/{target['Name']}",
+                  operation=operation)]
+    if op in ("CreateSchedule", "UpdateSchedule"):
+        role = target.get("Target", {}).get("RoleArn")
+        if role:
+            auths.append(Auth("iam:PassRole", str(role), (("iam:PassedToService", SCHEDULER),),
+                              operation))
+    return auths

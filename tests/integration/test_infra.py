@@ -568,7 +568,8 @@ def test_alarms_cover_backlog_dead_letters_errors_and_silence(template: dict[str
     assert ("AWS/Lambda", "Errors") in metrics
     dlq_alarms = {a["Dimensions"][0]["Value"]["Fn::GetAtt"][0] for a in alarms
                   if a["MetricName"] == "ApproximateNumberOfMessagesVisible"}
-    assert dlq_alarms == {"JobDeadLetterQueue", "EventDeadLetterQueue"}
+    assert dlq_alarms == {"JobDeadLetterQueue", "EventDeadLetterQueue",
+                          "ScheduleDeadLetterQueue"}
     (heartbeat,) = [a for a in alarms if a["MetricName"] == "TickCompleted"]
     assert heartbeat["Namespace"] == {"Ref": "MetricsNamespace"}
     assert heartbeat["TreatMissingData"] == "breaching"

@@ -1,8 +1,9 @@
 """The ProducerPolicy and OperatorPolicy of the template, checked against the calls they serve.
 
 The producer's commands (``longjobs submit``, ``JobClient.submit_many`` on every priority) and
-the operator's (``jobs list/show/cancel/retry``, ``stats``, ``top``, ``dlq list/redrive``, and
-the CloudWatch Logs read of ``jobs logs``) run
+the operator's (``jobs list/show/cancel/retry``, ``stats``, ``top``, ``dlq list/redrive``,
+``schedules create/update/list/show/pause/resume/run-now/delete``, and the CloudWatch Logs read
+of ``jobs logs``) run
 through the CLI against moto behind the recording proxy, the way ``test_permissions.py`` runs the
 stack's components; each request becomes the IAM authorizations AWS performs for it (that
 module's evaluator). Each policy must allow every call, every action on every resource it grants
@@ -55,6 +56,14 @@ OPERATOR_COMMANDS = [
     # Many at once: COUNT queries, the index walked page by page, each job cancelled as above.
     ["jobs", "cancel", "--status", "PENDING", "--yes", "--reason", "permission check"],
     ["dlq", "list"], ["dlq", "redrive"],
+    # Schedules in the stack's group, sent with its scheduler role: of each priority's queue.
+    ["schedules", "create", "nightly", "echo", "--cron", "0 2 * * ? *", "--timezone",
+     "Europe/Berlin", "--priority", "high"],
+    ["schedules", "create", "often", "echo", "--rate", "15 minutes", "--overlap", "skip"],
+    ["schedules", "update", "often", "--priority", "low"],
+    ["schedules", "list"], ["schedules", "show", "nightly"],
+    ["schedules", "pause", "nightly"], ["schedules", "resume", "nightly"],
+    ["schedules", "run-now", "often"], ["schedules", "delete", "nightly"],
 ]
 PRIORITIES = ("high", "normal", "low")
 
@@ -168,12 +177,13 @@ def test_removing_a_statement_is_caught(expanded: dict[str, Any], exercise: Exer
 
 def test_the_operator_commands_call_what_the_policy_names(exercise: Exercise) -> None:
     """The calls themselves (the policy comments name these): the table, the queues, the
-    worker's task definition and its log group (a job's log lines) only, and the dead letters
-    went back to the queue of each one's priority."""
+    worker's task definition and its log group (a job's log lines), the schedules of the
+    stack's group and the scheduler role passed to them only, and the dead letters went back
+    to the queue of each one's priority."""
     performed = {(a.action, a.resource.rsplit(":", 1)[-1].rsplit("/", 1)[-1])
                  for a in exercise.auths("operator")}
     services = {action.split(":")[0] for action, _ in performed}
-    assert services == {"dynamodb", "sqs", "ecs", "logs"}
+    assert services == {"dynamodb", "sqs", "ecs", "logs", "scheduler", "iam"}
     assert {action for action, _ in performed if action.startswith(("ecs:", "logs:"))} == {
         "ecs:DescribeTaskDefinition", "logs:FilterLogEvents"}
     sent = {queue for action, queue in performed if action == "sqs:SendMessage"}

@@ -7,7 +7,8 @@ task slots); each launched task's runner claims, starts, checkpoints and finishe
 the runner's real write paths (tests/model_runner.py), or is killed after any write, gets
 SIGTERM, freezes, or has a handler that ignores its cancellation or raises ``Interrupted``;
 operators cancel and retry, one job or many by a filter (a bulk action cut short and resumed by
-its id), and deploy new job code (tests/model_operators.py); stop events arrive late, twice and
+its id), and deploy new job code (tests/model_operators.py); schedules fire, some fires twice
+and late (tests/model_schedules.py); stop events arrive late, twice and
 out of order; the clock moves by seconds to half a year, and DynamoDB's TTL deletes what has
 expired. A tick may die right after any of its table writes, or meet transactions that fail for
 a moment (tests/model_faults.py).
@@ -62,6 +63,7 @@ from tests.model_limits import KindLimitWatch, parse_limits
 from tests.model_operators import OperatorRules
 from tests.model_promises import Promises
 from tests.model_runner import BEHAVIOURS, NATURES, ModelIds, ModelTime, SimTask, expire
+from tests.model_schedules import ScheduleRules
 from tests.model_stats import stats_disagree
 from tests.twins import ENV, Twins
 
@@ -87,7 +89,7 @@ STARVATION_TICKS = 10
 DAY = checks.DAY
 
 
-class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
+class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachine):
     hooks_time = ModelTime()
     hooks_ids = ModelIds()
 
@@ -132,6 +134,7 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
         self.twins.priority_queues[Priority.HIGH] = self.high
         self.forced: dict[tuple[str, str], int] = {}  # receives a fault spent (FaultRules)
         self.operators_begin()  # bulk actions and deploys (OperatorRules)
+        self.schedules_begin()  # fires of schedules, as Scheduler sends them (ScheduleRules)
         self.live_tasks = 0  # tasks running after the last step (task_limit)
         # A tick completed launches a crashed tick had decided, under the limit then in force.
         self.recovered_launches = False
@@ -149,6 +152,10 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
         return {**self.settings, "LONGJOBS_MAX_INFRA_ATTEMPTS": str(MAX_INFRA_ATTEMPTS),
                 "LONGJOBS_TICK_CONCURRENCY": "2", "LONGJOBS_FOLLOW_ON_SECONDS": "1",
                 **self.revision_env()}
+
+    def fire_budget(self) -> int:
+        """A schedule's fire's job: the default max_attempts, and the slack every job has."""
+        return 3 + MAX_INFRA_ATTEMPTS + LAUNCH_SLACK
 
     def gap(self, check: str) -> bool:
         return check in GAPS
@@ -224,8 +231,8 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
         now = self.twins.clock()
         jobs = []
         for _ in range(copies):
-            # Not an array's or a dependent's id: its model (budget, dependencies) is its own.
-            plain = sorted(j for j in self.submitted if not j.startswith(("a", "d")))
+            # Not an array's, a dependent's or a fire's id: its model is its own.
+            plain = sorted(j for j in self.submitted if not j.startswith(("a", "d", "schedule/")))
             if resend and plain:  # a producer sends a job id again
                 job_id = plain[len(plain) // 2]
             else:
@@ -611,6 +618,7 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
         def of(j: str) -> bool:
             return j == job_id or j.startswith(f"{job_id}:") or job_id.startswith(f"{j}:")
         self.cancelled = {j for j in self.cancelled if not of(j)}
+        self.retried_fires.add(job_id)  # a skipped fire retried runs on purpose (overlaps)
         self.claimed_at_cancel = {j for j in self.claimed_at_cancel if not of(j)}
 
     # -- the runners -----------------------------------------------------------------------------
@@ -770,6 +778,7 @@ class SystemModel(OperatorRules, FaultRules, RuleBasedStateMachine):
         self.fail("dependencies", self.early + self.undecided(view))
         self.fail("task_limit", self.over_the_limit())
         self.fail("cancel_kept", self.broken_cancels)
+        self.fail("schedule_overlap", self.overlaps(view))
 
     def over_the_limit(self) -> list[str]:
         """The tasks running never pass ``LONGJOBS_MAX_RUNNING_TASKS``: no step that adds a

@@ -1,0 +1,294 @@
+"""A schedule's fires on the twins: each fire is one job however often it is delivered; a
+``skip`` schedule runs no fire while its last run is live, and records the skipped fire (its
+job CANCELLED with the reason, listed by ``schedules show``); a pause and resume makes up no
+missed fire. The fires are made by local mode's loop (EventBridge Scheduler's part) on the twin
+queue, and admitted by the real tick."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dispatcher.domain import schedules
+from dispatcher.domain.bundles import BundleState
+from dispatcher.domain.errors import InvalidMessage, InvalidSchedule
+from dispatcher.domain.jobs import PRIORITY_ORDER, JobState
+from dispatcher.domain.schedules import FIRES_KEPT, RAN, SKIPPED
+from dispatcher.local.schedule_loop import ScheduleLoop
+from dispatcher.ops.schedule_ops import Schedules
+from dispatcher.store import Fence, JobUpdate
+from dispatcher.testing.memory_schedule_book import MemoryScheduleBook
+from tests.twins import Twins, finish_as_runner
+
+# 2023-11-14T22:00:00Z: a whole hour, so that hourly fires fall on round times.
+START = 1_700_000_000.0 - 1_700_000_000.0 % 3600 + 3600
+HOUR = 3600.0
+
+
+@pytest.fixture
+def world() -> tuple[Twins, Schedules, ScheduleLoop]:
+    t = Twins(START + 10)  # created just after a whole hour: its first fire is the next
+    book = MemoryScheduleBook()
+    ops = Schedules(book, lambda: t.store, lambda body: t.client().submit_many([body])[0],
+                    clock=t.clock)
+    loop = ScheduleLoop(book, {p: t.queue for p in PRIORITY_ORDER}, t.clock)
+    return t, ops, loop
+
+
+def fire_jobs(t: Twins, name: str) -> dict[str, JobState]:
+    return {j.job_id: j.state for j in t.jobs() if j.job_id.startswith(f"schedule/{name}/")}
+
+
+def start_running(t: Twins, job_id: str) -> Fence:
+    """Its task claims its bundle and starts it; the fence its end is written with."""
+    job = t.job(job_id)
+    assert job is not None and job.bundle_id
+    bundle = t.bundle(job.bundle_id)
+    assert bundle is not None and bundle.task_arn
+    fence = Fence(bundle.bundle_id, bundle.attempt, bundle.task_arn)
+    t.store.claim(fence)
+    t.store.apply(fence, [JobUpdate(job_id, JobState.PENDING, JobState.RUNNING,
+                                    attempts_delta=1)])
+    return fence
+
+
+def at(hours: float) -> str:
+    return schedules.fire_time(START + hours * HOUR)
+
+
+def test_each_fire_is_one_job_however_often_it_is_delivered(
+        world: tuple[Twins, Schedules, ScheduleLoop]) -> None:
+    t, ops, loop = world
+    ops.create("hourly", "cron(0 * * * ? *)", {"kind": "k", "payload": {"n": 1}})
+    tick = t.stages().tick
+    for hour in range(1, 4):
+        t.clock.set(START + hour * HOUR + 5)
+        sent = loop.step()
+        assert sent == [schedules.fire_id("hourly", at(hour))]
+        # Scheduler's retry and SQS's at-least-once: the same fire twice more, one late.
+        body = ops.get("hourly").message(at(hour))
+        t.client().submit_many([body, body])
+        tick.tick()
+        t.client().submit_many([body])
+        tick.tick()
+    assert sorted(fire_jobs(t, "hourly")) == [schedules.fire_id("hourly", at(h))
+                                              for h in (1, 2, 3)]
+    assert t.queue_counts() == (0, 0)
+    record = t.store.fire_record("hourly")
+    assert [f.at for f in record.fires] == [at(3), at(2), at(1)]
+    assert {f.outcome for f in record.fires} == {RAN}
+
+
+def test_a_skip_schedule_skips_a_fire_while_its_last_run_is_live(
+        world: tuple[Twins, Schedules, ScheduleLoop]) -> None:
+    t, ops, loop = world
+    ops.create("sync", "cron(0 * * * ? *)", {"kind": "k", "payload": {}}, overlap="skip")
+    tick = t.stages().tick
+    first, second, third = (schedules.fire_id("sync", at(h)) for h in (1, 2, 3))
+
+    t.clock.set(START + HOUR + 1)
+    loop.step()
+    tick.tick()
+    fence = start_running(t, first)
+
+    t.clock.set(START + 2 * HOUR + 1)
+    loop.step()
+    report = tick.tick()
+    assert report.intake.skipped_fires == 1
+    skipped = t.job(second)
+    assert skipped is not None and skipped.state == JobState.CANCELLED
+    assert skipped.reason == schedules.skip_reason("sync", first, "RUNNING")
+    assert skipped.bundle_id is None  # it never took a slot
+
+    # The first run ends; the skipped fire delivered again is still skipped, never run.
+    t.store.apply(fence, [JobUpdate(first, JobState.RUNNING, JobState.SUCCEEDED)],
+                  bundle_to=BundleState.DONE)
+    t.client().submit_many([ops.get("sync").message(at(2))])
+    tick.tick()
+    again = t.job(second)
+    assert again is not None and again.state == JobState.CANCELLED
+
+    t.clock.set(START + 3 * HOUR + 1)
+    loop.step()
+    tick.tick()
+    assert fire_jobs(t, "sync") == {first: JobState.SUCCEEDED, second: JobState.CANCELLED,
+                                    third: JobState.PENDING}
+    detail = ops.show("sync")
+    assert [(f.job_id, f.outcome, state) for f, state in detail.fires] == [
+        (third, RAN, "PENDING"), (second, SKIPPED, "CANCELLED"), (first, RAN, "SUCCEEDED")]
+    assert detail.fires[1][0].reason == skipped.reason
+    assert detail.last_run == third
+
+
+def test_an_allow_schedule_runs_beside_its_last_run(
+        world: tuple[Twins, Schedules, ScheduleLoop]) -> None:
+    t, ops, loop = world
+    ops.create("report", "cron(0 * * * ? *)", {"kind": "k", "payload": {}})
+    tick = t.stages().tick
+    for hour in (1, 2):
+        t.clock.set(START + hour * HOUR + 1)
+        loop.step()
+        tick.tick()
+    assert set(fire_jobs(t, "report").values()) == {JobState.PENDING}
+    assert len(fire_jobs(t, "report")) == 2
+
+
+def test_two_fires_of_a_skip_schedule_in_one_drain_run_once(
+        world: tuple[Twins, Schedules, ScheduleLoop]) -> None:
+    """The first fire is admitted but not yet in the table when the second is judged: the
+    drain's own admissions count as live runs."""
+    t, ops, loop = world
+    ops.create("sync", "cron(0 * * * ? *)", {"kind": "k", "payload": {}}, overlap="skip")
+    t.clock.set(START + 2 * HOUR + 1)
+    assert len(loop.step()) == 2  # a loop that slept: both fires at once
+    t.stages().tick.tick()
+    states = fire_jobs(t, "sync")
+    assert sorted(states.values()) == [JobState.CANCELLED, JobState.PENDING]
+
+
+def test_a_run_whose_recording_failed_is_judged_again_when_it_comes_back(
+        world: tuple[Twins, Schedules, ScheduleLoop]) -> None:
+    """A fire noted as run whose job the table never got (its recording failed) is not in
+    the next fire's way; when it comes back while that next fire's job runs, it is skipped:
+    the two never run at once."""
+    t, ops, _ = world
+    ops.create("sync", "cron(0 * * * ? *)", {"kind": "k", "payload": {}}, overlap="skip")
+    lost, second = (schedules.fire_id("sync", at(h)) for h in (1, 2))
+    t.store.save_fire_record(t.store.fire_record("sync").noted(
+        schedules.Fire(at(1), lost, RAN)))
+    tick = t.stages().tick
+    t.clock.set(START + 2 * HOUR + 1)
+    t.client().submit_many([ops.get("sync").message(at(2))])
+    tick.tick()
+    assert fire_jobs(t, "sync") == {second: JobState.PENDING}
+    t.client().submit_many([ops.get("sync").message(at(1))])  # the lost one, back
+    tick.tick()
+    assert fire_jobs(t, "sync") == {second: JobState.PENDING, lost: JobState.CANCELLED}
+    record = t.store.fire_record("sync")
+    assert [(f.job_id, f.outcome) for f in record.fires] == [(second, RAN), (lost, SKIPPED)]
+    assert record.last_run == second
+
+
+def test_a_late_fire_that_runs_is_the_run_the_next_one_waits_for(
+        world: tuple[Twins, Schedules, ScheduleLoop]) -> None:
+    """The last run is the fire admitted last, not the latest by its time: a fire of hour 1
+    delivered after hour 2's job ended runs, and hour 3's fire, while it runs, is skipped."""
+    t, ops, _ = world
+    ops.create("sync", "cron(0 * * * ? *)", {"kind": "k", "payload": {}}, overlap="skip")
+    first, second, third = (schedules.fire_id("sync", at(h)) for h in (1, 2, 3))
+    tick = t.stages().tick
+    t.clock.set(START + 2 * HOUR + 1)
+    t.client().submit_many([ops.get("sync").message(at(2))])
+    tick.tick()
+    finish_as_runner(t.store, second, JobState.SUCCEEDED)
+    t.client().submit_many([ops.get("sync").message(at(1))])  # late
+    tick.tick()
+    t.clock.set(START + 3 * HOUR + 1)
+    t.client().submit_many([ops.get("sync").message(at(3))])
+    tick.tick()
+    assert fire_jobs(t, "sync") == {first: JobState.PENDING, second: JobState.SUCCEEDED,
+                                    third: JobState.CANCELLED}
+
+
+def test_a_paused_schedule_makes_no_fire_and_its_resume_makes_up_none(
+        world: tuple[Twins, Schedules, ScheduleLoop]) -> None:
+    t, ops, loop = world
+    ops.create("hourly", "cron(0 * * * ? *)", {"kind": "k", "payload": {}})
+    t.clock.set(START + HOUR + 1)
+    assert loop.step() == [schedules.fire_id("hourly", at(1))]
+    ops.pause("hourly")
+    assert ops.next_fires(ops.get("hourly")) == []
+    t.clock.set(START + 5 * HOUR + 1800)
+    assert loop.step() == []
+    ops.resume("hourly")
+    assert loop.step() == []  # 5.5 h missed: none made up
+    t.clock.set(START + 6 * HOUR + 1)
+    assert loop.step() == [schedules.fire_id("hourly", at(6))]
+
+
+def test_a_rate_counts_from_its_start_and_from_its_resume(
+        world: tuple[Twins, Schedules, ScheduleLoop]) -> None:
+    t, ops, loop = world
+    t.clock.set(START + 7 * 60)
+    ops.create("often", "rate(15 minutes)", {"kind": "k", "payload": {}})
+    assert [schedules.fire_time(x) for x in ops.next_fires(ops.get("often"))] == [
+        schedules.fire_time(START + m * 60) for m in (22, 37, 52)]
+    t.clock.set(START + 40 * 60)
+    assert len(loop.step()) == 3  # at 7, 22 and 37 minutes
+    ops.pause("often")
+    t.clock.set(START + 100 * 60)
+    ops.resume("often")
+    assert loop.step() == [schedules.fire_id("often", schedules.fire_time(START + 100 * 60))]
+
+
+def test_the_record_keeps_the_latest_fires(
+        world: tuple[Twins, Schedules, ScheduleLoop]) -> None:
+    t, ops, loop = world
+    ops.create("often", "cron(* * * * ? *)", {"kind": "k", "payload": {}})
+    tick = t.stages().tick
+    for minute in range(1, FIRES_KEPT + 6):
+        t.clock.set(START + minute * 60 + 1)
+        loop.step()
+        tick.tick()
+        (job_id,) = [j for j, s in fire_jobs(t, "often").items() if s == JobState.PENDING]
+        finish_as_runner(t.store, job_id, JobState.SUCCEEDED)  # its slot free again
+    record = t.store.fire_record("often")
+    assert len(record.fires) == FIRES_KEPT
+    assert record.fires[0].at == schedules.fire_time(START + (FIRES_KEPT + 5) * 60)
+    assert len(fire_jobs(t, "often")) == FIRES_KEPT + 5
+
+
+def test_run_now_is_a_fire_of_this_second(world: tuple[Twins, Schedules, ScheduleLoop]) -> None:
+    t, ops, _ = world
+    ops.create("nightly", "cron(0 2 * * ? *)", {"kind": "k", "payload": {"day": "x"}},
+               timezone="Europe/Berlin")
+    job_id = ops.run_now("nightly")
+    assert job_id == schedules.fire_id("nightly", schedules.fire_time(t.clock()))
+    t.stages().tick.tick()
+    job = t.job(job_id)
+    assert job is not None and job.payload == {"day": "x"} and job.state == JobState.PENDING
+
+
+@pytest.mark.parametrize(("expression", "job", "said"), [
+    ("cron(0 2 * * * *)", {"kind": "k", "payload": {}}, "?"),
+    ("rate(30 seconds)", {"kind": "k", "payload": {}}, "minute"),
+    ("cron(0 2 * * ? *)", {"kind": "bad kind", "payload": {}}, "kind"),
+    ("cron(0 2 * * ? *)", {"kind": "k", "payload": {}, "not_before": 5}, "not_before"),
+    ("cron(0 2 * * ? *)", {"kind": "k", "payload": {}, "cpu": 3}, "cpu"),
+])
+def test_what_would_be_refused_is_refused_before_it_is_kept(
+        world: tuple[Twins, Schedules, ScheduleLoop], expression: str, job: dict[str, Any],
+        said: str) -> None:
+    _, ops, _ = world
+    with pytest.raises((InvalidSchedule, InvalidMessage)) as caught:
+        ops.create("x", expression, job)
+    assert said in str(caught.value)
+    assert ops.list() == []
+
+
+def test_a_bad_name_or_zone_is_named(world: tuple[Twins, Schedules, ScheduleLoop]) -> None:
+    _, ops, _ = world
+    with pytest.raises(InvalidSchedule, match="1-64 characters"):
+        ops.create("no spaces", "cron(0 2 * * ? *)", {"kind": "k", "payload": {}})
+    with pytest.raises(InvalidSchedule, match="Mars/Olympus"):
+        ops.create("ok", "cron(0 2 * * ? *)", {"kind": "k", "payload": {}},
+                   timezone="Mars/Olympus")
+
+
+def test_a_fire_judged_skipped_is_skipped_again_though_its_record_was_not_written(
+        world: tuple[Twins, Schedules, ScheduleLoop]) -> None:
+    """A skipped fire whose CANCELLED job was not written (the write failed; its message
+    comes back) is judged as before when it comes back, though the run it overlapped has
+    ended since: the schedule's record and its job agree."""
+    t, ops, _ = world
+    ops.create("sync", "cron(0 * * * ? *)", {"kind": "k", "payload": {}}, overlap="skip")
+    second = schedules.fire_id("sync", at(2))
+    t.store.save_fire_record(t.store.fire_record("sync").noted(
+        schedules.Fire(at(2), second, SKIPPED, "skipped: as judged then")))
+    t.clock.set(START + 2 * HOUR + 1)
+    t.client().submit_many([ops.get("sync").message(at(2))])
+    t.stages().tick.tick()
+    job = t.job(second)
+    assert job is not None and job.state == JobState.CANCELLED
+    assert job.reason == "skipped: as judged then"
