@@ -61,6 +61,14 @@ def sleepy(payload: dict[str, Any], ctx: JobContext) -> None:
         time.sleep(0.1)
 
 
+def spell(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Sleeps, recording its start and its end (whether two runs overlapped is read from
+    them)."""
+    _record(ctx, "run", at=time.time())
+    time.sleep(float(payload.get("seconds", 3)))
+    _record(ctx, "done", at=time.time())
+
+
 def suicide(payload: dict[str, Any], ctx: JobContext) -> None:
     """A hostile handler: kills its own process, as a segfault or the OOM killer would."""
     _record(ctx, "run")

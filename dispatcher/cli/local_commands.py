@@ -117,8 +117,9 @@ def local(
         "mode stops; without it, its folder is removed with the rest.")] = False,
 ) -> None:
     """Keep a local longjobs running; prints `export` lines for clients in another terminal
-    (`eval` them there), and nothing else on stdout. Ctrl-C, SIGINT, SIGTERM or SIGHUP stops
-    it and its tasks."""
+    (`eval` them there), and nothing else on stdout. It fires the schedules `longjobs
+    schedules` makes, as EventBridge Scheduler does on AWS. Ctrl-C, SIGINT, SIGTERM or SIGHUP
+    stops it and its tasks."""
     _need_local_extra("local")
     import signal
 

@@ -1,0 +1,83 @@
+"""`longjobs local` fires schedules as EventBridge Scheduler would on AWS: a schedule made with
+`longjobs schedules create` runs its fires' jobs (ids `schedule/NAME/TIME`) in local tasks, and
+a `--overlap skip` schedule whose jobs outlast its period skips the fires made while its last
+run is live (CANCELLED, with the reason, listed by `schedules show`), never running two at
+once. Local mode takes a rate in seconds for this."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import exits_within, local_exports, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def local(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
+    log = tmp_path / "executions.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LONGJOBS_", "AWS_"))}
+    env.update(PYTHONPATH=str(ROOT), LONGJOBS_TEST_LOG=str(log),
+               LONGJOBS_HANDLERS="spell=tests.handlers:spell", POWERTOOLS_LOG_LEVEL="WARNING")
+    stderr = tmp_path / "stderr"
+    with stderr.open("w") as err_file:
+        proc = subprocess.Popen([sys.executable, "-m", "dispatcher.cli.entry", "local",
+                                 "--tick-seconds", "0.5"], env=env, cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=err_file,
+                                stdin=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        yield {**env, **local_exports(proc.stdout)}, log
+    finally:
+        proc.terminate()
+        exits_within(proc, 120, stderr)
+
+
+def longjobs(env: dict[str, str], *args: str) -> Any:
+    done = subprocess.run([sys.executable, "-m", "dispatcher.cli.entry", *args, "--json"],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_local_mode_fires_a_schedule_and_keeps_its_overlap_rule(
+        local: tuple[dict[str, str], Path]) -> None:
+    env, log = local
+    made = longjobs(env, "schedules", "create", "often", "spell", "--rate", "2 seconds",
+                    "--payload", '{"seconds": 5}', "--overlap", "skip", "--estimated-seconds",
+                    "5")
+    assert made["expression"] == "rate(2 seconds)" and made["overlap"] == "skip"
+
+    def fires() -> list[dict[str, Any]]:
+        return list(longjobs(env, "schedules", "show", "often")["fires"])
+
+    # A run of 5 s, fires every 2 s: the timeout guards against a hang only.
+    wait_for(lambda: sum(f["job_state"] == "SUCCEEDED" for f in fires()) >= 2
+             and any(f["outcome"] == "SKIPPED" for f in fires()), 240,
+             "two fires run and one skipped")
+    longjobs(env, "schedules", "pause", "often")
+    shown = fires()
+    for fire in shown:
+        assert fire["job_id"] == f"schedule/often/{fire['at']}"
+        if fire["outcome"] == "SKIPPED":
+            assert fire["job_state"] == "CANCELLED"
+            assert fire["reason"].startswith("skipped: schedule 'often' skips a fire")
+            job = longjobs(env, "jobs", "show", fire["job_id"])
+            assert job["state"] == "CANCELLED" and job["reason"] == fire["reason"]
+    # The runs, from the handler's own record: never two at once.
+    spans: dict[str, list[float]] = {}
+    for line in log.read_text().splitlines():
+        entry = json.loads(line)
+        spans.setdefault(entry["job_id"], []).append(entry["at"])
+    ended = sorted(s for s in spans.values() if len(s) == 2)
+    assert len(ended) >= 2
+    assert all(later[0] >= earlier[1] for earlier, later in zip(ended, ended[1:])), ended
