@@ -6,6 +6,7 @@ once. Local mode takes a rate in seconds for this."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -80,4 +81,4 @@ def test_local_mode_fires_a_schedule_and_keeps_its_overlap_rule(
         spans.setdefault(entry["job_id"], []).append(entry["at"])
     ended = sorted(s for s in spans.values() if len(s) == 2)
     assert len(ended) >= 2
-    assert all(later[0] >= earlier[1] for earlier, later in zip(ended, ended[1:])), ended
+    assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(ended)), ended
