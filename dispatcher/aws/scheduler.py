@@ -103,8 +103,11 @@ class EventBridgeScheduleBook(ScheduleBook):
             code = exc.response.get("Error", {}).get("Code", "")
             said = exc.response.get("Error", {}).get("Message", "") or str(exc)
             if code == "ResourceNotFoundException":
+                if "group" in said.lower():  # the group itself: the settings name another
+                    raise ScheduleNotFound(f"schedule group {self._group!r} does not exist "
+                                           f"({said})") from None
                 raise ScheduleNotFound(f"no schedule {name!r} in schedule group "
-                                       f"{self._group!r} ({said})") from None
+                                       f"{self._group!r}") from None
             if code == "ConflictException":
                 raise ScheduleExists(f"schedule {name!r} exists already in schedule group "
                                      f"{self._group!r}") from None

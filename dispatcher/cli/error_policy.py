@@ -46,6 +46,9 @@ _STEPS: tuple[tuple[str, str], ...] = (
     ("unknown kind", "submit one of the allowed kinds, or add it to LONGJOBS_ALLOWED_KINDS"),
     ("could not be enqueued", "resubmit them: the same --job-id is de-duplicated, never run "
      "twice"),
+    ("no schedule '", "`longjobs schedules list` shows the schedules by name"),
+    ("exists already in schedule group", "`longjobs schedules update NAME` changes it; or "
+     "`longjobs schedules delete NAME` first"),
     ("does not exist", "was `longjobs local` restarted? `eval` its new exports; for AWS check "
      "the LONGJOBS_* settings against the stack's outputs"),
     ("LONGJOBS_SUBNETS is not set", "set LONGJOBS_SUBNETS to the tasks' subnet ids "

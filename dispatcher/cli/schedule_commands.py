@@ -140,15 +140,23 @@ def update(
     cron: CronOpt = None, rate: RateOpt = None, at: AtOpt = None, timezone: ZoneOpt = None,
     kind: Annotated[str | None, typer.Option(help="Another job kind.")] = None,
     payload: PayloadOpt = None, priority: PriorityOpt = None, overlap: OverlapOpt = None,
+    estimated_seconds: Annotated[float | None, typer.Option(
+        help="Each job's expected run time.")] = None,
     max_attempts: Annotated[int | None, typer.Option(help="Runs that may fail.")] = None,
     timeout_seconds: Annotated[float | None, typer.Option(help="Time limit.")] = None,
+    cpu: Annotated[int | None, typer.Option(help="Task CPU units, with --memory.")] = None,
+    memory: Annotated[int | None, typer.Option(help="Task memory in MiB, with --cpu.")] = None,
+    ephemeral_storage: Annotated[int | None, typer.Option(
+        help="Task ephemeral storage in GiB (21-200).")] = None,
     description: Annotated[str | None, typer.Option(help="A note kept with it.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Change what is given, keep the rest (a new --cron/--rate/--at counts from now)."""
     def run() -> JobSchedule:
-        job = _job_fields(kind, payload, priority, {"max_attempts": max_attempts,
-                                                    "timeout_seconds": timeout_seconds})
+        job = _job_fields(kind, payload, priority, {
+            "estimated_seconds": estimated_seconds, "max_attempts": max_attempts,
+            "timeout_seconds": timeout_seconds, "cpu": cpu, "memory": memory,
+            "ephemeral_storage": ephemeral_storage})
         return _checked(lambda: _book().update(  # type: ignore[no-any-return]
             name, expression=_expression(cron, rate, at), timezone=timezone,
             overlap=overlap, job=job, description=description))

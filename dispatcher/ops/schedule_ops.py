@@ -83,7 +83,7 @@ class Schedules:
         (kind, payload, priority, and any other submit option but not_before and
         depends_on). ``ScheduleExists`` if the name is taken."""
         schedule = self.check(JobSchedule(name=name, expression=expression, job=dict(job),
-                                       timezone=timezone, overlap=Overlap(overlap),
+                                       timezone=timezone, overlap=_overlap(overlap),
                                        enabled=not paused, start=self._start(),
                                        description=description))
         self._book.create(schedule)
@@ -105,7 +105,7 @@ class Schedules:
         new = replace(old, job=fields,
                       expression=expression if expression is not None else old.expression,
                       timezone=timezone if timezone is not None else old.timezone,
-                      overlap=Overlap(overlap) if overlap is not None else old.overlap,
+                      overlap=_overlap(overlap) if overlap is not None else old.overlap,
                       description=description if description is not None
                       else old.description)
         if new.expression != old.expression:
@@ -192,6 +192,11 @@ class Schedules:
             schedule_times.zone(schedule.timezone)
             if expr.kind == "at":
                 schedule_times.check_at(expr, schedule.timezone)
+                if schedule.enabled and not schedule_times.fires(
+                        expr, schedule.timezone, self._clock(), 1):
+                    raise InvalidSchedule(f"{expr.text} in {schedule.timezone} is past: it "
+                                          "would never fire; give a later time, or `longjobs "
+                                          "schedules run-now NAME` to fire it now")
         except BadSchedule as exc:
             raise InvalidSchedule(str(exc)) from None
         for key, why in _NOT_FOR_SCHEDULES.items():
@@ -208,3 +213,12 @@ class Schedules:
     def _start(self) -> float:
         """A new or resumed schedule's StartDate: this second."""
         return float(int(self._clock()))
+
+
+def _overlap(value: Overlap | str) -> Overlap:
+    try:
+        return Overlap(value)
+    except ValueError:
+        raise InvalidSchedule(f"overlap {str(value)[:40]!r} is not allow or skip: allow runs "
+                              "every fire, skip runs none while the last one's job is pending "
+                              "or running") from None
