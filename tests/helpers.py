@@ -117,6 +117,19 @@ def local_exports(lines: Iterable[str]) -> dict[str, str]:
     return exports
 
 
+def start_local(root: Path, env: dict[str, str], stderr: Path,
+                tick_seconds: float = 0.5) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """``longjobs local`` as a user starts it, in ``root`` with ``env`` (its stderr to the
+    file ``stderr``): the process and the client environment its exports make."""
+    with stderr.open("w") as err_file:
+        proc = subprocess.Popen([sys.executable, "-m", "dispatcher.cli.entry", "local",
+                                 "--tick-seconds", str(tick_seconds)], env=env, cwd=root,
+                                stdout=subprocess.PIPE, stderr=err_file,
+                                stdin=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    return proc, {**env, **local_exports(proc.stdout)}
+
+
 def wait_for(pred: Callable[[], bool], timeout: float = 120.0, what: str = "condition") -> None:
     """Poll until ``pred`` holds. The timeout only guards against a hang (a loaded CI machine
     with four test workers on two cores can take a minute); nothing asserts how long it took."""

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import alive, exits_within, wait_for
+from tests.helpers import alive, exits_within, start_local, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,20 +21,8 @@ def test_sighup_stops_local_mode_and_its_runners(tmp_path: Path) -> None:
     env.update(PYTHONPATH=str(ROOT), LONGJOBS_TEST_LOG=str(log),
                LONGJOBS_HANDLERS="sleepy=tests.handlers:sleepy", POWERTOOLS_LOG_LEVEL="WARNING")
     stderr = tmp_path / "stderr"
-    with stderr.open("w") as err_file:
-        local = subprocess.Popen([sys.executable, "-m", "dispatcher.cli.entry", "local",
-                                  "--tick-seconds", "0.5"], env=env, cwd=ROOT,
-                                 stdout=subprocess.PIPE, stderr=err_file,
-                                 stdin=subprocess.DEVNULL, text=True)
+    local, client_env = start_local(ROOT, env, stderr)
     try:
-        assert local.stdout is not None
-        exports = {}
-        for line in local.stdout:  # one export line per setting, then it runs
-            name, _, value = line.removeprefix("export ").strip().partition("=")
-            exports[name] = value
-            if name == "LONGJOBS_TASK_FAMILY":
-                break
-        client_env = {**env, **exports}
         subprocess.run([sys.executable, "-m", "dispatcher.cli.entry", "submit", "sleepy",
                         "--payload", '{"seconds": 120}', "--job-id", "held"],
                        env=client_env, cwd=ROOT, check=True, capture_output=True, timeout=60)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import exits_within, local_exports, wait_for
+from tests.helpers import exits_within, start_local, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,14 +29,9 @@ def local(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
     env.update(PYTHONPATH=str(ROOT), LONGJOBS_TEST_LOG=str(log),
                LONGJOBS_HANDLERS="spell=tests.handlers:spell", POWERTOOLS_LOG_LEVEL="WARNING")
     stderr = tmp_path / "stderr"
-    with stderr.open("w") as err_file:
-        proc = subprocess.Popen([sys.executable, "-m", "dispatcher.cli.entry", "local",
-                                 "--tick-seconds", "0.5"], env=env, cwd=ROOT,
-                                stdout=subprocess.PIPE, stderr=err_file,
-                                stdin=subprocess.DEVNULL, text=True)
+    proc, client_env = start_local(ROOT, env, stderr)
     try:
-        assert proc.stdout is not None
-        yield {**env, **local_exports(proc.stdout)}, log
+        yield client_env, log
     finally:
         proc.terminate()
         exits_within(proc, 120, stderr)

@@ -171,9 +171,9 @@ def twins() -> Twins:
     return Twins()
 
 
-def finish_as_runner(store: Store, job_id: str, target: JobState) -> None:
+def finish_as_runner(store: Store, job_id: str, target: JobState) -> Fence:
     """What a runner does: claim the job's bundle, record its start (``target`` RUNNING)
-    or its outcome (the bundle DONE)."""
+    or its outcome (the bundle DONE). Returns the fence its task writes with."""
     job = store.get_job(job_id)
     assert job is not None and job.bundle_id
     bundle = store.get_bundle(job.bundle_id)
@@ -186,3 +186,4 @@ def finish_as_runner(store: Store, job_id: str, target: JobState) -> None:
     else:
         store.apply(fence, [JobUpdate(job_id, JobState.PENDING, target, via=JobState.RUNNING,
                                       attempts_delta=1)], bundle_to=BundleState.DONE)
+    return fence

@@ -17,7 +17,7 @@ from dispatcher.domain.jobs import PRIORITY_ORDER, JobState
 from dispatcher.domain.schedules import FIRES_KEPT, RAN, SKIPPED
 from dispatcher.local.schedule_loop import ScheduleLoop
 from dispatcher.ops.schedule_ops import Schedules
-from dispatcher.store import Fence, JobUpdate
+from dispatcher.store import JobUpdate
 from dispatcher.testing.memory_schedule_book import MemoryScheduleBook
 from tests.twins import Twins, finish_as_runner
 
@@ -38,19 +38,6 @@ def world() -> tuple[Twins, Schedules, ScheduleLoop]:
 
 def fire_jobs(t: Twins, name: str) -> dict[str, JobState]:
     return {j.job_id: j.state for j in t.jobs() if j.job_id.startswith(f"schedule/{name}/")}
-
-
-def start_running(t: Twins, job_id: str) -> Fence:
-    """Its task claims its bundle and starts it; the fence its end is written with."""
-    job = t.job(job_id)
-    assert job is not None and job.bundle_id
-    bundle = t.bundle(job.bundle_id)
-    assert bundle is not None and bundle.task_arn
-    fence = Fence(bundle.bundle_id, bundle.attempt, bundle.task_arn)
-    t.store.claim(fence)
-    t.store.apply(fence, [JobUpdate(job_id, JobState.PENDING, JobState.RUNNING,
-                                    attempts_delta=1)])
-    return fence
 
 
 def at(hours: float) -> str:
@@ -90,7 +77,7 @@ def test_a_skip_schedule_skips_a_fire_while_its_last_run_is_live(
     t.clock.set(START + HOUR + 1)
     loop.step()
     tick.tick()
-    fence = start_running(t, first)
+    fence = finish_as_runner(t.store, first, JobState.RUNNING)
 
     t.clock.set(START + 2 * HOUR + 1)
     loop.step()
