@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
-from dispatcher.domain import schedules
+from dispatcher.domain import arrays, schedules
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.schedules import JobSchedule, Overlap
 from tests import model_checks as checks
@@ -25,25 +25,30 @@ SCHEDULES = {
     "sync": JobSchedule(name="sync", expression="rate(1 hour)", overlap=Overlap.SKIP,
                      job={"kind": "plain", "payload": {}, "estimated_seconds": 600.0}),
     "report": JobSchedule(name="report", expression="rate(1 hour)", overlap=Overlap.ALLOW,
-                       job={"kind": "plain", "payload": {}, "estimated_seconds": 0.5}),
+                          job={"kind": "plain", "payload": {}, "estimated_seconds": 0.5}),
+    # An array fire's parent is recorded apart from the drain's bundles.
+    "fan": JobSchedule(name="fan", expression="rate(1 hour)", overlap=Overlap.SKIP,
+                       job={"kind": "k", "payload": {}, "array_size": 3,
+                            "estimated_seconds": 1.0, "max_attempts": 2}),
 }
 _LIVE = (JobState.PENDING, JobState.RUNNING)
 
 
 class ScheduleRules:
     """Mixed into the model (tests/twins/test_system_model.py), which provides ``twins``,
-    ``submitted``, ``nature``, ``budget`` and the budget's constants."""
+    ``submitted``, ``nature``, ``budget``, ``sizes`` (arrays') and :meth:`fire_budget`."""
 
     twins: Any
     submitted: dict[str, str]
     nature: dict[str, str]
     budget: dict[str, int]
+    sizes: dict[str, int]
 
     def schedules_begin(self) -> None:
         self.fired: dict[str, list[str]] = {name: [] for name in SCHEDULES}
         self.retried_fires: set[str] = set()  # an operator retried these: run on purpose
 
-    def fire_budget(self) -> int:
+    def fire_budget(self, max_attempts: int) -> int:
         raise NotImplementedError  # the model's: max_attempts + its infrastructure slack
 
     @rule(name=st.sampled_from(sorted(SCHEDULES)), late=st.booleans(),
@@ -63,8 +68,18 @@ class ScheduleRules:
         self.twins.client().submit_many([body] * copies)
         job_id = body["job_id"]
         self.submitted.setdefault(job_id, "valid")
-        self.nature.setdefault(job_id, nature)
-        self.budget.setdefault(job_id, self.fire_budget())
+        tries = self.fire_budget(int(body.get("max_attempts", 3)))
+        size = body.get("array_size")
+        if size is None:
+            self.nature.setdefault(job_id, nature)
+            self.budget.setdefault(job_id, tries)
+            return
+        self.sizes[job_id] = size
+        self.budget[job_id] = 0  # the parent itself never runs
+        for i in range(size):
+            child = arrays.child_id(job_id, i)
+            self.nature.setdefault(child, nature if i == 0 else "succeed")
+            self.budget.setdefault(child, tries)
 
     def overlaps(self, view: checks.View) -> list[str]:
         """A skip schedule's fires' jobs live at once (pending or running), operators'

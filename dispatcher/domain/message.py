@@ -97,20 +97,6 @@ class DependsOn(BaseModel):
     n_to_n: bool | None = None
 
 
-class ScheduleRef(BaseModel):
-    """The schedule whose fire a job is (:mod:`dispatcher.domain.schedules`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(description="The schedule's name: 1-64 chars of [0-9A-Za-z_.-].",
-                      json_schema_extra={"pattern": f"^{schedules.NAME.pattern}$"})
-    overlap: schedules.Overlap = Field(
-        default=schedules.Overlap.ALLOW,
-        description="allow (default): a fire runs beside the last one's job; skip: a fire "
-        "while the job of the last fire that ran is pending or running is recorded as "
-        "CANCELLED with the reason, and runs nothing.")
-
-
 class JobMessage(BaseModel):
     """One job as it travels through SQS (schema v1)."""
 
@@ -187,7 +173,7 @@ class JobMessage(BaseModel):
         "array_size, or a percentage from \"0%\" to \"100%\" such as \"5%\" (rounded down); "
         "without array_size, only 0.")
 
-    schedule: ScheduleRef | None = Field(
+    schedule: schedules.ScheduleRef | None = Field(
         default=None, description="Set by a schedule's fires (`longjobs schedules`): the "
         "schedule, whose name the job_id carries as schedule/<name>/<fire time>.")
 
@@ -301,15 +287,11 @@ class JobMessage(BaseModel):
 
     @model_validator(mode="after")
     def _schedule_id(self) -> JobMessage:
-        """A fire's job is named by its schedule and its time: the record of the schedule's
-        fires, and a skip schedule's overlap rule, go by it."""
+        """A fire's job is named by its schedule and its time (dispatcher.domain.schedules)."""
         if self.schedule is not None:
-            fire = schedules.fire_of(self.job_id)
-            if fire is None or fire[0] != self.schedule.name:
-                raise ValueError(f"job_id: a fire of schedule {self.schedule.name!r} has the "
-                                 f"job_id {schedules.fire_id(self.schedule.name, 'TIME')} "
-                                 "(TIME as 2026-01-31T02:00:00Z); leave schedule out of a "
-                                 "job no schedule made")
+            problem = schedules.id_problem(self.schedule.name, self.job_id)
+            if problem:
+                raise ValueError(problem)
         return self
 
     @field_validator("depends_on")

@@ -25,6 +25,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 # Scheduler's rule for a schedule's name (API_CreateSchedule: Name, 1-64, [0-9a-zA-Z-_.]+).
 # https://docs.aws.amazon.com/scheduler/latest/APIReference/API_CreateSchedule.html
 NAME = re.compile(r"[0-9A-Za-z_.-]{1,64}")
@@ -42,6 +44,30 @@ class Overlap(StrEnum):
 
     ALLOW = "allow"  # runs beside it
     SKIP = "skip"  # runs nothing, and is recorded as skipped with the reason
+
+
+class ScheduleRef(BaseModel):
+    """The schedule whose fire a job is, as the fire's message names it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="The schedule's name: 1-64 chars of [0-9A-Za-z_.-].",
+                      json_schema_extra={"pattern": f"^{NAME.pattern}$"})
+    overlap: Overlap = Field(
+        default=Overlap.ALLOW,
+        description="allow (default): a fire runs beside the last one's job; skip: a fire "
+        "while the job of the last fire that ran is pending or running is recorded as "
+        "CANCELLED with the reason, and runs nothing.")
+
+
+def id_problem(name: str, job_id: str) -> str | None:
+    """Why ``job_id`` cannot be a fire of schedule ``name``, or None: the record of the
+    schedule's fires, and a skip schedule's overlap rule, go by the fire's id."""
+    fire = fire_of(job_id)
+    if fire is not None and fire[0] == name:
+        return None
+    return (f"job_id: a fire of schedule {name!r} has the job_id {fire_id(name, 'TIME')} (TIME "
+            "as 2026-01-31T02:00:00Z); leave schedule out of a job no schedule made")
 
 
 def name_problem(name: str) -> str | None:
@@ -164,6 +190,7 @@ class FireRecord:
     name: str
     last_run: str | None = None
     fires: tuple[Fire, ...] = field(default_factory=tuple)
+    version: int = 0  # as read (0: none yet); each write is conditional on it
 
     @property
     def last_fire(self) -> Fire | None:

@@ -13,7 +13,7 @@ maxReceiveCount, so run it by hand, not on a schedule.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from dispatcher.domain.bundles import Bundle, BundleState
@@ -21,6 +21,7 @@ from dispatcher.domain.deployment import Deployment
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, Priority, Rejection
 from dispatcher.domain.launches import Launch
 from dispatcher.domain.pacing import LaunchPacer
+from dispatcher.domain.schedules import FireRecord
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.launcher import Launcher, LaunchRequest, LaunchResult, TaskStatus
 from dispatcher.ports.queue import BATCH, Backlog, Queue, Received
@@ -82,6 +83,7 @@ class DryRunQueue(Queue):
 class DryRunStore(StageStore):
     def __init__(self, inner: StageStore, plan: DryRunPlan) -> None:
         self._inner, self._plan = inner, plan
+        self._noted: dict[str, FireRecord] = {}  # schedules' records as this run noted them
 
     def acquire_lease(self, owner: str, seconds: float, *,
                       one_at_a_time: bool = False) -> Lease | None:
@@ -265,6 +267,20 @@ class DryRunStore(StageStore):
             self._plan.would("retry_array_children", job_id=array.parent.job_id,
                              from_child=array.retry.next, through=array.retry.through)
         return array  # its parent's state is written by a real tick
+
+    def fire_record(self, name: str) -> FireRecord:
+        # What this dry tick noted so far (kept here, not written): its next fire of the
+        # schedule is judged as the tick would judge it.
+        return self._noted.get(name) or self._inner.fire_record(name)
+
+    def save_fire_record(self, record: FireRecord) -> None:
+        self._noted[record.name] = replace(record, version=record.version + 1)
+        self._plan.would("note_fire", schedule=record.name, last_run=record.last_run,
+                         fires=[f.as_json() for f in record.fires[:3]])
+
+    def record_skipped(self, job: Job, reason: str) -> bool:
+        self._plan.would("record_skipped", job_id=job.job_id, reason=reason)
+        return True
 
     def job_states(self, job_ids: list[str]) -> dict[str, str | None]:
         return self._inner.job_states(job_ids)

@@ -87,6 +87,7 @@ class Schedules:
                                        enabled=not paused, start=self._start(),
                                        description=description))
         self._book.create(schedule)
+        self._store().reset_fires(name)  # a deleted schedule's fires are not this one's
         return schedule
 
     def update(self, name: str, *, expression: str | None = None,
@@ -108,14 +109,14 @@ class Schedules:
                       overlap=_overlap(overlap) if overlap is not None else old.overlap,
                       description=description if description is not None
                       else old.description)
-        if new.expression != old.expression:
-            new = replace(new, start=self._start())
+        new = replace(new, start=self._start()) if new.expression != old.expression \
+            else self._rebased(new)
         self._book.replace(self.check(new))
         return new
 
     def pause(self, name: str) -> JobSchedule:
         """Stop its fires until :meth:`resume`."""
-        new = replace(self._book.get(name), enabled=False)
+        new = self._rebased(replace(self._book.get(name), enabled=False))
         self._book.replace(new)
         return new
 
@@ -209,6 +210,24 @@ class Schedules:
         except ValidationError as exc:
             raise InvalidMessage(message_errors.describe(exc)) from None
         return schedule
+
+    def _rebased(self, schedule: JobSchedule) -> JobSchedule:
+        """``schedule`` with a StartDate Scheduler takes on an update: not in the past (it
+        refuses one more than 5 minutes back on a recurring schedule: "The StartDate you
+        specify cannot be earlier than 5 minutes ago"), and the same fires. A rate's start
+        moves to its next fire from now (its periods keep their phase); a cron's to now (no
+        fire before now is made either way); an at() has none (Scheduler ignores it)."""
+        start, now = schedule.start, self._start()
+        if start is None or start >= now:
+            return schedule
+        try:
+            expr = schedule_times.parse(schedule.expression, seconds=True)
+        except BadSchedule:  # made elsewhere, in a form we do not read: as it was
+            return schedule
+        if expr.kind == "rate":
+            ahead = schedule_times.fires(expr, schedule.timezone, now - 1e-6, 1, start=start)
+            return replace(schedule, start=ahead[0] if ahead else now)
+        return replace(schedule, start=None if expr.kind == "at" else now)
 
     def _start(self) -> float:
         """A new or resumed schedule's StartDate: this second."""

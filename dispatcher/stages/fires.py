@@ -12,17 +12,19 @@ recording failed, and it comes back) is judged again against the last run, which
 started meanwhile. A last run the table does not know (its fire noted, its job never
 recorded) is not in the way: should it come back, it is judged then.
 
-Costs a GetItem and a PutItem per fire (and a read of the last run's state for ``skip``), on
-the drain's thread: schedules fire at most once a minute each, so this is no job's hot path.
+Costs a GetItem of the record, a read of the fire's own job (a delivery older than the record's
+fires is still a duplicate) and of the last run's for ``skip`` (one BatchGetItem), and a
+PutItem per fire, on the drain's thread: schedules fire at most once a minute each, so this is
+no job's hot path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection
 
 from dispatcher.domain import schedules
 from dispatcher.domain.jobs import Job, JobState
-from dispatcher.domain.schedules import RAN, SKIPPED, Fire, Overlap
+from dispatcher.domain.schedules import RAN, SKIPPED, Fire, FireRecord, Overlap
 from dispatcher.store import StageStore
 
 _LIVE = (str(JobState.PENDING), str(JobState.RUNNING))
@@ -34,33 +36,39 @@ class FireGate:
     def __init__(self, store: StageStore) -> None:
         self._store = store
 
-    def judge(self, name: str, overlap: Overlap, job: Job, admitted_here: Mapping[str, str],
+    def judge(self, name: str, overlap: Overlap, job: Job, runs_here: Collection[str],
               now: float) -> str | None:
         """Note the fire whose job is ``job`` on schedule ``name``'s record; return why it is
-        skipped, or None if it runs. ``admitted_here``: the job ids this drain admitted and
-        has not necessarily recorded yet (a live run the table does not show)."""
+        skipped, or None if it runs. ``runs_here``: the fires this drain let run, which the
+        table may not show yet. A note another writer came between is judged again."""
+        reason: str | None = None
+
+        def change(record: FireRecord) -> FireRecord | None:
+            nonlocal reason
+            reason, fire = self._judged(record, name, overlap, job, runs_here, now)
+            return record.noted(fire) if fire is not None else None
+
+        self._store.note_fires(name, change)
+        return reason
+
+    def _judged(self, record: FireRecord, name: str, overlap: Overlap, job: Job,
+                runs_here: Collection[str], now: float) -> tuple[str | None, Fire | None]:
+        """(why it is skipped or None, the fire to note or None) on ``record``."""
         fire = schedules.fire_of(job.job_id)
         at = fire[1] if fire else schedules.fire_time(now)
-        record = self._store.fire_record(name)
         seen = next((f for f in record.fires if f.job_id == job.job_id), None)
         if seen is not None and seen.outcome == SKIPPED:
-            return seen.reason  # delivered again: skipped again, its record and job agree
+            return seen.reason, None  # delivered again: skipped again; record and job agree
         previous = record.last_run
-        if overlap != Overlap.SKIP or previous is None or previous == job.job_id:
-            if seen is None:
-                self._store.save_fire_record(record.noted(Fire(at, job.job_id, RAN)))
-            return None
-        asked = [previous] if seen is None else [previous, job.job_id]
+        judged = overlap == Overlap.SKIP and previous is not None and previous != job.job_id
+        asked = [job.job_id, previous] if judged and previous else [job.job_id]
         states = self._store.job_states(asked)
-        if seen is not None and states.get(job.job_id) is not None:
-            return None  # ran, and recorded: a duplicate of its job
-        # Noted as run but not recorded (its recording failed; it comes back now) is judged
-        # again: another fire may have run since, while this one was on its way.
-        state = str(JobState.PENDING) if previous in admitted_here else states.get(previous)
-        if state in _LIVE:
-            reason = schedules.skip_reason(name, previous, str(state))
-            self._store.save_fire_record(record.noted(Fire(at, job.job_id, SKIPPED, reason)))
-            return reason
-        if seen is None:
-            self._store.save_fire_record(record.noted(Fire(at, job.job_id, RAN)))
-        return None
+        if states.get(job.job_id) is not None:
+            return None, None  # recorded already: a duplicate of its job, however old
+        state = str(JobState.PENDING) if previous in runs_here else states.get(previous or "")
+        if judged and state in _LIVE:
+            reason = schedules.skip_reason(name, str(previous), str(state))
+            return reason, Fire(at, job.job_id, SKIPPED, reason)
+        # Runs. One noted as run whose recording failed (it comes back now) was judged
+        # against the last run again: another fire may have run while it was on its way.
+        return None, (Fire(at, job.job_id, RAN) if seen is None else None)

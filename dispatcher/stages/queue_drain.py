@@ -68,7 +68,9 @@ class QueueDrain:
         self.admitted: dict[str, str] = {}  # job ids admitted by this drain: their bundle
         self.ready: list[Bundle] = []  # recorded, to launch now: yielded to the tick
         self.waiting: list[Bundle] = []  # recorded to wait, of an intake (Admission.intake)
-        self.kept: list[Received] = []  # array parents not recorded: given back at the end
+        # Array parents not recorded, and fires whose judging failed: given back at the end.
+        self.kept: list[Received] = []
+        self.fire_runs: set[str] = set()  # schedules' fires this drain let run
         self.wait_seconds = wait_seconds  # each receive's long poll
         self.receives_left = receives  # None: until the slots are taken or the queue is empty
         self.receiving = False  # still receiving
@@ -212,7 +214,7 @@ class QueueDrain:
             if msg.schedule is not None and received.array_index is None:
                 try:
                     why = self.recorder.fires.judge(msg.schedule.name, msg.schedule.overlap, job,
-                                                    self.admitted, now)
+                                                    self.fire_runs, now)
                 except Exception as exc:  # judged again when it comes back
                     self._failed(f"judging a schedule's fire failed: {exc!r}"[:1000], 1)
                     self.kept.append(received)
@@ -220,6 +222,7 @@ class QueueDrain:
                 if why is not None:
                     skipped.append((job, received, why))
                     continue
+                self.fire_runs.add(job.job_id)  # an array's parent too: live, not recorded
             if job.array_size is not None:  # an array's parent: recorded, never bundled
                 stats.arrays += 1
                 parents.append((job, received))

@@ -134,12 +134,15 @@ class OperatorStore(Deployments, ScheduleFires):
         job = self._job(job_id)
         if job.array_size is not None:  # its failed children are retried
             job_ops.check_mark(job, by, only, resume=resume)
-            return array_ops.retry_array(self, job, from_scratch=from_scratch, reason=reason,
-                                         by=by)
+            retried = array_ops.retry_array(self, job, from_scratch=from_scratch,
+                                            reason=reason, by=by)
+            self.retried_fires([job_id])
+            return retried
         job_ops.check_retry(job, by, only, resume=resume)
         self._transact(job_ops.retry_ops(job, new_id(), t=self.clock(),
                                          from_scratch=from_scratch, reason=reason, by=by),
                        "job changed while retrying; try again", job_id=job_id)
+        self.retried_fires([job_id])
         return self._job(job_id)
 
     # -- a page of a bulk action: few calls for many jobs ------------------------------------
@@ -267,6 +270,7 @@ class OperatorStore(Deployments, ScheduleFires):
 
         closed, open_ = job_ops.retry_groups(checked, self.bundle_sizes, t=t)
         done, refused = self._commit_units([unit(g) for g in [*closed, *open_]], without)
+        self.retried_fires(sorted(done))
         out.update({j: PageOutcome(j, "acted") for j in done})
         for job_id in [*refused, *arrays_alone, *(j for j in job_ids if j not in jobs)]:
             out[job_id] = self._alone(job_id, lambda j: self.retry(

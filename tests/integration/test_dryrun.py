@@ -58,6 +58,24 @@ def test_dry_run_reads_the_priority_queues_too_and_puts_their_messages_back(aws:
         assert queue_counts(aws.proxy.url, aws.env[url])[0] > 0
 
 
+def test_dry_run_judges_schedules_fires_and_writes_no_note(aws: Aws) -> None:
+    """A skip schedule's two fires in the queue: the plan runs one and skips the other, and
+    neither the schedule's record nor a job is written."""
+    schedules = JobClient().schedules()
+    schedules.create("sync", "cron(0 * * * ? *)", {"kind": "k", "payload": {}},
+                     overlap="skip")
+    body = schedules.get("sync").message
+    JobClient().submit_many([body("2026-12-05T01:00:00Z"), body("2026-12-05T02:00:00Z")])
+    before = _snapshot(aws)
+    result = CliRunner().invoke(app, ["dispatch", "--once", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output[result.output.index("{"):])
+    assert out["decision"]["intake"]["record_errors"] == []
+    would = [a["would"] for a in out["plan"]]
+    assert would.count("note_fire") == 2 and would.count("record_skipped") == 1, out["plan"]
+    assert _snapshot(aws) == before
+
+
 def test_deploy_registers_a_revision_and_running_tasks_keep_theirs(aws: Aws) -> None:
     from dispatcher.wiring import pipeline
 

@@ -279,3 +279,100 @@ def test_a_fire_judged_skipped_is_skipped_again_though_its_record_was_not_writte
     job = t.job(second)
     assert job is not None and job.state == JobState.CANCELLED
     assert job.reason == "skipped: as judged then"
+
+
+def test_two_array_fires_of_a_skip_schedule_in_one_drain_run_once(
+        world: tuple[Twins, Schedules, ScheduleLoop]) -> None:
+    """An array fire's parent is recorded apart from the drain's bundles: the fires this drain
+    let run count as live all the same."""
+    t, ops, loop = world
+    ops.create("fan", "cron(0 * * * ? *)", {"kind": "k", "payload": {}, "array_size": 2},
+               overlap="skip")
+    t.clock.set(START + 2 * HOUR + 1)
+    assert len(loop.step()) == 2
+    t.stages().tick.tick()
+    parents = {j: s for j, s in fire_jobs(t, "fan").items() if ":" not in j[-3:]}
+    assert sorted(parents.values()) == [JobState.CANCELLED, JobState.PENDING]
+
+
+def test_a_retried_skipped_fire_is_the_run_the_next_fire_waits_for(
+        world: tuple[Twins, Schedules, ScheduleLoop]) -> None:
+    t, ops, loop = world
+    ops.create("sync", "cron(0 * * * ? *)", {"kind": "k", "payload": {}}, overlap="skip")
+    first, second, third = (schedules.fire_id("sync", at(h)) for h in (1, 2, 3))
+    tick = t.stages().tick
+    t.clock.set(START + HOUR + 1)
+    loop.step()
+    tick.tick()
+    t.clock.set(START + 2 * HOUR + 1)
+    loop.step()
+    tick.tick()
+    finish_as_runner(t.store, first, JobState.SUCCEEDED)
+    t.client().retry(second)  # an operator runs the skipped fire after all
+    record = t.store.fire_record("sync")
+    assert record.last_run == second
+    assert record.fires[0] == schedules.Fire(at(2), second, RAN, "retried by an operator")
+    t.clock.set(START + 3 * HOUR + 1)
+    loop.step()
+    tick.tick()
+    assert fire_jobs(t, "sync") == {first: JobState.SUCCEEDED, second: JobState.PENDING,
+                                    third: JobState.CANCELLED}
+
+
+def test_a_delivery_older_than_the_kept_fires_is_a_duplicate(
+        world: tuple[Twins, Schedules, ScheduleLoop]) -> None:
+    """Scheduler retries a fire for up to a day: one delivered again after it left the
+    record's latest fires is its job's duplicate, and changes no note."""
+    t, ops, loop = world
+    ops.create("often", "cron(* * * * ? *)", {"kind": "k", "payload": {}}, overlap="skip")
+    tick = t.stages().tick
+    for minute in range(1, FIRES_KEPT + 3):
+        t.clock.set(START + minute * 60 + 1)
+        loop.step()
+        tick.tick()
+        (job_id,) = [j for j, s in fire_jobs(t, "often").items() if s == JobState.PENDING]
+        finish_as_runner(t.store, job_id, JobState.SUCCEEDED)
+    before = t.store.fire_record("often")
+    oldest = schedules.fire_time(START + 60)
+    assert all(f.at != oldest for f in before.fires)
+    t.client().submit_many([ops.get("often").message(oldest)])
+    tick.tick()
+    after = t.store.fire_record("often")
+    assert (after.fires, after.last_run) == (before.fires, before.last_run)
+    assert fire_jobs(t, "often")[schedules.fire_id("often", oldest)] == JobState.SUCCEEDED
+
+
+def test_a_schedule_made_again_starts_with_no_fires(
+        world: tuple[Twins, Schedules, ScheduleLoop]) -> None:
+    t, ops, loop = world
+    ops.create("sync", "cron(0 * * * ? *)", {"kind": "k", "payload": {}}, overlap="skip")
+    t.clock.set(START + HOUR + 1)
+    loop.step()
+    t.stages().tick.tick()
+    ops.delete("sync")
+    ops.create("sync", "cron(30 * * * ? *)", {"kind": "k", "payload": {}}, overlap="skip")
+    assert t.store.fire_record("sync").fires == ()
+    t.clock.set(START + HOUR + 1801)
+    loop.step()
+    t.stages().tick.tick()
+    assert fire_jobs(t, "sync")[schedules.fire_id("sync", schedules.fire_time(
+        START + HOUR + 1800))] == JobState.PENDING
+
+
+def test_a_pause_and_an_update_keep_a_rates_phase_and_send_no_past_start(
+        world: tuple[Twins, Schedules, ScheduleLoop]) -> None:
+    """Scheduler refuses an update whose StartDate is more than 5 minutes past: a pause or an
+    update a day later moves a rate's start to its next fire (its phase kept), a cron's to
+    now."""
+    t, ops, _ = world
+    t.clock.set(START + 7 * 60)
+    ops.create("often", "rate(15 minutes)", {"kind": "k", "payload": {}})
+    ops.create("daily", "cron(0 2 * * ? *)", {"kind": "k", "payload": {}})
+    t.clock.set(START + 86_400 + 100)
+    ops.pause("often")
+    ops.update("daily", description="still nightly")
+    often, daily = ops.get("often"), ops.get("daily")
+    assert often.start == START + 86_400 + 7 * 60  # 00:07 on, every 15 minutes
+    assert daily.start == START + 86_400 + 100
+    ops.resume("often")
+    assert ops.next_fires(ops.get("often"))[1] - ops.next_fires(ops.get("often"))[0] == 900

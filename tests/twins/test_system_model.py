@@ -153,9 +153,9 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
                 "LONGJOBS_TICK_CONCURRENCY": "2", "LONGJOBS_FOLLOW_ON_SECONDS": "1",
                 **self.revision_env()}
 
-    def fire_budget(self) -> int:
-        """A schedule's fire's job: the default max_attempts, and the slack every job has."""
-        return 3 + MAX_INFRA_ATTEMPTS + LAUNCH_SLACK
+    def fire_budget(self, max_attempts: int) -> int:
+        """A schedule's fire's job: its max_attempts, and the slack every job has."""
+        return max_attempts + MAX_INFRA_ATTEMPTS + LAUNCH_SLACK
 
     def gap(self, check: str) -> bool:
         return check in GAPS
