@@ -231,8 +231,10 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         now = self.twins.clock()
         jobs = []
         for _ in range(copies):
-            # Not an array's, a dependent's or a fire's id: its model is its own.
-            plain = sorted(j for j in self.submitted if not j.startswith(("a", "d", "schedule/")))
+            # Not an array's, a dependent's, an urgent job's or a fire's id: its model is its
+            # own (an urgent id sent again as another job, a late one, is no urgent job).
+            plain = sorted(j for j in self.submitted
+                           if not j.startswith(("a", "d", "u", "schedule/")))
             if resend and plain:  # a producer sends a job id again
                 job_id = plain[len(plain) // 2]
             else:
