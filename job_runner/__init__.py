@@ -8,6 +8,7 @@ at once, so a handler may run beside others of its own kind in the same process.
 """
 
 from dispatcher.domain.errors import Interrupted, PermanentError, RetryableError
+from dispatcher.domain.progress import InvalidProgress
 from job_runner.context import JobContext
 
-__all__ = ["Interrupted", "JobContext", "PermanentError", "RetryableError"]
+__all__ = ["Interrupted", "InvalidProgress", "JobContext", "PermanentError", "RetryableError"]

@@ -1,4 +1,5 @@
-"""What a handler gets besides its payload: identity, a logger, cancellation and checkpoints.
+"""What a handler gets besides its payload: identity, a logger, cancellation, checkpoints and
+progress.
 
 Each running job has its own context, so jobs running at once in one task are cancelled (or
 time out) one by one. ``checkpoint`` writes to the table from the caller's thread: an
@@ -8,17 +9,20 @@ time out) one by one. ``checkpoint`` writes to the table from the caller's threa
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
-from dispatcher.domain import sizes
+from dispatcher.domain import progress, sizes
 from dispatcher.domain.errors import Interrupted
+from dispatcher.domain.progress import Progress
 
 
 class JobContext:
     def __init__(self, job_id: str, attempt: int, last_checkpoint: dict[str, Any] | None,
                  save: Callable[[dict[str, Any]], None], logger: Any, *,
-                 array_index: int | None = None) -> None:
+                 array_index: int | None = None, last_progress: Progress | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         """``logger`` is the runner's powertools Logger: JSON lines carrying job_id and
         job_attempt, as every ``logging`` record and ``print()`` line of the handler does
         (:mod:`job_runner.joblog`)."""
@@ -32,6 +36,13 @@ class JobContext:
         self._save = save
         self._cancel = threading.Event()
         self.cancel_reason: str | None = None
+        # The latest progress report (the one its checkpoint carried, on a rerun): the
+        # heartbeat carries it; this attempt's rate counts from when it started and from
+        # what it resumed from.
+        self._clock = clock
+        self.started_at = clock()
+        self.last_progress = last_progress
+        self._base = last_progress.done if last_progress is not None else 0.0
 
     def cancelled(self) -> bool:
         """True once the task is stopping, the job was cancelled or timed out: wrap up."""
@@ -56,6 +67,18 @@ class JobContext:
         sizes.check_checkpoint(state, self.job_id)
         self._save(state)
         self.last_checkpoint = state
+
+    def progress(self, done: float, total: float | None = None,
+                 message: str | None = None) -> None:
+        """Say how far the job got: ``done`` of ``total`` (any unit: rows, files, bytes;
+        ``total`` unknown: None), and a short message (its first 200 characters kept).
+        Costs no call: the next heartbeat carries it (every LONGJOBS_HEARTBEAT_SECONDS), and
+        the next checkpoint keeps it for a rerun. `longjobs jobs list`, `jobs show` and
+        `top` show it, with an ETA from this attempt's rate. A number that is not finite or
+        is negative raises InvalidProgress."""
+        self.last_progress = progress.report(done, total, message, at=self._clock(),
+                                             since=self.started_at, base=self._base,
+                                             job_id=self.job_id)
 
     def cancel(self, reason: str) -> None:
         if not self._cancel.is_set():

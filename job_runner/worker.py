@@ -47,9 +47,11 @@ from types import FrameType
 
 from aws_lambda_powertools import Logger
 
+from dispatcher.domain import progress
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, HandedJobs, Interrupted, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
+from dispatcher.domain.progress import Progress
 from dispatcher.settings import Config
 from dispatcher.store import Claim, Fence, RunnerStore
 from job_runner.context import JobContext
@@ -299,7 +301,8 @@ class Worker:
     def _start(self, job: Job, writes: Writes) -> None:
         ctx = JobContext(job.job_id, job.attempts + 1, job.checkpoint,
                          lambda state: self._checkpoint(writes, job, ctx, state), log,
-                         array_index=job.array_index)
+                         array_index=job.array_index,
+                         last_progress=Progress.from_json(job.progress))
         with self._changed:
             self.running[job.job_id] = ctx
             self._slots += 1
@@ -404,14 +407,18 @@ class Worker:
             raise Interrupted("this run was abandoned; its checkpoint is not written",
                               job_id=job.job_id)
         writes.flush()
-        self.store.save_checkpoint(writes.fence, job.job_id, state)
+        reported = ctx.last_progress
+        self.store.save_checkpoint(writes.fence, job.job_id, state,
+                                   reported.as_json() if reported is not None else None)
 
     def _heartbeat(self, fence: Fence, over: threading.Event) -> None:
         while not over.wait(self.cfg.heartbeat_seconds) and not self.stopping.is_set():
             with self._changed:
                 running = list(self.running)
+                reports = progress.latest({j: p for j, ctx in self.running.items()
+                                           if (p := ctx.last_progress) is not None})
             try:
-                beat = self.store.heartbeat(fence, running=running)
+                beat = self.store.heartbeat(fence, running=running, progress=reports)
                 if over.is_set():  # the bundle ended meanwhile: what it says is not the next's
                     return
                 self.cancel_requested |= beat.cancel_requested

@@ -69,6 +69,15 @@ def spell(payload: dict[str, Any], ctx: JobContext) -> None:
     _record(ctx, "done", at=time.time())
 
 
+def halfway(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Says it is half done, then waits to be cancelled (or for its payload's seconds)."""
+    _record(ctx, "run")
+    time.sleep(0.5)  # a rate to count an ETA from
+    ctx.progress(1, 2, "halfway there")
+    ctx.wait(float(payload.get("seconds", 60)))
+    ctx.raise_if_cancelled()
+
+
 def suicide(payload: dict[str, Any], ctx: JobContext) -> None:
     """A hostile handler: kills its own process, as a segfault or the OOM killer would."""
     _record(ctx, "run")

@@ -5,6 +5,7 @@ boundary), and where its log lines are."""
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -48,6 +49,10 @@ def render_detail(d: JobDetail, console: Console) -> None:
             head.add_row(name, Text(value if isinstance(value, str) else json.dumps(value)))
     if d.summary.waiting_for is not None:
         head.add_row("waiting for", Text(waiting_text(data["waiting_for"])))
+    if d.summary.progress is not None:
+        said = d.summary.progress
+        head.add_row("progress", Text(said.words(time.time()) + (
+            "" if d.summary.state == "RUNNING" else " (as of its last checkpoint)")))
     if d.array is not None:
         head.add_row("array", Text(_array_text(d.array)))
     if d.bulk_ids:  # what `--bulk-id` resumes, and the history's entries name

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
@@ -43,6 +44,7 @@ from dispatcher.cli.common import (
 from dispatcher.cli.error_policy import fail, guarded
 from dispatcher.cli.job_detail_view import render_detail, waiting_text
 from dispatcher.domain.errors import LongjobsError
+from dispatcher.domain.progress import Progress
 from dispatcher.domain.waiting import REASONS
 from dispatcher.store.operator import FILTERED_READ
 
@@ -104,8 +106,11 @@ def jobs_list(
     # WAITING (what a PENDING job waits for, `jobs show` has its numbers) only when a row
     # waits: the columns left to REASON are few at 80 columns.
     waits = any(r.waiting_for is not None for r in rows)
+    # PROGRESS (a running job's report: percentage, ETA) only when a row has one.
+    reports = any(r.progress is not None and r.state == "RUNNING" for r in rows)
+    now = time.time()
     for name in ("JOB ID", "STATE", "KIND", "CREATED (UTC)", "TRIES",
-                 *(["WAITING"] if waits else [])):
+                 *(["WAITING"] if waits else []), *(["PROGRESS"] if reports else [])):
         table.add_column(name, no_wrap=True, overflow="ellipsis",
                          max_width=14 if name == "KIND" and not wide else None)
     table.add_column("REASON", min_width=16)
@@ -116,8 +121,10 @@ def jobs_list(
         created = when(r.to_json()["created_at"])
         shown = r.to_json()["waiting_for"]  # its times as ISO text
         waiting = [waiting_cell(shown, wide) if shown else "-"] if waits else []
+        got = [progress_cell(r.progress, now, wide) if r.progress is not None
+               and r.state == "RUNNING" else "-"] if reports else []
         table.add_row(*map(Text, (ids[r.job_id], r.state, r.kind or "-",
-                                  created if wide else created[:16], attempts, *waiting,
+                                  created if wide else created[:16], attempts, *waiting, *got,
                                   r.reason or "" if wide else short(r.reason, 60))))
     console = wide_console() if wide else Console()
     console.print(table)
@@ -125,6 +132,15 @@ def jobs_list(
     console.print(f"{len(rows)} job(s)" + (" (limit reached)" if len(rows) == limit else "")
                   + ("; ids shortened: --wide or --json shows them whole" if shortened
                      else ""))
+
+
+def progress_cell(p: Progress, now: float, wide: bool) -> str:
+    """A row's PROGRESS: ``42% eta 4m10s`` (its message too with --wide)."""
+    text = f"{p.percent:.0f}%" if p.percent is not None else f"{p.done:g} done"
+    left = p.left(now)
+    if left is not None:
+        text += f" eta {left}"
+    return text + (f" {p.message}" if wide and p.message else "")
 
 
 @jobs_app.command("show")

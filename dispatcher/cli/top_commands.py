@@ -149,4 +149,10 @@ def render(s: Snapshot, interval: float | None = None) -> RenderableType:
                           f"the longest for {_duration(s.dispatch_lag_seconds)}"))
     if s.waiting_for:
         parts.append(Text(f"waiting for  {_pairs(s.waiting_for)}"))
+    if s.progress:
+        parts.append(Text.assemble(("progress", "bold"), ": the running jobs' latest reports"))
+        rows = Table("JOB ID", "PROGRESS", box=None)
+        for job_id, p in s.progress:
+            rows.add_row(Text(job_id), Text(p.words(s.at)))
+        parts.append(rows)
     return Group(*parts)

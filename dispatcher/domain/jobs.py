@@ -89,6 +89,8 @@ class Job:
     error: dict[str, Any] | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
     checkpoint: dict[str, Any] | None = None
+    # Its progress report as of its last checkpoint (dispatcher.domain.progress), as JSON.
+    progress: dict[str, Any] | None = None
     # The task whose stop last requeued or failed this job: a settle interrupted part-way is
     # handled again, and a job it already settled is not charged a second time for that stop.
     settled_by: str | None = None

@@ -9,10 +9,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dispatcher.domain.jobs import JobState
+from dispatcher.domain.progress import Progress
 from dispatcher.domain.waiting import Waiting
 from dispatcher.ops.history import Attempt, Flat, flat, opt
 from dispatcher.ports.table import Record
-from dispatcher.store.codec import iso
+from dispatcher.store.codec import bundle_key, iso
 
 # What `jobs show` prints of a payload, result or checkpoint: enough to recognise it, small
 # enough for a terminal (payloads may be 256 KiB).
@@ -50,19 +51,27 @@ class JobSummary(Flat):
     reason: str | None
     # What a job not running waits for (dispatcher.domain.waiting); None once it runs or ended.
     waiting_for: Waiting | None = None
+    # How far it got, as its handler last said (a running job's, from its bundle's heartbeat;
+    # else as of its last checkpoint, where `jobs show` reads it).
+    progress: Progress | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = flat(self)
         w = self.waiting_for
         out["waiting_for"] = None if w is None else {
             k: opt(iso, v) if k in ("until", "since") else v for k, v in w.to_json().items()}
+        p = self.progress
+        out["progress"] = None if p is None else {
+            "done": p.done, "total": p.total, "message": p.message, "percent": p.percent,
+            "reported_at": iso(p.at), "eta": opt(iso, p.eta())}
         return out
 
     @staticmethod
-    def from_item(item: Record, at: float | None = None,
-                  waiting: Waiting | None = None) -> JobSummary:
+    def from_item(item: Record, at: float | None = None, waiting: Waiting | None = None,
+                  bundle: Record | None = None) -> JobSummary:
         """``at``: now, to show a PENDING job waiting for its not_before as SCHEDULED;
-        ``waiting``: what it waits for (:func:`dispatcher.ops.queries.waiting_of`)."""
+        ``waiting``: what it waits for (:func:`dispatcher.ops.queries.waiting_of`);
+        ``bundle``: its bundle's record, where a running job's progress is."""
         rejected = item.pk.startswith("REJECT#")
         state = item.state or ""
         if state == JobState.PENDING and at is not None and item.not_before is not None \
@@ -75,7 +84,17 @@ class JobSummary(Flat):
             attempts=int(item.attempts or 0),
             max_attempts=None if rejected else int(item.max_attempts or 0),
             infra_attempts=int(item.infra_attempts or 0), bundle_id=item.bundle_id,
-            reason=item.reason, waiting_for=waiting)
+            reason=item.reason, waiting_for=waiting, progress=_progress(item, bundle))
+
+
+def _progress(item: Record, bundle: Record | None) -> Progress | None:
+    """A running job's report as its bundle's last heartbeat carried it, else the one its
+    last checkpoint kept."""
+    reports = bundle.progress if bundle is not None and item.state == JobState.RUNNING \
+        and bundle.pk == bundle_key(item.bundle_id or "") else None
+    if isinstance(reports, dict) and item.job_id in reports:
+        return Progress.from_json(reports[item.job_id])
+    return Progress.from_json(item.progress)
 
 
 @dataclass(frozen=True)

@@ -159,17 +159,21 @@ class Queries:
         return found[:limit]
 
     def _summaries(self, rows: list[Record], now: float) -> list[JobSummary]:
-        """Rows with what each PENDING one waits for: its bundle's record (one read per 100
-        bundles) and the tick's summary (one read), only if a row is PENDING."""
+        """Rows with what each PENDING one waits for and how far each RUNNING one got: their
+        bundles' records (one read per 100 bundles, only if a row is either) and the tick's
+        summary (one read, only if a row is PENDING)."""
         pending = [i for i in rows
                    if i.state == JobState.PENDING and not i.pk.startswith("REJECT#")]
-        if not pending:
+        running = [i for i in rows if i.state == JobState.RUNNING]
+        if not pending and not running:
             return [JobSummary.from_item(i, now) for i in rows]
-        summary = self.store.tick_summary()
+        summary = self.store.tick_summary() if pending else None
         bundles = {b.pk.split("#", 1)[1]: b for b in self.store.bundle_records(
-            [i.bundle_id for i in pending if i.bundle_id])}
-        return [JobSummary.from_item(i, now, waiting_of(i, bundles.get(i.bundle_id or ""),
-                                                        summary, now)) for i in rows]
+            sorted({i.bundle_id for i in pending + running if i.bundle_id}))}
+        return [JobSummary.from_item(
+            i, now, waiting_of(i, bundles.get(i.bundle_id or ""), summary, now)
+            if i.state == JobState.PENDING and not i.pk.startswith("REJECT#") else None,
+            bundles.get(i.bundle_id or "")) for i in rows]
 
     def _list_items(self, status: str | None, kind: str | None, since_seconds: float | None,
                     limit: int) -> list[Record]:
@@ -195,7 +199,7 @@ class Queries:
         now = self.clock()
         waiting = waiting_of(item, bundle, self.store.tick_summary(), now) \
             if item.state == JobState.PENDING and not item.pk.startswith("REJECT#") else None
-        summary = JobSummary.from_item(item, now, waiting)  # SCHEDULED as `jobs list` says
+        summary = JobSummary.from_item(item, now, waiting, bundle)  # SCHEDULED as list says
         if summary.state == JobState.REJECTED:
             return JobDetail(summary, None, False, None, None, None, None, [], None,
                              item.message_id, item.body)

@@ -31,6 +31,7 @@ from typing import Any
 
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.jobs import PRIORITY_ORDER, JobState, Priority
+from dispatcher.domain.progress import Progress
 from dispatcher.domain.waiting import LAUNCHING, STARTING, TickSummary, waiting_for
 from dispatcher.ops.queries import JOB_STATES, Queries, bundle_facts
 from dispatcher.ports.queue import Backlog, Queue
@@ -39,6 +40,9 @@ from dispatcher.settings import Config
 from dispatcher.store import codec as r
 
 DEFAULT_WINDOW_SECONDS = 300.0
+# Running jobs' progress shown, and the RUNNING bundles read for it at most.
+PROGRESS_ROWS = 10
+PROGRESS_BUNDLES = 300
 # PENDING bundles read (oldest index time first) to find the longest-waiting launchable one.
 PENDING_SAMPLE = 500
 # Bundle states shown, in lifecycle order (DONE is history, not load: never counted).
@@ -85,6 +89,9 @@ class Snapshot:
     # Bundles not running yet by what they wait for (dispatcher.domain.waiting): the PENDING
     # ones read for the dispatch lag, and the LAUNCHING and LAUNCHED ones.
     waiting_for: dict[str, int] = field(default_factory=dict)
+    # The running jobs that report progress, the latest reports first (at most PROGRESS_ROWS):
+    # read from the RUNNING bundles' items, where their heartbeats carry them.
+    progress: list[tuple[str, Progress]] = field(default_factory=list)
 
     @property
     def running_tasks(self) -> int:
@@ -114,6 +121,10 @@ class Snapshot:
             "dispatch_lag_seconds": self.dispatch_lag_seconds,
             "waiting_bundles": self.waiting_bundles,
             "waiting_for": dict(self.waiting_for),
+            "progress": [{"job_id": job_id, "done": p.done, "total": p.total,
+                          "percent": p.percent, "message": p.message,
+                          "eta": None if (eta := p.eta()) is None else r.iso(eta)}
+                         for job_id, p in self.progress],
         }
 
 
@@ -145,7 +156,17 @@ class Top(Queries):
             admitted=admitted, rejected=rejected,
             launch_failures=self._launch_failures(cutoff),  # the Queries', as `stats`
             kinds=self._kinds(active, summary), dispatch_lag_seconds=lag,
-            waiting_bundles=waiting, waiting_for=self._waiting_for(t, pending, active, summary))
+            waiting_bundles=waiting, waiting_for=self._waiting_for(t, pending, active, summary),
+            progress=self._progress(active))
+
+    def _progress(self, active: list[Bundle]) -> list[tuple[str, Progress]]:
+        """The latest reports of the running jobs: the RUNNING bundles' items (one BatchGetItem
+        per 100; at most PROGRESS_BUNDLES of them, the index projects no report)."""
+        running = [b.bundle_id for b in active if b.state == BundleState.RUNNING]
+        reports = [(job_id, p) for rec in self.store.bundle_records(running[:PROGRESS_BUNDLES])
+                   if isinstance(rec.progress, dict) for job_id, data in rec.progress.items()
+                   if (p := Progress.from_json(data)) is not None]
+        return sorted(reports, key=lambda jp: jp[1].at, reverse=True)[:PROGRESS_ROWS]
 
     # -- the figures ----------------------------------------------------------------------------
     def _queues(self) -> list[QueueRow]:

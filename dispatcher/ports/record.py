@@ -81,6 +81,9 @@ class Record:
     heartbeat_at: float | None = None
     cancel_jobs: list[str] | None = None
     running_jobs: list[str] | None = None  # as of the last heartbeat
+    # a bundle: its running jobs' latest progress reports, by job id, as of the last
+    # heartbeat; a job: its report as of its last checkpoint (dispatcher.domain.progress)
+    progress: Any = None
     reported_stop: str | None = None  # the task whose stop was last handled (once per task)
     pages: float | None = None  # a bundle recorded in pages: how many (PAGE#<id>#<n>)
     slots: float | None = None  # a single-kind bundle of a limited kind: jobs it runs at once
@@ -144,7 +147,8 @@ class Record:
 
 
 ATTRIBUTES: frozenset[str] = frozenset(f.name for f in fields(Record))
-JSON_ATTRIBUTES = frozenset({"payload", "result", "error", "history", "checkpoint", "credit",
+JSON_ATTRIBUTES = frozenset({"payload", "result", "error", "history", "checkpoint", "progress",
+                             "credit",
                              "container_env", "summary", "array_tally", "array_retry",
                              "depends_on"})
 LIST_ATTRIBUTES = frozenset({"job_ids", "cancel_jobs", "running_jobs", "bundle_ids",
@@ -164,7 +168,8 @@ NUMBER_ATTRIBUTES = frozenset(
 # none of these nor a key writes nothing to the index (a checkpoint); a reader that needs the
 # whole item reads it (``dispatcher.store.index.full``).
 INDEX_KEYS = ("pk", "status_key", "status_at")
-NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint", "body",
+NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint", "progress",
+                           "body",
                            "credit", "summary", "cancel_jobs", "running_jobs", "expires_at",
                            "reported_stop", "image", "container_env", "derived_from",
                            "version", "sequence", "handed_jobs", "handed", "array_size",

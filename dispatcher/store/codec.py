@@ -220,7 +220,8 @@ def record_job(rec: Record) -> Job:
         infra_attempts=_int(rec.infra_attempts), created_at=_num(rec.created_at),
         enqueued_at=rec.enqueued_at, message_id=rec.message_id, reason=rec.reason,
         result=rec.result, error=rec.error, history=list(rec.history or []),
-        checkpoint=rec.checkpoint, not_before=rec.not_before, settled_by=rec.settled_by,
+        checkpoint=rec.checkpoint, progress=rec.progress if isinstance(rec.progress, dict)
+        else None, not_before=rec.not_before, settled_by=rec.settled_by,
         live_task=rec.live_task,
         priority=Priority(rec.priority or Priority.NORMAL), resources=record_resources(rec),
         array_size=None if rec.array_size is None else int(rec.array_size),

@@ -238,7 +238,7 @@ def _retry_op(job: Job, bundle_id: str, *, t: float, from_scratch: bool,
         # A retry waits for no dependency: they decided (or the operator decided for
         # them) when the job ended; it runs now.
         Remove("expires_at"), Remove("depends_on"),
-        *([Remove("checkpoint")] if from_scratch else [])],
+        *([Remove("checkpoint"), Remove("progress")] if from_scratch else [])],
         Eq("state", str(job.state)))
     return Update(r.job_key(job.job_id), actions, cond)
 

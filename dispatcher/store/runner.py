@@ -8,7 +8,7 @@ state of a newer attempt.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,13 +151,16 @@ class RunnerStore(FollowOns):
         bundle.job_ids = self._patiently(RUNNER_PATIENCE, self.job_ids_of, bundle)
         return Claim(bundle, frozenset(rec.cancel_jobs or ()))
 
-    def heartbeat(self, fence: Fence, running: Collection[str] = ()) -> Beat:
+    def heartbeat(self, fence: Fence, running: Collection[str] = (),
+                  progress: Mapping[str, dict[str, Any]] | None = None) -> Beat:
         """Prove liveness and say which jobs run now (``running_jobs`` on the bundle, for
-        operators); learn, from the item as written (no call more), the job ids whose
-        cancellation was requested and the jobs handed to the bundle."""
+        operators) and how far those that report progress got (``progress``, by job id);
+        learn, from the item as written (no call more), the job ids whose cancellation was
+        requested and the jobs handed to the bundle."""
         actions: list[Action] = [Set("heartbeat_at", self.clock())]
         actions.append(Set("running_jobs", sorted(running)) if running
                        else Remove("running_jobs"))
+        actions.append(Set("progress", dict(progress)) if progress else Remove("progress"))
         rec = self._write(Update(r.bundle_key(fence.bundle_id), actions, fenced(fence)),
                           f"task {fence.task_arn} lost bundle {fence.bundle_id}")
         if rec is None:
@@ -315,14 +318,17 @@ class RunnerStore(FollowOns):
         handed = list(rec.handed_jobs or ())
         return handed if len(handed) > seen else None
 
-    def save_checkpoint(self, fence: Fence, job_id: str, checkpoint: dict[str, Any]) -> None:
-        """Persist a running job's progress, fenced like every other write of its task.
-        TooLarge for a checkpoint beyond its budget (nothing is written)."""
+    def save_checkpoint(self, fence: Fence, job_id: str, checkpoint: dict[str, Any],
+                        progress: dict[str, Any] | None = None) -> None:
+        """Persist a running job's progress, fenced like every other write of its task, with
+        its latest progress report if it made one (a rerun resumes both). TooLarge for a
+        checkpoint beyond its budget (nothing is written)."""
         sizes.check_checkpoint(checkpoint, job_id)
+        reported = [Set("progress", progress)] if progress else []
         try:
             self._transact_retrying([
                 Check(r.bundle_key(fence.bundle_id), fenced(fence)),
-                Update(r.job_key(job_id), [Set("checkpoint", checkpoint),
+                Update(r.job_key(job_id), [Set("checkpoint", checkpoint), *reported,
                                            Set("updated_at", self.clock())],
                        And(Eq("state", str(JobState.RUNNING)),
                            Eq("bundle_id", fence.bundle_id)))])

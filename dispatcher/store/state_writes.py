@@ -72,7 +72,7 @@ def job_actions(u: JobUpdate, t: float, expires_at: int | None = None) -> list[A
     if u.settled_by is not None:
         actions.append(Set("settled_by", u.settled_by))
     if u.drop_checkpoint:
-        actions.append(Remove("checkpoint"))
+        actions += [Remove("checkpoint"), Remove("progress")]
     if u.live_task is not None:
         actions.append(Set("live_task", u.live_task))
     if u.reason is not None:
