@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dispatcher.domain import progress
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, HandedJobs, Interrupted, PermanentError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
@@ -272,7 +273,7 @@ class SimTask:
             return  # the Worker refuses an abandoned run's checkpoints (Interrupted)
         try:
             self.writes.flush()
-            self.store.save_checkpoint(self.fence, job_id, state)
+            self.store.save_checkpoint(self.fence, job_id, state, worst_report(job_id))
         except Exception as exc:
             run.error = exc
 
@@ -282,7 +283,9 @@ class SimTask:
                 or self.fence is None:
             return
         try:
-            beat = self.store.heartbeat(self.fence, running=self.active())
+            # Every running job reports its progress, each report at its largest.
+            beat = self.store.heartbeat(self.fence, running=self.active(),
+                                        progress={j: worst_report(j) for j in self.active()})
         except ConflictError:
             self.lost = True
             return
@@ -450,3 +453,11 @@ class SimTask:
             self.failure = exc
         if isinstance(exc, ConflictError):
             self.lost = True
+
+
+def worst_report(job_id: str) -> dict[str, Any]:
+    """A ``ctx.progress`` report at its largest (every message character escaped), so the
+    item-size check sees what the heartbeat and a checkpoint may carry."""
+    return progress.report(1.2345678901234567e300, 9.876543210987654e300, "\x01" * 10_000,
+                           at=1.7976931348623157e308, since=1.7976931348623157e308,
+                           base=1.2345678901234567e300, job_id=job_id).as_json()

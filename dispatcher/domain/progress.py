@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from dispatcher.domain import sizes
 from dispatcher.domain.errors import PermanentError
 
 MAX_MESSAGE = 200  # characters of a report's message kept (a longer one is cut)
-# Reports a heartbeat carries at most (the latest ones): with the message's bound, about 35 KB
-# of the bundle item's 400 KB, however many jobs its task runs at once.
-MAX_REPORTED = 100
+# Reports a heartbeat carries at most (the latest ones), within the bundle item's budget
+# (dispatcher.domain.sizes), however many jobs its task runs at once.
+MAX_REPORTED = sizes.MAX_PROGRESS_REPORTED
 
 
 class InvalidProgress(PermanentError):

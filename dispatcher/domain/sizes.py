@@ -57,17 +57,21 @@ HISTORY_TEXT_BYTES = 512
 MAX_BULK_MARKS = 32
 MAX_BULK_ID_BYTES = 128
 MAX_BULK_MARKS_BYTES = len("bulk_ids") + 3 + MAX_BULK_MARKS * (MAX_BULK_ID_BYTES + 1)
+# A running job's progress report (``ctx.progress``: dispatcher.domain.progress), kept on its
+# item with each checkpoint: its message is at most 200 characters (1,200 bytes as JSON if
+# every one were escaped as \uXXXX), its five numbers and their keys about 200 bytes more.
+MAX_PROGRESS_BYTES = 1536
 # Everything else on a job's item, generously: attribute names (~400 bytes), job id and kind
 # (128 each, the id twice: key and attribute), bundle id, message id (100), settled_by and
 # live_task (a task ARN each, ~350), the status keys, ISO times and about 15 numbers (at most 40
 # bytes each as DynamoDB stores them).
 OTHER_JOB_BYTES = 8 * 1024  # 8,192
-# 262,144 + 32,768 + 65,536 + 8,192 + 2,048 + 16,384 + 4,139 + 8,192 = 399,403 < 409,600: the
-# largest job item that can be written is 10 KB under the limit (tests/twins/test_sizes.py
-# encodes it).
+# 262,144 + 32,768 + 65,536 + 8,192 + 2,048 + 16,384 + 4,139 + 1,536 + 8,192 = 400,939 <
+# 409,600: the largest job item that can be written is 8 KB under the limit
+# (tests/twins/test_sizes.py encodes it).
 JOB_ITEM_BUDGET = (MAX_PAYLOAD_BYTES + MAX_CHECKPOINT_BYTES + MAX_RESULT_BYTES + MAX_ERROR_BYTES
                    + MAX_REASON_BYTES + MAX_HISTORY_BYTES + MAX_BULK_MARKS_BYTES
-                   + OTHER_JOB_BYTES)
+                   + MAX_PROGRESS_BYTES + OTHER_JOB_BYTES)
 
 # -- a REJECTED record --------------------------------------------------------------------------
 # The first 4 KiB of the message body and the reason (MAX_REASON_BYTES), clipped: a record of
@@ -77,9 +81,12 @@ REJECTED_BODY_BYTES = 4 * 1024
 # -- a bundle's item ----------------------------------------------------------------------------
 # Operators' cancel requests for jobs of an active bundle (``cancel_jobs``): each job once, and
 # at most this many (a job id is at most 128 characters: 1,000 are about 130 KB). With the job
-# ids of an unpaged bundle (at most 99: 13 KB) and the running jobs the heartbeat reports (at
-# most LONGJOBS_TASK_CONCURRENCY, 1,000: 130 KB) the bundle's item stays under 300 KB.
+# ids of an unpaged bundle (at most 99: 13 KB), the running jobs the heartbeat reports (at
+# most LONGJOBS_TASK_CONCURRENCY, 1,000: 130 KB) and their latest progress reports (at most
+# MAX_PROGRESS_REPORTED, each at most MAX_PROGRESS_BYTES: 77 KB) the bundle's item stays under
+# 360 KB.
 MAX_CANCEL_REQUESTS = 1000
+MAX_PROGRESS_REPORTED = 50
 
 # -- the other items ----------------------------------------------------------------------------
 # Small by construction: a page holds at most 98 job ids (13 KB), a launch at most 10 bundle ids

@@ -13,6 +13,7 @@ import pytest
 
 from dispatcher import settings
 from dispatcher.domain import progress as progress_rules
+from dispatcher.domain import sizes
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.launches import Launch
 from dispatcher.domain.progress import MAX_MESSAGE, InvalidProgress, Progress
@@ -23,6 +24,7 @@ from dispatcher.testing.memory_table import MemoryTable
 from job_runner import JobContext
 from job_runner.kinds import HandlerRegistry
 from job_runner.worker import Worker
+from tests.model_runner import worst_report
 from tests.twins.test_worker import ARN, launched, small
 
 CFG = settings.load("runner", {"LONGJOBS_TABLE": "t", "LONGJOBS_FLUSH_SECONDS": "3600",
@@ -142,3 +144,9 @@ def test_a_rerun_resumes_the_progress_its_checkpoint_kept_and_counts_its_rate_fr
     else:
         assert resumed is not None and (resumed.done, resumed.message) == (40, "step 40")
         assert second.base == 40  # this attempt's rate counts what it did itself
+
+
+def test_the_largest_report_fits_its_budget() -> None:
+    """A message of escaped characters and numbers written at their longest: a job's item
+    keeps it with its checkpoint (tests/twins/test_sizes.py counts it in the item's)."""
+    assert sizes.json_bytes(worst_report("j")) + len("progress") <= sizes.MAX_PROGRESS_BYTES

@@ -28,6 +28,7 @@ from job_runner import JobContext
 from job_runner.kinds import HandlerRegistry
 from job_runner.outcome import error_of
 from job_runner.worker import Worker
+from tests.model_runner import worst_report
 from tests.twins import Twins
 from tests.twins.test_worker import ARN, launched
 
@@ -235,6 +236,7 @@ def _worst_case_job() -> Record:
               bulk_ids=["\u00e9" * (sizes.MAX_BULK_ID_BYTES // 2)] * sizes.MAX_BULK_MARKS)
     rec = r.job_record(job)
     rec.settled_by, rec.expires_at, rec.updated_at = arn, 1.7e9 / 11, 1.7e9 / 13
+    rec.progress = worst_report(job.job_id)  # kept with its last checkpoint
     return rec
 
 
@@ -246,8 +248,10 @@ def test_the_largest_job_item_fits_dynamodbs_item_limit() -> None:
     assert len((rec.reason or "").encode()) <= sizes.MAX_REASON_BYTES
     marks = _item_bytes(rec) - _item_bytes(replace(rec, bulk_ids=None))
     assert marks <= sizes.MAX_BULK_MARKS_BYTES
+    assert sizes.json_bytes(rec.progress) + len("progress") <= sizes.MAX_PROGRESS_BYTES
     others = _item_bytes(rec) - sum(sizes.json_bytes(getattr(rec, a)) for a in (
-        "payload", "checkpoint", "result", "error", "history")) - len(rec.reason or "") - marks
+        "payload", "checkpoint", "result", "error", "history", "progress")) \
+        - len(rec.reason or "") - marks
     assert others <= sizes.OTHER_JOB_BYTES
     assert _item_bytes(rec) <= sizes.JOB_ITEM_BUDGET < MAX_ITEM_BYTES
     MemoryTable().write(Put(rec))  # the twin, which refuses what DynamoDB refuses, takes it
