@@ -41,7 +41,8 @@ class JobContext:
         # what it resumed from.
         self._clock = clock
         self.started_at = clock()
-        self.last_progress = last_progress
+        self._resumed = last_progress
+        self._reported: Progress | None = None  # this attempt's latest report
         self._base = last_progress.done if last_progress is not None else 0.0
 
     def cancelled(self) -> bool:
@@ -76,9 +77,21 @@ class JobContext:
         the next checkpoint keeps it for a rerun. `longjobs jobs list`, `jobs show` and
         `top` show it, with an ETA from this attempt's rate. A number that is not finite or
         is negative raises InvalidProgress."""
-        self.last_progress = progress.report(done, total, message, at=self._clock(),
-                                             since=self.started_at, base=self._base,
-                                             job_id=self.job_id)
+        self._reported = progress.report(done, total, message, at=self._clock(),
+                                         since=self.started_at, base=self._base,
+                                         job_id=self.job_id)
+
+    @property
+    def last_progress(self) -> Progress | None:
+        """The latest report: this attempt's, else the one the checkpoint it resumed from
+        kept (None if neither)."""
+        return self._reported or self._resumed
+
+    @property
+    def reported(self) -> Progress | None:
+        """This attempt's latest report (what the heartbeat carries: a report an earlier
+        attempt made is not this run's)."""
+        return self._reported
 
     def cancel(self, reason: str) -> None:
         if not self._cancel.is_set():

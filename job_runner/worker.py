@@ -407,7 +407,7 @@ class Worker:
             raise Interrupted("this run was abandoned; its checkpoint is not written",
                               job_id=job.job_id)
         writes.flush()
-        reported = ctx.last_progress
+        reported = ctx.reported  # none this attempt: the job's item keeps the one it has
         self.store.save_checkpoint(writes.fence, job.job_id, state,
                                    reported.as_json() if reported is not None else None)
 
@@ -415,10 +415,11 @@ class Worker:
         while not over.wait(self.cfg.heartbeat_seconds) and not self.stopping.is_set():
             with self._changed:
                 running = list(self.running)
-                reports = progress.latest({j: p for j, ctx in self.running.items()
-                                           if (p := ctx.last_progress) is not None})
+                reported = {j: p for j, ctx in self.running.items()
+                            if (p := ctx.reported) is not None}
             try:
-                beat = self.store.heartbeat(fence, running=running, progress=reports)
+                beat = self.store.heartbeat(fence, running=running,
+                                            progress=progress.latest(reported))
                 if over.is_set():  # the bundle ended meanwhile: what it says is not the next's
                     return
                 self.cancel_requested |= beat.cancel_requested

@@ -51,8 +51,9 @@ def render_detail(d: JobDetail, console: Console) -> None:
         head.add_row("waiting for", Text(waiting_text(data["waiting_for"])))
     if d.summary.progress is not None:
         said = d.summary.progress
-        head.add_row("progress", Text(said.words(time.time()) + (
-            "" if d.summary.state == "RUNNING" else " (as of its last checkpoint)")))
+        running = d.summary.state == "RUNNING"
+        head.add_row("progress", Text(said.words(time.time(), eta=running) + (
+            "" if running else " (as of its last checkpoint)")))
     if d.array is not None:
         head.add_row("array", Text(_array_text(d.array)))
     if d.bulk_ids:  # what `--bulk-id` resumes, and the history's entries name

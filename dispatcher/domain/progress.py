@@ -10,6 +10,7 @@ resumed from) over the time it took, carried to ``total``.
 from __future__ import annotations
 
 import math
+import reprlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -18,6 +19,8 @@ from dispatcher.domain import sizes
 from dispatcher.domain.errors import PermanentError
 
 MAX_MESSAGE = 200  # characters of a report's message kept (a longer one is cut)
+# An ETA further off than this (a year) is none: a rate that slow says nothing yet.
+MAX_ETA_SECONDS = 366 * 86_400.0
 # Reports a heartbeat carries at most (the latest ones), within the bundle item's budget
 # (dispatcher.domain.sizes), however many jobs its task runs at once.
 MAX_REPORTED = sizes.MAX_PROGRESS_REPORTED
@@ -44,27 +47,30 @@ class Progress:
         return min(100.0, 100.0 * self.done / self.total)
 
     def eta(self) -> float | None:
-        """When it ends at the rate of this attempt so far (None: no total, or no rate)."""
+        """When it ends at the rate of this attempt so far (None: no total, no rate yet, or
+        further off than :data:`MAX_ETA_SECONDS`, which says nothing a person can use)."""
         if self.total is None or self.done >= self.total:
             return None
         elapsed, made = self.at - self.since, self.done - self.base
         if elapsed <= 0 or made <= 0:
             return None
-        return self.at + (self.total - self.done) * elapsed / made
+        left = (self.total - self.done) * elapsed / made
+        return self.at + left if math.isfinite(left) and left <= MAX_ETA_SECONDS else None
 
     def left(self, now: float) -> str | None:
         """How long until the ETA, as ``4m10s`` (None: no ETA)."""
         eta = self.eta()
         return None if eta is None else _span(max(0.0, eta - now))
 
-    def words(self, now: float) -> str:
-        """``42% (420 of 1000), eta 12:03:10 UTC (in 4m10s): resizing``."""
+    def words(self, now: float, *, eta: bool = True) -> str:
+        """``42% (420 of 1000), eta 12:03:10 UTC (in 4m10s): resizing`` (``eta``: with the
+        ETA, for a job that runs)."""
         count = f"{_num(self.done)} of {_num(self.total)}" if self.total is not None \
             else _num(self.done)
         text = f"{self.percent:.0f}% ({count})" if self.percent is not None else count
-        eta = self.eta()
-        if eta is not None:
-            clock = datetime.fromtimestamp(eta, UTC).strftime("%H:%M:%S UTC")
+        eta_at = self.eta() if eta else None
+        if eta_at is not None:
+            clock = datetime.fromtimestamp(eta_at, UTC).strftime("%H:%M:%S UTC")
             text += f", eta {clock} (in {self.left(now)})"
         return text + (f": {self.message}" if self.message else "")
 
@@ -94,18 +100,25 @@ class Progress:
 
 def report(done: Any, total: Any, message: Any, *, at: float, since: float, base: float,
            job_id: str) -> Progress:
-    """A handler's report, checked: numbers finite and >= 0 (``InvalidProgress`` naming the
-    job), the message as text, cut to :data:`MAX_MESSAGE` characters."""
+    """A handler's report, checked: numbers finite and >= 0, a message text or None
+    (``InvalidProgress`` naming the job), the message cut to :data:`MAX_MESSAGE`
+    characters."""
     def number(name: str, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value) or value < 0:
+        try:
+            ok = not isinstance(value, bool) and isinstance(value, (int, float)) \
+                and math.isfinite(float(value)) and value >= 0
+        except OverflowError:  # an int past a float's range
+            ok = False
+        if not ok:
             raise InvalidProgress(f"ctx.progress: {name} must be a finite number >= 0, not "
-                                  f"{value!r}"[:200], job_id=job_id)
+                                  f"{reprlib.repr(value)}", job_id=job_id)
         return float(value)
 
-    text = None if message is None else str(message)[:MAX_MESSAGE]
+    if message is not None and not isinstance(message, str):
+        raise InvalidProgress(f"ctx.progress: message must be text or None, not "
+                              f"{type(message).__name__}", job_id=job_id)
     return Progress(number("done", done), None if total is None else number("total", total),
-                    text or None, at, since, base)
+                    message[:MAX_MESSAGE] if message else None, at, since, base)
 
 
 def latest(reports: dict[str, Progress]) -> dict[str, dict[str, Any]]:

@@ -82,11 +82,12 @@ REJECTED_BODY_BYTES = 4 * 1024
 # Operators' cancel requests for jobs of an active bundle (``cancel_jobs``): each job once, and
 # at most this many (a job id is at most 128 characters: 1,000 are about 130 KB). With the job
 # ids of an unpaged bundle (at most 99: 13 KB), the running jobs the heartbeat reports (at
-# most LONGJOBS_TASK_CONCURRENCY, 1,000: 130 KB) and their latest progress reports (at most
-# MAX_PROGRESS_REPORTED, each at most MAX_PROGRESS_BYTES: 77 KB) the bundle's item stays under
-# 360 KB.
+# most LONGJOBS_TASK_CONCURRENCY, 1,000: 130 KB), the jobs handed to it (at most
+# handing.MAX_HANDED, 500: 65 KB) and its running jobs' latest progress reports (at most
+# MAX_PROGRESS_REPORTED, each at most MAX_PROGRESS_BYTES and its job id: 33 KB) the bundle's
+# item stays under 375 KB.
 MAX_CANCEL_REQUESTS = 1000
-MAX_PROGRESS_REPORTED = 50
+MAX_PROGRESS_REPORTED = 20
 
 # -- the other items ----------------------------------------------------------------------------
 # Small by construction: a page holds at most 98 job ids (13 KB), a launch at most 10 bundle ids

@@ -51,8 +51,9 @@ class JobSummary(Flat):
     reason: str | None
     # What a job not running waits for (dispatcher.domain.waiting); None once it runs or ended.
     waiting_for: Waiting | None = None
-    # How far it got, as its handler last said (a running job's, from its bundle's heartbeat;
-    # else as of its last checkpoint, where `jobs show` reads it).
+    # How far it got, as its handler last said: a running job's, from its task's last
+    # heartbeat; one waiting for a rerun or ended otherwise than SUCCEEDED, as of its last
+    # checkpoint (`jobs show` reads it there).
     progress: Progress | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -63,7 +64,8 @@ class JobSummary(Flat):
         p = self.progress
         out["progress"] = None if p is None else {
             "done": p.done, "total": p.total, "message": p.message, "percent": p.percent,
-            "reported_at": iso(p.at), "eta": opt(iso, p.eta())}
+            "reported_at": iso(p.at),
+            "eta": opt(iso, p.eta()) if self.state == JobState.RUNNING else None}
         return out
 
     @staticmethod
@@ -88,12 +90,16 @@ class JobSummary(Flat):
 
 
 def _progress(item: Record, bundle: Record | None) -> Progress | None:
-    """A running job's report as its bundle's last heartbeat carried it, else the one its
-    last checkpoint kept."""
-    reports = bundle.progress if bundle is not None and item.state == JobState.RUNNING \
-        and bundle.pk == bundle_key(item.bundle_id or "") else None
-    if isinstance(reports, dict) and item.job_id in reports:
-        return Progress.from_json(reports[item.job_id])
+    """A running job's report as its task's last heartbeat carried it (none yet this run:
+    none); a job waiting for a rerun, or ended otherwise than SUCCEEDED, the one its last
+    checkpoint kept."""
+    if item.state == JobState.RUNNING:
+        reports = bundle.progress if bundle is not None \
+            and bundle.pk == bundle_key(item.bundle_id or "") else None
+        found = reports.get(item.job_id) if isinstance(reports, dict) else None
+        return Progress.from_json(found)
+    if item.state == JobState.SUCCEEDED:
+        return None
     return Progress.from_json(item.progress)
 
 

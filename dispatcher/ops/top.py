@@ -42,7 +42,7 @@ from dispatcher.store import codec as r
 DEFAULT_WINDOW_SECONDS = 300.0
 # Running jobs' progress shown, and the RUNNING bundles read for it at most.
 PROGRESS_ROWS = 10
-PROGRESS_BUNDLES = 300
+PROGRESS_BUNDLES = 100
 # PENDING bundles read (oldest index time first) to find the longest-waiting launchable one.
 PENDING_SAMPLE = 500
 # Bundle states shown, in lifecycle order (DONE is history, not load: never counted).
@@ -160,8 +160,8 @@ class Top(Queries):
             progress=self._progress(active))
 
     def _progress(self, active: list[Bundle]) -> list[tuple[str, Progress]]:
-        """The latest reports of the running jobs: the RUNNING bundles' items (one BatchGetItem
-        per 100; at most PROGRESS_BUNDLES of them, the index projects no report)."""
+        """The latest reports of the running jobs: the items of the first PROGRESS_BUNDLES
+        RUNNING bundles (one BatchGetItem: the index projects no report)."""
         running = [b.bundle_id for b in active if b.state == BundleState.RUNNING]
         reports = [(job_id, p) for rec in self.store.bundle_records(running[:PROGRESS_BUNDLES])
                    if isinstance(rec.progress, dict) for job_id, data in rec.progress.items()

@@ -135,9 +135,10 @@ class RunnerStore(FollowOns):
             # ``handed`` (ADD 0: set to 0 if missing, kept on a rerun) says this runner takes
             # urgent jobs handed to its bundle while it runs; a runner of an older release,
             # which would not, leaves it missing, and then nothing is handed to it.
+            # A relaunch's task: the reports its bundle holds are the lost task's.
             return self._write(Update(r.bundle_key(bundle_id), [
                 *bundle_actions(BundleState.RUNNING, t, None), Set("heartbeat_at", t),
-                Add("handed", 0)], cond), lost)
+                Add("handed", 0), Remove("progress")], cond), lost)
 
         try:
             rec = self._patiently(RUNNER_PATIENCE, once)

@@ -11,7 +11,7 @@ import asyncio
 import signal
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -337,8 +337,9 @@ def test_the_heartbeat_reports_the_running_jobs() -> None:
     all_reported = threading.Event()
 
     class Watched(Store):
-        def heartbeat(self, fence: Fence, running: Collection[str] = ()) -> Beat:
-            got = super().heartbeat(fence, running)
+        def heartbeat(self, fence: Fence, running: Collection[str] = (),
+                      progress: Mapping[str, dict[str, Any]] | None = None) -> Beat:
+            got = super().heartbeat(fence, running, progress)
             reported.append(sorted(running))
             if sorted(running) == ids:
                 all_reported.set()
