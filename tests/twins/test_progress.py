@@ -15,18 +15,18 @@ from dispatcher import settings
 from dispatcher.domain import progress as progress_rules
 from dispatcher.domain import sizes
 from dispatcher.domain.jobs import JobState
-from dispatcher.domain.launches import Launch
 from dispatcher.domain.progress import MAX_MESSAGE, InvalidProgress, Progress
 from dispatcher.ops.queries import Queries
 from dispatcher.ops.top import Top
 from dispatcher.ports.table import Set, Update
-from dispatcher.store import Fence, LaunchOutcome, Store
+from dispatcher.store import Fence, Store
 from dispatcher.store import codec as r
 from dispatcher.testing.memory_table import MemoryTable
 from job_runner import JobContext
 from job_runner.kinds import HandlerRegistry
 from job_runner.worker import Worker
 from tests.model_runner import worst_report
+from tests.twins.test_job_show_and_logs import relaunch
 from tests.twins.test_worker import ARN, launched, small
 
 CFG = settings.load("runner", {"LONGJOBS_TABLE": "t", "LONGJOBS_FLUSH_SECONDS": "3600",
@@ -121,17 +121,6 @@ def test_a_running_jobs_report_reaches_list_show_and_top_and_survives_its_rerun(
     assert seen == [None]
 
 
-def relaunched(store: Store, job_id: str, arn: str) -> None:
-    """The job's bundle (a retry's new one) launched on ``arn``, as a tick would."""
-    job = store.get_job(job_id)
-    assert job is not None and job.bundle_id
-    bundle = store.get_bundle(job.bundle_id)
-    assert bundle is not None
-    launch = Launch(f"L-{bundle.bundle_id}", [bundle.bundle_id], "longjobs-worker:1")
-    store.begin_launch(launch, [bundle])
-    store.finish_launch(launch, LaunchOutcome(assigned=[(bundle.bundle_id, arn)]), {})
-
-
 @pytest.mark.parametrize("from_scratch", [False, True])
 def test_a_rerun_resumes_the_progress_its_checkpoint_kept_and_counts_its_rate_from_it(
         from_scratch: bool) -> None:
@@ -160,7 +149,7 @@ def test_a_rerun_resumes_the_progress_its_checkpoint_kept_and_counts_its_rate_fr
     Worker(CFG, store, HandlerRegistry({"steps": steps}), ARN).run()
     assert store.get_job("long") is not None
     store.retry("long", from_scratch=from_scratch)
-    relaunched(store, "long", ARN + "-again")
+    relaunch(store, "long", ARN + "-again")
     Worker(CFG, store, HandlerRegistry({"steps": steps}), ARN + "-again").run()
     first, resumed, second = seen
     assert first is None and second is not None

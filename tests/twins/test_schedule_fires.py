@@ -40,6 +40,18 @@ def fire_jobs(t: Twins, name: str) -> dict[str, JobState]:
     return {j.job_id: j.state for j in t.jobs() if j.job_id.startswith(f"schedule/{name}/")}
 
 
+def each_minute_run(t: Twins, loop: ScheduleLoop, name: str, minutes: int) -> None:
+    """A schedule firing every minute for ``minutes`` minutes, each fire's job admitted by a
+    tick and run to its end (its slot free again)."""
+    tick = t.stages().tick
+    for minute in range(1, minutes + 1):
+        t.clock.set(START + minute * 60 + 1)
+        loop.step()
+        tick.tick()
+        (job_id,) = [j for j, s in fire_jobs(t, name).items() if s == JobState.PENDING]
+        finish_as_runner(t.store, job_id, JobState.SUCCEEDED)
+
+
 def at(hours: float) -> str:
     return schedules.fire_time(START + hours * HOUR)
 
@@ -213,13 +225,7 @@ def test_the_record_keeps_the_latest_fires(
         world: tuple[Twins, Schedules, ScheduleLoop]) -> None:
     t, ops, loop = world
     ops.create("often", "cron(* * * * ? *)", {"kind": "k", "payload": {}})
-    tick = t.stages().tick
-    for minute in range(1, FIRES_KEPT + 6):
-        t.clock.set(START + minute * 60 + 1)
-        loop.step()
-        tick.tick()
-        (job_id,) = [j for j, s in fire_jobs(t, "often").items() if s == JobState.PENDING]
-        finish_as_runner(t.store, job_id, JobState.SUCCEEDED)  # its slot free again
+    each_minute_run(t, loop, "often", FIRES_KEPT + 5)
     record = t.store.fire_record("often")
     assert len(record.fires) == FIRES_KEPT
     assert record.fires[0].at == schedules.fire_time(START + (FIRES_KEPT + 5) * 60)
@@ -325,13 +331,8 @@ def test_a_delivery_older_than_the_kept_fires_is_a_duplicate(
     record's latest fires is its job's duplicate, and changes no note."""
     t, ops, loop = world
     ops.create("often", "cron(* * * * ? *)", {"kind": "k", "payload": {}}, overlap="skip")
+    each_minute_run(t, loop, "often", FIRES_KEPT + 2)
     tick = t.stages().tick
-    for minute in range(1, FIRES_KEPT + 3):
-        t.clock.set(START + minute * 60 + 1)
-        loop.step()
-        tick.tick()
-        (job_id,) = [j for j, s in fire_jobs(t, "often").items() if s == JobState.PENDING]
-        finish_as_runner(t.store, job_id, JobState.SUCCEEDED)
     before = t.store.fire_record("often")
     oldest = schedules.fire_time(START + 60)
     assert all(f.at != oldest for f in before.fires)
