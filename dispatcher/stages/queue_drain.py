@@ -216,7 +216,10 @@ class QueueDrain:
                     why = self.recorder.fires.judge(msg.schedule.name, msg.schedule.overlap, job,
                                                     self.fire_runs, now)
                 except Exception as exc:  # judged again when it comes back
-                    self._failed(f"judging a schedule's fire failed: {exc!r}"[:1000], 1)
+                    # Given back at the end; the drain goes on: one fire's trouble (its
+                    # schedule's record) must not hold up the other jobs of the queue.
+                    self._failed(f"judging a schedule's fire failed: {exc!r}"[:1000], 1,
+                                 stop=False)
                     self.kept.append(received)
                     continue
                 if why is not None:
@@ -265,13 +268,15 @@ class QueueDrain:
             out.append(pool.submit(self.recorder.reject, self.queue, rejections, finished))
         return out
 
-    def _failed(self, failure: str, messages: int, bundle_id: str | None = None) -> None:
-        """A recording failed: counted, its reason kept, and the drain receives no more."""
+    def _failed(self, failure: str, messages: int, bundle_id: str | None = None, *,
+                stop: bool = True) -> None:
+        """A recording failed: counted, its reason kept, and (``stop``) the drain receives no
+        more."""
         stats = self.stats
         stats.record_failures += 1
         if failure not in stats.record_errors and len(stats.record_errors) < RECORD_ERRORS_KEPT:
             stats.record_errors.append(failure)
-        self.receiving = False
+        self.receiving = self.receiving and not stop
         log.error("recording failed; its messages are given back for a later tick",
                   extra={"error": failure, "bundle_id": bundle_id, "messages": messages})
 

@@ -14,11 +14,13 @@ from dispatcher.domain import schedules
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.errors import InvalidMessage, InvalidSchedule
 from dispatcher.domain.jobs import PRIORITY_ORDER, JobState
-from dispatcher.domain.schedules import FIRES_KEPT, RAN, SKIPPED
+from dispatcher.domain.schedules import FIRES_KEPT, RAN, SKIPPED, JobSchedule, Overlap
 from dispatcher.local.schedule_loop import ScheduleLoop
 from dispatcher.ops.schedule_ops import Schedules
-from dispatcher.store import JobUpdate
+from dispatcher.ports.table import Record, TableUnavailable
+from dispatcher.store import JobUpdate, Store
 from dispatcher.testing.memory_schedule_book import MemoryScheduleBook
+from dispatcher.testing.memory_table import MemoryTable
 from tests.twins import Twins, finish_as_runner
 
 # 2023-11-14T22:00:00Z: a whole hour, so that hourly fires fall on round times.
@@ -377,3 +379,26 @@ def test_a_pause_and_an_update_keep_a_rates_phase_and_send_no_past_start(
     assert daily.start == START + 86_400 + 100
     ops.resume("often")
     assert ops.next_fires(ops.get("often"))[1] - ops.next_fires(ops.get("often"))[0] == 900
+
+
+def test_a_fire_whose_judging_fails_is_given_back_and_holds_up_no_other_job() -> None:
+    """The schedule's record cannot be read: the fire goes back to the queue for a later tick,
+    and the drain goes on with the queue's other jobs."""
+    class NoRecords(MemoryTable):
+        def get(self, pk: str) -> Record | None:
+            if pk.startswith("SCHEDULE#"):
+                raise TableUnavailable("the table failed for a moment")
+            return super().get(pk)
+
+    t = Twins(START + 10)
+    t.table = NoRecords()
+    t.store = Store(t.table, clock=t.clock)
+    fire = JobSchedule(name="sync", expression="cron(0 * * * ? *)",
+                       job={"kind": "k", "payload": {}}, overlap=Overlap.SKIP).message(at(1))
+    t.client().submit_many([fire])
+    t.client().submit_many([{"kind": "k", "payload": {}, "job_id": f"j{n}",
+                             "estimated_seconds": 1} for n in range(25)])
+    report = t.stages().tick.tick()
+    assert sorted(j.job_id for j in t.jobs()) == sorted(f"j{n}" for n in range(25))
+    assert report.intake.record_failures == 1
+    assert t.queue.backlog().visible == 1  # the fire, given back now
