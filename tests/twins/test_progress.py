@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -100,12 +101,9 @@ def test_a_running_jobs_report_reaches_list_show_and_top_and_survives_its_rerun(
         (row,) = [r for r in queries.list_jobs() if r.job_id == "long"]
         return row.progress
 
-    deadline = threading.Event()
-    for _ in range(400):  # the next heartbeat carries it (every 0.05 s here)
-        if (got := listed()) is not None and got.done == 50:
-            break
-        deadline.wait(0.05)
-    got = listed()
+    deadline = time.monotonic() + HANG  # a hang's bound: it polls for the next heartbeat
+    while ((got := listed()) is None or got.done != 50) and time.monotonic() < deadline:
+        threading.Event().wait(0.01)  # the next heartbeat carries it (every 0.05 s here)
     assert got is not None and (got.done, got.total, got.message) == (50, 100, "step 50")
     shown = queries.show("long").summary
     assert shown.state == JobState.RUNNING and shown.progress == got
@@ -134,12 +132,17 @@ def test_a_rerun_resumes_the_progress_its_checkpoint_kept_and_counts_its_rate_fr
             raise RuntimeError("the first run fails")
         job = store.get_job("long")
         assert job is not None and job.bundle_id
+        key = r.bundle_key(job.bundle_id)
         # The new task's heartbeats carry no report until this run makes one: the one it
         # resumed from is the earlier run's (a relaunch's claim removed what its bundle held).
-        for _ in range(4):
-            threading.Event().wait(CFG.heartbeat_seconds)
-            bundle = table.get(r.bundle_key(job.bundle_id))
+        beats: set[float] = set()
+        deadline = time.monotonic() + HANG  # a hang's bound: it polls for the beats
+        while len(beats) < 3:  # the claim's heartbeat time and two heartbeats after it
+            bundle = table.get(key)
             assert bundle is not None and not bundle.progress
+            beats.add(float(bundle.heartbeat_at or 0))
+            assert time.monotonic() < deadline, "no heartbeat came"
+            threading.Event().wait(0.01)
         ctx.progress(60, 100)
         seen.append(ctx.last_progress)
 
