@@ -3,6 +3,7 @@ our own code)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -115,6 +116,15 @@ def local_exports(lines: Iterable[str]) -> dict[str, str]:
         if name == "LONGJOBS_LOCAL_LOG":
             break
     return exports
+
+
+def clean_env(root: Path, **extra: str) -> dict[str, str]:
+    """This process's environment as a fresh shell's for the project in ``root``: no
+    ``LONGJOBS_`` or ``AWS_`` settings of the test run, the project importable, quiet
+    dispatcher logs; plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LONGJOBS_", "AWS_"))}
+    env.update(PYTHONPATH=str(root), POWERTOOLS_LOG_LEVEL="WARNING", **extra)
+    return env
 
 
 def start_local(root: Path, env: dict[str, str], stderr: Path,

@@ -10,16 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import alive, exits_within, start_local, wait_for
+from tests.helpers import alive, clean_env, exits_within, start_local, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_sighup_stops_local_mode_and_its_runners(tmp_path: Path) -> None:
     log = tmp_path / "executions.jsonl"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LONGJOBS_", "AWS_"))}
-    env.update(PYTHONPATH=str(ROOT), LONGJOBS_TEST_LOG=str(log),
-               LONGJOBS_HANDLERS="sleepy=tests.handlers:sleepy", POWERTOOLS_LOG_LEVEL="WARNING")
+    env = clean_env(ROOT, LONGJOBS_TEST_LOG=str(log),
+                    LONGJOBS_HANDLERS="sleepy=tests.handlers:sleepy")
     stderr = tmp_path / "stderr"
     local, client_env = start_local(ROOT, env, stderr)
     try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import exits_within, start_local, wait_for
+from tests.helpers import clean_env, exits_within, start_local, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,9 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def local(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
     log = tmp_path / "executions.jsonl"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LONGJOBS_", "AWS_"))}
-    env.update(PYTHONPATH=str(ROOT), LONGJOBS_TEST_LOG=str(log),
-               LONGJOBS_HANDLERS="spell=tests.handlers:spell", POWERTOOLS_LOG_LEVEL="WARNING")
+    env = clean_env(ROOT, LONGJOBS_TEST_LOG=str(log),
+                    LONGJOBS_HANDLERS="spell=tests.handlers:spell")
     stderr = tmp_path / "stderr"
     proc, client_env = start_local(ROOT, env, stderr)
     try:

@@ -4,12 +4,11 @@ heartbeat carried the report; `LONGJOBS_HEARTBEAT_SECONDS` is short here)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import exits_within, start_local, wait_for
+from tests.helpers import clean_env, exits_within, start_local, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,9 +22,8 @@ def longjobs(env: dict[str, str], *args: str) -> str:
 
 
 def test_list_and_show_print_a_running_jobs_progress(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LONGJOBS_", "AWS_"))}
-    env.update(PYTHONPATH=str(ROOT), LONGJOBS_HANDLERS="halfway=tests.handlers:halfway",
-               LONGJOBS_HEARTBEAT_SECONDS="1", POWERTOOLS_LOG_LEVEL="WARNING")
+    env = clean_env(ROOT, LONGJOBS_HANDLERS="halfway=tests.handlers:halfway",
+                    LONGJOBS_HEARTBEAT_SECONDS="1")
     stderr = tmp_path / "stderr"
     local, client = start_local(ROOT, env, stderr)
     try:
