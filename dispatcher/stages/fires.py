@@ -62,7 +62,9 @@ class FireGate:
         previous = record.last_run
         judged = overlap == Overlap.SKIP and previous is not None and previous != job.job_id
         asked = [job.job_id, previous] if judged and previous else [job.job_id]
-        states = self._store.job_states(asked)
+        # One BatchGetItem; not job_states, whose look for a REJECTED record of each id not
+        # found would cost a GetItem more for every new fire.
+        states = {j.job_id: str(j.state) for j in self._store.get_jobs(asked)}
         if states.get(job.job_id) is not None:
             return None, None  # recorded already: a duplicate of its job, however old
         state = str(JobState.PENDING) if previous in runs_here else states.get(previous or "")

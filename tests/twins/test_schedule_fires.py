@@ -6,18 +6,22 @@ queue, and admitted by the real tick."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from dispatcher.domain import schedules
+from dispatcher.domain import message, schedules
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.errors import InvalidMessage, InvalidSchedule
 from dispatcher.domain.jobs import PRIORITY_ORDER, JobState
 from dispatcher.domain.schedules import FIRES_KEPT, RAN, SKIPPED, JobSchedule, Overlap
 from dispatcher.local.schedule_loop import ScheduleLoop
 from dispatcher.ops.schedule_ops import Schedules
+from dispatcher.ports.queue import Received
 from dispatcher.ports.table import Record, TableUnavailable
+from dispatcher.stages.admitted import to_job
+from dispatcher.stages.fires import FireGate
 from dispatcher.store import JobUpdate, Store
 from dispatcher.testing.memory_schedule_book import MemoryScheduleBook
 from dispatcher.testing.memory_table import MemoryTable
@@ -402,3 +406,35 @@ def test_a_fire_whose_judging_fails_is_given_back_and_holds_up_no_other_job() ->
     assert sorted(j.job_id for j in t.jobs()) == sorted(f"j{n}" for n in range(25))
     assert report.intake.record_failures == 1
     assert t.queue.backlog().visible == 1  # the fire, given back now
+
+
+def test_judging_a_fire_costs_a_read_of_its_record_one_batch_read_and_a_write() -> None:
+    """A skip schedule's fire, its last run in the table: GetItem of the record, one
+    BatchGetItem of the fire's own job and the last run, PutItem of the record."""
+    class Counting(MemoryTable):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[str] = []
+
+        def get(self, pk: str) -> Record | None:
+            self.calls.append("GetItem")
+            return super().get(pk)
+
+        def get_many(self, pks: list[str]) -> list[Record]:
+            self.calls.append("BatchGetItem")
+            return super().get_many(pks)
+
+        def write(self, op: Any) -> Record | None:
+            self.calls.append(type(op).__name__ + "Item")
+            return super().write(op)
+
+    table = Counting()
+    store = Store(table)
+    first = schedules.fire_id("sync", at(1))
+    store.save_fire_record(schedules.FireRecord("sync").noted(schedules.Fire(at(1), first, RAN)))
+    table.calls.clear()
+    job = to_job(message.parse(json.dumps(JobSchedule(
+        name="sync", expression="cron(0 * * * ? *)", job={"kind": "k", "payload": {}},
+        overlap=Overlap.SKIP).message(at(2)))), Received("m", "r", "{}"), START)
+    assert FireGate(store).judge("sync", Overlap.SKIP, job, set(), START) is None
+    assert table.calls == ["GetItem", "BatchGetItem", "PutItem"]
