@@ -23,6 +23,7 @@ from dispatcher.ports.table import Record, TableUnavailable
 from dispatcher.stages.admitted import to_job
 from dispatcher.stages.fires import FireGate
 from dispatcher.store import JobUpdate, Store
+from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.testing.memory_schedule_book import MemoryScheduleBook
 from dispatcher.testing.memory_table import MemoryTable
 from tests.twins import Twins, finish_as_runner
@@ -438,3 +439,25 @@ def test_judging_a_fire_costs_a_read_of_its_record_one_batch_read_and_a_write() 
         overlap=Overlap.SKIP).message(at(2)))), Received("m", "r", "{}"), START)
     assert FireGate(store).judge("sync", Overlap.SKIP, job, set(), START) is None
     assert table.calls == ["GetItem", "BatchGetItem", "PutItem"]
+
+
+def test_a_fire_local_mode_could_not_send_is_sent_at_the_next_step() -> None:
+    class RefusesOnce(MemoryQueue):
+        refused = 0
+
+        def send(self, entries: list[tuple[str, str]]) -> dict[str, str]:
+            if not self.refused:
+                self.refused += 1
+                return {entries[0][0]: "the endpoint failed for a moment"}
+            return super().send(entries)
+
+    t = Twins(START + 10)
+    book = MemoryScheduleBook()
+    ops = Schedules(book, lambda: t.store, lambda body: "", clock=t.clock)
+    queue = RefusesOnce(clock=t.clock)
+    loop = ScheduleLoop(book, {p: queue for p in PRIORITY_ORDER}, t.clock)
+    ops.create("hourly", "cron(0 * * * ? *)", {"kind": "k", "payload": {}})
+    t.clock.set(START + HOUR + 1)
+    assert loop.step() == []  # refused: not made
+    assert loop.step() == [schedules.fire_id("hourly", at(1))]  # the same fire, sent
+    assert queue.backlog().visible == 1
