@@ -1,8 +1,9 @@
 """A schedule's fires on the twins: each fire is one job however often it is delivered; a
 ``skip`` schedule runs no fire while its last run is live, and records the skipped fire (its
-job CANCELLED with the reason, listed by ``schedules show``); a pause and resume makes up no
-missed fire. The fires are made by local mode's loop (EventBridge Scheduler's part) on the twin
-queue, and admitted by the real tick."""
+job CANCELLED with the reason, listed by ``schedules show``), also when its fires come late,
+twice, as arrays, after a failed recording or an operator's retry; what a fire's judgement
+costs. The fires are made by local mode's loop (EventBridge Scheduler's part) on the twin
+queue, and admitted by the real tick. The operators' side: test_schedule_operations.py."""
 
 from __future__ import annotations
 
