@@ -210,6 +210,19 @@ def stream(shape: Shape, minutes: float) -> None:
         raise SystemExit(1)
 
 
+def cost_line(model: BatchModel) -> str:
+    """What the batch's tasks cost, as their stops billed them (dispatcher/domain/costs.py):
+    per 1,000 jobs, at the default prices, on the modelled capacity (four Spot tasks to one
+    on demand, 0.25 vCPU and 0.5 GB each)."""
+    bills = list(model.outcome.bills.values())
+    prices = model.cfg.prices
+    total = sum(b.cost(prices) for b in bills)
+    spot = sum(b.spot for b in bills)
+    billed = sum(b.seconds for b in bills)
+    return (f"cost: ${1000 * total / model.shape.jobs:.4f} per 1,000 jobs (${total:.2f} for "
+            f"{len(bills)} tasks, {spot} of them Spot, {billed / 3600:.1f} task-hours billed)")
+
+
 def faults(args: argparse.Namespace) -> Faults:
     if not args.faults:
         return Faults()
@@ -275,6 +288,7 @@ def main() -> None:
     if shape.faults.any:
         lines[-1:-1] = fault_lines(shape, out, model)
     lines.insert(-1, partition_line(model))
+    lines.insert(-1, cost_line(model))
     verdict = model.verdict()
     # What ran, judged by the run's own ledger: a drain that lost or doubled a job is no figure.
     lines.insert(-1, f"runs: {verdict.line()}")

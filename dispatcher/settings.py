@@ -48,6 +48,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from dispatcher.domain.costs import Prices
 from dispatcher.domain.errors import ConfigError
 from dispatcher.settings_fields import (
     ALL_ROLES,
@@ -56,6 +57,7 @@ from dispatcher.settings_fields import (
     Limits,
     Names,
     OnAws,
+    PriceList,
     SecondsRange,
     Strategy,
     kind_limits,
@@ -158,6 +160,13 @@ class Config(BaseModel):
         "relaunched at once on on-demand FARGATE (only with a strategy that uses "
         "FARGATE_SPOT); false: they wait for their backoff like any launch failure.",
         on_aws=OnAws.PARAMETER)] = True
+    prices: Annotated[PriceList, Env(
+        "LONGJOBS_PRICES", "What a task's bill is priced at, dollars an hour: vcpu=,gb= (x86 "
+        "on-demand), arm_vcpu=,arm_gb= (ARM), spot= (Fargate Spot's fraction of on-demand); "
+        "each optional. Defaults: us-east-1 Linux list prices as of 2026-06 (vcpu=0.04048,"
+        "gb=0.004445,arm_vcpu=0.03238,arm_gb=0.00356, https://aws.amazon.com/fargate/pricing/) "
+        "and spot=0.3 (Spot floats, up to 70 % off).",
+        on_aws=OnAws.PARAMETER)] = Prices()
     retention_days: Annotated[float, Field(ge=0), Env(
         "LONGJOBS_RETENTION_DAYS", "Days a finished job (SUCCEEDED, FAILED, CANCELLED, "
         "REJECTED) stays in the table before DynamoDB's TTL deletes it; 0 keeps it forever.",

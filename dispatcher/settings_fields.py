@@ -9,6 +9,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator
 
+from dispatcher.domain.costs import Prices
+
 ALL_ROLES = ("dispatcher", "client", "runner")
 
 
@@ -113,7 +115,29 @@ def _seconds_range(value: Any) -> Any:
     return pair
 
 
+def _prices(value: Any) -> Any:
+    """``vcpu=0.04048,gb=0.004445,arm_vcpu=...,arm_gb=...,spot=0.3`` -> Prices, each part
+    optional (the rest keep their defaults); empty: the defaults."""
+    if not isinstance(value, str):
+        return value
+    names = {"vcpu": "vcpu_hour", "gb": "gb_hour", "arm_vcpu": "arm_vcpu_hour",
+             "arm_gb": "arm_gb_hour", "spot": "spot_factor"}
+    given: dict[str, float] = {}
+    for part in _split(value):
+        name, sep, number = part.partition("=")
+        try:
+            price = float(number)
+        except ValueError:
+            price = -1.0
+        if not sep or name.strip() not in names or not 0 <= price < 1000:
+            raise ValueError(f"{part!r} is not name=price with a name of "
+                             f"{', '.join(names)} and a price from 0")
+        given[names[name.strip()]] = price
+    return Prices(**given)
+
+
 Names = Annotated[tuple[str, ...], BeforeValidator(_split)]
+PriceList = Annotated[Prices, BeforeValidator(_prices)]
 Limits = Annotated[dict[str, int], BeforeValidator(kind_limits)]
 SecondsRange = Annotated[tuple[float, float], BeforeValidator(_seconds_range)]
 Strategy = Annotated[tuple[CapacityProvider, ...], BeforeValidator(_strategy)]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from aws_lambda_powertools import Logger
 
 from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.costs import Usage
 from dispatcher.domain.errors import ConflictError, HandedJobs
 from dispatcher.store import Fence, RunnerStore
 from job_runner.writes import Writes
@@ -66,6 +67,9 @@ class FollowOnTaker:
         self.stopping = stopping
         self._handed = handed
         self._log = log
+        # The job-seconds of the bundles this task ended with a take (dispatcher.domain.costs):
+        # what the next bundle's counts start from, as the task's pointer holds them.
+        self.ran = Usage()
 
     def take(self, done: Bundle, fence: Fence, writes: Writes, seen: int) -> Bundle | None:
         """End ``done`` (itself RUNNING; its last results are written just before the take)
@@ -86,14 +90,19 @@ class FollowOnTaker:
         deadline = time.monotonic() + FOLLOW_ON_WAIT_SECONDS
         streaming = time.monotonic() + self.stream_wait
         while not self.stopping.is_set():
+            outcomes = writes.outcomes()
             try:
-                take = self.store.end_and_take(fence, done, writes.outcomes(),
+                take = self.store.end_and_take(fence, done, outcomes,
                                                handed=seen, before=writes.flush_for_take)
             except (HandedJobs, ConflictError):
                 raise
             except Exception as exc:  # it may have committed all the same (its answer lost)
-                return taken_anyway(self.store, self.arn, done, exc, self._log)
+                taken = taken_anyway(self.store, self.arn, done, exc, self._log)
+                if taken is not None:
+                    self.ran = outcomes.usage
+                return taken
             if take.bundle is not None:
+                self.ran = outcomes.usage
                 self._log.info("took follow-on %s of batch %s", take.bundle.bundle_id,
                                take.bundle.batch)
                 return take.bundle

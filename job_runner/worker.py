@@ -168,7 +168,7 @@ class Worker:
         # A failed write, whichever thread made it (a slot, the flusher, a handler's
         # checkpoint), is the runner's failure: it starts no more jobs and exits.
         writes = Writes.for_bundle(self.store, fence, bundle, self.cfg.flush_seconds,
-                                   on_error=self._fail)
+                                   on_error=self._fail, ran_before=self._follow_ons.ran)
         over = threading.Event()  # this bundle's run is over: its heartbeat ends
         beat = threading.Thread(target=self._heartbeat, args=(fence, over), daemon=True)
         beat.start()

@@ -31,8 +31,9 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from dispatcher.domain import lifecycle
+from dispatcher.domain import costs, lifecycle
 from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.costs import Usage
 from dispatcher.domain.errors import HandedJobs
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.store import Fence, JobUpdate, RunnerStore
@@ -58,7 +59,7 @@ class Writes:
     def __init__(self, store: RunnerStore, fence: Fence, task_definition: str,
                  flush_seconds: float, *, write_through: bool = False,
                  on_error: Callable[[Exception], None] | None = None,
-                 slots: int = 0, jobs: int = 0) -> None:
+                 slots: int = 0, jobs: int = 0, ran_before: Usage | None = None) -> None:
         self.store = store
         self.fence = fence
         self.task_definition = task_definition
@@ -68,6 +69,10 @@ class Writes:
         self.refused: set[str] = set()  # jobs whose update the table refused (moved on)
         self._ended: dict[str, JobState] = {}  # jobs finished SUCCEEDED or FAILED here
         self._abandoned = False  # a job's handler was left running (recorded live_task)
+        # What the task ran before this bundle, and each run here: the job-seconds its bill is
+        # split by (dispatcher.domain.costs), counted from the history entries written.
+        self._ran_before = ran_before or Usage()
+        self._runs: dict[str, Usage] = {}
         self.retrying = False
         self.retry_at = 0.0
         self._on_error = on_error
@@ -91,14 +96,15 @@ class Writes:
 
     @classmethod
     def for_bundle(cls, store: RunnerStore, fence: Fence, bundle: Bundle, flush_seconds: float,
-                   on_error: Callable[[Exception], None] | None = None) -> Writes:
+                   on_error: Callable[[Exception], None] | None = None,
+                   ran_before: Usage | None = None) -> Writes:
         """The writes of ``bundle`` as claimed: through at once for a bundle of one job or a
         later launch (dispatcher.domain.lifecycle.writes_through), its ``slots`` lowered as
         its jobs end when it is of a limited kind."""
         return cls(store, fence, bundle.task_definition or "", flush_seconds,
                    write_through=lifecycle.writes_through(bundle.attempt, len(bundle.job_ids)),
                    on_error=on_error, slots=bundle.slots if bundle.kind is not None else 0,
-                   jobs=len(bundle.job_ids))
+                   jobs=len(bundle.job_ids), ran_before=ran_before)
 
     def __enter__(self) -> Writes:
         if not self.write_through:
@@ -156,7 +162,17 @@ class Writes:
         with self._lock:
             ended = [state for job_id, state in self._ended.items()
                      if job_id not in self.refused]
-        return JobOutcomes(ended.count(JobState.SUCCEEDED), ended.count(JobState.FAILED))
+            usage = self._usage()
+        return JobOutcomes(ended.count(JobState.SUCCEEDED), ended.count(JobState.FAILED), usage)
+
+    def _usage(self) -> Usage:
+        """The task's usage through this bundle's runs as written (those the table refused
+        left out). Under ``_lock``."""
+        out = self._ran_before
+        for job_id, run in self._runs.items():
+            if job_id not in self.refused:
+                out = out.plus(run)
+        return out
 
     def flush(self, bundle_to: BundleState | None = None, *, handed: int | None = None) -> None:
         """Write what is pending (after any flush under way). A job the table refuses (it
@@ -213,8 +229,9 @@ class Writes:
             slots = lower if bundle_to is None and lower < self._slots_written else None
             # Ending it DONE with every job's outcome as written, none left running here: the
             # task's stop reports these counts without reading the bundle or its jobs.
-            ended = JobOutcomes(*(list(self._ended.values()).count(s)
-                                  for s in (JobState.SUCCEEDED, JobState.FAILED))) \
+            states = list(self._ended.values())
+            ended = JobOutcomes(states.count(JobState.SUCCEEDED), states.count(JobState.FAILED),
+                                self._usage()) \
                 if bundle_to == BundleState.DONE and not self.refused and not self._abandoned \
                 else None
         try:
@@ -249,6 +266,9 @@ class Writes:
         if started and job.history:
             job.history[-1].update({"ended_at": time.time(), "outcome": str(outcome.target),
                                     "reason": outcome.reason})
+            run = self._runs.setdefault(job.job_id, Usage())
+            run.add(costs.entry_seconds(job.history[-1]), costs.groups_of(job.kind, job.labels),
+                    ended=outcome.target in (JobState.SUCCEEDED, JobState.FAILED))
         refund = -1 if outcome.interrupted and started else 0
         extra: dict[str, Any] = {"history": _snapshot(job.history) if started else None,
                                  "result": outcome.result, "error": outcome.error,

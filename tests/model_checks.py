@@ -156,6 +156,10 @@ def lost_jobs(view: View, submitted: Mapping[str, str],
     return problems
 
 
+# The labels producers put on the model's jobs (dispatcher.domain.labels).
+LABELS = ({"team": "a"}, {"team": "b", "tier": "gold"})
+
+
 def job_specs() -> st.SearchStrategy[dict[str, Any]]:
     """The shapes of what producers submit (``not_before`` counts from now; ``LATEST``: the
     latest time the schema takes, absolute)."""
@@ -167,6 +171,7 @@ def job_specs() -> st.SearchStrategy[dict[str, Any]]:
         "payload_bytes": st.sampled_from([0, 1_000, 250_000]),
         "max_attempts": st.integers(1, 3),
         "timeout_seconds": st.sampled_from([None, 30.0, 3600.0]),
+        "labels": st.sampled_from([None, *LABELS]),
     })
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from dispatcher.domain import progress
 from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.costs import Usage
 from dispatcher.domain.errors import ConflictError, HandedJobs, Interrupted, PermanentError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.domain.stops import RUNNER_FAILED_EXIT, StopCode
@@ -129,6 +130,7 @@ class SimTask:
     follow_until: float = 0.0  # phase "following": looking for a follow-on until then
     stream_until: float = 0.0  # ... and for a stream's next tick's until then
     stream_wait: float = 0.0  # LONGJOBS_STREAM_WAIT_SECONDS (the stack's: 90)
+    ran: Usage = field(default_factory=Usage)  # job-seconds of the bundles it took over from
 
     # -- what the model asks --------------------------------------------------------------------
     @property
@@ -171,7 +173,8 @@ class SimTask:
         self.fence = Fence(bundle.bundle_id, bundle.attempt, self.arn, pages=bundle.pages)
         self.cancel_requested |= claim.cancel_requested
         self.handed = list(bundle.handed_jobs)
-        self.writes = Writes.for_bundle(self.store, self.fence, bundle, 2.0, on_error=self._fail)
+        self.writes = Writes.for_bundle(self.store, self.fence, bundle, 2.0, on_error=self._fail,
+                                        ran_before=self.ran)
         self.plan = Schedule(self.store.bundle_jobs(bundle), self.store.jobs_patiently)
         self.concurrency = min(self.concurrency, bundle.slots or self.concurrency)
         self.phase = "running"
@@ -358,7 +361,8 @@ class SimTask:
             return
         try:
             writes = self.writes
-            take = self.store.end_and_take(self.fence, self.bundle, writes.outcomes(),
+            outcomes = writes.outcomes()
+            take = self.store.end_and_take(self.fence, self.bundle, outcomes,
                                            handed=len(self.handed),
                                            before=writes.flush_for_take)
         except HandedJobs as more:  # runs them, then ends again
@@ -372,6 +376,7 @@ class SimTask:
             self.end_alone()
             return
         if take.bundle is not None:
+            self.ran = outcomes.usage  # the task's job-seconds so far (FollowOnTaker.ran)
             self.phase = "new"
             self.fence = self.writes = self.plan = self.bundle = None
             self.runs, self.cancel_requested, self.left = {}, set(), set()

@@ -15,6 +15,7 @@ caller retries with the same token.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import ClientError, ConnectionError, ReadTimeoutError
@@ -25,6 +26,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from dispatcher.domain.costs import ARM64, X86_64, TaskBill
 from dispatcher.domain.errors import LaunchError, LongjobsError, ResourceMissing
 from dispatcher.domain.jobs import Resources
 from dispatcher.domain.pacing import RateExceeded
@@ -239,7 +241,8 @@ class EcsLauncher(Launcher):
         exit_code = next((c.get("exitCode") for c in task.get("containers", [])
                           if c.get("name") == self._target.container), None)
         return TaskStatus(str(task["taskArn"]), LastStatus.parse(task.get("lastStatus")),
-                          task.get("stopCode"), task.get("stoppedReason"), exit_code)
+                          task.get("stopCode"), task.get("stoppedReason"), exit_code,
+                          _bill(task))
 
     def describe(self, task_arns: list[str]) -> list[TaskStatus]:
         found: dict[str, TaskStatus] = {}
@@ -256,3 +259,22 @@ class EcsLauncher(Launcher):
     def stop(self, task_arn: str, reason: str) -> None:
         self._call("StopTask", "stop_task", retried=True, cluster=self._target.cluster,
                    task=task_arn, reason=reason[:MAX_REASON])
+
+
+def _bill(task: dict[str, Any]) -> TaskBill | None:
+    """A stopped task's bill as DescribeTasks shows it (botocore gives its times as
+    datetimes): billed from the image pull's start (its creation if it never pulled) to its
+    stop; None while it runs, or without its size.
+    https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_Task.html"""
+    started, stopped = task.get("pullStartedAt") or task.get("createdAt"), task.get("stoppedAt")
+    if not isinstance(started, datetime) or not isinstance(stopped, datetime):
+        return None
+    try:
+        cpu, memory = float(task.get("cpu") or ""), float(task.get("memory") or "")
+    except ValueError:
+        return None
+    arch = next((str(a.get("value")) for a in task.get("attributes", [])
+                 if a.get("name") == "ecs.cpu-architecture" and a.get("value")), X86_64)
+    return TaskBill(cpu, memory, started.timestamp(), stopped.timestamp(),
+                    task.get("capacityProviderName"),
+                    ARM64 if arch.lower() in ("arm64", "aarch64") else X86_64)

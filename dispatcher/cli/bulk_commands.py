@@ -1,4 +1,5 @@
-"""``longjobs jobs cancel|retry --status S [--kind K] [--since D]``: one action on many jobs.
+"""``longjobs jobs cancel|retry --status S [--kind K] [--since D] [--label K=V]``: one action on
+many jobs.
 
 The count comes first; then a confirmation, unless ``--yes``. Without a terminal to ask on
 (stdin not a TTY: a script, a pipe, CI) and without ``--yes`` the command refuses at once, in
@@ -17,6 +18,8 @@ from dispatcher.cli.common import JsonOpt, client, print_json
 from dispatcher.cli.error_policy import fail, guarded
 
 KindOpt = Annotated[str | None, typer.Option(help="Many jobs: only those of this kind.")]
+LabelOpt = Annotated[str | None, typer.Option(help="Many jobs: only those carrying this "
+                                              "label, key=value.")]
 SinceOpt = Annotated[str | None, typer.Option(help="Many jobs: only those created within, "
                                               "e.g. 15m, 2h, 1d.")]
 ReasonOpt = Annotated[str | None, typer.Option(help="Why: kept in each job's reason and "
@@ -33,12 +36,12 @@ BulkIdOpt = Annotated[str | None, typer.Option(
 def bulk(verb: str, *, status: str | None, kind: str | None, since_seconds: float | None,
          reason: str | None, dry_run: bool, yes: bool, bulk_id: str | None,
          from_scratch: bool = False, as_json: JsonOpt = False,
-         interactive: bool | None = None) -> None:
+         interactive: bool | None = None, label: str | None = None) -> None:
     """Count the jobs selected, confirm, act on each once, report."""
     from dispatcher.ops.bulk import new_bulk_id
 
     if not status:
-        fail(f"jobs {verb} needs a job id, or --status (with --kind, --since) to select "
+        fail(f"jobs {verb} needs a job id, or --status (with --kind, --since, --label) to select "
              "many jobs")
     tty = sys.stdin.isatty() if interactive is None else interactive
     if not (yes or dry_run or tty):
@@ -46,7 +49,7 @@ def bulk(verb: str, *, status: str | None, kind: str | None, since_seconds: floa
              "pass --yes (or --dry-run to count them)")
     assert status is not None  # fail() does not return
     action, f = guarded(lambda: client().bulk(
-        verb, status=status, kind=kind, since_seconds=since_seconds))
+        verb, status=status, kind=kind, since_seconds=since_seconds, label=label))
     matched = guarded(lambda: action.count(f))
     if dry_run or not matched:
         selection, sample = guarded(lambda: action.preview(f))

@@ -15,6 +15,7 @@ from rich.text import Text
 from dispatcher.cli.common import task_id, when
 
 if TYPE_CHECKING:
+    from dispatcher.domain.costs import JobCost
     from dispatcher.ops.job_views import JobDetail
 
 
@@ -27,6 +28,21 @@ def _array_text(array: dict[str, Any]) -> str:
             + (f"; failed indexes {', '.join(map(str, failed[:20]))}"
                + (" …" if len(failed) > 20 else "") if failed else "")
             + (f"; retrying its children: {array['retrying']}" if "retrying" in array else ""))
+
+
+def cost_text(c: JobCost) -> str:
+    """A job's cost in words: dollars, its run time, and what is not settled yet."""
+    tasks = f"{c.tasks} task" + ("s" if c.tasks != 1 else "")
+    said = f"{dollars(c.dollars)} for {c.seconds:,.1f} s of runs on {tasks}"
+    if c.final:
+        return said + " (its share of their bills)"
+    return (said + f"; {c.pending_seconds:,.1f} s on a task still running, or whose stop was "
+            "not seen with its bill: added when it stops")
+
+
+def dollars(amount: float) -> str:
+    """Dollars to a millionth of a dollar below a cent (small jobs cost that little)."""
+    return f"${amount:,.2f}" if amount >= 1 else f"${amount:.6f}"
 
 
 def render_detail(d: JobDetail, console: Console) -> None:
@@ -54,6 +70,10 @@ def render_detail(d: JobDetail, console: Console) -> None:
         running = d.summary.state == "RUNNING"
         head.add_row("progress", Text(said.words(time.time(), eta=running) + (
             "" if running else " (as of its last checkpoint)")))
+    if d.labels:
+        head.add_row("labels", Text(", ".join(f"{k}={v}" for k, v in sorted(d.labels.items()))))
+    if d.cost is not None:
+        head.add_row("cost", Text(cost_text(d.cost)))
     if d.array is not None:
         head.add_row("array", Text(_array_text(d.array)))
     if d.bulk_ids:  # what `--bulk-id` resumes, and the history's entries name

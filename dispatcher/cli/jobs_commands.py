@@ -25,6 +25,7 @@ from dispatcher.cli.bulk_commands import (
     BulkIdOpt,
     DryRunOpt,
     KindOpt,
+    LabelOpt,
     ReasonOpt,
     SinceOpt,
     YesOpt,
@@ -42,7 +43,9 @@ from dispatcher.cli.common import (
     wide_console,
 )
 from dispatcher.cli.error_policy import fail, guarded
-from dispatcher.cli.job_detail_view import render_detail, waiting_text
+from dispatcher.cli.job_detail_view import dollars, render_detail, waiting_text
+from dispatcher.cli.usage_view import render_usage
+from dispatcher.domain.costs import JobCost
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.progress import Progress
 from dispatcher.domain.waiting import REASONS
@@ -87,6 +90,8 @@ def jobs_list(
     waiting_for: Annotated[str | None, typer.Option(
         "--waiting-for", help="Only PENDING jobs waiting for this reason: "
         + ", ".join(REASONS) + ".")] = None,
+    label: Annotated[str | None, typer.Option(
+        help="Only jobs carrying this label, key=value (among its newest 1,000).")] = None,
     wide: WideOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -95,7 +100,7 @@ def jobs_list(
     job is not running yet (docs/operating.md, "Why a job waits")."""
     rows = guarded(lambda: client().list(
         status=status, kind=kind, since_seconds=parse_duration(since) if since else None,
-        limit=limit, waiting_for=waiting_for))
+        limit=limit, waiting_for=waiting_for, label=label))
     if as_json:
         print_json({"jobs": [r.to_json() for r in rows], "count": len(rows)})
         return
@@ -108,9 +113,12 @@ def jobs_list(
     waits = any(r.waiting_for is not None for r in rows)
     # PROGRESS (a running job's report: percentage, ETA) only when a row has one.
     reports = any(r.progress is not None and r.state == "RUNNING" for r in rows)
+    # COST (--wide: its share of its tasks' bills so far; reads the rows' items and tasks).
+    spent = guarded(lambda: client().costs([r.job_id for r in rows])) if wide else {}
     now = time.time()
     for name in ("JOB ID", "STATE", "KIND", "CREATED (UTC)", "TRIES",
-                 *(["WAITING"] if waits else []), *(["PROGRESS"] if reports else [])):
+                 *(["WAITING"] if waits else []), *(["PROGRESS"] if reports else []),
+                 *(["COST"] if spent else [])):
         table.add_column(name, no_wrap=True, overflow="ellipsis",
                          max_width=14 if name == "KIND" and not wide else None)
     table.add_column("REASON", min_width=16)
@@ -123,8 +131,10 @@ def jobs_list(
         waiting = [waiting_cell(shown, wide) if shown else "-"] if waits else []
         got = [progress_cell(r.progress, now, wide) if r.progress is not None
                and r.state == "RUNNING" else "-"] if reports else []
+        cost = [cost_cell(spent.get(r.job_id))] if spent else []
         table.add_row(*map(Text, (ids[r.job_id], r.state, r.kind or "-",
                                   created if wide else created[:16], attempts, *waiting, *got,
+                                  *cost,
                                   r.reason or "" if wide else short(r.reason, 60))))
     console = wide_console() if wide else Console()
     console.print(table)
@@ -132,6 +142,13 @@ def jobs_list(
     console.print(f"{len(rows)} job(s)" + (" (limit reached)" if len(rows) == limit else "")
                   + ("; ids shortened: --wide or --json shows them whole" if shortened
                      else ""))
+
+
+def cost_cell(c: JobCost | None) -> str:
+    """A row's COST: dollars, with ``+`` while a task that ran it has not stopped."""
+    if c is None:
+        return "-"
+    return dollars(c.dollars) + ("" if c.final else " +")
 
 
 def progress_cell(p: Progress, now: float, wide: bool) -> str:
@@ -218,16 +235,18 @@ def render_line(line: LogLine) -> str:
 def jobs_cancel(job_id: Annotated[str | None, typer.Argument(help="The job id.")] = None,
                 status: Annotated[str | None, typer.Option(
                     help="Many jobs: those in PENDING, SCHEDULED or RUNNING.")] = None,
-                kind: KindOpt = None, since: SinceOpt = None, reason: ReasonOpt = None,
+                kind: KindOpt = None, since: SinceOpt = None, label: LabelOpt = None,
+                reason: ReasonOpt = None,
                 dry_run: DryRunOpt = False, yes: YesOpt = False, bulk_id: BulkIdOpt = None,
                 as_json: JsonOpt = False) -> None:
     """Cancel a job: at once if it has not started, else at its task's next heartbeat
-    (every LONGJOBS_HEARTBEAT_SECONDS, 30 s unless set). With --status (and --kind, --since)
-    instead of an id: every job selected, after a count and a confirmation (--yes: none)."""
-    if job_id is None or status or kind or since or dry_run or bulk_id:
+    (every LONGJOBS_HEARTBEAT_SECONDS, 30 s unless set). With --status (and --kind, --since,
+    --label) instead of an id: every job selected, after a count and a confirmation (--yes:
+    none)."""
+    if job_id is None or status or kind or since or label or dry_run or bulk_id:
         _one_or_many(job_id)
         bulk("cancel", status=status, kind=kind, since_seconds=_seconds(since), reason=reason,
-             dry_run=dry_run, yes=yes, bulk_id=bulk_id, as_json=as_json)
+             dry_run=dry_run, yes=yes, bulk_id=bulk_id, as_json=as_json, label=label)
         return
     jobs = guarded(client)
     job = guarded(lambda: jobs.cancel(job_id, reason=reason))
@@ -248,20 +267,21 @@ def jobs_retry(job_id: Annotated[str | None, typer.Argument(help="The job id.")]
                    "instead of resuming.")] = False,
                status: Annotated[str | None, typer.Option(
                    help="Many jobs: those in FAILED or CANCELLED.")] = None,
-               kind: KindOpt = None, since: SinceOpt = None, reason: ReasonOpt = None,
+               kind: KindOpt = None, since: SinceOpt = None, label: LabelOpt = None,
+               reason: ReasonOpt = None,
                dry_run: DryRunOpt = False, yes: YesOpt = False, bulk_id: BulkIdOpt = None,
                as_json: JsonOpt = False) -> None:
     """Run a FAILED or CANCELLED job again, with a fresh attempt budget, in a new bundle.
     It resumes from its last checkpoint unless --from-scratch. If a run of it may still be
     alive (a handler that ignored its timeout or cancel), it waits until that task stops.
-    With --status (and --kind, --since) instead of an id: every job selected, after a count
-    and a confirmation (--yes: none); small jobs retried together share new bundles, as
+    With --status (and --kind, --since, --label) instead of an id: every job selected, after
+    a count and a confirmation (--yes: none); small jobs retried together share new bundles, as
     admitted ones do."""
-    if job_id is None or status or kind or since or dry_run or bulk_id:
+    if job_id is None or status or kind or since or label or dry_run or bulk_id:
         _one_or_many(job_id)
         bulk("retry", status=status, kind=kind, since_seconds=_seconds(since), reason=reason,
              dry_run=dry_run, yes=yes, bulk_id=bulk_id, from_scratch=from_scratch,
-             as_json=as_json)
+             as_json=as_json, label=label)
         return
     job = guarded(lambda: client().retry(job_id, from_scratch=from_scratch, reason=reason))
     if as_json:
@@ -285,7 +305,7 @@ def _seconds(since: str | None) -> float | None:
 
 def _one_or_many(job_id: str | None) -> None:
     if job_id is not None:
-        fail("give a job id or a selection (--status, --kind, --since; --dry-run and "
+        fail("give a job id or a selection (--status, --kind, --since, --label; --dry-run and "
              "--bulk-id are for a selection), not both")
 
 
@@ -307,10 +327,22 @@ def stats(as_json: JsonOpt = False,
           since: Annotated[str | None, typer.Option(
               help="Finished jobs admitted within (6h, 1d) or since (2026-12-01T00:00, UTC "
                    "unless it says); default 24h. Active jobs are always counted all.")]
+          = None,
+          by: Annotated[str | None, typer.Option(
+              help="Instead: jobs, run hours, vCPU-hours and cost per kind, per label "
+                   "(key=value) or per value of one label (label:customer), of the tasks "
+                   "that stopped in the window (--since, from the start of its hour)")]
           = None) -> None:
     """Backlog, jobs by state (the finished ones of a window), running tasks by revision,
-    launch failures and reruns (1 h)."""
+    launch failures and reruns (1 h); with --by, what the jobs used and cost per group."""
     at, seconds = guarded(lambda: parse_since(since)) if since else (None, None)
+    if by is not None:
+        report = guarded(lambda: client().usage(by, since=at, since_seconds=seconds))
+        if as_json:
+            print_json(report.to_json())
+        else:
+            render_usage(report, Console())
+        return
     result = guarded(lambda: client().stats(since=at, since_seconds=seconds))
     if as_json:
         print_json(result.to_json())

@@ -12,7 +12,7 @@ import typer
 
 from dispatcher.cli.common import JsonOpt, print_json
 from dispatcher.cli.error_policy import guarded
-from dispatcher.domain import message, published_schema
+from dispatcher.domain import labels, message, published_schema
 from dispatcher.domain.dependencies import Requires
 from dispatcher.domain.errors import InvalidMessage, LongjobsError
 
@@ -63,6 +63,9 @@ def submit(
     n_to_n: Annotated[bool, typer.Option(
         "--n-to-n", help="With --array: each --depends-on is an array of the same size this "
         "one depends on element-wise: child i waits for its child i only.")] = False,
+    label: Annotated[list[str] | None, typer.Option(
+        help="key=value to list, act on and count the job by (repeat for several, up to 10; "
+        "e.g. --label customer=acme).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Enqueue one job (or an array of them); prints its id (`longjobs jobs show ID` follows
@@ -77,6 +80,13 @@ def submit(
         if n_to_n and not (depends_on and array):
             raise LongjobsError("--n-to-n makes each --depends-on element-wise for an array: "
                                 "give it with --array N and --depends-on ARRAY_ID")
+        tags: dict[str, str] = {}
+        for text in label or []:
+            try:
+                key, value = labels.parse(text)
+            except ValueError as exc:
+                raise LongjobsError(str(exc)) from None
+            tags[key] = value
         client = JobClient()
         try:
             return client.submit(kind, data, job_id=job_id, estimated_seconds=estimated_seconds,
@@ -86,7 +96,7 @@ def submit(
                                  array_size=array, tolerated_failures=_count(tolerated_failures),
                                  depends_on=[{"job_id": d, "condition": condition}
                                              | ({"n_to_n": True} if n_to_n else {})
-                                             for d in depends_on or []])
+                                             for d in depends_on or []], labels=tags or None)
         except InvalidMessage as exc:
             raise InvalidMessage(as_flags(exc.reason), job_id=job_id) from None
 
@@ -141,7 +151,7 @@ CONDITIONS = tuple(str(c) for c in Requires)
 _FLAGS = {name: "--" + name.replace("_", "-") for name in (
     "job_id", "estimated_seconds", "max_attempts", "timeout_seconds", "cpu", "memory",
     "ephemeral_storage", "priority", "not_before", "payload", "tolerated_failures",
-    "depends_on")} | {"array_size": "--array"}
+    "depends_on")} | {"array_size": "--array", "labels": "--label"}
 _FIELD = re.compile(r"(^|; )(\w+)(: | )")
 
 

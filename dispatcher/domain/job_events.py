@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dispatcher.domain.costs import entry_seconds
+
 SOURCE = "longjobs"
 DETAIL_TYPE = "longjobs Job State Change"
 JOB_PREFIX = "JOB#"
@@ -45,7 +47,9 @@ class JobStateChange:
     """One transition of one job: the event's ``detail``. ``previous_state`` is None for the
     job's creation; ``attempt`` the application attempts spent so far; ``revision`` the task
     definition (``family:revision``) of its latest run, None before it ever ran; ``at`` the
-    write's time (UTC epoch seconds)."""
+    write's time (UTC epoch seconds); ``labels`` its producer's; ``run_seconds`` how long its
+    runs so far lasted (what its cost is its tasks' rates times: dispatcher.domain.costs; the
+    dollars are known once its tasks stop, in ``jobs show``)."""
 
     job_id: str
     kind: str
@@ -56,6 +60,8 @@ class JobStateChange:
     revision: str | None
     sequence: int
     at: float
+    labels: dict[str, str] | None = None
+    run_seconds: float = 0.0
 
     def detail(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,10 +81,15 @@ def _int(value: Any) -> int:
     return int(value) if value is not None else 0
 
 
+def _json(image: Mapping[str, Any], name: str) -> Any:
+    value = image.get(name)
+    if isinstance(value, str):  # a stream image carries it as the stored JSON text
+        value = json.loads(value)
+    return value
+
+
 def _revision(image: Mapping[str, Any]) -> str | None:
-    history = image.get("history")
-    if isinstance(history, str):  # a stream image carries it as the stored JSON text
-        history = json.loads(history)
+    history = _json(image, "history")
     runs = [h for h in history or () if isinstance(h, dict) and h.get("task_definition")]
     if not runs:
         return None
@@ -102,13 +113,18 @@ def changes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> lis
     previous = str(old["state"]) if old is not None and old.get("state") else None
     at = float(new.get("updated_at") or new.get("created_at") or 0.0)
     revision = _revision(new)
+    tags = _json(new, "labels")
+    tags = {str(k): str(v) for k, v in tags.items()} if isinstance(tags, dict) and tags else None
+    history = _json(new, "history")
+    ran = sum(entry_seconds(h) for h in history or () if isinstance(h, dict))
     out: list[JobStateChange] = []
     if after - before == 2 and old is not None:
         out.append(JobStateChange(job_id, kind, BETWEEN, previous, _int(old.get("attempts")) + 1,
-                                  None, revision, after - 1, at))
+                                  None, revision, after - 1, at, tags, 0.0))
         previous = BETWEEN
     out.append(JobStateChange(job_id, kind, str(new.get("state")), previous,
-                              _int(new.get("attempts")), new.get("reason"), revision, after, at))
+                              _int(new.get("attempts")), new.get("reason"), revision, after, at,
+                              tags, ran))
     return out
 
 

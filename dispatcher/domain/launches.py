@@ -33,6 +33,9 @@ class Launch:
     # Task-level size of its tasks (RunTask overrides), shared by all its bundles; recorded so
     # a recovered launch repeats the same request under the same clientToken.
     resources: Resources = field(default_factory=Resources)
+    # The kind of every job of its bundles, when they share one: its tasks' tag
+    # ``longjobs:kind``, for AWS's split cost allocation to be matched against ours.
+    kind: str | None = None
 
     @property
     def client_token(self) -> str:

@@ -17,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StringConstraints,
     ValidationError,
     ValidationInfo,
     WithJsonSchema,
@@ -29,6 +30,7 @@ from dispatcher.domain import (
     arrays,
     dependencies,
     fargate,
+    labels,
     lifecycle,
     message_errors,
     payloads,
@@ -83,6 +85,12 @@ _NotBefore = Annotated[float | None, WithJsonSchema({
         {"type": "null"},
     ],
 })]
+
+
+# A label (dispatcher.domain.labels): the schema says its bounds, so every producer sees them.
+_LabelKey = Annotated[str, StringConstraints(pattern=f"^{labels.KEY.pattern}$")]
+_LabelValue = Annotated[str, StringConstraints(max_length=labels.MAX_VALUE,
+                                               pattern=r"^[^\x00-\x1f\x7f]*$")]
 
 
 class DependsOn(BaseModel):
@@ -172,6 +180,11 @@ class JobMessage(BaseModel):
         "fail with the parent still SUCCEEDED: a count (a JSON integer) of at most "
         "array_size, or a percentage from \"0%\" to \"100%\" such as \"5%\" (rounded down); "
         "without array_size, only 0.")
+
+    labels: dict[_LabelKey, _LabelValue] | None = Field(
+        default=None, max_length=labels.MAX_LABELS, description="What to list, act on and "
+        f"count the job by: at most {labels.MAX_LABELS} of key (1-{labels.MAX_KEY} chars of "
+        f"[A-Za-z0-9._:/-]) to value (text, at most {labels.MAX_VALUE} chars).")
 
     schedule: schedules.ScheduleRef | None = Field(
         default=None, description="Set by a schedule's fires (`longjobs schedules`): the "

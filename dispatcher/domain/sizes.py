@@ -61,17 +61,21 @@ MAX_BULK_MARKS_BYTES = len("bulk_ids") + 3 + MAX_BULK_MARKS * (MAX_BULK_ID_BYTES
 # item with each checkpoint: its message is at most 200 characters (1,200 bytes as JSON if
 # every one were escaped as \uXXXX), its five numbers and their keys about 200 bytes more.
 MAX_PROGRESS_BYTES = 1536
+# Its labels (dispatcher.domain.labels): at most 10 of a key of 64 ASCII characters and a
+# value of 128 characters (512 bytes of UTF-8; no control character, so no escapes but a quote
+# or a backslash's 2), each with its quotes, colon and comma: 5,822 bytes as JSON.
+MAX_LABELS_BYTES = 6 * 1024
 # Everything else on a job's item, generously: attribute names (~400 bytes), job id and kind
 # (128 each, the id twice: key and attribute), bundle id, message id (100), settled_by and
 # live_task (a task ARN each, ~350), the status keys, ISO times and about 15 numbers (at most 40
 # bytes each as DynamoDB stores them).
 OTHER_JOB_BYTES = 8 * 1024  # 8,192
-# 262,144 + 32,768 + 65,536 + 8,192 + 2,048 + 16,384 + 4,139 + 1,536 + 8,192 = 400,939 <
-# 409,600: the largest job item that can be written is 8 KB under the limit
+# 262,144 + 32,768 + 65,536 + 8,192 + 2,048 + 16,384 + 4,139 + 1,536 + 6,144 + 8,192 =
+# 407,083 < 409,600: the largest job item that can be written is 2.5 KB under the limit
 # (tests/twins/test_sizes.py encodes it).
 JOB_ITEM_BUDGET = (MAX_PAYLOAD_BYTES + MAX_CHECKPOINT_BYTES + MAX_RESULT_BYTES + MAX_ERROR_BYTES
                    + MAX_REASON_BYTES + MAX_HISTORY_BYTES + MAX_BULK_MARKS_BYTES
-                   + MAX_PROGRESS_BYTES + OTHER_JOB_BYTES)
+                   + MAX_PROGRESS_BYTES + MAX_LABELS_BYTES + OTHER_JOB_BYTES)
 
 # -- a REJECTED record --------------------------------------------------------------------------
 # The first 4 KiB of the message body and the reason (MAX_REASON_BYTES), clipped: a record of

@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from dispatcher.domain.costs import TaskBill
+
 
 class StopCode(StrEnum):
     """ECS's ``stopCode`` values (botocore's ECS model, TaskStopCode)."""
@@ -96,6 +98,9 @@ class TaskStop:
     stopped_reason: str | None
     exit_code: int | None
     stopped_at: float | None = None
+    # What the stop tells of the task's bill (size, capacity, the span billed); None where
+    # the stop was not seen in an event or a DescribeTasks answer that carries it.
+    bill: TaskBill | None = None
 
     @property
     def requested_by_longjobs(self) -> bool:

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from dispatcher.domain.costs import ARM64, X86_64, TaskBill
 from dispatcher.domain.stops import LastStatus, TaskStop
 
 __all__ = ["DETAIL_TYPE", "Ignored", "parse", "sample_event"]
@@ -34,6 +35,12 @@ class Container(BaseModel):
     reason: str | None = None
 
 
+class Attribute(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str
+    value: str | None = None
+
+
 class TaskDetail(BaseModel):
     model_config = ConfigDict(extra="ignore")
     taskArn: str
@@ -46,6 +53,13 @@ class TaskDetail(BaseModel):
     startedBy: str | None = None
     version: int | None = None
     containers: list[Container] = Field(default_factory=list)
+    # The bill (dispatcher.domain.costs): size, capacity, the span from image pull to stop.
+    cpu: str | None = None
+    memory: str | None = None
+    capacityProviderName: str | None = None
+    pullStartedAt: str | None = None
+    createdAt: str | None = None
+    attributes: list[Attribute] = Field(default_factory=list)
 
 
 class Envelope(BaseModel):
@@ -97,20 +111,48 @@ def _to_stop(d: TaskDetail, container: str) -> TaskStop:
     exit_code = next((c.exitCode for c in d.containers if c.name == container), None)
     if exit_code is None:
         exit_code = next((c.exitCode for c in d.containers if c.exitCode is not None), None)
-    stopped_at = None
-    if d.stoppedAt:
-        try:
-            stopped_at = datetime.fromisoformat(d.stoppedAt.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            stopped_at = None
-    return TaskStop(d.taskArn, d.stopCode, d.stoppedReason, exit_code, stopped_at)
+    stopped_at = _epoch(d.stoppedAt)
+    return TaskStop(d.taskArn, d.stopCode, d.stoppedReason, exit_code, stopped_at,
+                    _bill(d, stopped_at))
+
+
+def _epoch(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
+
+
+def _bill(d: TaskDetail, stopped_at: float | None) -> TaskBill | None:
+    """The task's bill, when the event carries its size and span: billed from the image
+    pull's start (the task's creation when it never pulled) to its stop. The architecture is
+    the task's ``ecs.cpu-architecture`` attribute where ECS gives one, else x86."""
+    started = _epoch(d.pullStartedAt) or _epoch(d.createdAt)
+    try:
+        cpu, memory = float(d.cpu or ""), float(d.memory or "")
+    except ValueError:
+        return None
+    if started is None or stopped_at is None:
+        return None
+    arch = next((a.value for a in d.attributes if a.name == "ecs.cpu-architecture" and a.value),
+                X86_64)
+    return TaskBill(cpu, memory, started, stopped_at, d.capacityProviderName,
+                    ARM64 if arch.lower() in ("arm64", "aarch64") else X86_64)
 
 
 def sample_event(task_arn: str, *, last_status: str = "STOPPED", stop_code: str | None = None,
                  reason: str | None = None, exit_code: int | None = None,
                  container: str = "worker", cluster_arn: str = "", version: int = 3,
-                 task_definition: str = "") -> dict[str, Any]:
-    """An event shaped as EventBridge delivers it (local mode feeds these to the handler)."""
+                 task_definition: str = "", bill: TaskBill | None = None) -> dict[str, Any]:
+    """An event shaped as EventBridge delivers it (local mode feeds these to the handler);
+    ``bill``: the task's size, capacity and billed span, in the event's own fields."""
     detail: dict[str, Any] = {
         "taskArn": task_arn, "lastStatus": last_status, "desiredStatus": "STOPPED",
         "clusterArn": cluster_arn, "taskDefinitionArn": task_definition, "version": version,
@@ -121,6 +163,14 @@ def sample_event(task_arn: str, *, last_status: str = "STOPPED", stop_code: str 
         detail["stopCode"] = stop_code
     if reason:
         detail["stoppedReason"] = reason
+    if bill is not None:
+        detail.update({
+            "cpu": f"{bill.cpu_units:g}", "memory": f"{bill.memory_mib:g}",
+            "pullStartedAt": _iso(bill.started_at), "stoppedAt": _iso(bill.stopped_at),
+            "attributes": [{"name": "ecs.cpu-architecture",
+                            "value": "arm64" if bill.architecture == ARM64 else "x86_64"}]})
+        if bill.capacity_provider:
+            detail["capacityProviderName"] = bill.capacity_provider
     return {"version": "0", "source": "aws.ecs", "detail-type": DETAIL_TYPE,
             "account": "000000000000", "region": "us-east-1", "resources": [task_arn],
             "detail": detail}

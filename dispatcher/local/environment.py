@@ -168,7 +168,7 @@ class LocalEnv:
         event = task_events.sample_event(exit.task_arn, stop_code=exit.stop_code,
                                     reason=exit.stopped_reason, exit_code=exit.exit_code,
                                     container=self.cfg.container,
-                                    task_definition=exit.task_definition)
+                                    task_definition=exit.task_definition, bill=exit.bill)
         try:
             with self._lock:
                 outcome = on_task_event(event, self.cfg.container, self.stages.reruns)

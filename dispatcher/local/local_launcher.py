@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from dispatcher.domain.costs import TaskBill
 from dispatcher.domain.errors import LaunchError
 from dispatcher.domain.pacing import CAPACITY_UNAVAILABLE, LaunchLimits, split_tasks
 from dispatcher.domain.stops import LastStatus, StopCode
@@ -45,6 +46,11 @@ STOP_TIMEOUT_SECONDS = 120.0
 MAX_REASON = 255  # StopTask's reason limit
 
 
+# The local task definition's size (dispatcher.local.provision registers it): a task's bill
+# when its request does not override it.
+LOCAL_CPU = 256
+LOCAL_MEMORY = 512
+
 @dataclass(frozen=True)
 class TaskExit:
     task_arn: str
@@ -55,6 +61,9 @@ class TaskExit:
     stop_code: str  # EssentialContainerExited, UserInitiated, ...
     stopped_reason: str
     started_by: str
+    # Its bill, as ECS's stop event would tell it: the request's size (the local task
+    # definition's otherwise), where the strategy put it, from its process's start to its exit.
+    bill: TaskBill | None = None
 
 
 @dataclass
@@ -69,6 +78,7 @@ class _Task:
     lost_as: str | None = None  # stop code of a simulated infrastructure loss
     lost_reason: str = "task lost with its host (simulated: SIGKILL)"
     exit: TaskExit | None = None
+    provider: str = "FARGATE"  # where the capacity strategy put it
     watcher: threading.Thread | None = None
     timer: threading.Timer | None = None
 
@@ -173,17 +183,19 @@ class LocalLauncher(Launcher):
                     failures.append(CAPACITY_UNAVAILABLE)
                 else:
                     starts += 1
-            arns = [self._create(request) for _ in range(starts)]
+            providers = [p for p, n in split_tasks(
+                starts, () if request.on_demand else self._strategy).items() for _ in range(n)]
+            arns = [self._create(request, p) for p in providers]
             result = LaunchResult(arns, failures)
             self._tokens[request.client_token] = (request, result)
             return result
 
-    def _create(self, request: LaunchRequest) -> str:
+    def _create(self, request: LaunchRequest, provider: str) -> str:
         arn = (f"arn:aws:ecs:{self._region}:000000000000:task/{self._cfg.cluster}/"
                f"{uuid.uuid4().hex}")
         low, high = self._cfg.local_start_seconds
         delay = self._rng.uniform(low, high) if high > 0 else 0.0
-        task = _Task(arn, request, time.monotonic(), delay)
+        task = _Task(arn, request, time.monotonic(), delay, provider=provider)
         self.tasks[arn] = task
         if delay > 0:
             task.timer = threading.Timer(delay, self._start, (task,))
@@ -221,9 +233,11 @@ class LocalLauncher(Launcher):
             stop_code, reason = StopCode.USER_INITIATED.value, task.stop_reason
         else:
             stop_code, reason = "EssentialContainerExited", "Essential container in task exited"
+        stopped = time.time()
         task.exit = TaskExit(task.arn, task.request.task_definition,
-                             code if code >= 0 else 128 - code, task.started_at, time.time(),
-                             stop_code, reason, task.request.started_by)
+                             code if code >= 0 else 128 - code, task.started_at, stopped,
+                             stop_code, reason, task.request.started_by,
+                             _bill(task, task.started_at or stopped, stopped))
         if self._on_exit is not None:
             self._on_exit(task.exit)
 
@@ -234,8 +248,10 @@ class LocalLauncher(Launcher):
             return None
         if task.timer is not None:
             task.timer.cancel()
-        task.exit = TaskExit(task.arn, task.request.task_definition, None, None, time.time(),
-                             stop_code, reason, task.request.started_by)
+        stopped = time.time()
+        task.exit = TaskExit(task.arn, task.request.task_definition, None, None, stopped,
+                             stop_code, reason, task.request.started_by,
+                             _bill(task, stopped, stopped))
         return task.exit
 
     def _report(self, exit: TaskExit | None) -> None:
@@ -250,7 +266,8 @@ class LocalLauncher(Launcher):
                 out.append(TaskStatus(arn, LastStatus.MISSING))
             elif task.exit is not None:
                 out.append(TaskStatus(arn, LastStatus.STOPPED, task.exit.stop_code,
-                                      task.exit.stopped_reason, task.exit.exit_code))
+                                      task.exit.stopped_reason, task.exit.exit_code,
+                                      task.exit.bill))
             elif task.process is None:  # provisioning, then pending (image pull)
                 waited = time.monotonic() - task.created_at
                 out.append(TaskStatus(arn, LastStatus.PROVISIONING
@@ -363,3 +380,9 @@ def _signal(proc: subprocess.Popen[bytes] | WarmProcess, sig: int) -> None:
     if proc.poll() is None:  # not reaped yet (Popen reaps in poll): the pid is still ours
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
+
+
+def _bill(task: _Task, started: float, stopped: float) -> TaskBill:
+    size = task.request.resources
+    return TaskBill(size.cpu or LOCAL_CPU, size.memory or LOCAL_MEMORY, started, stopped,
+                    task.provider)

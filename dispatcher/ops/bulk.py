@@ -34,8 +34,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from dispatcher.domain import labels
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import JobState
+from dispatcher.ports.table import Record
 from dispatcher.store import OperatorStore, job_ops
 from dispatcher.store.bulk_marks import check_bulk_id
 from dispatcher.store.codec import iso
@@ -60,12 +62,14 @@ SELECTABLE: dict[BulkVerb, tuple[str, ...]] = {
 @dataclass(frozen=True)
 class BulkFilter:
     """Which jobs: in ``status`` (required: an action never means "every job"), of ``kind``,
-    created within the last ``since_seconds``."""
+    created within the last ``since_seconds``, carrying ``label`` (``key=value``: read
+    through the label index, dispatcher.store.label_index)."""
 
     verb: BulkVerb
     status: str
     kind: str | None = None
     since_seconds: float | None = None
+    label: str | None = None
 
     def __post_init__(self) -> None:
         status = self.status.strip().upper()
@@ -73,9 +77,15 @@ class BulkFilter:
             raise LongjobsError(f"jobs {self.verb} --status {self.status!r}: one of "
                                 + ", ".join(SELECTABLE[self.verb]))
         object.__setattr__(self, "status", status)
+        if self.label is not None:
+            try:
+                labels.parse(self.label)
+            except ValueError as exc:
+                raise LongjobsError(str(exc)) from None
 
     def describe(self, since: float | None) -> str:
         return " ".join([f"status={self.status}", *([f"kind={self.kind}"] if self.kind else []),
+                         *([f"label {self.label}"] if self.label else []),
                          *([f"created since {iso(since)}"] if since is not None else [])])
 
 
@@ -143,16 +153,27 @@ class BulkAction:
                        "scheduled_after": now if f.status == SCHEDULED else None}, since
 
     def count(self, f: BulkFilter) -> int:
-        """How many jobs the filter selects now (COUNT queries: no job is read)."""
+        """How many jobs the filter selects now (COUNT queries: no job is read; by label, the
+        label's index rows and their jobs' items are read)."""
         state, where, _ = self._query(f)
+        if f.label is not None:
+            return sum(len(rows) for rows in self._pages(f, state, where, self.page))
         return self.store.count_jobs(state, **where)
+
+    def _pages(self, f: BulkFilter, state: JobState, where: dict[str, Any],
+               page: int) -> Iterator[list[Record]]:
+        """The selected jobs' rows (whole items, by label), a page at a time."""
+        if f.label is None:
+            return self.store.job_pages(state, page=page, **where)
+        key, value = labels.parse(f.label)
+        return self.store.labelled(key, value, states=[state], page=page, **where)
 
     def preview(self, f: BulkFilter, n: int = PREVIEW_IDS) -> tuple[str, list[str]]:
         """What a dry run shows: the filter as understood, and up to ``n`` of the ids it
         selects now (read a page at a time, stopping at ``n``)."""
         state, where, since = self._query(f)
         ids: list[str] = []
-        for rows in self.store.job_pages(state, page=n, **where):
+        for rows in self._pages(f, state, where, n):
             ids += [row.job_id or row.pk.split("#", 1)[1] for row in rows]
             if len(ids) >= n:
                 break
@@ -171,12 +192,12 @@ class BulkAction:
         resuming = bulk_id is not None if resume is None else resume
         state, where, since = self._query(f)
         report = BulkReport(bulk_id or new_bulk_id(), str(f.verb), f.describe(since),
-                            self.store.count_jobs(state, **where), dry_run=dry_run)
+                            self.count(f), dry_run=dry_run)
         if dry_run:
             return report
         said = f"{reason or 'operator action'} ({report.bulk_id}: {report.selection})"
         pages: Iterator[list[str]] = ([row.job_id or row.pk.split("#", 1)[1] for row in rows]
-                 for rows in self.store.job_pages(state, page=self.page, **where))
+                 for rows in self._pages(f, state, where, self.page))
         if f.verb == BulkVerb.RETRY:
             pages = _whole_bundles(pages, self.page)
         for ids in pages:

@@ -28,12 +28,14 @@ from dispatcher.store import Store
 from dispatcher.wiring import adapters
 
 if TYPE_CHECKING:  # the table's model (pynamodb) loads only when a client reads
+    from dispatcher.domain.costs import JobCost
     from dispatcher.ops.bulk import BulkAction, BulkFilter, BulkReport
     from dispatcher.ops.dead_letters import DeadLetters
     from dispatcher.ops.job_log import JobLog, LogCursor
     from dispatcher.ops.job_views import JobDetail, JobSummary, Stats
     from dispatcher.ops.queries import Queries
     from dispatcher.ops.schedule_ops import Schedules
+    from dispatcher.ops.usage import UsageReport
     from dispatcher.ports.job_logs import LogLine
 
 # How many of the ids it sent a client remembers, with their array sizes (see
@@ -88,7 +90,8 @@ class JobClient:
                priority: Priority | str | None = None,
                not_before: float | str | datetime | None = None,
                array_size: int | None = None, tolerated_failures: int | str = 0,
-               depends_on: Sequence[str | Mapping[str, str | bool]] | None = None) -> str:
+               depends_on: Sequence[str | Mapping[str, str | bool]] | None = None,
+               labels: Mapping[str, str] | None = None) -> str:
         """Enqueue one job; returns its id. ``cpu`` (units) and ``memory`` (MiB) together, a
         pair Fargate runs, and ``ephemeral_storage`` (GiB) size its task; ``priority`` picks
         the queue; ``not_before`` (epoch seconds, an RFC 3339 time, or an aware
@@ -102,7 +105,8 @@ class JobClient:
         (REJECTED, with a table configured; a child past its array's size; a child of this
         job) is refused here. An array adds ``"n_to_n": True`` to depend on an array of its
         size element-wise (its child i waits for that array's child i); one known not to be
-        such an array is refused here. A bad value raises ``InvalidMessage``."""
+        such an array is refused here. ``labels``: key -> value to list, act on and count it
+        by (dispatcher.domain.labels). A bad value raises ``InvalidMessage``."""
         return self.submit_many([{
             # Not a mapping: left for the schema to refuse with a readable reason.
             "kind": kind, "payload": dict(payload) if isinstance(payload, Mapping) else payload,
@@ -113,7 +117,8 @@ class JobClient:
             "not_before": not_before, "array_size": array_size,
             "tolerated_failures": tolerated_failures or None,
             "depends_on": [d if isinstance(d, str) else dict(d) for d in depends_on]
-            if depends_on else None}])[0]
+            if depends_on else None,
+            "labels": dict(labels) if isinstance(labels, Mapping) else labels}])[0]
 
     def submit_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[str]:
         """Send jobs in batches of 10 to the queue of each job's priority; retry partial
@@ -245,12 +250,14 @@ class JobClient:
         return self._table().retry(job_id, from_scratch=from_scratch, reason=reason)
 
     def bulk(self, verb: str, *, status: str, kind: str | None = None,
-             since_seconds: float | None = None) -> tuple[BulkAction, BulkFilter]:
+             since_seconds: float | None = None,
+             label: str | None = None) -> tuple[BulkAction, BulkFilter]:
         """The bulk action over the jobs a filter selects (``count`` it, then ``run`` it):
-        see :mod:`dispatcher.ops.bulk`."""
+        see :mod:`dispatcher.ops.bulk`; ``label``: ``key=value``."""
         from dispatcher.ops.bulk import BulkAction, BulkFilter, BulkVerb
 
-        return BulkAction(self._table()), BulkFilter(BulkVerb(verb), status, kind, since_seconds)
+        return BulkAction(self._table()), BulkFilter(BulkVerb(verb), status, kind, since_seconds,
+                                                     label)
 
     def bulk_cancel(self, *, status: str, kind: str | None = None,
                     since_seconds: float | None = None, reason: str | None = None,
@@ -291,6 +298,18 @@ class JobClient:
         finished jobs of a window (admitted since ``since``, or within ``since_seconds``; the
         last 24 h unless given): see :meth:`Queries.stats`."""
         return self.queries().stats(since=since, since_seconds=since_seconds)
+
+    def usage(self, by: str = "kind", *, since: float | None = None,
+              since_seconds: float | None = None) -> UsageReport:
+        """Jobs ended, run hours, vCPU-hours and dollars per group (``by``: kind, label or
+        label:<key>) of the tasks that stopped since ``since`` (or within ``since_seconds``;
+        the last 24 h unless given): see :mod:`dispatcher.ops.usage`."""
+        return self.queries().usage(by, since=since, since_seconds=since_seconds)
+
+    def costs(self, job_ids: Sequence[str]) -> dict[str, JobCost]:
+        """What each of ``job_ids`` that ran cost so far (dispatcher.domain.costs.JobCost):
+        its share of the bills of the tasks that ran it."""
+        return self.queries().costs(builtins.list(job_ids))
 
     def show(self, job_id: str) -> JobDetail:
         """A job with its attempts (or a REJECTED record with its reason); JobNotFound if none."""
@@ -345,11 +364,13 @@ class JobClient:
     # this method (mypy: "not valid as a type").
     def list(self, *, status: str | None = None, kind: str | None = None,
              since_seconds: float | None = None, limit: int = 50,
-             waiting_for: str | None = None) -> builtins.list[JobSummary]:
+             waiting_for: str | None = None, label: str | None = None
+             ) -> builtins.list[JobSummary]:
         """Jobs newest first, through the status index (never a table scan); ``waiting_for``:
-        only PENDING jobs waiting for that reason (:mod:`dispatcher.domain.waiting`)."""
+        only PENDING jobs waiting for that reason (:mod:`dispatcher.domain.waiting`);
+        ``label``: ``key=value``, only the jobs carrying it (through the label index)."""
         return self.queries().list_jobs(status=status, kind=kind, since_seconds=since_seconds,
-                                         limit=limit, waiting_for=waiting_for)
+                                         limit=limit, waiting_for=waiting_for, label=label)
 
 
 def _same_size(dep_id: str, its_size: int | None, job_id: str, size: int) -> None:

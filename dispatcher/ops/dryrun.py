@@ -12,11 +12,12 @@ maxReceiveCount, so run it by hand, not on a schedule.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
 from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.costs import TaskCost
 from dispatcher.domain.deployment import Deployment
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, Priority, Rejection
 from dispatcher.domain.launches import Launch
@@ -25,6 +26,7 @@ from dispatcher.domain.schedules import FireRecord
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.launcher import Launcher, LaunchRequest, LaunchResult, TaskStatus
 from dispatcher.ports.queue import BATCH, Backlog, Queue, Received
+from dispatcher.ports.table import Op
 from dispatcher.settings import Config
 from dispatcher.stages.tick import Tick
 from dispatcher.store import JobUpdate, LaunchOutcome, StageStore
@@ -179,8 +181,20 @@ class DryRunStore(StageStore):
     def get_rejection(self, key: str) -> Rejection | None:
         return self._inner.get_rejection(key)
 
-    def first_report(self, bundle_id: str, task_arn: str) -> bool:
+    def first_report(self, bundle_id: str, task_arn: str,
+                     bill: TaskCost | None = None) -> bool:
         self._plan.would("mark_stop_reported", bundle_id=bundle_id, task_arn=task_arn)
+        if bill is not None:
+            self.settle_bill(bill)
+        return True
+
+    def index_labels(self, jobs: Sequence[Job]) -> None:
+        if jobs:
+            self._plan.would("index_labels", job_ids=[j.job_id for j in jobs])
+
+    def settle_bill(self, s: TaskCost, with_ops: Sequence[Op] = ()) -> bool:
+        self._plan.would("settle_bill", task_arn=s.task_arn, cost=s.cost,
+                         job_seconds=s.usage.seconds)
         return True
 
     def settle(self, bundle: Bundle, updates: list[JobUpdate], target: BundleState,

@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dispatcher.domain.costs import JobCost
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.progress import Progress
 from dispatcher.domain.waiting import Waiting
@@ -128,11 +129,19 @@ class JobDetail:
     array: dict[str, Any] | None = None
     # The bulk actions that cancelled or retried it, oldest first (its marks: the latest 32).
     bulk_ids: list[str] = field(default_factory=list)
+    # Its share of the bills of the tasks that ran it (dispatcher.domain.costs); None: it
+    # never ran.
+    cost: JobCost | None = None
+    labels: dict[str, str] = field(default_factory=dict)  # what its producer tagged it with
 
     def to_json(self) -> dict[str, Any]:
-        rest = {k: v for k, v in flat(self).items() if k != "summary"}
+        rest = {k: v for k, v in flat(self).items() if k not in ("summary", "cost")}
+        c = self.cost
         return {**self.summary.to_json(), **rest,
-                "history": [a.to_json() for a in self.history]}
+                "history": [a.to_json() for a in self.history],
+                "cost": None if c is None else {
+                    "dollars": c.dollars, "run_seconds": c.seconds,
+                    "pending_seconds": c.pending_seconds, "tasks": c.tasks, "final": c.final}}
 
     @staticmethod
     def display(value: Any) -> str | None:

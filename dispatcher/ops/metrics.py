@@ -223,10 +223,28 @@ def stop_blob(outcome: StopOutcome, *, queue: str | None = None,
                totals={"service": service(), **dims})
 
 
+def cost_blobs(outcome: StopOutcome, *, namespace: str | None = None) -> list[dict[str, Any]]:
+    """The EMF objects of a stop that settled its task's bill: ``JobCost`` (dollars) for the
+    stack (dimension ``service`` alone: what the daily budget's alarm sums over a day), and
+    each group's share under ``Kind`` or ``Label`` (``key=value``): the daily spend per kind
+    and per label, from the cost the stop computed."""
+    s = outcome.settlement
+    if s is None:
+        return []
+    blobs = [emf([("JobCost", MetricUnit.NoUnit, s.cost)], {}, namespace=namespace)]
+    for group, (_, _, dollars) in sorted(s.group_costs().items()):
+        dimension, _, value = group.partition(":")
+        blobs.append(emf([("JobCost", MetricUnit.NoUnit, dollars)],
+                         {"Kind" if dimension == "kind" else "Label": value},
+                         namespace=namespace))
+    return blobs
+
+
 def publish_stop(outcome: StopOutcome, *, queue: str | None = None,
                  namespace: str | None = None) -> dict[str, Any]:
-    """Print the stop's EMF line, if any; return it (``{}`` when nothing was printed)."""
+    """Print the stop's EMF lines, if any (its jobs' outcomes, its bill's cost); return the
+    first (``{}`` when nothing was printed)."""
     blob = stop_blob(outcome, queue=queue, namespace=namespace)
-    if blob:
-        _print([blob])
-    return blob
+    blobs = [b for b in [blob, *cost_blobs(outcome, namespace=namespace)] if b]
+    _print(blobs)
+    return blobs[0] if blobs else {}

@@ -20,6 +20,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from dispatcher.domain import costs, labels
+from dispatcher.domain.costs import JobCost
 from dispatcher.domain.errors import JobNotFound, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
 from dispatcher.domain.waiting import (
@@ -41,6 +43,7 @@ from dispatcher.ops.job_views import (
     Stats,
     clip,
 )
+from dispatcher.ops.usage import UsageReport, usage_report
 from dispatcher.ports.job_logs import JobLogs
 from dispatcher.ports.queue import Queue
 from dispatcher.ports.table import Record
@@ -136,10 +139,14 @@ class Queries:
     # -- list -----------------------------------------------------------------------------------
     def list_jobs(self, *, status: str | None = None, kind: str | None = None,
                   since_seconds: float | None = None, limit: int = 50,
-                  waiting_for: str | None = None) -> list[JobSummary]:
+                  waiting_for: str | None = None, label: str | None = None) -> list[JobSummary]:
         """Newest first (by creation time, the index's range key), at most ``limit``; with
         ``waiting_for``, only PENDING jobs waiting for that reason, among the newest
-        :data:`WAITING_READ` PENDING ones."""
+        :data:`WAITING_READ` PENDING ones; with ``label`` (``key=value``), only the jobs that
+        carry it, among its newest :data:`~dispatcher.store.label_index.LABEL_READ` (the
+        label index: dispatcher.store.label_index)."""
+        if label is not None:
+            return self._list_labelled(label, status, kind, since_seconds, limit, waiting_for)
         if waiting_for is not None:
             return self._list_waiting(waiting_for, status, kind, since_seconds, limit)
         rows = self._list_items(status, kind, since_seconds, limit)
@@ -157,6 +164,30 @@ class Queries:
         found = [s for s in self._summaries(rows, self.clock())
                  if s.waiting_for is not None and s.waiting_for.reason == reason]
         return found[:limit]
+
+    def _list_labelled(self, label: str, status: str | None, kind: str | None,
+                       since_seconds: float | None, limit: int,
+                       waiting_for: str | None) -> list[JobSummary]:
+        try:
+            key, value = labels.parse(label)
+        except ValueError as exc:
+            raise LongjobsError(str(exc)) from None
+        if waiting_for is not None and waiting_for not in REASONS:
+            raise LongjobsError(f"unknown waiting reason {waiting_for!r}; one of "
+                                + ", ".join(REASONS))
+        now = self.clock()
+        state = parse_status(status) if status else None
+        rows = self.store.newest_labelled(
+            key, value, limit=limit,
+            states=None if state is None else [JobState.PENDING if state == SCHEDULED
+                                               else JobState(state)],
+            since=max(0.0, now - since_seconds) if since_seconds is not None else None,
+            kind=kind, scheduled_after=now if state == SCHEDULED else None)
+        found = self._summaries(rows, now)
+        if waiting_for is not None:
+            found = [s for s in found
+                     if s.waiting_for is not None and s.waiting_for.reason == waiting_for]
+        return found
 
     def _summaries(self, rows: list[Record], now: float) -> list[JobSummary]:
         """Rows with what each PENDING one waits for and how far each RUNNING one got: their
@@ -216,7 +247,25 @@ class Queries:
         return JobDetail(summary, item.payload or {}, cut, item.result, error, item.checkpoint,
                          _checkpoint_at(item, ran), attempts, _bundle(bundle),
                          item.message_id, None, self._streams(job_id, attempts, bundle), array,
-                         list(item.bulk_ids or []))
+                         list(item.bulk_ids or []), self._cost(item),
+                         dict(item.labels) if isinstance(item.labels, dict) else {})
+
+    def costs(self, job_ids: list[str]) -> dict[str, JobCost]:
+        """The costs of the jobs among ``job_ids`` that ran (``jobs list --wide``): their
+        items, 100 a read, and their tasks' pointers, 100 a read."""
+        jobs = self.store.get_jobs(job_ids)
+        rates = self.store.task_rates([a for j in jobs for a in costs.task_arns(j.history)])
+        return {j.job_id: costs.job_cost(j.history, rates) for j in jobs
+                if costs.task_arns(j.history)}
+
+    def _cost(self, item: Record) -> JobCost | None:
+        """The job's cost: its runs' seconds times their tasks' rates (one read of its
+        tasks' pointers); None if it never ran."""
+        history = [h for h in item.history or [] if isinstance(h, dict)]
+        arns = costs.task_arns(history)
+        if not arns:
+            return None
+        return costs.job_cost(history, self.store.task_rates(arns))
 
     # -- a job's own log lines (dispatcher.ops.job_log) ----------------------------------------
     def _streams(self, job_id: str, attempts: list[Attempt],
@@ -256,6 +305,13 @@ class Queries:
                      running_by_revision=self._running_by_revision(),
                      launch_failures_last_hour=self._launch_failures(cutoff),
                      reruns_last_hour=self._reruns(cutoff), finished_since=start)
+
+    def usage(self, by: str = "kind", *, since: float | None = None,
+              since_seconds: float | None = None) -> UsageReport:
+        """Jobs, run hours, vCPU-hours and dollars per group of the tasks that stopped in
+        the window (``stats --by``): the usage counters, no job read."""
+        t = self.clock()
+        return usage_report(self.store, by, finished_since(t, since, since_seconds), t)
 
     def _backlog(self) -> BacklogStats | None:
         if self.queue is None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+from dispatcher.domain.costs import TaskBill
 from dispatcher.domain.jobs import Resources
 from dispatcher.domain.stops import LastStatus
 
@@ -58,6 +59,7 @@ class TaskStatus:
     stop_code: str | None = None  # a dispatcher.domain.stops.StopCode value, or one ECS added
     stopped_reason: str | None = None
     exit_code: int | None = None  # the worker container's
+    bill: TaskBill | None = None  # a stopped task's (dispatcher.domain.costs), where known
 
 
 class Launcher(ABC):

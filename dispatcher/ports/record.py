@@ -110,6 +110,21 @@ class Record:
     ended_bundle: str | None = None
     ended_succeeded: float | None = None
     ended_failed: float | None = None
+    # a task's pointer: the job-seconds its runner counted through the bundles before the one
+    # it names, and through that one when it vouches for it (dispatcher.domain.costs.Usage);
+    # once the task stopped, its bill (``bill``: size, capacity, span), the dollars it cost and
+    # the job-seconds they are split by (the task's rate is cost / job_seconds)
+    ran_usage: Any = None
+    ended_usage: Any = None
+    bill: Any = None
+    cost: float | None = None
+    job_seconds: float | None = None
+    # a job: its labels (key -> value); a usage counter (USAGE#...): its group and hour, and
+    # the jobs, job-seconds, vCPU-seconds and dollars added up in them
+    labels: Any = None
+    group: str | None = None
+    jobs: float | None = None
+    vcpu_seconds: float | None = None
     # launch
     bundle_ids: list[str] | None = None
     task_arns: list[str] | None = None
@@ -148,7 +163,7 @@ class Record:
 
 ATTRIBUTES: frozenset[str] = frozenset(f.name for f in fields(Record))
 JSON_ATTRIBUTES = frozenset({"payload", "result", "error", "history", "checkpoint", "progress",
-                             "credit",
+                             "credit", "ran_usage", "ended_usage", "bill", "labels",
                              "container_env", "summary", "array_tally", "array_retry",
                              "depends_on"})
 LIST_ATTRIBUTES = frozenset({"job_ids", "cancel_jobs", "running_jobs", "bundle_ids",
@@ -178,6 +193,8 @@ NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint"
                            "depends_on", "waiters", "bulk_ids", "given_back_at", "batch",
                            "batch_next", "batch_last", "ran_succeeded", "ran_failed",
                            "ended_bundle", "ended_succeeded", "ended_failed",
+                           "ran_usage", "ended_usage", "bill", "cost", "job_seconds", "labels",
+                           "group", "jobs", "vcpu_seconds",
                            "yielded_at", "one_at_a_time", "swept_at", "lease_count", "clean_at",
                            "released_at"})
 INDEX_ATTRIBUTES: tuple[str, ...] = tuple(sorted(ATTRIBUTES - NOT_PROJECTED - set(INDEX_KEYS)))

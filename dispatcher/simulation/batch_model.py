@@ -33,6 +33,7 @@ from typing import Any
 
 from dispatcher import settings
 from dispatcher.domain import message
+from dispatcher.domain.costs import TaskBill
 from dispatcher.domain.jobs import Job, JobState, Priority
 from dispatcher.domain.pacing import LaunchLimits, LaunchPacer
 from dispatcher.domain.stops import RUNNER_FAILED_EXIT, TaskStop
@@ -73,7 +74,7 @@ from dispatcher.stages.tick import TickReport
 from dispatcher.store import Store
 from dispatcher.store import codec as r
 from dispatcher.store.base import TableRetry
-from dispatcher.testing.memory_launcher import MemoryLauncher
+from dispatcher.testing.memory_launcher import DEFAULT_CPU, DEFAULT_MEMORY, MemoryLauncher
 from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.testing.memory_table import MemoryTable
 from dispatcher.wiring import pipeline
@@ -81,6 +82,12 @@ from dispatcher.wiring import pipeline
 # What no fault of AWS's raises: a runner that raises one of these has a bug, or the model has,
 # and the run stops on it rather than playing it as a runner that failed itself.
 BUGS = (AssertionError, AttributeError, NameError, TypeError, ImportError)
+# Where the modelled ECS puts the tasks (what their bills are priced by): the reference
+# batch's weights, four Spot tasks to one on-demand (seed 000).
+CAPACITY = (("FARGATE_SPOT", 4, 0), ("FARGATE", 1, 0))
+# Of a task's start (provisioning, image pull, container start), the seconds Fargate bills:
+# from the image pull on (https://aws.amazon.com/fargate/pricing/).
+PULL_SECONDS = 10.0
 
 
 class BatchModel:
@@ -91,7 +98,8 @@ class BatchModel:
     millions)."""
 
     def __init__(self, shape: Shape, *, backlog: int = 0,
-                 table: MemoryTable | None = None, forget_ended: float | None = None) -> None:
+                 table: MemoryTable | None = None, forget_ended: float | None = None,
+                 capacity: tuple[tuple[str, int, int], ...] = CAPACITY) -> None:
         self.shape = shape
         self.clock = VirtualClock(T0)
         if forget_ended is not None:
@@ -108,7 +116,8 @@ class BatchModel:
         self.partitions = Partitions(self.table.status_key_of)
         self.sqs = DeepQueue(clock=self.clock, synthetic=shape.jobs if shape.rate else backlog,
                              body_of=synthetic_body(shape), arrival_rate=shape.rate)
-        self.ecs = MemoryLauncher(clock=self.clock, limits=LaunchLimits(clock=self.clock))
+        self.ecs = MemoryLauncher(clock=self.clock, limits=LaunchLimits(clock=self.clock),
+                                  capacity_strategy=capacity)
         # The high queue of its own, as the stack has it; urgent jobs arrive there on time.
         self.high = ArrivingQueue(MemoryQueue(clock=self.clock), self.clock)
         # The stack's watch for urgent jobs and its runners' wait for a stream's next tick
@@ -285,9 +294,15 @@ class BatchModel:
         if self.ecs.tasks[task.task_arn].last_status.gone is False:
             self.ecs.stop_task(task.task_arn, code, reason, exit_code)
         stopped = T0 + task.ended_at if task.ended_at is not None else t
+        ecs = self.ecs.tasks[task.task_arn]
+        # Billed from its image pull (PULL_SECONDS before its runner starts) to its stop.
+        bill = TaskBill(DEFAULT_CPU, DEFAULT_MEMORY,
+                        T0 + max(task.launched_at, task.started_at - PULL_SECONDS), stopped,
+                        ecs.capacity_provider)
+        self.outcome.bills.setdefault(task.task_arn, bill)
         try:
             self.events.reruns.on_stop(TaskStop(task.task_arn, code, reason, exit_code,
-                                                stopped_at=stopped))
+                                                stopped_at=stopped, bill=bill))
         except Exception:  # the invocation failed: Lambda retries it
             self.outcome.failed_events += 1
             if tries < len(EVENT_RETRIES):

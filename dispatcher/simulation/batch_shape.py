@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dispatcher.domain import message
+from dispatcher.domain.costs import TaskBill
 from dispatcher.domain.jobs import Job
 from dispatcher.domain.stops import StopCode
 from dispatcher.simulation.aws_model import Latencies
@@ -87,6 +88,9 @@ class BatchRun:
     failed_runners: int = 0  # runners that failed themselves (RUNNER_FAILED_EXIT)
     runner_errors: list[str] = field(default_factory=list)  # what each of them raised
     reclaimed: int = 0  # tasks that got a Spot reclaim's SIGTERM
+    # Each stopped task's bill as its stop event told it (dispatcher.domain.costs): what the
+    # jobs' costs must add up to.
+    bills: dict[str, TaskBill] = field(default_factory=dict)
 
 
 def synthetic_body(shape: Shape) -> Callable[[int], str]:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 
 from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.costs import Usage
 from dispatcher.domain.errors import ConflictError, HandedJobs
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.simulation.virtual_time import VirtualClock
@@ -59,6 +60,7 @@ class TaskRun:
     stopping: bool = False  # SIGTERM (a Spot reclaim's warning): give back, write, exit
     # How ECS reports its stop (stop code, reason, exit code); None: its runner exited 0.
     stop: tuple[str, str, int | None] | None = None
+    ran: Usage = field(default_factory=Usage)  # job-seconds of the bundles it took over from
 
 
 class TaskModel:
@@ -109,14 +111,19 @@ class TaskModel:
         deadline = self.clock() + FOLLOW_ON_WAIT_SECONDS
         streaming = self.clock() + self.stream_wait_seconds
         while True:
+            outcomes = writes.outcomes()
             try:
-                take = self.store.end_and_take(fence, done, writes.outcomes(), handed=handed,
+                take = self.store.end_and_take(fence, done, outcomes, handed=handed,
                                                before=writes.flush_for_take)
             except (HandedJobs, ConflictError):
                 raise
             except Exception as exc:  # as the worker: it may have committed all the same
-                return taken_anyway(self.store, task.task_arn, done, exc, log)
+                taken = taken_anyway(self.store, task.task_arn, done, exc, log)
+                if taken is not None:
+                    task.ran = outcomes.usage
+                return taken
             if take.bundle is not None:
+                task.ran = outcomes.usage  # as FollowOnTaker.ran
                 return take.bundle
             if take.later and self.clock() < deadline:
                 yield self.clock() + FOLLOW_ON_POLL_SECONDS
@@ -155,7 +162,8 @@ class TaskModel:
             return None
         task.bundle_id = bundle.bundle_id
         task.claimed_at = task.claimed_at or clock()
-        writes = Writes.for_bundle(self.store, fence, bundle, self.flush_seconds)
+        writes = Writes.for_bundle(self.store, fence, bundle, self.flush_seconds,
+                                   ran_before=task.ran)
         pages = self.store.bundle_jobs(bundle)
         page: list[Job] = []
         handed: list[str] = list(bundle.handed_jobs or ())  # seen; those of an earlier run

@@ -16,6 +16,7 @@ that it stopped.
 from __future__ import annotations
 
 from dispatcher.domain.bundles import Bundle
+from dispatcher.domain.costs import TaskCost
 from dispatcher.domain.jobs import JobState
 from dispatcher.store import StageStore
 from dispatcher.store.values import JobOutcomes
@@ -27,11 +28,13 @@ class Finishes:
     def __init__(self, store: StageStore) -> None:
         self._store = store
 
-    def counted(self, bundle_id: str, task_arn: str, ended: JobOutcomes) -> JobOutcomes | None:
+    def counted(self, bundle_id: str, task_arn: str, ended: JobOutcomes,
+                bill: TaskCost | None = None) -> JobOutcomes | None:
         """``ended``, the runner's count for ``bundle_id`` (DONE on ``task_arn``, none of its
         runs left going on there); None when this stop was reported already (a duplicate
-        event: nothing is reported twice). One conditional write, no read."""
-        return ended if self._store.first_report(bundle_id, task_arn) else None
+        event: nothing is reported twice). One conditional write (with the task's ``bill``,
+        one transaction), no read."""
+        return ended if self._store.first_report(bundle_id, task_arn, bill) else None
 
     def report(self, bundle: Bundle, task_arn: str) -> JobOutcomes | None:
         """The outcomes of ``bundle``, DONE on ``task_arn`` that stopped, read from its jobs;

@@ -77,7 +77,8 @@ def request_for(launch: Launch) -> LaunchRequest:
         client_token=launch.client_token,
         started_by=f"longjobs/{launch.launch_id[:24]}",
         env={"LONGJOBS_LAUNCH_ID": launch.launch_id},
-        tags={"longjobs:launch": launch.launch_id},
+        tags={"longjobs:launch": launch.launch_id,
+              **({"longjobs:kind": launch.kind} if launch.kind else {})},
         on_demand=launch.on_demand,
         resources=launch.resources,
     )
@@ -85,11 +86,12 @@ def request_for(launch: Launch) -> LaunchRequest:
 
 def calls_for(bundles: list[Bundle]) -> list[list[Bundle]]:
     """The bundles cut into RunTask calls: grouped by ``resources`` (a call's task-level
-    overrides apply to every task it starts), then <= MAX_TASKS_PER_CALL each. Groups keep
-    the order of their first bundle, and bundles their order within a group."""
-    by_size: dict[Resources, list[Bundle]] = {}
+    overrides apply to every task it starts) and kind (its tags too: ``longjobs:kind``), then
+    <= MAX_TASKS_PER_CALL each. Groups keep the order of their first bundle, and bundles their
+    order within a group."""
+    by_size: dict[tuple[Resources, str | None], list[Bundle]] = {}
     for bundle in bundles:
-        by_size.setdefault(bundle.resources, []).append(bundle)
+        by_size.setdefault((bundle.resources, bundle.kind), []).append(bundle)
     return [same[start:start + MAX_TASKS_PER_CALL] for same in by_size.values()
             for start in range(0, len(same), MAX_TASKS_PER_CALL)]
 
@@ -153,7 +155,7 @@ class Launches:
                 return None
             launch = Launch(Launch.make_id(group), [b.bundle_id for b in group], task_definition,
                             created_at=self._clock(), on_demand=on_demand,
-                            resources=group[0].resources)
+                            resources=group[0].resources, kind=group[0].kind)
             try:
                 self._store.begin_launch(launch, group)
                 return launch

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dispatcher.domain.bundle_sizes import work_budget
+from dispatcher.domain.costs import Prices
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,8 @@ class RerunPolicy:
     kind_limits: Mapping[str, int] = field(default_factory=dict)
     # An immediate relaunch only below it; at it (a limit lowered since) the tick relaunches.
     max_running_tasks: int = 10
+    # What a task's bill is priced at (dispatcher.domain.costs; setting LONGJOBS_PRICES).
+    prices: Prices = field(default_factory=Prices)
 
 
 @dataclass(frozen=True)

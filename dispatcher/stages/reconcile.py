@@ -113,7 +113,8 @@ class Reconciler:
                 stop = TaskStop(status.task_arn, status.stop_code or (
                     StopCode.TASK_FAILED_TO_START if never_known else None),
                     status.stopped_reason or f"found {status.last_status} by reconciliation "
-                    "(its event was lost)", status.exit_code)
+                    "(its event was lost)", status.exit_code,
+                    status.bill.stopped_at if status.bill else None, status.bill)
             elif bundle.state == BundleState.LAUNCHED and bundle.updated_at > unclaimed:
                 continue  # alive and not claimed yet: within its start timeout
             elif status.last_status == LastStatus.RUNNING or bundle.state == BundleState.RUNNING:

@@ -93,6 +93,9 @@ class Recorder:
         (:meth:`reject` with no rejections), while the bundle launches. A failure to record is
         returned, not raised: its messages are kept for :meth:`give_back`."""
         try:
+            # Labels first: a label item whose job is then not recorded is skipped by its
+            # readers (dispatcher.store.label_index); a job recorded unfound by a label is not.
+            self._store.index_labels([j for j in held.jobs if j.labels])
             duplicates = self._store.record([bundle], held.jobs)
             refused_items = [j for j in held.jobs if j.state == JobState.REJECTED]
             if refused_items:
@@ -117,6 +120,7 @@ class Recorder:
         :mod:`dispatcher.stages.fanout`), then delete their messages. A failure is returned
         with the messages, to be given back as a failed bundle's are."""
         try:
+            self._store.index_labels([job for job, _ in parents if job.labels])
             duplicates = self._store.record_parents([job for job, _ in parents])
         except Exception as exc:
             return Recorded(failure=f"{type(exc).__name__}: {exc}"[:1000],

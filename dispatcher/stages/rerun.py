@@ -20,16 +20,18 @@ from typing import Any
 
 from dispatcher.domain import stop_policy
 from dispatcher.domain.bundles import BundleState
+from dispatcher.domain.costs import TaskCost
 from dispatcher.domain.errors import ConflictError, LongjobsError
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.stops import StopClass, TaskStop
 from dispatcher.ports.table import InvalidTransaction, TransactionCancelled
+from dispatcher.stages.bills import Bills
 from dispatcher.stages.finish import Finishes
 from dispatcher.stages.launch import Launches, LaunchStats, launch_slots
 from dispatcher.stages.policy import RerunPolicy
 from dispatcher.stages.revision import Revisions
 from dispatcher.store import JobUpdate, StageStore
-from dispatcher.store.values import JobOutcomes
+from dispatcher.store.values import JobOutcomes, TaskPointer
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +65,17 @@ class StopOutcome:
     # dispatcher.store.follow_ons) that its runner ended SUCCEEDED and FAILED.
     succeeded_before: int = 0
     failed_before: int = 0
+    # The task's bill, settled by this stop (None: no bill in the stop, or settled before).
+    settlement: TaskCost | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        if self.finished is not None:  # its counts (the job-seconds are the settlement's)
+            out["finished"] = {"succeeded": self.finished.succeeded,
+                               "failed": self.finished.failed}
+        out["settlement"] = None if self.settlement is None else {
+            "cost": self.settlement.cost, "job_seconds": self.settlement.usage.seconds,
+            "bill": self.settlement.bill.as_dict()}
         out["result"] = str(self.result)
         out["stop_class"] = str(self.stop_class) if self.stop_class else None
         return out
@@ -78,8 +88,10 @@ class Reruns:
     which counts the kind's room)."""
 
     def __init__(self, store: StageStore, revisions: Revisions, finishes: Finishes,
-                 launches: Launches, policy: RerunPolicy, clock: Callable[[], float]) -> None:
+                 launches: Launches, policy: RerunPolicy, clock: Callable[[], float],
+                 bills: Bills | None = None) -> None:
         self._store = store
+        self._bills = bills or Bills(store, policy.prices)
         self._revisions = revisions
         self._finishes = finishes
         self._launches = launches
@@ -87,12 +99,24 @@ class Reruns:
         self._clock = clock
 
     def on_stop(self, stop: TaskStop) -> StopOutcome:
-        arn = stop.task_arn
-        pointer = self._store.task_pointer(arn)
+        pointer = self._store.task_pointer(stop.task_arn)
         if pointer is not None and pointer.ended is not None:
-            # The normal end of a task, its outcomes counted by its runner: no more to read.
-            return self._finished(arn, pointer.bundle_id, pointer.before,
-                                  self._finishes.counted(pointer.bundle_id, arn, pointer.ended))
+            # The normal end of a task, its outcomes and job-seconds counted by its runner: no
+            # more to read; its bill is settled with the stop's mark.
+            settlement = self._bills.vouched(stop, pointer)
+            out = self._finished(stop.task_arn, pointer.bundle_id, pointer.before,
+                                 self._finishes.counted(pointer.bundle_id, stop.task_arn,
+                                                        pointer.ended, settlement))
+            out.settlement = settlement if out.result == StopResult.FINISHED else None
+        else:
+            out = self._handle(stop, pointer)
+        if out.settlement is None and (pointer is None or not pointer.settled) \
+                and stop.bill is not None:
+            out.settlement = self._bills.settle(stop, pointer)
+        return out
+
+    def _handle(self, stop: TaskStop, pointer: TaskPointer | None) -> StopOutcome:
+        arn = stop.task_arn
         bundle = self._store.get_bundle(pointer.bundle_id) if pointer is not None else None
         if pointer is None or bundle is None:
             return StopOutcome(StopResult.IGNORED, arn,

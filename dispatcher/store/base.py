@@ -20,6 +20,7 @@ from tenacity import (
 
 from dispatcher.domain.bundle_sizes import BundleSizes
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle
+from dispatcher.domain.costs import Usage
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import Job, JobState, Rejection, now
 from dispatcher.ports.table import (
@@ -282,10 +283,13 @@ class Reads:
         pointer = self.table.get(r.task_key(task_arn))
         if pointer is None or not pointer.bundle_id:
             return None
-        ended = JobOutcomes(int(pointer.ended_succeeded or 0), int(pointer.ended_failed or 0)) \
+        ended = JobOutcomes(int(pointer.ended_succeeded or 0), int(pointer.ended_failed or 0),
+                            Usage.of(pointer.ended_usage)) \
             if pointer.ended_bundle == pointer.bundle_id else None
         return TaskPointer(pointer.bundle_id, JobOutcomes(int(pointer.ran_succeeded or 0),
-                                                          int(pointer.ran_failed or 0)), ended)
+                                                          int(pointer.ran_failed or 0),
+                                                          Usage.of(pointer.ran_usage)), ended,
+                           settled=pointer.cost is not None)
 
     def get_rejection(self, key: str) -> Rejection | None:
         rec = self.table.get(r.rejection_key(key))

@@ -187,7 +187,7 @@ def job_record(job: Job) -> Record:
         priority=None if job.priority == Priority.NORMAL else str(job.priority),
         sequence=1,  # its creation is its first state change (base.job_state counts the rest)
         **_resources(job.resources), **_array(job), depends_on=job.depends_on or None,
-        bulk_ids=job.bulk_ids or None,
+        bulk_ids=job.bulk_ids or None, labels=job.labels or None,
     )
 
 
@@ -229,6 +229,8 @@ def record_job(rec: Record) -> Job:
         array_index=None if rec.array_index is None else int(rec.array_index),
         depends_on=rec.depends_on or None, waiters=_int(rec.waiters),
         bulk_ids=list(rec.bulk_ids or []),
+        labels={str(k): str(v) for k, v in rec.labels.items()}
+        if isinstance(rec.labels, dict) and rec.labels else None,
     )
 
 
@@ -281,6 +283,7 @@ def launch_record(launch: Launch) -> Record:
         bundle_ids=list(launch.bundle_ids), task_definition=launch.task_definition,
         created_at=launch.created_at, updated_at=launch.created_at,
         on_demand="true" if launch.on_demand else None, **_resources(launch.resources),
+        kind=launch.kind,
     )
 
 
@@ -289,7 +292,7 @@ def record_launch(rec: Record) -> Launch:
         launch_id=ident(rec.pk), bundle_ids=list(rec.bundle_ids or []),
         task_definition=rec.task_definition or "", state=LaunchState(_state(rec)),
         created_at=_num(rec.created_at), task_arns=list(rec.task_arns or []),
-        on_demand=rec.on_demand == "true", resources=record_resources(rec),
+        on_demand=rec.on_demand == "true", resources=record_resources(rec), kind=rec.kind,
     )
 
 

@@ -361,7 +361,9 @@ class FollowOns(Reads):
             Update(r.task_key(task_arn), [Set("bundle_id", bundle.bundle_id),
                                           Remove("expires_at"),
                                           Add("ran_succeeded", ended.succeeded),
-                                          Add("ran_failed", ended.failed)],
+                                          Add("ran_failed", ended.failed),
+                                          # the runner's whole count so far, not an addition
+                                          Set("ran_usage", ended.usage.as_dict())],
                    Eq("bundle_id", done.bundle_id)),
             *([self._cursor(batch, to)] if to is not None else []),
             Check(r.TICK_KEY, Eq("task_definition", revision)),

@@ -31,8 +31,10 @@ from dispatcher.ports.table import (
 from dispatcher.store import array_ops, index, job_ops, task_cancels
 from dispatcher.store import codec as r
 from dispatcher.store.deployments import Deployments
+from dispatcher.store.label_index import LabelIndex
 from dispatcher.store.schedule_fires import ScheduleFires
 from dispatcher.store.state_writes import expire_pages_later
+from dispatcher.store.task_bills import TaskBills
 from dispatcher.store.values import PageOutcome
 
 TRIES = 3
@@ -51,7 +53,7 @@ def _where(kind: str | None, scheduled_after: float | None) -> Condition | None:
     return And(*where) if len(where) > 1 else (where[0] if where else None)
 
 
-class OperatorStore(Deployments, ScheduleFires):
+class OperatorStore(Deployments, ScheduleFires, TaskBills, LabelIndex):
     """Operator actions and queries (and ``longjobs deploy``'s deployment record)."""
 
     # -- actions --------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from collections.abc import Collection, Mapping
 
 from dispatcher.domain import lifecycle
 from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.costs import TaskCost
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState, Priority
 from dispatcher.domain.launches import Launch, LaunchState
@@ -45,6 +46,7 @@ from dispatcher.store.base import job_state, status
 from dispatcher.store.deployments import Deployments
 from dispatcher.store.handing import Handing
 from dispatcher.store.held import HeldRetries
+from dispatcher.store.label_index import LabelIndex
 from dispatcher.store.recording import PROBE_KEY, Recordings
 from dispatcher.store.runner import handed_as_read
 from dispatcher.store.schedule_fires import ScheduleFires
@@ -57,6 +59,7 @@ from dispatcher.store.state_writes import (
     pointer_expiry,
     update_chunks,
 )
+from dispatcher.store.task_bills import TaskBills
 from dispatcher.store.values import JobUpdate, LaunchOutcome, Lease
 from dispatcher.store.waiters import Waiters
 
@@ -71,7 +74,7 @@ TICK_SUMMARY_TTL_SECONDS = 86400
 
 
 class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Waiters,
-                 ScheduleFires):
+                 ScheduleFires, TaskBills, LabelIndex):
     """What the tick and the task-event handler ask of the table (the dry run wraps this)."""
 
     # -- lease ----------------------------------------------------------------------------------
@@ -320,15 +323,29 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
                 pass  # only the conditions failed: the update itself fits
         return refused
 
-    def first_report(self, bundle_id: str, task_arn: str) -> bool:
+    def first_report(self, bundle_id: str, task_arn: str,
+                     bill: TaskCost | None = None) -> bool:
         """True the first time a stop of ``task_arn`` is handled for this bundle, False for a
         duplicate (EventBridge and Lambda's async retries can deliver an event twice): the
-        stop's job metrics are published once. A settle marks its stop as handled too."""
+        stop's job metrics are published once. A settle marks its stop as handled too.
+        ``bill``: the task's settlement, written in the same transaction (once only,
+        whichever delivery writes it: :meth:`settle_bill`)."""
         differs = Or(Lacks("reported_stop"), Lt("reported_stop", task_arn),
                      Gt("reported_stop", task_arn))  # <>: the port has no inequality
+        mark = Update(r.bundle_key(bundle_id), [Set("reported_stop", task_arn)],
+                      And(Exists(), differs))
+        if bill is not None:
+            try:
+                if self.settle_bill(bill, [mark]):
+                    return True
+            except TransactionCancelled as exc:
+                if 0 not in exc.failed_conditions():
+                    raise
+                self.settle_bill(bill)  # reported before; its bill may not be
+                return False
+            # its bill was settled before (by another delivery): the mark alone
         try:
-            self.table.write(Update(r.bundle_key(bundle_id),
-                                    [Set("reported_stop", task_arn)], And(Exists(), differs)))
+            self.table.write(mark)
         except ConditionFailed:
             return False
         return True

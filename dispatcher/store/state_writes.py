@@ -145,7 +145,8 @@ def pointer_expiry(task_arn: str | None, expires_at: int | None,
     if task_arn is None:
         return []
     counted = [Set("ended_bundle", ended[0]), Set("ended_succeeded", ended[1].succeeded),
-               Set("ended_failed", ended[1].failed)] if ended is not None else []
+               Set("ended_failed", ended[1].failed),
+               Set("ended_usage", ended[1].usage.as_dict())] if ended is not None else []
     expiry = [Set("expires_at", expires_at)] if expires_at is not None else []
     if not counted and not expiry:
         return []

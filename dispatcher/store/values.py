@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dispatcher.domain.costs import Usage
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import JobState
 
@@ -67,6 +68,9 @@ class JobOutcomes:
 
     succeeded: int = 0
     failed: int = 0
+    # The task's job-seconds through these jobs' bundle, the bundles before it included
+    # (dispatcher.domain.costs.Usage): what the task's bill is split by when it stops.
+    usage: Usage = field(default_factory=Usage, compare=False)
 
 
 @dataclass(frozen=True)
@@ -105,3 +109,4 @@ class TaskPointer:
     bundle_id: str
     before: JobOutcomes = JobOutcomes()
     ended: JobOutcomes | None = None
+    settled: bool = False  # its bill is settled (dispatcher.domain.costs.Settlement)

@@ -39,6 +39,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dispatcher.domain.costs import TaskBill
 from dispatcher.domain.errors import LaunchError, ResourceMissing
 from dispatcher.domain.pacing import CAPACITY_UNAVAILABLE, LaunchLimits, RateExceeded, split_tasks
 from dispatcher.domain.stops import LastStatus, StopCode
@@ -68,11 +69,25 @@ class MemoryTask:
     stopped_reason: str | None = None
     exit_code: int | None = None
     stopped_at: float | None = None
+    capacity_provider: str = "FARGATE"  # where the strategy put it (dispatcher.domain.pacing)
+
+    def bill(self) -> TaskBill | None:
+        """Its bill as its stop reports it (None while it runs): the request's size, else
+        the twin task definition's (DEFAULT_CPU, DEFAULT_MEMORY), from its start to its
+        stop."""
+        if self.stopped_at is None:
+            return None
+        size = self.request.resources
+        return TaskBill(size.cpu or DEFAULT_CPU, size.memory or DEFAULT_MEMORY, self.started_at,
+                        self.stopped_at, self.capacity_provider)
 
     def status(self) -> TaskStatus:
         return TaskStatus(self.task_arn, self.last_status, self.stop_code,
-                          self.stopped_reason, self.exit_code)
+                          self.stopped_reason, self.exit_code, self.bill())
 
+# The twin task definition's size (as local mode registers it): 0.25 vCPU, 512 MiB.
+DEFAULT_CPU = 256
+DEFAULT_MEMORY = 512
 # RunTask's failures[] reason when Fargate has no capacity for a task.
 # https://repost.aws/knowledge-center/ecs-fargate-runtask-capacity
 SPOT_CAPACITY_REASON = CAPACITY_UNAVAILABLE
@@ -198,7 +213,11 @@ class MemoryLauncher(Launcher):
                 return result
             failures = [self._failures.popleft()
                         for _ in range(min(request.count, len(self._failures)))]
-            arns = [self._start(request) for _ in range(request.count - len(failures))]
+            started = request.count - len(failures)
+            providers = [p for p, n in split_tasks(
+                started, () if request.on_demand else self._strategy).items()
+                for _ in range(n)]
+            arns = [self._start(request, p) for p in providers]
             result = LaunchResult(arns, failures)
             self._tokens[request.client_token] = (request, result)
             return result
@@ -219,9 +238,10 @@ class MemoryLauncher(Launcher):
                 self._stop(task, StopCode.USER_INITIATED, reason[:MAX_REASON], None)
 
     # -- internals (called under the lock) ------------------------------------------------------
-    def _start(self, request: LaunchRequest) -> str:
+    def _start(self, request: LaunchRequest, provider: str) -> str:
         arn = f"{self._arn_prefix}{next(self._ids):032x}"
-        self.tasks[arn] = MemoryTask(arn, request, self._initial, self._clock())
+        self.tasks[arn] = MemoryTask(arn, request, self._initial, self._clock(),
+                                     capacity_provider=provider)
         return arn
 
     def _task(self, task_arn: str) -> MemoryTask:

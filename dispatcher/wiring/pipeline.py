@@ -91,8 +91,8 @@ def build(cfg: Config, *, queue: Queue, store: StageStore, launcher: Launcher,
         clock, pacer=pacer)
     revisions = Revisions(store, launcher, task_definitions, cfg.stack_task_definition or None)
     reruns = Reruns(store, revisions, Finishes(store), launches, RerunPolicy(
-        cfg.max_infra_attempts, cfg.task_concurrency, cfg.kind_limits, cfg.max_running_tasks),
-        clock)
+        cfg.max_infra_attempts, cfg.task_concurrency, cfg.kind_limits, cfg.max_running_tasks,
+        cfg.prices), clock)
     dependents = Dependents(store, clock)
     reconciler = Reconciler(store, launcher, reruns, ReconcilePolicy(
         cfg.start_timeout_seconds, cfg.heartbeat_seconds), clock, dependents)

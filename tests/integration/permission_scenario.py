@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from dispatcher.aws.clients import endpoint_client
 from dispatcher.cli.app import app
 from dispatcher.domain import task_events
 from dispatcher.domain.bundles import Bundle, follow_on_id
+from dispatcher.domain.costs import TaskBill
 from dispatcher.domain.jobs import Job
 from dispatcher.local.event_feed import BATCH
 from dispatcher.local.provision import provision
@@ -210,19 +212,25 @@ def exercised(moto_server: MotoEndpoint, proxy: AwsProxy,
             published = handlers.publish_job_events({"Records": records[:BATCH]}, None)
         assert published == {"batchItemFailures": []}, published
 
+        # Each stop carries its bill, as ECS's events do: the stop settles it (the pointer,
+        # the usage counters), through the task-event function's own grants.
+        now = time.time()
+        bill = TaskBill(256, 512, now - 90, now, "FARGATE_SPOT")
         with proxy.recording("task-event"):
             finished = handlers.task_event(task_events.sample_event(
                 small_arn, stop_code="EssentialContainerExited", exit_code=0,
-                cluster_arn=CLUSTER_ARN), None)
+                cluster_arn=CLUSTER_ARN, bill=bill), None)
             rerun = handlers.task_event(task_events.sample_event(
                 task_of("spot")[0], stop_code="SpotInterruption", exit_code=143,
-                cluster_arn=CLUSTER_ARN), None)
+                cluster_arn=CLUSTER_ARN, bill=bill), None)
             bulk_rerun = handlers.task_event(task_events.sample_event(
                 task_of(bulk.job_ids[0])[0], stop_code="SpotInterruption", exit_code=143,
                 cluster_arn=CLUSTER_ARN), None)
         # small0 ran (alone or bundled with small1: bundles are sized by the backlog), then
         # its task took the follow-on: the stop reports both.
         assert finished.get("finished") == {"succeeded": 1, "failed": 0}, finished
+        assert finished["settlement"] is not None, finished
+        assert rerun["settlement"] is not None, rerun
         assert finished.get("succeeded_before", 0) >= 1, finished
         assert rerun.get("relaunched") is True, rerun
         # More job updates than one transaction holds: settled in two, the first checking

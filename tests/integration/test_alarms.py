@@ -24,7 +24,10 @@ import pytest
 from samtranslator.yaml_helper import yaml_parse
 
 from dispatcher import handlers
+from dispatcher.domain import task_events
+from dispatcher.domain.costs import Prices
 from dispatcher.domain.jobs import JobState
+from dispatcher.domain.stops import TaskStop
 from dispatcher.ops import metrics
 from dispatcher.ops.client import JobClient
 from dispatcher.wiring.adapters import open_store
@@ -37,7 +40,7 @@ ALARM = "AWS::CloudWatch::Alarm"
 TO_TOPIC = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
 # The alarms on the dispatcher's metrics that must not page on an empty period.
 JOB_ALARMS = {"JobsFailedAlarm", "LaunchFailuresAlarm", "TasksNeverStartedAlarm",
-              "RerunStormAlarm"}
+              "RerunStormAlarm", "DailySpendAlarm"}
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +200,7 @@ def test_the_job_alarms_exist(alarms: dict[str, dict[str, Any]]) -> None:
     assert {("JobsFailedAlarm", "JobsFailed"), ("LaunchFailuresAlarm", "LaunchFailures"),
             ("LaunchFailuresAlarm", "SpotFallbacks"),
             ("TasksNeverStartedAlarm", "TasksNeverStarted"),
-            ("RerunStormAlarm", "BundlesRerun"),
+            ("RerunStormAlarm", "BundlesRerun"), ("DailySpendAlarm", "JobCost"),
             ("DispatcherHeartbeatAlarm", "TickCompleted")} <= names
     assert {w.alarm for w in dispatcher_metrics(alarms)} == JOB_ALARMS | {
         "DispatcherHeartbeatAlarm"}
@@ -235,6 +238,12 @@ def test_a_bad_image_feeds_and_breaches_the_alarms_of_its_own_stack_only(
         by_name["SpotFallbacks"], bad_image, template)
     assert unrecovered == 1 > threshold("LaunchFailuresAlarm")
     assert total(by_name["TickCompleted"], bad_image, template) == 2
+    # Each task that never started was billed all the same (AWS's sample event: 256 CPU units,
+    # 512 MiB, on demand, 81 s from its image pull to its stop), under the stack's JobCost.
+    stop = task_events.parse(failed_to_start("arn:t"), "worker")
+    assert isinstance(stop, TaskStop) and stop.bill is not None
+    assert total(by_name["JobCost"], bad_image, template) == pytest.approx(
+        4 * stop.bill.cost(Prices()))
 
     other = [Line(e.namespace, e.name, tuple((k, "other-stack" if k == "service" else v)
                                              for k, v in e.dimensions), e.value)
@@ -275,7 +284,12 @@ def test_the_job_alarms_do_not_page_on_an_empty_period(
         a = alarms[name]
         assert a["TreatMissingData"] == "notBreaching", name
         assert a["ComparisonOperator"] == "GreaterThanThreshold", name
-        param = a["Threshold"]["Ref"]
+        threshold = a["Threshold"]
+        if "Fn::If" in threshold:  # the budget's: without one, a threshold none reaches
+            condition, threshold, unreached = threshold["Fn::If"]
+            assert condition == "HasDailyBudget" and unreached >= 1e9, name
+            assert a["ActionsEnabled"] == {"Fn::If": ["HasDailyBudget", True, False]}, name
+        param = threshold["Ref"]
         assert param in template["Parameters"], name
         groups = template["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
         assert any(param in g["Parameters"] for g in groups), f"{param} is in no group"

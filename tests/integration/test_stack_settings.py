@@ -49,6 +49,7 @@ SAMPLES: dict[str, str] = {
     "TaskKindConcurrency": "report=2",
     "Handlers": "report=acme_jobs.report:run,resize.v2=acme_jobs.images:resize",
     "EventBus": "acme-jobs",
+    "Prices": "vcpu=0.05,spot=0.25",
 }
 
 # Parameters whose default is not the setting's, on purpose.

@@ -312,9 +312,10 @@ class FakeClient:
         self.store = store
 
     def bulk(self, verb: str, *, status: str, kind: str | None = None,
-             since_seconds: float | None = None) -> tuple[BulkAction, BulkFilter]:
+             since_seconds: float | None = None,
+             label: str | None = None) -> tuple[BulkAction, BulkFilter]:
         return (BulkAction(self.store, clock=lambda: NOW),
-                BulkFilter(BulkVerb(verb), status, kind, since_seconds))
+                BulkFilter(BulkVerb(verb), status, kind, since_seconds, label))
 
 
 def test_the_cli_without_yes_and_without_a_terminal_refuses(

@@ -21,7 +21,7 @@ import botocore.session
 import pytest
 
 from dispatcher import settings
-from dispatcher.domain import task_events
+from dispatcher.domain import costs, task_events
 from dispatcher.domain.stops import (
     INFRA_STOP_CODES,
     RUNNER_FAILED_EXIT,
@@ -133,8 +133,22 @@ def test_task_failed_to_start_has_no_containers() -> None:
     event = stopped("TaskFailedToStart")
     assert event["detail"]["containers"] == []
     stop = task_events.parse(event, WORKER)
+    assert isinstance(stop, TaskStop)
     assert stop == TaskStop(FARGATE_TASK_ARN, "TaskFailedToStart",
-                            REASONS["TaskFailedToStart"], None, STOPPED_AT_EPOCH)
+                            REASONS["TaskFailedToStart"], None, STOPPED_AT_EPOCH, stop.bill)
+
+
+def test_a_stop_carries_its_bill_as_the_sample_event_gives_it() -> None:
+    """AWS's sample: 256 CPU units, 512 MiB, no capacity provider (launch type FARGATE: on
+    demand), the image pull begun at 17:57:52.103, stopped at 17:59:12.345: 80.242 s, billed
+    as 81 (per second, rounded up; over the one-minute minimum)."""
+    stop = task_events.parse(stopped("EssentialContainerExited", exit_code=0), WORKER)
+    assert isinstance(stop, TaskStop) and stop.bill is not None
+    bill = stop.bill
+    assert (bill.cpu_units, bill.memory_mib, bill.capacity_provider) == (256, 512, None)
+    assert bill.stopped_at == STOPPED_AT_EPOCH
+    assert bill.stopped_at - bill.started_at == pytest.approx(80.242)
+    assert bill.seconds == 81 and not bill.spot and bill.architecture == costs.X86_64
 
 
 def test_worker_exit_code_wins_over_a_sidecar() -> None:

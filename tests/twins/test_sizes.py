@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from dispatcher import settings
-from dispatcher.domain import sizes
+from dispatcher.domain import labels, message, sizes
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.errors import LongjobsError, TooLarge
 from dispatcher.domain.jobs import Job, JobState, Priority, Resources
@@ -233,7 +233,10 @@ def _worst_case_job() -> Record:
               checkpoint=blob("c", sizes.MAX_CHECKPOINT_BYTES), priority=Priority.HIGH,
               not_before=1.7e9 / 9, resources=Resources(cpu=16384, memory=122880,
                                                          ephemeral_storage=200),
-              bulk_ids=["\u00e9" * (sizes.MAX_BULK_ID_BYTES // 2)] * sizes.MAX_BULK_MARKS)
+              bulk_ids=["\u00e9" * (sizes.MAX_BULK_ID_BYTES // 2)] * sizes.MAX_BULK_MARKS,
+              # the most labels, each a key of the most characters and a value of 4-byte ones
+              labels={f"{n:02d}".ljust(labels.MAX_KEY, "k"): "\U0001f4a5" * labels.MAX_VALUE
+                      for n in range(labels.MAX_LABELS)})
     rec = r.job_record(job)
     rec.settled_by, rec.expires_at, rec.updated_at = arn, 1.7e9 / 11, 1.7e9 / 13
     rec.progress = worst_report(job.job_id)  # kept with its last checkpoint
@@ -249,8 +252,12 @@ def test_the_largest_job_item_fits_dynamodbs_item_limit() -> None:
     marks = _item_bytes(rec) - _item_bytes(replace(rec, bulk_ids=None))
     assert marks <= sizes.MAX_BULK_MARKS_BYTES
     assert sizes.json_bytes(rec.progress) + len("progress") <= sizes.MAX_PROGRESS_BYTES
+    assert message.JobMessage.model_validate({
+        "schema_version": 1, "job_id": "j", "kind": "k", "payload": {},
+        "labels": rec.labels}).labels == rec.labels  # the schema takes them
+    assert sizes.json_bytes(rec.labels) + len("labels") <= sizes.MAX_LABELS_BYTES
     others = _item_bytes(rec) - sum(sizes.json_bytes(getattr(rec, a)) for a in (
-        "payload", "checkpoint", "result", "error", "history", "progress")) \
+        "payload", "checkpoint", "result", "error", "history", "progress", "labels")) \
         - len(rec.reason or "") - marks
     assert others <= sizes.OTHER_JOB_BYTES
     assert _item_bytes(rec) <= sizes.JOB_ITEM_BUDGET < MAX_ITEM_BYTES

@@ -56,6 +56,7 @@ from dispatcher.testing.memory_event_sink import MemoryEventSink, follow
 from dispatcher.testing.memory_queue import MemoryQueue
 from job_runner import writes as writes_module
 from tests import model_checks as checks
+from tests import model_costs
 from tests import model_promises as promises
 from tests.model_arrays import array_problems
 from tests.model_faults import FaultRules, FaultyTable, model_store, one_thread
@@ -101,6 +102,7 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         self.job_events = MemoryEventSink()  # every job state change, as the stream tells it
         follow(self.table, self.job_events)
         self.expired: dict[str, int] = {}  # job id: events told when TTL deleted its record
+        self.ttl_ran = False  # TTL deleted items (counters and bills expire apart)
         self.expired_as: dict[str, str] = {}  # job id: the state TTL deleted it in
         self.hooks_time.clock = self.twins.clock
         self.hooks_ids.reset()
@@ -194,7 +196,7 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
                 self.stopped.add(arn)
                 sim.gone()
                 self.events.append(TaskStop(arn, task.stop_code, task.stopped_reason,
-                                            task.exit_code, task.stopped_at))
+                                            task.exit_code, task.stopped_at, task.bill()))
 
     def ran(self, job_id: str) -> None:
         self.runs[job_id] = self.runs.get(job_id, 0) + 1
@@ -246,7 +248,7 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
                          "timeout_seconds": spec["timeout_seconds"],
                          "not_before": None if spec["not_before"] is None
                          else MAX_NOT_BEFORE if spec["not_before"] == checks.LATEST
-                         else now + spec["not_before"]})
+                         else now + spec["not_before"], "labels": spec.get("labels")})
         self.twins.client().submit_many(jobs)
         for j in jobs:
             self.submitted.setdefault(j["job_id"], "valid")
@@ -555,6 +557,7 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         jobs = {pk: rec.state for pk, rec in self.table.snapshot().items()
                 if pk.startswith("JOB#")}
         expire(self.twins.table, self.twins.clock())
+        self.ttl_ran = True
         told = len(self.job_events.events)
         for pk in set(jobs) - set(self.table.snapshot()):
             self.expired[codec.ident(pk)] = told
@@ -781,6 +784,9 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         self.fail("task_limit", self.over_the_limit())
         self.fail("cancel_kept", self.broken_cancels)
         self.fail("schedule_overlap", self.overlaps(view))
+        self.fail("task_bills", model_costs.unbalanced(view, jobs_expired=bool(self.expired)))
+        self.fail("usage_counters", model_costs.miscounted(view, self.ttl_ran))
+        self.fail("label_lists", model_costs.unlisted(view, self.twins.store))
 
     def over_the_limit(self) -> list[str]:
         """The tasks running never pass ``LONGJOBS_MAX_RUNNING_TASKS``: no step that adds a

@@ -48,6 +48,9 @@ class Cli:
     def list(self, **kwargs: Any) -> list[JobSummary]:
         return self.q.list_jobs(**kwargs)
 
+    def costs(self, job_ids: list[str]) -> dict[str, Any]:
+        return self.q.costs(job_ids)
+
 
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch) -> Any:

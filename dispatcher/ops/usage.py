@@ -1,0 +1,57 @@
+"""What the stack's jobs used and cost, by group: ``longjobs stats --by kind|label``.
+
+Read from the usage counters each task's stop adds its bill to (``USAGE#<group>#<hour>``:
+:mod:`dispatcher.store.task_bills`), so a report reads groups x hours items whatever the number
+of jobs, and never the history. A task counts in the hour it stopped: a report over the last
+24 h holds the tasks that stopped in it (a job still running is in no report yet), from the
+start of ``since``'s hour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dispatcher.domain.errors import LongjobsError
+from dispatcher.store import OperatorStore
+from dispatcher.store.codec import iso
+from dispatcher.store.task_bills import GroupUsage, hour_of
+
+DIMENSIONS = ("kind", "label")
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    by: str
+    since: float  # the start of the first hour counted
+    until: float
+    groups: list[GroupUsage]
+
+    @property
+    def total(self) -> GroupUsage:
+        t = GroupUsage("total")
+        for g in self.groups:
+            t = GroupUsage("total", t.jobs + g.jobs, t.job_seconds + g.job_seconds,
+                           t.vcpu_seconds + g.vcpu_seconds, t.dollars + g.dollars)
+        return t
+
+    def to_json(self) -> dict[str, Any]:
+        def row(g: GroupUsage) -> dict[str, Any]:
+            return {"group": g.group, "jobs": g.jobs, "job_hours": g.job_seconds / 3600,
+                    "vcpu_hours": g.vcpu_seconds / 3600, "dollars": g.dollars}
+        return {"by": self.by, "since": iso(self.since), "until": iso(self.until),
+                "groups": [row(g) for g in self.groups], "total": row(self.total)}
+
+
+def usage_report(store: OperatorStore, by: str, since: float, until: float) -> UsageReport:
+    """``by``: ``kind``, ``label`` (every key=value) or ``label:<key>`` (that key's values)."""
+    dimension, _, key = by.partition(":")
+    if dimension not in DIMENSIONS or (key and dimension != "label") or by.endswith(":"):
+        raise LongjobsError(f"--by {by!r}: give kind, label, or label:<key> (e.g. "
+                            "label:customer)")
+    groups = store.group_usage(dimension, since, until)
+    if key:
+        groups = [g for g in groups if g.group.startswith(f"label:{key}=")]
+    return UsageReport(by, float(hour_of(since)), until,
+                       [GroupUsage(g.group.split(":", 1)[1], g.jobs, g.job_seconds,
+                                   g.vcpu_seconds, g.dollars) for g in groups])

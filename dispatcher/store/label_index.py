@@ -1,0 +1,102 @@
+"""The label index: the jobs that carry a label, newest first, without a scan of the table.
+
+A job's labels (dispatcher.domain.labels) are not in the status index (its projection is the
+index's and changes only with a new index). Each label of a job gets an item of its own,
+``LABEL#<key>=<value>#<job id>``, whose index key ``LABEL#<key>=<value>#<shard>`` (the job's
+shard: 8 partitions a label, as a job state's, so one label on every job of a burst stays
+under a partition's write limit) and ``status_at`` (the job's creation time) list a label's
+jobs newest first. The tick writes them just before it records the jobs (one
+TransactWriteItems a hundred labels; a job without labels costs nothing): a label item whose
+job was then not recorded, or was recorded from another message with other labels (a
+duplicate), or expired, is skipped by its reader, who reads the job's item to know its state
+anyway. A label item expires twice the retention after its job was made (the job's own expiry
+counts from its end, which its admission cannot know): a job older than that is no longer
+found by its labels, only by its id or state.
+
+Reading a label: its index rows a page at a time, then the jobs' items (one BatchGetItem a
+hundred), kept if they still carry the label and match the state, kind and window asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from dispatcher.domain import labels
+from dispatcher.domain.jobs import Job, JobState
+from dispatcher.ports.table import Op, Put, Record
+from dispatcher.store import codec as r
+from dispatcher.store import index
+from dispatcher.store.base import Reads
+
+# A list by label reads at most this many of the label's newest jobs to find its rows.
+LABEL_READ = 1000
+
+
+def label_key(key: str, value: str, job_id: str) -> str:
+    return f"LABEL#{labels.written(key, value)}#{job_id}"
+
+
+def label_statuses(key: str, value: str) -> list[str]:
+    return [f"LABEL#{labels.written(key, value)}#{n}" for n in range(r.JOB_SHARDS)]
+
+
+class LabelIndex(Reads):
+    """Write a tick's jobs' label items; read the jobs that carry a label."""
+
+    def index_labels(self, jobs: Sequence[Job]) -> None:
+        t = self.clock()
+        retention = self._expiry(t)
+        ops: list[Op] = []
+        for job in jobs:
+            for key, value in (job.labels or {}).items():
+                ops.append(Put(Record(
+                    label_key(key, value, job.job_id),
+                    status_key=f"LABEL#{labels.written(key, value)}#{r.shard(job.job_id)}",
+                    status_at=r.iso(job.created_at), job_id=job.job_id,
+                    expires_at=None if retention is None else 2 * retention - int(t))))
+        for n in range(0, len(ops), 100):
+            self._transact_retrying(ops[n:n + 100])
+
+    def labelled(self, key: str, value: str, *, states: Sequence[JobState] | None = None,
+                 since: float | None = None, kind: str | None = None,
+                 scheduled_after: float | None = None,
+                 page: int = index.PAGE) -> Iterator[list[Record]]:
+        """The jobs carrying ``key=value`` (in ``states``, of ``kind``, created since
+        ``since``, not before ``scheduled_after``), whole, a page of the label's index at a
+        time, each of its 8 partitions oldest first."""
+        for rows in index.pages(self.table, label_statuses(key, value),
+                                at_least=r.iso(since) if since is not None else None,
+                                page=page):
+            found = self.table.get_many([r.job_key(row.job_id or "") for row in rows])
+            yield [rec for rec in found if _matches(rec, key, value, states, kind,
+                                                    scheduled_after)]
+
+    def newest_labelled(self, key: str, value: str, *, limit: int,
+                        states: Sequence[JobState] | None = None, since: float | None = None,
+                        kind: str | None = None,
+                        scheduled_after: float | None = None) -> list[Record]:
+        """The newest ``limit`` jobs carrying ``key=value`` (as :meth:`labelled`), among the
+        label's newest :data:`LABEL_READ` (its partitions newest first, merged): a list is
+        bounded by what it shows, not by how many jobs ever carried the label."""
+        rows = index.query(self.table, label_statuses(key, value),
+                           at_least=r.iso(since) if since is not None else None,
+                           newest_first=True, limit=max(limit, LABEL_READ))
+        out: list[Record] = []
+        for n in range(0, len(rows), 100):
+            chunk = rows[n:n + 100]
+            found = {rec.pk: rec for rec in self.table.get_many(
+                [r.job_key(row.job_id or "") for row in chunk])}
+            out += [rec for row in chunk if (rec := found.get(r.job_key(row.job_id or "")))
+                    and _matches(rec, key, value, states, kind, scheduled_after)]
+            if len(out) >= limit:
+                break
+        return out[:limit]
+
+
+def _matches(rec: Record, key: str, value: str, states: Sequence[JobState] | None,
+             kind: str | None, scheduled_after: float | None) -> bool:
+    carried = rec.labels if isinstance(rec.labels, dict) else {}
+    return carried.get(key) == value \
+        and (states is None or rec.state in {str(s) for s in states}) \
+        and (kind is None or rec.kind == kind) \
+        and (scheduled_after is None or (rec.not_before or 0) > scheduled_after)

@@ -1,0 +1,134 @@
+"""A stopped task's bill on its pointer, and the usage counters its stop adds to.
+
+A task's stop settles its bill once (:class:`dispatcher.domain.costs.TaskCost`): the
+pointer (``TASK#<arn>``) gets ``bill``, ``cost`` and ``job_seconds`` (its rate is their
+quotient), on condition it has no ``cost`` yet, so a second delivery of the stop adds nothing.
+In the same transaction each group the task's jobs ran in (``kind:<kind>``,
+``label:<key>=<value>``) gets its share added to its counter for the hour the task stopped
+(``USAGE#<group>#<hour>``: jobs ended, job-seconds, vCPU-seconds, dollars), found by the status
+index under ``USAGE#<dimension>`` (kind, label) and the hour. ``stats --by`` reads those
+counters: as many items as groups x hours, whatever the number of jobs.
+
+A normal finish's settlement rides in the transaction that marks the stop reported (one call,
+as before); an early stop's is a transaction of its own (one call more, on a stop only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dispatcher.domain.costs import TaskCost
+from dispatcher.ports.table import (
+    Add,
+    And,
+    Exists,
+    Lacks,
+    Op,
+    Record,
+    Set,
+    TransactionCancelled,
+    Update,
+)
+from dispatcher.store import codec as r
+from dispatcher.store import index
+from dispatcher.store.base import Reads
+
+HOUR = 3600
+# Counter figures are rounded to what a bill can tell apart (DynamoDB numbers keep 38 digits;
+# a float's binary tail is not worth storing).
+DOLLAR_DIGITS = 9
+SECOND_DIGITS = 6
+
+
+def hour_of(t: float) -> int:
+    return int(t // HOUR * HOUR)
+
+
+def usage_key(group: str, hour: int) -> str:
+    return f"USAGE#{group}#{hour}"
+
+
+def usage_status(dimension: str) -> str:
+    return f"USAGE#{dimension}"
+
+
+@dataclass(frozen=True)
+class GroupUsage:
+    """One group's counters over a span of hours."""
+
+    group: str
+    jobs: int = 0
+    job_seconds: float = 0.0
+    vcpu_seconds: float = 0.0
+    dollars: float = 0.0
+
+    def plus(self, rec: Record) -> GroupUsage:
+        return GroupUsage(self.group, self.jobs + int(rec.jobs or 0),
+                          self.job_seconds + float(rec.job_seconds or 0),
+                          self.vcpu_seconds + float(rec.vcpu_seconds or 0),
+                          self.dollars + float(rec.cost or 0))
+
+
+class TaskBills(Reads):
+    """Settle a stopped task's bill; read tasks' rates and the usage counters."""
+
+    def bill_ops(self, s: TaskCost) -> list[Op]:
+        """The writes of a settlement: the pointer's bill (once only) and each group's share
+        added to its counter for the hour the task stopped."""
+        t = self.clock()
+        ops: list[Op] = [Update(r.task_key(s.task_arn), [
+            Set("bill", s.bill.as_dict()), Set("cost", round(s.cost, DOLLAR_DIGITS)),
+            Set("job_seconds", round(s.usage.seconds, SECOND_DIGITS))],
+            And(Exists(), Lacks("cost")))]
+        hour = hour_of(s.bill.stopped_at)
+        for group, (jobs, vcpu, dollars) in sorted(s.group_costs().items()):
+            dimension = group.split(":", 1)[0]
+            ops.append(Update(usage_key(group, hour), [
+                Set("status_key", usage_status(dimension)), Set("status_at", r.iso(hour)),
+                Set("group", group),
+                Add("jobs", jobs),
+                Add("job_seconds", round(s.usage.groups[group][1], SECOND_DIGITS)),
+                Add("vcpu_seconds", round(vcpu, SECOND_DIGITS)),
+                Add("cost", round(dollars, DOLLAR_DIGITS)), *self._expires(t)]))
+        return ops
+
+    def settle_bill(self, s: TaskCost, with_ops: Sequence[Op] = ()) -> bool:
+        """Write ``s`` (and ``with_ops``, in the same transaction); False if the task's bill
+        was settled before (nothing written). ``with_ops``' own failed condition raises
+        TransactionCancelled as it is."""
+        ops = [*with_ops, *self.bill_ops(s)]
+        try:
+            self._transact_retrying(ops)
+        except TransactionCancelled as exc:
+            failed = exc.failed_conditions()
+            if len(with_ops) in failed and not any(i < len(with_ops) for i in failed):
+                return False
+            raise
+        return True
+
+    def task_rates(self, task_arns: Sequence[str]) -> dict[str, float]:
+        """Each settled task's dollars a job-second, by ARN (tasks not settled are absent),
+        100 pointers a read."""
+        keys = list(dict.fromkeys(r.task_key(a) for a in task_arns))
+        out: dict[str, float] = {}
+        for n in range(0, len(keys), 100):
+            for rec in self.table.get_many(keys[n:n + 100]):
+                if rec.cost is not None:
+                    seconds = float(rec.job_seconds or 0)
+                    out[rec.pk.removeprefix("TASK#")] = \
+                        float(rec.cost) / seconds if seconds > 0 else 0.0
+        return out
+
+    def group_usage(self, dimension: str, since: float, until: float) -> list[GroupUsage]:
+        """The counters of ``dimension`` (kind, label) for the hours from ``since``'s to
+        ``until``'s, added up per group: groups x hours items read, no job."""
+        rows = index.query(self.table, [usage_status(dimension)],
+                           at_least=r.iso(hour_of(since)), at_most=r.iso(until))
+        totals: dict[str, GroupUsage] = {}
+        for rec in index.full(self.table, rows):
+            group = rec.group or ""
+            totals[group] = totals.get(group, GroupUsage(group)).plus(rec)
+        return sorted(totals.values(), key=lambda g: -g.dollars)
+
+

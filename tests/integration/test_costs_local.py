@@ -1,0 +1,79 @@
+"""What a job cost and what it carries, as a person sees it in `longjobs local`: jobs of two
+kinds and two labels run; once their tasks stop (each stop's event carries the task's bill, as
+ECS's do), `jobs show` prints each job's share, `jobs list --wide` a COST column, and
+`stats --by kind` and `--by label` the cost per group, which adds up to what the jobs cost;
+`jobs list --label` lists the jobs that carry a label."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import clean_env, exits_within, start_local, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def longjobs(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "dispatcher.cli.entry", *args], env={
+        **env, "COLUMNS": "200"}, cwd=ROOT, capture_output=True, text=True, timeout=120,
+        check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_show_list_and_stats_print_what_jobs_cost(tmp_path: Path) -> None:
+    env = clean_env(ROOT, LONGJOBS_HANDLERS="nap=tests.handlers:sleepy,echo=tests.handlers:echo",
+                    LONGJOBS_TASK_CONCURRENCY="3")
+    stderr = tmp_path / "stderr"
+    local, client = start_local(ROOT, env, stderr)
+    try:
+        for n in range(3):
+            longjobs(client, "submit", "nap", "--job-id", f"nap{n}", "--payload",
+                     '{"seconds": 2}', "--label", "team=night", "--label", "tier=gold")
+        longjobs(client, "submit", "echo", "--job-id", "echo0", "--payload", '{"x": 1}',
+                 "--label", "team=day")
+        ids = ["nap0", "nap1", "nap2", "echo0"]
+
+        def shown(job_id: str) -> dict[str, object]:
+            return json.loads(longjobs(client, "jobs", "show", job_id, "--json"))
+
+        # The timeout guards against a hang only: a job's cost is final once its task's stop
+        # was handled.
+        wait_for(lambda: all((c := shown(j)["cost"]) and c["final"] for j in ids), 180,  # type: ignore[index]
+                 "every job's cost settled")
+        costs = {j: shown(j)["cost"] for j in ids}
+        for c in costs.values():
+            assert c["dollars"] > 0 and c["run_seconds"] > 0  # type: ignore[index]
+        text = longjobs(client, "jobs", "show", "nap0")
+        assert "cost" in text and "its share of their bills" in text
+        assert "team=night, tier=gold" in text
+        listed = longjobs(client, "jobs", "list", "--wide")
+        assert "COST" in listed and "$0.000" in listed
+        by_kind = json.loads(longjobs(client, "stats", "--by", "kind", "--json"))
+        groups = {g["group"]: g for g in by_kind["groups"]}
+        assert {"nap", "echo"} <= set(groups)
+        assert groups["nap"]["jobs"] == 3 and groups["echo"]["jobs"] == 1
+        # Every stop in the window is a task of these jobs: the kinds add up to the jobs.
+        total = sum(c["dollars"] for c in costs.values())  # type: ignore[index]
+        assert by_kind["total"]["dollars"] == pytest.approx(total, rel=0.01)
+        table = longjobs(client, "stats", "--by", "kind")
+        assert "usage by kind" in table and "nap" in table
+        by_team = json.loads(longjobs(client, "stats", "--by", "label:team", "--json"))
+        teams = {g["group"]: g for g in by_team["groups"]}
+        assert set(teams) == {"team=night", "team=day"} and teams["team=night"]["jobs"] == 3
+        assert by_team["total"]["dollars"] == pytest.approx(total, rel=0.01)
+        night = json.loads(longjobs(client, "jobs", "list", "--label", "team=night", "--json"))
+        assert sorted(j["job_id"] for j in night["jobs"]) == ["nap0", "nap1", "nap2"]
+        bad = subprocess.run([sys.executable, "-m", "dispatcher.cli.entry", "submit", "echo",
+                              "--label", "team"], env=client, cwd=ROOT, capture_output=True,
+                             text=True, timeout=120, check=False)
+        assert bad.returncode != 0 and "is not key=value (e.g. customer=acme)" in bad.stderr
+        assert "Traceback" not in bad.stderr
+    finally:
+        local.terminate()
+        exits_within(local, 120, stderr)

@@ -1,0 +1,95 @@
+"""What a job cost: a task's bill (Fargate's rules) split among the jobs it ran by their run
+time, so that the jobs add up to the tasks (dispatcher/domain/costs.py,
+dispatcher/stages/bills.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dispatcher import settings
+from dispatcher.domain import costs
+from dispatcher.domain.costs import Prices, TaskBill, Usage
+from dispatcher.domain.errors import ConfigError
+from dispatcher.simulation.batch_model import BatchModel
+from dispatcher.simulation.batch_shape import Shape
+from dispatcher.simulation.faults import Faults
+from dispatcher.store import Store
+from dispatcher.store import codec as r
+from tests.twins import ENV
+
+SMALL = {"jobs": 3_000, "seconds": 2.0, "tasks": 4, "concurrency": 10, "start": (30.0, 30.0)}
+# Spot and on demand alike: a RunTask of two tasks or more starts both.
+HALVES = (("FARGATE_SPOT", 1, 0), ("FARGATE", 1, 0))
+
+
+def test_a_bill_is_per_second_rounded_up_with_a_minute_at_least() -> None:
+    p = Prices()
+    short = TaskBill(1024, 2048, 100.0, 130.2)
+    assert short.seconds == 60
+    assert TaskBill(1024, 2048, 100.0, 200.2).seconds == 101
+    # 1 vCPU and 2 GB for an hour on demand: the list prices.
+    hour = TaskBill(1024, 2048, 0.0, 3600.0)
+    assert hour.cost(p) == pytest.approx(0.04048 + 2 * 0.004445)
+    spot = TaskBill(1024, 2048, 0.0, 3600.0, "FARGATE_SPOT")
+    assert spot.cost(p) == pytest.approx(0.3 * hour.cost(p))
+    arm = TaskBill(1024, 2048, 0.0, 3600.0, architecture=costs.ARM64)
+    assert arm.cost(p) == pytest.approx(0.03238 + 2 * 0.00356)
+
+
+def test_a_shared_task_is_split_by_run_time_and_adds_up() -> None:
+    usage = Usage()
+    usage.add(30.0, ["kind:a", "label:team=x"])
+    usage.add(10.0, ["kind:b"])
+    bill = TaskBill(512, 1024, 0.0, 45.0)  # billed a minute
+    s = costs.settle("arn:t", bill, usage, Prices())
+    assert s.cost == pytest.approx(60 * Prices().per_second(512, 1024, spot=False, arm=False))
+    a = costs.job_cost([{"task_arn": "arn:t", "started_at": 1.0, "ended_at": 31.0}],
+                       {"arn:t": s.rate})
+    b = costs.job_cost([{"task_arn": "arn:t", "started_at": 31.0, "ended_at": 41.0}],
+                       {"arn:t": s.rate})
+    assert a.dollars + b.dollars == pytest.approx(s.cost)
+    assert a.dollars == pytest.approx(3 * b.dollars) and a.final
+    groups = s.group_costs()
+    assert groups["kind:a"][2] + groups["kind:b"][2] == pytest.approx(s.cost)
+    assert groups["label:team=x"][2] == pytest.approx(groups["kind:a"][2])
+    pending = costs.job_cost([{"task_arn": "arn:u", "started_at": 0.0, "ended_at": 5.0}], {})
+    assert not pending.final and pending.pending_seconds == 5.0 and pending.dollars == 0
+
+
+def test_prices_are_a_setting_and_a_bad_one_says_what_it_takes() -> None:
+    cfg = settings.load("dispatcher", {**ENV, "LONGJOBS_PRICES": "spot=0.25,vcpu=0.05"})
+    assert cfg.prices == Prices(vcpu_hour=0.05, spot_factor=0.25)
+    with pytest.raises(ConfigError, match=r"LONGJOBS_PRICES.*name=price"):
+        settings.load("dispatcher", {**ENV, "LONGJOBS_PRICES": "cpu=1"})
+
+
+def test_the_jobs_costs_add_up_to_the_tasks_bills() -> None:
+    """A batch of small jobs in shared tasks that take follow-ons, on Spot and on demand, with
+    Spot reclaims and kills rerunning jobs elsewhere: every stop's bill is settled, and the
+    jobs' costs (their run seconds times their tasks' rates) add up to the bills, within 1 %
+    (the tasks that ran no job apart: their cost is the stack's, under "no job ran")."""
+    model = BatchModel(Shape(**SMALL, seed=5,  # type: ignore[arg-type]
+                             faults=Faults(reclaimed=0.3, killed=0.2, kill_within=(20.0, 60.0)),
+                             settings={"LONGJOBS_FOLLOW_ON_SECONDS": "15"}), capacity=HALVES)
+    model.run()
+    assert model.verdict().holds, model.verdict().line()
+    out = model.outcome
+    store = Store(model.table)
+    prices = model.cfg.prices
+    billed = sum(b.cost(prices) for b in out.bills.values())
+    providers = {b.capacity_provider for b in out.bills.values()}
+    assert providers == {"FARGATE", "FARGATE_SPOT"}
+    assert any(t.follow_ons for t in out.tasks) and out.reclaimed > 0
+    rates = store.task_rates(list(out.bills))
+    assert set(rates) == set(out.bills)  # every stop settled its task's bill
+    jobs = [r.record_job(rec) for pk, rec in model.table.snapshot().items()
+            if pk.startswith("JOB#")]
+    assert len(jobs) == SMALL["jobs"]
+    reran = [j for j in jobs if len({h.get("task_arn") for h in j.history
+                                     if costs.entry_seconds(h) > 0}) > 1]
+    assert reran  # some ran on two tasks: a reclaim's rerun
+    shares = [costs.job_cost(j.history, rates) for j in jobs]
+    assert all(c.final for c in shares)
+    unshared = sum(b.cost(prices) for arn, b in out.bills.items() if rates[arn] == 0)
+    total = sum(c.dollars for c in shares) + unshared
+    assert total == pytest.approx(billed, rel=0.01), (total, billed)

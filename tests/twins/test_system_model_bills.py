@@ -1,0 +1,104 @@
+"""The system model's checks of bills, counters and labels, each shown able to fail
+(tests/model_costs.py): ``task_bills`` (a task's jobs add up to the task), ``usage_counters``
+(``stats --by`` holds each bill once) and ``label_lists`` (a label lists the jobs that carry
+it). The bills' sequence: small jobs in bundles that running tasks take one after another
+(follow-ons), one task's Spot reclaimed while its jobs run (its bundle rerun elsewhere), time
+passing while jobs run, every stop delivered with its bill. Today's counts agree; with a rule
+broken (a run counted twice, a bill's shares doubled in the counters, a label never indexed),
+the check sees it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from dispatcher.domain.costs import TaskCost, Usage
+from dispatcher.store.label_index import LabelIndex
+from job_runner import writes as writes_module
+from tests.twins import test_system_model as model
+from tests.twins.test_system_model_gaps import deliver_all, machines, seen_by, spec, task
+
+__all__ = ["machines"]  # the fixture, used by name
+
+
+def tasks_run_bill_and_stop(m: model.SystemModel) -> None:
+    m.burst(40, "succeed")
+    m.tick(1)
+    for sim in list(m.tasks.values()):
+        sim.claim()
+        sim.start_next()
+    m.advance(30.0)
+    task(m, 0).stop("SpotInterruption", "Your Spot Task was interrupted.", None)
+    m.sync()
+    m.runners_pass("succeed")
+    m.advance(30.0)
+    for _ in range(6):
+        m.runners_pass("succeed")
+        m.advance(1.0)
+        m.tick(1)
+    while any(t.alive for t in m.tasks.values()):
+        for sim in m.tasks.values():
+            if sim.alive and sim.phase != "ended":
+                sim.end()
+        m.sync()
+    deliver_all(m)
+
+
+def settled(m: model.SystemModel) -> dict[str, tuple[float, float]]:
+    return {pk: (float(rec.cost or 0), float(rec.job_seconds or 0))
+            for pk, rec in m.view().items.items() if pk.startswith("TASK#") and rec.cost}
+
+
+def test_every_settled_task_adds_up(machines: Callable[[], model.SystemModel]) -> None:
+    m = machines()
+    assert seen_by(m, "task_bills", tasks_run_bill_and_stop) == []
+    bills = settled(m)
+    assert len(bills) >= 2 and any(seconds > 0 for _, seconds in bills.values()), bills
+
+
+def test_the_bill_check_sees_a_run_counted_twice(
+        machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken rule: the runner counts each run of its own twice."""
+    real = writes_module.Writes._usage
+
+    def doubled(self: writes_module.Writes) -> Usage:
+        mine = real(self)
+        return mine.plus(mine)
+
+    monkeypatch.setattr(writes_module.Writes, "_usage", doubled)
+    seen = seen_by(machines(), "task_bills", tasks_run_bill_and_stop)
+    assert seen and "their shares do not add up to its bill" in seen[0]
+
+
+def test_the_counter_check_sees_a_bill_counted_twice(
+        machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken rule: each group's share of a bill is added to its counter twice over."""
+    real = TaskCost.group_costs
+
+    def doubled(self: TaskCost) -> dict[str, tuple[int, float, float]]:
+        return {g: (jobs, vcpu, 2 * dollars) for g, (jobs, vcpu, dollars) in real(self).items()}
+
+    monkeypatch.setattr(TaskCost, "group_costs", doubled)
+    seen = seen_by(machines(), "usage_counters", tasks_run_bill_and_stop)
+    assert seen and "a bill counted twice, or not at all" in seen[0]
+
+
+def labelled_jobs(m: model.SystemModel) -> None:
+    m.submit(spec(labels={"team": "a"}), 3, False)
+    m.submit(spec(labels={"team": "b", "tier": "gold"}), 2, False)
+    m.tick(1)
+
+
+def test_a_label_lists_its_jobs(machines: Callable[[], model.SystemModel]) -> None:
+    m = machines()
+    assert seen_by(m, "label_lists", labelled_jobs) == []
+    assert len([rec for pk, rec in m.view().items.items() if pk.startswith("LABEL#")]) == 7
+
+
+def test_the_label_check_sees_a_job_its_label_misses(
+        machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken rule: the tick records jobs without their label entries."""
+    monkeypatch.setattr(LabelIndex, "index_labels", lambda self, jobs: None)
+    seen = seen_by(machines(), "label_lists", labelled_jobs)
+    assert seen and "label team=a lists [] that do not carry it and misses" in seen[0]
