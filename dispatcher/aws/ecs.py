@@ -263,10 +263,10 @@ class EcsLauncher(Launcher):
 
 def _bill(task: dict[str, Any]) -> TaskBill | None:
     """A stopped task's bill as DescribeTasks shows it (botocore gives its times as
-    datetimes): billed from the image pull's start (its creation if it never pulled) to its
-    stop; None while it runs, or without its size.
+    datetimes): billed from the image pull's start to its stop; None while it runs, without its
+    size, or if it never began to pull (Fargate bills from the pull).
     https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_Task.html"""
-    started, stopped = task.get("pullStartedAt") or task.get("createdAt"), task.get("stoppedAt")
+    started, stopped = task.get("pullStartedAt"), task.get("stoppedAt")
     if not isinstance(started, datetime) or not isinstance(stopped, datetime):
         return None
     try:

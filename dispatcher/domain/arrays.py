@@ -115,7 +115,7 @@ def child_of(parent: Job, index: int, at: float) -> Job:
                timeout_seconds=parent.timeout_seconds, created_at=at,
                enqueued_at=parent.enqueued_at, priority=parent.priority,
                not_before=parent.not_before, resources=parent.resources,
-               array_parent=parent.job_id, array_index=index)
+               array_parent=parent.job_id, array_index=index, labels=parent.labels)
 
 
 def parent_message(job: Job) -> dict[str, object]:
@@ -132,5 +132,6 @@ def parent_message(job: Job) -> dict[str, object]:
         "tolerated_failures": min(job.array_tolerated, job.array_size),
         "estimated_seconds": job.estimated_seconds, "timeout_seconds": job.timeout_seconds,
         "not_before": job.not_before, "cpu": job.resources.cpu,
-        "memory": job.resources.memory, "ephemeral_storage": job.resources.ephemeral_storage}
+        "memory": job.resources.memory, "ephemeral_storage": job.resources.ephemeral_storage,
+        "labels": job.labels or None}
     return {k: v for k, v in fields.items() if v is not None}

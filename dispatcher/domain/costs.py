@@ -35,8 +35,9 @@ X86_64 = "X86_64"
 CPU_UNITS = 1024
 MIB_PER_GB = 1024
 # How many kinds (and labels) a task's usage tells apart; a task that ran more puts the rest
-# under OTHER (its cost is still split exactly among its jobs; only the per-group counters
-# lose the detail).
+# under OTHER (its cost is still split among its jobs as before; only the per-group counters
+# lose the detail). With the two OTHER groups, a stop's transaction holds at most 34 counters
+# (DynamoDB's limit: 100 items).
 MAX_GROUPS = 32
 OTHER = "(other)"
 
@@ -124,20 +125,23 @@ class Usage:
         self.seconds += seconds
         self.jobs += int(ended)
         for g in groups:
-            if g not in self.groups and len(self.groups) >= MAX_GROUPS:
-                g = f"{g.split(':', 1)[0]}:{OTHER}"
-            jobs_seconds = self.groups.setdefault(g, [0, 0.0])
-            jobs_seconds[0] += int(ended)
-            jobs_seconds[1] += seconds
+            self._group(g, int(ended), seconds)
+
+    def _group(self, group: str, jobs: int, seconds: float) -> None:
+        """Add to ``group``; past MAX_GROUPS groups (two ``(other)`` ones aside), to its
+        dimension's ``(other)``: a task's usage, and the writes of its stop, stay bounded
+        whatever labels its jobs carry."""
+        if group not in self.groups and len(self.groups) >= MAX_GROUPS:
+            group = f"{group.split(':', 1)[0]}:{OTHER}"
+        mine = self.groups.setdefault(group, [0, 0.0])
+        mine[0] += jobs
+        mine[1] += seconds
 
     def plus(self, other: Usage) -> Usage:
-        out = Usage(self.seconds, self.jobs, {g: list(v) for g, v in self.groups.items()})
-        out.seconds += other.seconds
-        out.jobs += other.jobs
-        for g, (jobs, seconds) in other.groups.items():
-            mine = out.groups.setdefault(g, [0, 0.0])
-            mine[0] += jobs
-            mine[1] += seconds
+        out = Usage(self.seconds + other.seconds, self.jobs + other.jobs)
+        for source in (self, other):
+            for g, (jobs, seconds) in source.groups.items():
+                out._group(g, int(jobs), float(seconds))
         return out
 
     def as_dict(self) -> dict[str, Any]:
@@ -147,9 +151,10 @@ class Usage:
     def of(cls, raw: Any) -> Usage:
         if not isinstance(raw, Mapping):
             return cls()
-        groups = raw.get("groups") or {}
-        return cls(float(raw.get("seconds") or 0), int(raw.get("jobs") or 0),
-                   {str(g): [int(v[0]), float(v[1])] for g, v in groups.items()})
+        out = cls(float(raw.get("seconds") or 0), int(raw.get("jobs") or 0))
+        for g, v in (raw.get("groups") or {}).items():
+            out._group(str(g), int(v[0]), float(v[1]))
+        return out
 
 
 def groups_of(kind: str, labels: Mapping[str, str] | None = None) -> list[str]:

@@ -58,7 +58,6 @@ class TaskDetail(BaseModel):
     memory: str | None = None
     capacityProviderName: str | None = None
     pullStartedAt: str | None = None
-    createdAt: str | None = None
     attributes: list[Attribute] = Field(default_factory=list)
 
 
@@ -132,9 +131,10 @@ def _iso(ts: float) -> str:
 
 def _bill(d: TaskDetail, stopped_at: float | None) -> TaskBill | None:
     """The task's bill, when the event carries its size and span: billed from the image
-    pull's start (the task's creation when it never pulled) to its stop. The architecture is
-    the task's ``ecs.cpu-architecture`` attribute where ECS gives one, else x86."""
-    started = _epoch(d.pullStartedAt) or _epoch(d.createdAt)
+    pull's start to its stop (a task that never began to pull is not billed: None). The
+    architecture is the task's ``ecs.cpu-architecture`` attribute where ECS gives one, else
+    x86."""
+    started = _epoch(d.pullStartedAt)
     try:
         cpu, memory = float(d.cpu or ""), float(d.memory or "")
     except ValueError:

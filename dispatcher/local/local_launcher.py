@@ -249,9 +249,9 @@ class LocalLauncher(Launcher):
         if task.timer is not None:
             task.timer.cancel()
         stopped = time.time()
+        # Never started, never pulled: Fargate bills it nothing (no bill).
         task.exit = TaskExit(task.arn, task.request.task_definition, None, None, stopped,
-                             stop_code, reason, task.request.started_by,
-                             _bill(task, stopped, stopped))
+                             stop_code, reason, task.request.started_by)
         return task.exit
 
     def _report(self, exit: TaskExit | None) -> None:

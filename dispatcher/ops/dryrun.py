@@ -29,7 +29,7 @@ from dispatcher.ports.queue import BATCH, Backlog, Queue, Received
 from dispatcher.ports.table import Op
 from dispatcher.settings import Config
 from dispatcher.stages.tick import Tick
-from dispatcher.store import JobUpdate, LaunchOutcome, StageStore
+from dispatcher.store import JobUpdate, LaunchOutcome, SavedSummary, StageStore
 from dispatcher.store.array_jobs import OpenArray
 from dispatcher.store.values import Lease, TaskPointer
 from dispatcher.wiring import adapters, pipeline
@@ -92,8 +92,10 @@ class DryRunStore(StageStore):
         return Lease(owner)  # a dry run does not take the lease (it writes nothing to protect)
 
     def release_lease(self, owner: str, *, swept_at: float | None = None,
-                      held: Lease | None = None, clean: bool = False) -> None:
-        return None
+                      held: Lease | None = None, clean: bool = False,
+                      summary: SavedSummary | None = None) -> None:
+        if summary is not None:  # the tick's summary rides on the release
+            self.save_tick_summary(*summary)
 
     def active_bundles(self) -> list[Bundle]:
         return self._inner.active_bundles()
@@ -182,11 +184,9 @@ class DryRunStore(StageStore):
         return self._inner.get_rejection(key)
 
     def first_report(self, bundle_id: str, task_arn: str,
-                     bill: TaskCost | None = None) -> bool:
+                     bill: TaskCost | None = None) -> tuple[bool, bool]:
         self._plan.would("mark_stop_reported", bundle_id=bundle_id, task_arn=task_arn)
-        if bill is not None:
-            self.settle_bill(bill)
-        return True
+        return True, bill is not None and self.settle_bill(bill)
 
     def index_labels(self, jobs: Sequence[Job]) -> None:
         if jobs:

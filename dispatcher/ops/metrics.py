@@ -181,6 +181,7 @@ def tick_blobs(decision: TickReport, *, backlog: Backlog | None, running_tasks: 
         blob = stop_blob(outcome, queue=queue, namespace=namespace)
         if blob:
             blobs.append(blob)
+        blobs += cost_blobs(outcome, namespace=namespace)  # a bill reconciliation settled
     return blobs
 
 

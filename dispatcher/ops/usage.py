@@ -28,7 +28,11 @@ class UsageReport:
     groups: list[GroupUsage]
 
     @property
-    def total(self) -> GroupUsage:
+    def total(self) -> GroupUsage | None:
+        """The groups added up; None by every label (a job with two labels is in two groups).
+        By kind, or by one label's values, each job is in one group at most."""
+        if self.by == "label":
+            return None
         t = GroupUsage("total")
         for g in self.groups:
             t = GroupUsage("total", t.jobs + g.jobs, t.job_seconds + g.job_seconds,
@@ -39,8 +43,10 @@ class UsageReport:
         def row(g: GroupUsage) -> dict[str, Any]:
             return {"group": g.group, "jobs": g.jobs, "job_hours": g.job_seconds / 3600,
                     "vcpu_hours": g.vcpu_seconds / 3600, "dollars": g.dollars}
+        total = self.total
         return {"by": self.by, "since": iso(self.since), "until": iso(self.until),
-                "groups": [row(g) for g in self.groups], "total": row(self.total)}
+                "groups": [row(g) for g in self.groups],
+                "total": None if total is None else row(total)}
 
 
 def usage_report(store: OperatorStore, by: str, since: float, until: float) -> UsageReport:

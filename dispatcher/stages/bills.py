@@ -11,7 +11,9 @@ left them, for their runs on the task (one BatchGetItem a hundred jobs, on those
 
 A stop seen without its bill (reconciliation found the task after ECS had forgotten it, or
 an event without the task's size) settles nothing: the jobs' costs on that task stay pending,
-and say so.
+and say so; so does a stop whose settle of its jobs was refused for a moment (their histories
+are not final: a later delivery or reconciliation's look settles both), and the stop of a task
+whose runner, of an older release, took follow-ons without counting their job-seconds.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ class Bills:
     def vouched(self, stop: TaskStop, pointer: TaskPointer) -> TaskCost | None:
         """The settlement of a task whose runner counted every run on it (``pointer.ended``),
         to be written with the stop's mark; None without a bill."""
-        if stop.bill is None or pointer.ended is None or pointer.settled:
+        if stop.bill is None or pointer.ended is None or pointer.settled \
+                or not pointer.ended_usage_known:
             return None
         return self._settlement(stop, pointer.ended.usage)
 
@@ -52,8 +55,10 @@ class Bills:
         last bundle's jobs are read. None if nothing was written (no bill, settled before)."""
         if stop.bill is None or pointer is None or pointer.settled:
             return None
-        if pointer.ended is not None:
+        if pointer.ended is not None and pointer.ended_usage_known:
             usage = pointer.ended.usage
+        elif not pointer.before_usage_known:
+            return None  # a runner of an older release: its earlier bundles' runs uncounted
         else:
             bundle = self._store.get_bundle(pointer.bundle_id)
             jobs = self._store.get_jobs(bundle.job_ids) if bundle is not None else []

@@ -29,17 +29,18 @@ class Finishes:
         self._store = store
 
     def counted(self, bundle_id: str, task_arn: str, ended: JobOutcomes,
-                bill: TaskCost | None = None) -> JobOutcomes | None:
+                bill: TaskCost | None = None) -> tuple[JobOutcomes | None, bool]:
         """``ended``, the runner's count for ``bundle_id`` (DONE on ``task_arn``, none of its
         runs left going on there); None when this stop was reported already (a duplicate
-        event: nothing is reported twice). One conditional write (with the task's ``bill``,
-        one transaction), no read."""
-        return ended if self._store.first_report(bundle_id, task_arn, bill) else None
+        event: nothing is reported twice). And whether the task's ``bill`` was written by
+        this call. One conditional write (with the bill, one transaction), no read."""
+        first, billed = self._store.first_report(bundle_id, task_arn, bill)
+        return (ended if first else None), billed
 
     def report(self, bundle: Bundle, task_arn: str) -> JobOutcomes | None:
         """The outcomes of ``bundle``, DONE on ``task_arn`` that stopped, read from its jobs;
         None when this stop was reported already."""
-        if not self._store.first_report(bundle.bundle_id, task_arn):
+        if not self._store.first_report(bundle.bundle_id, task_arn)[0]:
             return None
         everyone = self._store.get_jobs(bundle.job_ids)
         self._store.end_live_runs(task_arn, everyone)  # a run abandoned there is over now

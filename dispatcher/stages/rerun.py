@@ -67,6 +67,9 @@ class StopOutcome:
     failed_before: int = 0
     # The task's bill, settled by this stop (None: no bill in the stop, or settled before).
     settlement: TaskCost | None = None
+    # False when this stop left the jobs' runs on the task unsettled (its settle was refused
+    # for a moment): their histories are not final, and its bill waits for a later look.
+    runs_final: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -104,14 +107,15 @@ class Reruns:
             # The normal end of a task, its outcomes and job-seconds counted by its runner: no
             # more to read; its bill is settled with the stop's mark.
             settlement = self._bills.vouched(stop, pointer)
-            out = self._finished(stop.task_arn, pointer.bundle_id, pointer.before,
-                                 self._finishes.counted(pointer.bundle_id, stop.task_arn,
-                                                        pointer.ended, settlement))
-            out.settlement = settlement if out.result == StopResult.FINISHED else None
+            finished, billed = self._finishes.counted(pointer.bundle_id, stop.task_arn,
+                                                      pointer.ended, settlement)
+            out = self._finished(stop.task_arn, pointer.bundle_id, pointer.before, finished)
+            out.settlement = settlement if billed else None
+            if billed or settlement is not None:
+                return out  # settled now, or before: nothing more to write
         else:
             out = self._handle(stop, pointer)
-        if out.settlement is None and (pointer is None or not pointer.settled) \
-                and stop.bill is not None:
+        if out.runs_final and out.settlement is None and stop.bill is not None:
             out.settlement = self._bills.settle(stop, pointer)
         return out
 
@@ -154,14 +158,16 @@ class Reruns:
         except (ConflictError, TransactionCancelled) as exc:
             # Someone else is moving this bundle (another event, the tick): nothing was written;
             # reconciliation looks again if it still needs handling.
-            return StopOutcome(StopResult.IGNORED, arn, bundle.bundle_id, reason=exc.reason)
+            return StopOutcome(StopResult.IGNORED, arn, bundle.bundle_id, reason=exc.reason,
+                               runs_final=False)
         except InvalidTransaction as exc:
             # The table refuses the settle for a reason not of one job's item (a job's is
             # failed alone by the settle): a stop event, and the tick whose reconciliation
             # calls this, must not fail for it. Logged; reconciliation looks again.
             log.error("the table refused a stop's settle", extra={
                 "bundle_id": bundle.bundle_id, "task_arn": arn, "reason": exc.reason})
-            return StopOutcome(StopResult.IGNORED, arn, bundle.bundle_id, reason=exc.reason)
+            return StopOutcome(StopResult.IGNORED, arn, bundle.bundle_id, reason=exc.reason,
+                               runs_final=False)
         rerun = [j for j in rerun if j not in overfull]
         self._store.end_live_runs(arn, jobs)  # a run abandoned there is over now
         out = StopOutcome(StopResult.SETTLED, arn, bundle.bundle_id, cls, rerun=rerun,

@@ -42,7 +42,7 @@ from dispatcher.stages.lookout import LOOK_SECONDS, Lookout
 from dispatcher.stages.policy import TickPolicy
 from dispatcher.stages.reconcile import Reconciler, ReconcileStats
 from dispatcher.stages.revision import Revisions
-from dispatcher.store import StageStore
+from dispatcher.store import SavedSummary, StageStore
 from dispatcher.store.values import Lease
 
 log = logging.getLogger(__name__)
@@ -138,6 +138,7 @@ class Tick:
         # sweep skips a claim the table would refuse, and leaves what it did for the next.
         decision.reconcile.sweep_at = held.swept_at
         clean = False
+        summary: SavedSummary | None = None
         try:
             # Resolve once and pin: every launch of this tick, the relaunches of its
             # reconciliation too, uses the same revision (the deployed job code on the stack's
@@ -145,17 +146,24 @@ class Tick:
             # which is how a deploy shows up per job.
             with self._revisions.pinned() as task_definition:
                 decision.task_definition = task_definition
-                self._run(decision, started + budget, held, begun)
+                summary = self._run(decision, started + budget, held, begun)
             # Every bundle it began recording is committed (a failure leaves one RECORDING).
             clean = decision.intake.record_failures == 0
         finally:
-            self._store.release_lease(owner, swept_at=decision.reconcile.sweep_at,
-                                      held=held, clean=clean)
+            try:  # the summary with the lease's release: one write
+                self._store.release_lease(owner, swept_at=decision.reconcile.sweep_at,
+                                          held=held, clean=clean, summary=summary)
+            except TableUnavailable as exc:  # only what `jobs show` explains is a tick older
+                if summary is None:
+                    raise
+                log.error("saving the tick's summary failed", extra={"reason": exc.reason})
             decision.elapsed_ms = int((time.monotonic() - started) * 1000)
             log.info("tick", extra=decision.as_dict())
         return decision
 
-    def _run(self, d: TickReport, drain_deadline: float, lease: Lease, begun: float) -> None:
+    def _run(self, d: TickReport, drain_deadline: float, lease: Lease,
+             begun: float) -> SavedSummary:
+        """The tick's work; its summary, for the lease's release to write."""
         assert d.task_definition is not None
         self._launches.recover(d.launch, d.task_definition)
         if lease.recordings_left:  # else the tick before recorded all it began
@@ -255,14 +263,15 @@ class Tick:
                 kind_running[b.kind] += b.slots
         if self._arrays is not None:  # their parents' states, from what this tick recorded
             self._arrays.settle(d.arrays)
-        self._save_summary(TickSummary(
+        return (TickSummary(
             at=self._clock(), active=d.active_bundles + d.launch.bundles_launched,
             max_running=self._policy.max_running_tasks,
             kinds={k: (n, self._policy.kind_limits[k]) for k, n in kind_running.items()},
             left_due=dict(left_due), blocked=frozenset(blocked), others_due=dict(others_due),
             fed_seconds=d.intake.follow_on_seconds / max(1, (takers + d.capacity)
                                                          * self._policy.task_concurrency)
-            if takers else 0.0, small_jobs_left=d.intake.small_jobs_left))
+            if takers else 0.0, small_jobs_left=d.intake.small_jobs_left),
+            self._revisions.current(), self._revisions.pinned_version)
 
     def _urgent(self, d: TickReport, active: list[Bundle], drain_deadline: float,
                 begun: float) -> None:
@@ -304,15 +313,6 @@ class Tick:
             if self._clock() >= until or time.monotonic() >= drain_deadline:
                 break
         d.handoff.watched_seconds = int(max(0.0, self._clock() - now))
-
-    def _save_summary(self, summary: TickSummary) -> None:
-        """One write a tick: what every waiting job's ``waiting_for`` is derived from, and
-        the revision follow-ons are taken on (dispatcher.store.follow_ons)."""
-        try:
-            self._store.save_tick_summary(summary, self._revisions.current(),
-                                          self._revisions.pinned_version)
-        except TableUnavailable as exc:  # only what `jobs show` explains is a tick older
-            log.error("saving the tick's summary failed", extra={"reason": exc.reason})
 
 
 class _LaunchQueue:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dispatcher.store.base import Reads
 from dispatcher.store.operator import OperatorStore
 from dispatcher.store.runner import Beat, Claim, RunnerStore
-from dispatcher.store.stage_store import StageStore
+from dispatcher.store.stage_store import SavedSummary, StageStore
 from dispatcher.store.values import Fence, JobUpdate, LaunchOutcome
 
 
@@ -29,6 +29,7 @@ __all__ = [
     "OperatorStore",
     "Reads",
     "RunnerStore",
+    "SavedSummary",
     "StageStore",
     "Store",
 ]

@@ -286,10 +286,13 @@ class Reads:
         ended = JobOutcomes(int(pointer.ended_succeeded or 0), int(pointer.ended_failed or 0),
                             Usage.of(pointer.ended_usage)) \
             if pointer.ended_bundle == pointer.bundle_id else None
+        took = bool(pointer.ran_succeeded or pointer.ran_failed)
         return TaskPointer(pointer.bundle_id, JobOutcomes(int(pointer.ran_succeeded or 0),
                                                           int(pointer.ran_failed or 0),
                                                           Usage.of(pointer.ran_usage)), ended,
-                           settled=pointer.cost is not None)
+                           settled=pointer.cost is not None,
+                           before_usage_known=pointer.ran_usage is not None or not took,
+                           ended_usage_known=ended is None or pointer.ended_usage is not None)
 
     def get_rejection(self, key: str) -> Rejection | None:
         rec = self.table.get(r.rejection_key(key))

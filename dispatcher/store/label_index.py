@@ -9,9 +9,10 @@ jobs newest first. The tick writes them just before it records the jobs (one
 TransactWriteItems a hundred labels; a job without labels costs nothing): a label item whose
 job was then not recorded, or was recorded from another message with other labels (a
 duplicate), or expired, is skipped by its reader, who reads the job's item to know its state
-anyway. A label item expires twice the retention after its job was made (the job's own expiry
-counts from its end, which its admission cannot know): a job older than that is no longer
-found by its labels, only by its id or state.
+anyway. A label item expires twice the retention after its job was due (made, or its
+``not_before``; the job's own expiry counts from its end, which its admission cannot know): a
+job still waiting or running past that is no longer found by its labels, only by its id or
+state.
 
 Reading a label: its index rows a page at a time, then the jobs' items (one BatchGetItem a
 hundred), kept if they still carry the label and match the state, kind and window asked for.
@@ -40,22 +41,30 @@ def label_statuses(key: str, value: str) -> list[str]:
     return [f"LABEL#{labels.written(key, value)}#{n}" for n in range(r.JOB_SHARDS)]
 
 
+def label_expiry(retention: int, made: float) -> int:
+    """When a label entry expires: twice the retention after its job was due (made, or its
+    ``not_before``), ``retention`` being that time's own expiry."""
+    return 2 * retention - int(made)
+
+
 class LabelIndex(Reads):
     """Write a tick's jobs' label items; read the jobs that carry a label."""
 
     def index_labels(self, jobs: Sequence[Job]) -> None:
         t = self.clock()
-        retention = self._expiry(t)
-        ops: list[Op] = []
+        ops: dict[str, Op] = {}  # by item: a job sent twice in one drain is one entry
         for job in jobs:
+            due = max(t, job.not_before or t)
+            retention = self._expiry(due)
             for key, value in (job.labels or {}).items():
-                ops.append(Put(Record(
+                ops[label_key(key, value, job.job_id)] = Put(Record(
                     label_key(key, value, job.job_id),
                     status_key=f"LABEL#{labels.written(key, value)}#{r.shard(job.job_id)}",
                     status_at=r.iso(job.created_at), job_id=job.job_id,
-                    expires_at=None if retention is None else 2 * retention - int(t))))
-        for n in range(0, len(ops), 100):
-            self._transact_retrying(ops[n:n + 100])
+                    expires_at=None if retention is None else label_expiry(retention, due)))
+        puts = list(ops.values())
+        for n in range(0, len(puts), 100):
+            self._transact_retrying(puts[n:n + 100])
 
     def labelled(self, key: str, value: str, *, states: Sequence[JobState] | None = None,
                  since: float | None = None, kind: str | None = None,
@@ -69,7 +78,7 @@ class LabelIndex(Reads):
                                 page=page):
             found = self.table.get_many([r.job_key(row.job_id or "") for row in rows])
             yield [rec for rec in found if _matches(rec, key, value, states, kind,
-                                                    scheduled_after)]
+                                                    scheduled_after, since)]
 
     def newest_labelled(self, key: str, value: str, *, limit: int,
                         states: Sequence[JobState] | None = None, since: float | None = None,
@@ -87,16 +96,19 @@ class LabelIndex(Reads):
             found = {rec.pk: rec for rec in self.table.get_many(
                 [r.job_key(row.job_id or "") for row in chunk])}
             out += [rec for row in chunk if (rec := found.get(r.job_key(row.job_id or "")))
-                    and _matches(rec, key, value, states, kind, scheduled_after)]
+                    and _matches(rec, key, value, states, kind, scheduled_after, since)]
             if len(out) >= limit:
                 break
         return out[:limit]
 
 
 def _matches(rec: Record, key: str, value: str, states: Sequence[JobState] | None,
-             kind: str | None, scheduled_after: float | None) -> bool:
+             kind: str | None, scheduled_after: float | None, since: float | None) -> bool:
+    """The job as read still carries the label and matches the rest; ``since`` on its own
+    creation time (a duplicate's entry was written later than its job was made)."""
     carried = rec.labels if isinstance(rec.labels, dict) else {}
     return carried.get(key) == value \
+        and (since is None or (rec.created_at or 0) >= since) \
         and (states is None or rec.state in {str(s) for s in states}) \
         and (kind is None or rec.kind == kind) \
         and (scheduled_after is None or (rec.not_before or 0) > scheduled_after)

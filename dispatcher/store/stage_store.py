@@ -8,6 +8,7 @@ the transition. A writer with a stale view loses the write instead of overwritin
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Collection, Mapping
 
 from dispatcher.domain import lifecycle
@@ -36,6 +37,7 @@ from dispatcher.ports.table import (
     Record,
     Remove,
     Set,
+    TableUnavailable,
     TransactionCancelled,
     Update,
 )
@@ -71,6 +73,13 @@ LAUNCH_TTL_SECONDS = 7 * 86400
 
 # The tick's summary (TICK#summary) outlives the last tick by this much.
 TICK_SUMMARY_TTL_SECONDS = 86400
+
+
+log = logging.getLogger(__name__)
+
+# A tick's summary as it saves it: the summary, the revision it launched, the deployment
+# record's version that revision was decided on (StageStore.save_tick_summary).
+SavedSummary = tuple[TickSummary, str | None, int | None]
 
 
 class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Waiters,
@@ -112,19 +121,42 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
                                                 or int(rec.released_at) != number - 1))
 
     def release_lease(self, owner: str, *, swept_at: float | None = None,
-                      held: Lease | None = None, clean: bool = False) -> None:
+                      held: Lease | None = None, clean: bool = False,
+                      summary: SavedSummary | None = None) -> None:
         """Give the lease back early (only if we still own it), leaving on it when the look
         at every held dependent was last claimed, if this tick knows (``swept_at``), and,
         with ``held`` (the lease as this tick took it), that it was given back, so the next
         holder knows it took over from no dead tick, and, with ``clean`` too, that this tick
-        left no bundle RECORDING."""
+        left no bundle RECORDING. ``summary``: the tick's summary (:meth:`save_tick_summary`),
+        written in the same transaction: one call a tick where two were, and a tick that lost
+        its lease writes no summary over its successor's. The transaction is tried once: if it
+        fails for another reason (the table throttled or failing), the two are written apart,
+        as before, so that a failing table does not keep the lease from the next tick."""
+        release = Update(r.LEASE_KEY, [
+            Remove("owner"), Set("lease_until", 0),
+            *([Set("released_at", held.number)] if held is not None else []),
+            *([Set("swept_at", swept_at)] if swept_at is not None else []),
+            *([Set("clean_at", held.number)] if held is not None and clean else [])],
+            Eq("owner", owner))
+        if summary is not None:
+            try:
+                self.table.transact([release, self._summary_put(*summary)])
+                return
+            except TransactionCancelled as exc:
+                if 0 in exc.failed_conditions():
+                    return  # a lost lease (and its tick's summary) are the next owner's
+            except (TableUnavailable, InvalidTransaction):
+                pass
+        failed: TableUnavailable | None = None
+        if summary is not None:
+            try:
+                self.save_tick_summary(*summary)
+            except TableUnavailable as exc:  # the lease is given back all the same
+                failed = exc
         with contextlib.suppress(ConditionFailed):  # a lost lease is the next owner's
-            self.table.write(Update(r.LEASE_KEY, [
-                Remove("owner"), Set("lease_until", 0),
-                *([Set("released_at", held.number)] if held is not None else []),
-                *([Set("swept_at", swept_at)] if swept_at is not None else []),
-                *([Set("clean_at", held.number)] if held is not None and clean else [])],
-                Eq("owner", owner)))
+            self.table.write(release)
+        if failed is not None:
+            raise failed
 
     # -- sharing task slots between priorities (dispatcher.domain.fairness) ---------------------
     def priority_credit(self) -> dict[str, float]:
@@ -145,10 +177,14 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
         a day after the last tick: a stack left idle keeps nothing of it. ``task_definition``:
         the revision the tick launched with, and ``version`` the deployment record's it was
         decided on (see :meth:`save_tick_revision`)."""
+        self.table.write(self._summary_put(summary, task_definition, version))
+
+    def _summary_put(self, summary: TickSummary, task_definition: str | None = None,
+                     version: int | None = None) -> Put:
         t = self.clock()
-        self.table.write(Put(Record(r.TICK_KEY, summary=summary.to_json(), updated_at=t,
-                                    expires_at=int(t + TICK_SUMMARY_TTL_SECONDS),
-                                    task_definition=task_definition, version=version)))
+        return Put(Record(r.TICK_KEY, summary=summary.to_json(), updated_at=t,
+                          expires_at=int(t + TICK_SUMMARY_TTL_SECONDS),
+                          task_definition=task_definition, version=version))
 
     def save_tick_revision(self, task_definition: str, version: int | None) -> None:
         """The revision a tick launches and the deployment record's version it was decided on
@@ -324,12 +360,14 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
         return refused
 
     def first_report(self, bundle_id: str, task_arn: str,
-                     bill: TaskCost | None = None) -> bool:
-        """True the first time a stop of ``task_arn`` is handled for this bundle, False for a
-        duplicate (EventBridge and Lambda's async retries can deliver an event twice): the
-        stop's job metrics are published once. A settle marks its stop as handled too.
-        ``bill``: the task's settlement, written in the same transaction (once only,
-        whichever delivery writes it: :meth:`settle_bill`)."""
+                     bill: TaskCost | None = None) -> tuple[bool, bool]:
+        """Whether this is the first time a stop of ``task_arn`` is handled for this bundle
+        (False for a duplicate: EventBridge and Lambda's async retries can deliver an event
+        twice; the stop's job metrics are published once; a settle marks its stop as handled
+        too), and whether ``bill``, the task's settlement, was written by this call: in the
+        same transaction (once only, whichever delivery writes it: :meth:`settle_bill`), or,
+        when that transaction fails for the bill's sake (a counter busy past its tries), the
+        mark alone and the bill after it, as it may."""
         differs = Or(Lacks("reported_stop"), Lt("reported_stop", task_arn),
                      Gt("reported_stop", task_arn))  # <>: the port has no inequality
         mark = Update(r.bundle_key(bundle_id), [Set("reported_stop", task_arn)],
@@ -337,18 +375,28 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
         if bill is not None:
             try:
                 if self.settle_bill(bill, [mark]):
-                    return True
+                    return True, True
             except TransactionCancelled as exc:
-                if 0 not in exc.failed_conditions():
-                    raise
-                self.settle_bill(bill)  # reported before; its bill may not be
-                return False
-            # its bill was settled before (by another delivery): the mark alone
+                if 0 in exc.failed_conditions():  # reported before; its bill may not be
+                    return False, self._settle_quietly(bill)
+            except (TableUnavailable, InvalidTransaction):
+                pass  # the bill's writes failed: the mark alone, then the bill
+            else:  # its bill was settled before (by another delivery): the mark alone
+                bill = None
         try:
             self.table.write(mark)
         except ConditionFailed:
+            return False, False
+        return True, bill is not None and self._settle_quietly(bill)
+
+    def _settle_quietly(self, bill: TaskCost) -> bool:
+        """Settle ``bill`` if it may be; a failure is logged, never the stop's."""
+        try:
+            return self.settle_bill(bill)
+        except (TableUnavailable, TransactionCancelled, InvalidTransaction) as exc:
+            log.warning("a task's bill was not settled", extra={
+                "task_arn": bill.task_arn, "error": f"{type(exc).__name__}: {exc}"})
             return False
-        return True
 
     def running_jobs(self, *, overdue_by: float | None = None) -> list[Job]:
         """The RUNNING jobs, whole. The index does not hold their history (when each run

@@ -5,9 +5,10 @@ pointer (``TASK#<arn>``) gets ``bill``, ``cost`` and ``job_seconds`` (its rate i
 quotient), on condition it has no ``cost`` yet, so a second delivery of the stop adds nothing.
 In the same transaction each group the task's jobs ran in (``kind:<kind>``,
 ``label:<key>=<value>``) gets its share added to its counter for the hour the task stopped
-(``USAGE#<group>#<hour>``: jobs ended, job-seconds, vCPU-seconds, dollars), found by the status
-index under ``USAGE#<dimension>`` (kind, label) and the hour. ``stats --by`` reads those
-counters: as many items as groups x hours, whatever the number of jobs.
+(``USAGE#<group>#<hour>#<shard>``: jobs ended, job-seconds, vCPU-seconds, dollars; one of
+:data:`COUNTER_SHARDS` items by the task), found by the status index under
+``USAGE#<dimension>`` (kind, label) and the hour. ``stats --by`` reads those counters: at most
+groups x hours x shards items, whatever the number of jobs.
 
 A normal finish's settlement rides in the transaction that marks the stop reported (one call,
 as before); an early stop's is a transaction of its own (one call more, on a stop only).
@@ -15,6 +16,7 @@ as before); an early stop's is a transaction of its own (one call more, on a sto
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,18 +37,20 @@ from dispatcher.store import index
 from dispatcher.store.base import Reads
 
 HOUR = 3600
-# Counter figures are rounded to what a bill can tell apart (DynamoDB numbers keep 38 digits;
-# a float's binary tail is not worth storing).
-DOLLAR_DIGITS = 9
-SECOND_DIGITS = 6
 
 
 def hour_of(t: float) -> int:
     return int(t // HOUR * HOUR)
 
 
-def usage_key(group: str, hour: int) -> str:
-    return f"USAGE#{group}#{hour}"
+# Each group's counter of an hour is spread over this many items (by the stopped task's ARN):
+# the stops of one kind's tasks, many a second when a batch ends, would otherwise all update
+# one item inside their transactions, and conflict (TransactionConflict) with each other.
+COUNTER_SHARDS = 8
+
+
+def usage_key(group: str, hour: int, task_arn: str) -> str:
+    return f"USAGE#{group}#{hour}#{zlib.crc32(task_arn.encode()) % COUNTER_SHARDS}"
 
 
 def usage_status(dimension: str) -> str:
@@ -78,19 +82,17 @@ class TaskBills(Reads):
         added to its counter for the hour the task stopped."""
         t = self.clock()
         ops: list[Op] = [Update(r.task_key(s.task_arn), [
-            Set("bill", s.bill.as_dict()), Set("cost", round(s.cost, DOLLAR_DIGITS)),
-            Set("job_seconds", round(s.usage.seconds, SECOND_DIGITS))],
+            Set("bill", s.bill.as_dict()), Set("cost", s.cost),
+            Set("job_seconds", s.usage.seconds)],
             And(Exists(), Lacks("cost")))]
         hour = hour_of(s.bill.stopped_at)
         for group, (jobs, vcpu, dollars) in sorted(s.group_costs().items()):
             dimension = group.split(":", 1)[0]
-            ops.append(Update(usage_key(group, hour), [
+            ops.append(Update(usage_key(group, hour, s.task_arn), [
                 Set("status_key", usage_status(dimension)), Set("status_at", r.iso(hour)),
                 Set("group", group),
-                Add("jobs", jobs),
-                Add("job_seconds", round(s.usage.groups[group][1], SECOND_DIGITS)),
-                Add("vcpu_seconds", round(vcpu, SECOND_DIGITS)),
-                Add("cost", round(dollars, DOLLAR_DIGITS)), *self._expires(t)]))
+                Add("jobs", jobs), Add("job_seconds", s.usage.groups[group][1]),
+                Add("vcpu_seconds", vcpu), Add("cost", dollars), *self._expires(t)]))
         return ops
 
     def settle_bill(self, s: TaskCost, with_ops: Sequence[Op] = ()) -> bool:

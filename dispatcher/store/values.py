@@ -109,4 +109,9 @@ class TaskPointer:
     bundle_id: str
     before: JobOutcomes = JobOutcomes()
     ended: JobOutcomes | None = None
-    settled: bool = False  # its bill is settled (dispatcher.domain.costs.Settlement)
+    settled: bool = False  # its bill is settled (dispatcher.domain.costs.TaskCost)
+    # Whether its runner counted job-seconds (a runner of an older release counted outcomes
+    # only): ``before``'s usage is known (it took no follow-on, or counted them), and
+    # ``ended``'s (the vouched bundle's).
+    before_usage_known: bool = True
+    ended_usage_known: bool = True

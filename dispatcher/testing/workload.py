@@ -4,6 +4,7 @@ the tests assert."""
 from __future__ import annotations
 
 import random
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from typing import Any
 
 from dispatcher import settings
 from dispatcher.domain import task_events
+from dispatcher.domain.costs import TaskBill
 from dispatcher.ops.client import JobClient
 from dispatcher.stages.tick import Tick, TickReport
 from dispatcher.wiring.adapters import open_store
@@ -148,10 +150,12 @@ def run_launched_tasks(runner_env: Mapping[str, str], task_arns: Iterable[str],
 
 
 def stopped_event(arn: str, container: str = "worker") -> dict[str, Any]:
-    """The "ECS Task State Change" EventBridge delivers when a task's runner exits 0."""
+    """The "ECS Task State Change" EventBridge delivers when a task's runner exits 0, with its
+    bill as ECS gives it (a quarter vCPU and 512 MiB on demand for the last minute)."""
+    now = time.time()
     return task_events.sample_event(arn, stop_code="EssentialContainerExited",
                                    reason="Essential container in task exited", exit_code=0,
-                                   container=container)
+                                   container=container, bill=TaskBill(256, 512, now - 60, now))
 
 
 def api_calls_end_to_end(proxy: Any, dispatcher: Tick, jobs: list[dict[str, Any]], *,

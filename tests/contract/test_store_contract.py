@@ -10,6 +10,7 @@ from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import ConflictError, IllegalTransition, LongjobsError
 from dispatcher.domain.jobs import Job, JobState, Rejection
 from dispatcher.domain.launches import Launch
+from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.record import Record
 from dispatcher.ports.table import Put, Set, Update
 from dispatcher.store import Fence, JobUpdate, LaunchOutcome, Store
@@ -268,6 +269,22 @@ def test_lease_is_exclusive_until_it_expires(env: tuple[Store, Clock]) -> None:
     assert store.acquire_lease("b", 60)  # expired: taken over
     store.release_lease("b")
     assert store.acquire_lease("a", 60)
+
+
+def test_the_ticks_summary_rides_on_its_lease_release_unless_the_lease_was_lost(
+        env: tuple[Store, Clock]) -> None:
+    store, clock = env
+    summary = TickSummary(at=T0, active=1, max_running=4, left_due={"normal": 2})
+    held = store.acquire_lease("a", 60)
+    store.release_lease("a", held=held, summary=(summary, "fam:3", 2))
+    assert store.tick_summary() == summary
+    assert store.acquire_lease("b", 60)  # given back
+    clock.t += 61
+    assert store.acquire_lease("c", 60)  # b's lease expired: c took it over
+    store.release_lease("b", summary=(TickSummary(at=T0 + 61, active=0, max_running=4),
+                                      "fam:4", 3))
+    assert store.tick_summary() == summary  # b lost its lease: its summary is not written
+    assert not store.acquire_lease("d", 60)  # and c's lease is c's
 
 
 def test_a_lease_hands_the_next_holder_what_its_last_holder_left(

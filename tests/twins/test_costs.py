@@ -9,13 +9,16 @@ import pytest
 from dispatcher import settings
 from dispatcher.domain import costs
 from dispatcher.domain.costs import Prices, TaskBill, Usage
-from dispatcher.domain.errors import ConfigError
+from dispatcher.domain.errors import ConfigError, ConflictError
+from dispatcher.domain.jobs import JobState
+from dispatcher.domain.stops import TaskStop
 from dispatcher.simulation.batch_model import BatchModel
 from dispatcher.simulation.batch_shape import Shape
 from dispatcher.simulation.faults import Faults
-from dispatcher.store import Store
+from dispatcher.stages.rerun import StopResult
+from dispatcher.store import Fence, JobUpdate, Store
 from dispatcher.store import codec as r
-from tests.twins import ENV
+from tests.twins import ENV, Twins, finish_as_runner
 
 SMALL = {"jobs": 3_000, "seconds": 2.0, "tasks": 4, "concurrency": 10, "start": (30.0, 30.0)}
 # Spot and on demand alike: a RunTask of two tasks or more starts both.
@@ -93,3 +96,60 @@ def test_the_jobs_costs_add_up_to_the_tasks_bills() -> None:
     unshared = sum(b.cost(prices) for arn, b in out.bills.items() if rates[arn] == 0)
     total = sum(c.dollars for c in shares) + unshared
     assert total == pytest.approx(billed, rel=0.01), (total, billed)
+
+
+def test_a_task_tells_at_most_32_groups_apart_however_its_usage_is_added_up() -> None:
+    """Ten jobs of ten labels of their own each: 101 groups, which a stop's transaction could
+    not hold (DynamoDB's 100 items); added run by run as the runner adds them, they fold into
+    ``label:(other)``, and nothing is lost of the seconds."""
+    total = Usage()
+    for n in range(10):
+        run = Usage()
+        run.add(1.0, costs.groups_of("k", {f"l{m}": f"v{n}" for m in range(10)}))
+        total = total.plus(run)
+    assert len(total.groups) <= costs.MAX_GROUPS + 2 and "label:(other)" in total.groups
+    assert total.seconds == 10.0 and total.groups["kind:k"] == [10, 10.0]
+    assert len(Usage.of(total.as_dict()).groups) == len(total.groups)
+
+
+def test_a_stop_whose_settle_was_refused_leaves_its_bill_for_a_later_look(
+        twins: Twins, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The jobs' histories on the task are not final until their settle is written: a bill
+    split by them then would freeze too few seconds. The next delivery settles both."""
+    bundle_id, arn = twins.launched("j1")
+    fence = Fence(bundle_id, 1, arn)
+    twins.store.claim(fence)
+    twins.store.apply(fence, [JobUpdate("j1", JobState.PENDING, JobState.RUNNING,
+                                        attempts_delta=1, history=[
+                                            {"task_arn": arn, "started_at": twins.clock()}])])
+    twins.clock.advance(30)
+    bill = TaskBill(256, 512, twins.clock() - 40, twins.clock())
+    stop = TaskStop(arn, "SpotInterruption", "reclaimed", 143, twins.clock(), bill)
+    real = Store.settle
+
+    def refused(*args: object, **kwargs: object) -> set[str]:
+        raise ConflictError("moved meanwhile")
+
+    monkeypatch.setattr(Store, "settle", refused)
+    out = twins.stages().reruns.on_stop(stop)
+    assert out.result == StopResult.IGNORED and out.settlement is None
+    assert twins.store.task_rates([arn]) == {}
+    monkeypatch.setattr(Store, "settle", real)
+    again = twins.stages().reruns.on_stop(stop)
+    assert again.result == StopResult.SETTLED and again.settlement is not None
+    job = twins.job("j1")
+    assert job is not None
+    cost = costs.job_cost(job.history, twins.store.task_rates([arn]))
+    assert cost.final and cost.dollars == pytest.approx(bill.cost(Prices()))
+
+
+def test_a_stop_delivered_twice_reports_its_bill_once(twins: Twins) -> None:
+    _, arn = twins.launched("j1")
+    finish_as_runner(twins.store, "j1", JobState.SUCCEEDED)
+    bill = TaskBill(256, 512, twins.clock() - 60, twins.clock())
+    stop = TaskStop(arn, "EssentialContainerExited", "done", 0, twins.clock(), bill)
+    first = twins.stages().reruns.on_stop(stop)
+    second = twins.stages().reruns.on_stop(stop)
+    assert first.settlement is not None and second.settlement is None
+    assert sum(float(rec.cost or 0) for rec in twins.items("USAGE#kind:")) == pytest.approx(
+        bill.cost(Prices()), rel=1e-6)

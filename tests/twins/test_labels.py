@@ -140,3 +140,19 @@ def test_events_carry_labels_and_stats_count_by_label(
         usage["label:customer=acme"].dollars)
     kinds = {g.group: g for g in store.group_usage("kind", twins.clock() - 3600, twins.clock())}
     assert kinds["kind:k"].jobs == 5
+
+
+def test_a_labelled_job_sent_twice_in_one_drain_is_recorded_once(twins: Twins) -> None:
+    client = twins.client()
+    for _ in range(2):  # the same array parent, twice before a tick: one label entry
+        client.submit("k", {}, job_id="arr", array_size=3, labels={"team": "a"})
+    client.submit("k", {}, job_id="one", labels={"team": "a"})
+    client.submit("k", {}, job_id="one", labels={"team": "a"})
+    for _ in range(3):
+        twins.stages().tick.tick()
+    q = Queries(twins.store, clock=twins.clock)
+    listed = sorted(s.job_id for s in q.list_jobs(label="team=a", limit=100))
+    # An array's children carry its labels: they are the jobs that run (and cost).
+    assert listed == ["arr", "arr:0", "arr:1", "arr:2", "one"]
+    child = twins.job("arr:1")
+    assert child is not None and child.labels == {"team": "a"}

@@ -786,7 +786,9 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         self.fail("schedule_overlap", self.overlaps(view))
         self.fail("task_bills", model_costs.unbalanced(view, jobs_expired=bool(self.expired)))
         self.fail("usage_counters", model_costs.miscounted(view, self.ttl_ran))
-        self.fail("label_lists", model_costs.unlisted(view, self.twins.store))
+        self.fail("label_lists", model_costs.unlisted(
+            view, self.twins.store, self.twins.clock(),
+            float(self.env().get("LONGJOBS_RETENTION_DAYS", "30"))))
 
     def over_the_limit(self) -> list[str]:
         """The tasks running never pass ``LONGJOBS_MAX_RUNNING_TASKS``: no step that adds a
