@@ -219,7 +219,7 @@ def cost_line(model: BatchModel) -> str:
     total = sum(b.cost(prices) for b in bills)
     spot = sum(b.spot for b in bills)
     billed = sum(b.seconds for b in bills)
-    return (f"cost: ${1000 * total / model.shape.jobs:.4f} per 1,000 jobs (${total:.2f} for "
+    return (f"cost: ${1000 * total / model.shape.jobs:.6f} per 1,000 jobs (${total:.4f} for "
             f"{len(bills)} tasks, {spot} of them Spot, {billed / 3600:.1f} task-hours billed)")
 
 
