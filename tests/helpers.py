@@ -7,7 +7,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -180,3 +181,25 @@ def stream_records(table: str, ddb: Any = None, streams: Any = None) -> list[dic
             it = got.get("NextShardIterator")
     return out
 
+
+def cli(root: Path, env: dict[str, str], *args: str) -> str:
+    """``longjobs ARGS`` as a person runs it (a wide terminal); its output, or the test fails
+    with its stderr."""
+    done = subprocess.run([sys.executable, "-m", "dispatcher.cli.entry", *args], env={
+        **env, "COLUMNS": "200"}, cwd=root, capture_output=True, text=True, timeout=120,
+        check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@contextmanager
+def local_mode(root: Path, tmp_path: Path, **extra: str) -> Iterator[dict[str, str]]:
+    """``longjobs local`` started with ``extra`` settings; yields the environment its clients
+    use (its exports), and stops it at the end (it must exit within two minutes)."""
+    stderr = tmp_path / "stderr"
+    local, client = start_local(root, clean_env(root, **extra), stderr)
+    try:
+        yield client
+    finally:
+        local.terminate()
+        exits_within(local, 120, stderr)

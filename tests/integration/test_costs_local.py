@@ -13,25 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import clean_env, exits_within, start_local, wait_for
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def longjobs(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "dispatcher.cli.entry", *args], env={
-        **env, "COLUMNS": "200"}, cwd=ROOT, capture_output=True, text=True, timeout=120,
-        check=False)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+from tests.helpers import local_mode, wait_for
+from tests.integration.test_progress_local import ROOT, longjobs
 
 
 def test_show_list_and_stats_print_what_jobs_cost(tmp_path: Path) -> None:
-    env = clean_env(ROOT, LONGJOBS_HANDLERS="nap=tests.handlers:sleepy,echo=tests.handlers:echo",
-                    LONGJOBS_TASK_CONCURRENCY="3")
-    stderr = tmp_path / "stderr"
-    local, client = start_local(ROOT, env, stderr)
-    try:
+    with local_mode(ROOT, tmp_path, LONGJOBS_HANDLERS="nap=tests.handlers:sleepy,echo=tests."
+                    "handlers:echo", LONGJOBS_TASK_CONCURRENCY="3") as client:
         for n in range(3):
             longjobs(client, "submit", "nap", "--job-id", f"nap{n}", "--payload",
                      '{"seconds": 2}', "--label", "team=night", "--label", "tier=gold")
@@ -74,6 +62,3 @@ def test_show_list_and_stats_print_what_jobs_cost(tmp_path: Path) -> None:
                              text=True, timeout=120, check=False)
         assert bad.returncode != 0 and "is not key=value (e.g. customer=acme)" in bad.stderr
         assert "Traceback" not in bad.stderr
-    finally:
-        local.terminate()
-        exits_within(local, 120, stderr)

@@ -4,29 +4,20 @@ heartbeat carried the report; `LONGJOBS_HEARTBEAT_SECONDS` is short here)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.helpers import clean_env, exits_within, start_local, wait_for
+from tests.helpers import cli, local_mode, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def longjobs(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "dispatcher.cli.entry", *args], env={
-        **env, "COLUMNS": "200"}, cwd=ROOT, capture_output=True, text=True, timeout=120,
-        check=False)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return cli(ROOT, env, *args)
 
 
 def test_list_and_show_print_a_running_jobs_progress(tmp_path: Path) -> None:
-    env = clean_env(ROOT, LONGJOBS_HANDLERS="halfway=tests.handlers:halfway",
-                    LONGJOBS_HEARTBEAT_SECONDS="1")
-    stderr = tmp_path / "stderr"
-    local, client = start_local(ROOT, env, stderr)
-    try:
+    with local_mode(ROOT, tmp_path, LONGJOBS_HANDLERS="halfway=tests.handlers:halfway",
+                    LONGJOBS_HEARTBEAT_SECONDS="1") as client:
         longjobs(client, "submit", "halfway", "--job-id", "half", "--payload",
                  '{"seconds": 120}')
         # The timeout guards against a hang only.
@@ -37,6 +28,3 @@ def test_list_and_show_print_a_running_jobs_progress(tmp_path: Path) -> None:
         shown = longjobs(client, "jobs", "show", "half")
         assert "50% (1 of 2), eta" in shown and ": halfway there" in shown
         longjobs(client, "jobs", "cancel", "half")
-    finally:
-        local.terminate()
-        exits_within(local, 120, stderr)
