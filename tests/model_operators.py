@@ -58,6 +58,7 @@ class BulkRun:
     since_seconds: float | None
     from_scratch: bool
     page: int  # index rows a page: small ones cut a run into many pages
+    label: str | None = None  # ``--label key=value``: read through the label index
 
 
 def stack_arn(revision: str) -> str:
@@ -156,6 +157,16 @@ def arrays_unlike_alone(view: checks.View, verb: str, done: set[str]) -> list[st
     return out
 
 
+def unlabelled(view: checks.View, label: str | None, done: set[str]) -> list[str]:
+    """Jobs a bulk action by ``label`` acted on that do not carry it."""
+    if label is None:
+        return []
+    key, _, value = label.partition("=")
+    return [f"{job_id} was acted on by a bulk action --label {label} it does not carry: "
+            f"{checks.describe(job)}" for job_id in sorted(done)
+            if (job := view.job(job_id)) is not None and (job.labels or {}).get(key) != value]
+
+
 def selects_an_array(view: checks.View, how: BulkRun, now: float) -> bool:
     """Whether the filter selects an array's parent or child now (as the status index
     would)."""
@@ -251,12 +262,16 @@ class OperatorRules:
     @rule(which=st.sampled_from(FILTERS),
           kind=st.sampled_from([None, None, "plain", "report", "k"]),
           since=st.sampled_from([None, None, 120.0, 86_400.0]),
-          from_scratch=st.booleans(), page=st.sampled_from([1, 3, 100]), cut=INTERRUPTIONS)
+          from_scratch=st.booleans(), page=st.sampled_from([1, 3, 100]), cut=INTERRUPTIONS,
+          label=st.sampled_from([None, None, "team=a", "tier=gold"]))
     def bulk_action(self, which: tuple[str, str], kind: str | None, since: float | None,
-                    from_scratch: bool, page: int, cut: tuple[Any, ...] | None) -> None:
-        """``jobs cancel|retry --status S [--kind K] [--since D]``, perhaps cut short."""
+                    from_scratch: bool, page: int, cut: tuple[Any, ...] | None,
+                    label: str | None = None) -> None:
+        """``jobs cancel|retry --status S [--kind K] [--since D] [--label K=V]``, perhaps cut
+        short."""
         bulk_id = f"bulk-{len(self.bulk_runs):03d}"
-        self.bulk_runs[bulk_id] = BulkRun(which[0], which[1], kind, since, from_scratch, page)
+        self.bulk_runs[bulk_id] = BulkRun(which[0], which[1], kind, since, from_scratch, page,
+                                          label)
         self.run_bulk(bulk_id, cut)
 
     @precondition(lambda self: bool(self.cut_short))
@@ -275,7 +290,7 @@ class OperatorRules:
         before = view.items
         marks, requests = job_marks(before), cancel_requests(before)
         action, f = self.twins.client().bulk(how.verb, status=how.status, kind=how.kind,
-                                             since_seconds=how.since_seconds)
+                                             since_seconds=how.since_seconds, label=how.label)
         # The twins' clock, not the machine's: ``since`` and SCHEDULED count from the model's
         # now, and an example replays alike.
         action.clock, action.page = self.twins.clock, how.page
@@ -302,6 +317,7 @@ class OperatorRules:
             cancel_requests(view.items) - requests)
         self.fail(RETRY_CUT if how.verb == "retry" and cut is not None else "bulk_array",
                   arrays_unlike_alone(view, how.verb, done))
+        self.fail("bulk_label", unlabelled(view, how.label, done))
         if how.verb == "retry":
             for job_id in done:  # a fresh budget; it waits for no dependency (as retry)
                 self.runs[job_id] = 0
@@ -310,7 +326,9 @@ class OperatorRules:
             self.fail("bulk_retry_budget", unlike_a_retry(view, done, how.from_scratch))
             # The pages this run read at most: the jobs in its state before it, a page each
             # ``how.page`` of them.
-            rows = sum(1 for state, _ in marks.values() if state == how.status)
+            rows = sum(1 for state, _ in marks.values() if state == how.status) \
+                if how.label is None else sum(  # the label's entries, by label
+                    1 for pk in before if pk.startswith(f"LABEL#{how.label}#"))
             self.fail("retries_bundled", model_retry_bundles.unbundled(
                 view, set(done), self.twins.store.bundle_sizes,
                 max(1, math.ceil(rows / how.page)), self.twins.clock()))

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import clean_env, exits_within, start_local, wait_for
+from tests.helpers import local_mode, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,15 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def local(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
     log = tmp_path / "executions.jsonl"
-    env = clean_env(ROOT, LONGJOBS_TEST_LOG=str(log),
-                    LONGJOBS_HANDLERS="spell=tests.handlers:spell")
-    stderr = tmp_path / "stderr"
-    proc, client_env = start_local(ROOT, env, stderr)
-    try:
+    with local_mode(ROOT, tmp_path, LONGJOBS_TEST_LOG=str(log),
+                    LONGJOBS_HANDLERS="spell=tests.handlers:spell") as client_env:
         yield client_env, log
-    finally:
-        proc.terminate()
-        exits_within(proc, 120, stderr)
 
 
 def longjobs(env: dict[str, str], *args: str) -> Any:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import pytest
 
 from dispatcher.domain.costs import TaskCost, Usage
+from dispatcher.ops.bulk import BulkAction
 from dispatcher.store.label_index import LabelIndex
 from job_runner import writes as writes_module
 from tests.twins import test_system_model as model
@@ -102,3 +103,28 @@ def test_the_label_check_sees_a_job_its_label_misses(
     monkeypatch.setattr(LabelIndex, "index_labels", lambda self, jobs: None)
     seen = seen_by(machines(), "label_lists", labelled_jobs)
     assert seen and "label team=a lists [] that do not carry it and misses" in seen[0]
+
+
+def bulk_cancel_by_label(m: model.SystemModel) -> None:
+    labelled_jobs(m)
+    m.submit(spec(), 2, False)  # carrying no label
+    m.tick(1)
+    m.bulk_action(("cancel", "PENDING"), None, None, False, 100, None, "team=a")
+
+
+def test_a_bulk_action_by_label_acts_on_its_jobs_only(
+        machines: Callable[[], model.SystemModel]) -> None:
+    m = machines()
+    assert seen_by(m, "bulk_label", bulk_cancel_by_label) == []
+    touched = set(m.bulk_acts["bulk-000"]) | {j for _, j in m.bulk_requests["bulk-000"]}
+    team_a = {j.job_id for j in m.twins.jobs() if (j.labels or {}).get("team") == "a"}
+    assert len(team_a) == 3 and touched == team_a  # cancelled, or asked of their tasks
+
+
+def test_the_bulk_label_check_sees_a_job_the_label_does_not_name(
+        machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken rule: a bulk action selects by its status alone, its label ignored."""
+    monkeypatch.setattr(BulkAction, "_pages", lambda self, f, state, where, page:
+                        self.store.job_pages(state, page=page, **where))
+    seen = seen_by(machines(), "bulk_label", bulk_cancel_by_label)
+    assert seen and "it does not carry" in seen[0]
