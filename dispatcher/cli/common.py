@@ -34,11 +34,6 @@ def print_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, default=str))
 
 
-def when(iso_text: str | None) -> str:
-    """``2026-11-30 05:49:56`` (UTC; --json keeps the microseconds)."""
-    return iso_text[:19].replace("T", " ") if iso_text else "-"
-
-
 def short(text: Any, n: int = 60) -> str:
     """``text`` within ``n`` characters, cut at a word boundary when there is one."""
     s = "" if text is None else " ".join(str(text).split())
@@ -63,7 +58,3 @@ def short_ids(ids: list[str]) -> dict[str, str]:
             n += 1
         out[full] = full if n >= len(full) - 1 else full[:n] + "…"
     return out
-
-
-def task_id(arn: str | None) -> str:
-    return arn.rsplit("/", 1)[-1] if arn else "-"

@@ -16,10 +16,10 @@ from dispatcher.cli.common import (
     print_json,
     short,
     short_ids,
-    when,
     wide_console,
 )
 from dispatcher.cli.error_policy import guarded
+from dispatcher.ops.wording import when
 
 dlq_app = typer.Typer(name="dlq", no_args_is_help=True,
                       help="Inspect and redrive the job queue's dead-letter queue.")

@@ -12,10 +12,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dispatcher.cli.common import task_id, when
+from dispatcher.ops.wording import cost_text, stop_said, task_id, waiting_text, when
 
 if TYPE_CHECKING:
-    from dispatcher.domain.costs import JobCost
     from dispatcher.ops.job_views import JobDetail
 
 
@@ -28,21 +27,6 @@ def _array_text(array: dict[str, Any]) -> str:
             + (f"; failed indexes {', '.join(map(str, failed[:20]))}"
                + (" …" if len(failed) > 20 else "") if failed else "")
             + (f"; retrying its children: {array['retrying']}" if "retrying" in array else ""))
-
-
-def cost_text(c: JobCost) -> str:
-    """A job's cost in words: dollars, its run time, and what is not settled yet."""
-    tasks = f"{c.tasks} task" + ("s" if c.tasks != 1 else "")
-    said = f"{dollars(c.dollars)} for {c.seconds:,.1f} s of runs on {tasks}"
-    if c.final:
-        return said + " (its share of their bills)"
-    return (said + f"; {c.pending_seconds:,.1f} s on a task still running, or whose stop was "
-            "not seen with its bill: added when it stops")
-
-
-def dollars(amount: float) -> str:
-    """Dollars to a millionth of a dollar below a cent (small jobs cost that little)."""
-    return f"${amount:,.2f}" if amount >= 1 else f"${amount:.6f}"
 
 
 def render_detail(d: JobDetail, console: Console) -> None:
@@ -118,38 +102,3 @@ def render_detail(d: JobDetail, console: Console) -> None:
             console.print(Text(f"log: unknown ({latest['unknown']})"))
         console.print(Text(f"  `longjobs jobs logs {d.summary.job_id}` prints this job's "
                            "own lines"))
-
-
-def stop_said(code: str | None, exit_code: int | None, cls: str | None,
-              outcome: str | None) -> str:
-    """How an attempt's task stopped, in words: every stop names its cause, or says plainly
-    that ECS gave none; an attempt its runner ended while the task went on has no stop."""
-    if code is None and exit_code is None and cls is None:
-        return "its runner ended it; the task went on (no stop of its own)" if outcome \
-            else "no stop of its task seen yet"
-    exit_said = "no exit code" if exit_code is None else f"exit {exit_code}"
-    cause = f"stop code {code}" if code else "no stop code given by ECS (nor who stopped it)"
-    return f"{cause}  {exit_said}  class {cls or 'not decided'}"
-
-
-def waiting_text(w: dict[str, object]) -> str:
-    """``reason`` then its numbers, e.g. ``kind_limit (render: 4/4 running)``."""
-    reason = w["reason"]
-    if reason == "kind_limit":
-        text = f"{reason} ({w.get('kind')}: {w.get('running')}/{w.get('limit')} running)"
-    elif reason == "capacity" and "limit" in w:
-        text = f"{reason} (tasks {w.get('running')}/{w.get('limit')})"
-    elif reason == "priority":
-        text = f"{reason} ({w.get('ahead')} due bundles ahead)"
-    else:
-        text = str(reason)
-    if "until" in w:
-        text += f" until {when(str(w['until']))}"
-    if "since" in w:
-        text += f" since {when(str(w['since']))}"
-    if "attempt" in w:
-        text += f", attempt {w['attempt']}"
-    for key in ("task_arn", "launch_id", "last_error", "detail"):
-        if w.get(key):
-            text += f"; {key.replace('_', ' ')}: {w[key]}"
-    return text

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 import time
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -38,17 +36,21 @@ from dispatcher.cli.common import (
     print_json,
     short,
     short_ids,
-    task_id,
-    when,
     wide_console,
 )
 from dispatcher.cli.error_policy import fail, guarded
-from dispatcher.cli.job_detail_view import dollars, render_detail, waiting_text
+from dispatcher.cli.job_detail_view import render_detail
 from dispatcher.cli.usage_view import render_usage
-from dispatcher.domain.costs import JobCost
-from dispatcher.domain.errors import LongjobsError
-from dispatcher.domain.progress import Progress
 from dispatcher.domain.waiting import REASONS
+from dispatcher.ops.wording import (
+    cost_cell,
+    parse_duration,
+    parse_since,
+    progress_cell,
+    task_id,
+    waiting_text,
+    when,
+)
 from dispatcher.store.operator import FILTERED_READ
 
 if TYPE_CHECKING:
@@ -60,20 +62,6 @@ if TYPE_CHECKING:
 
 jobs_app = typer.Typer(name="jobs", no_args_is_help=True,
                        help="List, inspect, cancel and retry jobs.")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-MAX_DURATION_SECONDS = 100 * 365 * 86400
-
-
-def parse_duration(text: str) -> float:
-    """``90``, ``45s``, ``15m``, ``2h``, ``1d`` -> seconds."""
-    match = _DURATION.match(text)
-    if not match:
-        raise LongjobsError(f"--since {text!r} is not a duration like 15m, 2h or 1d")
-    seconds = float(match.group(1)) * _UNITS[match.group(2)]
-    if seconds > MAX_DURATION_SECONDS:
-        raise LongjobsError(f"--since {text!r} is longer than 100 years")
-    return seconds
 
 
 # -- jobs -----------------------------------------------------------------------------------------
@@ -142,22 +130,6 @@ def jobs_list(
     console.print(f"{len(rows)} job(s)" + (" (limit reached)" if len(rows) == limit else "")
                   + ("; ids shortened: --wide or --json shows them whole" if shortened
                      else ""))
-
-
-def cost_cell(c: JobCost | None) -> str:
-    """A row's COST: dollars, with ``+`` while a task that ran it has not stopped."""
-    if c is None:
-        return "-"
-    return dollars(c.dollars) + ("" if c.final else " +")
-
-
-def progress_cell(p: Progress, now: float, wide: bool) -> str:
-    """A row's PROGRESS: ``42% eta 4m10s`` (its message too with --wide)."""
-    text = f"{p.percent:.0f}%" if p.percent is not None else f"{p.done:g} done"
-    left = p.left(now)
-    if left is not None:
-        text += f" eta {left}"
-    return text + (f" {p.message}" if wide and p.message else "")
 
 
 @jobs_app.command("show")
@@ -310,19 +282,6 @@ def _one_or_many(job_id: str | None) -> None:
 
 
 # -- stats ----------------------------------------------------------------------------------------
-def parse_since(text: str) -> tuple[float | None, float | None]:
-    """``stats --since``: a duration (``6h``: (None, seconds)) or a UTC time
-    (``2026-12-01T00:00``: (its timestamp, None))."""
-    if _DURATION.match(text):
-        return None, parse_duration(text)
-    try:
-        at = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise LongjobsError(f"--since {text!r} is neither a duration like 6h or 1d nor a time "
-                            "like 2026-12-01T00:00") from None
-    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp(), None
-
-
 def stats(as_json: JsonOpt = False,
           since: Annotated[str | None, typer.Option(
               help="Finished jobs admitted within (6h, 1d) or since (2026-12-01T00:00, UTC "

@@ -48,7 +48,7 @@ def top(
 ) -> None:
     """Live view: backlog per priority, tasks by revision, bundles by state, recent jobs,
     launch failures, per-kind limits and dispatch lag (Ctrl-C to quit)."""
-    from dispatcher.cli.jobs_commands import parse_duration
+    from dispatcher.ops.wording import parse_duration
 
     try:
         window_seconds = parse_duration(window)

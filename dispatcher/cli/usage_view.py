@@ -7,9 +7,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dispatcher.cli.common import when
-from dispatcher.cli.job_detail_view import dollars
 from dispatcher.ops.usage import UsageReport
+from dispatcher.ops.wording import dollars, when
 
 
 def render_usage(report: UsageReport, console: Console) -> None:
