@@ -16,7 +16,7 @@ UV_VENV := .venv-uv
 UV := $(UV_VENV)/bin/uv
 UV_STAMP := $(UV_VENV)/uv-$(UV_VERSION)
 
-.PHONY: demo test test-fast lint audit lock lock-upgrade docs bench bench-nightly bench-backlog bench-bulk bench-arrays ministack clean
+.PHONY: demo test test-fast lint audit lock lock-upgrade docs bench bench-nightly bench-backlog bench-bulk bench-arrays ministack browser screenshots clean
 
 # $(call make_venv,DIR,PACKAGES): DIR as a venv holding PACKAGES (pip's syntax).
 define make_venv
@@ -57,6 +57,21 @@ $(MINISTACK)/bin/ministack: | $(UV_STAMP)
 
 ministack: $(MINISTACK)/bin/ministack
 
+# Debian's Chromium and its own chromedriver, for the web console's browser test
+# (tests/integration/test_console_browser.py): installed from Debian's packages where
+# missing, never downloaded by a test tool at run time. As root, or through sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium and chromium-driver (the console's browser test)..."; \
+	  $(SUDO) apt-get update -q >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium chromium-driver \
+	    >/dev/null && echo "chromium is installed"; }
+
+# docs/console/*.png, the console's pages as the browser test walks them.
+screenshots: $(VENV) browser
+	LONGJOBS_SCREENSHOTS=docs/console $(VENV)/bin/pytest -q -n 0 tests/integration/test_console_browser.py
+
 demo: $(VENV)
 	$(VENV)/bin/longjobs demo
 
@@ -82,12 +97,13 @@ docs: $(VENV)
 # and handed out one at a time (tests/conftest.py's scheduler: by default xdist gives each
 # worker a block of ~50 tests up front, which would put the longest ones on the same worker),
 # except the modules whose costly module fixture should run once (SHARED_SETUP there).
-# MiniStack is built too, so that its contract test runs in CI rather than skip.
+# MiniStack is built too, so that its contract test runs in CI rather than skip, and Chromium
+# installed (make browser) for the console's browser test.
 # --durations: every run lists its 15 slowest tests, so the suite's time is seen where it goes.
 # PYTHONDONTWRITEBYTECODE is emptied (a machine may set it): otherwise every worker and every
 # process a test starts (runners, CLI commands, local mode) compiles moto, botocore and the
 # project from source again, and pytest rewrites every test module's asserts in each worker.
-test: $(VENV) $(TOOLS)/bin/checkov $(MINISTACK)/bin/ministack lint
+test: $(VENV) $(TOOLS)/bin/checkov $(MINISTACK)/bin/ministack browser lint
 	PYTHONDONTWRITEBYTECODE= LONGJOBS_CHECKOV=$(TOOLS)/bin/checkov \
 	  $(VENV)/bin/pytest -q -n 4 --durations=15
 

@@ -25,7 +25,7 @@ The other reads and writes of ``os.environ`` in the project are precisely these 
 ``tests/twins/test_settings.py`` fails if another appears):
 
 - ``dispatcher/ops/client.py`` passes ``os.environ`` merged with its caller's overrides to
-  :func:`load`;
+  :func:`load` (``longjobs local``'s console hands it the settings of the stack it started);
 - local mode (``dispatcher/local/``), which is not deployed: ``environment.py`` puts the moto
   endpoint and dummy credentials into the process environment, ``local_launcher.py`` hands a
   copy of it to task processes, ``warm.py`` (warm starts) gives each forked task its own

@@ -132,3 +132,21 @@ def interrupts(payload: dict[str, Any], ctx: JobContext) -> None:
     """Gives itself back on every run, unasked (no cancel, no SIGTERM)."""
     _record(ctx, "run")
     raise Interrupted("upstream unavailable")
+
+
+def once_broken(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Fails its first run (after a log line), succeeds on the next: a job an operator
+    retries. Which run it is, is kept in the file the payload names."""
+    marker = payload["marker"]
+    print(f"run for {ctx.job_id}: " + ("again" if os.path.exists(marker) else "first"))
+    if not os.path.exists(marker):
+        with open(marker, "w") as f:
+            f.write("tried")
+        raise RuntimeError("the upstream service said 503; retry me")
+    return {"fixed": True}
+
+
+def hostile_text(payload: dict[str, Any], ctx: JobContext) -> None:
+    """Logs and fails with whatever its payload's ``text`` holds (markup, script, links)."""
+    print(f"log line: {payload['text']}")
+    raise ValueError(payload["text"])

@@ -129,12 +129,14 @@ def clean_env(root: Path, **extra: str) -> dict[str, str]:
 
 
 def start_local(root: Path, env: dict[str, str], stderr: Path,
-                tick_seconds: float = 0.5) -> tuple[subprocess.Popen[str], dict[str, str]]:
-    """``longjobs local`` as a user starts it, in ``root`` with ``env`` (its stderr to the
-    file ``stderr``): the process and the client environment its exports make."""
+                tick_seconds: float = 0.5, args: tuple[str, ...] = ("--no-console",)
+                ) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """``longjobs local`` as a user starts it (plus ``args``: by default, without its web
+    console), in ``root`` with ``env`` (its stderr to the file ``stderr``): the process and
+    the client environment its exports make."""
     with stderr.open("w") as err_file:
         proc = subprocess.Popen([sys.executable, "-m", "dispatcher.cli.entry", "local",
-                                 "--tick-seconds", str(tick_seconds)], env=env, cwd=root,
+                                 "--tick-seconds", str(tick_seconds), *args], env=env, cwd=root,
                                 stdout=subprocess.PIPE, stderr=err_file,
                                 stdin=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None
@@ -193,11 +195,13 @@ def cli(root: Path, env: dict[str, str], *args: str) -> str:
 
 
 @contextmanager
-def local_mode(root: Path, tmp_path: Path, **extra: str) -> Iterator[dict[str, str]]:
-    """``longjobs local`` started with ``extra`` settings; yields the environment its clients
-    use (its exports), and stops it at the end (it must exit within two minutes)."""
+def local_mode(root: Path, tmp_path: Path, args: tuple[str, ...] = ("--no-console",),
+               **extra: str) -> Iterator[dict[str, str]]:
+    """``longjobs local`` started with ``args`` and ``extra`` settings; yields the environment
+    its clients use (its exports), and stops it at the end (it must exit within two
+    minutes)."""
     stderr = tmp_path / "stderr"
-    local, client = start_local(root, clean_env(root, **extra), stderr)
+    local, client = start_local(root, clean_env(root, **extra), stderr, args=args)
     try:
         yield client
     finally:

@@ -18,6 +18,7 @@ from typer.core import TyperArgument
 
 from dispatcher import versions
 from dispatcher.cli import (
+    console_commands,
     deploy_commands,
     dispatch_commands,
     dlq_commands,
@@ -41,6 +42,7 @@ app.add_typer(schedule_commands.schedules_app)
 app.command("stats")(jobs_commands.stats)
 app.command()(deploy_commands.deploy)
 app.command()(top_commands.top)
+app.command()(console_commands.console)
 
 
 def _print_version(value: bool) -> None:

@@ -12,11 +12,14 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Annotated
+from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
 
 from dispatcher.cli.error_policy import fail, guarded
+
+if TYPE_CHECKING:
+    from dispatcher.console.serve import Served
 
 LOCAL_EXTRA = "pip install 'longjobs[local]'"
 # Stopping takes seconds (the ticker's tick, SIGTERM's grace for the tasks); one still under
@@ -84,6 +87,29 @@ def _need_local_extra(command: str) -> None:
         fail(f"longjobs {command} needs moto[server] (the local extra): {LOCAL_EXTRA}")
 
 
+def _console(stack: dict[str, str], port: int, operate: bool) -> Served | None:
+    """The web console of local mode's stack, served from a thread; None (said on stderr)
+    without the console extra."""
+    from importlib.util import find_spec
+
+    if any(find_spec(m) is None for m in ("starlette", "jinja2", "uvicorn", "multipart")):
+        typer.echo("# the web console needs the console extra: pip install "
+                   "'longjobs[console]'", err=True)
+        return None
+    from dispatcher.console.serve import serve_in_thread
+    from dispatcher.console.source import ConsoleSource
+    from dispatcher.domain.errors import ConfigError
+
+    source = guarded(lambda: ConsoleSource.of_settings(stack))
+    try:
+        return serve_in_thread(source, "127.0.0.1", port, operate=operate)
+    except ConfigError:
+        if port == 0:
+            raise
+        typer.echo(f"# port {port} is taken: the console takes a free one", err=True)
+        return serve_in_thread(source, "127.0.0.1", 0, operate=operate)
+
+
 def demo(
     seed: Annotated[int, typer.Option(help="Makes the run repeatable: the same seed, the same "
                                       "job sizes and kill/deploy moments.")] = 1,
@@ -115,6 +141,14 @@ def local(
     keep_output: Annotated[bool, typer.Option(
         "--keep-output", help="Keep the tasks' output file (LONGJOBS_LOCAL_LOG) after local "
         "mode stops; without it, its folder is removed with the rest.")] = False,
+    console_port: Annotated[int, typer.Option(
+        min=0, max=65535, help="Serve the web console on this loopback port (if taken, any "
+        "free one; 0: any free one); its URL is exported as LONGJOBS_CONSOLE_URL.")] = 8765,
+    no_console: Annotated[bool, typer.Option("--no-console", help="Do not serve the web "
+                                             "console.")] = False,
+    operate: Annotated[bool, typer.Option("--operate", help="The console allows cancel, "
+                                          "retry, bulk actions and redrive (read-only "
+                                          "without it).")] = False,
 ) -> None:
     """Keep a local longjobs running; prints `export` lines for clients in another terminal
     (`eval` them there), and nothing else on stdout. It fires the schedules `longjobs
@@ -154,8 +188,14 @@ def local(
     if not verbose:  # the dispatcher's records as the tasks' lines are shown, not JSON
         logger.registered_handler.setFormatter(ReadableRecords())
     follower = Follower(log_path, sys.stderr.write).start()
+    served = None if no_console else _console(env.env, console_port, operate)
+    if served is not None:
+        typer.echo(f"export LONGJOBS_CONSOLE_URL={served.url}")
     for line in env.exports():
         typer.echo(line)
+    if served is not None:
+        typer.echo(f"# the web console: {served.url}" + ("" if operate else " (read-only; "
+                   "--operate allows actions)"), err=True)
     typer.echo("# longjobs local is running: `eval` the lines above in another shell, then "
                "`longjobs submit KIND`; Ctrl-C stops it and its tasks", err=True)
 
@@ -174,6 +214,8 @@ def local(
             signal.signal(sig, signal.SIG_IGN)
         typer.echo("# longjobs local: stopping its tasks...", err=True)
         _report_a_slow_stop()
+        if served is not None:
+            served.stop()
         env.stop()
         follower.stop()
         if events_file is not None:

@@ -181,8 +181,10 @@ class BulkAction:
 
     def run(self, f: BulkFilter, *, bulk_id: str | None = None, reason: str | None = None,
             from_scratch: bool = False, dry_run: bool = False,
-            resume: bool | None = None) -> BulkReport:
-        """Act on every selected job once (``bulk_id``: an earlier run's, to resume it).
+            resume: bool | None = None,
+            progress: Callable[[BulkReport], None] | None = None) -> BulkReport:
+        """Act on every selected job once (``bulk_id``: an earlier run's, to resume it);
+        ``progress`` is told the report so far after each page (the console shows it).
 
         ``resume``: whether ``bulk_id`` names an action begun before (by default, whether one
         is given); False for a new action given a new id (the CLI names its id before it runs,
@@ -219,4 +221,6 @@ class BulkAction:
                     report.errors += 1
                     if len(report.error_samples) < ERROR_SAMPLES:
                         report.error_samples.append(str(outcome.error))
+            if progress is not None:
+                progress(report)
         return report

@@ -46,24 +46,29 @@ SENT_KEPT = 100_000
 class JobClient:
     """Submits jobs to the queue of their priority and reads the job table.
 
-    Queues: ``LONGJOBS_QUEUE_URL`` for priority normal, ``LONGJOBS_HIGH_QUEUE_URL`` and
-    ``LONGJOBS_LOW_QUEUE_URL`` for high and low (empty: the normal queue). Tests hand queues
+    Settings come from the process's environment, with ``overrides`` over it (local mode's
+    console is handed the settings of the stack it started). Queues: ``LONGJOBS_QUEUE_URL``
+    for priority normal, ``LONGJOBS_HIGH_QUEUE_URL`` and ``LONGJOBS_LOW_QUEUE_URL`` for high
+    and low (empty: the normal queue). Tests hand queues
     in: ``queue`` (the normal one) and/or ``queues`` (per priority). Once either is given, a
-    priority ``queues`` leaves out goes to the normal queue, never to a configured URL.
+    priority ``queues`` leaves out goes to the normal queue, never to a configured URL. A
+    ``store`` given is the job table its reads and operator actions use (the twins' tests).
     """
 
     def __init__(self, queue_url: str | None = None, table_name: str | None = None, *,
                  endpoint_url: str | None = None, region: str | None = None,
                  allowed_kinds: tuple[str, ...] = (), queue: Queue | None = None,
                  queues: Mapping[Priority, Queue] | None = None,
-                 send_tries: int = 4) -> None:
+                 send_tries: int = 4, overrides: Mapping[str, str] | None = None,
+                 store: Store | None = None) -> None:
         env: dict[str, str] = {}
         if queue_url:
             env["LONGJOBS_QUEUE_URL"] = queue_url
         if table_name:
             env["LONGJOBS_TABLE"] = table_name
         # Sending needs only the queues: the table is checked when a read first needs it.
-        cfg = settings.load("client", {**os.environ, **env}, later=frozenset({"LONGJOBS_TABLE"}))
+        cfg = settings.load("client", {**os.environ, **(overrides or {}), **env},
+                            later=frozenset({"LONGJOBS_TABLE"}))
         if endpoint_url or region:
             cfg = settings.Config(**{**cfg.__dict__, "endpoint_url": endpoint_url or
                                    cfg.endpoint_url, "region": region or cfg.region})
@@ -76,7 +81,7 @@ class JobClient:
         self._queue = normal  # priority normal's; also the backlog stats() reports
         self._queues: dict[Priority, Queue] = {p: given.get(p) or normal for p in PRIORITY_ORDER}
         self._send_tries = send_tries
-        self._store: Store | None = None
+        self._store: Store | None = store
         # The ids this client sent last (at most SENT_KEPT), with their array sizes (None: no
         # array): a dependency on a child of one of them is checked against its size before
         # a tick recorded it.

@@ -4,11 +4,14 @@ shape for scripts."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dispatcher.domain.costs import JobCost
+from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.progress import Progress
 from dispatcher.domain.waiting import Waiting
@@ -133,6 +136,8 @@ class JobDetail:
     # never ran.
     cost: JobCost | None = None
     labels: dict[str, str] = field(default_factory=dict)  # what its producer tagged it with
+    # The jobs it still waits for (their ids), while it waits.
+    depends_on: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         rest = {k: v for k, v in flat(self).items() if k not in ("summary", "cost")}
@@ -188,3 +193,31 @@ class Stats:
             "reruns_last_hour": {"jobs": sum(self.reruns_last_hour.values()),
                                  "by_stop_class": dict(self.reruns_last_hour)},
         }
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of a job list, newest first, and the cursor of the page after it (None: this
+    is the last): the position of its last row in the status index, so the next page is read
+    from there (never by skipping the rows before it), whatever was recorded since."""
+
+    jobs: list[JobSummary]
+    next: str | None
+
+    @staticmethod
+    def cursor(row: Record) -> str:
+        raw = json.dumps([row.status_at or "", row.pk], separators=(",", ":")).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @staticmethod
+    def position(cursor: str) -> tuple[str, str]:
+        """A cursor back to ``(status_at, pk)``; a cursor not made here is a clear error."""
+        try:
+            at, pk = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+            if isinstance(at, str) and isinstance(pk, str):
+                return at, pk
+        except (ValueError, TypeError, binascii.Error):
+            pass
+        raise LongjobsError(f"page cursor {cursor[:40]!r} is not one a job list gave; start "
+                            "again from the first page")
+

@@ -22,6 +22,7 @@ from typing import Any
 
 from dispatcher.domain import costs, labels
 from dispatcher.domain.costs import JobCost
+from dispatcher.domain.deployment import Deployment
 from dispatcher.domain.errors import JobNotFound, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
 from dispatcher.domain.waiting import (
@@ -39,6 +40,7 @@ from dispatcher.ops.job_views import (
     SCHEDULED,
     BacklogStats,
     JobDetail,
+    JobPage,
     JobSummary,
     Stats,
     clip,
@@ -152,6 +154,18 @@ class Queries:
         rows = self._list_items(status, kind, since_seconds, limit)
         return self._summaries(rows, self.clock())
 
+    def page_jobs(self, *, status: str | None = None, kind: str | None = None,
+                  since_seconds: float | None = None, limit: int = 50,
+                  after: str | None = None) -> JobPage:
+        """As :meth:`list_jobs` (without its ``waiting_for`` and ``label``), a page at a time:
+        ``after`` is the cursor the page before gave (None: the newest page)."""
+        rows = self._list_items(status, kind, since_seconds, limit + 1,
+                                after=None if after is None else JobPage.position(after))
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return JobPage(self._summaries(rows, self.clock()),
+                       JobPage.cursor(rows[-1]) if more and rows else None)
+
     def _list_waiting(self, reason: str, status: str | None, kind: str | None,
                       since_seconds: float | None, limit: int) -> list[JobSummary]:
         if reason not in REASONS:
@@ -207,7 +221,7 @@ class Queries:
             bundles.get(i.bundle_id or "")) for i in rows]
 
     def _list_items(self, status: str | None, kind: str | None, since_seconds: float | None,
-                    limit: int) -> list[Record]:
+                    limit: int, after: tuple[str, str] | None = None) -> list[Record]:
         states = [parse_status(status)] if status else list(JOB_STATES)
         now = self.clock()
         # A span longer than the epoch means everything (a date before 1970 has no ISO form).
@@ -215,10 +229,13 @@ class Queries:
         # Each per-status answer is newest first and at most `limit` long, so merging them
         # reads at most `limit` items per status, whatever the table holds.
         streams = [self.store.list_jobs(JobState.PENDING, since=since, kind=kind, limit=limit,
-                                        scheduled_after=now) if state == SCHEDULED else
-                   self.store.list_jobs(JobState(state), since=since, kind=kind, limit=limit)
+                                        scheduled_after=now, after=after)
+                   if state == SCHEDULED else
+                   self.store.list_jobs(JobState(state), since=since, kind=kind, limit=limit,
+                                        after=after)
                    for state in states]
-        merged = heapq.merge(*streams, key=lambda i: i.status_at or "", reverse=True)
+        # (status_at, pk): the index's order, which a page's cursor is a position in.
+        merged = heapq.merge(*streams, key=lambda i: (i.status_at or "", i.pk), reverse=True)
         return list(itertools.islice(merged, limit))
 
     # -- show -----------------------------------------------------------------------------------
@@ -248,7 +265,13 @@ class Queries:
                          _checkpoint_at(item, ran), attempts, _bundle(bundle),
                          item.message_id, None, self._streams(job_id, attempts, bundle), array,
                          list(item.bulk_ids or []), self._cost(item),
-                         dict(item.labels) if isinstance(item.labels, dict) else {})
+                         dict(item.labels) if isinstance(item.labels, dict) else {},
+                         [str(d["job_id"]) if isinstance(d, dict) else str(d)
+                          for d in item.depends_on or []])
+
+    def deployment(self) -> Deployment | None:
+        """The deployed job code (``longjobs deploy``'s record); None: nothing was deployed."""
+        return self.store.deployment()
 
     def costs(self, job_ids: list[str]) -> dict[str, JobCost]:
         """The costs of the jobs among ``job_ids`` that ran (``jobs list --wide``): their

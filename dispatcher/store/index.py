@@ -25,15 +25,25 @@ def _order(rec: Record) -> tuple[str, str]:
     return rec.status_at or "", rec.pk
 
 
+def start(key: str, after: tuple[str, str] | None) -> Record | None:
+    """Where a read of partition ``key`` goes on past ``after`` (``(status_at, pk)`` of the
+    last row of a merged page, which may be of another partition): the port's ``after`` takes
+    any position, not only an item it returned."""
+    return None if after is None else Record(pk=after[1], status_key=key, status_at=after[0])
+
+
 def query(table: Table, keys: list[str], *, at_most: str | None = None,
           at_least: str | None = None, limit: int | None = None,
-          newest_first: bool = False, where: Condition | None = None) -> list[Record]:
+          newest_first: bool = False, where: Condition | None = None,
+          after: tuple[str, str] | None = None) -> list[Record]:
     """``Table.query`` over every key of ``keys`` as one index: ordered by ``status_at``
-    (newest first if asked), at most ``limit`` items after the filter ``where``."""
+    (newest first if asked), at most ``limit`` items after the filter ``where``; ``after``:
+    past this position (``(status_at, pk)``, in the order asked), a page's cursor."""
     if limit is not None and limit <= 0:
         return []
     answers = [table.query(k, at_most=at_most, at_least=at_least, limit=limit,
-                           newest_first=newest_first, where=where) for k in keys]
+                           newest_first=newest_first, where=where, after=start(k, after))
+               for k in keys]
     if len(answers) == 1:
         return answers[0]
     merged = heapq.merge(*answers, key=_order, reverse=newest_first)
@@ -41,7 +51,8 @@ def query(table: Table, keys: list[str], *, at_most: str | None = None,
 
 
 def newest_matching(table: Table, keys: list[str], match: Callable[[Record], bool], *,
-                    limit: int, read_at_most: int) -> list[Record]:
+                    limit: int, read_at_most: int,
+                    after: tuple[str, str] | None = None) -> list[Record]:
     """The newest ``limit`` rows of ``keys`` that ``match``, among the newest ``read_at_most``
     of each key: a bounded search where a filter would read a whole partition.
 
@@ -52,20 +63,20 @@ def newest_matching(table: Table, keys: list[str], match: Callable[[Record], boo
     port's ``limit`` counts matches, so a filter that matches little would read the partition
     to its end. Here each key is read newest first with no filter,
     ``limit`` rows first, then twice as many a query up to :data:`PAGE`, until ``limit`` rows
-    matched or ``read_at_most`` were read."""
+    matched or ``read_at_most`` were read; ``after``: past that position (a page's cursor)."""
     answers = []
     for key in keys:
         found: list[Record] = []
-        after: Record | None = None
+        past = start(key, after)
         read, size = 0, limit
         while len(found) < limit and read < read_at_most:
             size = min(size, PAGE, read_at_most - read)
-            rows = table.query(key, limit=size, newest_first=True, after=after)
+            rows = table.query(key, limit=size, newest_first=True, after=past)
             read += len(rows)
             found += [rec for rec in rows if match(rec)]
             if len(rows) < size:
                 break
-            after, size = rows[-1], 2 * size
+            past, size = rows[-1], 2 * size
         answers.append(found[:limit])
     merged = heapq.merge(*answers, key=_order, reverse=True)
     return list(itertools.islice(merged, limit))

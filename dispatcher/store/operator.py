@@ -336,9 +336,11 @@ class OperatorStore(Deployments, ScheduleFires, TaskBills, LabelIndex):
     # -- queries --------------------------------------------------------------------------------
     def list_jobs(self, state: JobState, *, since: float | None = None,
                   kind: str | None = None, limit: int | None = 50,
-                  scheduled_after: float | None = None) -> list[Record]:
+                  scheduled_after: float | None = None,
+                  after: tuple[str, str] | None = None) -> list[Record]:
         """Jobs (or REJECTED records) in ``state``, newest first by creation time; with
-        ``scheduled_after``, only those whose ``not_before`` is later (SCHEDULED ones).
+        ``scheduled_after``, only those whose ``not_before`` is later (SCHEDULED ones); with
+        ``after`` (``(status_at, pk)`` of a page's last row), those past it: the next page.
 
         A finished state's list of one ``kind`` with no ``since`` looks among the newest
         :data:`FILTERED_READ` of each index partition: the filter would otherwise read the
@@ -348,10 +350,11 @@ class OperatorStore(Deployments, ScheduleFires, TaskBills, LabelIndex):
                 and state in TERMINAL_JOB_STATES:
             return index.newest_matching(self.table, r.job_statuses(state),
                                          lambda rec: rec.kind == kind, limit=limit,
-                                         read_at_most=FILTERED_READ)
+                                         read_at_most=FILTERED_READ, after=after)
         return index.query(self.table, r.job_statuses(state),
                            at_least=r.iso(since) if since is not None else None,
-                           where=_where(kind, scheduled_after), limit=limit, newest_first=True)
+                           where=_where(kind, scheduled_after), limit=limit, newest_first=True,
+                           after=after)
 
     def detail(self, job_id: str) -> tuple[Record, Record | None] | None:
         """A job's record (or its REJECTED record) and its bundle's record."""

@@ -113,12 +113,8 @@ class Twins:
         return self.feed.deliver(Dependents(self.store, self.clock))
 
     def client(self, **kwargs: Any) -> JobClient:
-        c = JobClient(queue_url=ENV["LONGJOBS_QUEUE_URL"], table_name=ENV["LONGJOBS_TABLE"],
-                      region="us-east-1", queue=self.queue, **kwargs)
-        # JobClient has no way to be handed a Store: its reads (cancel, retry, get) would open
-        # DynamoDB. Point them at the twin.
-        c._store = self.store
-        return c
+        return JobClient(queue_url=ENV["LONGJOBS_QUEUE_URL"], table_name=ENV["LONGJOBS_TABLE"],
+                         region="us-east-1", queue=self.queue, store=self.store, **kwargs)
 
     def launched(self, job_id: str, **submit: Any) -> tuple[str, str]:
         """Submit one job and tick once: (bundle id, task ARN) of its launched bundle."""

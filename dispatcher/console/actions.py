@@ -1,0 +1,211 @@
+"""The console's actions: cancel and retry a job, cancel or retry by filter, redrive the dead
+letters. Each is the CLI's own call on the operator API, behind the guard's checks (operate
+mode, same origin, CSRF token: :mod:`dispatcher.console.guard`), and answers with a redirect
+to a page that shows what it did (POST, then GET: a reload does not act twice)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+from urllib.parse import quote
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+
+from dispatcher.console.guard import Guard, Refused
+from dispatcher.console.pages import REFRESH_SECONDS
+from dispatcher.console.rendering import Renderer, job_url
+from dispatcher.console.source import ConsoleSource
+from dispatcher.domain.errors import JobNotFound, LongjobsError
+from dispatcher.domain.jobs import JobState
+from dispatcher.ops.bulk import SELECTABLE, BulkReport, BulkVerb, new_bulk_id
+from dispatcher.ops.wording import parse_duration
+
+# A dry run shows this many of the ids it selects.
+SAMPLE = 10
+REDRIVE_MOST = 100_000
+
+
+@dataclass
+class BulkRun:
+    """A bulk action this console started: its report as it goes (a copy per page)."""
+
+    report: BulkReport
+    command: str  # the CLI's command that resumes it
+    done: bool = False
+    problem: str | None = None
+
+    @property
+    def state(self) -> str:
+        if self.problem:
+            return "stopped"
+        return "done" if self.done else "running"
+
+
+@dataclass
+class BulkRuns:
+    """The bulk actions of one console, by id (each runs in a thread of its own)."""
+
+    runs: dict[str, BulkRun] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, bulk_id: str) -> BulkRun | None:
+        with self.lock:
+            return self.runs.get(bulk_id)
+
+    def all(self) -> list[BulkRun]:
+        with self.lock:
+            return list(self.runs.values())[::-1]
+
+    def put(self, run: BulkRun) -> None:
+        with self.lock:
+            self.runs[run.report.bulk_id] = run
+
+
+def bulk_form(values: Mapping[str, Any]) -> dict[str, str]:
+    """The filter fields of a bulk form or query, stripped; status upper-cased."""
+    out = {k: str(values.get(k, "") or "").strip() for k in ("verb", "status", "kind", "since",
+                                                            "label")}
+    out["verb"] = out["verb"] or "cancel"
+    out["status"] = out["status"].upper() or SELECTABLE[BulkVerb(out["verb"])][0] \
+        if out["verb"] in set(BulkVerb) else out["status"].upper()
+    return out
+
+
+def command_of(f: Mapping[str, str], bulk_id: str | None = None) -> str:
+    """The CLI's command for the same action (read-only consoles name it)."""
+    parts = [f"longjobs jobs {f['verb']} --status {f['status']}"]
+    parts += [f"--kind {f['kind']}"] if f.get("kind") else []
+    parts += [f"--since {f['since']}"] if f.get("since") else []
+    parts += [f"--label {f['label']}"] if f.get("label") else []
+    parts += [f"--bulk-id {bulk_id}"] if bulk_id else []
+    return " ".join(parts)
+
+
+class Actions:
+    """The state-changing requests of one console."""
+
+    def __init__(self, source: ConsoleSource, render: Renderer, guard: Guard) -> None:
+        self.source = source
+        self.render = render
+        self.guard = guard
+        self.bulk_runs = BulkRuns()
+
+    async def _form(self, request: Request) -> dict[str, str]:
+        form = await request.form()
+        values = {k: v for k, v in form.items() if isinstance(v, str)}
+        self.guard.check_action(request, values.get("csrf"))
+        return values
+
+    async def acted(self, request: Request, act: Any) -> Response:
+        try:
+            values = await self._form(request)
+            return await run_in_threadpool(act, request, values)
+        except Refused as exc:
+            return PlainTextResponse(exc.reason, status_code=exc.status)
+        except JobNotFound as exc:
+            return self.render.problem(request, 404, "No such job",
+                                       f"No job has the id {exc.job_id!r}.")
+        except LongjobsError as exc:
+            return self.render.problem(request, 409, "It was not done", str(exc))
+
+    # -- one job --------------------------------------------------------------------------------
+    async def cancel(self, request: Request) -> Response:
+        def act(request: Request, values: dict[str, str]) -> Response:
+            job_id = request.path_params["job_id"]
+            job = self.source.client.cancel(job_id, reason="cancelled from the console")
+            done = "cancelled" if job.state == JobState.CANCELLED else "cancel-requested"
+            return RedirectResponse(f"{job_url(job_id)}?done={done}", status_code=303)
+        return await self.acted(request, act)
+
+    async def retry(self, request: Request) -> Response:
+        def act(request: Request, values: dict[str, str]) -> Response:
+            job_id = request.path_params["job_id"]
+            self.source.client.retry(job_id, from_scratch=values.get("from_scratch") == "1",
+                                     reason="retried from the console")
+            return RedirectResponse(f"{job_url(job_id)}?done=retried", status_code=303)
+        return await self.acted(request, act)
+
+    # -- bulk -----------------------------------------------------------------------------------
+    def bulk_page(self, request: Request) -> Response:
+        f = bulk_form(request.query_params)
+        preview = None
+        problem = None
+        if request.query_params.get("preview"):
+            try:
+                preview = self._preview(f)
+            except LongjobsError as exc:
+                problem = str(exc)
+        return self.render.page(request, "bulk.html", page="bulk", f=f, preview=preview,
+                                problem=problem, verbs=[str(v) for v in BulkVerb],
+                                statuses=SELECTABLE[BulkVerb(f["verb"])]
+                                if f["verb"] in set(BulkVerb) else [],
+                                runs=self.bulk_runs.all())
+
+    def _preview(self, f: dict[str, str]) -> dict[str, Any]:
+        action, flt = self._bulk(f)
+        selection, sample = action.preview(flt, SAMPLE)
+        return {"matched": action.count(flt), "selection": selection, "sample": sample,
+                "fields": [(k, v) for k, v in f.items() if v], "command": command_of(f)}
+
+    def _bulk(self, f: Mapping[str, str]) -> Any:
+        if f["verb"] not in set(BulkVerb):
+            raise LongjobsError(f"action {f['verb']!r} is not cancel or retry")
+        since = parse_duration(f["since"], "created within") if f.get("since") else None
+        return self.source.client.bulk(f["verb"], status=f["status"], kind=f.get("kind") or None,
+                                       since_seconds=since, label=f.get("label") or None)
+
+    async def bulk(self, request: Request) -> Response:
+        def act(request: Request, values: dict[str, str]) -> Response:
+            f = bulk_form(values)
+            action, flt = self._bulk(f)
+            resume = values.get("bulk_id", "").strip() or None
+            bulk_id = resume or new_bulk_id()
+            run = BulkRun(BulkReport(bulk_id, f["verb"], flt.describe(None), 0),
+                          command_of(f, bulk_id))
+            self.bulk_runs.put(run)
+
+            def progress(report: BulkReport) -> None:
+                self.bulk_runs.put(replace(run, report=replace(report)))
+
+            def work() -> None:
+                try:
+                    report = action.run(flt, bulk_id=bulk_id, resume=resume is not None,
+                                        reason=values.get("reason") or "from the console",
+                                        from_scratch=values.get("from_scratch") == "1",
+                                        progress=progress)
+                    self.bulk_runs.put(replace(run, report=report, done=True))
+                except Exception as exc:  # a table that stopped answering: resumable
+                    last = self.bulk_runs.get(bulk_id) or run
+                    self.bulk_runs.put(replace(last, problem=f"{type(exc).__name__}: {exc}"))
+
+            threading.Thread(target=work, name=f"console-{bulk_id}", daemon=True).start()
+            return RedirectResponse(f"/bulk/{quote(bulk_id, safe='')}", status_code=303)
+        return await self.acted(request, act)
+
+    def bulk_run(self, request: Request) -> Response:
+        run = self.bulk_runs.get(request.path_params["bulk_id"])
+        if run is None:
+            return self.render.problem(
+                request, 404, "No such bulk action here",
+                "This console did not start that bulk action (or was restarted since); "
+                "resume it by its id on the bulk page, with the same filter.")
+        return self.render.page(request, "bulk_run.html", page="bulk", run=run,
+                                refresh=None if run.done or run.problem else REFRESH_SECONDS)
+
+    # -- dead letters ---------------------------------------------------------------------------
+    async def redrive(self, request: Request) -> Response:
+        def act(request: Request, values: dict[str, str]) -> Response:
+            text = values.get("limit", "100").strip()
+            if not text.isdigit() or not 1 <= int(text) <= REDRIVE_MOST:
+                raise LongjobsError(f"at most {text[:20]!r}: give a whole number from 1 to "
+                                    f"{REDRIVE_MOST:,}")
+            moved, failed = self.source.client.dead_letters().redrive(int(text))
+            if failed:
+                raise LongjobsError(f"moved {moved}; {len(failed)} not moved: " + "; ".join(
+                    f"{k}: {v}" for k, v in list(failed.items())[:5]))
+            return RedirectResponse(f"/dead-letters?moved={moved}", status_code=303)
+        return await self.acted(request, act)

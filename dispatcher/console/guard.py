@@ -1,0 +1,113 @@
+"""What keeps the console safe by default.
+
+- **Its own host names only.** A request whose ``Host`` is not one the console serves (its
+  address and ``localhost`` at its port) is refused: a page of another site that rebinds its
+  own name to 127.0.0.1 (DNS rebinding) would otherwise read and act as a same-origin page.
+- **Read-only unless started with ``--operate``**: every state change is refused by the
+  server, not only left off the pages.
+- **A state change is a POST from the console's own pages**: its ``Origin`` (or, a browser
+  that sends none, its ``Referer``) is the console's own, and its form carries the console's
+  CSRF token, a secret made at start and written only into its own pages (another site can
+  neither read those pages nor guess it).
+- **Every response** carries a Content-Security-Policy with no inline script and no source
+  but the console's own (a job's text that reached a page as markup would still not run), and
+  is neither framed, sniffed nor cached. Templates autoescape everything (:mod:`.routes`).
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.types import ASGIApp
+
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+       "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+SAFE_METHODS = frozenset({"GET", "HEAD"})
+
+
+class Refused(Exception):
+    """A request the console will not act on, with what to do instead."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass
+class Guard:
+    """The console's rules for one server: ``hosts`` it answers to (``host:port``),
+    ``operate`` whether it acts at all, and its CSRF token."""
+
+    hosts: frozenset[str]
+    operate: bool = False
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+
+    @staticmethod
+    def serving(host: str, port: int, *, operate: bool = False,
+                also: Iterable[str] = ()) -> Guard:
+        """The rules of a console bound to ``host``:``port`` (loopback: ``localhost`` and
+        127.0.0.1 too)."""
+        names = {host, *also}
+        if host in ("127.0.0.1", "localhost", "::1"):
+            names |= {"127.0.0.1", "localhost"}
+        return Guard(frozenset(f"{n}:{port}" for n in names) | frozenset(names), operate)
+
+    def check_host(self, request: Request) -> None:
+        host = request.headers.get("host", "")
+        if host not in self.hosts:
+            raise Refused(421, f"this console does not serve the host {host[:80]!r}; open it "
+                          "at the address `longjobs console` printed")
+
+    def check_action(self, request: Request, form_token: object) -> None:
+        """A state change: allowed at all, from the console's own page, with its token."""
+        if not self.operate:
+            raise Refused(403, "this console is read-only; start it with `longjobs console "
+                          "--operate` to cancel, retry or redrive")
+        origin = request.headers.get("origin") or _origin_of(request.headers.get("referer"))
+        if origin is None or urlsplit(origin).netloc not in self.hosts:
+            raise Refused(403, "a change must come from a page of this console (its Origin "
+                          "did not match); reload the page and submit it again")
+        if not isinstance(form_token, str) or not hmac.compare_digest(form_token, self.token):
+            raise Refused(403, "the form's CSRF token is missing or stale (the console was "
+                          "restarted?); reload the page and submit it again")
+
+
+def _origin_of(referer: str | None) -> str | None:
+    if not referer:
+        return None
+    parts = urlsplit(referer)
+    return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else None
+
+
+class Headers(BaseHTTPMiddleware):
+    """The host check before anything else, and :data:`HEADERS` on every response."""
+
+    def __init__(self, app: ASGIApp, guard: Guard) -> None:
+        super().__init__(app)
+        self.guard = guard
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        try:
+            self.guard.check_host(request)
+        except Refused as exc:
+            response: Response = PlainTextResponse(exc.reason, status_code=exc.status)
+        else:
+            response = await call_next(request)
+        response.headers.update(HEADERS)
+        return response
+

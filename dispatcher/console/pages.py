@@ -1,0 +1,191 @@
+"""The console's pages that read: overview, jobs, a job, deployments, dead letters. Each
+reads through the operator API (:class:`~dispatcher.console.source.ConsoleSource`) what it
+shows and nothing more: the overview reads no job item (``top``'s figures are counts and
+bundles), the jobs page one page of the status index (a cursor, never a scan), a job's page
+its item, its bundle's and its log lines."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from dispatcher.console.rendering import LOG_LINES, Renderer, job_url, pretty
+from dispatcher.console.source import ConsoleSource
+from dispatcher.domain.errors import JobNotFound, LongjobsError
+from dispatcher.domain.jobs import JobState
+from dispatcher.domain.waiting import REASONS
+from dispatcher.ops.job_views import SCHEDULED, JobDetail
+from dispatcher.ops.wording import parse_duration
+
+PAGE_ROWS = 50
+# A page shows a state that still changes; these do not (the page stops following them).
+SETTLED = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "REJECTED"})
+STATES = [str(s) for s in JobState] + [SCHEDULED]
+REFRESH_SECONDS = 3
+NOTICES = {
+    "cancelled": "Cancelled.",
+    "cancel-requested": "Cancel requested: its task stops it at its next heartbeat; this page "
+                        "shows CANCELLED once it has.",
+    "retried": "Retried: it waits for its launch (see what it waits for below).",
+}
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    state: str | None = None
+    kind: str | None = None
+    since: str | None = None
+    waiting_for: str | None = None
+    label: str | None = None
+
+    @staticmethod
+    def of(request: Request) -> JobFilter:
+        q = request.query_params
+
+        def get(name: str) -> str | None:
+            value = q.get(name, "").strip()
+            return value or None
+        state = get("state")
+        return JobFilter(state.upper() if state else None, get("kind"), get("since"),
+                         get("waiting_for"), get("label"))
+
+    @property
+    def any(self) -> bool:
+        return any(vars(self).values())
+
+    def query(self, **more: str) -> str:
+        pairs = {k: v for k, v in vars(self).items() if v} | more
+        return "/jobs" + ("?" + urlencode(pairs) if pairs else "")
+
+
+class Pages:
+    """The read pages of one console."""
+
+    def __init__(self, source: ConsoleSource, render: Renderer) -> None:
+        self.source = source
+        self.render = render
+
+    def answered(self, page: Callable[[Request], Response]) -> Callable[[Request], Response]:
+        """``page`` with the operator API's errors said on a page: a missing job as 404, bad
+        input as 400 (the message names the fix), anything the stack did not answer as 503."""
+        def run(request: Request) -> Response:
+            try:
+                return page(request)
+            except JobNotFound as exc:
+                return self.render.problem(request, 404, "No such job",
+                                           f"No job has the id {exc.job_id!r}; check the id, or "
+                                           "find the job on the jobs page.")
+            except LongjobsError as exc:
+                return self.render.problem(request, 400, "That cannot be shown", str(exc))
+            except Exception as exc:  # boto3, the network: the stack did not answer
+                return self.render.problem(
+                    request, 503, "The stack did not answer",
+                    f"{type(exc).__name__}: {str(exc)[:300]}. Check the console's AWS "
+                    "credentials and settings (as for `longjobs stats`), then reload.")
+        return run
+
+    # -- overview -------------------------------------------------------------------------------
+    def overview(self, request: Request) -> Response:
+        snap = self.source.top.snapshot()
+        day = self.source.queries.stats(since_seconds=86400).jobs
+        return self.render.page(request, "overview.html", page="overview", snap=snap, day=day,
+                                states=[str(s) for s in JobState], refresh=REFRESH_SECONDS)
+
+    # -- jobs -----------------------------------------------------------------------------------
+    def jobs(self, request: Request) -> Response:
+        wanted = request.query_params.get("q", "").strip()
+        if wanted:
+            self.source.client.get(wanted)  # JobNotFound: said as 404
+            return RedirectResponse(job_url(wanted), status_code=303)
+        f = JobFilter.of(request)
+        if f.state is not None and f.state not in STATES:
+            raise LongjobsError(f"state {f.state!r} is not one of " + ", ".join(STATES))
+        if f.waiting_for is not None and f.waiting_for not in REASONS:
+            raise LongjobsError(f"waiting for {f.waiting_for!r} is not one of "
+                                + ", ".join(REASONS))
+        since = parse_duration(f.since, "created within") if f.since else None
+        after = request.query_params.get("after") or None
+        bounded, next_url = "", None
+        if f.waiting_for or f.label:
+            # Those lists read a bounded window of the newest (their module says which), so
+            # they have no pages past it.
+            jobs = self.source.queries.list_jobs(status=f.state, kind=f.kind,
+                                                 since_seconds=since, limit=PAGE_ROWS,
+                                                 waiting_for=f.waiting_for, label=f.label)
+            bounded = f"the newest {len(jobs)} that match" if jobs else ""
+        else:
+            page = self.source.queries.page_jobs(status=f.state, kind=f.kind,
+                                                 since_seconds=since, limit=PAGE_ROWS,
+                                                 after=after)
+            jobs = page.jobs
+            next_url = f.query(after=page.next) if page.next else None
+        return self.render.page(
+            request, "jobs.html", page="jobs", jobs=jobs, f=f, states=STATES, reasons=REASONS,
+            after=after, next_url=next_url, first_url=f.query(), bounded=bounded,
+            refresh=None if after else REFRESH_SECONDS)
+
+    # -- a job ----------------------------------------------------------------------------------
+    def job(self, request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        d = self.source.queries.show(job_id)
+        s = d.summary
+        lines, cut, log_problem = self._log_lines(job_id) if s.state != "REJECTED" \
+            else ([], False, None)
+        notice = NOTICES.get(request.query_params.get("done", ""))
+        return self.render.page(
+            request, "job.html", page="jobs", d=d, s=s, values=_values(d),
+            array=_array_text(d.array), depends_on=d.depends_on, lines=lines,
+            cut=cut, log_problem=log_problem, notice=notice,
+            can_cancel=s.state in ("PENDING", "RUNNING", SCHEDULED),
+            can_retry=s.state in ("FAILED", "CANCELLED"),
+            refresh=None if s.state in SETTLED else REFRESH_SECONDS)
+
+    def _log_lines(self, job_id: str) -> tuple[list[str], bool, str | None]:
+        from dispatcher.ops.wording import when
+
+        try:
+            read = self.source.queries.job_log(job_id)
+        except LongjobsError as exc:
+            return [], False, str(exc)
+        lines = [f"{when(line.to_json()['at'])} {line.level:<7} {line.message}"
+                 + (("\n" + line.exception.rstrip("\n")) if line.exception else "")
+                 for _, line in read.lines]
+        return lines[-LOG_LINES:], len(lines) > LOG_LINES, None
+
+    # -- deployments, dead letters --------------------------------------------------------------
+    def deployments(self, request: Request) -> Response:
+        snap = self.source.top.snapshot()
+        return self.render.page(request, "deployments.html", page="deployments",
+                                deployment=self.source.queries.deployment(),
+                                by_revision=snap.tasks_by_revision, refresh=REFRESH_SECONDS)
+
+    def dead_letters(self, request: Request) -> Response:
+        letters = self.source.client.dead_letters().peek(50) \
+            if self.source.has_dead_letters else []
+        moved = request.query_params.get("moved")
+        notice = f"Moved {int(moved)} message(s) back to their job queues." \
+            if moved and moved.isdigit() else None
+        # Not refreshed by itself: every look counts as a receive of each message.
+        return self.render.page(request, "dead_letters.html", page="dead_letters",
+                                letters=letters, configured=self.source.has_dead_letters,
+                                notice=notice)
+
+
+def _values(d: JobDetail) -> list[tuple[str, str]]:
+    out = [("payload", d.payload), ("result", d.result), ("checkpoint", d.checkpoint)]
+    return [(name, pretty(value)) for name, value in out if value is not None]
+
+
+def _array_text(array: dict[str, Any] | None) -> str:
+    if not array or "parent" in array:
+        return ""
+    counts = ", ".join(f"{n} {state}" for state, n in array["by_state"].items() if n)
+    failed = array.get("failed_indexes") or []
+    return (f"{array['size']} children: {counts or 'none recorded yet'}"
+            + (f"; failed indexes {', '.join(map(str, failed[:100]))}"
+               + (" …" if len(failed) > 100 else "") if failed else ""))

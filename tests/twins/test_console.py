@@ -1,0 +1,210 @@
+"""The web console in-process on the twins (Starlette's test client): what each page shows,
+its pages of jobs, and its rules — loopback host names only, read-only unless operating,
+every change a same-origin POST with the CSRF token, everything from jobs escaped, a CSP
+with no inline script. The walk in a real browser: tests/integration/test_console_browser.py."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from markupsafe import escape
+from starlette.testclient import TestClient
+
+from dispatcher.console.guard import CSP, Guard
+from dispatcher.console.routes import console_app
+from dispatcher.console.source import ConsoleSource
+from dispatcher.domain.jobs import JobState
+from dispatcher.ops.queries import Queries
+from dispatcher.ops.top import Top
+from dispatcher.store import JobUpdate
+from tests.twins import Twins, finish_as_runner
+
+ORIGIN = "http://127.0.0.1:8765"
+HOSTILE = ['<script>alert(1)</script>', '"><img src=x onerror=alert(2)>',
+           "javascript:alert(3)"]
+
+
+def console(twins: Twins, *, operate: bool = False) -> tuple[TestClient, Guard]:
+    source = ConsoleSource(twins.client(), Queries(twins.store, queue=twins.queue,
+                                                   clock=twins.clock),
+                           Top(twins.store, queue=twins.queue, clock=twins.clock),
+                           has_dead_letters=False)
+    guard = Guard.serving("127.0.0.1", 8765, operate=operate)
+    return TestClient(console_app(source, guard, clock=twins.clock), base_url=ORIGIN), guard
+
+
+def failed(twins: Twins, job_id: str, *, kind: str = "k", message: str = "it broke",
+           payload: Any = None) -> None:
+    twins.client().submit(kind, payload if payload is not None else {}, job_id=job_id,
+                          max_attempts=1)
+    twins.stages().tick.tick()
+    fence = finish_as_runner(twins.store, job_id, JobState.RUNNING)
+    twins.store.apply(fence, [JobUpdate(job_id, JobState.RUNNING, JobState.FAILED, error={
+        "type": "ValueError", "message": message,
+        "traceback": f"Traceback (most recent call last):\n  ValueError: {message}\n"})])
+
+
+def test_every_page_answers_with_the_csp_and_no_inline_script(twins: Twins) -> None:
+    failed(twins, "j1")
+    web, _ = console(twins)
+    for path in ("/", "/jobs", "/jobs/j1", "/bulk", "/deployments", "/dead-letters",
+                 "/bulk?verb=retry&status=FAILED&preview=1"):
+        page = web.get(path)
+        assert page.status_code == 200, (path, page.text[:500])
+        assert page.headers["content-security-policy"] == CSP
+        assert "'unsafe-inline'" not in CSP and "script-src 'self'" in CSP
+        assert page.headers["x-frame-options"] == "DENY"
+        # Every <script> has a src of the console's own; no handler attribute anywhere.
+        for tag in re.findall(r"<script[^>]*>", page.text):
+            assert 'src="/static/' in tag, tag
+        assert not re.search(r"\son[a-z]+=", page.text), path
+    assert web.get("/static/console.js").status_code == 200
+
+
+def test_a_failed_job_shows_its_traceback_attempts_and_payload(twins: Twins) -> None:
+    failed(twins, "j1", message="disk full", payload={"rows": 3})
+    web, _ = console(twins)
+    page = web.get("/jobs/j1").text
+    assert "FAILED" in page and "ValueError: disk full" in page
+    assert "Traceback (most recent call last)" in page
+    assert "&#34;rows&#34;: 3" in page  # the payload, as JSON text
+    assert "Attempts" in page and "data-refresh" not in page  # settled: it stops following
+    listed = web.get("/jobs?state=FAILED").text
+    assert 'href="/jobs/j1"' in listed
+
+
+def test_a_pending_job_says_what_it_waits_for_and_follows_itself(twins: Twins) -> None:
+    twins.client().submit("k", {}, job_id="later", not_before=twins.clock() + 3600)
+    twins.stages().tick.tick()
+    web, _ = console(twins)
+    page = web.get("/jobs/later").text
+    assert "Waiting for: scheduled until" in page
+    assert 'data-refresh="3"' in page
+
+
+def test_what_jobs_carry_is_rendered_as_text(twins: Twins) -> None:
+    for n, bad in enumerate(HOSTILE):
+        failed(twins, f"x{n}", kind="k", message=bad, payload={"html": bad})
+    web, _ = console(twins)
+    for n, bad in enumerate(HOSTILE):
+        for page in (web.get(f"/jobs/x{n}").text, web.get("/jobs?state=FAILED").text):
+            assert "<script>alert" not in page and "<img src=x" not in page
+            assert 'href="javascript:' not in page
+        assert str(escape(bad)) in web.get(f"/jobs/x{n}").text  # shown, as text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in web.get("/jobs/x0").text
+
+
+def test_an_id_that_is_no_path_stays_one_path_segment(twins: Twins) -> None:
+    web, _ = console(twins)
+    page = web.get("/jobs", params={"q": "javascript:alert(1)"})
+    assert page.status_code == 404 and "No job has the id" in page.text
+    twins.client().submit("k", {}, job_id="a:b")  # a child-like id: its colon is encoded
+    twins.stages().tick.tick()
+    found = web.get("/jobs", params={"q": "a:b"}, follow_redirects=False)
+    assert found.status_code == 303 and found.headers["location"] == "/jobs/a%3Ab"
+    assert web.get("/jobs/a%3Ab").status_code == 200
+
+
+def test_pages_of_jobs_follow_the_cursor_without_repeats_or_gaps(twins: Twins) -> None:
+    ids = [f"p{n:03d}" for n in range(120)]
+    for n, job_id in enumerate(ids):
+        twins.clock.advance(1 if n % 7 else 0)  # some share their creation time
+        twins.client().submit("k", {}, job_id=job_id)
+    twins.stages(LONGJOBS_MAX_RUNNING_TASKS="500").tick.tick()  # every one recorded at once
+    assert len(twins.jobs()) == len(ids)
+    web, _ = console(twins)
+    seen: list[str] = []
+    url: str | None = "/jobs?state=PENDING"
+    while url:
+        page = web.get(url).text
+        seen += re.findall(r'href="/jobs/(p\d{3})"', page)
+        nxt = re.search(r'href="([^"]+)" rel="next"', page)
+        url = nxt.group(1).replace("&amp;", "&") if nxt else None
+    assert sorted(seen) == ids and len(seen) == len(set(seen))
+
+
+def test_bad_filters_and_unknown_pages_say_what_to_do(twins: Twins) -> None:
+    web, _ = console(twins)
+    bad = web.get("/jobs?state=DONE")
+    assert bad.status_code == 400 and "is not one of" in bad.text
+    assert web.get("/jobs?since=soon").status_code == 400
+    assert web.get("/jobs?after=nonsense").status_code == 400
+    assert "start again from the first page" in web.get("/jobs?after=nonsense").text
+    assert web.get("/nowhere").status_code == 404
+
+
+def test_a_read_only_console_refuses_every_change(twins: Twins) -> None:
+    twins.client().submit("k", {}, job_id="j1")
+    twins.stages().tick.tick()
+    web, guard = console(twins)
+    assert "Cancel</button>" not in web.get("/jobs/j1").text
+    refused = web.post("/jobs/j1/cancel", data={"csrf": guard.token},
+                       headers={"Origin": ORIGIN})
+    assert refused.status_code == 403 and "--operate" in refused.text
+    assert twins.job("j1").state == JobState.PENDING
+
+
+def test_a_change_needs_the_token_and_the_consoles_own_origin(twins: Twins) -> None:
+    # Scheduled for later: no task runs it, so a cancel is done at once.
+    twins.client().submit("k", {}, job_id="j1", not_before=twins.clock() + 3600)
+    twins.stages().tick.tick()
+    web, guard = console(twins, operate=True)
+    assert "Cancel</button>" in web.get("/jobs/j1").text
+    for data, headers in (({}, {"Origin": ORIGIN}),
+                          ({"csrf": "guess"}, {"Origin": ORIGIN}),
+                          ({"csrf": guard.token}, {"Origin": "http://evil.example"}),
+                          ({"csrf": guard.token}, {})):
+        refused = web.post("/jobs/j1/cancel", data=data, headers=headers)
+        assert refused.status_code == 403, (data, headers)
+    assert twins.job("j1").state == JobState.PENDING
+    done = web.post("/jobs/j1/cancel", data={"csrf": guard.token},
+                    headers={"Origin": ORIGIN}, follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == "/jobs/j1?done=cancelled"
+    assert twins.job("j1").state == JobState.CANCELLED
+    assert "Cancelled." in web.get(done.headers["location"]).text
+
+
+def test_another_host_name_is_refused(twins: Twins) -> None:
+    web, _ = console(twins)
+    rebound = web.get("/", headers={"Host": "attacker.example:8765"})
+    assert rebound.status_code == 421
+    assert web.get("/", headers={"Host": "localhost:8765"}).status_code == 200
+
+
+def test_a_bulk_cancel_counts_first_then_acts_with_progress(twins: Twins) -> None:
+    later = twins.clock() + 3600  # not launched: each cancel is done at once
+    for n in range(5):
+        twins.client().submit("k", {}, job_id=f"b{n}", not_before=later)
+    twins.client().submit("other", {}, job_id="keep", not_before=later)
+    twins.stages().tick.tick()
+    web, guard = console(twins, operate=True)
+    dry = web.get("/bulk", params={"verb": "cancel", "status": "PENDING", "kind": "k",
+                                   "preview": "1"}).text
+    assert "<strong>5</strong> job(s) match" in dry
+    assert all(twins.job(f"b{n}").state == JobState.PENDING for n in range(5))
+    started = web.post("/bulk", data={"csrf": guard.token, "verb": "cancel",
+                                      "status": "PENDING", "kind": "k"},
+                       headers={"Origin": ORIGIN}, follow_redirects=False)
+    assert started.status_code == 303
+    where = started.headers["location"]
+
+    def state() -> str:
+        return re.search(r'class="bulk-state">(\w+)<', web.get(where).text).group(1)  # type: ignore[union-attr]
+    for _ in range(200):
+        if state() != "running":
+            break
+        import time
+
+        time.sleep(0.05)
+    page = web.get(where).text
+    assert state() == "done" and '<td class="acted">5</td>' in page
+    assert all(twins.job(f"b{n}").state == JobState.CANCELLED for n in range(5))
+    assert twins.job("keep").state == JobState.PENDING
+
+
+@pytest.mark.parametrize("path", ["/jobs/j1/retry", "/bulk", "/dead-letters/redrive"])
+def test_a_get_never_changes_anything(twins: Twins, path: str) -> None:
+    web, _ = console(twins, operate=True)
+    assert web.get(path).status_code in (200, 404, 405)
