@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated
@@ -115,6 +116,9 @@ def demo(
                                       "job sizes and kill/deploy moments.")] = 1,
     small: Annotated[int, typer.Option(help="Number of small jobs (fewer: a shorter "
                                        "run).")] = 500,
+    console: Annotated[bool, typer.Option("--console", help="Serve the web console (read-only) "
+                                          "while it runs, to watch it in a browser; after the "
+                                          "verdict it stays up until Ctrl-C.")] = False,
 ) -> None:
     """Run the whole system locally (moto + local task processes) and check its promises."""
     _need_local_extra("demo")
@@ -122,8 +126,33 @@ def demo(
 
     typer.echo("longjobs demo: starting a local environment (moto's server, queues, table, "
                "cluster); the batch follows in a few seconds, about 75 seconds in all", err=True)
-    ok, verdict = guarded(lambda: run(small=small, seed=seed))
-    typer.echo(verdict)
+    served: list[Served] = []
+
+    def started(stack: dict[str, str]) -> None:
+        found = _console(stack, 8765, operate=False)
+        if found is not None:
+            served.append(found)
+            typer.echo(f"longjobs demo: watch it at {found.url}", err=True)
+
+    def linger(verdict: str) -> None:
+        if not served:  # no console (its extra is missing): nothing to stay up for
+            return
+        typer.echo(verdict)
+        typer.echo(f"longjobs demo: the console stays at {served[0].url} until Ctrl-C",
+                   err=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(3600)
+
+    try:
+        ok, verdict = guarded(lambda: run(small=small, seed=seed,
+                                          started=started if console else None,
+                                          linger=linger if console else None))
+    finally:
+        for s in served:
+            s.stop()
+    if not console or not served:
+        typer.echo(verdict)
     raise typer.Exit(0 if ok else 1)
 
 

@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -246,10 +246,14 @@ def reruns(env: LocalEnv) -> int:
 
 def run(*, small: int = 500, long: int = 4, seed: int = 1, max_running: int = 6,
         bundle_jobs: int = 25, long_seconds: tuple[int, int] = (20, 40),
-        timeout: float = 165.0, say: Say | None = None, map_size: int = 200) -> tuple[bool, str]:
+        timeout: float = 165.0, say: Say | None = None, map_size: int = 200,
+        started: Callable[[dict[str, str]], None] | None = None,
+        linger: Callable[[str], None] | None = None) -> tuple[bool, str]:
     """Run the scenario; return (every invariant held, the verdict line).
 
     ``say`` captures plain output (tests); without it a terminal gets the live table.
+    ``started`` is handed the local stack's settings once it runs (``demo --console`` serves
+    the console from them); ``linger`` is handed the verdict line before the stack stops.
     """
     plan = make_script(small, long, seed, long_seconds, map_size)
     workdir = Path(tempfile.mkdtemp(prefix="longjobs-demo-"))
@@ -265,6 +269,8 @@ def run(*, small: int = 500, long: int = 4, seed: int = 1, max_running: int = 6,
         with _quiet_info_logs(), LocalEnv(settings=settings, tick_seconds=1.0,
                                           output=subprocess.DEVNULL) as env:
             scenario = Scenario(env, plan, view)
+            if started is not None:
+                started(dict(env.env))
             with view:
                 scenario.submit_burst()
                 deadline = time.monotonic() + timeout
@@ -278,6 +284,8 @@ def run(*, small: int = 500, long: int = 4, seed: int = 1, max_running: int = 6,
                 view.update(scenario.snapshot(), force=True)
             ok, line, rows = verdict(scenario, read_log(log))
             view.summary("longjobs demo: summary", rows)
+            if linger is not None:
+                linger(line)
             return ok, line
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
