@@ -226,6 +226,9 @@ class Queries:
         now = self.clock()
         # A span longer than the epoch means everything (a date before 1970 has no ISO form).
         since = max(0.0, now - since_seconds) if since_seconds is not None else None
+        if not status and not kind:  # every state as one index
+            return self.store.list_states(list(JOB_STATES), since=since, limit=limit,
+                                          after=after)
         # Each per-status answer is newest first and at most `limit` long, so merging them
         # reads at most `limit` items per status, whatever the table holds.
         streams = [self.store.list_jobs(JobState.PENDING, since=since, kind=kind, limit=limit,

@@ -4,8 +4,9 @@ shards (:func:`dispatcher.store.codec.job_statuses`), and a reader wants them as
 The Table port queries one partition key; merging is the store's, written once for every
 backend. Each partition answers in ``status_at`` order, so the merge is ``heapq.merge`` of
 the partitions' answers, cut at ``limit``: the first ``limit`` items overall are among the
-first ``limit`` of each partition, so each partition is asked for at most ``limit`` (a reader
-reads at most ``limit`` items per partition, whatever the table holds).
+first ``limit`` of each partition, so no partition is read past ``limit`` items (a reader reads
+at most ``limit`` items per partition, whatever the table holds), and each only as far as the
+merge takes from it (:func:`query`).
 """
 
 from __future__ import annotations
@@ -38,15 +39,35 @@ def query(table: Table, keys: list[str], *, at_most: str | None = None,
           after: tuple[str, str] | None = None) -> list[Record]:
     """``Table.query`` over every key of ``keys`` as one index: ordered by ``status_at``
     (newest first if asked), at most ``limit`` items after the filter ``where``; ``after``:
-    past this position (``(status_at, pk)``, in the order asked), a page's cursor."""
+    past this position (``(status_at, pk)``, in the order asked), a page's cursor.
+
+    With a ``limit``, each partition is read a short run at a time, only as the merge reaches
+    its end: the first run ``ceil(limit / len(keys)) + 1`` rows, each next one twice as long
+    (at most ``limit``), so a page of 50 over 54 partitions reads about 50 rows plus two per
+    partition, not 50 per partition."""
     if limit is not None and limit <= 0:
         return []
-    answers = [table.query(k, at_most=at_most, at_least=at_least, limit=limit,
-                           newest_first=newest_first, where=where, after=start(k, after))
-               for k in keys]
-    if len(answers) == 1:
-        return answers[0]
-    merged = heapq.merge(*answers, key=_order, reverse=newest_first)
+    if limit is None or len(keys) == 1:
+        answers = [table.query(k, at_most=at_most, at_least=at_least, limit=limit,
+                               newest_first=newest_first, where=where, after=start(k, after))
+                   for k in keys]
+        if len(answers) == 1:
+            return answers[0]
+        return list(heapq.merge(*answers, key=_order, reverse=newest_first))
+    first = min(limit, -(-limit // len(keys)) + 1)
+
+    def runs(key: str) -> Iterator[Record]:
+        past, size, read = start(key, after), first, 0
+        while read < limit:
+            rows = table.query(key, at_most=at_most, at_least=at_least, limit=size,
+                               newest_first=newest_first, where=where, after=past)
+            yield from rows
+            read += len(rows)
+            if len(rows) < size:
+                return
+            past, size = rows[-1], min(2 * size, limit - read)
+
+    merged = heapq.merge(*(runs(k) for k in keys), key=_order, reverse=newest_first)
     return list(itertools.islice(merged, limit))
 
 
@@ -61,24 +82,26 @@ def newest_matching(table: Table, keys: list[str], match: Callable[[Record], boo
     only those that match the filter expression":
     https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Query.Other.html); the
     port's ``limit`` counts matches, so a filter that matches little would read the partition
-    to its end. Here each key is read newest first with no filter,
-    ``limit`` rows first, then twice as many a query up to :data:`PAGE`, until ``limit`` rows
-    matched or ``read_at_most`` were read; ``after``: past that position (a page's cursor)."""
-    answers = []
-    for key in keys:
-        found: list[Record] = []
-        past = start(key, after)
-        read, size = 0, limit
-        while len(found) < limit and read < read_at_most:
+    to its end. Here each key is read newest first with no filter, a short run at a time
+    and only as the merge reaches its end (as :func:`query`: ``ceil(limit / len(keys)) + 1``
+    rows first, then twice as many a query up to :data:`PAGE`), until the merge has ``limit``
+    matches or the key's ``read_at_most`` rows were read; ``after``: past that position (a
+    page's cursor). So a filter that matches one row in 20 reads about 20 rows per match shown
+    (plus a run per key), not ``limit`` matches' worth from every key."""
+    first = min(limit, -(-limit // len(keys)) + 1)
+
+    def matches(key: str) -> Iterator[Record]:
+        past, size, read = start(key, after), first, 0
+        while read < read_at_most:
             size = min(size, PAGE, read_at_most - read)
             rows = table.query(key, limit=size, newest_first=True, after=past)
             read += len(rows)
-            found += [rec for rec in rows if match(rec)]
+            yield from (rec for rec in rows if match(rec))
             if len(rows) < size:
-                break
+                return
             past, size = rows[-1], 2 * size
-        answers.append(found[:limit])
-    merged = heapq.merge(*answers, key=_order, reverse=True)
+
+    merged = heapq.merge(*(matches(k) for k in keys), key=_order, reverse=True)
     return list(itertools.islice(merged, limit))
 
 

@@ -356,6 +356,14 @@ class OperatorStore(Deployments, ScheduleFires, TaskBills, LabelIndex):
                            where=_where(kind, scheduled_after), limit=limit, newest_first=True,
                            after=after)
 
+    def list_states(self, states: list[JobState], *, since: float | None = None,
+                    limit: int = 50, after: tuple[str, str] | None = None) -> list[Record]:
+        """Jobs (and REJECTED records) in any of ``states``, newest first, as one index: every
+        state's partitions in one merge, each read only as far as the merge takes from it."""
+        keys = [key for state in states for key in r.job_statuses(state)]
+        return index.query(self.table, keys, at_least=r.iso(since) if since is not None
+                           else None, limit=limit, newest_first=True, after=after)
+
     def detail(self, job_id: str) -> tuple[Record, Record | None] | None:
         """A job's record (or its REJECTED record) and its bundle's record."""
         rec = self.table.get(r.job_key(job_id)) or self.table.get(r.rejection_key(job_id))
