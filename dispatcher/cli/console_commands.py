@@ -31,6 +31,9 @@ def console(
     operate: Annotated[bool, typer.Option("--operate", help="Allow cancel, retry, bulk "
                                           "actions and redrive (read-only without it: the "
                                           "server refuses them).")] = False,
+    allow_host: Annotated[list[str] | None, typer.Option(
+        "--allow-host", metavar="NAME", help="Another host name browsers reach it by (with "
+        "--host); any other is refused. Repeatable.")] = None,
 ) -> None:
     """Serve the web console (jobs, a job's attempts and logs, bulk actions, deployments, dead
     letters) for the stack the settings name, and print its URL; Ctrl-C stops it."""
@@ -48,4 +51,5 @@ def console(
         typer.echo("# longjobs console: " + ("operate mode (actions allowed)" if operate else
                    "read-only (--operate allows actions)") + "; Ctrl-C stops it", err=True)
 
-    guarded(lambda: serve_forever(source, host, port, operate=operate, on_ready=ready))
+    guarded(lambda: serve_forever(source, host, port, operate=operate, on_ready=ready,
+                                  also=tuple(allow_host or ())))

@@ -3,6 +3,7 @@ a thread beside local mode (``longjobs local``, ``longjobs demo --console``)."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -55,22 +56,26 @@ class Served:
 
 
 def prepare(source: ConsoleSource, host: str, port: int, *, operate: bool,
-            clock: Callable[[], float] = time.time
+            also: tuple[str, ...] = (), clock: Callable[[], float] = time.time
             ) -> tuple[uvicorn.Server, socket.socket, str]:
     sock = bound(host, port)
     actual = sock.getsockname()[1]
-    guard = Guard.serving(host, actual, operate=operate)
+    guard = Guard.serving(host, actual, operate=operate, also=also)
     config = uvicorn.Config(console_app(source, guard, clock), log_level="warning",
                             access_log=False, lifespan="off", server_header=False)
     return uvicorn.Server(config), sock, url(host, actual)
 
 
 def serve_forever(source: ConsoleSource, host: str, port: int, *, operate: bool,
-                  on_ready: Callable[[str], None]) -> None:
-    """Serve until interrupted (Ctrl-C, SIGTERM: uvicorn's own handling)."""
-    server, sock, where = prepare(source, host, port, operate=operate)
+                  on_ready: Callable[[str], None], also: tuple[str, ...] = ()) -> None:
+    """Serve until interrupted (Ctrl-C, SIGTERM: uvicorn's own handling); ``also``: other
+    host names it answers to."""
+    server, sock, where = prepare(source, host, port, operate=operate, also=also)
     on_ready(where)
-    server.run(sockets=[sock])
+    # uvicorn shuts down on the signal, then raises it again (Ctrl-C: KeyboardInterrupt):
+    # a stop asked for is not an error.
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=[sock])
 
 
 def serve_in_thread(source: ConsoleSource, host: str = "127.0.0.1", port: int = 0, *,

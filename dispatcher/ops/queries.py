@@ -3,8 +3,9 @@
 Every read goes through the operator role of the Store port (:class:`OperatorStore`), whose
 queries use the status index (hash ``<TYPE>#<STATE>``, a job state spread over shards; range ISO
 time), so the cost of a question follows the size of its answer, never the size of the table: a
-status query reads at most ``limit`` items newest first from each shard, "all statuses" merges
-the per-status answers, and counts are COUNT queries: the active states (PENDING, RUNNING) in
+list merges the partitions it reads (a state's shards; every state's for "all statuses") and
+reads each only as far as the merge takes from it (:func:`dispatcher.store.index.query`), a
+page goes on from its cursor, and counts are COUNT queries: the active states (PENDING, RUNNING) in
 full, the finished ones over a window of the index's range key (``stats``' ``since``), so that
 no read grows with the history the table keeps (LONGJOBS_RETENTION_DAYS of finished jobs). The
 CLI (``dispatcher.cli.jobs_commands``) and ``JobClient`` are thin layers over this module; each
@@ -229,8 +230,8 @@ class Queries:
         if not status and not kind:  # every state as one index
             return self.store.list_states(list(JOB_STATES), since=since, limit=limit,
                                           after=after)
-        # Each per-status answer is newest first and at most `limit` long, so merging them
-        # reads at most `limit` items per status, whatever the table holds.
+        # One state, or every state of one kind (each then has a read of its own: a finished
+        # state's is bounded, an active one's filtered): newest first, at most `limit` each.
         streams = [self.store.list_jobs(JobState.PENDING, since=since, kind=kind, limit=limit,
                                         scheduled_after=now, after=after)
                    if state == SCHEDULED else

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -71,7 +71,35 @@ def no_dialog(driver: WebDriver) -> None:
 
 
 def text_of(driver: WebDriver) -> str:
-    return str(driver.find_element(By.TAG_NAME, "main").text)
+    for _ in range(10):
+        try:
+            return str(driver.find_element(By.TAG_NAME, "main").text)
+        except StaleElementReferenceException:  # the page put a fresh <main> in place
+            continue
+    raise AssertionError("the page's <main> kept changing under the reader")
+
+
+def choose(driver: WebDriver, name: str, value: str) -> None:
+    """Pick ``value`` in the select ``name`` (found again if the page replaced it)."""
+    for _ in range(10):
+        try:
+            Select(driver.find_element(By.NAME, name)).select_by_value(value)
+            return
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError(f"the select {name!r} kept changing")
+
+
+def click(driver: WebDriver, by: str, value: str) -> None:
+    """Click what a person would: a page that follows its state puts a fresh copy of its
+    content in place every few seconds, so an element found just before may be gone."""
+    for _ in range(10):
+        try:
+            driver.find_element(by, value).click()
+            return
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError(f"{value!r} kept changing under the click")
 
 
 def test_a_newcomer_walks_the_console(browser: WebDriver, tmp_path: Path) -> None:
@@ -103,15 +131,15 @@ def test_a_newcomer_walks_the_console(browser: WebDriver, tmp_path: Path) -> Non
         shoot(browser, shots, "overview")
 
         # The failed jobs, by the filter on the jobs page.
-        browser.find_element(By.LINK_TEXT, "Jobs").click()
-        Select(browser.find_element(By.NAME, "state")).select_by_value("FAILED")
-        browser.find_element(By.CSS_SELECTOR, "form.filters button[type=submit]").click()
+        click(browser, By.LINK_TEXT, "Jobs")
+        choose(browser, "state", "FAILED")
+        click(browser, By.CSS_SELECTOR, "form.filters button[type=submit]")
         listed = text_of(browser)
         assert "nightly-report" in listed and "later-0" not in listed and "done-0" not in listed
         shoot(browser, shots, "jobs")
 
         # One of them: its traceback and its logs.
-        browser.find_element(By.LINK_TEXT, "nightly-report").click()
+        click(browser, By.LINK_TEXT, "nightly-report")
         page = text_of(browser)
         assert "FAILED" in page and "RuntimeError: the upstream service said 503" in page
         assert "Traceback (most recent call last)" in page
@@ -120,7 +148,7 @@ def test_a_newcomer_walks_the_console(browser: WebDriver, tmp_path: Path) -> Non
         shoot(browser, shots, "job")
 
         # Retried, it runs again and succeeds: the page shows it without a reload.
-        browser.find_element(By.CSS_SELECTOR, "form[action$='/retry'] button").click()
+        click(browser, By.CSS_SELECTOR, "form[action$='/retry'] button")
         assert "Retried" in text_of(browser)
         browser.execute_script("window.notReloaded = true;")
         wait_for(lambda: "SUCCEEDED" in text_of(browser), 120, "the retried job succeeded")
@@ -147,9 +175,9 @@ def test_a_newcomer_walks_the_console(browser: WebDriver, tmp_path: Path) -> Non
 
         # A bulk cancel's dry run: the count and a sample, nothing changed.
         browser.get(url + "/bulk")
-        Select(browser.find_element(By.NAME, "status")).select_by_value("PENDING")
+        choose(browser, "status", "PENDING")
         browser.find_element(By.NAME, "kind").send_keys("echo")
-        browser.find_element(By.CSS_SELECTOR, "button[name=preview]").click()
+        click(browser, By.CSS_SELECTOR, "button[name=preview]")
         assert "3 job(s) match" in text_of(browser)
         shoot(browser, shots, "bulk")
         states = {json.loads(longjobs(client, "jobs", "show", f"later-{n}", "--json"))["state"]

@@ -1,8 +1,9 @@
 // The longjobs console's only script (no inline script: the CSP forbids it).
 // A page whose <main> has data-refresh="N" follows the state it shows: every N seconds
 // (at most 5) it reads its own URL again and puts the new <main> in place, without a
-// reload. It waits while a field of the page is being edited or text is selected, and
-// keeps open the <details> that were open. Whatever the server sent is taken as the
+// reload. It waits while a field of the page is being edited or text is selected, stops
+// once a field was changed (a filter being set up is never put back), and keeps open the
+// <details> that were open. Whatever the server sent is taken as the
 // server escaped it; nothing of it runs (markup parsed by DOMParser runs no script).
 (function () {
   "use strict";
@@ -10,6 +11,9 @@
   if (!main) { return; }
   var every = Math.min(5, Math.max(1, Number(main.getAttribute("data-refresh")) || 3));
   var busy = false;
+  var changed = false;
+  main.addEventListener("input", function () { changed = true; });
+  main.addEventListener("change", function () { changed = true; });
 
   function editing() {
     var a = document.activeElement;
@@ -25,13 +29,13 @@
   }
 
   function refresh() {
-    if (busy || editing() || document.hidden) { return; }
+    if (busy || changed || editing() || document.hidden) { return; }
     busy = true;
     fetch(window.location.href, { credentials: "same-origin", cache: "no-store",
                                   headers: { "X-Longjobs-Refresh": "1" } })
       .then(function (r) { return r.ok ? r.text() : null; })
       .then(function (html) {
-        if (html === null || editing()) { return; }
+        if (html === null || changed || editing()) { return; }
         var fresh = new DOMParser().parseFromString(html, "text/html").querySelector("main");
         if (!fresh) { return; }
         var open = openDetails(main);
