@@ -6,6 +6,8 @@ its item, its bundle's and its log lines."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +25,11 @@ from dispatcher.ops.job_views import SCHEDULED, JobDetail
 from dispatcher.ops.wording import parse_duration
 
 PAGE_ROWS = 50
+# The overview's figures are shared by every open page for a little under a refresh, and
+# its day of counts (COUNT queries over a day of the status index: read capacity in
+# proportion to a day's jobs) for five minutes: many open tabs cost what one does.
+SNAPSHOT_SECONDS = 2.5
+DAY_COUNTS_SECONDS = 300.0
 # A page shows a state that still changes; these do not (the page stops following them).
 SETTLED = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "REJECTED"})
 STATES = [str(s) for s in JobState] + [SCHEDULED]
@@ -33,6 +40,21 @@ NOTICES = {
                         "shows CANCELLED once it has.",
     "retried": "Retried: it waits for its launch (see what it waits for below).",
 }
+
+
+class Cached:
+    """A value made at most once per ``seconds`` (by whichever request asks first)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._lock = threading.Lock()
+        self._made: tuple[float, Any] | None = None
+
+    def get(self, make: Callable[[], Any]) -> Any:
+        with self._lock:
+            if self._made is None or time.monotonic() - self._made[0] >= self.seconds:
+                self._made = (time.monotonic(), make())
+            return self._made[1]
 
 
 @dataclass(frozen=True)
@@ -69,6 +91,8 @@ class Pages:
     def __init__(self, source: ConsoleSource, render: Renderer) -> None:
         self.source = source
         self.render = render
+        self._snapshot = Cached(SNAPSHOT_SECONDS)
+        self._day = Cached(DAY_COUNTS_SECONDS)
 
     def answered(self, page: Callable[[Request], Response]) -> Callable[[Request], Response]:
         """``page`` with the operator API's errors said on a page: a missing job as 404, bad
@@ -91,10 +115,11 @@ class Pages:
 
     # -- overview -------------------------------------------------------------------------------
     def overview(self, request: Request) -> Response:
-        snap = self.source.top.snapshot()
-        day = self.source.queries.stats(since_seconds=86400).jobs
-        return self.render.page(request, "overview.html", page="overview", snap=snap, day=day,
-                                states=[str(s) for s in JobState], refresh=REFRESH_SECONDS)
+        snap = self._snapshot.get(self.source.top.snapshot)
+        day = self._day.get(lambda: self.source.queries.stats(since_seconds=86400))
+        return self.render.page(request, "overview.html", page="overview", snap=snap,
+                                day=day.jobs, day_at=day.at, states=[str(s) for s in JobState],
+                                refresh=REFRESH_SECONDS)
 
     # -- jobs -----------------------------------------------------------------------------------
     def jobs(self, request: Request) -> Response:
@@ -159,7 +184,7 @@ class Pages:
 
     # -- deployments, dead letters --------------------------------------------------------------
     def deployments(self, request: Request) -> Response:
-        snap = self.source.top.snapshot()
+        snap = self._snapshot.get(self.source.top.snapshot)
         return self.render.page(request, "deployments.html", page="deployments",
                                 deployment=self.source.queries.deployment(),
                                 by_revision=snap.tasks_by_revision, refresh=REFRESH_SECONDS)

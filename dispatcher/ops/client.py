@@ -12,6 +12,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,8 @@ if TYPE_CHECKING:  # the table's model (pynamodb) loads only when a client reads
     from dispatcher.ops.usage import UsageReport
     from dispatcher.ports.job_logs import LogLine
 
+# Index partitions an operator's read asks at once (a list of every state has 54).
+READS_AT_ONCE = 16
 # How many of the ids it sent a client remembers, with their array sizes (see
 # JobClient._check_dependencies).
 SENT_KEPT = 100_000
@@ -230,6 +233,10 @@ class JobClient:
             from dispatcher.wiring.pipeline import bundle_sizes
 
             self._store.bundle_sizes = bundle_sizes(self.cfg)
+            # An operator may be far from the table's region: a list's partitions are read
+            # at once, not a round trip each (OperatorStore.fan_out).
+            self._store.fan_out = ThreadPoolExecutor(max_workers=READS_AT_ONCE,
+                                                     thread_name_prefix="longjobs-reads")
         return self._store
 
     def get(self, job_id: str) -> Job | Rejection:

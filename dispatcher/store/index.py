@@ -14,6 +14,8 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor
+from functools import partial
 
 from dispatcher.ports.table import Condition, Record, Table
 
@@ -36,7 +38,8 @@ def start(key: str, after: tuple[str, str] | None) -> Record | None:
 def query(table: Table, keys: list[str], *, at_most: str | None = None,
           at_least: str | None = None, limit: int | None = None,
           newest_first: bool = False, where: Condition | None = None,
-          after: tuple[str, str] | None = None) -> list[Record]:
+          after: tuple[str, str] | None = None, fan_out: Executor | None = None
+          ) -> list[Record]:
     """``Table.query`` over every key of ``keys`` as one index: ordered by ``status_at``
     (newest first if asked), at most ``limit`` items after the filter ``where``; ``after``:
     past this position (``(status_at, pk)``, in the order asked), a page's cursor.
@@ -44,7 +47,8 @@ def query(table: Table, keys: list[str], *, at_most: str | None = None,
     With a ``limit``, each partition is read a short run at a time, only as the merge reaches
     its end: the first run ``ceil(limit / len(keys)) + 1`` rows, each next one twice as long
     (at most ``limit``), so a page of 50 over 54 partitions reads about 50 rows plus two per
-    partition, not 50 per partition."""
+    partition, not 50 per partition. ``fan_out``: the first runs are read at once on it (an
+    operator far from the table's region waits for one round trip, not one a partition)."""
     if limit is not None and limit <= 0:
         return []
     if limit is None or len(keys) == 1:
@@ -56,24 +60,39 @@ def query(table: Table, keys: list[str], *, at_most: str | None = None,
         return list(heapq.merge(*answers, key=_order, reverse=newest_first))
     first = min(limit, -(-limit // len(keys)) + 1)
 
-    def runs(key: str) -> Iterator[Record]:
+    def run(key: str, past: Record | None, size: int) -> list[Record]:
+        return table.query(key, at_most=at_most, at_least=at_least, limit=size,
+                           newest_first=newest_first, where=where, after=past)
+
+    def runs(key: str, ready: list[Record] | None) -> Iterator[Record]:
         past, size, read = start(key, after), first, 0
         while read < limit:
-            rows = table.query(key, at_most=at_most, at_least=at_least, limit=size,
-                               newest_first=newest_first, where=where, after=past)
+            rows = run(key, past, size) if ready is None else ready
+            ready = None
             yield from rows
             read += len(rows)
             if len(rows) < size:
                 return
             past, size = rows[-1], min(2 * size, limit - read)
 
-    merged = heapq.merge(*(runs(k) for k in keys), key=_order, reverse=newest_first)
+    firsts = _at_once(fan_out, [partial(run, k, start(k, after), first) for k in keys])
+    merged = heapq.merge(*(runs(k, f) for k, f in zip(keys, firsts, strict=True)), key=_order,
+                         reverse=newest_first)
     return list(itertools.islice(merged, limit))
 
 
+def _at_once(fan_out: Executor | None,
+             reads: list[Callable[[], list[Record]]]) -> list[list[Record] | None]:
+    """Each read's answer, made at once on ``fan_out``; without one, none made yet (each is
+    made when its partition is first reached)."""
+    if fan_out is None:
+        return [None] * len(reads)
+    return list(fan_out.map(lambda read: read(), reads))
+
+
 def newest_matching(table: Table, keys: list[str], match: Callable[[Record], bool], *,
-                    limit: int, read_at_most: int,
-                    after: tuple[str, str] | None = None) -> list[Record]:
+                    limit: int, read_at_most: int, after: tuple[str, str] | None = None,
+                    fan_out: Executor | None = None) -> list[Record]:
     """The newest ``limit`` rows of ``keys`` that ``match``, among the newest ``read_at_most``
     of each key: a bounded search where a filter would read a whole partition.
 
@@ -87,21 +106,28 @@ def newest_matching(table: Table, keys: list[str], match: Callable[[Record], boo
     rows first, then twice as many a query up to :data:`PAGE`), until the merge has ``limit``
     matches or the key's ``read_at_most`` rows were read; ``after``: past that position (a
     page's cursor). So a filter that matches one row in 20 reads about 20 rows per match shown
-    (plus a run per key), not ``limit`` matches' worth from every key."""
-    first = min(limit, -(-limit // len(keys)) + 1)
+    (plus a run per key), not ``limit`` matches' worth from every key. ``fan_out``: the first
+    runs are read at once on it."""
+    first = min(limit, -(-limit // len(keys)) + 1, PAGE, read_at_most)
 
-    def matches(key: str) -> Iterator[Record]:
+    def run(key: str, past: Record | None, size: int) -> list[Record]:
+        return table.query(key, limit=size, newest_first=True, after=past)
+
+    def matches(key: str, ready: list[Record] | None) -> Iterator[Record]:
         past, size, read = start(key, after), first, 0
         while read < read_at_most:
             size = min(size, PAGE, read_at_most - read)
-            rows = table.query(key, limit=size, newest_first=True, after=past)
+            rows = run(key, past, size) if ready is None else ready
+            ready = None
             read += len(rows)
             yield from (rec for rec in rows if match(rec))
             if len(rows) < size:
                 return
             past, size = rows[-1], 2 * size
 
-    merged = heapq.merge(*(matches(k) for k in keys), key=_order, reverse=True)
+    firsts = _at_once(fan_out, [partial(run, k, start(k, after), first) for k in keys])
+    merged = heapq.merge(*(matches(k, f) for k, f in zip(keys, firsts, strict=True)),
+                         key=_order, reverse=True)
     return list(itertools.islice(merged, limit))
 
 
@@ -124,9 +150,11 @@ def pages(table: Table, keys: list[str], *, at_least: str | None = None,
 
 
 def count(table: Table, keys: list[str], *, at_least: str | None = None,
-          where: Condition | None = None) -> int:
-    """``Table.count`` summed over ``keys`` (one COUNT query each)."""
-    return sum(table.count(k, at_least=at_least, where=where) for k in keys)
+          where: Condition | None = None, fan_out: Executor | None = None) -> int:
+    """``Table.count`` summed over ``keys`` (one COUNT query each; at once on ``fan_out``)."""
+    if fan_out is None:
+        return sum(table.count(k, at_least=at_least, where=where) for k in keys)
+    return sum(fan_out.map(lambda k: table.count(k, at_least=at_least, where=where), keys))
 
 
 def full(table: Table, rows: list[Record]) -> list[Record]:

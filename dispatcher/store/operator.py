@@ -10,6 +10,7 @@ The reads return table records (:class:`dispatcher.ports.table.Record`): the ope
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor
 from dataclasses import replace
 
 from dispatcher.domain.bundles import Bundle, BundleState
@@ -54,7 +55,13 @@ def _where(kind: str | None, scheduled_after: float | None) -> Condition | None:
 
 
 class OperatorStore(Deployments, ScheduleFires, TaskBills, LabelIndex):
-    """Operator actions and queries (and ``longjobs deploy``'s deployment record)."""
+    """Operator actions and queries (and ``longjobs deploy``'s deployment record).
+
+    ``fan_out``: where a list's or a count's partitions are read at once (an operator's
+    client sets one: far from the table's region, a list of every state would otherwise wait
+    for a round trip per partition); None reads them one after another."""
+
+    fan_out: Executor | None = None
 
     # -- actions --------------------------------------------------------------------------------
     def _job(self, job_id: str) -> Job:
@@ -350,11 +357,12 @@ class OperatorStore(Deployments, ScheduleFires, TaskBills, LabelIndex):
                 and state in TERMINAL_JOB_STATES:
             return index.newest_matching(self.table, r.job_statuses(state),
                                          lambda rec: rec.kind == kind, limit=limit,
-                                         read_at_most=FILTERED_READ, after=after)
+                                         read_at_most=FILTERED_READ, after=after,
+                                         fan_out=self.fan_out)
         return index.query(self.table, r.job_statuses(state),
                            at_least=r.iso(since) if since is not None else None,
                            where=_where(kind, scheduled_after), limit=limit, newest_first=True,
-                           after=after)
+                           after=after, fan_out=self.fan_out)
 
     def list_states(self, states: list[JobState], *, since: float | None = None,
                     limit: int = 50, after: tuple[str, str] | None = None) -> list[Record]:
@@ -362,7 +370,8 @@ class OperatorStore(Deployments, ScheduleFires, TaskBills, LabelIndex):
         state's partitions in one merge, each read only as far as the merge takes from it."""
         keys = [key for state in states for key in r.job_statuses(state)]
         return index.query(self.table, keys, at_least=r.iso(since) if since is not None
-                           else None, limit=limit, newest_first=True, after=after)
+                           else None, limit=limit, newest_first=True, after=after,
+                           fan_out=self.fan_out)
 
     def detail(self, job_id: str) -> tuple[Record, Record | None] | None:
         """A job's record (or its REJECTED record) and its bundle's record."""
@@ -387,7 +396,7 @@ class OperatorStore(Deployments, ScheduleFires, TaskBills, LabelIndex):
         ``kind`` and ``scheduled_after``, as :meth:`list_jobs` filters."""
         return index.count(self.table, r.job_statuses(state),
                            at_least=r.iso(since) if since is not None else None,
-                           where=_where(kind, scheduled_after))
+                           where=_where(kind, scheduled_after), fan_out=self.fan_out)
 
     def job_pages(self, state: JobState, *, since: float | None = None,
                   kind: str | None = None, scheduled_after: float | None = None,

@@ -208,3 +208,20 @@ def test_a_bulk_cancel_counts_first_then_acts_with_progress(twins: Twins) -> Non
 def test_a_get_never_changes_anything(twins: Twins, path: str) -> None:
     web, _ = console(twins, operate=True)
     assert web.get(path).status_code in (200, 404, 405)
+
+
+def test_open_overviews_share_their_reads(twins: Twins) -> None:
+    web, _ = console(twins)
+    counts: list[str] = []
+    inner = twins.table.count
+
+    def counted(key: str, **kwargs: Any) -> int:
+        counts.append(key)
+        return inner(key, **kwargs)
+    twins.table.count = counted  # type: ignore[method-assign]
+    assert web.get("/").status_code == 200
+    first = len(counts)
+    assert first > 0
+    for _ in range(5):  # five more tabs (or refreshes) at once: the figures are shared
+        web.get("/")
+    assert len(counts) == first
