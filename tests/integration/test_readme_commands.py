@@ -6,7 +6,8 @@ them is parsed by the CLI itself (its click command: unknown commands, flags and
 fail here); the cheap ones then run for real, in order, against one ``longjobs local`` shared by
 the module. Not run: ``deploy`` as the docs' shell blocks write it (it needs the stack's
 outputs; docs/deploying.md's CI workflow, which names them, is run against local mode by its
-own test below), ``local`` and ``demo`` (long-running; test_first_hour.py and test_demo.py run them)
+own test below), ``local``, ``demo`` and ``console`` (long-running; test_first_hour.py,
+test_demo.py and test_console_cli.py run them)
 and ``top`` without ``--once``/``--json`` (a live view). A transcript line ``error: ...`` right
 after a command is its expected output: that command must fail with exactly that line's text as
 the start of its one-line error.
@@ -33,7 +34,7 @@ from tests.helpers import local_exports, wait_for
 ROOT = Path(__file__).resolve().parents[2]
 SHELL_LANGS = {"sh", "bash", "shell", "console", ""}
 AWS_ONLY = {"deploy"}
-LONG_RUNNING = {"local", "demo"}
+LONG_RUNNING = {"local", "demo", "console"}
 # Shell words that end a command's own arguments (`longjobs local > /tmp/longjobs.env`).
 STOP_WORDS = {">", ">>", "|", "||", "&&", ";", "&", "2>", "2>&1", "<"}
 NOT_BEFORE = "2100-01-01T00:00:00Z"  # jobs the runner sets up stay held, never launched
