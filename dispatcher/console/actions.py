@@ -5,11 +5,13 @@ to a page that shows what it did (POST, then GET: a reload does not act twice)."
 
 from __future__ import annotations
 
+import re
+import shlex
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -35,6 +37,7 @@ class BulkRun:
 
     report: BulkReport
     command: str  # the CLI's command that resumes it
+    filter: dict[str, str] = field(default_factory=dict)  # its form's fields, to resume it
     done: bool = False
     problem: str | None = None
 
@@ -64,6 +67,30 @@ class BulkRuns:
         with self.lock:
             self.runs[run.report.bulk_id] = run
 
+    def start(self, run: BulkRun) -> bool:
+        """Keep ``run`` unless a run of its id is still going (a form sent twice)."""
+        with self.lock:
+            going = self.runs.get(run.report.bulk_id)
+            if going is not None and not going.done and going.problem is None:
+                return False
+            self.runs[run.report.bulk_id] = run
+            return True
+
+
+def _copy(report: BulkReport) -> BulkReport:
+    """A copy the page reads while the run goes on (its samples a list of its own)."""
+    return replace(report, error_samples=list(report.error_samples))
+
+
+# The ids the console starts or resumes: one path segment of its bulk page's address.
+BULK_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+
+
+def check_bulk_id(bulk_id: str) -> None:
+    if not BULK_ID.match(bulk_id):
+        raise LongjobsError(f"bulk id {bulk_id[:70]!r}: 1-64 of letters, digits and ._:- "
+                            "(the id the action's page or `jobs cancel|retry` printed)")
+
 
 def bulk_form(values: Mapping[str, Any]) -> dict[str, str]:
     """The filter fields of a bulk form or query, stripped; status upper-cased."""
@@ -76,12 +103,14 @@ def bulk_form(values: Mapping[str, Any]) -> dict[str, str]:
 
 
 def command_of(f: Mapping[str, str], bulk_id: str | None = None) -> str:
-    """The CLI's command for the same action (read-only consoles name it)."""
-    parts = [f"longjobs jobs {f['verb']} --status {f['status']}"]
-    parts += [f"--kind {f['kind']}"] if f.get("kind") else []
-    parts += [f"--since {f['since']}"] if f.get("since") else []
-    parts += [f"--label {f['label']}"] if f.get("label") else []
-    parts += [f"--bulk-id {bulk_id}"] if bulk_id else []
+    """The CLI's command for the same action (read-only consoles name it), each value quoted
+    for a shell: a crafted link cannot make it run anything else."""
+    q = shlex.quote
+    parts = [f"longjobs jobs {q(f['verb'])} --status {q(f['status'])}"]
+    parts += [f"--kind {q(f['kind'])}"] if f.get("kind") else []
+    parts += [f"--since {q(f['since'])}"] if f.get("since") else []
+    parts += [f"--label {q(f['label'])}"] if f.get("label") else []
+    parts += [f"--bulk-id {q(bulk_id)}"] if bulk_id else []
     return " ".join(parts)
 
 
@@ -95,9 +124,10 @@ class Actions:
         self.bulk_runs = BulkRuns()
 
     async def _form(self, request: Request) -> dict[str, str]:
+        self.guard.check_origin(request)  # before its body is read
         form = await request.form()
         values = {k: v for k, v in form.items() if isinstance(v, str)}
-        self.guard.check_action(request, values.get("csrf"))
+        self.guard.check_token(values.get("csrf"))
         return values
 
     async def acted(self, request: Request, act: Any) -> Response:
@@ -111,6 +141,11 @@ class Actions:
                                        f"No job has the id {exc.job_id!r}.")
         except LongjobsError as exc:
             return self.render.problem(request, 409, "It was not done", str(exc))
+        except Exception as exc:  # boto3, the network: the stack did not answer
+            return self.render.problem(
+                request, 503, "The stack did not answer",
+                f"{type(exc).__name__}: {str(exc)[:300]}. Nothing is known to have changed; "
+                "look at the job (or the bulk page's count) before you try again.")
 
     # -- one job --------------------------------------------------------------------------------
     async def cancel(self, request: Request) -> Response:
@@ -136,7 +171,7 @@ class Actions:
         problem = None
         if request.query_params.get("preview"):
             try:
-                preview = self._preview(f)
+                preview = self._preview(f, request.query_params.get("resume") or None)
             except LongjobsError as exc:
                 problem = str(exc)
         return self.render.page(request, "bulk.html", page="bulk", f=f, preview=preview,
@@ -145,11 +180,14 @@ class Actions:
                                 if f["verb"] in set(BulkVerb) else [],
                                 runs=self.bulk_runs.all())
 
-    def _preview(self, f: dict[str, str]) -> dict[str, Any]:
+    def _preview(self, f: dict[str, str], resume: str | None) -> dict[str, Any]:
+        if resume is not None:
+            check_bulk_id(resume)
         action, flt = self._bulk(f)
         selection, sample = action.preview(flt, SAMPLE)
         return {"matched": action.count(flt), "selection": selection, "sample": sample,
-                "fields": [(k, v) for k, v in f.items() if v], "command": command_of(f)}
+                "fields": [(k, v) for k, v in f.items() if v], "resume": resume,
+                "command": command_of(f, resume)}
 
     def _bulk(self, f: Mapping[str, str]) -> Any:
         if f["verb"] not in set(BulkVerb):
@@ -161,15 +199,31 @@ class Actions:
     async def bulk(self, request: Request) -> Response:
         def act(request: Request, values: dict[str, str]) -> Response:
             f = bulk_form(values)
-            action, flt = self._bulk(f)
             resume = values.get("bulk_id", "").strip() or None
+            if resume is not None:
+                check_bulk_id(resume)
+            action, flt = self._bulk(f)
+            # The action is over the filter, as the CLI's: jobs recorded since the dry run
+            # match too. More than it showed is not what the person agreed to: look again.
+            shown = values.get("matched", "")
+            now = action.count(flt)
+            if not (shown.isascii() and shown.isdecimal()) or now > int(shown):
+                return self.render.page(
+                    request, "bulk.html", page="bulk", f=f, verbs=[str(v) for v in BulkVerb],
+                    statuses=SELECTABLE[BulkVerb(f["verb"])], runs=self.bulk_runs.all(),
+                    preview=self._preview(f, resume), status=409,
+                    problem=f"Nothing was done: {now} job(s) match now, not the "
+                            f"{shown or 'unknown number'} the dry run showed. Look at the new "
+                            "count below and act again if it is what you mean.")
             bulk_id = resume or new_bulk_id()
-            run = BulkRun(BulkReport(bulk_id, f["verb"], flt.describe(None), 0),
-                          command_of(f, bulk_id))
-            self.bulk_runs.put(run)
+            run = BulkRun(BulkReport(bulk_id, f["verb"], flt.describe(None), now),
+                          command_of(f, bulk_id), dict(f))
+            if not self.bulk_runs.start(run):
+                raise LongjobsError(f"bulk action {bulk_id} is running already in this "
+                                    "console; follow it on its page")
 
             def progress(report: BulkReport) -> None:
-                self.bulk_runs.put(replace(run, report=replace(report)))
+                self.bulk_runs.put(replace(run, report=_copy(report)))
 
             def work() -> None:
                 try:
@@ -177,7 +231,7 @@ class Actions:
                                         reason=values.get("reason") or "from the console",
                                         from_scratch=values.get("from_scratch") == "1",
                                         progress=progress)
-                    self.bulk_runs.put(replace(run, report=report, done=True))
+                    self.bulk_runs.put(replace(run, report=_copy(report), done=True))
                 except Exception as exc:  # a table that stopped answering: resumable
                     last = self.bulk_runs.get(bulk_id) or run
                     self.bulk_runs.put(replace(last, problem=f"{type(exc).__name__}: {exc}"))
@@ -192,15 +246,18 @@ class Actions:
             return self.render.problem(
                 request, 404, "No such bulk action here",
                 "This console did not start that bulk action (or was restarted since); "
-                "resume it by its id on the bulk page, with the same filter.")
+                "resume it from a dry run of the same filter on the bulk page, giving its id.")
+        resume = urlencode({**{k: v for k, v in run.filter.items() if v}, "preview": "1",
+                            "resume": run.report.bulk_id})
         return self.render.page(request, "bulk_run.html", page="bulk", run=run,
+                                resume_url=f"/bulk?{resume}",
                                 refresh=None if run.done or run.problem else REFRESH_SECONDS)
 
     # -- dead letters ---------------------------------------------------------------------------
     async def redrive(self, request: Request) -> Response:
         def act(request: Request, values: dict[str, str]) -> Response:
             text = values.get("limit", "100").strip()
-            if not text.isdigit() or not 1 <= int(text) <= REDRIVE_MOST:
+            if not (text.isascii() and text.isdecimal()) or not 1 <= int(text) <= REDRIVE_MOST:
                 raise LongjobsError(f"at most {text[:20]!r}: give a whole number from 1 to "
                                     f"{REDRIVE_MOST:,}")
             moved, failed = self.source.client.dead_letters().redrive(int(text))

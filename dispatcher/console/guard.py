@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import hmac
+import logging
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -50,8 +51,9 @@ class Refused(Exception):
 
 @dataclass
 class Guard:
-    """The console's rules for one server: ``hosts`` it answers to (``host:port``),
-    ``operate`` whether it acts at all, and its CSRF token."""
+    """The console's rules for one server: ``hosts`` it answers to (``host:port``, as a
+    browser's ``Host`` header says them), ``operate`` whether it acts at all, and its CSRF
+    token."""
 
     hosts: frozenset[str]
     operate: bool = False
@@ -60,12 +62,17 @@ class Guard:
     @staticmethod
     def serving(host: str, port: int, *, operate: bool = False,
                 also: Iterable[str] = ()) -> Guard:
-        """The rules of a console bound to ``host``:``port`` (loopback: ``localhost`` and
-        127.0.0.1 too)."""
+        """The rules of a console bound to ``host``:``port`` (loopback: ``localhost`` too;
+        on port 80 a browser leaves the port out)."""
         names = {host, *also}
-        if host in ("127.0.0.1", "localhost", "::1"):
+        if host in ("127.0.0.1", "localhost"):
             names |= {"127.0.0.1", "localhost"}
-        return Guard(frozenset(f"{n}:{port}" for n in names) | frozenset(names), operate)
+        elif host == "::1":
+            names |= {"localhost"}
+        netlocs = {f"[{n}]:{port}" if ":" in n else f"{n}:{port}" for n in names}
+        if port == 80:
+            netlocs |= {f"[{n}]" if ":" in n else n for n in names}
+        return Guard(frozenset(netlocs), operate)
 
     def check_host(self, request: Request) -> None:
         host = request.headers.get("host", "")
@@ -73,16 +80,21 @@ class Guard:
             raise Refused(421, f"this console does not serve the host {host[:80]!r}; open it "
                           "at the address `longjobs console` printed")
 
-    def check_action(self, request: Request, form_token: object) -> None:
-        """A state change: allowed at all, from the console's own page, with its token."""
+    def check_origin(self, request: Request) -> None:
+        """A state change, before its body is read: allowed at all, from the console's own
+        page (its whole origin: http, one of its host names, its port)."""
         if not self.operate:
             raise Refused(403, "this console is read-only; start it with `longjobs console "
                           "--operate` to cancel, retry or redrive")
         origin = request.headers.get("origin") or _origin_of(request.headers.get("referer"))
-        if origin is None or urlsplit(origin).netloc not in self.hosts:
+        parts = urlsplit(origin or "")
+        if parts.scheme != "http" or parts.netloc not in self.hosts or parts.path not in ("", "/"):
             raise Refused(403, "a change must come from a page of this console (its Origin "
                           "did not match); reload the page and submit it again")
-        if not isinstance(form_token, str) or not hmac.compare_digest(form_token, self.token):
+
+    def check_token(self, form_token: object) -> None:
+        if not isinstance(form_token, str) or not hmac.compare_digest(
+                form_token.encode(), self.token.encode()):
             raise Refused(403, "the form's CSRF token is missing or stale (the console was "
                           "restarted?); reload the page and submit it again")
 
@@ -104,10 +116,14 @@ class Headers(BaseHTTPMiddleware):
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         try:
             self.guard.check_host(request)
-        except Refused as exc:
-            response: Response = PlainTextResponse(exc.reason, status_code=exc.status)
-        else:
             response = await call_next(request)
+        except Refused as exc:
+            response = PlainTextResponse(exc.reason, status_code=exc.status)
+        except Exception:  # a page's bug: a plain 500, still under the headers
+            logging.getLogger("longjobs.console").exception("%s %s failed", request.method,
+                                                             request.url.path)
+            response = PlainTextResponse("the console failed on this request (a bug: its "
+                                         "log says where)", status_code=500)
         response.headers.update(HEADERS)
         return response
 

@@ -43,18 +43,31 @@ NOTICES = {
 
 
 class Cached:
-    """A value made at most once per ``seconds`` (by whichever request asks first)."""
+    """A value made at most once per ``seconds``, by whichever request asks first; while it
+    is being made again, the others are given the one before (a slow read never holds every
+    open page's request waiting behind it)."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self._lock = threading.Lock()
         self._made: tuple[float, Any] | None = None
+        self._making = False
 
     def get(self, make: Callable[[], Any]) -> Any:
         with self._lock:
-            if self._made is None or time.monotonic() - self._made[0] >= self.seconds:
-                self._made = (time.monotonic(), make())
-            return self._made[1]
+            made = self._made
+            fresh = made is not None and time.monotonic() - made[0] < self.seconds
+            if fresh or (made is not None and self._making):
+                return made[1]  # type: ignore[index]
+            self._making = True
+        try:
+            value = make()
+        finally:
+            with self._lock:
+                self._making = False
+        with self._lock:
+            self._made = (time.monotonic(), value)
+        return value
 
 
 @dataclass(frozen=True)
@@ -194,7 +207,7 @@ class Pages:
             if self.source.has_dead_letters else []
         moved = request.query_params.get("moved")
         notice = f"Moved {int(moved)} message(s) back to their job queues." \
-            if moved and moved.isdigit() else None
+            if moved and moved.isascii() and moved.isdecimal() else None
         # Not refreshed by itself: every look counts as a receive of each message.
         return self.render.page(request, "dead_letters.html", page="dead_letters",
                                 letters=letters, configured=self.source.has_dead_letters,

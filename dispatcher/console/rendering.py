@@ -62,7 +62,8 @@ def environment() -> Environment:
                       autoescape=True, undefined=StrictUndefined, trim_blocks=True,
                       lstrip_blocks=True)
     filters: dict[str, Callable[..., Any]] = {
-        "when": when, "job_url": job_url, "short": short, "waiting": waiting_text,
+        "when": when, "job_url": job_url, "seg": lambda text: quote(str(text), safe=""),
+        "short": short, "waiting": waiting_text,
         "task": task_id, "json": pretty,
         "cost": lambda c: cost_text(c) if isinstance(c, JobCost) else "-",
         "stop": lambda a: stop_said(a.stop_code, a.exit_code, a.stop_class, a.outcome)

@@ -154,7 +154,11 @@ def test_a_change_needs_the_token_and_the_consoles_own_origin(twins: Twins) -> N
     assert "Cancel</button>" in web.get("/jobs/j1").text
     for data, headers in (({}, {"Origin": ORIGIN}),
                           ({"csrf": "guess"}, {"Origin": ORIGIN}),
+                          ({"csrf": "gu\u00e9ss"}, {"Origin": ORIGIN}),
                           ({"csrf": guard.token}, {"Origin": "http://evil.example"}),
+                          ({"csrf": guard.token}, {"Origin": "http://localhost"}),
+                          ({"csrf": guard.token}, {"Origin": "https://127.0.0.1:8765"}),
+                          ({"csrf": guard.token}, {"Origin": "null"}),
                           ({"csrf": guard.token}, {})):
         refused = web.post("/jobs/j1/cancel", data=data, headers=headers)
         assert refused.status_code == 403, (data, headers)
@@ -170,7 +174,15 @@ def test_another_host_name_is_refused(twins: Twins) -> None:
     web, _ = console(twins)
     rebound = web.get("/", headers={"Host": "attacker.example:8765"})
     assert rebound.status_code == 421
+    assert rebound.headers["content-security-policy"] == CSP
+    assert web.get("/", headers={"Host": "localhost"}).status_code == 421  # not port 80
     assert web.get("/", headers={"Host": "localhost:8765"}).status_code == 200
+
+
+def test_an_ipv6_loopback_console_answers_to_its_bracketed_address() -> None:
+    guard = Guard.serving("::1", 8765)
+    assert "[::1]:8765" in guard.hosts and "localhost:8765" in guard.hosts
+    assert "127.0.0.1:8765" not in guard.hosts  # it does not listen there
 
 
 def test_a_bulk_cancel_counts_first_then_acts_with_progress(twins: Twins) -> None:
@@ -184,9 +196,16 @@ def test_a_bulk_cancel_counts_first_then_acts_with_progress(twins: Twins) -> Non
                                    "preview": "1"}).text
     assert "<strong>5</strong> job(s) match" in dry
     assert all(twins.job(f"b{n}").state == JobState.PENDING for n in range(5))
-    started = web.post("/bulk", data={"csrf": guard.token, "verb": "cancel",
-                                      "status": "PENDING", "kind": "k"},
-                       headers={"Origin": ORIGIN}, follow_redirects=False)
+    # Another job of the kind since the dry run: more than it showed, so nothing is done.
+    twins.client().submit("k", {}, job_id="b5", not_before=later)
+    twins.stages().tick.tick()
+    form = {"csrf": guard.token, "verb": "cancel", "status": "PENDING", "kind": "k",
+            "matched": "5"}
+    again = web.post("/bulk", data=form, headers={"Origin": ORIGIN}, follow_redirects=False)
+    assert again.status_code == 409 and "6 job(s) match now, not the 5" in again.text
+    assert all(twins.job(f"b{n}").state == JobState.PENDING for n in range(6))
+    started = web.post("/bulk", data={**form, "matched": "6"}, headers={"Origin": ORIGIN},
+                       follow_redirects=False)
     assert started.status_code == 303
     where = started.headers["location"]
 
@@ -199,9 +218,17 @@ def test_a_bulk_cancel_counts_first_then_acts_with_progress(twins: Twins) -> Non
 
         time.sleep(0.05)
     page = web.get(where).text
-    assert state() == "done" and '<td class="acted">5</td>' in page
-    assert all(twins.job(f"b{n}").state == JobState.CANCELLED for n in range(5))
+    assert state() == "done" and '<td class="acted">6</td>' in page
+    assert all(twins.job(f"b{n}").state == JobState.CANCELLED for n in range(6))
     assert twins.job("keep").state == JobState.PENDING
+    # Resumed by its id: a dry run of its filter first; nothing is left to act on.
+    bulk_id = where.rsplit("/", 1)[1]
+    dry = web.get("/bulk", params={"verb": "cancel", "status": "PENDING", "kind": "k",
+                                   "preview": "1", "resume": bulk_id}).text
+    assert "<strong>0</strong> job(s) match" in dry and "Cancel 0" not in dry
+    bad = web.get("/bulk", params={"verb": "cancel", "status": "PENDING", "preview": "1",
+                                   "resume": "a/b"}).text
+    assert "bulk id &#39;a/b&#39;: 1-64 of letters" in bad
 
 
 @pytest.mark.parametrize("path", ["/jobs/j1/retry", "/bulk", "/dead-letters/redrive"])
@@ -225,3 +252,10 @@ def test_open_overviews_share_their_reads(twins: Twins) -> None:
     for _ in range(5):  # five more tabs (or refreshes) at once: the figures are shared
         web.get("/")
     assert len(counts) == first
+
+
+def test_a_read_only_dry_run_names_the_cli_command_quoted(twins: Twins) -> None:
+    web, _ = console(twins)
+    page = web.get("/bulk", params={"verb": "cancel", "status": "PENDING", "preview": "1",
+                                    "kind": "x; touch /tmp/owned"}).text
+    assert "--kind &#39;x; touch /tmp/owned&#39;" in page  # one shell word, as text
