@@ -153,7 +153,8 @@ class Config(BaseModel):
     ] = "DISABLED"
     capacity_strategy: Annotated[Strategy, Env(
         "LONGJOBS_CAPACITY_STRATEGY", "Capacity-provider strategy as provider:weight[:base],"
-        "... (e.g. FARGATE_SPOT:4,FARGATE:1:1); empty means launch type FARGATE.",
+        "... (e.g. FARGATE_SPOT:4,FARGATE:1; a base applies to each RunTask call); empty "
+        "means launch type FARGATE.",
         on_aws=OnAws.PARAMETER)] = ()
     spot_fallback: Annotated[bool, Env(
         "LONGJOBS_SPOT_FALLBACK", "true: bundles that FARGATE_SPOT has no capacity for are "

@@ -27,6 +27,7 @@ from samtranslator.yaml_helper import yaml_parse
 
 from dispatcher import settings
 from dispatcher.aws.dynamodb.model import key_schema
+from dispatcher.domain.pacing import split_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "infra" / "template.yaml"
@@ -262,6 +263,23 @@ def test_function_env_loads_as_a_valid_config(template: dict[str, Any]) -> None:
         assert cfg.container == "worker"
         assert cfg.launcher == "ecs"
         assert [p.provider for p in cfg.capacity_strategy] == ["FARGATE_SPOT", "FARGATE"]
+
+
+def test_the_default_strategy_puts_small_launches_on_spot(template: dict[str, Any]) -> None:
+    """A RunTask call is placed by its own strategy, its ``base`` first
+    (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_CapacityProviderStrategyItem.html:
+    "The weight value is taken into consideration after the base value, if defined, is
+    satisfied"): an on-demand base would put every one-task launch on demand, and the
+    dispatcher's launches are of one to ten tasks. So the default has none: its weights alone."""
+    (name, *_) = functions(template)
+    env = {k: str(resolve(v, template)) for k, v in function_env(template, name).items()}
+    strategy = [(p.provider, p.weight, p.base)
+                for p in settings.load("dispatcher", env).capacity_strategy]
+    assert split_tasks(1, strategy) == {"FARGATE_SPOT": 1}
+    assert split_tasks(10, strategy) == {"FARGATE_SPOT": 8, "FARGATE": 2}
+    default = template["Resources"]["ClusterCapacityProviders"]["Properties"][
+        "DefaultCapacityProviderStrategy"]
+    assert all("Base" not in item for item in default)
 
 
 def test_worker_env_is_what_the_runner_reads(template: dict[str, Any]) -> None:
