@@ -58,6 +58,10 @@ def render_detail(d: JobDetail, console: Console) -> None:
         head.add_row("labels", Text(", ".join(f"{k}={v}" for k, v in sorted(d.labels.items()))))
     if d.cost is not None:
         head.add_row("cost", Text(cost_text(d.cost)))
+    if d.dependents:
+        more = d.dependents_count - len(d.dependents)
+        head.add_row("waited for by", Text(", ".join(d.dependents)
+                                           + (f" and {more} more" if more > 0 else "")))
     if d.array is not None:
         head.add_row("array", Text(_array_text(d.array)))
     if d.bulk_ids:  # what `--bulk-id` resumes, and the history's entries name

@@ -22,6 +22,8 @@ from dispatcher.store.codec import bundle_key, iso
 # What `jobs show` prints of a payload, result or checkpoint: enough to recognise it, small
 # enough for a terminal (payloads may be 256 KiB).
 DISPLAY_BYTES = 2048
+# A job's page lists this many of the jobs that wait for it (its count says how many).
+DEPENDENTS_SHOWN = 100
 # Not a stored state: a PENDING job whose not_before is still ahead (see Job.scheduled).
 SCHEDULED = "SCHEDULED"
 
@@ -138,6 +140,9 @@ class JobDetail:
     labels: dict[str, str] = field(default_factory=dict)  # what its producer tagged it with
     # The jobs it still waits for (their ids), while it waits.
     depends_on: list[str] = field(default_factory=list)
+    # The jobs that wait (or waited) for it: the first DEPENDENTS_SHOWN, and how many.
+    dependents: list[str] = field(default_factory=list)
+    dependents_count: int = 0
 
     def to_json(self) -> dict[str, Any]:
         rest = {k: v for k, v in flat(self).items() if k not in ("summary", "cost")}

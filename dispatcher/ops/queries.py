@@ -38,6 +38,7 @@ from dispatcher.domain.waiting import (
 from dispatcher.ops.history import Attempt, opt
 from dispatcher.ops.job_log import JobLog, LogCursor, log_streams, read
 from dispatcher.ops.job_views import (
+    DEPENDENTS_SHOWN,
     SCHEDULED,
     BacklogStats,
     JobDetail,
@@ -271,7 +272,10 @@ class Queries:
                          list(item.bulk_ids or []), self._cost(item),
                          dict(item.labels) if isinstance(item.labels, dict) else {},
                          [str(d["job_id"]) if isinstance(d, dict) else str(d)
-                          for d in item.depends_on or []])
+                          for d in item.depends_on or []],
+                         # Only a job something waits for has links to read.
+                         self.store.dependents(job_id, DEPENDENTS_SHOWN) if item.waiters else [],
+                         int(item.waiters or 0))
 
     def deployment(self) -> Deployment | None:
         """The deployed job code (``longjobs deploy``'s record); None: nothing was deployed."""

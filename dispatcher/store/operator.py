@@ -381,6 +381,12 @@ class OperatorStore(Deployments, ScheduleFires, TaskBills, LabelIndex):
         bundle = self.table.get(r.bundle_key(rec.bundle_id)) if rec.bundle_id else None
         return rec, bundle
 
+    def dependents(self, job_id: str, limit: int = 100) -> list[str]:
+        """The first ``limit`` jobs linked as waiting for ``job_id`` (the links its dependents
+        made: dispatcher.store.waiters; the index, eventually consistent)."""
+        return [rec.job_id for rec in self.table.query(r.waiters_status(job_id), limit=limit)
+                if rec.job_id]
+
     def tick_summary(self) -> TickSummary | None:
         """The last tick's view of the slots (what a job's ``waiting_for`` is derived from)."""
         rec = self.table.get(r.TICK_KEY)

@@ -259,3 +259,15 @@ def test_a_read_only_dry_run_names_the_cli_command_quoted(twins: Twins) -> None:
     page = web.get("/bulk", params={"verb": "cancel", "status": "PENDING", "preview": "1",
                                     "kind": "x; touch /tmp/owned"}).text
     assert "--kind &#39;x; touch /tmp/owned&#39;" in page  # one shell word, as text
+
+
+def test_a_jobs_page_links_what_it_waits_for_and_what_waits_for_it(twins: Twins) -> None:
+    later = twins.clock() + 3600
+    twins.client().submit("k", {}, job_id="first", not_before=later)
+    twins.client().submit("k", {}, job_id="second", depends_on=["first"])
+    twins.stages().tick.tick()
+    web, _ = console(twins)
+    second = web.get("/jobs/second").text
+    assert 'Depends on</th><td><a href="/jobs/first">first</a>' in second
+    first = web.get("/jobs/first").text
+    assert 'Waited for by</th><td><a href="/jobs/second">second</a>' in first
