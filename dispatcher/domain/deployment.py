@@ -44,6 +44,23 @@ class Deployment:
     version: int = 0
     updated_at: float = 0.0
     updated_by: str = ""  # "deploy" or "tick" (a re-derivation after a stack update)
+    # The deployments before it, newest first (at most EARLIER_KEPT): what launches ran then.
+    earlier: list[Earlier] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """A deployment that was replaced: its revision, image and when and by whom it was
+    recorded."""
+
+    task_definition: str
+    image: str
+    updated_at: float
+    updated_by: str
+
+
+# Deployments an operator can look back on (the record's own item holds them: ~150 bytes each).
+EARLIER_KEPT = 20
 
 
 class Source(StrEnum):

@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dispatcher.domain.bundles import Bundle, BundleState, untaken_follow_on
-from dispatcher.domain.deployment import Deployment
+from dispatcher.domain.deployment import Deployment, Earlier
 from dispatcher.domain.jobs import Job, JobState, Priority, Rejection, Resources
 from dispatcher.domain.launches import Launch, LaunchState
 from dispatcher.ports.table import Record
@@ -315,7 +315,10 @@ def deployment_record(d: Deployment) -> Record:
     """The deployment's item; no index keys (operators read it by its key)."""
     return Record(DEPLOY_KEY, image=d.image, container_env=dict(d.env) or None,
                   task_definition=d.task_definition, derived_from=d.derived_from,
-                  version=d.version, updated_at=d.updated_at, owner=d.updated_by or None)
+                  version=d.version, updated_at=d.updated_at, owner=d.updated_by or None,
+                  history=[{"task_definition": e.task_definition, "image": e.image,
+                            "updated_at": e.updated_at, "updated_by": e.updated_by}
+                           for e in d.earlier] or None)
 
 
 def record_deployment(rec: Record) -> Deployment:
@@ -323,4 +326,7 @@ def record_deployment(rec: Record) -> Deployment:
     return Deployment(image=rec.image or "", task_definition=rec.task_definition or "",
                       derived_from=rec.derived_from or "",
                       env={str(k): str(v) for k, v in env.items()}, version=_int(rec.version),
-                      updated_at=_num(rec.updated_at), updated_by=rec.owner or "")
+                      updated_at=_num(rec.updated_at), updated_by=rec.owner or "",
+                      earlier=[Earlier(str(h.get("task_definition", "")), str(h.get("image", "")),
+                                       _num(h.get("updated_at")), str(h.get("updated_by", "")))
+                               for h in rec.history or [] if isinstance(h, dict)])

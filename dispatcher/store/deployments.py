@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dispatcher.domain.deployment import Deployment
+from dispatcher.domain.deployment import EARLIER_KEPT, Deployment, Earlier
 from dispatcher.ports.table import Absent, Eq, Put
 from dispatcher.store import codec as r
 from dispatcher.store.base import Reads
@@ -28,8 +28,11 @@ class Deployments(Reads):
         """Replace the record read (``read``; None: there was none) with ``new``, one version
         later; return what was written. ``ConflictError`` if the record changed since it was
         read (another deploy, or a tick re-deriving it): nothing is written then."""
+        earlier = [] if read is None else [
+            Earlier(read.task_definition, read.image, read.updated_at, read.updated_by),
+            *read.earlier][:EARLIER_KEPT]
         written = replace(new, version=(read.version if read else 0) + 1,
-                          updated_at=self.clock())
+                          updated_at=self.clock(), earlier=earlier)
         expected = Absent() if read is None else Eq("version", read.version)
         self._write(Put(r.deployment_record(written), expected),
                     "the deployment changed while it was being replaced (another deploy, or "

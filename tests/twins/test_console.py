@@ -271,3 +271,18 @@ def test_a_jobs_page_links_what_it_waits_for_and_what_waits_for_it(twins: Twins)
     assert 'Depends on</th><td><a href="/jobs/first">first</a>' in second
     first = web.get("/jobs/first").text
     assert 'Waited for by</th><td><a href="/jobs/second">second</a>' in first
+
+
+def test_deployments_show_the_ones_before(twins: Twins) -> None:
+    from dispatcher.domain.deployment import Deployment
+
+    read = None
+    for n in range(1, 4):
+        read = twins.store.save_deployment(
+            Deployment(f"repo/worker:v{n}", f"longjobs-worker:{n + 10}", "longjobs-worker:1",
+                       updated_by="deploy"), read)
+    web, _ = console(twins)
+    page = web.get("/deployments").text
+    assert "longjobs-worker:13" in page and "Before it" in page
+    before = page.split("Before it", 1)[1]
+    assert before.index("repo/worker:v2") < before.index("repo/worker:v1")
