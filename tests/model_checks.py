@@ -19,7 +19,7 @@ from dispatcher.domain.job_events import JobStateChange
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.domain.message import compact_json
 from dispatcher.domain.waiting import TickSummary
-from dispatcher.ops.queries import waiting_of
+from dispatcher.ops.job_waits import waiting_of
 from dispatcher.ports.table import Record
 from dispatcher.store import codec as r
 from dispatcher.testing.memory_queue import MemoryQueue

@@ -15,7 +15,7 @@ from dispatcher.domain import waiting as w
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.waiting import TickSummary, Waiting
-from dispatcher.ops.queries import waiting_of
+from dispatcher.ops.job_waits import waiting_of
 from dispatcher.store import codec as r
 from tests import model_checks as checks
 

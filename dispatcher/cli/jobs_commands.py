@@ -51,7 +51,7 @@ from dispatcher.ops.wording import (
     waiting_text,
     when,
 )
-from dispatcher.store.operator import FILTERED_READ
+from dispatcher.store.job_lists import FILTERED_READ
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -234,7 +234,7 @@ class JobClient:
 
             self._store.bundle_sizes = bundle_sizes(self.cfg)
             # An operator may be far from the table's region: a list's partitions are read
-            # at once, not a round trip each (OperatorStore.fan_out).
+            # at once, not a round trip each (JobLists.fan_out).
             self._store.fan_out = ThreadPoolExecutor(max_workers=READS_AT_ONCE,
                                                      thread_name_prefix="longjobs-reads")
         return self._store

@@ -27,13 +27,7 @@ from dispatcher.domain.deployment import Deployment
 from dispatcher.domain.errors import JobNotFound, LongjobsError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
 from dispatcher.domain.waiting import (
-    CHILDREN,
-    DEPENDENCIES,
     REASONS,
-    BundleFacts,
-    TickSummary,
-    Waiting,
-    waiting_for,
 )
 from dispatcher.ops.history import Attempt, opt
 from dispatcher.ops.job_log import JobLog, LogCursor, log_streams, read
@@ -47,13 +41,14 @@ from dispatcher.ops.job_views import (
     Stats,
     clip,
 )
+from dispatcher.ops.job_waits import waiting_of
 from dispatcher.ops.usage import UsageReport, usage_report
 from dispatcher.ports.job_logs import JobLogs
 from dispatcher.ports.queue import Queue
 from dispatcher.ports.table import Record
 from dispatcher.store import OperatorStore
 from dispatcher.store.array_ops import array_counts
-from dispatcher.store.codec import FOLLOW_ONS_STATUS, iso
+from dispatcher.store.codec import iso
 
 HOUR = 3600.0
 JOB_STATES: tuple[JobState, ...] = tuple(JobState)
@@ -63,43 +58,6 @@ FINISHED_WINDOW = 24 * HOUR
 WAITING_READ = 1000
 # The error a cancelled handler's stop leaves (ctx.raise_if_cancelled, an async task's cancel).
 CANCEL_ERRORS = ("Interrupted", "CancelledError")
-
-
-def waiting_of(item: Record, bundle: Record | None, summary: TickSummary | None,
-               at: float) -> Waiting | None:
-    """What the job of ``item`` waits for: the rule of :mod:`dispatcher.domain.waiting` on its
-    record, its bundle's and the last tick's summary."""
-    if item.pk.startswith("REJECT#") or item.state != JobState.PENDING:
-        return None
-    if item.depends_on:  # held until they end (dispatcher.domain.dependencies)
-        return Waiting(DEPENDENCIES, detail=", ".join(map(_dependency, item.depends_on)))
-    if item.array_size is not None:  # a parent never runs: its children do
-        return Waiting(CHILDREN, detail=f"{int(item.array_next or 0)} of "
-                       f"{int(item.array_size)} children recorded")
-    runs = int(item.attempts or 0) + int(item.infra_attempts or 0)
-    return waiting_for(item.state, not_before=item.not_before, runs=runs, reason=item.reason,
-                       bundle=None if bundle is None else bundle_facts(bundle),
-                       summary=summary, now=at)
-
-
-def _dependency(dep: object) -> str:
-    """One dependency as ``jobs show`` says it: ``id (condition)``, ``, n_to_n`` added for an
-    array's element-wise one (its children start as their counterparts end)."""
-    if not isinstance(dep, dict):
-        return str(dep)
-    element_wise = ", n_to_n" if dep.get("n_to_n") else ""
-    return f"{dep['job_id']} ({dep.get('condition', 'succeeded')}{element_wise})"
-
-
-def bundle_facts(bundle: Record) -> BundleFacts:
-    """What the waiting rule reads of a bundle's record."""
-    return BundleFacts(
-        state=bundle.state or "", next_attempt_at=bundle.next_attempt_at,
-        launch_failures=int(bundle.launch_failures or 0), last_failure=bundle.last_failure,
-        task_arn=bundle.task_arn, launch_id=bundle.launch_id, updated_at=bundle.updated_at,
-        kind=bundle.kind, priority=bundle.priority or "normal", slots=int(bundle.slots or 0),
-        stopped_task=bundle.reported_stop,
-        follow_on=bundle.status_key == FOLLOW_ONS_STATUS)
 
 
 def finished_since(now: float, since: float | None = None,

@@ -33,7 +33,8 @@ from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.jobs import PRIORITY_ORDER, JobState, Priority
 from dispatcher.domain.progress import Progress
 from dispatcher.domain.waiting import LAUNCHING, STARTING, TickSummary, waiting_for
-from dispatcher.ops.queries import JOB_STATES, Queries, bundle_facts
+from dispatcher.ops.job_waits import bundle_facts
+from dispatcher.ops.queries import JOB_STATES, Queries
 from dispatcher.ports.queue import Backlog, Queue
 from dispatcher.ports.table import Record
 from dispatcher.settings import Config

@@ -1,37 +1,28 @@
-"""The operators' role: cancel, retry, and the reads behind ``jobs list/show/stats``.
+"""The operators' role: cancel and retry (one job, or a page of a bulk action); the reads
+behind ``jobs list/show/stats`` are :mod:`dispatcher.store.job_lists`'s.
 
 A pending job whose bundle has not been launched is cancelled at once; one that sits in an
 active bundle gets a cancel *request* on its bundle, which the task's runner reads at its next
 heartbeat and honours cooperatively (only the runner writes the jobs of a running bundle).
-The reads return table records (:class:`dispatcher.ports.table.Record`): the operator views in
-:mod:`dispatcher.ops.queries` show attributes the domain objects do not carry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from concurrent.futures import Executor
+from collections.abc import Callable
 from dataclasses import replace
 
-from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.errors import AlreadyActed, ConflictError, JobNotFound, LongjobsError
-from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState, new_id
-from dispatcher.domain.waiting import TickSummary
+from dispatcher.domain.jobs import Job, JobState, new_id
 from dispatcher.ports.table import (
     MAX_TRANSACTION_ITEMS,
-    And,
-    Condition,
-    Eq,
-    Ge,
-    Gt,
-    Has,
-    Record,
     TableUnavailable,
     TransactionCancelled,
 )
-from dispatcher.store import array_ops, index, job_ops, task_cancels
+from dispatcher.store import array_ops, job_ops, task_cancels
 from dispatcher.store import codec as r
 from dispatcher.store.deployments import Deployments
+from dispatcher.store.job_lists import JobLists
 from dispatcher.store.label_index import LabelIndex
 from dispatcher.store.schedule_fires import ScheduleFires
 from dispatcher.store.state_writes import expire_pages_later
@@ -39,29 +30,11 @@ from dispatcher.store.task_bills import TaskBills
 from dispatcher.store.values import PageOutcome
 
 TRIES = 3
-# A finished state's list of one kind without a window reads at most this many index rows of
-# each of its partitions (nine), newest first: see OperatorStore.list_jobs.
-FILTERED_READ = 1000
 
 
-def _where(kind: str | None, scheduled_after: float | None) -> Condition | None:
-    """The index filter of the job queries: of this kind; scheduled after (not_before)."""
-    where: list[Condition] = []
-    if kind:
-        where.append(Eq("kind", kind))
-    if scheduled_after is not None:
-        where.append(Gt("not_before", scheduled_after))
-    return And(*where) if len(where) > 1 else (where[0] if where else None)
-
-
-class OperatorStore(Deployments, ScheduleFires, TaskBills, LabelIndex):
-    """Operator actions and queries (and ``longjobs deploy``'s deployment record).
-
-    ``fan_out``: where a list's or a count's partitions are read at once (an operator's
-    client sets one: far from the table's region, a list of every state would otherwise wait
-    for a round trip per partition); None reads them one after another."""
-
-    fan_out: Executor | None = None
+class OperatorStore(JobLists, Deployments, ScheduleFires, TaskBills, LabelIndex):
+    """Operator actions and queries (:class:`JobLists`), and ``longjobs deploy``'s
+    deployment record."""
 
     # -- actions --------------------------------------------------------------------------------
     def _job(self, job_id: str) -> Job:
@@ -339,90 +312,3 @@ class OperatorStore(Deployments, ScheduleFires, TaskBills, LabelIndex):
             return PageOutcome(job_id, "error", exc)
         requested = cancel and job.state != JobState.CANCELLED
         return PageOutcome(job_id, "requested" if requested else "acted")
-
-    # -- queries --------------------------------------------------------------------------------
-    def list_jobs(self, state: JobState, *, since: float | None = None,
-                  kind: str | None = None, limit: int | None = 50,
-                  scheduled_after: float | None = None,
-                  after: tuple[str, str] | None = None) -> list[Record]:
-        """Jobs (or REJECTED records) in ``state``, newest first by creation time; with
-        ``scheduled_after``, only those whose ``not_before`` is later (SCHEDULED ones); with
-        ``after`` (``(status_at, pk)`` of a page's last row), those past it: the next page.
-
-        A finished state's list of one ``kind`` with no ``since`` looks among the newest
-        :data:`FILTERED_READ` of each index partition: the filter would otherwise read the
-        state's whole history to find a kind that is rare (or gone). An active state's is
-        bounded by the active work; a ``since`` bounds it by the window asked for."""
-        if kind and since is None and scheduled_after is None and limit is not None \
-                and state in TERMINAL_JOB_STATES:
-            return index.newest_matching(self.table, r.job_statuses(state),
-                                         lambda rec: rec.kind == kind, limit=limit,
-                                         read_at_most=FILTERED_READ, after=after,
-                                         fan_out=self.fan_out)
-        return index.query(self.table, r.job_statuses(state),
-                           at_least=r.iso(since) if since is not None else None,
-                           where=_where(kind, scheduled_after), limit=limit, newest_first=True,
-                           after=after, fan_out=self.fan_out)
-
-    def list_states(self, states: list[JobState], *, since: float | None = None,
-                    limit: int = 50, after: tuple[str, str] | None = None) -> list[Record]:
-        """Jobs (and REJECTED records) in any of ``states``, newest first, as one index: every
-        state's partitions in one merge, each read only as far as the merge takes from it."""
-        keys = [key for state in states for key in r.job_statuses(state)]
-        return index.query(self.table, keys, at_least=r.iso(since) if since is not None
-                           else None, limit=limit, newest_first=True, after=after,
-                           fan_out=self.fan_out)
-
-    def detail(self, job_id: str) -> tuple[Record, Record | None] | None:
-        """A job's record (or its REJECTED record) and its bundle's record."""
-        rec = self.table.get(r.job_key(job_id)) or self.table.get(r.rejection_key(job_id))
-        if rec is None:
-            return None
-        bundle = self.table.get(r.bundle_key(rec.bundle_id)) if rec.bundle_id else None
-        return rec, bundle
-
-    def dependents(self, job_id: str, limit: int = 100) -> list[str]:
-        """The first ``limit`` jobs linked as waiting for ``job_id`` (the links its dependents
-        made: dispatcher.store.waiters; the index, eventually consistent)."""
-        return [rec.job_id for rec in self.table.query(r.waiters_status(job_id), limit=limit)
-                if rec.job_id]
-
-    def tick_summary(self) -> TickSummary | None:
-        """The last tick's view of the slots (what a job's ``waiting_for`` is derived from)."""
-        rec = self.table.get(r.TICK_KEY)
-        return TickSummary.from_json(rec.summary) if rec is not None else None
-
-    def bundle_records(self, bundle_ids: list[str]) -> list[Record]:
-        """The bundles' records, one read per 100 (those that exist)."""
-        return self.table.get_many([r.bundle_key(b) for b in dict.fromkeys(bundle_ids)])
-
-    def count_jobs(self, state: JobState, *, since: float | None = None,
-                   kind: str | None = None, scheduled_after: float | None = None) -> int:
-        """Jobs (or REJECTED records) in ``state``; with ``since``, those created since; with
-        ``kind`` and ``scheduled_after``, as :meth:`list_jobs` filters."""
-        return index.count(self.table, r.job_statuses(state),
-                           at_least=r.iso(since) if since is not None else None,
-                           where=_where(kind, scheduled_after), fan_out=self.fan_out)
-
-    def job_pages(self, state: JobState, *, since: float | None = None,
-                  kind: str | None = None, scheduled_after: float | None = None,
-                  page: int = index.PAGE) -> Iterator[list[Record]]:
-        """Every job in ``state`` (filtered as :meth:`count_jobs`), page by page, never more
-        than ``page`` index rows held (:func:`dispatcher.store.index.pages`)."""
-        return index.pages(self.table, r.job_statuses(state),
-                           at_least=r.iso(since) if since is not None else None,
-                           where=_where(kind, scheduled_after), page=page)
-
-    def job_records(self, job_ids: list[str]) -> list[Record]:
-        return self.table.get_many([r.job_key(j) for j in job_ids])
-
-    def launch_failed_since(self, cutoff: float) -> list[Bundle]:
-        """PENDING bundles that RunTask refused, changed since ``cutoff``."""
-        return [r.record_bundle(rec) for rec in self.table.query(
-            r.bundle_status(BundleState.PENDING), where=And(
-                Ge("updated_at", cutoff), Gt("launch_failures", 0), Has("last_failure")))]
-
-    def relaunched_since(self, cutoff: float) -> list[Bundle]:
-        """Bundles launched more than once whose state changed since ``cutoff``."""
-        return [r.record_bundle(rec) for state in BundleState for rec in self.table.query(
-            r.bundle_status(state), at_least=r.iso(cutoff), where=Gt("attempt", 1))]

@@ -24,7 +24,7 @@ from dispatcher.ops.top import Top
 from dispatcher.ports.table import Eq, Gt, Put
 from dispatcher.store import Store
 from dispatcher.store import codec as r
-from dispatcher.store.operator import FILTERED_READ
+from dispatcher.store.job_lists import FILTERED_READ
 from dispatcher.testing.memory_table import MemoryTable
 from tests.history_table import History, HistoryTable
 from tests.twins import Twins, finish_as_runner
