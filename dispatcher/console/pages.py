@@ -75,6 +75,7 @@ class JobFilter:
     state: str | None = None
     kind: str | None = None
     since: str | None = None
+    until: str | None = None
     waiting_for: str | None = None
     label: str | None = None
 
@@ -87,7 +88,7 @@ class JobFilter:
             return value or None
         state = get("state")
         return JobFilter(state.upper() if state else None, get("kind"), get("since"),
-                         get("waiting_for"), get("label"))
+                         get("until"), get("waiting_for"), get("label"))
 
     @property
     def any(self) -> bool:
@@ -147,8 +148,12 @@ class Pages:
             raise LongjobsError(f"waiting for {f.waiting_for!r} is not one of "
                                 + ", ".join(REASONS))
         since = parse_duration(f.since, "created within") if f.since else None
+        until = parse_duration(f.until, "created more than") if f.until else None
         after = request.query_params.get("after") or None
         bounded, next_url = "", None
+        if (f.waiting_for or f.label) and until is not None:
+            raise LongjobsError("'created more than … ago' goes with state, kind and created "
+                                "within; clear the waiting-for reason or the label to use it")
         if f.waiting_for or f.label:
             # Those lists read a bounded window of the newest (their module says which), so
             # they have no pages past it.
@@ -159,7 +164,7 @@ class Pages:
         else:
             page = self.source.queries.page_jobs(status=f.state, kind=f.kind,
                                                  since_seconds=since, limit=PAGE_ROWS,
-                                                 after=after)
+                                                 after=after, until_seconds=until)
             jobs = page.jobs
             next_url = f.query(after=page.next) if page.next else None
         return self.render.page(

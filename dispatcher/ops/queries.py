@@ -116,11 +116,19 @@ class Queries:
 
     def page_jobs(self, *, status: str | None = None, kind: str | None = None,
                   since_seconds: float | None = None, limit: int = 50,
-                  after: str | None = None) -> JobPage:
+                  after: str | None = None, until_seconds: float | None = None) -> JobPage:
         """As :meth:`list_jobs` (without its ``waiting_for`` and ``label``), a page at a time:
-        ``after`` is the cursor the page before gave (None: the newest page)."""
-        rows = self._list_items(status, kind, since_seconds, limit + 1,
-                                after=None if after is None else JobPage.position(after))
+        ``after`` is the cursor the page before gave (None: the newest page);
+        ``until_seconds``: only jobs created at least that long ago (the first page starts
+        there: a position in the index, as a cursor is)."""
+        if after is not None:
+            position: tuple[str, str] | None = JobPage.position(after)
+        elif until_seconds is not None:
+            # Past every key created at that moment: a job key sorts below "~".
+            position = (iso(max(0.0, self.clock() - until_seconds)), "~")
+        else:
+            position = None
+        rows = self._list_items(status, kind, since_seconds, limit + 1, after=position)
         more = len(rows) > limit
         rows = rows[:limit]
         return JobPage(self._summaries(rows, self.clock()),

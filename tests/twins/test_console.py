@@ -125,6 +125,17 @@ def test_pages_of_jobs_follow_the_cursor_without_repeats_or_gaps(twins: Twins) -
     assert sorted(seen) == ids and len(seen) == len(set(seen))
 
 
+def test_jobs_created_more_than_a_while_ago(twins: Twins) -> None:
+    for batch in range(3):  # recorded 100 s apart (a job's creation is its recording)
+        for n in range(3):
+            twins.client().submit("k", {}, job_id=f"b{batch}-{n}")
+        twins.stages().tick.tick()
+        twins.clock.advance(100)
+    web, _ = console(twins)
+    older = re.findall(r'href="/jobs/(b\d-\d)"', web.get("/jobs?until=150s").text)
+    assert sorted(older) == ["b0-0", "b0-1", "b0-2", "b1-0", "b1-1", "b1-2"]
+
+
 def test_bad_filters_and_unknown_pages_say_what_to_do(twins: Twins) -> None:
     web, _ = console(twins)
     bad = web.get("/jobs?state=DONE")

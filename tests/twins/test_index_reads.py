@@ -80,6 +80,11 @@ def test_every_page_followed_by_its_cursor_is_the_whole_answer_in_order(
     assert pages(q, status="FAILED") == newest(rows, "FAILED")
     assert pages(q, status="SUCCEEDED", kind="kind-7") == newest(rows, "SUCCEEDED", "kind-7")
     assert pages(q, kind="kind-3") == newest(rows, kind="kind-3")
+    # Created at least 2,000 s ago (the table's jobs span 10,000 s), with and without a kind.
+    old = [x for x in rows if (x.created_at or 0) <= NOW - 2000]
+    assert pages(q, until_seconds=2000) == newest(old)
+    assert pages(q, status="SUCCEEDED", kind="kind-7", until_seconds=2000) == \
+        newest(old, "SUCCEEDED", "kind-7")
 
 
 def test_a_page_of_every_state_reads_about_what_it_shows() -> None:
