@@ -21,7 +21,7 @@ from dispatcher.console.guard import Guard, Refused
 from dispatcher.console.pages import REFRESH_SECONDS
 from dispatcher.console.rendering import Renderer, job_url
 from dispatcher.console.source import ConsoleSource
-from dispatcher.domain.errors import JobNotFound, LongjobsError
+from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import JobState
 from dispatcher.ops.bulk import SELECTABLE, BulkReport, BulkVerb, new_bulk_id
 from dispatcher.ops.wording import parse_duration
@@ -136,16 +136,8 @@ class Actions:
             return await run_in_threadpool(act, request, values)
         except Refused as exc:
             return PlainTextResponse(exc.reason, status_code=exc.status)
-        except JobNotFound as exc:
-            return self.render.problem(request, 404, "No such job",
-                                       f"No job has the id {exc.job_id!r}.")
-        except LongjobsError as exc:
-            return self.render.problem(request, 409, "It was not done", str(exc))
-        except Exception as exc:  # boto3, the network: the stack did not answer
-            return self.render.problem(
-                request, 503, "The stack did not answer",
-                f"{type(exc).__name__}: {str(exc)[:300]}. Nothing is known to have changed; "
-                "look at the job (or the bulk page's count) before you try again.")
+        except Exception as exc:
+            return self.render.failed(request, exc, acting=True)
 
     # -- one job --------------------------------------------------------------------------------
     async def cancel(self, request: Request) -> Response:

@@ -18,7 +18,7 @@ from starlette.responses import RedirectResponse, Response
 
 from dispatcher.console.rendering import LOG_LINES, Renderer, job_url, pretty
 from dispatcher.console.source import ConsoleSource
-from dispatcher.domain.errors import JobNotFound, LongjobsError
+from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.waiting import REASONS
 from dispatcher.ops.job_views import SCHEDULED, JobDetail
@@ -109,22 +109,12 @@ class Pages:
         self._day = Cached(DAY_COUNTS_SECONDS)
 
     def answered(self, page: Callable[[Request], Response]) -> Callable[[Request], Response]:
-        """``page`` with the operator API's errors said on a page: a missing job as 404, bad
-        input as 400 (the message names the fix), anything the stack did not answer as 503."""
+        """``page`` with the operator API's errors said on a page (Renderer.failed)."""
         def run(request: Request) -> Response:
             try:
                 return page(request)
-            except JobNotFound as exc:
-                return self.render.problem(request, 404, "No such job",
-                                           f"No job has the id {exc.job_id!r}; check the id, or "
-                                           "find the job on the jobs page.")
-            except LongjobsError as exc:
-                return self.render.problem(request, 400, "That cannot be shown", str(exc))
-            except Exception as exc:  # boto3, the network: the stack did not answer
-                return self.render.problem(
-                    request, 503, "The stack did not answer",
-                    f"{type(exc).__name__}: {str(exc)[:300]}. Check the console's AWS "
-                    "credentials and settings (as for `longjobs stats`), then reload.")
+            except Exception as exc:
+                return self.render.failed(request, exc, acting=False)
         return run
 
     # -- overview -------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from starlette.responses import HTMLResponse
 
 from dispatcher.console.guard import Guard
 from dispatcher.domain.costs import JobCost
+from dispatcher.domain.errors import JobNotFound, LongjobsError
 from dispatcher.domain.progress import Progress
 from dispatcher.ops.history import Attempt
 from dispatcher.ops.wording import (
@@ -93,3 +94,20 @@ class Renderer:
     def problem(self, request: Request, status: int, heading: str,
                 said: str) -> HTMLResponse:
         return self.page(request, "problem.html", status=status, heading=heading, problem=said)
+
+    def failed(self, request: Request, exc: Exception, *, acting: bool) -> HTMLResponse:
+        """The operator API's error said on a page: a missing job as 404, bad input (or an
+        action refused) with its message, which names the fix, anything the stack did not
+        answer (boto3, the network) as 503."""
+        if isinstance(exc, JobNotFound):
+            return self.problem(request, 404, "No such job", f"No job has the id "
+                                f"{exc.job_id!r}; check the id, or find the job on the jobs page.")
+        if isinstance(exc, LongjobsError):
+            return self.problem(request, 409 if acting else 400,
+                                "It was not done" if acting else "That cannot be shown", str(exc))
+        after = ("Nothing is known to have changed; look at the job (or the bulk page's count) "
+                 "before you try again.") if acting else ("Check the console's AWS credentials "
+                                                          "and settings (as for `longjobs "
+                                                          "stats`), then reload.")
+        return self.problem(request, 503, "The stack did not answer",
+                            f"{type(exc).__name__}: {str(exc)[:300]}. {after}")
