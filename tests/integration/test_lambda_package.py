@@ -35,10 +35,12 @@ HELPER = INFRA / "lambda" / "lambda_build.py"
 # the store's writes in modules of their own; 351 with schedules' fires judged at admission
 # (the fire's rules, its stage and its record: three modules of ours, the schedule port and
 # its adapter not among them); 356 with a stopped task's bill settled (the cost rules, their
-# stage, the bill's record) and jobs' labels (their rules, their index). The budget stops a new
+# stage, the bill's record) and jobs' labels (their rules, their index); 357 on 2026-12-06, the
+# operators' reads of the table split from their actions (the same code, one module more:
+# the handlers open the whole Store). The budget stops a new
 # eager import chain (the CLI's, a whole SDK) from slipping into every cold start, not a module
 # of the tick's own.
-HANDLER_MODULE_BUDGET = 356
+HANDLER_MODULE_BUDGET = 357
 
 
 @pytest.fixture(scope="module")
