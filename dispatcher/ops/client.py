@@ -39,8 +39,10 @@ if TYPE_CHECKING:  # the table's model (pynamodb) loads only when a client reads
     from dispatcher.ops.usage import UsageReport
     from dispatcher.ports.job_logs import LogLine
 
-# Index partitions an operator's read asks at once (a list of every state has 54).
-READS_AT_ONCE = 16
+# Index partitions an operator's read asks at once (a list of every state has 54): no more
+# than the table client's connection pool (pynamodb's default, 10), or connections are thrown
+# away and made again.
+READS_AT_ONCE = 10
 # How many of the ids it sent a client remembers, with their array sizes (see
 # JobClient._check_dependencies).
 SENT_KEPT = 100_000

@@ -4,9 +4,9 @@ shards (:func:`dispatcher.store.codec.job_statuses`), and a reader wants them as
 The Table port queries one partition key; merging is the store's, written once for every
 backend. Each partition answers in ``status_at`` order, so the merge is ``heapq.merge`` of
 the partitions' answers, cut at ``limit``: the first ``limit`` items overall are among the
-first ``limit`` of each partition, so no partition is read past ``limit`` items (a reader reads
-at most ``limit`` items per partition, whatever the table holds), and each only as far as the
-merge takes from it (:func:`query`).
+first ``limit`` of each partition, so :func:`query` reads no partition past ``limit`` items
+(whatever the table holds), and each only as far as the merge takes from it;
+:func:`newest_matching` reads each at most ``read_at_most``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ def _order(rec: Record) -> tuple[str, str]:
 def start(key: str, after: tuple[str, str] | None) -> Record | None:
     """Where a read of partition ``key`` goes on past ``after`` (``(status_at, pk)`` of the
     last row of a merged page, which may be of another partition): the port's ``after`` takes
-    any position, not only an item it returned."""
+    any position within the query's range, not only an item it returned (:func:`query` keeps
+    it within)."""
     return None if after is None else Record(pk=after[1], status_key=key, status_at=after[0])
 
 
@@ -48,9 +49,20 @@ def query(table: Table, keys: list[str], *, at_most: str | None = None,
     its end: the first run ``ceil(limit / len(keys)) + 1`` rows, each next one twice as long
     (at most ``limit``), so a page of 50 over 54 partitions reads about 50 rows plus two per
     partition, not 50 per partition. ``fan_out``: the first runs are read at once on it (an
-    operator far from the table's region waits for one round trip, not one a partition)."""
+    operator far from the table's region waits for a round trip per ``fan_out`` worker's share
+    of them, not one a partition; later runs are read one at a time)."""
     if limit is not None and limit <= 0:
         return []
+    # DynamoDB refuses a start key outside the query's range ("The provided starting key does
+    # not match the range key predicate"): a cursor past the range's far end leaves nothing to
+    # read, one before its near end starts at that end (a window that moved since the page
+    # before, or an `until` older than a `since`).
+    if after is not None:
+        far, near = (at_least, at_most) if newest_first else (at_most, at_least)
+        if far is not None and (after[0] < far if newest_first else after[0] > far):
+            return []
+        if near is not None and (after[0] > near if newest_first else after[0] < near):
+            after = None
     if limit is None or len(keys) == 1:
         answers = [table.query(k, at_most=at_most, at_least=at_least, limit=limit,
                                newest_first=newest_first, where=where, after=start(k, after))
@@ -105,7 +117,7 @@ def newest_matching(table: Table, keys: list[str], match: Callable[[Record], boo
     and only as the merge reaches its end (as :func:`query`: ``ceil(limit / len(keys)) + 1``
     rows first, then twice as many a query up to :data:`PAGE`), until the merge has ``limit``
     matches or the key's ``read_at_most`` rows were read; ``after``: past that position (a
-    page's cursor). So a filter that matches one row in 20 reads about 20 rows per match shown
+    page's cursor). So a filter that matches one row in 20 reads at least 20 rows per match shown
     (plus a run per key), not ``limit`` matches' worth from every key. ``fan_out``: the first
     runs are read at once on it."""
     first = min(limit, -(-limit // len(keys)) + 1, PAGE, read_at_most)

@@ -105,3 +105,35 @@ def test_a_rare_kind_of_a_finished_state_reads_in_proportion_to_its_page() -> No
     # One job in 20 is of the kind: about 20 rows per job shown, plus a run per partition;
     # 50 matches from each of the 9 partitions would be over 9,000.
     assert table.rows <= 20 * 51 * 2, table.rows
+
+
+class Strict(Counting):
+    """Refuses a start key outside the query's range, as DynamoDB does ("The provided starting
+    key does not match the range key predicate"); the twin and moto return rows or nothing."""
+
+    def query(self, *args: Any, **kwargs: Any) -> list[Record]:
+        after, lo, hi = kwargs.get("after"), kwargs.get("at_least"), kwargs.get("at_most")
+        if after is not None and ((lo is not None and (after.status_at or "") < lo)
+                                  or (hi is not None and (after.status_at or "") > hi)):
+            raise AssertionError(f"start key {after.status_at} outside [{lo}, {hi}]")
+        return super().query(*args, **kwargs)
+
+
+def test_a_cursor_outside_the_window_reads_nothing_rather_than_a_refused_start() -> None:
+    table = Strict()
+    for i in range(300):
+        rec = r.job_record(Job(f"j{i:05d}", "k", {}, state=JobState.SUCCEEDED,
+                               created_at=NOW - 10_000 + 30 * i))
+        table._items[rec.pk] = rec
+    q = Queries(Store(table, clock=lambda: NOW), queue=MemoryQueue(), clock=lambda: NOW)
+    # An `until` older than the `since`: nothing, with no refused query.
+    assert q.page_jobs(since_seconds=3600, until_seconds=7200).jobs == []
+    # A window that moved on since the page before: its cursor is past the window's far end.
+    first = q.page_jobs(status="SUCCEEDED", since_seconds=3600, limit=10)
+    assert first.next is not None
+    later = Queries(Store(table, clock=lambda: NOW + 7200), queue=MemoryQueue(),
+                    clock=lambda: NOW + 7200)
+    assert later.page_jobs(status="SUCCEEDED", since_seconds=3600, after=first.next).jobs == []
+    # Within the window, a cursor pages on as before.
+    second = q.page_jobs(status="SUCCEEDED", since_seconds=3600, limit=10, after=first.next)
+    assert len(second.jobs) == 10
