@@ -29,6 +29,8 @@ from dispatcher.ops.wording import parse_duration
 # A dry run shows this many of the ids it selects.
 SAMPLE = 10
 REDRIVE_MOST = 100_000
+# The bulk actions a console remembers to show (the oldest ended ones are forgotten).
+RUNS_KEPT = 100
 
 
 @dataclass
@@ -66,6 +68,13 @@ class BulkRuns:
     def put(self, run: BulkRun) -> None:
         with self.lock:
             self.runs[run.report.bulk_id] = run
+            self._forget()
+
+    def _forget(self) -> None:
+        """Keep the latest RUNS_KEPT (a console may serve for months); a running one stays."""
+        for bulk_id in [k for k, r in self.runs.items() if r.done or r.problem][
+                :max(0, len(self.runs) - RUNS_KEPT)]:
+            del self.runs[bulk_id]
 
     def start(self, run: BulkRun) -> bool:
         """Keep ``run`` unless a run of its id is still going (a form sent twice)."""
@@ -74,6 +83,7 @@ class BulkRuns:
             if going is not None and not going.done and going.problem is None:
                 return False
             self.runs[run.report.bulk_id] = run
+            self._forget()
             return True
 
 

@@ -19,6 +19,7 @@ from dispatcher.domain.jobs import JobState
 from dispatcher.ops.queries import Queries
 from dispatcher.ops.top import Top
 from dispatcher.store import JobUpdate
+from tests.helpers import wait_for
 from tests.twins import Twins, finish_as_runner
 
 ORIGIN = "http://127.0.0.1:8765"
@@ -222,12 +223,7 @@ def test_a_bulk_cancel_counts_first_then_acts_with_progress(twins: Twins) -> Non
 
     def state() -> str:
         return re.search(r'class="bulk-state">(\w+)<', web.get(where).text).group(1)  # type: ignore[union-attr]
-    for _ in range(200):
-        if state() != "running":
-            break
-        import time
-
-        time.sleep(0.05)
+    wait_for(lambda: state() != "running", 60, "the bulk action ended")
     page = web.get(where).text
     assert state() == "done" and '<td class="acted">6</td>' in page
     assert all(twins.job(f"b{n}").state == JobState.CANCELLED for n in range(6))
@@ -297,3 +293,17 @@ def test_deployments_show_the_ones_before(twins: Twins) -> None:
     assert "longjobs-worker:13" in page and "Before it" in page
     before = page.split("Before it", 1)[1]
     assert before.index("repo/worker:v2") < before.index("repo/worker:v1")
+
+
+def test_a_console_remembers_a_bounded_number_of_bulk_actions() -> None:
+    from dispatcher.console.actions import RUNS_KEPT, BulkRun, BulkRuns
+    from dispatcher.ops.bulk import BulkReport
+
+    runs = BulkRuns()
+    going = BulkRun(BulkReport("bulk-going", "cancel", "status=PENDING", 1), "")
+    runs.start(going)
+    for n in range(3 * RUNS_KEPT):
+        runs.put(BulkRun(BulkReport(f"bulk-{n}", "cancel", "status=PENDING", 1), "", done=True))
+    kept = runs.all()
+    assert len(kept) <= RUNS_KEPT and runs.get("bulk-going") is not None
+    assert runs.get(f"bulk-{3 * RUNS_KEPT - 1}") is not None and runs.get("bulk-0") is None
