@@ -210,6 +210,10 @@ class Config(BaseModel):
         "LONGJOBS_ALLOWED_KINDS", "Comma-separated allow-list of job kinds; empty allows any.",
         ("dispatcher", "client"),
         on_aws=OnAws.PARAMETER)] = ()
+    tenant: Annotated[str, Field(pattern=r"^([A-Za-z0-9._-]{1,64})?$"), Env(
+        "LONGJOBS_TENANT", "The tenant the jobs this producer submits are for, unless a job "
+        "names its own (--tenant, tenant=): 1-64 chars of [A-Za-z0-9._-]; empty: none.",
+        ("client",), on_aws=OnAws.LOCAL)] = ""
     launcher: Annotated[str, one_of("ecs", "local"), Env(
         "LONGJOBS_LAUNCHER", "ecs (RunTask) or local (tasks as local processes).",
         on_aws=OnAws.LOCAL)] = "ecs"

@@ -267,7 +267,8 @@ class Writes:
             job.history[-1].update({"ended_at": time.time(), "outcome": str(outcome.target),
                                     "reason": outcome.reason})
             run = self._runs.setdefault(job.job_id, Usage())
-            run.add(costs.entry_seconds(job.history[-1]), costs.groups_of(job.kind, job.labels),
+            run.add(costs.entry_seconds(job.history[-1]),
+                    costs.groups_of(job.kind, job.labels, job.tenant),
                     ended=outcome.target in (JobState.SUCCEEDED, JobState.FAILED))
         refund = -1 if outcome.interrupted and started else 0
         extra: dict[str, Any] = {"history": _snapshot(job.history) if started else None,

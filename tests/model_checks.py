@@ -158,6 +158,8 @@ def lost_jobs(view: View, submitted: Mapping[str, str],
 
 # The labels producers put on the model's jobs (dispatcher.domain.labels).
 LABELS = ({"team": "a"}, {"team": "b", "tier": "gold"})
+# The tenants producers name (dispatcher.domain.tenants); None: no tenant.
+TENANTS = ("t1", "t2")
 
 
 def job_specs() -> st.SearchStrategy[dict[str, Any]]:
@@ -172,7 +174,32 @@ def job_specs() -> st.SearchStrategy[dict[str, Any]]:
         "max_attempts": st.integers(1, 3),
         "timeout_seconds": st.sampled_from([None, 30.0, 3600.0]),
         "labels": st.sampled_from([None, *LABELS]),
+        "tenant": st.sampled_from([None, *TENANTS]),
     })
+
+
+def mixed_tenants(view: View) -> list[str]:
+    """Bundles holding a job of another tenant than their id names (handed jobs too), and
+    tasks that ran the jobs of more than one tenant (as their runs' history says): a task's
+    bill must be one tenant's (dispatcher.domain.tenants)."""
+    out: list[str] = []
+    by_task: dict[str, set[str | None]] = {}
+    jobs: dict[str, Job] = {}
+    for pk, rec in view.items.items():
+        if pk.startswith("JOB#") and rec.array_size is None:
+            job = r.record_job(rec)
+            jobs[job.job_id] = job
+            for entry in job.history:
+                if isinstance(entry.get("task_arn"), str) and "started_at" in entry:
+                    by_task.setdefault(entry["task_arn"], set()).add(job.tenant)
+    for b in view.bundles():
+        strangers = [j for j in b.job_ids if j in jobs and jobs[j].tenant != b.tenant]
+        if strangers:
+            out.append(f"bundle {b.bundle_id} (tenant {b.tenant}) holds {strangers}, of "
+                       f"{sorted({str(jobs[j].tenant) for j in strangers})}")
+    out += [f"task {arn} ran the jobs of tenants {sorted(map(str, owners))}"
+            for arn, owners in sorted(by_task.items()) if len(owners) > 1]
+    return out
 
 
 def live_twice(view: View, tasks: Iterable[SimTask]) -> list[str]:

@@ -54,6 +54,8 @@ def render_detail(d: JobDetail, console: Console) -> None:
         running = d.summary.state == "RUNNING"
         head.add_row("progress", Text(said.words(time.time(), eta=running) + (
             "" if running else " (as of its last checkpoint)")))
+    if d.summary.tenant:
+        head.add_row("tenant", Text(d.summary.tenant))
     if d.labels:
         head.add_row("labels", Text(", ".join(f"{k}={v}" for k, v in sorted(d.labels.items()))))
     if d.cost is not None:

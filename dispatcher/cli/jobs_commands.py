@@ -80,6 +80,8 @@ def jobs_list(
         + ", ".join(REASONS) + ".")] = None,
     label: Annotated[str | None, typer.Option(
         help="Only jobs carrying this label, key=value (among its newest 1,000).")] = None,
+    tenant: Annotated[str | None, typer.Option(
+        help="Only this tenant's jobs (among its newest 1,000).")] = None,
     wide: WideOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -88,7 +90,7 @@ def jobs_list(
     job is not running yet (docs/operating.md, "Why a job waits")."""
     rows = guarded(lambda: client().list(
         status=status, kind=kind, since_seconds=parse_duration(since) if since else None,
-        limit=limit, waiting_for=waiting_for, label=label))
+        limit=limit, waiting_for=waiting_for, label=label, tenant=tenant))
     if as_json:
         print_json({"jobs": [r.to_json() for r in rows], "count": len(rows)})
         return
@@ -103,12 +105,15 @@ def jobs_list(
     reports = any(r.progress is not None and r.state == "RUNNING" for r in rows)
     # COST (--wide: its share of its tasks' bills so far; reads the rows' items and tasks).
     spent = guarded(lambda: client().costs([r.job_id for r in rows])) if wide else {}
+    # TENANT only when a row has one (most stacks have none).
+    tenanted = any(r.tenant for r in rows)
     now = time.time()
-    for name in ("JOB ID", "STATE", "KIND", "CREATED (UTC)", "TRIES",
+    for name in ("JOB ID", "STATE", "KIND", *(["TENANT"] if tenanted else []),
+                 "CREATED (UTC)", "TRIES",
                  *(["WAITING"] if waits else []), *(["PROGRESS"] if reports else []),
                  *(["COST"] if spent else [])):
         table.add_column(name, no_wrap=True, overflow="ellipsis",
-                         max_width=14 if name == "KIND" and not wide else None)
+                         max_width=14 if name in ("KIND", "TENANT") and not wide else None)
     table.add_column("REASON", min_width=16)
     for r in rows:
         attempts = "-" if r.max_attempts is None else f"{r.attempts}/{r.max_attempts}"
@@ -120,7 +125,8 @@ def jobs_list(
         got = [progress_cell(r.progress, now, wide) if r.progress is not None
                and r.state == "RUNNING" else "-"] if reports else []
         cost = [cost_cell(spent.get(r.job_id))] if spent else []
-        table.add_row(*map(Text, (ids[r.job_id], r.state, r.kind or "-",
+        owner = [r.tenant or "-"] if tenanted else []
+        table.add_row(*map(Text, (ids[r.job_id], r.state, r.kind or "-", *owner,
                                   created if wide else created[:16], attempts, *waiting, *got,
                                   *cost,
                                   r.reason or "" if wide else short(r.reason, 60))))
@@ -288,7 +294,8 @@ def stats(as_json: JsonOpt = False,
                    "unless it says); default 24h. Active jobs are always counted all.")]
           = None,
           by: Annotated[str | None, typer.Option(
-              help="Instead: jobs, run hours, vCPU-hours and cost per kind, per label "
+              help="Instead: jobs, run hours, vCPU-hours and cost per kind, per tenant, "
+                   "per label "
                    "(key=value) or per value of one label (label:customer), of the tasks "
                    "that stopped in the window (--since, from the start of its hour)")]
           = None) -> None:

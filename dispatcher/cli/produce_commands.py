@@ -66,6 +66,9 @@ def submit(
     label: Annotated[list[str] | None, typer.Option(
         help="key=value to list, act on and count the job by (repeat for several, up to 10; "
         "e.g. --label customer=acme).")] = None,
+    tenant: Annotated[str | None, typer.Option(
+        help="Whom the job's work is for (1-64 chars of [A-Za-z0-9._-]); default: "
+        "LONGJOBS_TENANT, else none.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Enqueue one job (or an array of them); prints its id (`longjobs jobs show ID` follows
@@ -96,7 +99,8 @@ def submit(
                                  array_size=array, tolerated_failures=_count(tolerated_failures),
                                  depends_on=[{"job_id": d, "condition": condition}
                                              | ({"n_to_n": True} if n_to_n else {})
-                                             for d in depends_on or []], labels=tags or None)
+                                             for d in depends_on or []], labels=tags or None,
+                                 tenant=tenant)
         except InvalidMessage as exc:
             raise InvalidMessage(as_flags(exc.reason), job_id=job_id) from None
 
@@ -151,7 +155,7 @@ CONDITIONS = tuple(str(c) for c in Requires)
 _FLAGS = {name: "--" + name.replace("_", "-") for name in (
     "job_id", "estimated_seconds", "max_attempts", "timeout_seconds", "cpu", "memory",
     "ephemeral_storage", "priority", "not_before", "payload", "tolerated_failures",
-    "depends_on")} | {"array_size": "--array", "labels": "--label"}
+    "depends_on", "tenant")} | {"array_size": "--array", "labels": "--label"}
 _FIELD = re.compile(r"(^|; )(\w+)(: | )")
 
 

@@ -123,6 +123,8 @@ def render(s: Snapshot, interval: float | None = None) -> RenderableType:
             tasks.add_row(rev, *(str(counts.get(k, 0)) for k in ("LAUNCHING", "LAUNCHED",
                                                                  "RUNNING")))
         parts.append(tasks)
+    if s.tasks_by_tenant:
+        parts.append(Text(f"tasks by tenant  {_pairs(s.tasks_by_tenant)}"))
     parts.append(Text(f"bundles  {_pairs(s.bundles)}"))
 
     parts.append(Text.assemble((f"jobs admitted in the last {window}: {s.admitted_total}",

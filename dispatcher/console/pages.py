@@ -78,6 +78,7 @@ class JobFilter:
     until: str | None = None
     waiting_for: str | None = None
     label: str | None = None
+    tenant: str | None = None
 
     @staticmethod
     def of(request: Request) -> JobFilter:
@@ -88,7 +89,7 @@ class JobFilter:
             return value or None
         state = get("state")
         return JobFilter(state.upper() if state else None, get("kind"), get("since"),
-                         get("until"), get("waiting_for"), get("label"))
+                         get("until"), get("waiting_for"), get("label"), get("tenant"))
 
     @property
     def any(self) -> bool:
@@ -141,15 +142,17 @@ class Pages:
         until = parse_duration(f.until, "created more than") if f.until else None
         after = request.query_params.get("after") or None
         bounded, next_url = "", None
-        if (f.waiting_for or f.label) and until is not None:
+        if (f.waiting_for or f.label or f.tenant) and until is not None:
             raise LongjobsError("'created more than … ago' goes with state, kind and created "
-                                "within; clear the waiting-for reason or the label to use it")
-        if f.waiting_for or f.label:
+                                "within; clear the waiting-for reason, the label and the "
+                                "tenant to use it")
+        if f.waiting_for or f.label or f.tenant:
             # Those lists read a bounded window of the newest (their module says which), so
             # they have no pages past it.
             jobs = self.source.queries.list_jobs(status=f.state, kind=f.kind,
                                                  since_seconds=since, limit=PAGE_ROWS,
-                                                 waiting_for=f.waiting_for, label=f.label)
+                                                 waiting_for=f.waiting_for, label=f.label,
+                                                 tenant=f.tenant)
             bounded = f"the newest {len(jobs)} that match" if jobs else ""
         else:
             page = self.source.queries.page_jobs(status=f.state, kind=f.kind,

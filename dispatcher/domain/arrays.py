@@ -115,7 +115,8 @@ def child_of(parent: Job, index: int, at: float) -> Job:
                timeout_seconds=parent.timeout_seconds, created_at=at,
                enqueued_at=parent.enqueued_at, priority=parent.priority,
                not_before=parent.not_before, resources=parent.resources,
-               array_parent=parent.job_id, array_index=index, labels=parent.labels)
+               array_parent=parent.job_id, array_index=index, labels=parent.labels,
+               tenant=parent.tenant)
 
 
 def parent_message(job: Job) -> dict[str, object]:
@@ -133,5 +134,5 @@ def parent_message(job: Job) -> dict[str, object]:
         "estimated_seconds": job.estimated_seconds, "timeout_seconds": job.timeout_seconds,
         "not_before": job.not_before, "cpu": job.resources.cpu,
         "memory": job.resources.memory, "ephemeral_storage": job.resources.ephemeral_storage,
-        "labels": job.labels or None}
+        "labels": job.labels or None, "tenant": job.tenant}
     return {k: v for k, v in fields.items() if v is not None}

@@ -23,8 +23,8 @@ from dispatcher.domain.lifecycle import DEPENDENTS_HELD_AT
 MAX_BUNDLE_BYTES = 16_000_000
 
 # Priority, resources, when it is due if scheduled (None: now), its kind if that kind has a
-# limit (None: any).
-Shape = tuple[Priority, Resources, float | None, str | None]
+# limit (None: any), its tenant (bundles never mix tenants: dispatcher.domain.tenants).
+Shape = tuple[Priority, Resources, float | None, str | None, str | None]
 
 
 def work_budget(bundle_max_seconds: float, task_concurrency: int) -> float:
@@ -61,7 +61,7 @@ class BundleSizes:
         if job.depends_on:  # held until its dependencies are met (stages/dependents.py)
             scheduled = DEPENDENTS_HELD_AT
         kind = job.kind if job.kind in self.kind_limits else None
-        return job.priority, job.resources, scheduled, kind
+        return job.priority, job.resources, scheduled, kind, job.tenant
 
     def slots(self, kind: str) -> int:
         """Most jobs of limited ``kind`` one bundle runs at once."""

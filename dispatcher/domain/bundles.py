@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from dispatcher.domain import tenants
 from dispatcher.domain.jobs import Priority, Resources, now
 
 
@@ -67,6 +68,12 @@ class Bundle:
     # (dispatcher.stages.reconcile).
     timeout_seconds: float | None = None
 
+    @property
+    def tenant(self) -> str | None:
+        """The tenant of all its jobs (bundles never mix tenants), as its id names it
+        (dispatcher.domain.tenants)."""
+        return tenants.of_bundle(self.bundle_id)
+
 
 def jobs_timeout(timeouts: Iterable[float | None]) -> float:
     """A bundle's ``timeout_seconds`` from its jobs': the smallest, or 0 if none has one."""
@@ -112,6 +119,12 @@ def of_small_jobs(bundle: Bundle, small_job_seconds: float) -> bool:
     if bundle.pages > 0 or len(bundle.job_ids) > 1:
         return True
     return 0 < bundle.estimated_seconds <= small_job_seconds and len(bundle.job_ids) == 1
+
+
+def task_can_run(ran: Bundle, other: Bundle) -> bool:
+    """Whether the task that ran ``ran`` can run ``other`` next: of its size (a launch's
+    overrides) and its tenant (a task runs one tenant's jobs, as a bundle holds them)."""
+    return other.resources == ran.resources and other.tenant == ran.tenant
 
 
 def follow_on_batch(bundle_id: str) -> str:

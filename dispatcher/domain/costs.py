@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dispatcher.domain import tenants
+
 # Fargate bills at least this many seconds a task.
 MINIMUM_SECONDS = 60
 SPOT = "FARGATE_SPOT"
@@ -157,9 +159,12 @@ class Usage:
         return out
 
 
-def groups_of(kind: str, labels: Mapping[str, str] | None = None) -> list[str]:
-    """The groups a job's run counts in: its kind and each of its labels."""
-    return [f"kind:{kind}", *(f"label:{k}={v}" for k, v in sorted((labels or {}).items()))]
+def groups_of(kind: str, labels: Mapping[str, str] | None = None,
+              tenant: str | None = None) -> list[str]:
+    """The groups a job's run counts in: its kind, its tenant (:data:`tenants.NONE` for a
+    job of none, so that the tenants add up to every job), each of its labels."""
+    return [f"kind:{kind}", f"tenant:{tenant or tenants.NONE}",
+            *(f"label:{k}={v}" for k, v in sorted((labels or {}).items()))]
 
 
 @dataclass(frozen=True)

@@ -47,9 +47,9 @@ class JobStateChange:
     """One transition of one job: the event's ``detail``. ``previous_state`` is None for the
     job's creation; ``attempt`` the application attempts spent so far; ``revision`` the task
     definition (``family:revision``) of its latest run, None before it ever ran; ``at`` the
-    write's time (UTC epoch seconds); ``labels`` its producer's; ``run_seconds`` how long its
-    runs so far lasted (what its cost is its tasks' rates times: dispatcher.domain.costs; the
-    dollars are known once its tasks stop, in ``jobs show``)."""
+    write's time (UTC epoch seconds); ``labels`` and ``tenant`` its producer's; ``run_seconds``
+    how long its runs so far lasted (what its cost is its tasks' rates times:
+    dispatcher.domain.costs; the dollars are known once its tasks stop, in ``jobs show``)."""
 
     job_id: str
     kind: str
@@ -62,6 +62,7 @@ class JobStateChange:
     at: float
     labels: dict[str, str] | None = None
     run_seconds: float = 0.0
+    tenant: str | None = None  # whom its work is for (dispatcher.domain.tenants)
 
     def detail(self) -> dict[str, Any]:
         return asdict(self)
@@ -115,16 +116,17 @@ def changes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> lis
     revision = _revision(new)
     tags = _json(new, "labels")
     tags = {str(k): str(v) for k, v in tags.items()} if isinstance(tags, dict) and tags else None
+    tenant = str(new["tenant"]) if new.get("tenant") else None
     history = _json(new, "history")
     ran = sum(entry_seconds(h) for h in history or () if isinstance(h, dict))
     out: list[JobStateChange] = []
     if after - before == 2 and old is not None:
         out.append(JobStateChange(job_id, kind, BETWEEN, previous, _int(old.get("attempts")) + 1,
-                                  None, revision, after - 1, at, tags, 0.0))
+                                  None, revision, after - 1, at, tags, 0.0, tenant))
         previous = BETWEEN
     out.append(JobStateChange(job_id, kind, str(new.get("state")), previous,
                               _int(new.get("attempts")), new.get("reason"), revision, after, at,
-                              tags, ran))
+                              tags, ran, tenant))
     return out
 
 

@@ -93,6 +93,8 @@ class Job:
     progress: dict[str, Any] | None = None
     # What its producer labelled it with (dispatcher.domain.labels): key -> value.
     labels: dict[str, str] | None = None
+    # Whom its work is for (dispatcher.domain.tenants); None: no tenant.
+    tenant: str | None = None
     # The task whose stop last requeued or failed this job: a settle interrupted part-way is
     # handled again, and a job it already settled is not charged a second time for that stop.
     settled_by: str | None = None

@@ -6,6 +6,7 @@ import hashlib
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from dispatcher.domain import tenants
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import Resources, now
 
@@ -36,6 +37,12 @@ class Launch:
     # The kind of every job of its bundles, when they share one: its tasks' tag
     # ``longjobs:kind``, for AWS's split cost allocation to be matched against ours.
     kind: str | None = None
+
+    @property
+    def tenant(self) -> str | None:
+        """The tenant of its bundles (a call is of one: stages.launch.calls_for), named by
+        their ids, so a recovered launch tags its tasks as the first call did."""
+        return tenants.of_bundle(self.bundle_ids[0]) if self.bundle_ids else None
 
     @property
     def client_token(self) -> str:

@@ -37,6 +37,7 @@ from dispatcher.domain import (
     rfc3339,
     schedules,
     sizes,
+    tenants,
 )
 from dispatcher.domain.errors import InvalidMessage
 from dispatcher.domain.jobs import Priority, Resources
@@ -91,6 +92,9 @@ _NotBefore = Annotated[float | None, WithJsonSchema({
 _LabelKey = Annotated[str, StringConstraints(pattern=f"^{labels.KEY.pattern}$")]
 _LabelValue = Annotated[str, StringConstraints(max_length=labels.MAX_VALUE,
                                                pattern=r"^[^\x00-\x1f\x7f]*$")]
+
+# A tenant (dispatcher.domain.tenants).
+_Tenant = Annotated[str, StringConstraints(pattern=f"^{tenants.TENANT.pattern}$")]
 
 
 class DependsOn(BaseModel):
@@ -185,6 +189,11 @@ class JobMessage(BaseModel):
         default=None, max_length=labels.MAX_LABELS, description="What to list, act on and "
         f"count the job by: at most {labels.MAX_LABELS} of key (1-{labels.MAX_KEY} chars of "
         f"[A-Za-z0-9._:/-]) to value (text, at most {labels.MAX_VALUE} chars).")
+
+    tenant: _Tenant | None = Field(
+        default=None, description="Whom the job's work is for (a team or a customer): "
+        f"1-{tenants.MAX_TENANT} chars of [A-Za-z0-9._-]. Its bundles never hold another "
+        "tenant's jobs; listed, counted and tagged by it. None: no tenant.")
 
     schedule: schedules.ScheduleRef | None = Field(
         default=None, description="Set by a schedule's fires (`longjobs schedules`): the "

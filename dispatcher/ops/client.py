@@ -101,7 +101,7 @@ class JobClient:
                not_before: float | str | datetime | None = None,
                array_size: int | None = None, tolerated_failures: int | str = 0,
                depends_on: Sequence[str | Mapping[str, str | bool]] | None = None,
-               labels: Mapping[str, str] | None = None) -> str:
+               labels: Mapping[str, str] | None = None, tenant: str | None = None) -> str:
         """Enqueue one job; returns its id. ``cpu`` (units) and ``memory`` (MiB) together, a
         pair Fargate runs, and ``ephemeral_storage`` (GiB) size its task; ``priority`` picks
         the queue; ``not_before`` (epoch seconds, an RFC 3339 time, or an aware
@@ -116,7 +116,9 @@ class JobClient:
         job) is refused here. An array adds ``"n_to_n": True`` to depend on an array of its
         size element-wise (its child i waits for that array's child i); one known not to be
         such an array is refused here. ``labels``: key -> value to list, act on and count it
-        by (dispatcher.domain.labels). A bad value raises ``InvalidMessage``."""
+        by (dispatcher.domain.labels). ``tenant``: whom its work is for
+        (dispatcher.domain.tenants; default ``LONGJOBS_TENANT``). A bad value raises
+        ``InvalidMessage``."""
         return self.submit_many([{
             # Not a mapping: left for the schema to refuse with a readable reason.
             "kind": kind, "payload": dict(payload) if isinstance(payload, Mapping) else payload,
@@ -128,7 +130,8 @@ class JobClient:
             "tolerated_failures": tolerated_failures or None,
             "depends_on": [d if isinstance(d, str) else dict(d) for d in depends_on]
             if depends_on else None,
-            "labels": dict(labels) if isinstance(labels, Mapping) else labels}])[0]
+            "labels": dict(labels) if isinstance(labels, Mapping) else labels,
+            "tenant": tenant}])[0]
 
     def submit_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[str]:
         """Send jobs in batches of 10 to the queue of each job's priority; retry partial
@@ -207,6 +210,10 @@ class JobClient:
     def _body(self, spec: Mapping[str, Any]) -> tuple[str, str, Priority]:
         fields = {k: v for k, v in spec.items() if v is not None}
         fields.setdefault("job_id", uuid.uuid4().hex)
+        if fields.get("tenant") == "":  # none, as the setting's empty value says
+            del fields["tenant"]
+        elif self.cfg.tenant:  # the producer's tenant (LONGJOBS_TENANT) unless it names one
+            fields.setdefault("tenant", self.cfg.tenant)
         fields["schema_version"] = message.SCHEMA_VERSION
         # An error names the job by the id its caller gave, not one made up here for it.
         chosen = spec.get("job_id")
@@ -315,8 +322,8 @@ class JobClient:
 
     def usage(self, by: str = "kind", *, since: float | None = None,
               since_seconds: float | None = None) -> UsageReport:
-        """Jobs ended, run hours, vCPU-hours and dollars per group (``by``: kind, label or
-        label:<key>) of the tasks that stopped since ``since`` (or within ``since_seconds``;
+        """Jobs ended, run hours, vCPU-hours and dollars per group (``by``: kind, tenant, label
+        or label:<key>) of the tasks that stopped since ``since`` (or within ``since_seconds``;
         the last 24 h unless given): see :mod:`dispatcher.ops.usage`."""
         return self.queries().usage(by, since=since, since_seconds=since_seconds)
 
@@ -378,13 +385,15 @@ class JobClient:
     # this method (mypy: "not valid as a type").
     def list(self, *, status: str | None = None, kind: str | None = None,
              since_seconds: float | None = None, limit: int = 50,
-             waiting_for: str | None = None, label: str | None = None
-             ) -> builtins.list[JobSummary]:
+             waiting_for: str | None = None, label: str | None = None,
+             tenant: str | None = None) -> builtins.list[JobSummary]:
         """Jobs newest first, through the status index (never a table scan); ``waiting_for``:
         only PENDING jobs waiting for that reason (:mod:`dispatcher.domain.waiting`);
-        ``label``: ``key=value``, only the jobs carrying it (through the label index)."""
+        ``label``: ``key=value``, only the jobs carrying it, ``tenant``: only that tenant's
+        (both through the label index)."""
         return self.queries().list_jobs(status=status, kind=kind, since_seconds=since_seconds,
-                                         limit=limit, waiting_for=waiting_for, label=label)
+                                         limit=limit, waiting_for=waiting_for, label=label,
+                                         tenant=tenant)
 
 
 def _same_size(dep_id: str, its_size: int | None, job_id: str, size: int) -> None:

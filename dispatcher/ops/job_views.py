@@ -10,6 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dispatcher.domain import tenants
 from dispatcher.domain.costs import JobCost
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import JobState
@@ -61,6 +62,9 @@ class JobSummary(Flat):
     # heartbeat; one waiting for a rerun or ended otherwise than SUCCEEDED, as of its last
     # checkpoint (`jobs show` reads it there).
     progress: Progress | None = None
+    # Whom its work is for: its item's, or (a row of the status index, which does not hold
+    # it) its bundle's id's (dispatcher.domain.tenants); None: no tenant, or not known yet.
+    tenant: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = flat(self)
@@ -92,7 +96,8 @@ class JobSummary(Flat):
             attempts=int(item.attempts or 0),
             max_attempts=None if rejected else int(item.max_attempts or 0),
             infra_attempts=int(item.infra_attempts or 0), bundle_id=item.bundle_id,
-            reason=item.reason, waiting_for=waiting, progress=_progress(item, bundle))
+            reason=item.reason, waiting_for=waiting, progress=_progress(item, bundle),
+            tenant=item.tenant or tenants.of_bundle(item.bundle_id or ""))
 
 
 def _progress(item: Record, bundle: Record | None) -> Progress | None:

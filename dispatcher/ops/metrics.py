@@ -224,11 +224,15 @@ def stop_blob(outcome: StopOutcome, *, queue: str | None = None,
                totals={"service": service(), **dims})
 
 
+# The dimension of each group's JobCost, by the group's kind (dispatcher.domain.costs.groups_of).
+COST_DIMENSIONS = {"kind": "Kind", "tenant": "Tenant", "label": "Label"}
+
+
 def cost_blobs(outcome: StopOutcome, *, namespace: str | None = None) -> list[dict[str, Any]]:
     """The EMF objects of a stop that settled its task's bill: ``JobCost`` (dollars) for the
     stack (dimension ``service`` alone: what the daily budget's alarm sums over a day), and
-    each group's share under ``Kind`` or ``Label`` (``key=value``): the daily spend per kind
-    and per label, from the cost the stop computed."""
+    each group's share under ``Kind``, ``Tenant`` or ``Label`` (``key=value``): the daily
+    spend per kind, per tenant and per label, from the cost the stop computed."""
     s = outcome.settlement
     if s is None:
         return []
@@ -236,7 +240,7 @@ def cost_blobs(outcome: StopOutcome, *, namespace: str | None = None) -> list[di
     for group, (_, _, dollars) in sorted(s.group_costs().items()):
         dimension, _, value = group.partition(":")
         blobs.append(emf([("JobCost", MetricUnit.NoUnit, dollars)],
-                         {"Kind" if dimension == "kind" else "Label": value},
+                         {COST_DIMENSIONS.get(dimension, "Label"): value},
                          namespace=namespace))
     return blobs
 

@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from dispatcher.domain import costs, labels
+from dispatcher.domain import costs, labels, tenants
 from dispatcher.domain.costs import JobCost
 from dispatcher.domain.deployment import Deployment
 from dispatcher.domain.errors import JobNotFound, LongjobsError
@@ -101,14 +101,17 @@ class Queries:
     # -- list -----------------------------------------------------------------------------------
     def list_jobs(self, *, status: str | None = None, kind: str | None = None,
                   since_seconds: float | None = None, limit: int = 50,
-                  waiting_for: str | None = None, label: str | None = None) -> list[JobSummary]:
+                  waiting_for: str | None = None, label: str | None = None,
+                  tenant: str | None = None) -> list[JobSummary]:
         """Newest first (by creation time, the index's range key), at most ``limit``; with
         ``waiting_for``, only PENDING jobs waiting for that reason, among the newest
         :data:`WAITING_READ` PENDING ones; with ``label`` (``key=value``), only the jobs that
         carry it, among its newest :data:`~dispatcher.store.label_index.LABEL_READ` (the
-        label index: dispatcher.store.label_index)."""
-        if label is not None:
-            return self._list_labelled(label, status, kind, since_seconds, limit, waiting_for)
+        label index: dispatcher.store.label_index); with ``tenant``, only that tenant's jobs
+        (filed in the label index too, as ``@tenant``)."""
+        if label is not None or tenant is not None:
+            return self._list_labelled(label, tenant, status, kind, since_seconds, limit,
+                                       waiting_for)
         if waiting_for is not None:
             return self._list_waiting(waiting_for, status, kind, since_seconds, limit)
         rows = self._list_items(status, kind, since_seconds, limit)
@@ -147,11 +150,13 @@ class Queries:
                  if s.waiting_for is not None and s.waiting_for.reason == reason]
         return found[:limit]
 
-    def _list_labelled(self, label: str, status: str | None, kind: str | None,
-                       since_seconds: float | None, limit: int,
+    def _list_labelled(self, label: str | None, tenant: str | None, status: str | None,
+                       kind: str | None, since_seconds: float | None, limit: int,
                        waiting_for: str | None) -> list[JobSummary]:
         try:
-            key, value = labels.parse(label)
+            tenant = tenants.checked(tenant)
+            key, value = labels.parse(label) if label is not None \
+                else (tenants.INDEX_KEY, tenant or "")
         except ValueError as exc:
             raise LongjobsError(str(exc)) from None
         if waiting_for is not None and waiting_for not in REASONS:
@@ -164,7 +169,7 @@ class Queries:
             states=None if state is None else [JobState.PENDING if state == SCHEDULED
                                                else JobState(state)],
             since=max(0.0, now - since_seconds) if since_seconds is not None else None,
-            kind=kind, scheduled_after=now if state == SCHEDULED else None)
+            kind=kind, scheduled_after=now if state == SCHEDULED else None, tenant=tenant)
         found = self._summaries(rows, now)
         if waiting_for is not None:
             found = [s for s in found

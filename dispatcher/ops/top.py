@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dispatcher.domain import tenants
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.jobs import PRIORITY_ORDER, JobState, Priority
 from dispatcher.domain.progress import Progress
@@ -93,6 +94,9 @@ class Snapshot:
     # The running jobs that report progress, the latest reports first (at most PROGRESS_ROWS):
     # read from the RUNNING bundles' items, where their heartbeats carry them.
     progress: list[tuple[str, Progress]] = field(default_factory=list)
+    # Active bundles (one task each) by tenant, as their ids name it (no read more); empty
+    # when none has one.
+    tasks_by_tenant: dict[str, int] = field(default_factory=dict)
 
     @property
     def running_tasks(self) -> int:
@@ -126,6 +130,7 @@ class Snapshot:
                           "percent": p.percent, "message": p.message,
                           "eta": None if (eta := p.eta()) is None else r.iso(eta)}
                          for job_id, p in self.progress],
+            "tasks_by_tenant": dict(self.tasks_by_tenant),
         }
 
 
@@ -158,7 +163,7 @@ class Top(Queries):
             launch_failures=self._launch_failures(cutoff),  # the Queries', as `stats`
             kinds=self._kinds(active, summary), dispatch_lag_seconds=lag,
             waiting_bundles=waiting, waiting_for=self._waiting_for(t, pending, active, summary),
-            progress=self._progress(active))
+            progress=self._progress(active), tasks_by_tenant=_by_tenant(active))
 
     def _progress(self, active: list[Bundle]) -> list[tuple[str, Progress]]:
         """The latest reports of the running jobs: the items of the first PROGRESS_BUNDLES
@@ -248,6 +253,12 @@ def _by_revision(active: list[Bundle]) -> dict[str, dict[str, int]]:
         states = out.setdefault(bundle.task_definition or "unknown", {})
         states[str(bundle.state)] = states.get(str(bundle.state), 0) + 1
     return dict(sorted(out.items()))
+
+
+def _by_tenant(active: list[Bundle]) -> dict[str, int]:
+    """Active bundles by tenant (tenants.NONE: of none), most first; empty if none has one."""
+    counts = Counter(b.tenant or tenants.NONE for b in active)
+    return dict(counts.most_common()) if set(counts) - {tenants.NONE} else {}
 
 
 def from_config(cfg: Config, *, window_seconds: float = DEFAULT_WINDOW_SECONDS) -> Top:

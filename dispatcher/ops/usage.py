@@ -1,4 +1,4 @@
-"""What the stack's jobs used and cost, by group: ``longjobs stats --by kind|label``.
+"""What the stack's jobs used and cost, by group: ``longjobs stats --by kind|tenant|label``.
 
 Read from the usage counters each task's stop adds its bill to (``USAGE#<group>#<hour>``:
 :mod:`dispatcher.store.task_bills`), so a report reads groups x hours items whatever the number
@@ -17,7 +17,7 @@ from dispatcher.store import OperatorStore
 from dispatcher.store.codec import iso
 from dispatcher.store.task_bills import GroupUsage, hour_of
 
-DIMENSIONS = ("kind", "label")
+DIMENSIONS = ("kind", "tenant", "label")
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class UsageReport:
     @property
     def total(self) -> GroupUsage | None:
         """The groups added up; None by every label (a job with two labels is in two groups).
-        By kind, or by one label's values, each job is in one group at most."""
+        By kind, by tenant, or by one label's values, each job is in one group at most."""
         if self.by == "label":
             return None
         t = GroupUsage("total")
@@ -50,10 +50,11 @@ class UsageReport:
 
 
 def usage_report(store: OperatorStore, by: str, since: float, until: float) -> UsageReport:
-    """``by``: ``kind``, ``label`` (every key=value) or ``label:<key>`` (that key's values)."""
+    """``by``: ``kind``, ``tenant``, ``label`` (every key=value) or ``label:<key>`` (that
+    key's values)."""
     dimension, _, key = by.partition(":")
     if dimension not in DIMENSIONS or (key and dimension != "label") or by.endswith(":"):
-        raise LongjobsError(f"--by {by!r}: give kind, label, or label:<key> (e.g. "
+        raise LongjobsError(f"--by {by!r}: give kind, tenant, label, or label:<key> (e.g. "
                             "label:customer)")
     groups = store.group_usage(dimension, since, until)
     if key:

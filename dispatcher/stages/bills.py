@@ -90,5 +90,6 @@ def runs_on(task_arn: str, jobs: list[Job]) -> Usage:
             seconds = costs.entry_seconds(entry, task_arn)
             if seconds > 0 or (entry.get("task_arn") == task_arn and "started_at" in entry):
                 ended = entry is last and job.state in (JobState.SUCCEEDED, JobState.FAILED)
-                usage.add(seconds, costs.groups_of(job.kind, job.labels), ended=ended)
+                usage.add(seconds, costs.groups_of(job.kind, job.labels, job.tenant),
+                          ended=ended)
     return usage

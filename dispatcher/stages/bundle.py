@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
+from dispatcher.domain import tenants
 from dispatcher.domain.bundle_sizes import BundleSizes, Shape
 from dispatcher.domain.bundles import Bundle, first_wave_id, follow_on_id
 from dispatcher.domain.jobs import Job, new_id
@@ -325,9 +326,10 @@ class Bundler:
         frees. Why not send its message back: each receive counts toward the DLQ's
         maxReceiveCount, so a valid job bounced by a few busy ticks would end as a dead letter.
         """
-        priority, resources, when, kind = self.shape(job)
+        priority, resources, when, kind, tenant = self.shape(job)
         self._waited += 1
-        placed = self._place(job, (priority, resources, self._at if when is None else when, kind))
+        placed = self._place(job, (priority, resources, self._at if when is None else when, kind,
+                                   tenant))
         assert placed  # a deferred shape never needs a slot
 
     def _place(self, job: Job, shape: Shape) -> bool:
@@ -352,16 +354,17 @@ class Bundler:
             return False
         if self.is_small(job):
             self.close(shape)  # a new open bundle of this shape replaces the full one
-        bundle_id = new_id()
+        # Its id (and its batch's) names its tenant (dispatcher.domain.tenants).
+        bundle_id = tenants.bundle_id(job.tenant, new_id())
         if follow_on:
-            batch_id = self._batches.setdefault(shape, new_id())
+            batch_id = self._batches.setdefault(shape, tenants.bundle_id(job.tenant, new_id()))
             n = self._next_follow.get(shape, 0)
             self._next_follow[shape] = n + 1
             bundle_id = follow_on_id(batch_id, n)
             deferred = True
             self._sizes[bundle_id] = self._follow_on_size()
         elif batch:  # its id names its batch too (the tick tells the batches running by it)
-            batch_id = self._batches.setdefault(shape, new_id())
+            batch_id = self._batches.setdefault(shape, tenants.bundle_id(job.tenant, new_id()))
             bundle_id = first_wave_id(batch_id, self.opened)
         bundle = Bundle(bundle_id=bundle_id, job_ids=[], priority=job.priority,
                         resources=job.resources, created_at=self._at,

@@ -126,6 +126,7 @@ class Handoffs:
             plan: dict[str, list[str]] = {}
             for job_id in source.job_ids:
                 fits = [h for h in hosts if h.resources == source.resources
+                        and h.tenant == source.tenant  # bundles never mix tenants
                         and given[h.bundle_id] < per_host]
                 if not fits:
                     break

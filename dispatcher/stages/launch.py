@@ -78,7 +78,8 @@ def request_for(launch: Launch) -> LaunchRequest:
         started_by=f"longjobs/{launch.launch_id[:24]}",
         env={"LONGJOBS_LAUNCH_ID": launch.launch_id},
         tags={"longjobs:launch": launch.launch_id,
-              **({"longjobs:kind": launch.kind} if launch.kind else {})},
+              **({"longjobs:kind": launch.kind} if launch.kind else {}),
+              **({"longjobs:tenant": tenant} if (tenant := launch.tenant) else {})},
         on_demand=launch.on_demand,
         resources=launch.resources,
     )
@@ -86,12 +87,12 @@ def request_for(launch: Launch) -> LaunchRequest:
 
 def calls_for(bundles: list[Bundle]) -> list[list[Bundle]]:
     """The bundles cut into RunTask calls: grouped by ``resources`` (a call's task-level
-    overrides apply to every task it starts) and kind (its tags too: ``longjobs:kind``), then
-    <= MAX_TASKS_PER_CALL each. Groups keep the order of their first bundle, and bundles their
-    order within a group."""
-    by_size: dict[tuple[Resources, str | None], list[Bundle]] = {}
+    overrides apply to every task it starts), kind and tenant (its tags too:
+    ``longjobs:kind``, ``longjobs:tenant``), then <= MAX_TASKS_PER_CALL each. Groups keep the
+    order of their first bundle, and bundles their order within a group."""
+    by_size: dict[tuple[Resources, str | None, str | None], list[Bundle]] = {}
     for bundle in bundles:
-        by_size.setdefault((bundle.resources, bundle.kind), []).append(bundle)
+        by_size.setdefault((bundle.resources, bundle.kind, bundle.tenant), []).append(bundle)
     return [same[start:start + MAX_TASKS_PER_CALL] for same in by_size.values()
             for start in range(0, len(same), MAX_TASKS_PER_CALL)]
 

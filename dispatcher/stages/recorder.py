@@ -95,7 +95,7 @@ class Recorder:
         try:
             # Labels first: a label item whose job is then not recorded is skipped by its
             # readers (dispatcher.store.label_index); a job recorded unfound by a label is not.
-            self._store.index_labels([j for j in held.jobs if j.labels])
+            self._store.index_labels([j for j in held.jobs if j.labels or j.tenant])
             duplicates = self._store.record([bundle], held.jobs)
             refused_items = [j for j in held.jobs if j.state == JobState.REJECTED]
             if refused_items:
@@ -120,7 +120,7 @@ class Recorder:
         :mod:`dispatcher.stages.fanout`), then delete their messages. A failure is returned
         with the messages, to be given back as a failed bundle's are."""
         try:
-            self._store.index_labels([job for job, _ in parents if job.labels])
+            self._store.index_labels([job for job, _ in parents if job.labels or job.tenant])
             duplicates = self._store.record_parents([job for job, _ in parents])
         except Exception as exc:
             return Recorded(failure=f"{type(exc).__name__}: {exc}"[:1000],

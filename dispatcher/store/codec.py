@@ -187,7 +187,7 @@ def job_record(job: Job) -> Record:
         priority=None if job.priority == Priority.NORMAL else str(job.priority),
         sequence=1,  # its creation is its first state change (base.job_state counts the rest)
         **_resources(job.resources), **_array(job), depends_on=job.depends_on or None,
-        bulk_ids=job.bulk_ids or None, labels=job.labels or None,
+        bulk_ids=job.bulk_ids or None, labels=job.labels or None, tenant=job.tenant,
     )
 
 
@@ -231,6 +231,7 @@ def record_job(rec: Record) -> Job:
         bulk_ids=list(rec.bulk_ids or []),
         labels={str(k): str(v) for k, v in rec.labels.items()}
         if isinstance(rec.labels, dict) and rec.labels else None,
+        tenant=rec.tenant or None,
     )
 
 

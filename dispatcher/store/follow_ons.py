@@ -15,16 +15,16 @@ the slots that other due work leaves free (a task exited, a deploy ended the tak
 the other due work first, so a batch's thousands never hide it. A follow-on given back to
 PENDING after a run (a retry's backoff, a rerun, a failed relaunch) is due work as any. While
 the last tick left such other work waiting, of the batch's priority or higher
-(``TickSummary.others_due``; with no slot free, the tick looks at the oldest few), a take
-first reads the oldest due (one Query): a task that can run it (its resources, no limited
+(``TickSummary.others_due``; with no slot free, the tick looks at the oldest few), a take first
+reads the oldest due (one Query): a task that can run it (its resources and tenant, no limited
 kind) takes it instead of its next follow-on, in the same transaction (it joins the batch, so
 the task goes on with the batch after it); one that cannot ends and exits, leaving its slot to
 the tick for that work. A task whose batch has no follow-on left takes the oldest untaken
-follow-on of another batch it can run (its resources, no limited kind; higher priority first)
-and goes on with that batch, rather than exit and leave those follow-ons to new tasks' starts
-(a second drain made while the first batch's tasks still ran, a stream's every tick); so does
-one whose batch has none ready yet (a drain still recording, or one whose tick died before it
-wrote the batch's end), rather than wait.
+follow-on of another batch it can run (its resources and tenant, no limited kind; higher
+priority first) and goes on with that batch, rather than exit and leave those follow-ons to new
+tasks' starts (a second drain made while the first batch's tasks still ran, a stream's every
+tick); so does one whose batch has none ready yet (a drain still recording, or one whose tick
+died before it wrote the batch's end), rather than wait.
 
 A take is one transaction of five or six items (and the ended bundle's pages' expiry, where
 they fit):
@@ -78,6 +78,7 @@ from dispatcher.domain.bundles import (
     follow_on_batch,
     follow_on_id,
     has_follow_ons,
+    task_can_run,
 )
 from dispatcher.domain.jobs import PRIORITY_ORDER
 from dispatcher.domain.waiting import TickSummary
@@ -190,7 +191,7 @@ class FollowOns(Reads):
             limited = _limited(tick)
             if summary is not None and summary.others_waiting(str(done.priority)):
                 other = self._other_due(done, limited)
-                if other is not None and other.resources != done.resources:
+                if other is not None and not task_can_run(done, other):
                     if self._yield_to(other):
                         return Take(None)  # its slot is the tick's to launch that work in
                     other = None  # another task left its slot for it: this one goes on
@@ -257,18 +258,18 @@ class FollowOns(Reads):
                           before: Callable[[], bool] | None) -> Take:
         """``done``'s batch has no follow-on left to take (or none ready yet, its drain's
         end not written: the drain still records them, or its tick died): the oldest untaken
-        follow-on of another batch that this task can run (its resources, no limited kind),
-        higher priority first, taken as its own batch's would be; the task goes on with that
-        batch. Without it, the task would exit and that batch's follow-ons wait for the tick
-        to launch them into the slots so freed: a Fargate start each, for work a running task
-        could do now (a second drain while the first batch's tasks run; a stream's every
-        tick). One Query, made only then. Take(None) if there is none
-        (or another taker came first: the task ends, and the tick launches the rest)."""
+        follow-on of another batch that this task can run (its resources and tenant, no limited
+        kind), higher priority first, taken as its own batch's would be; the task goes on with
+        that batch. Without it, the task would exit and that batch's follow-ons wait for the
+        tick to launch them into the slots so freed: a Fargate start each, for work a running
+        task could do now (a second drain while the first batch's tasks run; a stream's every
+        tick). One Query, made only then. Take(None) if there is none (or another taker came
+        first: the task ends, and the tick launches the rest)."""
         rows = self.table.query(r.FOLLOW_ONS_STATUS, at_most=r.iso(self.clock()),
                                 limit=OTHERS_READ)
         others = [b for b in map(r.record_bundle, rows)
                   if follow_on_batch(b.bundle_id) != done.batch]
-        fits = [b for b in others if b.kind not in limited and b.resources == done.resources]
+        fits = [b for b in others if b.kind not in limited and task_can_run(done, b)]
         other = min(fits, key=lambda b: (PRIORITY_ORDER.index(b.priority), b.next_attempt_at),
                     default=None)
         if other is not None:

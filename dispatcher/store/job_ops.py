@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from dispatcher.domain import lifecycle, sizes
+from dispatcher.domain import lifecycle, sizes, tenants
 from dispatcher.domain.bundle_sizes import BundleSizes
 from dispatcher.domain.bundles import (
     ACTIVE_BUNDLE_STATES,
@@ -191,6 +191,8 @@ def retry_bundle_ops(jobs: list[Job], bundle_id: str, *, t: float, from_scratch:
     may share a bundle: :func:`retry_groups`) into one new bundle, ``bundle_id``: its put,
     then each job back to PENDING if it is still in its state, in the order of ``jobs``."""
     first = jobs[0]
+    if tenants.of_bundle(bundle_id) != first.tenant:  # bundles never mix tenants
+        raise ValueError(f"bundle {bundle_id} is not of tenant {first.tenant}")
     # A run of the job may still be alive in job.live_task (abandoned, or failed as
     # overdue while its task ran on): the new bundle (its own) is held until the tick's
     # reconciliation sees that task stopped, so two runs never overlap (lifecycle,
@@ -261,7 +263,7 @@ def retry_unit(jobs: list[Job], *, t: float, from_scratch: bool = False,
                bundle_id: str | None = None) -> Unit:
     """One retry bundle of ``jobs`` (a group of :func:`retry_groups`) as a unit: its put and
     their updates commit together (``bundle_id``: a new one unless given)."""
-    bundle_id = bundle_id or new_id()
+    bundle_id = bundle_id or tenants.bundle_id(jobs[0].tenant, new_id())
     return Unit([j.job_id for j in jobs], retry_bundle_ops(
         jobs, bundle_id, t=t, from_scratch=from_scratch, reason=reason, by=by), [], bundle_id)
 

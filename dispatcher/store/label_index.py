@@ -3,16 +3,17 @@
 A job's labels (dispatcher.domain.labels) are not in the status index (its projection is the
 index's and changes only with a new index). Each label of a job gets an item of its own,
 ``LABEL#<key>=<value>#<job id>``, whose index key ``LABEL#<key>=<value>#<shard>`` (the job's
-shard: 8 partitions a label, as a job state's, so one label on every job of a burst stays
-under a partition's write limit) and ``status_at`` (the job's creation time) list a label's
-jobs newest first. The tick writes them just before it records the jobs (one
-TransactWriteItems a hundred labels; a job without labels costs nothing): a label item whose
-job was then not recorded, or was recorded from another message with other labels (a
-duplicate), or expired, is skipped by its reader, who reads the job's item to know its state
-anyway. A label item expires twice the retention after its job was due (made, or its
-``not_before``; the job's own expiry counts from its end, which its admission cannot know): a
-job still waiting or running past that is no longer found by its labels, only by its id or
-state.
+shard: 8 partitions a label, as a job state's, so one label on every job of a burst stays under
+a partition's write limit) and ``status_at`` (the job's creation time) list a label's jobs
+newest first. A job's tenant is filed as a label too, ``@tenant=<tenant>``
+(dispatcher.domain.tenants: ``jobs list --tenant``). The tick writes them just before it
+records the jobs (one TransactWriteItems a hundred labels; a job without labels or tenant costs
+nothing): a label item whose job was then not recorded, or was recorded from another message
+with other labels (a duplicate), or expired, is skipped by its reader, who reads the job's item
+to know its state anyway. A label item expires twice the retention after its job was due (made,
+or its ``not_before``; the job's own expiry counts from its end, which its admission cannot
+know): a job still waiting or running past that is no longer found by its labels, only by its
+id or state.
 
 Reading a label: its index rows a page at a time, then the jobs' items (one BatchGetItem a
 hundred), kept if they still carry the label and match the state, kind and window asked for.
@@ -20,9 +21,9 @@ hundred), kept if they still carry the label and match the state, kind and windo
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
-from dispatcher.domain import labels
+from dispatcher.domain import labels, tenants
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.ports.table import Op, Put, Record
 from dispatcher.store import codec as r
@@ -31,6 +32,12 @@ from dispatcher.store.base import Reads
 
 # A list by label reads at most this many of the label's newest jobs to find its rows.
 LABEL_READ = 1000
+
+
+def carried(job_labels: Mapping[str, str] | None, tenant: str | None) -> dict[str, str]:
+    """What a job is filed under: its labels, and its tenant as the label
+    :data:`~dispatcher.domain.tenants.INDEX_KEY` (no producer's label key)."""
+    return {**(job_labels or {}), **({tenants.INDEX_KEY: tenant} if tenant else {})}
 
 
 def label_key(key: str, value: str, job_id: str) -> str:
@@ -56,7 +63,7 @@ class LabelIndex(Reads):
         for job in jobs:
             due = max(t, job.not_before or t)
             retention = self._expiry(due)
-            for key, value in (job.labels or {}).items():
+            for key, value in carried(job.labels, job.tenant).items():
                 ops[label_key(key, value, job.job_id)] = Put(Record(
                     label_key(key, value, job.job_id),
                     status_key=f"LABEL#{labels.written(key, value)}#{r.shard(job.job_id)}",
@@ -82,8 +89,8 @@ class LabelIndex(Reads):
 
     def newest_labelled(self, key: str, value: str, *, limit: int,
                         states: Sequence[JobState] | None = None, since: float | None = None,
-                        kind: str | None = None,
-                        scheduled_after: float | None = None) -> list[Record]:
+                        kind: str | None = None, scheduled_after: float | None = None,
+                        tenant: str | None = None) -> list[Record]:
         """The newest ``limit`` jobs carrying ``key=value`` (as :meth:`labelled`), among the
         label's newest :data:`LABEL_READ` (its partitions newest first, merged): a list is
         bounded by what it shows, not by how many jobs ever carried the label."""
@@ -96,7 +103,8 @@ class LabelIndex(Reads):
             found = {rec.pk: rec for rec in self.table.get_many(
                 [r.job_key(row.job_id or "") for row in chunk])}
             out += [rec for row in chunk if (rec := found.get(r.job_key(row.job_id or "")))
-                    and _matches(rec, key, value, states, kind, scheduled_after, since)]
+                    and _matches(rec, key, value, states, kind, scheduled_after, since)
+                    and (tenant is None or rec.tenant == tenant)]
             if len(out) >= limit:
                 break
         return out[:limit]
@@ -106,8 +114,8 @@ def _matches(rec: Record, key: str, value: str, states: Sequence[JobState] | Non
              kind: str | None, scheduled_after: float | None, since: float | None) -> bool:
     """The job as read still carries the label and matches the rest; ``since`` on its own
     creation time (a duplicate's entry was written later than its job was made)."""
-    carried = rec.labels if isinstance(rec.labels, dict) else {}
-    return carried.get(key) == value \
+    return carried(rec.labels if isinstance(rec.labels, dict) else None,
+                   rec.tenant).get(key) == value \
         and (since is None or (rec.created_at or 0) >= since) \
         and (states is None or rec.state in {str(s) for s in states}) \
         and (kind is None or rec.kind == kind) \

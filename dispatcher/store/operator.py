@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from dispatcher.domain import tenants
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.errors import AlreadyActed, ConflictError, JobNotFound, LongjobsError
 from dispatcher.domain.jobs import Job, JobState, new_id
@@ -121,7 +122,8 @@ class OperatorStore(JobLists, Deployments, ScheduleFires, TaskBills, LabelIndex)
             self.retried_fires([job_id])
             return retried
         job_ops.check_retry(job, by, only, resume=resume)
-        self._transact(job_ops.retry_ops(job, new_id(), t=self.clock(),
+        self._transact(job_ops.retry_ops(job, tenants.bundle_id(job.tenant, new_id()),
+                                         t=self.clock(),
                                          from_scratch=from_scratch, reason=reason, by=by),
                        "job changed while retrying; try again", job_id=job_id)
         self.retried_fires([job_id])

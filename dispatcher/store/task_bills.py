@@ -3,12 +3,12 @@
 A task's stop settles its bill once (:class:`dispatcher.domain.costs.TaskCost`): the
 pointer (``TASK#<arn>``) gets ``bill``, ``cost`` and ``job_seconds`` (its rate is their
 quotient), on condition it has no ``cost`` yet, so a second delivery of the stop adds nothing.
-In the same transaction each group the task's jobs ran in (``kind:<kind>``,
+In the same transaction each group the task's jobs ran in (``kind:<kind>``, ``tenant:<tenant>``,
 ``label:<key>=<value>``) gets its share added to its counter for the hour the task stopped
 (``USAGE#<group>#<hour>#<shard>``: jobs ended, job-seconds, vCPU-seconds, dollars; one of
-:data:`COUNTER_SHARDS` items by the task), found by the status index under
-``USAGE#<dimension>`` (kind, label) and the hour. ``stats --by`` reads those counters: at most
-groups x hours x shards items, whatever the number of jobs.
+:data:`COUNTER_SHARDS` items by the task), found by the status index under ``USAGE#<dimension>``
+(kind, tenant, label) and the hour. ``stats --by`` reads those counters: at most groups x hours
+x shards items, whatever the number of jobs.
 
 A normal finish's settlement rides in the transaction that marks the stop reported (one call,
 as before); an early stop's is a transaction of its own (one call more, on a stop only).
@@ -123,7 +123,7 @@ class TaskBills(Reads):
         return out
 
     def group_usage(self, dimension: str, since: float, until: float) -> list[GroupUsage]:
-        """The counters of ``dimension`` (kind, label) for the hours from ``since``'s to
+        """The counters of ``dimension`` (kind, tenant, label) for the hours from ``since``'s to
         ``until``'s, added up per group: groups x hours items read, no job."""
         rows = index.query(self.table, [usage_status(dimension)],
                            at_least=r.iso(hour_of(since)), at_most=r.iso(until))

@@ -238,10 +238,36 @@ def test_a_bulk_cancel_counts_first_then_acts_with_progress(twins: Twins) -> Non
     assert "bulk id &#39;a/b&#39;: 1-64 of letters" in bad
 
 
-@pytest.mark.parametrize("path", ["/jobs/j1/retry", "/bulk", "/dead-letters/redrive"])
-def test_a_get_never_changes_anything(twins: Twins, path: str) -> None:
+# A GET of an action's path is the page of the job of that id (ids may hold "/"), none here.
+@pytest.mark.parametrize(("path", "status"), [
+    ("/jobs/j1/retry", 404), ("/jobs/j1/cancel", 404), ("/bulk", 200),
+    ("/dead-letters/redrive", 405)])
+def test_a_get_never_changes_anything(twins: Twins, path: str, status: int) -> None:
+    failed(twins, "j1")
     web, _ = console(twins, operate=True)
-    assert web.get(path).status_code in (200, 404, 405)
+    assert web.get(path).status_code == status
+    job = twins.job("j1")
+    assert job is not None and job.state == JobState.FAILED
+
+
+def test_jobs_show_and_filter_by_their_tenant(twins: Twins) -> None:
+    client = twins.client()
+    client.submit("k", {}, job_id="a1", tenant="acme")
+    client.submit("k", {}, job_id="b1", tenant="bolt")
+    client.submit("k", {}, job_id="plain")
+    twins.stages().tick.tick()
+    web, _ = console(twins)
+    every = web.get("/jobs").text
+    assert "<th>Tenant</th>" in every and ">acme</td>" in every
+    acme = web.get("/jobs?tenant=acme").text
+    assert re.findall(r'href="/jobs/([ab]1|plain)"', acme) == ["a1"]
+    assert "tenant acme" in web.get("/jobs/a1").text
+    bad = web.get("/jobs?tenant=a%20b")
+    assert bad.status_code == 400 and "1-64 characters" in bad.text
+    untenanted = Twins()
+    untenanted.client().submit("k", {}, job_id="p")
+    untenanted.stages().tick.tick()
+    assert "<th>Tenant</th>" not in console(untenanted)[0].get("/jobs").text
 
 
 def test_open_overviews_share_their_reads(twins: Twins) -> None:

@@ -248,7 +248,8 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
                          "timeout_seconds": spec["timeout_seconds"],
                          "not_before": None if spec["not_before"] is None
                          else MAX_NOT_BEFORE if spec["not_before"] == checks.LATEST
-                         else now + spec["not_before"], "labels": spec.get("labels")})
+                         else now + spec["not_before"], "labels": spec.get("labels"),
+                         "tenant": spec.get("tenant")})
         self.twins.client().submit_many(jobs)
         for j in jobs:
             self.submitted.setdefault(j["job_id"], "valid")
@@ -256,13 +257,14 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
             self.budget.setdefault(j["job_id"], j["max_attempts"] + MAX_INFRA_ATTEMPTS
                                    + LAUNCH_SLACK)
 
-    @rule(copies=st.sampled_from([40, 100]), nature=st.sampled_from(NATURES))
-    def burst(self, copies: int, nature: str) -> None:
+    @rule(copies=st.sampled_from([40, 100]), nature=st.sampled_from(NATURES),
+          tenant=st.sampled_from([None, *checks.TENANTS]))
+    def burst(self, copies: int, nature: str, tenant: str | None = None) -> None:
         """Small jobs, more than the slots take at once: cut into follow-ons that the runners
-        take as their bundles end (dispatcher/store/follow_ons.py)."""
+        take as their bundles end (dispatcher/store/follow_ons.py); of one tenant, or none."""
         self.submit({"kind": "plain", "priority": "normal", "estimated_seconds": 0.5,
                      "not_before": None, "payload_bytes": 0, "max_attempts": 3,
-                     "timeout_seconds": None}, copies, False, nature)
+                     "timeout_seconds": None, "tenant": tenant}, copies, False, nature)
 
     @rule(size=st.sampled_from([2, 7, 30]), tolerated=st.sampled_from([0, 1, "50%"]),
           nature=st.sampled_from(NATURES), estimate=st.sampled_from([1.0, 600.0]),
@@ -350,13 +352,15 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         return {"normal": self.twins.queue, "high": self.high}
 
     def urgent_hosts(self, view: checks.View, now: float) -> int:
-        """Running tasks that can take an urgent job (of the default size) now, as the tick's
-        hand-off tells them (dispatcher/stages/handoff.py)."""
+        """Running tasks that can take an urgent job (of the default size and no tenant)
+        now, as the tick's hand-off tells them (dispatcher/stages/handoff.py): a task runs one
+        tenant's jobs, so only one of no tenant takes them."""
         policy = HandoffPolicy(30.0, int(self.settings["LONGJOBS_TASK_CONCURRENCY"]),
                                kind_limits=parse_limits(self.settings["LONGJOBS_KIND_LIMITS"]))
         return sum(1 for b in view.bundles()
                    if handoff.is_host(b, now, policy) and b.takes_handed
-                   and len(b.handed_jobs) < handing.MAX_HANDED and b.resources == Resources())
+                   and len(b.handed_jobs) < handing.MAX_HANDED and b.resources == Resources()
+                   and b.tenant is None)
 
     def urgent_left_waiting(self, view: checks.View, urgent: set[str], hosts: int,
                             handed: int, env: dict[str, str]) -> None:
@@ -770,6 +774,7 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         self.fail("lost_job", lost)
         self.fail("dead_letter", checks.dead_letters(self.queues(), self.forced))
         self.fail("two_live_runs", checks.live_twice(view, self.tasks.values()))
+        self.fail("tenants_apart", checks.mixed_tenants(view))
         self.fail("kind_limit", self.kind_limits.check(
             view, self.tasks.values(), parse_limits(self.settings["LONGJOBS_KIND_LIMITS"])))
         self.fail("budget", [f"{j} ran {n} times, over its budget {self.budget[j]}: "

@@ -1,0 +1,60 @@
+"""The system model's ``tenants_apart`` check (tests/model_checks.py): no bundle holds another
+tenant's job and no task runs two tenants' jobs. Two tenants' bursts, more than the slots take
+at once, run to their end through follow-ons and takes of other batches' work. Today nothing
+mixes; with the rule a take keeps broken (a task that may run any tenant's follow-ons), or the
+bundler's (a shape that forgets the tenant), the check sees it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from dispatcher.domain import bundle_sizes
+from dispatcher.domain.bundles import Bundle
+from dispatcher.store import follow_ons
+from tests.twins import test_system_model as model
+from tests.twins.test_system_model_gaps import machines, seen_by
+
+__all__ = ["machines"]  # the fixture, used by name
+
+
+def two_tenants_bursts(m: model.SystemModel) -> None:
+    m.burst(40, "succeed", "t1")
+    m.burst(100, "succeed", "t2")
+    m.burst(100, "succeed", None)
+    m.tick(1)
+    for _ in range(12):
+        m.runners_pass("succeed")
+        m.advance(5.0)
+        m.tick(1)
+
+
+def test_no_bundle_or_task_mixes_tenants(machines: Callable[[], model.SystemModel]) -> None:
+    m = machines()
+    assert seen_by(m, "tenants_apart", two_tenants_bursts) == []
+    owners = {b.tenant for b in m.view().bundles()}
+    assert owners == {"t1", "t2", None}
+
+
+def _any_tenant(ran: Bundle, other: Bundle) -> bool:
+    return other.resources == ran.resources
+
+
+def _shape_without_tenant(self: bundle_sizes.BundleSizes, job: object, at: float) -> object:
+    shape = REAL_SHAPE(self, job, at)  # type: ignore[arg-type]
+    return (*shape[:4], None)
+
+
+REAL_SHAPE = bundle_sizes.BundleSizes.shape
+
+
+@pytest.mark.parametrize("broken", ["take", "shape"])
+def test_the_check_sees_tenants_mixed(machines: Callable[[], model.SystemModel],
+                                      monkeypatch: pytest.MonkeyPatch, broken: str) -> None:
+    if broken == "take":
+        monkeypatch.setattr(follow_ons, "task_can_run", _any_tenant)
+    else:
+        monkeypatch.setattr(bundle_sizes.BundleSizes, "shape", _shape_without_tenant)
+    seen = seen_by(machines(), "tenants_apart", two_tenants_bursts)
+    assert seen, f"a broken {broken} rule went unseen"

@@ -1,0 +1,212 @@
+"""Tenants: whom a job's work is for. In the schema and on submit (a producer's default from
+its settings), kept on the job and its events; bundles never mix tenants, nor does a task
+taking follow-ons, another batch's work or urgent jobs; listed through the label index; its
+tasks tagged with it; counted by ``stats --by tenant`` once they stop."""
+
+from __future__ import annotations
+
+import pytest
+
+from dispatcher.domain import tenants
+from dispatcher.domain.bundles import Bundle, BundleState, task_can_run
+from dispatcher.domain.costs import TaskBill
+from dispatcher.domain.errors import InvalidMessage, LongjobsError
+from dispatcher.domain.jobs import JobState, Resources
+from dispatcher.domain.stops import TaskStop
+from dispatcher.ops.metrics import cost_blobs
+from dispatcher.ops.queries import Queries
+from dispatcher.ops.top import Top
+from dispatcher.store import Store
+from dispatcher.testing.memory_event_sink import MemoryEventSink, follow
+from job_runner import writes as writes_module
+from tests.twins import Twins, finish_as_runner
+from tests.twins.test_follow_ons import ENV, backlog, run
+from tests.twins.test_labels import TwinTime, run_every_bundle
+from tests.twins.test_urgent_jobs import JOB_SECONDS, TICK_EVERY, backlogged
+
+
+def test_a_tenant_is_kept_on_the_job_and_names_its_bundle() -> None:
+    tw = Twins()
+    client = tw.client()
+    client.submit("k", {}, job_id="a", tenant="acme", estimated_seconds=1)
+    client.submit("k", {}, job_id="n", estimated_seconds=1)
+    tw.stages().tick.tick()
+    a, n = tw.job("a"), tw.job("n")
+    assert a is not None and a.tenant == "acme" and a.bundle_id is not None
+    assert a.bundle_id.startswith("acme@") and tenants.of_bundle(a.bundle_id) == "acme"
+    assert n is not None and n.tenant is None and tenants.of_bundle(n.bundle_id or "") is None
+    # Shown where people look: a row of the status index has no tenant, its bundle's id does.
+    q = Queries(tw.store, clock=tw.clock)
+    assert {s.job_id: s.tenant for s in q.list_jobs()} == {"a": "acme", "n": None}
+    assert q.show("a").summary.tenant == "acme"
+
+
+def test_a_producer_names_its_tenant_once_in_its_settings() -> None:
+    tw = Twins()
+    client = tw.client(overrides={"LONGJOBS_TENANT": "team-7"})
+    client.submit("k", {}, job_id="x")
+    client.submit("k", {}, job_id="y", tenant="other")
+    tw.stages().tick.tick()
+    assert [tw.job(j).tenant for j in ("x", "y")] == ["team-7", "other"]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("bad", ["", "a b", "acme@x", "a:b", "x" * 65, "é"])
+def test_a_bad_tenant_is_refused_with_its_form(bad: str) -> None:
+    client = Twins().client()
+    if bad == "":  # none: as if not given
+        client.submit("k", {}, tenant=bad)
+        return
+    with pytest.raises(InvalidMessage, match=r"tenant"):
+        client.submit("k", {}, tenant=bad)
+
+
+def test_small_jobs_of_two_tenants_never_share_a_bundle() -> None:
+    tw = Twins()
+    tw.client().submit_many([{"kind": "k", "payload": {}, "job_id": f"j{n}",
+                              "estimated_seconds": 1, "tenant": ["a", "b", None][n % 3]}
+                             for n in range(30)])
+    tw.stages().tick.tick()
+    bundles = tw.bundles()
+    assert {b.tenant for b in bundles} == {"a", "b", None}
+    for b in bundles:
+        owners = {tw.job(j).tenant for j in b.job_ids}  # type: ignore[union-attr]
+        assert owners == {b.tenant}, b.bundle_id
+    # Each RunTask call is of one tenant, and its tasks say which.
+    launched = [b for b in bundles if b.task_arn]
+    assert {b.tenant for b in launched} == {"a", "b", None}
+    for b in launched:
+        tags = tw.launcher.tasks[b.task_arn or ""].request.tags
+        assert tags.get("longjobs:tenant") == b.tenant
+
+
+def test_a_task_never_takes_another_tenants_follow_ons() -> None:
+    """Two tenants' backlogs, each over what the free slots take at once: each is cut into
+    follow-ons of its own batch, and every task runs one tenant's jobs only, however its
+    batch runs out (it then takes another batch's follow-ons, of its own tenant only)."""
+    tw = Twins()
+    a_ids = backlog(tw, 400, prefix="a", tenant="a")
+    b_ids = backlog(tw, 200, prefix="b", tenant="b")
+    tw.stages(**ENV).tick.tick()
+    ran: list[str] = []
+    for arn in tw.task_arns():
+        mine = run(tw, arn)
+        assert len({j[0] for j in mine}) == 1, f"{arn} ran two tenants' jobs"
+        ran += mine
+    left = sorted(j for j in a_ids + b_ids if j not in ran)
+    # What no running task could take waits for a task of its own tenant: the next ticks.
+    for _ in range(10):
+        if not left:
+            break
+        tw.clock.advance(60)
+        tw.stages(**ENV).tick.tick()
+        for arn in tw.task_arns():
+            mine = run(tw, arn)
+            assert len({j[0] for j in mine}) <= 1, f"{arn} ran two tenants' jobs"
+            ran += mine
+        left = sorted(j for j in a_ids + b_ids if j not in ran)
+    assert sorted(ran) == sorted(a_ids + b_ids)  # every job once
+    assert {b.state for b in tw.bundles()} == {BundleState.DONE}
+
+
+def test_an_urgent_job_of_another_tenant_is_never_handed_to_a_running_task() -> None:
+    """Behind a full backlog of jobs of no tenant, an urgent job of tenant ``bolt`` is not
+    handed to their tasks: it waits in the table, and the next of the batch's tasks to end a
+    bundle leaves its slot for it, so it runs on a task of its own well before the batch
+    ends."""
+    world = backlogged([100.0], tenant="bolt")
+    world.run(900.0)
+    job = world.tw.job("urgent-0")
+    assert job is not None and job.state == JobState.SUCCEEDED
+    bundle = world.tw.bundle(job.bundle_id or "")
+    assert bundle is not None and bundle.job_ids == ["urgent-0"] and bundle.tenant == "bolt"
+    launched = world.launched_at[bundle.task_arn or ""] - (world.t0 + 100.0)
+    assert launched < JOB_SECONDS + 3 * TICK_EVERY, launched
+    assert all(not b.handed_jobs or b.tenant is None for b in world.tw.bundles())
+
+
+def test_the_rule_a_take_and_a_hand_off_keep() -> None:
+    a, a2 = Bundle(tenants.bundle_id("a", "1"), []), Bundle(tenants.bundle_id("a", "2"), [])
+    n, big = Bundle("3", []), Bundle(tenants.bundle_id("a", "4"), [], resources=Resources(
+        cpu=4096, memory=8192))
+    assert task_can_run(a, a2) and task_can_run(n, Bundle("5", []))
+    assert not task_can_run(a, n) and not task_can_run(n, a) and not task_can_run(a, big)
+
+
+def test_a_retry_keeps_its_tenant() -> None:
+    tw = Twins()
+    tw.client().submit("k", {}, job_id="r", tenant="acme")
+    tw.stages().tick.tick()
+    finish_as_runner(tw.store, "r", JobState.FAILED)
+    tw.store.retry("r")
+    job = tw.job("r")
+    assert job is not None and job.state == JobState.PENDING
+    assert tenants.of_bundle(job.bundle_id or "") == "acme"
+
+
+def test_jobs_are_listed_by_tenant_through_the_label_index() -> None:
+    tw = Twins()
+    client = tw.client()
+    for n in range(3):
+        client.submit("k", {}, job_id=f"a{n}", tenant="acme", labels={"tier": "gold"})
+    client.submit("k", {}, job_id="b0", tenant="bolt", labels={"tier": "gold"})
+    client.submit("k", {}, job_id="plain", labels={"tier": "gold"})
+    tw.stages().tick.tick()
+    q = Queries(tw.store, clock=tw.clock)
+    assert sorted(s.job_id for s in q.list_jobs(tenant="acme")) == ["a0", "a1", "a2"]
+    assert [s.job_id for s in q.list_jobs(tenant="bolt", label="tier=gold")] == ["b0"]
+    assert q.list_jobs(tenant="nobody") == []
+    # A producer's label "@tenant" cannot exist, so it never meets a tenant's entry.
+    with pytest.raises(LongjobsError, match="label key"):
+        q.list_jobs(label="@tenant=acme")
+    with pytest.raises(LongjobsError, match="tenant 'a b'"):
+        q.list_jobs(tenant="a b")
+
+
+def test_events_carry_the_tenant_and_stats_count_by_tenant(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    tw = Twins()
+    sink = MemoryEventSink()
+    follow(tw.table, sink)
+    client = tw.client()
+    for n in range(3):
+        client.submit("k", {}, job_id=f"a{n}", tenant="acme")
+    client.submit("k", {}, job_id="plain")
+    tw.stages().tick.tick()
+    assert {e.job_id: e.tenant for e in sink.events if e.state == "PENDING"} == {
+        "a0": "acme", "a1": "acme", "a2": "acme", "plain": None}
+    monkeypatch.setattr(writes_module, "time", TwinTime(tw))
+    run_every_bundle(tw, seconds=10.0)
+    blobs = []
+    for arn in tw.task_arns():
+        task = tw.launcher.tasks[arn]
+        blobs += cost_blobs(tw.stages().reruns.on_stop(TaskStop(
+            arn, "EssentialContainerExited", "done", 0, tw.clock(),
+            TaskBill(256, 512, task.started_at, tw.clock()))))
+    # The daily spend per tenant is a metric too, beside the stack's, each kind's and label's.
+    spent = [b for b in blobs if b.get("Tenant") == "acme"]
+    assert spent and all(b["JobCost"][0] > 0 and "Label" not in b for b in spent)
+    store = Store(tw.table, clock=tw.clock)
+    usage = {g.group: g for g in store.group_usage("tenant", tw.clock() - 3600, tw.clock())}
+    assert usage["tenant:acme"].jobs == 3 and usage[f"tenant:{tenants.NONE}"].jobs == 1
+    kinds = {g.group: g for g in store.group_usage("kind", tw.clock() - 3600, tw.clock())}
+    # The tenants add up to every job, as the kinds do.
+    assert sum(g.dollars for g in usage.values()) == pytest.approx(kinds["kind:k"].dollars)
+    report = Queries(tw.store, clock=tw.clock).usage("tenant", since_seconds=3600)
+    assert {g.group for g in report.groups} == {"acme", tenants.NONE}
+    assert report.total is not None and report.total.jobs == 4
+
+
+def test_top_counts_the_running_tasks_by_tenant() -> None:
+    tw = Twins()
+    client = tw.client()
+    client.submit("k", {}, job_id="a0", tenant="acme")
+    client.submit("k", {}, job_id="a1", tenant="acme")
+    client.submit("k", {}, job_id="plain")
+    tw.stages().tick.tick()
+    snap = Top(tw.store, queue=tw.queue, clock=tw.clock).snapshot()
+    assert snap.tasks_by_tenant == {"acme": 2, tenants.NONE: 1}
+    assert snap.to_json()["tasks_by_tenant"] == {"acme": 2, tenants.NONE: 1}
+    plain = Twins()
+    plain.client().submit("k", {}, job_id="p")
+    plain.stages().tick.tick()
+    assert Top(plain.store, queue=plain.queue, clock=plain.clock).snapshot().tasks_by_tenant == {}
