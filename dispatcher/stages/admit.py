@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Collection, Generator, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from dispatcher.domain.bundles import Bundle
@@ -83,7 +83,9 @@ class Admission:
               kind_room: Mapping[str, int] | None = None,
               shares: Mapping[Priority, int] | None = None,
               visible: Mapping[Priority, int] | None = None,
-              beat_seconds: float | None = None, takers: int = 0) -> Iterator[list[Bundle]]:
+              beat_seconds: float | None = None, takers: int = 0,
+              running_tenants: Collection[str | None] | None = None
+              ) -> Iterator[list[Bundle]]:
         """Admit up to ``capacity`` bundles of work before ``deadline`` (monotonic), each
         priority's queue in turn, yielding each recorded bundle that can launch now as soon as
         it is recorded (``stats.bundles_recorded`` counts every bundle recorded, deferred ones
@@ -102,11 +104,12 @@ class Admission:
         more than those slots take. Its jobs wait in the table, where those tasks take them,
         rather than in the queue for a slot to free and a new task to start. (Urgent jobs
         have their own way to running tasks with no slot free:
-        dispatcher/stages/handoff.py.)"""
+        dispatcher/stages/handoff.py.) ``running_tenants``: the tenants of the running tasks;
+        a batch of another tenant opens with a foothold (:class:`Bundler`)."""
         if capacity <= 0:
             if takers > 0:
                 yield from self._drain_for_takers(takers, deadline, stats, kind_room, visible,
-                                                  beat_seconds)
+                                                  beat_seconds, running_tenants)
             return
         visible = dict(visible) if visible is not None else self.backlog()
         guaranteed = {p: (shares or {}).get(p, 0) for p in PRIORITY_ORDER}
@@ -132,18 +135,20 @@ class Admission:
                     continue
                 bundler = yield from self._drain_one(pool, priority, queue, slots, sharing,
                                                      visible, room, deadline, stats,
-                                                     beat_seconds)
+                                                     beat_seconds, running_tenants)
                 left -= bundler.opened
                 room = bundler.kind_room
             if later is not None and time.monotonic() < deadline:
                 priority, queue, sharing = later
                 yield from self._drain_one(pool, priority, queue, 0, sharing, visible, room,
-                                           deadline, stats, beat_seconds)
+                                           deadline, stats, beat_seconds, running_tenants)
 
     def _drain_one(self, pool: ThreadPoolExecutor, priority: Priority, queue: Queue,
                    slots: int, sharing: int, visible: Mapping[Priority, int],
                    room: Mapping[str, int], deadline: float, stats: AdmissionStats,
-                   beat_seconds: float | None) -> Generator[list[Bundle], None, Bundler]:
+                   beat_seconds: float | None,
+                   running_tenants: Collection[str | None] | None = None
+                   ) -> Generator[list[Bundle], None, Bundler]:
         """One level's drain into ``slots`` free slots, and into follow-ons for ``sharing``
         running tasks; its bundler, once it ends (the bundles it opened, the kinds' room
         left)."""
@@ -151,7 +156,8 @@ class Admission:
         stats.target_jobs = max(stats.target_jobs, target)
         bundler = Bundler(self._policy.bundling, slots, target, at=self._clock(),
                           kind_limits=self._policy.kind_limits, kind_room=room,
-                          backlog=visible.get(priority, 0), clock=self._clock, takers=sharing)
+                          backlog=visible.get(priority, 0), clock=self._clock, takers=sharing,
+                          running_tenants=running_tenants)
         yield from QueueDrain(self._setup, queue, bundler, deadline, stats,
                               beat_seconds=beat_seconds,
                               of_high=priority == Priority.HIGH).run(pool)
@@ -160,7 +166,9 @@ class Admission:
     def _drain_for_takers(self, takers: int, deadline: float, stats: AdmissionStats,
                           kind_room: Mapping[str, int] | None,
                           visible: Mapping[Priority, int] | None,
-                          beat_seconds: float | None) -> Iterator[list[Bundle]]:
+                          beat_seconds: float | None,
+                          running_tenants: Collection[str | None] | None = None
+                          ) -> Iterator[list[Bundle]]:
         if self._policy.bundling.follow_on_seconds <= 0:
             return  # follow-ons are off
         visible = dict(visible) if visible is not None else self.backlog()
@@ -172,7 +180,8 @@ class Admission:
             stats.target_jobs = max(stats.target_jobs, target)
             bundler = Bundler(self._policy.bundling, 0, target, at=self._clock(),
                               kind_limits=self._policy.kind_limits, kind_room=kind_room,
-                              backlog=backlog, clock=self._clock, takers=takers)
+                              backlog=backlog, clock=self._clock, takers=takers,
+                              running_tenants=running_tenants)
             with ThreadPoolExecutor(self._concurrency, thread_name_prefix="admit") as pool:
                 yield from QueueDrain(self._setup, queue, bundler, deadline, stats,
                                   beat_seconds=beat_seconds).run(pool)

@@ -29,6 +29,9 @@ class AdmissionStats:
     released: int = 0  # their messages made visible again at once
     bundles_recorded: int = 0
     deferred_bundles: int = 0  # recorded for later: scheduled, or their kind at its limit
+    # Of those, the first bundles of tenants with no task running, by priority: due work a
+    # running task of another tenant leaves its slot for (stages/bundle.py, "footholds").
+    footholds: dict[str, int] = field(default_factory=dict)
     follow_ons: int = 0  # recorded for running tasks to take (dispatcher.store.follow_ons)
     follow_on_seconds: float = 0.0  # their jobs' estimated seconds
     # A drain of small jobs stopped with every slot's share taken, not with the queue empty:

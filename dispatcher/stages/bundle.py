@@ -37,7 +37,7 @@ admits no more than without them (the slots' even shares, up to the work limit e
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from dispatcher.domain import tenants
 from dispatcher.domain.bundle_sizes import BundleSizes, Shape
@@ -91,7 +91,8 @@ class Bundler:
                  *, at: float = 0.0, kind_limits: Mapping[str, int] | None = None,
                  kind_room: Mapping[str, int] | None = None, waiting: int = 0,
                  backlog: int | None = None,
-                 clock: Callable[[], float] | None = None, takers: int = 0) -> None:
+                 clock: Callable[[], float] | None = None, takers: int = 0,
+                 running_tenants: Collection[str | None] | None = None) -> None:
         """``waiting``: jobs to admit although no slot can take them (they all :meth:`wait`):
         the urgent intake of a tick with every slot busy (dispatcher/stages/handoff.py).
         ``takers``: the running tasks that take follow-ons as they end their bundles. With no
@@ -99,7 +100,8 @@ class Bundler:
         launched); with some, as soon as it is more than the free slots take at a follow-on
         each (one launched per free slot, the rest for every task). Either way the drain
         admits at most what as many slots as free and taking tasks together would, at their
-        even shares."""
+        even shares. ``running_tenants``: the tenants of the tasks running (None: not told);
+        a batch of another tenant, which none of them can take, opens with a foothold."""
         self._policy = policy
         self._takers = max(0, takers)
         self._waiting = waiting
@@ -132,6 +134,15 @@ class Bundler:
         self._next_follow: dict[Shape, int] = {}
         self._sizes: dict[str, int] = {}  # each follow-on's jobs (see _follow_on_size)
         self._tail = self._policy.task_concurrency  # the last follow-ons' jobs, at least
+        # Footholds: the first bundle of a batch cut for no running task of its tenant (a
+        # task runs one tenant's jobs), recorded as due work rather than a follow-on: a
+        # running task of another tenant leaves its slot for it at its next bundle's end
+        # (dispatcher.store.follow_ons, "other due work"), so the tenant starts within that
+        # and a tick instead of after the others' backlog; its task then takes the batch's
+        # follow-ons. One a shape; their ids.
+        self._running_tenants = None if running_tenants is None else set(running_tenants)
+        self._footholds: set[Shape] = set()
+        self.footholds: set[str] = set()
 
     def is_small(self, job: Job) -> bool:
         """Bundled with others: a small job that waits for no other (one that does is held in
@@ -352,6 +363,11 @@ class Bundler:
             return False
         if not deferred and not follow_on and self.opened >= self.capacity:
             return False
+        foothold = follow_on and self._running_tenants is not None \
+            and job.tenant not in self._running_tenants and shape not in self._footholds
+        if foothold:
+            follow_on, deferred = False, True
+            self._footholds.add(shape)
         if self.is_small(job):
             self.close(shape)  # a new open bundle of this shape replaces the full one
         # Its id (and its batch's) names its tenant (dispatcher.domain.tenants).
@@ -366,6 +382,9 @@ class Bundler:
         elif batch:  # its id names its batch too (the tick tells the batches running by it)
             batch_id = self._batches.setdefault(shape, tenants.bundle_id(job.tenant, new_id()))
             bundle_id = first_wave_id(batch_id, self.opened)
+            if foothold:
+                self.footholds.add(bundle_id)
+                self._sizes[bundle_id] = self._follow_on_size()
         bundle = Bundle(bundle_id=bundle_id, job_ids=[], priority=job.priority,
                         resources=job.resources, created_at=self._at,
                         next_attempt_at=shape[2] if shape[2] is not None else self._at)
@@ -383,6 +402,8 @@ class Bundler:
                 self._opening[bundle.bundle_id] = (self._backlog - self._seen,
                                                    self.capacity - self.opened)
             self.opened += 1
+            if self._running_tenants is not None:  # its task takes the tenant's follow-ons
+                self._running_tenants.add(job.tenant)
         self._add(bundle, job)
         if self.is_small(job):
             self._open[shape], self._open_bytes[shape] = bundle, job.item_bytes()

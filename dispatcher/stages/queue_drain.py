@@ -334,7 +334,12 @@ class QueueDrain:
         by[str(bundle.priority)] = by.get(str(bundle.priority), 0) + admitted
         if bundle.job_ids and bundle.state != BundleState.DONE:
             stats.bundles_recorded += 1
-            if bundle.batch is not None and bundle.bundle_id in self.bundler.deferred:
+            if bundle.bundle_id in self.bundler.footholds:  # due work, for a slot left to it
+                stats.deferred_bundles += 1
+                stats.footholds[str(bundle.priority)] = \
+                    stats.footholds.get(str(bundle.priority), 0) + 1
+                self.waiting.append(bundle)
+            elif bundle.batch is not None and bundle.bundle_id in self.bundler.deferred:
                 stats.follow_ons += 1  # taken by a running task, or launched by a tick
                 stats.follow_on_seconds += bundle.estimated_seconds
             elif bundle.bundle_id in self.bundler.deferred:

@@ -199,6 +199,9 @@ class Tick:
         # that it cannot follow on would admit a job to wait).
         small = self._policy.small_job_seconds
         takers = sum(1 for b in active if b.bundle_id not in freed and of_small_jobs(b, small))
+        # Whose tasks run (a task runs one tenant's jobs): another tenant's batch opens with a
+        # foothold of due work, which one of these tasks leaves its slot for (stages/bundle.py).
+        running = {b.tenant for b in active if b.bundle_id not in freed}
         visible = self._admission.backlog(below_high=d.capacity <= 0) \
             if d.capacity > 0 or takers else {}
         if (d.capacity > 0 and sum(visible.values()) >= FOLLOW_ON_SHARES * d.capacity) \
@@ -212,6 +215,7 @@ class Tick:
             except TableUnavailable as exc:  # its runners take none until its summary
                 log.error("saving the tick's revision failed", extra={"reason": exc.reason})
         due, queue_slots = self._work.share(d.capacity, waiting, visible)
+        running |= {b.tenant for b in due}  # launched now: their tasks take follow-ons too
         for b in due:
             if b.kind in room:
                 room[b.kind] -= b.slots
@@ -231,7 +235,7 @@ class Tick:
             for ready in self._admission.drain(d.capacity - len(due), drain_deadline, d.intake,
                                                kind_room=room, shares=queue_slots,
                                                visible=visible, beat_seconds=LOOK_SECONDS,
-                                               takers=takers):
+                                               takers=takers, running_tenants=running):
                 if ready:
                     launch(ready)
                     handed |= {b.bundle_id for b in ready}
@@ -253,6 +257,7 @@ class Tick:
         left_due = Counter(str(b.priority) for b in waiting if b.bundle_id not in launching)
         others_due += Counter(str(b.priority) for b in waiting if b.bundle_id not in launching
                               and b.bundle_id not in self._work.untaken)
+        others_due += Counter(d.intake.footholds)  # recorded by this drain, due now
         d.due_bundles = len(due)
         self._reconciler.after_drain(d.reconcile)
         d.capacity_left = d.capacity - d.launch.bundles_launched

@@ -16,7 +16,7 @@ from dispatcher.domain.stops import TaskStop
 from dispatcher.ops.metrics import cost_blobs
 from dispatcher.ops.queries import Queries
 from dispatcher.ops.top import Top
-from dispatcher.store import Store
+from dispatcher.store import Store, codec
 from dispatcher.testing.memory_event_sink import MemoryEventSink, follow
 from job_runner import writes as writes_module
 from tests.twins import Twins, finish_as_runner
@@ -210,3 +210,44 @@ def test_top_counts_the_running_tasks_by_tenant() -> None:
     plain.client().submit("k", {}, job_id="p")
     plain.stages().tick.tick()
     assert Top(plain.store, queue=plain.queue, clock=plain.clock).snapshot().tasks_by_tenant == {}
+
+
+def test_a_tenant_behind_anothers_backlog_starts_at_the_next_bundle_end_and_tick() -> None:
+    """Every slot runs tenant a's batch, its backlog cut into follow-ons that a's tasks take
+    for many minutes. Tenant b's one job comes: no running task may take it (a task runs one
+    tenant's jobs), so its batch opens with a foothold, due work rather than a follow-on; the
+    first of a's tasks to end a bundle leaves its slot for it (one task, not each), and the
+    next tick launches it. a's backlog still runs whole, every job once."""
+    tw = Twins()
+    a_ids = backlog(tw, 600, prefix="a", tenant="a")
+    stages = tw.stages(**ENV)
+    stages.tick.tick()
+    first, *others = tw.task_arns()
+    b_ids = backlog(tw, 1, prefix="b", tenant="b")
+    tw.clock.advance(60)
+    busy = stages.tick.tick()
+    assert busy.capacity == 0 and busy.intake.footholds == {"normal": 1}
+    job = tw.job(b_ids[0])
+    assert job is not None and job.bundle_id is not None
+    held = tw.table.snapshot()[codec.bundle_key(job.bundle_id)]
+    assert held.state == "PENDING" and held.status_key == codec.bundle_status(
+        BundleState.PENDING)  # due work, not an untaken follow-on
+    summary = tw.store.tick_summary()
+    assert summary is not None and summary.others_waiting("normal")  # a's tasks look
+    ran = run(tw, first)
+    # Its bundle, and due work of its own older than b's (the oldest due goes first), then
+    # it left its slot: not the batch's hundreds of follow-ons.
+    assert len(ran) <= 80, "a's first task went on with its batch, b's job waiting"
+    ran += [j for arn in others for j in run(tw, arn)]  # the others go on with the batch
+    tw.clock.advance(60)
+    stages.tick.tick()
+    bundle = tw.bundle(job.bundle_id)
+    assert bundle is not None and bundle.state == BundleState.LAUNCHED and bundle.task_arn
+    assert run(tw, bundle.task_arn) == b_ids
+    for _ in range(5):
+        tw.clock.advance(60)
+        stages.tick.tick()
+        for arn in tw.task_arns():
+            ran += run(tw, arn)
+    assert sorted(ran) == a_ids  # every job of a's once
+    assert {b.state for b in tw.bundles()} == {BundleState.DONE}
