@@ -1,5 +1,5 @@
-"""``longjobs jobs cancel|retry --status S [--kind K] [--since D] [--label K=V]``: one action on
-many jobs.
+"""``longjobs jobs cancel|retry --status S [--kind K] [--since D] [--label K=V] [--tenant T]``:
+one action on many jobs.
 
 The count comes first; then a confirmation, unless ``--yes``. Without a terminal to ask on
 (stdin not a TTY: a script, a pipe, CI) and without ``--yes`` the command refuses at once, in
@@ -20,6 +20,7 @@ from dispatcher.cli.error_policy import fail, guarded
 KindOpt = Annotated[str | None, typer.Option(help="Many jobs: only those of this kind.")]
 LabelOpt = Annotated[str | None, typer.Option(help="Many jobs: only those carrying this "
                                               "label, key=value.")]
+TenantOpt = Annotated[str | None, typer.Option(help="Many jobs: only this tenant's.")]
 SinceOpt = Annotated[str | None, typer.Option(help="Many jobs: only those created within, "
                                               "e.g. 15m, 2h, 1d.")]
 ReasonOpt = Annotated[str | None, typer.Option(help="Why: kept in each job's reason and "
@@ -36,20 +37,22 @@ BulkIdOpt = Annotated[str | None, typer.Option(
 def bulk(verb: str, *, status: str | None, kind: str | None, since_seconds: float | None,
          reason: str | None, dry_run: bool, yes: bool, bulk_id: str | None,
          from_scratch: bool = False, as_json: JsonOpt = False,
-         interactive: bool | None = None, label: str | None = None) -> None:
+         interactive: bool | None = None, label: str | None = None,
+         tenant: str | None = None) -> None:
     """Count the jobs selected, confirm, act on each once, report."""
     from dispatcher.ops.bulk import new_bulk_id
 
     if not status:
-        fail(f"jobs {verb} needs a job id, or --status (with --kind, --since, --label) to select "
-             "many jobs")
+        fail(f"jobs {verb} needs a job id, or --status (with --kind, --since, --label, --tenant) "
+             "to select many jobs")
     tty = sys.stdin.isatty() if interactive is None else interactive
     if not (yes or dry_run or tty):
         fail(f"refusing to {verb} many jobs without confirmation: stdin is not a terminal; "
              "pass --yes (or --dry-run to count them)")
     assert status is not None  # fail() does not return
     action, f = guarded(lambda: client().bulk(
-        verb, status=status, kind=kind, since_seconds=since_seconds, label=label))
+        verb, status=status, kind=kind, since_seconds=since_seconds, label=label,
+        tenant=tenant))
     matched = guarded(lambda: action.count(f))
     if dry_run or not matched:
         selection, sample = guarded(lambda: action.preview(f))

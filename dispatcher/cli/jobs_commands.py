@@ -26,6 +26,7 @@ from dispatcher.cli.bulk_commands import (
     LabelOpt,
     ReasonOpt,
     SinceOpt,
+    TenantOpt,
     YesOpt,
     bulk,
 )
@@ -214,17 +215,18 @@ def jobs_cancel(job_id: Annotated[str | None, typer.Argument(help="The job id.")
                 status: Annotated[str | None, typer.Option(
                     help="Many jobs: those in PENDING, SCHEDULED or RUNNING.")] = None,
                 kind: KindOpt = None, since: SinceOpt = None, label: LabelOpt = None,
-                reason: ReasonOpt = None,
+                tenant: TenantOpt = None, reason: ReasonOpt = None,
                 dry_run: DryRunOpt = False, yes: YesOpt = False, bulk_id: BulkIdOpt = None,
                 as_json: JsonOpt = False) -> None:
     """Cancel a job: at once if it has not started, else at its task's next heartbeat
     (every LONGJOBS_HEARTBEAT_SECONDS, 30 s unless set). With --status (and --kind, --since,
-    --label) instead of an id: every job selected, after a count and a confirmation (--yes:
-    none)."""
-    if job_id is None or status or kind or since or label or dry_run or bulk_id:
+    --label, --tenant) instead of an id: every job selected, after a count and a confirmation
+    (--yes: none)."""
+    if job_id is None or status or kind or since or label or tenant or dry_run or bulk_id:
         _one_or_many(job_id)
         bulk("cancel", status=status, kind=kind, since_seconds=_seconds(since), reason=reason,
-             dry_run=dry_run, yes=yes, bulk_id=bulk_id, as_json=as_json, label=label)
+             dry_run=dry_run, yes=yes, bulk_id=bulk_id, as_json=as_json, label=label,
+             tenant=tenant)
         return
     jobs = guarded(client)
     job = guarded(lambda: jobs.cancel(job_id, reason=reason))
@@ -246,20 +248,21 @@ def jobs_retry(job_id: Annotated[str | None, typer.Argument(help="The job id.")]
                status: Annotated[str | None, typer.Option(
                    help="Many jobs: those in FAILED or CANCELLED.")] = None,
                kind: KindOpt = None, since: SinceOpt = None, label: LabelOpt = None,
-               reason: ReasonOpt = None,
+               tenant: TenantOpt = None, reason: ReasonOpt = None,
                dry_run: DryRunOpt = False, yes: YesOpt = False, bulk_id: BulkIdOpt = None,
                as_json: JsonOpt = False) -> None:
     """Run a FAILED or CANCELLED job again, with a fresh attempt budget, in a new bundle.
     It resumes from its last checkpoint unless --from-scratch. If a run of it may still be
     alive (a handler that ignored its timeout or cancel), it waits until that task stops.
-    With --status (and --kind, --since, --label) instead of an id: every job selected, after
+    With --status (and --kind, --since, --label, --tenant) instead of an id: every job
+    selected, after
     a count and a confirmation (--yes: none); small jobs retried together share new bundles, as
     admitted ones do."""
-    if job_id is None or status or kind or since or label or dry_run or bulk_id:
+    if job_id is None or status or kind or since or label or tenant or dry_run or bulk_id:
         _one_or_many(job_id)
         bulk("retry", status=status, kind=kind, since_seconds=_seconds(since), reason=reason,
              dry_run=dry_run, yes=yes, bulk_id=bulk_id, from_scratch=from_scratch,
-             as_json=as_json, label=label)
+             as_json=as_json, label=label, tenant=tenant)
         return
     job = guarded(lambda: client().retry(job_id, from_scratch=from_scratch, reason=reason))
     if as_json:
@@ -283,8 +286,8 @@ def _seconds(since: str | None) -> float | None:
 
 def _one_or_many(job_id: str | None) -> None:
     if job_id is not None:
-        fail("give a job id or a selection (--status, --kind, --since, --label; --dry-run and "
-             "--bulk-id are for a selection), not both")
+        fail("give a job id or a selection (--status, --kind, --since, --label, --tenant; "
+             "--dry-run and --bulk-id are for a selection), not both")
 
 
 # -- stats ----------------------------------------------------------------------------------------

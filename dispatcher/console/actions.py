@@ -105,7 +105,7 @@ def check_bulk_id(bulk_id: str) -> None:
 def bulk_form(values: Mapping[str, Any]) -> dict[str, str]:
     """The filter fields of a bulk form or query, stripped; status upper-cased."""
     out = {k: str(values.get(k, "") or "").strip() for k in ("verb", "status", "kind", "since",
-                                                            "label")}
+                                                            "label", "tenant")}
     out["verb"] = out["verb"] or "cancel"
     out["status"] = out["status"].upper() or SELECTABLE[BulkVerb(out["verb"])][0] \
         if out["verb"] in set(BulkVerb) else out["status"].upper()
@@ -120,6 +120,7 @@ def command_of(f: Mapping[str, str], bulk_id: str | None = None) -> str:
     parts += [f"--kind {q(f['kind'])}"] if f.get("kind") else []
     parts += [f"--since {q(f['since'])}"] if f.get("since") else []
     parts += [f"--label {q(f['label'])}"] if f.get("label") else []
+    parts += [f"--tenant {q(f['tenant'])}"] if f.get("tenant") else []
     parts += [f"--bulk-id {q(bulk_id)}"] if bulk_id else []
     return " ".join(parts)
 
@@ -196,7 +197,8 @@ class Actions:
             raise LongjobsError(f"action {f['verb']!r} is not cancel or retry")
         since = parse_duration(f["since"], "created within") if f.get("since") else None
         return self.source.client.bulk(f["verb"], status=f["status"], kind=f.get("kind") or None,
-                                       since_seconds=since, label=f.get("label") or None)
+                                       since_seconds=since, label=f.get("label") or None,
+                                       tenant=f.get("tenant") or None)
 
     async def bulk(self, request: Request) -> Response:
         def act(request: Request, values: dict[str, str]) -> Response:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from dispatcher.domain import labels
+from dispatcher.domain import labels, tenants
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import JobState
 from dispatcher.ports.table import Record
@@ -62,14 +62,15 @@ SELECTABLE: dict[BulkVerb, tuple[str, ...]] = {
 @dataclass(frozen=True)
 class BulkFilter:
     """Which jobs: in ``status`` (required: an action never means "every job"), of ``kind``,
-    created within the last ``since_seconds``, carrying ``label`` (``key=value``: read
-    through the label index, dispatcher.store.label_index)."""
+    created within the last ``since_seconds``, carrying ``label`` (``key=value``), of
+    ``tenant`` (either read through the label index, dispatcher.store.label_index)."""
 
     verb: BulkVerb
     status: str
     kind: str | None = None
     since_seconds: float | None = None
     label: str | None = None
+    tenant: str | None = None
 
     def __post_init__(self) -> None:
         status = self.status.strip().upper()
@@ -82,10 +83,22 @@ class BulkFilter:
                 labels.parse(self.label)
             except ValueError as exc:
                 raise LongjobsError(str(exc)) from None
+        try:
+            object.__setattr__(self, "tenant", tenants.checked(self.tenant))
+        except ValueError as exc:
+            raise LongjobsError(str(exc)) from None
+
+    @property
+    def indexed(self) -> tuple[str, str] | None:
+        """The label index entry the filter reads (its label's, else its tenant's), if any."""
+        if self.label is not None:
+            return labels.parse(self.label)
+        return (tenants.INDEX_KEY, self.tenant) if self.tenant else None
 
     def describe(self, since: float | None) -> str:
         return " ".join([f"status={self.status}", *([f"kind={self.kind}"] if self.kind else []),
                          *([f"label {self.label}"] if self.label else []),
+                         *([f"tenant {self.tenant}"] if self.tenant else []),
                          *([f"created since {iso(since)}"] if since is not None else [])])
 
 
@@ -154,19 +167,20 @@ class BulkAction:
 
     def count(self, f: BulkFilter) -> int:
         """How many jobs the filter selects now (COUNT queries: no job is read; by label, the
-        label's index rows and their jobs' items are read)."""
+        label's (or tenant's) index rows and their jobs' items are read)."""
         state, where, _ = self._query(f)
-        if f.label is not None:
+        if f.indexed is not None:
             return sum(len(rows) for rows in self._pages(f, state, where, self.page))
         return self.store.count_jobs(state, **where)
 
     def _pages(self, f: BulkFilter, state: JobState, where: dict[str, Any],
                page: int) -> Iterator[list[Record]]:
-        """The selected jobs' rows (whole items, by label), a page at a time."""
-        if f.label is None:
+        """The selected jobs' rows (whole items, by label or tenant), a page at a time."""
+        if f.indexed is None:
             return self.store.job_pages(state, page=page, **where)
-        key, value = labels.parse(f.label)
-        return self.store.labelled(key, value, states=[state], page=page, **where)
+        key, value = f.indexed
+        return self.store.labelled(key, value, states=[state], page=page, tenant=f.tenant,
+                                   **where)
 
     def preview(self, f: BulkFilter, n: int = PREVIEW_IDS) -> tuple[str, list[str]]:
         """What a dry run shows: the filter as understood, and up to ``n`` of the ids it

@@ -272,13 +272,14 @@ class JobClient:
 
     def bulk(self, verb: str, *, status: str, kind: str | None = None,
              since_seconds: float | None = None,
-             label: str | None = None) -> tuple[BulkAction, BulkFilter]:
+             label: str | None = None,
+             tenant: str | None = None) -> tuple[BulkAction, BulkFilter]:
         """The bulk action over the jobs a filter selects (``count`` it, then ``run`` it):
-        see :mod:`dispatcher.ops.bulk`; ``label``: ``key=value``."""
+        see :mod:`dispatcher.ops.bulk`; ``label``: ``key=value``; ``tenant``: its jobs."""
         from dispatcher.ops.bulk import BulkAction, BulkFilter, BulkVerb
 
         return BulkAction(self._table()), BulkFilter(BulkVerb(verb), status, kind, since_seconds,
-                                                     label)
+                                                     label, tenant)
 
     def bulk_cancel(self, *, status: str, kind: str | None = None,
                     since_seconds: float | None = None, reason: str | None = None,

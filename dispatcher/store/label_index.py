@@ -75,17 +75,18 @@ class LabelIndex(Reads):
 
     def labelled(self, key: str, value: str, *, states: Sequence[JobState] | None = None,
                  since: float | None = None, kind: str | None = None,
-                 scheduled_after: float | None = None,
+                 scheduled_after: float | None = None, tenant: str | None = None,
                  page: int = index.PAGE) -> Iterator[list[Record]]:
         """The jobs carrying ``key=value`` (in ``states``, of ``kind``, created since
-        ``since``, not before ``scheduled_after``), whole, a page of the label's index at a
-        time, each of its 8 partitions oldest first."""
+        ``since``, not before ``scheduled_after``, of ``tenant``), whole, a page of the
+        label's index at a time, each of its 8 partitions oldest first."""
         for rows in index.pages(self.table, label_statuses(key, value),
                                 at_least=r.iso(since) if since is not None else None,
                                 page=page):
             found = self.table.get_many([r.job_key(row.job_id or "") for row in rows])
             yield [rec for rec in found if _matches(rec, key, value, states, kind,
-                                                    scheduled_after, since)]
+                                                    scheduled_after, since)
+                   and (tenant is None or rec.tenant == tenant)]
 
     def newest_labelled(self, key: str, value: str, *, limit: int,
                         states: Sequence[JobState] | None = None, since: float | None = None,

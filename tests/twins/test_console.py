@@ -333,3 +333,14 @@ def test_a_console_remembers_a_bounded_number_of_bulk_actions() -> None:
     kept = runs.all()
     assert len(kept) <= RUNS_KEPT and runs.get("bulk-going") is not None
     assert runs.get(f"bulk-{3 * RUNS_KEPT - 1}") is not None and runs.get("bulk-0") is None
+
+
+def test_a_bulk_dry_run_by_tenant_names_it(twins: Twins) -> None:
+    twins.client().submit("k", {}, job_id="a1", tenant="acme", not_before=twins.clock() + 3600)
+    twins.client().submit("k", {}, job_id="p1", not_before=twins.clock() + 3600)
+    twins.stages().tick.tick()
+    web, _ = console(twins)
+    page = web.get("/bulk", params={"verb": "cancel", "status": "PENDING", "tenant": "acme",
+                                    "preview": "1"}).text
+    assert "<strong>1</strong> job(s) match" in page and "tenant acme" in page
+    assert "--tenant acme" in page  # the read-only console's command

@@ -251,3 +251,26 @@ def test_a_tenant_behind_anothers_backlog_starts_at_the_next_bundle_end_and_tick
             ran += run(tw, arn)
     assert sorted(ran) == a_ids  # every job of a's once
     assert {b.state for b in tw.bundles()} == {BundleState.DONE}
+
+
+def test_a_bulk_cancel_by_tenant_acts_on_its_jobs_only() -> None:
+    tw = Twins()
+    client = tw.client()
+    later = tw.clock() + 3600  # held in the table, PENDING
+    for n in range(3):
+        client.submit("k", {}, job_id=f"a{n}", tenant="acme", not_before=later,
+                      labels={"tier": "gold" if n else "free"})
+    client.submit("k", {}, job_id="b0", tenant="bolt", not_before=later, labels={"tier": "gold"})
+    client.submit("k", {}, job_id="plain", not_before=later)
+    tw.stages().tick.tick()
+    action, gold = client.bulk("cancel", status="PENDING", tenant="acme", label="tier=gold")
+    assert action.count(gold) == 2 and "tenant acme" in action.preview(gold)[0]
+    action, every = client.bulk("cancel", status="PENDING", tenant="acme")
+    assert action.count(every) == 3
+    report = action.run(every, reason="acme left")
+    assert report.acted == 3
+    states = {j.job_id: j.state for j in tw.jobs()}
+    assert [states[f"a{n}"] for n in range(3)] == [JobState.CANCELLED] * 3
+    assert states["b0"] == states["plain"] == JobState.PENDING
+    with pytest.raises(LongjobsError, match="tenant 'a b'"):
+        client.bulk("cancel", status="PENDING", tenant="a b")
