@@ -110,7 +110,7 @@ def test_jobs_list_newest_first_with_filters(populated: Store) -> None:
     assert out["count"] == len(out["jobs"]) == 8
     assert set(out["jobs"][0]) == {"job_id", "state", "kind", "created_at", "updated_at",
                                    "attempts", "max_attempts", "infra_attempts", "bundle_id",
-                                   "reason", "waiting_for", "progress"}
+                                   "reason", "waiting_for", "progress", "tenant"}
     created = [j["created_at"] for j in out["jobs"]]
     assert created == sorted(created, reverse=True)
     ids = [j["job_id"] for j in out["jobs"]]
