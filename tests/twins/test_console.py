@@ -16,11 +16,14 @@ from dispatcher.console.guard import CSP, Guard
 from dispatcher.console.routes import console_app
 from dispatcher.console.source import ConsoleSource
 from dispatcher.domain.jobs import JobState
+from dispatcher.ops.client import JobClient
+from dispatcher.ops.dead_letters import DeadLetters
 from dispatcher.ops.queries import Queries
 from dispatcher.ops.top import Top
 from dispatcher.store import JobUpdate
+from dispatcher.testing.memory_queue import MemoryQueue
 from tests.helpers import wait_for
-from tests.twins import Twins, finish_as_runner
+from tests.twins import ENV, Twins, finish_as_runner
 
 ORIGIN = "http://127.0.0.1:8765"
 HOSTILE = ['<script>alert(1)</script>', '"><img src=x onerror=alert(2)>',
@@ -344,3 +347,34 @@ def test_a_bulk_dry_run_by_tenant_names_it(twins: Twins) -> None:
                                     "preview": "1"}).text
     assert "<strong>1</strong> job(s) match" in page and "tenant acme" in page
     assert "--tenant acme" in page  # the read-only console's command
+
+
+def test_dead_letters_are_shown_as_text_and_moved_back_with_the_token(twins: Twins) -> None:
+    """A DLQ holding a message whose body carries markup: the page shows it as text; the
+    redrive, a POST with the token from the console's own origin, moves it back to the job
+    queue and says how many it moved."""
+    dlq = MemoryQueue(clock=twins.clock)
+    body = '{"schema_version": 1, "job_id": "<b>x</b>", "kind": "k", "payload": {}}'
+    dlq.send([("m1", body)])
+
+    class WithLetters(JobClient):
+        def dead_letters(self) -> DeadLetters:
+            return DeadLetters(dlq, twins.queue)
+
+    client = WithLetters(queue_url=ENV["LONGJOBS_QUEUE_URL"], table_name=ENV["LONGJOBS_TABLE"],
+                         region="us-east-1", queue=twins.queue, store=twins.store)
+    source = ConsoleSource(client, Queries(twins.store, queue=twins.queue, clock=twins.clock),
+                           Top(twins.store, queue=twins.queue, clock=twins.clock),
+                           has_dead_letters=True)
+    guard = Guard.serving("127.0.0.1", 8765, operate=True)
+    web = TestClient(console_app(source, guard, clock=twins.clock), base_url=ORIGIN)
+    page = web.get("/dead-letters").text
+    assert str(escape("<b>x</b>")) in page and "<b>x</b>" not in page
+    refused = web.post("/dead-letters/redrive", data={"csrf": "guess", "limit": "10"},
+                       headers={"Origin": ORIGIN}, follow_redirects=False)
+    assert refused.status_code == 403 and twins.queue_counts()[0] == 0
+    moved = web.post("/dead-letters/redrive", data={"csrf": guard.token, "limit": "10"},
+                     headers={"Origin": ORIGIN}, follow_redirects=False)
+    assert moved.status_code == 303 and moved.headers["location"] == "/dead-letters?moved=1"
+    assert twins.queue_counts()[0] == 1 and dlq.backlog().visible + dlq.backlog().in_flight == 0
+    assert "Moved 1 message(s) back" in web.get(moved.headers["location"]).text
