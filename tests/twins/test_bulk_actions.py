@@ -313,9 +313,10 @@ class FakeClient:
 
     def bulk(self, verb: str, *, status: str, kind: str | None = None,
              since_seconds: float | None = None,
-             label: str | None = None) -> tuple[BulkAction, BulkFilter]:
+             label: str | None = None,
+             tenant: str | None = None) -> tuple[BulkAction, BulkFilter]:
         return (BulkAction(self.store, clock=lambda: NOW),
-                BulkFilter(BulkVerb(verb), status, kind, since_seconds, label))
+                BulkFilter(BulkVerb(verb), status, kind, since_seconds, label, tenant))
 
 
 def test_the_cli_without_yes_and_without_a_terminal_refuses(
