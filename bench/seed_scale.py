@@ -20,9 +20,10 @@ past their budget: :mod:`dispatcher.simulation.run_ledger`; any exits 1), and la
 ``seed: drain/floor = X.XX``. ``--backlog N``: one tick admitting from a backlog of N
 messages instead (no tasks run), with its admission rate and the peak RSS it added.
 
-Run: .venv/bin/python bench/seed_scale.py [--jobs N] [--seconds D] [--urgent-at 60] [--faults
-[--crash-after WRITES]] (``--faults``: the last line reads ``seed under faults: drain/floor =
-X.XX``)
+Run: .venv/bin/python bench/seed_scale.py [--jobs N] [--seconds D] [--urgent-at 60]
+[--tenant-at 120] [--faults [--crash-after WRITES]] (``--faults``: the last line reads ``seed
+under faults: drain/floor = X.XX``; ``--tenant-at``: a job of another tenant, sent then behind
+the batch's backlog, and when it started)
 """
 
 from __future__ import annotations
@@ -144,6 +145,10 @@ def report(shape: Shape, out: BatchRun, wall: float) -> list[str]:
     if shape.urgent_at is not None:
         started = "never" if out.urgent_started is None else f"+{out.urgent_started:.1f} s"
         lines.append(f"urgent job: submitted at +{shape.urgent_at:g} s, started {started}")
+    if shape.tenant_at is not None:
+        started = "never" if out.tenant_started is None else f"+{out.tenant_started:.1f} s"
+        lines.append(f"another tenant's job: sent at +{shape.tenant_at:g} s behind the batch, "
+                     f"started {started}")
     total = sum(sum(c.values()) for c in out.calls.values())
     lines.append(f"AWS calls per job: {total / n:.3f} end to end ("
                  + ", ".join(f"{c} {sum(v.values()) / n:.3f}" for c, v in out.calls.items())
@@ -247,6 +252,9 @@ def main() -> None:
                         help="a LONGJOBS_* setting of the dispatcher and runner")
     parser.add_argument("--urgent-at", type=float, default=None,
                         help="submit one high-priority job this many seconds into the batch")
+    parser.add_argument("--tenant-at", type=float, default=None,
+                        help="send one job of another tenant (the batch's have none) this many "
+                        "seconds into the batch, behind its backlog")
     parser.add_argument("--faults", action="store_true",
                         help="under the reference faults (dispatcher/simulation/faults.py): "
                         "5 %% of the tasks reclaimed (SIGTERM, then the kill), 1 %% crashed, "
@@ -271,6 +279,7 @@ def main() -> None:
                   latencies=Latencies().scaled(args.latency_scale),
                   settings=dict(s.split("=", 1) for s in args.set),
                   urgent_at=60.0 if args.faults and args.urgent_at is None else args.urgent_at,
+                  tenant_at=args.tenant_at,
                   faults=faults(args))
     if args.backlog is not None:
         backlog(args, shape)

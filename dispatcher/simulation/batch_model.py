@@ -138,6 +138,7 @@ class BatchModel:
         # The JSON logs' level is read once, at import: the model's is its settings'.
         logging.getLogger("dispatcher").setLevel(self.env["LONGJOBS_LOG_LEVEL"])
         self.urgent_id: str | None = None
+        self.tenant_id: str | None = None  # the other tenant's job (Shape.tenant_at)
         self.outcome = BatchRun()
         self.ledger = RunLedger()
         self._fault_rng = random.Random(shape.seed + 1)  # the faults' own draws
@@ -214,11 +215,14 @@ class BatchModel:
                 "kind": "seed.call", "job_id": self.urgent_id, "payload": {"seconds": s.seconds},
                 "estimated_seconds": s.seconds, "priority": "high",
                 "schema_version": message.SCHEMA_VERSION}).model_dump_json(exclude_none=True))
+        if s.tenant_at is not None:  # sent then to the normal queue, behind the batch
+            self.tenant_id = "tenant-0000001"
+            self._at(T0 + s.tenant_at, "tenant")
         tick_free = T0
         self.clock.lead()
         self.high.before_receive = self._catch_up
         with patched(self.clock), lean_table():
-            target = s.jobs + (s.urgent_at is not None)
+            target = s.jobs + (s.urgent_at is not None) + (s.tenant_at is not None)
             done = False
             while self._events and not done:
                 t, _, kind, what = heapq.heappop(self._events)
@@ -238,6 +242,12 @@ class BatchModel:
                     self._stopped(t, what)
                 elif kind == "retried":
                     self._stopped(t, *what)
+                elif kind == "tenant" and self.tenant_id is not None:
+                    self.sqs.send([("t", message.JobMessage.model_validate({
+                        "kind": "seed.call", "job_id": self.tenant_id, "tenant": "late",
+                        "payload": {"seconds": s.seconds}, "estimated_seconds": s.seconds,
+                        "schema_version": message.SCHEMA_VERSION}).model_dump_json(
+                            exclude_none=True))])
                 if kind in ("tick", "stopped", "retried"):  # only these launch tasks
                     self._start_tasks()
                 # Without faults every job runs once: the runs counted say when all are done.
@@ -351,6 +361,7 @@ class BatchModel:
         job submitted (the urgent one too) against its state in the table at the end."""
         ids = job_ids(self.shape)
         ids += [self.urgent_id] if self.urgent_id is not None else []
+        ids += [self.tenant_id] if self.tenant_id is not None else []
         known = dict(self.table.ended) if isinstance(self.table, ForgetfulTable) else {}
         known.update({rec.job_id: (rec.state or "", float(rec.max_attempts or 0))
                       for pk, rec in self.table.snapshot().items()
@@ -440,6 +451,8 @@ class BatchModel:
 
     def _job_started(self, job: Job, task_arn: str, at: float) -> None:
         self.ledger.started(job.job_id, task_arn, at)
+        if job.job_id == self.tenant_id:
+            self.outcome.tenant_started = at - T0
         if job.job_id == self.urgent_id:
             self.outcome.urgent_started = at - T0
             for task in self.outcome.tasks:

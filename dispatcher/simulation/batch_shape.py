@@ -58,6 +58,9 @@ class Shape:
     latencies: Latencies = field(default_factory=Latencies)
     settings: dict[str, str] = field(default_factory=dict)  # LONGJOBS_* overrides
     urgent_at: float | None = None  # a high-priority job submitted this long into the batch
+    # A job of another tenant (the batch's jobs have none), sent this long into the batch to
+    # the normal queue, behind what is left of the batch's backlog.
+    tenant_at: float | None = None
     # A steady stream instead of a batch: the jobs are sent at this many a second from T0 on.
     rate: float | None = None
     seed: int = 1
@@ -82,6 +85,7 @@ class BatchRun:
     calls: dict[str, Counter[str]] = field(default_factory=dict)
     admitted_at: list[float] = field(default_factory=list)
     urgent_started: float | None = None
+    tenant_started: float | None = None  # the other tenant's job (Shape.tenant_at)
     crashed_ticks: list[float] = field(default_factory=list)  # when a tick's Lambda died
     failed_ticks: list[str] = field(default_factory=list)  # a tick that raised: its error
     failed_events: int = 0  # stop events whose handler raised (delivered again, or lost)
