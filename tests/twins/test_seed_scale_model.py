@@ -133,6 +133,25 @@ def test_an_urgent_job_submitted_into_a_full_batch_starts_within_a_minute() -> N
     assert verdict.holds and verdict.jobs == verdict.succeeded == shape.jobs + 1, verdict.line()
 
 
+def test_another_tenants_job_behind_a_full_batch_starts_before_the_batch_ends() -> None:
+    """Every slot runs the batch's tasks (no tenant) for minutes, their backlog cut into
+    follow-ons of 15 s; a job of tenant ``late`` sent at 60 s may run on none of them. The
+    next tick takes it in as a foothold; the first task to end a follow-on after that leaves
+    its slot; the tick after launches it; it starts a start later: within two ticks, a
+    follow-on and a start of its sending, long before the batch ends. Every job runs once."""
+    shape = dataclasses.replace(SHAPE, jobs=6_000, tenant_at=60.0)
+    model = BatchModel(shape)
+    out = model.run()
+    started = out.tenant_started
+    assert started is not None and out.drain > started + 120.0  # the batch ran on long after
+    assert 60.0 < started <= 60.0 + 2 * 60.0 + 15.0 * 1.1 + 30.0, started
+    # One task ran it, in a slot a batch's task left, and no job of the batch.
+    late = [t for t in out.tasks if (t.bundle_id or "").startswith("late@")]
+    assert len(late) == 1 and late[0].jobs_run == 1
+    verdict = model.verdict()
+    assert verdict.holds and verdict.jobs == verdict.succeeded == shape.jobs + 1, verdict.line()
+
+
 def test_a_pool_task_starts_when_a_lane_is_free_and_its_result_moves_the_waiter() -> None:
     clock = VirtualClock(100.0)
     clock.set(100.0)
