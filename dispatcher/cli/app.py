@@ -26,6 +26,7 @@ from dispatcher.cli import (
     local_commands,
     produce_commands,
     schedule_commands,
+    tenant_commands,
     top_commands,
 )
 
@@ -43,6 +44,7 @@ app.command("stats")(jobs_commands.stats)
 app.command()(deploy_commands.deploy)
 app.command()(top_commands.top)
 app.command()(console_commands.console)
+app.command()(tenant_commands.tenants)
 
 
 def _print_version(value: bool) -> None:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # the table's model (pynamodb) loads only when a client reads
     from dispatcher.ops.job_views import JobDetail, JobSummary, Stats
     from dispatcher.ops.queries import Queries
     from dispatcher.ops.schedule_ops import Schedules
-    from dispatcher.ops.usage import UsageReport
+    from dispatcher.ops.usage import TenantsReport, UsageReport
     from dispatcher.ports.job_logs import LogLine
 
 # Index partitions an operator's read asks at once (a list of every state has 54): no more
@@ -301,6 +301,12 @@ class JobClient:
         action, f = self.bulk("retry", status=status, kind=kind, since_seconds=since_seconds)
         return action.run(f, bulk_id=bulk_id, reason=reason, from_scratch=from_scratch,
                           dry_run=dry_run)
+
+    def tenants(self, *, since: float | None = None,
+                since_seconds: float | None = None) -> TenantsReport:
+        """Each tenant's tasks running and what its jobs used in the window (the last 24 h
+        unless given): see :mod:`dispatcher.ops.usage`."""
+        return self.queries().tenants(since=since, since_seconds=since_seconds)
 
     # -- operating (dispatcher.ops.queries) ----------------------------------------------------
     def queries(self, *, logs: bool = False) -> Queries:

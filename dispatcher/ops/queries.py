@@ -42,7 +42,7 @@ from dispatcher.ops.job_views import (
     clip,
 )
 from dispatcher.ops.job_waits import waiting_of
-from dispatcher.ops.usage import UsageReport, usage_report
+from dispatcher.ops.usage import TenantsReport, UsageReport, tenants_report, usage_report
 from dispatcher.ports.job_logs import JobLogs
 from dispatcher.ports.queue import Queue
 from dispatcher.ports.table import Record
@@ -314,6 +314,14 @@ class Queries:
         the window (``stats --by``): the usage counters, no job read."""
         t = self.clock()
         return usage_report(self.store, by, finished_since(t, since, since_seconds), t)
+
+    def tenants(self, *, since: float | None = None,
+                since_seconds: float | None = None) -> TenantsReport:
+        """Each tenant's tasks running now and what its jobs used in the window (the last
+        24 h unless given): the active bundles and the usage counters, no job read."""
+        t = self.clock()
+        return tenants_report(self.store, self.store.active_bundles(),
+                              finished_since(t, since, since_seconds), t)
 
     def _backlog(self) -> BacklogStats | None:
         if self.queue is None:

@@ -274,3 +274,33 @@ def test_a_bulk_cancel_by_tenant_acts_on_its_jobs_only() -> None:
     assert states["b0"] == states["plain"] == JobState.PENDING
     with pytest.raises(LongjobsError, match="tenant 'a b'"):
         client.bulk("cancel", status="PENDING", tenant="a b")
+
+
+def test_the_tenants_report_counts_running_tasks_and_what_they_used(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    tw = Twins()
+    client = tw.client()
+    client.submit("k", {}, job_id="a0", tenant="acme")
+    client.submit("k", {}, job_id="a1", tenant="acme")
+    client.submit("k", {}, job_id="plain")
+    tw.stages().tick.tick()
+    q = Queries(tw.store, clock=tw.clock)
+    assert [(r.tenant, r.running, r.used.jobs) for r in q.tenants().rows] == [
+        ("acme", 2, 0), (tenants.NONE, 1, 0)]
+    monkeypatch.setattr(writes_module, "time", TwinTime(tw))
+    run_every_bundle(tw, seconds=10.0)
+    for arn in tw.task_arns():
+        task = tw.launcher.tasks[arn]
+        tw.stages().reruns.on_stop(TaskStop(arn, "EssentialContainerExited", "done", 0,
+                                            tw.clock(), TaskBill(
+                                                256, 512, task.started_at, tw.clock())))
+    client.submit("k", {}, job_id="b0", tenant="bolt")
+    tw.clock.advance(60)
+    tw.stages().tick.tick()
+    report = q.tenants()
+    rows = {r.tenant: r for r in report.rows}
+    assert report.rows[0].tenant == "bolt"  # the most tasks running first
+    assert (rows["bolt"].running, rows["bolt"].used.jobs) == (1, 0)
+    assert (rows["acme"].running, rows["acme"].used.jobs) == (0, 2)
+    assert rows["acme"].used.dollars > 0 and rows[tenants.NONE].used.jobs == 1
+    assert report.to_json()["tenants"][0]["tenant"] == "bolt"
