@@ -18,6 +18,7 @@ from starlette.responses import RedirectResponse, Response
 
 from dispatcher.console.rendering import LOG_LINES, Renderer, job_url, pretty
 from dispatcher.console.source import ConsoleSource
+from dispatcher.domain import tenants
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.waiting import REASONS
@@ -124,7 +125,7 @@ class Pages:
         day = self._day.get(lambda: self.source.queries.stats(since_seconds=86400))
         return self.render.page(request, "overview.html", page="overview", snap=snap,
                                 day=day.jobs, day_at=day.at, states=[str(s) for s in JobState],
-                                refresh=REFRESH_SECONDS)
+                                refresh=REFRESH_SECONDS, no_tenant=tenants.NONE)
 
     # -- jobs -----------------------------------------------------------------------------------
     def jobs(self, request: Request) -> Response:

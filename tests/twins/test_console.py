@@ -267,10 +267,13 @@ def test_jobs_show_and_filter_by_their_tenant(twins: Twins) -> None:
     assert "tenant acme" in web.get("/jobs/a1").text
     bad = web.get("/jobs?tenant=a%20b")
     assert bad.status_code == 400 and "1-64 characters" in bad.text
+    overview = web.get("/").text
+    assert "Running tasks by tenant" in overview and 'href="/jobs?tenant=acme"' in overview
     untenanted = Twins()
     untenanted.client().submit("k", {}, job_id="p")
     untenanted.stages().tick.tick()
     assert "<th>Tenant</th>" not in console(untenanted)[0].get("/jobs").text
+    assert "by tenant" not in console(untenanted)[0].get("/").text
 
 
 def test_open_overviews_share_their_reads(twins: Twins) -> None:
