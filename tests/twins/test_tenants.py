@@ -5,6 +5,8 @@ tasks tagged with it; counted by ``stats --by tenant`` once they stop."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from dispatcher.domain import tenants
@@ -176,12 +178,7 @@ def test_events_carry_the_tenant_and_stats_count_by_tenant(
         "a0": "acme", "a1": "acme", "a2": "acme", "plain": None}
     monkeypatch.setattr(writes_module, "time", TwinTime(tw))
     run_every_bundle(tw, seconds=10.0)
-    blobs = []
-    for arn in tw.task_arns():
-        task = tw.launcher.tasks[arn]
-        blobs += cost_blobs(tw.stages().reruns.on_stop(TaskStop(
-            arn, "EssentialContainerExited", "done", 0, tw.clock(),
-            TaskBill(256, 512, task.started_at, tw.clock()))))
+    blobs = stop_every_task(tw)
     # The daily spend per tenant is a metric too, beside the stack's, each kind's and label's.
     spent = [b for b in blobs if b.get("Tenant") == "acme"]
     assert spent and all(b["JobCost"][0] > 0 and "Label" not in b for b in spent)
@@ -196,13 +193,30 @@ def test_events_carry_the_tenant_and_stats_count_by_tenant(
     assert report.total is not None and report.total.jobs == 4
 
 
-def test_top_counts_the_running_tasks_by_tenant() -> None:
+def acme_twice_and_one_plain() -> Twins:
+    """Two jobs of tenant acme and one of none, each launched on a task of its own."""
     tw = Twins()
     client = tw.client()
     client.submit("k", {}, job_id="a0", tenant="acme")
     client.submit("k", {}, job_id="a1", tenant="acme")
     client.submit("k", {}, job_id="plain")
     tw.stages().tick.tick()
+    return tw
+
+
+def stop_every_task(tw: Twins) -> list[dict[str, Any]]:
+    """Each task's stop, with its bill, handled: the EMF objects of the costs it settled."""
+    blobs: list[dict[str, Any]] = []
+    for arn in tw.task_arns():
+        task = tw.launcher.tasks[arn]
+        blobs += cost_blobs(tw.stages().reruns.on_stop(TaskStop(
+            arn, "EssentialContainerExited", "done", 0, tw.clock(),
+            TaskBill(256, 512, task.started_at, tw.clock()))))
+    return blobs
+
+
+def test_top_counts_the_running_tasks_by_tenant() -> None:
+    tw = acme_twice_and_one_plain()
     snap = Top(tw.store, queue=tw.queue, clock=tw.clock).snapshot()
     assert snap.tasks_by_tenant == {"acme": 2, tenants.NONE: 1}
     assert snap.to_json()["tasks_by_tenant"] == {"acme": 2, tenants.NONE: 1}
@@ -278,22 +292,14 @@ def test_a_bulk_cancel_by_tenant_acts_on_its_jobs_only() -> None:
 
 def test_the_tenants_report_counts_running_tasks_and_what_they_used(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    tw = Twins()
+    tw = acme_twice_and_one_plain()
     client = tw.client()
-    client.submit("k", {}, job_id="a0", tenant="acme")
-    client.submit("k", {}, job_id="a1", tenant="acme")
-    client.submit("k", {}, job_id="plain")
-    tw.stages().tick.tick()
     q = Queries(tw.store, clock=tw.clock)
     assert [(r.tenant, r.running, r.used.jobs) for r in q.tenants().rows] == [
         ("acme", 2, 0), (tenants.NONE, 1, 0)]
     monkeypatch.setattr(writes_module, "time", TwinTime(tw))
     run_every_bundle(tw, seconds=10.0)
-    for arn in tw.task_arns():
-        task = tw.launcher.tasks[arn]
-        tw.stages().reruns.on_stop(TaskStop(arn, "EssentialContainerExited", "done", 0,
-                                            tw.clock(), TaskBill(
-                                                256, 512, task.started_at, tw.clock())))
+    stop_every_task(tw)
     client.submit("k", {}, job_id="b0", tenant="bolt")
     tw.clock.advance(60)
     tw.stages().tick.tick()
