@@ -255,9 +255,8 @@ def jobs_retry(job_id: Annotated[str | None, typer.Argument(help="The job id.")]
     It resumes from its last checkpoint unless --from-scratch. If a run of it may still be
     alive (a handler that ignored its timeout or cancel), it waits until that task stops.
     With --status (and --kind, --since, --label, --tenant) instead of an id: every job
-    selected, after
-    a count and a confirmation (--yes: none); small jobs retried together share new bundles, as
-    admitted ones do."""
+    selected, after a count and a confirmation (--yes: none); small jobs retried together
+    share new bundles, as admitted ones do."""
     if job_id is None or status or kind or since or label or tenant or dry_run or bulk_id:
         _one_or_many(job_id)
         bulk("retry", status=status, kind=kind, since_seconds=_seconds(since), reason=reason,
