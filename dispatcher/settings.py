@@ -48,6 +48,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from dispatcher.domain import tenants
 from dispatcher.domain.costs import Prices
 from dispatcher.domain.errors import ConfigError
 from dispatcher.settings_fields import (
@@ -210,7 +211,7 @@ class Config(BaseModel):
         "LONGJOBS_ALLOWED_KINDS", "Comma-separated allow-list of job kinds; empty allows any.",
         ("dispatcher", "client"),
         on_aws=OnAws.PARAMETER)] = ()
-    tenant: Annotated[str, Field(pattern=r"^([A-Za-z0-9._-]{1,64})?$"), Env(
+    tenant: Annotated[str, Field(pattern=f"^({tenants.TENANT.pattern})?$"), Env(
         "LONGJOBS_TENANT", "The tenant the jobs this producer submits are for, unless a job "
         "names its own (--tenant, tenant=): 1-64 chars of [A-Za-z0-9._-]; empty: none.",
         ("client",), on_aws=OnAws.LOCAL)] = ""

@@ -34,13 +34,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from dispatcher.domain import labels, tenants
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import JobState
 from dispatcher.ports.table import Record
 from dispatcher.store import OperatorStore, job_ops
 from dispatcher.store.bulk_marks import check_bulk_id
 from dispatcher.store.codec import iso
+from dispatcher.store.label_index import entry
 
 # The first few errors are kept whole in the report; the rest only counted.
 ERROR_SAMPLES = 10
@@ -78,22 +78,16 @@ class BulkFilter:
             raise LongjobsError(f"jobs {self.verb} --status {self.status!r}: one of "
                                 + ", ".join(SELECTABLE[self.verb]))
         object.__setattr__(self, "status", status)
-        if self.label is not None:
-            try:
-                labels.parse(self.label)
-            except ValueError as exc:
-                raise LongjobsError(str(exc)) from None
+        object.__setattr__(self, "tenant", self.tenant or None)
         try:
-            object.__setattr__(self, "tenant", tenants.checked(self.tenant))
+            entry(self.label, self.tenant)  # a bad label or tenant, said here
         except ValueError as exc:
             raise LongjobsError(str(exc)) from None
 
     @property
     def indexed(self) -> tuple[str, str] | None:
         """The label index entry the filter reads (its label's, else its tenant's), if any."""
-        if self.label is not None:
-            return labels.parse(self.label)
-        return (tenants.INDEX_KEY, self.tenant) if self.tenant else None
+        return entry(self.label, self.tenant)
 
     def describe(self, since: float | None) -> str:
         return " ".join([f"status={self.status}", *([f"kind={self.kind}"] if self.kind else []),

@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from dispatcher.domain import costs, labels, tenants
+from dispatcher.domain import costs
 from dispatcher.domain.costs import JobCost
 from dispatcher.domain.deployment import Deployment
 from dispatcher.domain.errors import JobNotFound, LongjobsError
@@ -49,6 +49,7 @@ from dispatcher.ports.table import Record
 from dispatcher.store import OperatorStore
 from dispatcher.store.array_ops import array_counts
 from dispatcher.store.codec import iso
+from dispatcher.store.label_index import entry
 
 HOUR = 3600.0
 JOB_STATES: tuple[JobState, ...] = tuple(JobState)
@@ -109,7 +110,7 @@ class Queries:
         carry it, among its newest :data:`~dispatcher.store.label_index.LABEL_READ` (the
         label index: dispatcher.store.label_index); with ``tenant``, only that tenant's jobs
         (filed in the label index too, as ``@tenant``)."""
-        if label is not None or tenant is not None:
+        if label is not None or tenant:
             return self._list_labelled(label, tenant, status, kind, since_seconds, limit,
                                        waiting_for)
         if waiting_for is not None:
@@ -154,11 +155,11 @@ class Queries:
                        kind: str | None, since_seconds: float | None, limit: int,
                        waiting_for: str | None) -> list[JobSummary]:
         try:
-            tenant = tenants.checked(tenant)
-            key, value = labels.parse(label) if label is not None \
-                else (tenants.INDEX_KEY, tenant or "")
+            indexed = entry(label, tenant)
         except ValueError as exc:
             raise LongjobsError(str(exc)) from None
+        assert indexed is not None  # list_jobs came here for a label or a tenant
+        key, value = indexed
         if waiting_for is not None and waiting_for not in REASONS:
             raise LongjobsError(f"unknown waiting reason {waiting_for!r}; one of "
                                 + ", ".join(REASONS))
@@ -169,7 +170,8 @@ class Queries:
             states=None if state is None else [JobState.PENDING if state == SCHEDULED
                                                else JobState(state)],
             since=max(0.0, now - since_seconds) if since_seconds is not None else None,
-            kind=kind, scheduled_after=now if state == SCHEDULED else None, tenant=tenant)
+            kind=kind, scheduled_after=now if state == SCHEDULED else None,
+            tenant=tenant or None)
         found = self._summaries(rows, now)
         if waiting_for is not None:
             found = [s for s in found

@@ -191,8 +191,9 @@ def retry_bundle_ops(jobs: list[Job], bundle_id: str, *, t: float, from_scratch:
     may share a bundle: :func:`retry_groups`) into one new bundle, ``bundle_id``: its put,
     then each job back to PENDING if it is still in its state, in the order of ``jobs``."""
     first = jobs[0]
-    if tenants.of_bundle(bundle_id) != first.tenant:  # bundles never mix tenants
-        raise ValueError(f"bundle {bundle_id} is not of tenant {first.tenant}")
+    if any(tenants.of_bundle(bundle_id) != j.tenant for j in jobs):  # bundles never mix them
+        raise LongjobsError(f"bundle {bundle_id} is not of this job's tenant {first.tenant}",
+                            job_id=first.job_id)
     # A run of the job may still be alive in job.live_task (abandoned, or failed as
     # overdue while its task ran on): the new bundle (its own) is held until the tick's
     # reconciliation sees that task stopped, so two runs never overlap (lifecycle,

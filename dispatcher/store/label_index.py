@@ -40,6 +40,16 @@ def carried(job_labels: Mapping[str, str] | None, tenant: str | None) -> dict[st
     return {**(job_labels or {}), **({tenants.INDEX_KEY: tenant} if tenant else {})}
 
 
+def entry(label: str | None, tenant: str | None) -> tuple[str, str] | None:
+    """The entry a selection by ``label`` (``key=value``) and ``tenant`` reads: the label's,
+    else the tenant's (a tenant given with a label filters the label's jobs); None for
+    neither. ValueError saying the form of a bad one."""
+    tenant = tenants.checked(tenant)
+    if label is not None:
+        return labels.parse(label)
+    return (tenants.INDEX_KEY, tenant) if tenant else None
+
+
 def label_key(key: str, value: str, job_id: str) -> str:
     return f"LABEL#{labels.written(key, value)}#{job_id}"
 
@@ -85,8 +95,7 @@ class LabelIndex(Reads):
                                 page=page):
             found = self.table.get_many([r.job_key(row.job_id or "") for row in rows])
             yield [rec for rec in found if _matches(rec, key, value, states, kind,
-                                                    scheduled_after, since)
-                   and (tenant is None or rec.tenant == tenant)]
+                                                    scheduled_after, since, tenant)]
 
     def newest_labelled(self, key: str, value: str, *, limit: int,
                         states: Sequence[JobState] | None = None, since: float | None = None,
@@ -104,15 +113,16 @@ class LabelIndex(Reads):
             found = {rec.pk: rec for rec in self.table.get_many(
                 [r.job_key(row.job_id or "") for row in chunk])}
             out += [rec for row in chunk if (rec := found.get(r.job_key(row.job_id or "")))
-                    and _matches(rec, key, value, states, kind, scheduled_after, since)
-                    and (tenant is None or rec.tenant == tenant)]
+                    and _matches(rec, key, value, states, kind, scheduled_after, since,
+                                 tenant)]
             if len(out) >= limit:
                 break
         return out[:limit]
 
 
 def _matches(rec: Record, key: str, value: str, states: Sequence[JobState] | None,
-             kind: str | None, scheduled_after: float | None, since: float | None) -> bool:
+             kind: str | None, scheduled_after: float | None, since: float | None,
+             tenant: str | None) -> bool:
     """The job as read still carries the label and matches the rest; ``since`` on its own
     creation time (a duplicate's entry was written later than its job was made)."""
     return carried(rec.labels if isinstance(rec.labels, dict) else None,
@@ -120,4 +130,5 @@ def _matches(rec: Record, key: str, value: str, states: Sequence[JobState] | Non
         and (since is None or (rec.created_at or 0) >= since) \
         and (states is None or rec.state in {str(s) for s in states}) \
         and (kind is None or rec.kind == kind) \
-        and (scheduled_after is None or (rec.not_before or 0) > scheduled_after)
+        and (scheduled_after is None or (rec.not_before or 0) > scheduled_after) \
+        and (tenant is None or rec.tenant == tenant)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from dispatcher import settings
-from dispatcher.domain import labels, message, sizes
+from dispatcher.domain import labels, message, sizes, tenants
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.errors import LongjobsError, TooLarge
 from dispatcher.domain.jobs import Job, JobState, Priority, Resources
@@ -224,7 +224,10 @@ def _worst_case_job() -> Record:
                 "stop_code": "EssentialContainerExited", "exit_code": 137,
                 "stop_class": "application"} for n in range(500)]
     job = Job(job_id="J" * 128, kind="K" * 128, payload=blob("p", sizes.MAX_PAYLOAD_BYTES),
-              state=JobState.FAILED, bundle_id="b" * 32, estimated_seconds=1e7 / 3,
+              state=JobState.FAILED, estimated_seconds=1e7 / 3,
+              # the longest tenant, named in its bundle's id too (a follow-on's, of a big batch)
+              tenant="t" * tenants.MAX_TENANT,
+              bundle_id=tenants.bundle_id("t" * tenants.MAX_TENANT, "b" * 32) + "-99999",
               max_attempts=100, timeout_seconds=1e7 / 7, attempts=100, infra_attempts=99999,
               created_at=1.7e9 / 3, enqueued_at=1.7e9 / 7, message_id="m" * 100,
               reason=sizes.clip_text("\u00e9" * 1_000_000, sizes.MAX_REASON_BYTES),
