@@ -59,6 +59,7 @@ class BulkRun:
     from_scratch: bool
     page: int  # index rows a page: small ones cut a run into many pages
     label: str | None = None  # ``--label key=value``: read through the label index
+    tenant: str | None = None  # ``--tenant T``: read through it too, without a label
 
 
 def stack_arn(revision: str) -> str:
@@ -155,6 +156,16 @@ def arrays_unlike_alone(view: checks.View, verb: str, done: set[str]) -> list[st
                 out.append(f"array {job_id} cancelled by a bulk cancel, its children {left} "
                            "left to run")
     return out
+
+
+def untenanted(view: checks.View, tenant: str | None, done: set[str]) -> list[str]:
+    """Jobs a bulk action by ``tenant`` acted on (or asked a task to cancel) that are another
+    tenant's (or none's)."""
+    if tenant is None:
+        return []
+    return [f"{job_id} was acted on by a bulk action --tenant {tenant} it is not of: "
+            f"{checks.describe(job)}" for job_id in sorted(done)
+            if (job := view.job(job_id)) is not None and job.tenant != tenant]
 
 
 def unlabelled(view: checks.View, label: str | None, done: set[str]) -> list[str]:
@@ -263,15 +274,16 @@ class OperatorRules:
           kind=st.sampled_from([None, None, "plain", "report", "k"]),
           since=st.sampled_from([None, None, 120.0, 86_400.0]),
           from_scratch=st.booleans(), page=st.sampled_from([1, 3, 100]), cut=INTERRUPTIONS,
-          label=st.sampled_from([None, None, "team=a", "tier=gold"]))
+          label=st.sampled_from([None, None, "team=a", "tier=gold"]),
+          tenant=st.sampled_from([None, None, *checks.TENANTS]))
     def bulk_action(self, which: tuple[str, str], kind: str | None, since: float | None,
                     from_scratch: bool, page: int, cut: tuple[Any, ...] | None,
-                    label: str | None = None) -> None:
-        """``jobs cancel|retry --status S [--kind K] [--since D] [--label K=V]``, perhaps cut
-        short."""
+                    label: str | None = None, tenant: str | None = None) -> None:
+        """``jobs cancel|retry --status S [--kind K] [--since D] [--label K=V] [--tenant T]``,
+        perhaps cut short."""
         bulk_id = f"bulk-{len(self.bulk_runs):03d}"
         self.bulk_runs[bulk_id] = BulkRun(which[0], which[1], kind, since, from_scratch, page,
-                                          label)
+                                          label, tenant)
         self.run_bulk(bulk_id, cut)
 
     @precondition(lambda self: bool(self.cut_short))
@@ -290,7 +302,8 @@ class OperatorRules:
         before = view.items
         marks, requests = job_marks(before), cancel_requests(before)
         action, f = self.twins.client().bulk(how.verb, status=how.status, kind=how.kind,
-                                             since_seconds=how.since_seconds, label=how.label)
+                                             since_seconds=how.since_seconds, label=how.label,
+                                             tenant=how.tenant)
         # The twins' clock, not the machine's: ``since`` and SCHEDULED count from the model's
         # now, and an example replays alike.
         action.clock, action.page = self.twins.clock, how.page
@@ -313,11 +326,13 @@ class OperatorRules:
         view = checks.View.read(self.table, self.twins.queue)
         done = acted(how.verb, marks, job_marks(view.items))
         self.bulk_acts.setdefault(bulk_id, Counter()).update(done)
-        self.bulk_requests.setdefault(bulk_id, Counter()).update(
-            cancel_requests(view.items) - requests)
+        asked = cancel_requests(view.items) - requests
+        self.bulk_requests.setdefault(bulk_id, Counter()).update(asked)
         self.fail(RETRY_CUT if how.verb == "retry" and cut is not None else "bulk_array",
                   arrays_unlike_alone(view, how.verb, done))
         self.fail("bulk_label", unlabelled(view, how.label, done))
+        self.fail("bulk_tenant", untenanted(view, how.tenant,
+                                            set(done) | {job_id for _, job_id in asked}))
         if how.verb == "retry":
             for job_id in done:  # a fresh budget; it waits for no dependency (as retry)
                 self.runs[job_id] = 0
@@ -326,9 +341,10 @@ class OperatorRules:
             self.fail("bulk_retry_budget", unlike_a_retry(view, done, how.from_scratch))
             # The pages this run read at most: the jobs in its state before it, a page each
             # ``how.page`` of them.
+            entry = how.label or (f"@tenant={how.tenant}" if how.tenant else None)
             rows = sum(1 for state, _ in marks.values() if state == how.status) \
-                if how.label is None else sum(  # the label's entries, by label
-                    1 for pk in before if pk.startswith(f"LABEL#{how.label}#"))
+                if entry is None else sum(  # the label's (or tenant's) entries
+                    1 for pk in before if pk.startswith(f"LABEL#{entry}#"))
             self.fail("retries_bundled", model_retry_bundles.unbundled(
                 view, set(done), self.twins.store.bundle_sizes,
                 max(1, math.ceil(rows / how.page)), self.twins.clock()))

@@ -1,8 +1,11 @@
 """The system model's ``tenants_apart`` check (tests/model_checks.py): no bundle holds another
-tenant's job and no task runs two tenants' jobs. Two tenants' bursts, more than the slots take
-at once, run to their end through follow-ons and takes of other batches' work. Today nothing
-mixes; with the rule a take keeps broken (a task that may run any tenant's follow-ons), or the
-bundler's (a shape that forgets the tenant), the check sees it."""
+tenant's job and no task runs two tenants' jobs; and its ``bulk_tenant`` check
+(tests/model_operators.py): a bulk action by tenant acts on that tenant's jobs only.
+
+Two tenants' bursts, more than the slots take at once, run to their end through follow-ons
+and takes of other batches' work. Today nothing mixes; with the rule a take keeps broken (a task
+that may run any tenant's follow-ons), or the bundler's (a shape that forgets the tenant), the
+check sees it; with a bulk action's tenant ignored, ``bulk_tenant`` sees it."""
 
 from __future__ import annotations
 
@@ -12,9 +15,10 @@ import pytest
 
 from dispatcher.domain import bundle_sizes
 from dispatcher.domain.bundles import Bundle
+from dispatcher.ops.bulk import BulkAction
 from dispatcher.store import follow_ons
 from tests.twins import test_system_model as model
-from tests.twins.test_system_model_gaps import machines, seen_by
+from tests.twins.test_system_model_gaps import machines, seen_by, spec
 
 __all__ = ["machines"]  # the fixture, used by name
 
@@ -58,3 +62,29 @@ def test_the_check_sees_tenants_mixed(machines: Callable[[], model.SystemModel],
         monkeypatch.setattr(bundle_sizes.BundleSizes, "shape", _shape_without_tenant)
     seen = seen_by(machines(), "tenants_apart", two_tenants_bursts)
     assert seen, f"a broken {broken} rule went unseen"
+
+
+def bulk_cancel_by_tenant(m: model.SystemModel) -> None:
+    m.submit(spec(tenant="t1"), 3, False)
+    m.submit(spec(tenant="t2"), 2, False)
+    m.submit(spec(), 2, False)  # of no tenant
+    m.tick(1)
+    m.bulk_action(("cancel", "PENDING"), None, None, False, 100, None, None, "t1")
+
+
+def test_a_bulk_action_by_tenant_acts_on_its_jobs_only(
+        machines: Callable[[], model.SystemModel]) -> None:
+    m = machines()
+    assert seen_by(m, "bulk_tenant", bulk_cancel_by_tenant) == []
+    touched = set(m.bulk_acts["bulk-000"]) | {j for _, j in m.bulk_requests["bulk-000"]}
+    t1 = {j.job_id for j in m.twins.jobs() if j.tenant == "t1"}
+    assert len(t1) == 3 and touched == t1  # cancelled, or asked of their tasks
+
+
+def test_the_bulk_tenant_check_sees_a_job_of_another_tenant(
+        machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken rule: a bulk action selects by its status alone, its tenant ignored."""
+    monkeypatch.setattr(BulkAction, "_pages", lambda self, f, state, where, page:
+                        self.store.job_pages(state, page=page, **where))
+    seen = seen_by(machines(), "bulk_tenant", bulk_cancel_by_tenant)
+    assert seen and "it is not of" in seen[0]
