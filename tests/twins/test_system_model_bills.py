@@ -121,10 +121,16 @@ def test_a_bulk_action_by_label_acts_on_its_jobs_only(
     assert len(team_a) == 3 and touched == team_a  # cancelled, or asked of their tasks
 
 
+def select_by_status_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Break bulk actions' rule: they select by status (kind, window) alone, no label nor
+    tenant read."""
+    monkeypatch.setattr(BulkAction, "_pages", lambda self, f, state, where, page:
+                        self.store.job_pages(state, page=page, **where))
+
+
 def test_the_bulk_label_check_sees_a_job_the_label_does_not_name(
         machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
     """The broken rule: a bulk action selects by its status alone, its label ignored."""
-    monkeypatch.setattr(BulkAction, "_pages", lambda self, f, state, where, page:
-                        self.store.job_pages(state, page=page, **where))
+    select_by_status_alone(monkeypatch)
     seen = seen_by(machines(), "bulk_label", bulk_cancel_by_label)
     assert seen and "it does not carry" in seen[0]

@@ -15,9 +15,9 @@ import pytest
 
 from dispatcher.domain import bundle_sizes
 from dispatcher.domain.bundles import Bundle
-from dispatcher.ops.bulk import BulkAction
 from dispatcher.store import follow_ons
 from tests.twins import test_system_model as model
+from tests.twins.test_system_model_bills import select_by_status_alone
 from tests.twins.test_system_model_gaps import machines, seen_by, spec
 
 __all__ = ["machines"]  # the fixture, used by name
@@ -84,7 +84,6 @@ def test_a_bulk_action_by_tenant_acts_on_its_jobs_only(
 def test_the_bulk_tenant_check_sees_a_job_of_another_tenant(
         machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
     """The broken rule: a bulk action selects by its status alone, its tenant ignored."""
-    monkeypatch.setattr(BulkAction, "_pages", lambda self, f, state, where, page:
-                        self.store.job_pages(state, page=page, **where))
+    select_by_status_alone(monkeypatch)
     seen = seen_by(machines(), "bulk_tenant", bulk_cancel_by_tenant)
     assert seen and "it is not of" in seen[0]
