@@ -215,6 +215,11 @@ class Config(BaseModel):
         "LONGJOBS_TENANT", "The tenant the jobs this producer submits are for, unless a job "
         "names its own (--tenant, tenant=): 1-64 chars of [A-Za-z0-9._-]; empty: none.",
         ("client",), on_aws=OnAws.LOCAL)] = ""
+    tenant_half_life_seconds: Annotated[float, Field(ge=0), Env(
+        "LONGJOBS_TENANT_HALF_LIFE_SECONDS", "Half-life of a tenant's counted usage (its "
+        "tasks' vCPU-seconds), which orders tenants equally far from their shares of the task "
+        "slots (longjobs tenants set); 0 never forgets.", ("dispatcher",),
+        on_aws=OnAws.PARAMETER)] = 600.0
     launcher: Annotated[str, one_of("ecs", "local"), Env(
         "LONGJOBS_LAUNCHER", "ecs (RunTask) or local (tasks as local processes).",
         on_aws=OnAws.LOCAL)] = "ecs"

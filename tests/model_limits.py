@@ -1,5 +1,6 @@
-"""The whole-system model's check of the kind limits (``LONGJOBS_KIND_LIMITS``): the handlers
-of a limited kind running at once, in all tasks, never exceed its limit.
+"""The whole-system model's checks of the kind limits (``LONGJOBS_KIND_LIMITS``): the handlers
+of a limited kind running at once, in all tasks, never exceed its limit; and of the tenants'
+caps (:class:`TenantCapWatch`).
 
 A changed limit applies to the bundles launched from then on; a running bundle keeps the slots
 its launch decided. Each launch counts the slots of the kind's active bundles against the limit
@@ -18,7 +19,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES
+from dispatcher.domain.tenant_shares import TenantPolicy
 from dispatcher.settings import kind_limits
+from dispatcher.store import codec
 from tests.model_checks import View
 from tests.model_runner import SimTask
 
@@ -62,3 +65,26 @@ def parse_limits(text: str) -> dict[str, int]:
     """``LONGJOBS_KIND_LIMITS`` as the model sets it, read as the settings read it."""
     limits: dict[str, int] = kind_limits(text)
     return limits
+
+
+class TenantCapWatch:
+    """No step that adds a task leaves a tenant past its cap (``longjobs tenants set T
+    --max-running N``, as the table holds it after the step): a launch, a relaunch, a take. A
+    cap lowered below the tenant's tasks holds once enough of them end; a crashed tick's
+    launches that the next tick completes were decided under the cap of their tick."""
+
+    def __init__(self) -> None:
+        self._before: Counter[str] = Counter()
+
+    def check(self, view: View, recovered: bool) -> list[str]:
+        rec = view.items.get(codec.TENANT_POLICIES_KEY)
+        policies = rec.tenants if rec is not None and isinstance(rec.tenants, dict) else {}
+        caps = {t: TenantPolicy.from_json(p).max_running for t, p in policies.items()}
+        now = Counter(b.tenant for b in view.bundles()
+                      if b.state in ACTIVE_BUNDLE_STATES and b.tenant is not None)
+        before, self._before = self._before, now
+        if recovered:
+            return []
+        return [f"tenant {t} runs {now[t]} tasks after this step ({before[t]} before it), "
+                f"over its cap of {cap}" for t, cap in sorted(caps.items())
+                if cap is not None and now[t] > max(cap, before[t])]

@@ -9,6 +9,7 @@ its task ran."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import Counter
 from collections.abc import Mapping
@@ -267,6 +268,15 @@ class OperatorRules:
     def revision_env(self) -> dict[str, str]:
         """The functions' environment names the stack's revision (as the template does)."""
         return {"LONGJOBS_STACK_TASK_DEFINITION": stack_arn(self.stack)}
+
+    # -- tenants' shares --------------------------------------------------------------------------
+    @rule(tenant=st.sampled_from(checks.TENANTS), cap=st.sampled_from([None, 1, 2]))
+    def tenant_cap(self, tenant: str, cap: int | None) -> None:
+        """``longjobs tenants set T --max-running N`` (or ``--no-cap``): the next ticks, and
+        the stop events' relaunches, keep to it (the ``tenant_cap`` check)."""
+        # Written or not: the check reads the table's policy.
+        with contextlib.suppress(LambdaDied, TableUnavailable):
+            self.twins.store.set_tenant_policy(tenant, max_running=cap, no_cap=cap is None)
 
     # -- bulk actions ----------------------------------------------------------------------------
     @precondition(lambda self: bool(self.submitted))

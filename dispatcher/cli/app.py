@@ -44,7 +44,7 @@ app.command("stats")(jobs_commands.stats)
 app.command()(deploy_commands.deploy)
 app.command()(top_commands.top)
 app.command()(console_commands.console)
-app.command()(tenant_commands.tenants)
+app.add_typer(tenant_commands.tenants_app)
 
 
 def _print_version(value: bool) -> None:

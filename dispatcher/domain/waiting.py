@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dispatcher.domain import tenants
 from dispatcher.domain.jobs import PRIORITY_ORDER
 from dispatcher.domain.lifecycle import DEPENDENTS_HELD_AT
 
@@ -32,13 +33,38 @@ DEPENDENCIES = "dependencies"  # for the jobs it depends on to end (detail: whic
 # A follow-on of a large batch no task has run yet: the batch's running tasks take them in
 # turn, and a slot that other due work leaves free gets the oldest (dispatcher.store.follow_ons).
 FOLLOW_ON = "follow_on"
+# Its tenant runs as many tasks as its cap lets, or its share of the slots while every slot is
+# taken: a slot that frees goes to a tenant below its share first
+# (dispatcher.domain.tenant_shares).
+FAIR_SHARE = "fair_share"
 REASONS = (SCHEDULED, KIND_LIMIT, CAPACITY, SPOT_BACKOFF, LAUNCH_BACKOFF, PRIORITY, LAUNCHING,
-           STARTING, RERUN_PENDING, RECORDING, CHILDREN, DEPENDENCIES, FOLLOW_ON)
+           STARTING, RERUN_PENDING, RECORDING, CHILDREN, DEPENDENCIES, FOLLOW_ON, FAIR_SHARE)
 
 # How RunTask's failures[] reason starts when Fargate (Spot or on-demand) has no capacity.
 # https://repost.aws/knowledge-center/ecs-fargate-runtask-capacity
 NO_CAPACITY = "Capacity is unavailable"
 PRIORITY_RANK = {str(p): n for n, p in enumerate(PRIORITY_ORDER)}
+
+
+@dataclass(frozen=True)
+class TenantShare:
+    """A tenant as a tick left it: its ``tasks`` (running and launched), its ``target``
+    (dispatcher.domain.tenant_shares.targets), its ``weight`` and cap."""
+
+    tasks: int
+    target: int
+    weight: float = 1.0
+    max_running: int | None = None
+
+    def to_json(self) -> list[Any]:
+        return [self.tasks, self.target, self.weight, self.max_running]
+
+    @staticmethod
+    def from_json(data: Any) -> TenantShare:
+        v = list(data) if isinstance(data, list) else []
+        v += [0, 0, 1.0, None][len(v):]
+        return TenantShare(int(v[0]), int(v[1]), float(v[2]),
+                           None if v[3] is None else int(v[3]))
 
 
 @dataclass(frozen=True)
@@ -65,6 +91,11 @@ class TickSummary:
     others_due: dict[str, int] = field(default_factory=dict)
     fed_seconds: float = 0.0
     small_jobs_left: bool = False
+    # Tenants' shares (dispatcher.domain.tenant_shares), of those in its view: each one's
+    # tasks as it ended and its target; and how many tasks of a tenant should give up their
+    # slot at their bundle's end (dispatcher.store.follow_ons).
+    tenants: dict[str, TenantShare] = field(default_factory=dict)
+    shed: dict[str, int] = field(default_factory=dict)
 
     def others_waiting(self, priority: str) -> bool:
         """Whether due work other than untaken follow-ons, of ``priority`` or higher, was
@@ -77,7 +108,10 @@ class TickSummary:
                 "kinds": {k: list(v) for k, v in self.kinds.items()},
                 "left_due": dict(self.left_due), "blocked": sorted(self.blocked),
                 "others_due": dict(self.others_due), "fed_seconds": self.fed_seconds,
-                "small_jobs_left": self.small_jobs_left}
+                "small_jobs_left": self.small_jobs_left,
+                **({"tenants": {t: v.to_json() for t, v in self.tenants.items()}}
+                   if self.tenants else {}),
+                **({"shed": dict(self.shed)} if self.shed else {})}
 
     @staticmethod
     def from_json(data: Any) -> TickSummary | None:
@@ -93,7 +127,10 @@ class TickSummary:
                            others_due={str(p): int(n)
                                        for p, n in (data.get("others_due") or {}).items()},
                            fed_seconds=float(data.get("fed_seconds") or 0.0),
-                           small_jobs_left=bool(data.get("small_jobs_left")))
+                           small_jobs_left=bool(data.get("small_jobs_left")),
+                           tenants={str(t): TenantShare.from_json(v)
+                                    for t, v in (data.get("tenants") or {}).items()},
+                           shed={str(t): int(n) for t, n in (data.get("shed") or {}).items()})
 
 
 @dataclass(frozen=True)
@@ -112,6 +149,7 @@ class BundleFacts:
     slots: int = 0
     stopped_task: str | None = None  # the task whose stop was handled last (a rerun's cause)
     follow_on: bool = False  # a follow-on no task has run yet (waits apart: FOLLOW_ON)
+    tenant: str | None = None  # whom its jobs are for (from its id)
 
 
 @dataclass(frozen=True)
@@ -127,6 +165,9 @@ class Waiting:
     # with a slot free, of its own)
     ahead: int | None = None
     kind: str | None = None
+    # fair_share: its tenant; running: that tenant's tasks; limit: its cap, or its share of
+    # the slots (target) while they are all taken
+    tenant: str | None = None
     task_arn: str | None = None
     launch_id: str | None = None
     last_error: str | None = None
@@ -185,6 +226,15 @@ def waiting_for(state: str, *, not_before: float | None, runs: int, reason: str 
     active, most = summary.active, summary.max_running
     if bundle.follow_on:  # taken in turn by running tasks; a free slot gets the oldest
         return Waiting(FOLLOW_ON, running=active, limit=most)
+    name = bundle.tenant or tenants.NONE
+    share = summary.tenants.get(name)
+    if share is not None and share.max_running is not None and share.tasks >= share.max_running:
+        return Waiting(FAIR_SHARE, tenant=name, running=share.tasks, limit=share.max_running,
+                       detail=detail or "its tenant's cap", attempt=attempt)
+    if share is not None and active >= most and share.tasks >= share.target \
+            and len(summary.tenants) > 1:
+        return Waiting(FAIR_SHARE, tenant=name, running=share.tasks, limit=share.target,
+                       detail=detail or "its tenant's share of the slots", attempt=attempt)
     rank = PRIORITY_RANK.get(bundle.priority, 1)
     higher = sum(n for p, n in summary.left_due.items() if PRIORITY_RANK.get(p, 1) < rank)
     if higher:  # bundles of a higher priority wait too: a slot that frees goes to them first

@@ -30,6 +30,7 @@ from dispatcher.wiring import adapters
 
 if TYPE_CHECKING:  # the table's model (pynamodb) loads only when a client reads
     from dispatcher.domain.costs import JobCost
+    from dispatcher.domain.tenant_shares import TenantPolicy
     from dispatcher.ops.bulk import BulkAction, BulkFilter, BulkReport
     from dispatcher.ops.dead_letters import DeadLetters
     from dispatcher.ops.job_log import JobLog, LogCursor
@@ -307,6 +308,16 @@ class JobClient:
         """Each tenant's tasks running and what its jobs used in the window (the last 24 h
         unless given): see :mod:`dispatcher.ops.usage`."""
         return self.queries().tenants(since=since, since_seconds=since_seconds)
+
+    def set_tenant(self, tenant: str, *, weight: float | None = None,
+                   max_running: int | None = None, reserve: int | None = None,
+                   no_cap: bool = False, reset: bool = False) -> TenantPolicy:
+        """Change ``tenant``'s share of the task slots (see
+        :mod:`dispatcher.domain.tenant_shares`); the settings not given stay. The next tick
+        applies it."""
+        return self.queries().store.set_tenant_policy(
+            tenant, weight=weight, max_running=max_running, reserve=reserve, no_cap=no_cap,
+            reset=reset)
 
     # -- operating (dispatcher.ops.queries) ----------------------------------------------------
     def queries(self, *, logs: bool = False) -> Queries:

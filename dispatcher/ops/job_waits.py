@@ -4,6 +4,7 @@ never of the tick."""
 
 from __future__ import annotations
 
+from dispatcher.domain import tenants
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.waiting import (
     CHILDREN,
@@ -51,4 +52,5 @@ def bundle_facts(bundle: Record) -> BundleFacts:
         task_arn=bundle.task_arn, launch_id=bundle.launch_id, updated_at=bundle.updated_at,
         kind=bundle.kind, priority=bundle.priority or "normal", slots=int(bundle.slots or 0),
         stopped_task=bundle.reported_stop,
-        follow_on=bundle.status_key == FOLLOW_ONS_STATUS)
+        follow_on=bundle.status_key == FOLLOW_ONS_STATUS,
+        tenant=tenants.of_bundle(bundle.pk.removeprefix("BUNDLE#")))

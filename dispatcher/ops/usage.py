@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dispatcher.domain import tenants
+from dispatcher.domain import tenant_shares, tenants
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.errors import LongjobsError
+from dispatcher.domain.tenant_shares import TenantPolicy
 from dispatcher.store import OperatorStore
 from dispatcher.store.codec import iso
 from dispatcher.store.task_bills import GroupUsage, hour_of
@@ -70,11 +71,16 @@ def usage_report(store: OperatorStore, by: str, since: float, until: float) -> U
 
 @dataclass(frozen=True)
 class TenantRow:
-    """One tenant: its tasks running now, and what its jobs used in the window."""
+    """One tenant: its tasks running now, and what its jobs used in the window; its policy
+    (dispatcher.domain.tenant_shares), its target as the last tick set it (None: that tick
+    had nothing to share) and its counted usage (decayed vCPU-seconds)."""
 
     tenant: str
     running: int
     used: GroupUsage
+    policy: TenantPolicy = tenant_shares.DEFAULT
+    target: int | None = None
+    usage: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,10 @@ class TenantsReport:
         return {"since": iso(self.since), "until": iso(self.until), "tenants": [
             {"tenant": t.tenant, "running_tasks": t.running, "jobs": t.used.jobs,
              "job_hours": t.used.job_seconds / 3600, "vcpu_hours": t.used.vcpu_seconds / 3600,
-             "dollars": t.used.dollars} for t in self.rows]}
+             "dollars": t.used.dollars, "weight": t.policy.weight,
+             "max_running": t.policy.max_running, "reserve": t.policy.reserve,
+             "target": t.target, "usage_vcpu_seconds": round(t.usage, 1)}
+            for t in self.rows]}
 
 
 def tenants_report(store: OperatorStore, active: Sequence[Bundle], since: float,
@@ -99,7 +108,13 @@ def tenants_report(store: OperatorStore, active: Sequence[Bundle], since: float,
     their usage counters in the window (as ``stats --by tenant``): no job read."""
     used = {g.group: g for g in usage_report(store, "tenant", since, until).groups}
     running = Counter(b.tenant or tenants.NONE for b in active)
-    names = sorted(set(used) | set(running),
+    policies, usage, _ = store.tenant_state()  # the usage as the last tick counted it
+    summary = store.tick_summary()
+    shares = summary.tenants if summary is not None else {}
+    names = sorted(set(used) | set(running) | set(policies),
                    key=lambda n: (-running[n], -used[n].dollars if n in used else 0.0, n))
     return TenantsReport(float(hour_of(since)), until, [
-        TenantRow(n, running[n], used.get(n, GroupUsage(n))) for n in names])
+        TenantRow(n, running[n], used.get(n, GroupUsage(n)),
+                  policies.get(n, tenant_shares.DEFAULT),
+                  shares[n].target if n in shares else None,
+                  usage.get(n, 0.0)) for n in names])

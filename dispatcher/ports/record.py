@@ -135,6 +135,9 @@ class Record:
     credit: Any = None
     # the last tick's view of the slots (TICK#summary): what `waiting_for` is derived from
     summary: Any = None
+    # tenants' policies, or their decayed usage (dispatcher.store.tenant_policies)
+    tenants: Any = None
+    shed: float | None = None  # tasks of a tenant that gave up their slot after a tick
     # the look at every held dependent (SWEEP#dependents): when one was last given back
     given_back_at: float | None = None
     # the lease (dispatcher.store.values.Lease): SWEEP#dependents' claim as its last holder
@@ -166,7 +169,7 @@ class Record:
 ATTRIBUTES: frozenset[str] = frozenset(f.name for f in fields(Record))
 JSON_ATTRIBUTES = frozenset({"payload", "result", "error", "history", "checkpoint", "progress",
                              "credit", "ran_usage", "ended_usage", "bill", "labels",
-                             "container_env", "summary", "array_tally", "array_retry",
+                             "container_env", "summary", "tenants", "array_tally", "array_retry",
                              "depends_on"})
 LIST_ATTRIBUTES = frozenset({"job_ids", "cancel_jobs", "running_jobs", "bundle_ids",
                              "task_arns", "handed_jobs", "bulk_ids"})
@@ -187,7 +190,8 @@ NUMBER_ATTRIBUTES = frozenset(
 INDEX_KEYS = ("pk", "status_key", "status_at")
 NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint", "progress",
                            "body",
-                           "credit", "summary", "cancel_jobs", "running_jobs", "expires_at",
+                           "credit", "summary", "tenants", "shed", "cancel_jobs",
+                           "running_jobs", "expires_at",
                            "reported_stop", "image", "container_env", "derived_from",
                            "version", "sequence", "handed_jobs", "handed", "array_size",
                            "array_tolerated", "array_next", "array_offered", "array_tally",

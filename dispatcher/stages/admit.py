@@ -35,7 +35,7 @@ from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.ports.queue import BATCH, Queue, Received
 from dispatcher.stages.admitted import AdmissionStats
-from dispatcher.stages.bundle import Bundler
+from dispatcher.stages.bundle import Bundler, TenantRoom
 from dispatcher.stages.policy import AdmitPolicy
 from dispatcher.stages.queue_drain import DrainSetup, QueueDrain
 from dispatcher.stages.recorder import Recorder
@@ -84,7 +84,8 @@ class Admission:
               shares: Mapping[Priority, int] | None = None,
               visible: Mapping[Priority, int] | None = None,
               beat_seconds: float | None = None, takers: int = 0,
-              running_tenants: Collection[str | None] | None = None
+              running_tenants: Collection[str | None] | None = None,
+              tenant_room: TenantRoom = None
               ) -> Iterator[list[Bundle]]:
         """Admit up to ``capacity`` bundles of work before ``deadline`` (monotonic), each
         priority's queue in turn, yielding each recorded bundle that can launch now as soon as
@@ -105,7 +106,9 @@ class Admission:
         rather than in the queue for a slot to free and a new task to start. (Urgent jobs
         have their own way to running tasks with no slot free:
         dispatcher/stages/handoff.py.) ``running_tenants``: the tenants of the running tasks;
-        a batch of another tenant opens with a foothold (:class:`Bundler`)."""
+        a batch of another tenant opens with a foothold (:class:`Bundler`); ``tenant_room``:
+        tasks each capped tenant may still start, or how to read them
+        (dispatcher/stages/tenant_slots.py)."""
         if capacity <= 0:
             if takers > 0:
                 yield from self._drain_for_takers(takers, deadline, stats, kind_room, visible,
@@ -114,6 +117,7 @@ class Admission:
         visible = dict(visible) if visible is not None else self.backlog()
         guaranteed = {p: (shares or {}).get(p, 0) for p in PRIORITY_ORDER}
         room = dict(kind_room or {})
+        tenant_left = tenant_room
         left = capacity
         if self._policy.bundling.follow_on_seconds <= 0:
             takers = 0  # follow-ons are off
@@ -135,19 +139,22 @@ class Admission:
                     continue
                 bundler = yield from self._drain_one(pool, priority, queue, slots, sharing,
                                                      visible, room, deadline, stats,
-                                                     beat_seconds, running_tenants)
+                                                     beat_seconds, running_tenants,
+                                                     tenant_left)
                 left -= bundler.opened
-                room = bundler.kind_room
+                room, tenant_left = bundler.kind_room, bundler.tenant_room
             if later is not None and time.monotonic() < deadline:
                 priority, queue, sharing = later
                 yield from self._drain_one(pool, priority, queue, 0, sharing, visible, room,
-                                           deadline, stats, beat_seconds, running_tenants)
+                                           deadline, stats, beat_seconds, running_tenants,
+                                           tenant_left)
 
     def _drain_one(self, pool: ThreadPoolExecutor, priority: Priority, queue: Queue,
                    slots: int, sharing: int, visible: Mapping[Priority, int],
                    room: Mapping[str, int], deadline: float, stats: AdmissionStats,
                    beat_seconds: float | None,
-                   running_tenants: Collection[str | None] | None = None
+                   running_tenants: Collection[str | None] | None = None,
+                   tenant_room: TenantRoom = None
                    ) -> Generator[list[Bundle], None, Bundler]:
         """One level's drain into ``slots`` free slots, and into follow-ons for ``sharing``
         running tasks; its bundler, once it ends (the bundles it opened, the kinds' room
@@ -157,7 +164,7 @@ class Admission:
         bundler = Bundler(self._policy.bundling, slots, target, at=self._clock(),
                           kind_limits=self._policy.kind_limits, kind_room=room,
                           backlog=visible.get(priority, 0), clock=self._clock, takers=sharing,
-                          running_tenants=running_tenants)
+                          running_tenants=running_tenants, tenant_room=tenant_room)
         yield from QueueDrain(self._setup, queue, bundler, deadline, stats,
                               beat_seconds=beat_seconds,
                               of_high=priority == Priority.HIGH).run(pool)

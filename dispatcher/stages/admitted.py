@@ -33,6 +33,9 @@ class AdmissionStats:
     # running task of another tenant leaves its slot for (stages/bundle.py, "footholds").
     footholds: dict[str, int] = field(default_factory=dict)
     follow_ons: int = 0  # recorded for running tasks to take (dispatcher.store.follow_ons)
+    # Follow-ons and footholds recorded, by tenant ("(none)" for the jobs of none): work
+    # that tenant has beyond what the tick saw (dispatcher/stages/tenant_slots.py).
+    tenants_followed: dict[str, int] = field(default_factory=dict)
     follow_on_seconds: float = 0.0  # their jobs' estimated seconds
     # A drain of small jobs stopped with every slot's share taken, not with the queue empty:
     # more may wait there for the next tick.

@@ -75,6 +75,11 @@ def tapered_share(remaining: int, slots: int, admit_rate: float, task_rate: floa
     return max(1, round(share))
 
 
+# Tasks each capped tenant may still start (its None for the jobs of none), or how to read
+# them when a job of a tenant first comes (dispatcher/stages/tenant_slots.py).
+TenantRoom = Mapping[str | None, int] | Callable[[], Mapping[str | None, int]] | None
+
+
 class Bundler:
     """Admits jobs while they fit into ``capacity`` bundles, closing each one when full.
 
@@ -92,7 +97,8 @@ class Bundler:
                  kind_room: Mapping[str, int] | None = None, waiting: int = 0,
                  backlog: int | None = None,
                  clock: Callable[[], float] | None = None, takers: int = 0,
-                 running_tenants: Collection[str | None] | None = None) -> None:
+                 running_tenants: Collection[str | None] | None = None,
+                 tenant_room: TenantRoom = None) -> None:
         """``waiting``: jobs to admit although no slot can take them (they all :meth:`wait`):
         the urgent intake of a tick with every slot busy (dispatcher/stages/handoff.py).
         ``takers``: the running tasks that take follow-ons as they end their bundles. With no
@@ -101,7 +107,10 @@ class Bundler:
         each (one launched per free slot, the rest for every task). Either way the drain
         admits at most what as many slots as free and taking tasks together would, at their
         even shares. ``running_tenants``: the tenants of the tasks running (None: not told);
-        a batch of another tenant, which none of them can take, opens with a foothold."""
+        a batch of another tenant, which none of them can take, opens with a foothold.
+        ``tenant_room``: tasks each capped tenant may still start, or how to read them (called
+        at the first job of a tenant, if any comes); a tenant with none left opens no slot (its
+        bundles wait as due work, or follow on for its running tasks)."""
         self._policy = policy
         self._takers = max(0, takers)
         self._waiting = waiting
@@ -114,6 +123,8 @@ class Bundler:
                                  policy.small_job_seconds, policy.task_concurrency,
                                  dict(kind_limits or {}))
         self.kind_room = dict(kind_room or {})
+        self.tenant_room: TenantRoom = tenant_room if callable(tenant_room) \
+            else dict(tenant_room or {})
         # Each bundle's one kind so far ("": several), for take_closed.
         self._one_kind: dict[str, str] = {}
         self.opened = 0  # bundles that take a task slot now
@@ -358,11 +369,16 @@ class Bundler:
         # cutting its backlog into follow-ons (its budget of jobs not spent).
         batch = self.is_small(job) and shape[2] is None and shape[3] is None \
             and self._follow_on() > 0
-        follow_on = batch and not deferred and self.opened >= self.capacity
+        if job.tenant is not None and callable(self.tenant_room):
+            self.tenant_room = dict(self.tenant_room())  # read once, at the first tenant
+        room = self.tenant_room if isinstance(self.tenant_room, dict) else {}
+        capped = room.get(job.tenant, 1) < 1  # its tenant may start no task
+        follow_on = batch and not deferred and (self.opened >= self.capacity or capped)
         if follow_on and self._seen >= self._admits():
             return False
         if not deferred and not follow_on and self.opened >= self.capacity:
             return False
+        deferred = deferred or capped
         foothold = follow_on and self._running_tenants is not None \
             and job.tenant not in self._running_tenants and shape not in self._footholds
         if foothold:
@@ -402,6 +418,8 @@ class Bundler:
                 self._opening[bundle.bundle_id] = (self._backlog - self._seen,
                                                    self.capacity - self.opened)
             self.opened += 1
+            if job.tenant in room:
+                room[job.tenant] -= 1
             if self._running_tenants is not None:  # its task takes the tenant's follow-ons
                 self._running_tenants.add(job.tenant)
         self._add(bundle, job)

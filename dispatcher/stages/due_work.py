@@ -113,14 +113,17 @@ class DueWork:
             b.next_attempt_at
 
     def spare(self, spare: int, held_back: list[Bundle], room: dict[str, int],
-               handed: set[str], recorded_follow_ons: bool) -> list[Bundle]:
+               handed: set[str], recorded_follow_ons: bool,
+               admit: Callable[[list[Bundle]], list[Bundle]] | None = None) -> list[Bundle]:
         """The slots the drain left free (a queue had fewer jobs than its share, or its jobs
         shared a bundle) go to due work after all: the due bundles the shares held back, in
         order, then the untaken follow-ons (those this drain recorded too). ``room`` is what
-        the kinds have left; the bundles' slots are taken from it."""
+        the kinds have left; the bundles' slots are taken from it. ``admit``: the tenants'
+        caps and order (dispatcher.stages.tenant_slots), applied to what fits."""
         if spare <= 0:
             return []
-        out = self.fit(held_back, room)[0][:spare]
+        out = self.fit(held_back, room)[0]
+        out = (out if admit is None else admit(out))[:spare]
         # Those :meth:`due` read are among ``held_back`` already; read again only if it did
         # not read them, its read was full, or this drain recorded more.
         if len(out) < spare and (recorded_follow_ons or not self.follow_read
@@ -134,19 +137,19 @@ class DueWork:
             for b in out:
                 if b.kind in left:
                     left[b.kind] -= b.slots
-            out += self.fit(follow, left)[0][:spare - len(out)]
+            out += self.fit(follow, left)[0]
+            out = (out if admit is None else admit(out))[:spare]
         for b in out:
             if b.kind in room:
                 room[b.kind] -= b.slots
         return out
 
-    def others_due(self, room: Mapping[str, int]) -> Counter[str]:
-        """With no slot free: the due bundles other than untaken follow-ons, by priority (a
-        look at the oldest few), for the summary: the batches' tasks read it and leave their
-        follow-ons for that work first (dispatcher.store.follow_ons)."""
+    def others_due(self, room: Mapping[str, int]) -> list[Bundle]:
+        """With no slot free: the due bundles other than untaken follow-ons (a look at the
+        oldest few), for the summary: the batches' tasks read it and leave their follow-ons
+        for that work first (dispatcher.store.follow_ons)."""
         left_out = {kind for kind, left in room.items() if left <= 0}
-        return Counter(str(b.priority) for b in self._store.due_bundles(
-            OTHERS_PEEK, self._clock(), left_out))
+        return self._store.due_bundles(OTHERS_PEEK, self._clock(), left_out)
 
     def fit(self, order: list[Bundle], room: Mapping[str, int]) -> tuple[list[Bundle], set[str]]:
         left = dict(room)

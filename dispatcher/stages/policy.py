@@ -89,6 +89,8 @@ class TickPolicy:
     # A running task whose jobs are this short (on average) takes follow-ons soon: the tick
     # cuts the backlog into follow-ons for it (LONGJOBS_SMALL_JOB_SECONDS).
     small_job_seconds: float = 60.0
+    # How fast a tenant's counted usage is forgotten (LONGJOBS_TENANT_HALF_LIFE_SECONDS).
+    tenant_half_life_seconds: float = 600.0
 
 
 @dataclass(frozen=True)

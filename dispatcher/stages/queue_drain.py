@@ -13,7 +13,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from dispatcher.domain import message
+from dispatcher.domain import message, tenants
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.errors import InvalidMessage
 from dispatcher.domain.jobs import Job, Rejection
@@ -334,6 +334,10 @@ class QueueDrain:
         by[str(bundle.priority)] = by.get(str(bundle.priority), 0) + admitted
         if bundle.job_ids and bundle.state != BundleState.DONE:
             stats.bundles_recorded += 1
+            if bundle.bundle_id in self.bundler.footholds \
+                    or (bundle.batch is not None and bundle.bundle_id in self.bundler.deferred):
+                name = bundle.tenant or tenants.NONE
+                stats.tenants_followed[name] = stats.tenants_followed.get(name, 0) + 1
             if bundle.bundle_id in self.bundler.footholds:  # due work, for a slot left to it
                 stats.deferred_bundles += 1
                 stats.footholds[str(bundle.priority)] = \

@@ -24,6 +24,7 @@ from dispatcher.domain.costs import TaskCost
 from dispatcher.domain.errors import ConflictError, LongjobsError
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.stops import StopClass, TaskStop
+from dispatcher.domain.tenant_shares import DEFAULT
 from dispatcher.ports.table import InvalidTransaction, TransactionCancelled
 from dispatcher.stages.bills import Bills
 from dispatcher.stages.finish import Finishes
@@ -151,7 +152,11 @@ class Reruns:
         # rerun keeps its place.
         now = self._clock()
         due = min(now, bundle.next_attempt_at) if bundle.next_attempt_at else now
+        # A kind with a limit, or a tenant with a cap: only the tick counts their room.
         limited = bundle.kind in self._policy.kind_limits
+        capped = bundle.tenant is not None and rerun and not limited \
+            and self._store.tenant_policies().get(bundle.tenant, DEFAULT).max_running \
+            is not None
         try:
             overfull = self._store.settle(bundle, updates, target, retry_at=due,
                                           serial=settlement.serial)
@@ -181,6 +186,10 @@ class Reruns:
             # counted no slot when it launched, from the room its own stop freed). The bundle
             # is PENDING and due: the next tick launches it when its kind has room.
             out.reason = f"kind {bundle.kind} has a limit: the next tick relaunches it"
+        elif rerun and capped:
+            # Its tenant has a cap: likewise (a tick may have launched another of its bundles
+            # into the room this stop freed).
+            out.reason = f"tenant {bundle.tenant} has a cap: the next tick relaunches it"
         elif rerun and self._store.active_count() >= self._policy.max_running_tasks:
             # Its own slot is free now (settled), but the others fill the limit: it was
             # lowered since they launched. The tick launches it once one ends. (Three COUNT

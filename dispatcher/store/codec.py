@@ -47,6 +47,9 @@ LEASE_KEY = "LEASE#dispatcher"
 FAIR_KEY = "FAIR#priorities"
 TICK_KEY = "TICK#summary"
 DEPLOY_KEY = "DEPLOY#current"
+# Tenants' policies (weights, caps, reserves), and their decayed usage (the tick's).
+TENANT_POLICIES_KEY = "TENANT#policies"
+TENANT_USAGE_KEY = "TENANT#usage"
 # How many index partitions each job state is spread over (see the module's docstring).
 JOB_SHARDS = 8
 
@@ -81,6 +84,11 @@ def task_key(task_arn: str) -> str:
 
 def batch_key(batch: str) -> str:
     return f"BATCH#{batch}"
+
+
+def shed_key(tenant: str, tick_at: float) -> str:
+    """The count of ``tenant``'s tasks that gave up their slot as the tick of ``tick_at`` asked."""
+    return f"SHED#{tenant}#{tick_at!r}"
 
 
 def array_key(parent_id: str) -> str:

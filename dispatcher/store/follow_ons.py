@@ -71,7 +71,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dispatcher.domain import lifecycle
+from dispatcher.domain import lifecycle, tenants
 from dispatcher.domain.bundles import (
     Bundle,
     BundleState,
@@ -102,7 +102,8 @@ from dispatcher.ports.table import (
     Update,
 )
 from dispatcher.store import codec as r
-from dispatcher.store.base import Reads, status
+from dispatcher.store.base import status
+from dispatcher.store.tenant_policies import TenantPolicies
 from dispatcher.store.values import JobOutcomes
 
 # Follow-ons read at once past the cursor (one BatchGetItem holds up to 100 keys).
@@ -137,7 +138,7 @@ class Take:
     fed_at: float | None = None
 
 
-class FollowOns(Reads):
+class FollowOns(TenantPolicies):
     """The runner's take of its batch's next follow-on."""
 
     def take_follow_on(self, done: Bundle, task_arn: str,
@@ -178,6 +179,8 @@ class FollowOns(Reads):
                 return Take(None)  # the last tick cut none and left none: no Query
             if summary is not None and summary.others_waiting(str(done.priority)):
                 return Take(None)  # other due work goes first: its slot is the tick's
+            if self._gives_up(done, summary):
+                return Take(None)
             return self._take_other_batch(done, task_arn, tick, _limited(tick), ended, ending,
                                           before)
         for tries in range(TAKE_TRIES):
@@ -189,6 +192,8 @@ class FollowOns(Reads):
                 return Take(None)  # a deploy (or no tick yet): the tick launches the rest
             summary = TickSummary.from_json(tick.summary)
             limited = _limited(tick)
+            if not tries and self._gives_up(done, summary):
+                return Take(None)
             if summary is not None and summary.others_waiting(str(done.priority)):
                 other = self._other_due(done, limited)
                 if other is not None and not task_can_run(done, other):
@@ -309,6 +314,14 @@ class FollowOns(Reads):
                if PRIORITY_ORDER.index(b.priority) <= rank and b.kind not in limited]
         return min(due, key=lambda b: (PRIORITY_ORDER.index(b.priority), b.next_attempt_at),
                    default=None)
+
+    def _gives_up(self, done: Bundle, summary: TickSummary | None) -> bool:
+        """Whether this task gives up its slot, as the last tick asked that many of its
+        tenant's tasks to (past its cap, or past its share while others wait below theirs:
+        dispatcher/stages/tenant_slots.py): one conditional add, made only when asked."""
+        name = done.tenant or tenants.NONE
+        asked = summary.shed.get(name, 0) if summary is not None else 0
+        return asked > 0 and self.shed(name, summary.at if summary else 0.0, asked)
 
     def _yield_to(self, other: Bundle) -> bool:
         """Whether this task leaves its slot to the tick for ``other``, due work it cannot run:

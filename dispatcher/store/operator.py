@@ -28,12 +28,14 @@ from dispatcher.store.label_index import LabelIndex
 from dispatcher.store.schedule_fires import ScheduleFires
 from dispatcher.store.state_writes import expire_pages_later
 from dispatcher.store.task_bills import TaskBills
+from dispatcher.store.tenant_policies import TenantPolicies
 from dispatcher.store.values import PageOutcome
 
 TRIES = 3
 
 
-class OperatorStore(JobLists, Deployments, ScheduleFires, TaskBills, LabelIndex):
+class OperatorStore(JobLists, Deployments, ScheduleFires, TaskBills, LabelIndex,
+                    TenantPolicies):
     """Operator actions and queries (:class:`JobLists`), and ``longjobs deploy``'s
     deployment record."""
 

@@ -62,6 +62,7 @@ from dispatcher.store.state_writes import (
     update_chunks,
 )
 from dispatcher.store.task_bills import TaskBills
+from dispatcher.store.tenant_policies import TenantPolicies
 from dispatcher.store.values import JobUpdate, LaunchOutcome, Lease
 from dispatcher.store.waiters import Waiters
 
@@ -83,7 +84,7 @@ SavedSummary = tuple[TickSummary, str | None, int | None]
 
 
 class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Waiters,
-                 ScheduleFires, TaskBills, LabelIndex):
+                 ScheduleFires, TaskBills, LabelIndex, TenantPolicies):
     """What the tick and the task-event handler ask of the table (the dry run wraps this)."""
 
     # -- lease ----------------------------------------------------------------------------------

@@ -112,7 +112,8 @@ def build(cfg: Config, *, queue: Queue, store: StageStore, launcher: Launcher,
                 TickPolicy(cfg.max_running_tasks, cfg.tick_seconds, cfg.lease_seconds,
                            cfg.tick_reserve_seconds, cfg.tick_concurrency, cfg.hold_seconds,
                            cfg.kind_limits, cfg.task_concurrency, cfg.priority_weights,
-                           cfg.tick_one_at_a_time, cfg.small_job_seconds),
+                           cfg.tick_one_at_a_time, cfg.small_job_seconds,
+                           cfg.tenant_half_life_seconds),
                 clock=clock, handoffs=handoffs, arrays=ArrayTally(store, children, clock),
                 versions=versions.running())
     return Stages(tick, revisions, reruns, launches, queue, store, launcher, queues, dependents)

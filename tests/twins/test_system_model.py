@@ -60,7 +60,7 @@ from tests import model_costs
 from tests import model_promises as promises
 from tests.model_arrays import array_problems
 from tests.model_faults import FaultRules, FaultyTable, model_store, one_thread
-from tests.model_limits import KindLimitWatch, parse_limits
+from tests.model_limits import KindLimitWatch, TenantCapWatch, parse_limits
 from tests.model_operators import OperatorRules
 from tests.model_promises import Promises
 from tests.model_runner import BEHAVIOURS, NATURES, ModelIds, ModelTime, SimTask, expire
@@ -107,6 +107,7 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         self.hooks_time.clock = self.twins.clock
         self.hooks_ids.reset()
         self.kind_limits = KindLimitWatch()
+        self.tenant_caps = TenantCapWatch()
         self.settings = {"LONGJOBS_TASK_CONCURRENCY": "2", "LONGJOBS_KIND_LIMITS": "",
                          "LONGJOBS_MAX_RUNNING_TASKS": "3", "LONGJOBS_TICK_ONE_AT_A_TIME": "true"}
         self.submitted: dict[str, str] = {}  # job id -> "valid" / "malformed"
@@ -786,6 +787,7 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         self.fail("job_events", checks.untold(view, self.job_events.events, self.expired))
         self.fail("arrays", array_problems(view, self.expired))
         self.fail("dependencies", self.early + self.undecided(view))
+        self.fail("tenant_cap", self.tenant_caps.check(view, self.recovered_launches))
         self.fail("task_limit", self.over_the_limit())
         self.fail("cancel_kept", self.broken_cancels)
         self.fail("schedule_overlap", self.overlaps(view))

@@ -1,6 +1,7 @@
 """The system model's ``tenants_apart`` check (tests/model_checks.py): no bundle holds another
 tenant's job and no task runs two tenants' jobs; and its ``bulk_tenant`` check
-(tests/model_operators.py): a bulk action by tenant acts on that tenant's jobs only.
+(tests/model_operators.py): a bulk action by tenant acts on that tenant's jobs only; and its
+``tenant_cap`` check (tests/model_limits.py): no step leaves a tenant past its cap.
 
 Two tenants' bursts, more than the slots take at once, run to their end through follow-ons
 and takes of other batches' work. Today nothing mixes; with the rule a take keeps broken (a task
@@ -15,6 +16,8 @@ import pytest
 
 from dispatcher.domain import bundle_sizes
 from dispatcher.domain.bundles import Bundle
+from dispatcher.domain.jobs import JobState
+from dispatcher.stages.tenant_slots import TenantSlots
 from dispatcher.store import follow_ons
 from tests.twins import test_system_model as model
 from tests.twins.test_system_model_bills import select_by_status_alone
@@ -87,3 +90,31 @@ def test_the_bulk_tenant_check_sees_a_job_of_another_tenant(
     select_by_status_alone(monkeypatch)
     seen = seen_by(machines(), "bulk_tenant", bulk_cancel_by_tenant)
     assert seen and "it is not of" in seen[0]
+
+
+def capped_tenant(m: model.SystemModel) -> None:
+    """t1 capped at one task: its jobs (each a task's own: not small) and t2's, with three
+    slots; ticks and runs, a task's stop and its rerun."""
+    m.tenant_cap("t1", 1)
+    m.submit(spec(tenant="t1", estimated_seconds=600.0), 4, False)
+    m.submit(spec(tenant="t2", estimated_seconds=600.0), 1, False)
+    for _ in range(4):
+        m.tick(1)
+        m.holds()  # the checks after every step, as the machine runs them
+        m.runners_pass("succeed")
+        m.holds()
+        m.advance(5.0)
+
+
+def test_a_tenants_cap_holds_at_every_step(machines: Callable[[], model.SystemModel]) -> None:
+    m = machines()
+    assert seen_by(m, "tenant_cap", capped_tenant) == []
+    assert {j.state for j in m.twins.jobs() if j.tenant == "t1"} >= {JobState.SUCCEEDED}
+
+
+def test_the_check_sees_a_cap_ignored(machines: Callable[[], model.SystemModel],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(TenantSlots, "caps_left", lambda self: {})
+    monkeypatch.setattr(TenantSlots, "room", lambda self, tenant: None)
+    seen = seen_by(machines(), "tenant_cap", capped_tenant)
+    assert seen and "over its cap of 1" in seen[0]

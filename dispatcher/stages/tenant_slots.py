@@ -1,0 +1,201 @@
+"""One tick's shares of the task slots between tenants (dispatcher.domain.tenant_shares).
+
+The tick (dispatcher/stages/tick.py) counts each tenant's tasks (its active bundles), reads the
+tenants' policies and usage (one read, made only when a tenant is in view: an untenanted stack
+pays nothing), and, when two tenants or more are in view or one has a policy, looks at what the
+running tenants have left (:meth:`TenantSlots.look`: their batches' cursors and next follow-ons,
+two reads however many tenants wait). From that it sets each tenant's target
+(:func:`~dispatcher.domain.tenant_shares.targets`). Then:
+
+- every launch path of the tick keeps each tenant within its cap (:meth:`TenantSlots.admit`,
+  and the drain's ``tenant_room``), and gives the free slots to the tenants furthest below
+  their targets first, the lowest usage / weight among equals (:meth:`TenantSlots.order`);
+- a tenant whose tasks run past its target while others wait below theirs (or past its cap,
+  lowered since they launched) is asked, in the tick's summary, to give up that many slots
+  (:meth:`TenantSlots.sheds`): its runners end at their next bundle's end instead of taking a
+  follow-on (dispatcher.store.follow_ons), and the next tick launches the others' work there;
+- the usage is counted on: each tenant's vCPUs running, times the time since the last count,
+  decayed with the half-life (:meth:`TenantSlots.usage_now`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping
+from itertools import groupby
+
+from dispatcher.domain import tenant_shares, tenants
+from dispatcher.domain.bundles import Bundle, BundleState, follow_on_batch, follow_on_id
+from dispatcher.domain.jobs import PRIORITY_ORDER
+from dispatcher.domain.tenant_shares import TenantLoad, TenantPolicy
+from dispatcher.domain.waiting import TenantShare
+from dispatcher.store import StageStore
+from dispatcher.store import codec as r
+
+# Follow-ons of a running batch looked at by the tick (one BatchGetItem holds 100 keys).
+LOOK_KEYS = 100
+# Usage is counted over at most this long between two ticks (ticks that stopped for a while
+# do not charge the tasks of now for it).
+MAX_COUNTED_SECONDS = 600.0
+
+
+def key(tenant: str | None) -> str:
+    """The name a tenant is counted under (the jobs of none as one more)."""
+    return tenant or tenants.NONE
+
+
+class TenantSlots:
+    """The tenants' shares for one tick: ``slots`` (the running tasks' limit), the policies
+    and usage read, and each tenant's tasks (running, then launched as the tick goes)."""
+
+    def __init__(self, slots: int, policies: Mapping[str, TenantPolicy],
+                 usage: Mapping[str, float], running: Iterable[Bundle],
+                 due: Iterable[Bundle] = ()) -> None:
+        self.slots = slots
+        self.policies = dict(policies)
+        self.usage = dict(usage)
+        self.counts: Counter[str] = Counter(key(b.tenant) for b in running)
+        self.goal: dict[str, int] = {}
+        self.more: set[str] = set()
+        self.found: list[Bundle] = []
+        self.seen = {key(b.tenant) for b in due}  # tenants with due work in view
+
+    @property
+    def shared(self) -> bool:
+        """Whether there is anything to share: two tenants or more in view, or one with a
+        policy of its own."""
+        view = set(self.counts) | self.seen | self.more | {key(b.tenant) for b in self.found}
+        return len(view) > 1 or any(t in self.policies for t in view)
+
+    def policy(self, tenant: str) -> TenantPolicy:
+        return self.policies.get(tenant, tenant_shares.DEFAULT)
+
+    def look(self, store: StageStore, active: Iterable[Bundle], now: float) -> None:
+        """What the running tenants have left: their batches' cursors (one read), then the
+        next follow-ons past each (one read): those still PENDING are work the tick can
+        launch for their tenant (:attr:`found`), and a tenant with a full look has more
+        (:attr:`more`)."""
+        batches = sorted({follow_on_batch(b.bundle_id) for b in active if "-" in b.bundle_id})
+        if not batches:
+            return
+        cursors = {rec.pk: rec for rec in store.table.get_many(
+            [r.batch_key(b) for b in batches[:LOOK_KEYS]])}
+        per = max(1, LOOK_KEYS // max(1, len(cursors)))
+        ids: list[str] = []
+        for batch in batches:
+            cursor = cursors.get(r.batch_key(batch))
+            if cursor is None:
+                continue
+            first = int(cursor.batch_next or 0)
+            last = first + per if cursor.batch_last is None \
+                else min(first + per, int(cursor.batch_last))
+            ids += [follow_on_id(batch, n) for n in range(first, last)]
+        found = [r.record_bundle(rec) for rec in store.table.get_many(
+            [r.bundle_key(i) for i in ids[:LOOK_KEYS]]) if rec.state == str(BundleState.PENDING)
+            and (rec.next_attempt_at or 0) <= now]
+        self.found = found
+        by = Counter(key(b.tenant) for b in found)
+        self.more = {t for t, n in by.items() if n >= per}
+
+    def plan(self, waiting: Iterable[Bundle]) -> None:
+        """Each tenant's target, from its tasks, the bundles waiting that the tick saw (and
+        those :meth:`look` found), and whether it has more."""
+        seen = {b.bundle_id: b for b in [*waiting, *self.found]}
+        by = Counter(key(b.tenant) for b in seen.values())
+        loads = {t: TenantLoad(running=self.counts[t], waiting=by[t], more=t in self.more,
+                               usage=self.usage.get(t, 0.0))
+                 for t in {*self.counts, *by, *self.more}}
+        self.goal = tenant_shares.targets(self.slots, loads, self.policies)
+
+    def room(self, tenant: str | None) -> int | None:
+        """Tasks ``tenant`` may still start (None: no cap)."""
+        cap = self.policy(key(tenant)).max_running
+        return None if cap is None else max(0, cap - self.counts[key(tenant)])
+
+    def caps_left(self) -> dict[str | None, int]:
+        """Each capped tenant's room, for the drain (its tenant None for the jobs of none)."""
+        out: dict[str | None, int] = {}
+        for t, p in self.policies.items():
+            if p.max_running is not None:
+                out[t] = max(0, p.max_running - self.counts[t])
+        return out
+
+    def took(self, bundles: Iterable[Bundle]) -> None:
+        """``bundles`` launched: their tenants' tasks."""
+        self.counts.update(key(b.tenant) for b in bundles)
+
+    def admit(self, bundles: list[Bundle]) -> list[Bundle]:
+        """``bundles`` (in the tick's order) that their tenants' caps let start, reordered
+        within each priority so that the tenants furthest below their targets go first
+        (:meth:`order`)."""
+        left = {t: self.room(t) for t in {key(b.tenant) for b in bundles}}
+        out = []
+        for b in bundles:
+            n = left[key(b.tenant)]
+            if n is None or n > 0:
+                out.append(b)
+                if n is not None:
+                    left[key(b.tenant)] = n - 1
+        return self.order(out)
+
+    def order(self, bundles: list[Bundle]) -> list[Bundle]:
+        """Higher priority first (a stable sort); within a priority, one bundle at a time of
+        the tenant furthest below its target (counting those before it in the order), the
+        lowest usage / weight among equals; each tenant's own bundles in their order."""
+        if not self.goal:
+            return bundles
+        out: list[Bundle] = []
+        picked: Counter[str] = Counter()
+        ranked = sorted(bundles, key=lambda b: PRIORITY_ORDER.index(b.priority))
+        for _, level in groupby(ranked, key=lambda b: b.priority):
+            queues: dict[str, list[Bundle]] = {}
+            for b in level:
+                queues.setdefault(key(b.tenant), []).append(b)
+            heap = [(self._behind(t, picked), t) for t in queues]
+            heapq.heapify(heap)
+            while heap:
+                _, t = heapq.heappop(heap)
+                out.append(queues[t].pop(0))
+                picked[t] += 1
+                if queues[t]:
+                    heapq.heappush(heap, (self._behind(t, picked), t))
+        return out
+
+    def _behind(self, t: str, picked: Counter[str]) -> tuple[int, float]:
+        return (self.counts[t] + picked[t] - self.goal.get(t, 0),
+                tenant_shares.rank(self.usage.get(t, 0.0), self.policy(t)))
+
+    def sheds(self, waiting: Iterable[Bundle], launched: Collection[str],
+              follow_tenants: Iterable[str]) -> dict[str, int]:
+        """As the tick ends: the targets again, with what it launched (``launched``, their
+        ids; ``waiting``: the due bundles it left; ``follow_tenants``: tenants its drain cut
+        follow-ons or footholds for, which have more), and how many tasks each tenant should
+        give up at its next bundle's end for those below their targets."""
+        self.more |= set(follow_tenants)
+        self.found = [b for b in self.found if b.bundle_id not in launched]
+        self.plan(waiting)
+        wanting = sum(max(0, n - self.counts[t]) for t, n in self.goal.items())
+        return tenant_shares.sheds(self.counts, self.goal, self.policies, wanting)
+
+    def view(self) -> dict[str, TenantShare]:
+        """The tenants in view, for the summary."""
+        return {t: TenantShare(self.counts[t], self.goal.get(t, 0), self.policy(t).weight,
+                               self.policy(t).max_running)
+                for t in sorted({*self.counts, *self.goal}) if self.counts[t] or self.goal.get(t)}
+
+    def usage_now(self, active: Iterable[Bundle], since: float | None, now: float,
+                  half_life: float) -> dict[str, float]:
+        """Each tenant's usage as of ``now``: as counted at ``since``, decayed, plus the
+        vCPUs of its ``active`` bundles over the time between (at most
+        :data:`MAX_COUNTED_SECONDS`)."""
+        dt = 0.0 if since is None else min(MAX_COUNTED_SECONDS, max(0.0, now - since))
+        out = {t: tenant_shares.decayed(u, since or now, now, half_life)
+               for t, u in self.usage.items()}
+        for b in active:
+            t = key(b.tenant)
+            # A task of the task definition's own size counts as 1 vCPU (the tick does not
+            # read the definition): the usages are compared, not billed.
+            vcpu = b.resources.cpu / 1024 if b.resources.cpu else 1.0
+            out[t] = out.get(t, 0.0) + vcpu * dt
+        return out

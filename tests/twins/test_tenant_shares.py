@@ -1,0 +1,171 @@
+"""Tenants' shares of the task slots: weights, caps and reserves set in the table
+(``longjobs tenants set``), the targets each tick sets from them, the caps every launch keeps,
+and the slots a tenant past its share gives up at its tasks' bundle ends for the others."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dispatcher.domain.tenant_shares import (
+    TenantLoad,
+    TenantPolicy,
+    policy_problem,
+    sheds,
+    targets,
+)
+from dispatcher.domain.waiting import FAIR_SHARE
+from dispatcher.ops.queries import Queries
+from dispatcher.store import codec
+from dispatcher.store.tenant_policies import TenantPolicyError
+from tests.twins import Twins
+from tests.twins.test_follow_ons import ENV, backlog, run
+
+BUSY = TenantLoad(running=0, more=True)
+
+
+def test_saturating_tenants_get_slots_by_weight() -> None:
+    policies = {"a": TenantPolicy(weight=3), "b": TenantPolicy(weight=2)}
+    assert targets(60, {"a": BUSY, "b": BUSY, "c": BUSY}, policies) == {"a": 30, "b": 20, "c": 10}
+
+
+def test_a_cap_and_a_short_demand_leave_their_slots_to_the_others() -> None:
+    policies = {"a": TenantPolicy(max_running=5), "b": TenantPolicy(weight=2)}
+    short = TenantLoad(running=1, waiting=2)  # three slots of work, no more
+    got = targets(60, {"a": BUSY, "b": BUSY, "c": short, "d": BUSY}, policies)
+    assert got["a"] == 5 and got["c"] == 3 and sum(got.values()) == 60
+    assert got["b"] == 2 * got["d"] or abs(got["b"] - 2 * got["d"]) <= 2
+
+
+def test_a_reserve_comes_first_and_weight_zero_only_takes_what_is_left() -> None:
+    policies = {"r": TenantPolicy(reserve=15), "w": TenantPolicy(weight=5),
+                "z": TenantPolicy(weight=0)}
+    got = targets(20, {"r": BUSY, "w": BUSY, "z": BUSY}, policies)
+    assert got == {"r": 15, "w": 5, "z": 0}
+    got = targets(20, {"w": TenantLoad(waiting=4), "z": BUSY}, policies)
+    assert got == {"w": 4, "z": 16}  # work-conserving: the rest to weight 0
+
+
+@given(slots=st.integers(0, 80), loads=st.dictionaries(
+    st.sampled_from("abcdefgh"),
+    st.tuples(st.integers(0, 30), st.integers(0, 30), st.booleans(),
+              st.floats(0, 1000), st.floats(0, 5), st.none() | st.integers(0, 20),
+              st.integers(0, 10)), max_size=8))
+def test_targets_keep_every_promise(slots: int, loads: dict[str, tuple]) -> None:  # type: ignore[type-arg]
+    """The slots targeted are all the slots the demands can fill (work-conserving); no
+    tenant past its demand or cap; reserves held when they fit; every tenant with work and a
+    weight above 0 gets a slot when the slots left by the reserves are at least those
+    tenants."""
+    policies = {t: TenantPolicy(weight=round(w, 2), max_running=cap,
+                                reserve=min(r, cap) if cap is not None else r)
+                for t, (_, _, _, _, w, cap, r) in loads.items()}
+    tl = {t: TenantLoad(run, wait, more, use) for t, (run, wait, more, use, *_) in loads.items()}
+    got = targets(slots, tl, policies)
+
+    def want(t: str) -> int:
+        d = slots if tl[t].more else tl[t].running + tl[t].waiting
+        cap = policies[t].max_running
+        return min(d, slots, cap if cap is not None else slots)
+
+    assert sum(got.values()) == min(slots, sum(want(t) for t in tl))
+    assert all(got[t] <= want(t) for t in tl)
+    reserves = {t: min(policies[t].reserve, want(t)) for t in tl}
+    if sum(reserves.values()) <= slots:
+        assert all(got[t] >= reserves[t] for t in tl)
+    eager = [t for t in tl if want(t) > 0 and policies[t].weight > 0]
+    if len(eager) + sum(reserves.values()) <= slots:
+        assert all(got[t] >= 1 for t in eager)
+
+
+def test_sheds_free_what_runs_past_a_cap_and_what_others_want() -> None:
+    assert sheds({"a": 40, "b": 20}, {"a": 30, "b": 30}, {}, 10) == {"a": 10}
+    assert sheds({"a": 40, "b": 20}, {"a": 30, "b": 30}, {}, 0) == {}
+    capped = {"a": TenantPolicy(max_running=35)}
+    assert sheds({"a": 40, "b": 20}, {"a": 35, "b": 25}, capped, 0) == {"a": 5}
+    assert sheds({"a": 30, "b": 25, "c": 5}, {"a": 25, "b": 20, "c": 15}, {}, 10) == \
+        {"a": 5, "b": 5}
+
+
+@pytest.mark.parametrize(("settings", "why"), [
+    ({"weight": -1.0}, "weight"), ({"weight": 1e9}, "weight"),
+    ({"max_running": -1}, "max_running"), ({"reserve": 5, "max_running": 2}, "reserve")])
+def test_a_bad_policy_is_refused_with_its_reason(settings: dict[str, float], why: str) -> None:
+    problem = policy_problem(settings.get("weight"), settings.get("max_running"),  # type: ignore[arg-type]
+                             settings.get("reserve"))  # type: ignore[arg-type]
+    assert problem is not None and why in problem
+    tw = Twins()
+    with pytest.raises(TenantPolicyError, match=why):
+        tw.store.set_tenant_policy("acme", **settings)  # type: ignore[arg-type]
+
+
+def test_a_policy_changes_only_what_is_given_and_resets() -> None:
+    tw = Twins()
+    tw.store.set_tenant_policy("acme", weight=3, max_running=20, reserve=5)
+    assert tw.store.set_tenant_policy("acme", reserve=2) == TenantPolicy(3, 20, 2)
+    assert tw.store.set_tenant_policy("acme", no_cap=True) == TenantPolicy(3, None, 2)
+    tw.store.set_tenant_policy("acme", reset=True)
+    assert tw.store.tenant_policies() == {}
+
+
+def test_a_tenants_cap_holds_on_every_launch_and_its_jobs_say_why_they_wait() -> None:
+    """Jobs of hours, each its own task: acme's cap of 2 holds at the drain's launches and
+    the due work's; the other tenant gets the slots acme may not take, and acme's jobs past
+    its cap wait for it (``fair_share``), not for a slot."""
+    tw = Twins()
+    tw.store.set_tenant_policy("acme", max_running=2)
+    client = tw.client()
+    for i in range(5):
+        client.submit("k", {}, job_id=f"a{i}", tenant="acme", estimated_seconds=3600)
+    for i in range(2):
+        client.submit("k", {}, job_id=f"o{i}", tenant="other", estimated_seconds=3600)
+    stages = tw.stages(LONGJOBS_MAX_RUNNING_TASKS="6")
+    for _ in range(3):
+        stages.tick.tick()
+        running = Counter(b.tenant for b in tw.store.active_bundles())
+        assert running["acme"] <= 2
+        tw.clock.advance(60)
+    assert running == {"acme": 2, "other": 2}
+    shown = Queries(tw.store, clock=tw.clock)
+    waits = [shown.show(f"a{i}").summary.waiting_for for i in range(5)]
+    held = [w for w in waits if w is not None and w.reason != "starting"]  # launched: 2
+    assert len(held) == 3 and all(w.reason == FAIR_SHARE and w.tenant == "acme"
+                                  and w.limit == 2 for w in held)
+    tw.store.set_tenant_policy("acme", max_running=3)  # a change applies at the next tick
+    stages.tick.tick()
+    assert Counter(b.tenant for b in tw.store.active_bundles())["acme"] == 3
+
+
+def test_a_tenant_past_its_share_gives_up_slots_at_its_bundle_ends() -> None:
+    """Every slot runs tenant a's batch when b's backlog comes with weight 3 to a's 1: the
+    tick asks a to give up slots (one conditional add a task that does), the first of a's
+    tasks to end a bundle does so rather than take a follow-on, and the next tick launches
+    b's work into the slot; every job still runs once."""
+    tw = Twins()
+    a_ids = backlog(tw, 600, prefix="a", tenant="a")
+    stages = tw.stages(**ENV)
+    stages.tick.tick()
+    assert Counter(b.tenant for b in tw.store.active_bundles()) == {"a": 3}
+    b_ids = backlog(tw, 600, prefix="b", tenant="b")
+    tw.store.set_tenant_policy("b", weight=3)
+    tw.clock.advance(60)
+    stages.tick.tick()
+    summary = tw.store.tick_summary()
+    assert summary is not None and summary.shed.get("a", 0) >= 1
+    assert summary.tenants["b"].target > summary.tenants["b"].tasks == 0
+    first = tw.task_arns()[0]
+    ran = run(tw, first)
+    assert len(ran) <= 40, "a's task went on with its batch although asked to give up"
+    counted = tw.table.snapshot()[codec.shed_key("a", summary.at)]
+    assert counted.shed == 1
+    tw.clock.advance(60)
+    stages.tick.tick()
+    assert Counter(b.tenant for b in tw.store.active_bundles()).get("b", 0) >= 1
+    for _ in range(8):
+        for arn in tw.task_arns():
+            ran += run(tw, arn)
+        tw.clock.advance(60)
+        stages.tick.tick()
+    assert sorted(ran) == sorted(a_ids + b_ids)
