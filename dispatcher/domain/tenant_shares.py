@@ -6,11 +6,11 @@ number gets more; 1 unless set; 0 runs only on slots no one else wants), an opti
 ``max_running`` cap on its tasks, and a ``reserve``: slots it gets first whenever it has the work
 for them. The tick (:mod:`dispatcher.stages.tenant_slots`) turns what it sees of each tenant
 (:class:`TenantLoad`: tasks running, bundles waiting, whether more follows) into a target per
-tenant (:func:`targets`): the slots filled by weight, D'Hondt's way (the next slot to the tenant
-with the highest weight / (slots so far + 1)), reserves first, no tenant past its cap or its
-demand. So every slot is targeted while any tenant has work for it (work-conserving), and a
-tenant with work and a weight above 0 gets at least one slot whenever the slots the reserves
-leave are at least the tenants with work.
+tenant (:func:`targets`): reserves first, then a slot for each tenant with work, then the slots
+filled by weight, D'Hondt's way (the next slot to the tenant with the highest weight / (slots so
+far + 1)), no tenant past its cap or its demand. So every slot is targeted while any tenant has
+work for it (work-conserving), and a tenant with work and a weight above 0 gets at least one slot
+whenever the slots the reserves leave are at least the tenants with work.
 
 ``usage`` is a tenant's vCPU-seconds (tasks running and finished), decayed with a half-life
 (:func:`decayed`), as AWS Batch's fair share counts it
@@ -101,7 +101,8 @@ def rank(usage: float, policy: TenantPolicy) -> float:
 def targets(slots: int, loads: Mapping[str, TenantLoad],
             policies: Mapping[str, TenantPolicy]) -> dict[str, int]:
     """Each tenant's slots of ``slots``: reserves first (by weight when they add up to more
-    than the slots), then the rest by weight, D'Hondt's way, up to each tenant's demand; then
+    than the slots), then one for each tenant with work and a weight above 0 (the lowest usage
+    / weight first), then the rest by weight, D'Hondt's way, up to each tenant's demand; then
     the slots left to tenants of weight 0, evenly. The targets add up to
     ``min(slots, the demands' sum)``."""
     def policy(t: str) -> TenantPolicy:
@@ -111,8 +112,12 @@ def targets(slots: int, loads: Mapping[str, TenantLoad],
     got = dict.fromkeys(loads, 0)
     left = _fill(slots, got, {t: min(policy(t).reserve, w) for t, w in wants.items()},
                  loads, policy)
-    left = _fill(left, got, {t: w for t, w in wants.items() if policy(t).weight > 0}, loads,
-                 policy)
+    # One slot for every tenant with work and a weight (no tenant shut out: the fewest used
+    # first when the slots are fewer), then the rest by weight.
+    eager = {t: w for t, w in wants.items() if policy(t).weight > 0}
+    left = _fill(left, got, {t: max(got[t], min(1, w)) for t, w in eager.items()}, loads,
+                 policy, even=True)
+    left = _fill(left, got, eager, loads, policy)
     _fill(left, got, wants, loads, policy, even=True)
     return got
 

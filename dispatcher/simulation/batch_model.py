@@ -144,6 +144,7 @@ class BatchModel:
         self._fault_rng = random.Random(shape.seed + 1)  # the faults' own draws
         self._fates: dict[str, TaskFate] = {}
         self._steps: dict[str, tuple[TaskRun, Iterator[float]]] = {}  # each task's runner
+        self._started: dict[str, float] = {}  # a tenant's job running: since when
         # The event loop's state (run): the events, the tasks seen launched, their runners.
         self._events: list[tuple[float, int, str, Any]] = []
         self._seq = itertools.count()
@@ -177,8 +178,11 @@ class BatchModel:
         s = self.shape
         for i in range(s.jobs):
             seconds = s.seconds * self.rng.uniform(1 - s.jitter, 1 + s.jitter)
-            yield {"kind": "seed.call", "job_id": f"j{i:07d}",
+            job = {"kind": "seed.call", "job_id": f"j{i:07d}",
                    "payload": {"seconds": round(seconds, 3)}, "estimated_seconds": s.seconds}
+            if s.tenants:
+                job["tenant"] = s.tenants[i % len(s.tenants)][0]
+            yield job
 
     def enqueue(self, chunk: int = 10_000) -> None:
         """The batch on the queue before the first tick (the producer's calls are counted,
@@ -204,6 +208,8 @@ class BatchModel:
     # -- the event loop --------------------------------------------------------------------------
     def run(self, *, max_seconds: float = 24 * 3600.0) -> BatchRun:
         s, out = self.shape, self.outcome
+        for tenant, weight in s.tenants:  # longjobs tenants set T --weight W
+            self.runner_store.set_tenant_policy(tenant, weight=weight)
         if not s.rate:  # a stream's jobs arrive as the run goes (DeepQueue's arrival rate)
             with lean_table():
                 self.enqueue()
@@ -355,6 +361,11 @@ class BatchModel:
 
     def _job_ended(self, job: Job, task_arn: str, at: float) -> None:
         self.ledger.ended(job.job_id, task_arn, at)
+        started = self._started.pop(job.job_id, None)
+        if job.tenant is not None and started is not None:
+            work = self.outcome.tenant_work.setdefault(job.tenant, {})
+            second = int(at - T0)
+            work[second] = work.get(second, 0.0) + at - started
 
     def verdict(self) -> Verdict:
         """What the run's ledger says of it (:mod:`dispatcher.simulation.run_ledger`): every
@@ -451,6 +462,9 @@ class BatchModel:
 
     def _job_started(self, job: Job, task_arn: str, at: float) -> None:
         self.ledger.started(job.job_id, task_arn, at)
+        if job.tenant is not None and self.shape.tenants:
+            self._started[job.job_id] = at
+            self.outcome.tenant_last_start[job.tenant] = at - T0
         if job.job_id == self.tenant_id:
             self.outcome.tenant_started = at - T0
         if job.job_id == self.urgent_id:

@@ -61,6 +61,9 @@ class Shape:
     # A job of another tenant (the batch's jobs have none), sent this long into the batch to
     # the normal queue, behind what is left of the batch's backlog.
     tenant_at: float | None = None
+    # Tenants and their weights (``longjobs tenants set T --weight W``): the batch's jobs are
+    # theirs in turn (job i is the (i mod n)-th's), so their backlogs come interleaved.
+    tenants: tuple[tuple[str, float], ...] = ()
     # A steady stream instead of a batch: the jobs are sent at this many a second from T0 on.
     rate: float | None = None
     seed: int = 1
@@ -92,6 +95,10 @@ class BatchRun:
     failed_runners: int = 0  # runners that failed themselves (RUNNER_FAILED_EXIT)
     runner_errors: list[str] = field(default_factory=list)  # what each of them raised
     reclaimed: int = 0  # tasks that got a Spot reclaim's SIGTERM
+    # Each tenant's job-seconds run, by the virtual second they ended in (from T0), and when
+    # its last job started (Shape.tenants).
+    tenant_work: dict[str, dict[int, float]] = field(default_factory=dict)
+    tenant_last_start: dict[str, float] = field(default_factory=dict)
     # Each stopped task's bill as its stop event told it (dispatcher.domain.costs): what the
     # jobs' costs must add up to.
     bills: dict[str, TaskBill] = field(default_factory=dict)

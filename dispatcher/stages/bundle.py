@@ -37,7 +37,9 @@ admits no more than without them (the slots' even shares, up to the work limit e
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 
 from dispatcher.domain import tenants
 from dispatcher.domain.bundle_sizes import BundleSizes, Shape
@@ -75,9 +77,19 @@ def tapered_share(remaining: int, slots: int, admit_rate: float, task_rate: floa
     return max(1, round(share))
 
 
-# Tasks each capped tenant may still start (its None for the jobs of none), or how to read
-# them when a job of a tenant first comes (dispatcher/stages/tenant_slots.py).
-TenantRoom = Mapping[str | None, int] | Callable[[], Mapping[str | None, int]] | None
+@dataclass(frozen=True)
+class TenantLimits:
+    """What a drain keeps to of the tenants' shares (dispatcher/stages/tenant_slots.py):
+    ``caps``, tasks each capped tenant may still start (None for the jobs of none); and their
+    ``weights`` (1 unless set), by which a backlog of several tenants' small jobs cut into
+    follow-ons shares the free slots it launches into."""
+
+    caps: dict[str | None, int] = field(default_factory=dict)
+    weights: dict[str, float] = field(default_factory=dict)
+
+
+# The limits, or how to read them when a job of a tenant first comes.
+TenantRoom = TenantLimits | Callable[[], TenantLimits] | None
 
 
 class Bundler:
@@ -123,8 +135,10 @@ class Bundler:
                                  policy.small_job_seconds, policy.task_concurrency,
                                  dict(kind_limits or {}))
         self.kind_room = dict(kind_room or {})
-        self.tenant_room: TenantRoom = tenant_room if callable(tenant_room) \
-            else dict(tenant_room or {})
+        self.tenant_room: TenantRoom = tenant_room if tenant_room is not None \
+            else TenantLimits()
+        self._opened_by: Counter[str | None] = Counter()  # first-wave slots by tenant
+        self._tenants_seen: set[str | None] = set()
         # Each bundle's one kind so far ("": several), for take_closed.
         self._one_kind: dict[str, str] = {}
         self.opened = 0  # bundles that take a task slot now
@@ -370,9 +384,16 @@ class Bundler:
         batch = self.is_small(job) and shape[2] is None and shape[3] is None \
             and self._follow_on() > 0
         if job.tenant is not None and callable(self.tenant_room):
-            self.tenant_room = dict(self.tenant_room())  # read once, at the first tenant
-        room = self.tenant_room if isinstance(self.tenant_room, dict) else {}
-        capped = room.get(job.tenant, 1) < 1  # its tenant may start no task
+            self.tenant_room = self.tenant_room()  # read once, at the first tenant
+        limits = self.tenant_room if isinstance(self.tenant_room, TenantLimits) \
+            else TenantLimits()
+        room = limits.caps
+        self._tenants_seen.add(job.tenant)
+        # Its tenant may start no task (its cap), or, cutting follow-ons, has opened its
+        # weight's share of the free slots among the tenants seen (the rest follow on for
+        # its tasks; the slots others leave go to the untaken follow-ons at the drain's end).
+        capped = room.get(job.tenant, 1) < 1 or (batch and self._past_share(job.tenant,
+                                                                             limits))
         follow_on = batch and not deferred and (self.opened >= self.capacity or capped)
         if follow_on and self._seen >= self._admits():
             return False
@@ -418,6 +439,7 @@ class Bundler:
                 self._opening[bundle.bundle_id] = (self._backlog - self._seen,
                                                    self.capacity - self.opened)
             self.opened += 1
+            self._opened_by[job.tenant] += 1
             if job.tenant in room:
                 room[job.tenant] -= 1
             if self._running_tenants is not None:  # its task takes the tenant's follow-ons
@@ -430,6 +452,17 @@ class Bundler:
         else:
             self._closed.append(bundle)
         return True
+
+    def _past_share(self, tenant: str | None, limits: TenantLimits) -> bool:
+        """Whether ``tenant`` has opened its weight's share of this drain's free slots, among
+        the tenants whose jobs it has seen (two or more)."""
+        if len(self._tenants_seen) < 2:
+            return False
+        weights = {t: limits.weights.get(t or tenants.NONE, 1.0) for t in self._tenants_seen}
+        total = sum(weights.values())
+        if total <= 0:
+            return False
+        return self._opened_by[tenant] >= math.ceil(self.capacity * weights[tenant] / total)
 
     def close(self, shape: Shape | None = None) -> None:
         """Close the open bundle of ``shape`` (every open bundle if None)."""

@@ -30,6 +30,7 @@ from dispatcher.domain.bundles import Bundle, BundleState, follow_on_batch, foll
 from dispatcher.domain.jobs import PRIORITY_ORDER
 from dispatcher.domain.tenant_shares import TenantLoad, TenantPolicy
 from dispatcher.domain.waiting import TenantShare
+from dispatcher.stages.bundle import TenantLimits
 from dispatcher.store import StageStore
 from dispatcher.store import codec as r
 
@@ -113,13 +114,13 @@ class TenantSlots:
         cap = self.policy(key(tenant)).max_running
         return None if cap is None else max(0, cap - self.counts[key(tenant)])
 
-    def caps_left(self) -> dict[str | None, int]:
-        """Each capped tenant's room, for the drain (its tenant None for the jobs of none)."""
+    def caps_left(self) -> TenantLimits:
+        """Each capped tenant's room, and the weights, for the drain."""
         out: dict[str | None, int] = {}
         for t, p in self.policies.items():
             if p.max_running is not None:
                 out[t] = max(0, p.max_running - self.counts[t])
-        return out
+        return TenantLimits(out, {t: p.weight for t, p in self.policies.items()})
 
     def took(self, bundles: Iterable[Bundle]) -> None:
         """``bundles`` launched: their tenants' tasks."""
@@ -179,10 +180,11 @@ class TenantSlots:
         return tenant_shares.sheds(self.counts, self.goal, self.policies, wanting)
 
     def view(self) -> dict[str, TenantShare]:
-        """The tenants in view, for the summary."""
+        """The tenants in view (running, or with work the tick saw), for the summary: a job
+        of one held by its cap says so (``fair_share``) even with nothing of it running."""
         return {t: TenantShare(self.counts[t], self.goal.get(t, 0), self.policy(t).weight,
                                self.policy(t).max_running)
-                for t in sorted({*self.counts, *self.goal}) if self.counts[t] or self.goal.get(t)}
+                for t in sorted({*self.counts, *self.goal})}
 
     def usage_now(self, active: Iterable[Bundle], since: float | None, now: float,
                   half_life: float) -> dict[str, float]:

@@ -28,7 +28,7 @@ from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import TableUnavailable
 from dispatcher.stages.admit import Admission
 from dispatcher.stages.admitted import AdmissionStats
-from dispatcher.stages.bundle import FOLLOW_ON_SHARES
+from dispatcher.stages.bundle import FOLLOW_ON_SHARES, TenantLimits
 from dispatcher.stages.due_work import DueWork
 from dispatcher.stages.fanout import ArrayStats, ArrayTally
 from dispatcher.stages.handoff import (
@@ -202,10 +202,11 @@ class Tick:
                 shares.look(self._store, [*live, *waiting, *others], self._clock())
                 self._work.untaken |= {b.bundle_id for b in shares.found}
                 known = {b.bundle_id for b in waiting}
-                if d.capacity > 0:  # their follow-ons, for their slots
-                    waiting = sorted([*waiting, *(b for b in shares.found
-                                                  if b.bundle_id not in known)],
-                                     key=self._work.order)
+                if d.capacity > 0:  # their follow-ons, for their slots (a kind limited
+                    # since they were recorded counts them too)
+                    waiting = self._work.fit(sorted([*waiting, *(
+                        b for b in shares.found if b.bundle_id not in known)],
+                        key=self._work.order), room)[0]
             shares.plan([*waiting, *others])
             waiting = shares.admit(waiting)
             others = [b for b in others if shares.room(b.tenant) != 0]
@@ -390,9 +391,9 @@ class _LateShares:
         self._make = make
         self.shares: TenantSlots | None = None
 
-    def caps(self) -> dict[str | None, int]:
+    def caps(self) -> TenantLimits:
         self.shares = self._make()
-        return {} if self.shares is None else self.shares.caps_left()
+        return TenantLimits() if self.shares is None else self.shares.caps_left()
 
 
 class _LaunchQueue:
