@@ -68,23 +68,29 @@ def parse_limits(text: str) -> dict[str, int]:
 
 
 class TenantCapWatch:
-    """No step that adds a task leaves a tenant past its cap (``longjobs tenants set T
-    --max-running N``, as the table holds it after the step): a launch, a relaunch, a take. A
-    cap lowered below the tenant's tasks holds once enough of them end; a crashed tick's
-    launches that the next tick completes were decided under the cap of their tick."""
+    """No step that starts a task leaves its tenant past its cap (``longjobs tenants set T
+    --max-running N``, as the table holds it after the step): a launch, a relaunch. A take
+    (the task goes on with another bundle) starts none; a cap lowered below the tenant's
+    tasks holds once enough of them end; a crashed tick's launches that the next tick
+    completes were decided under the cap of their tick."""
 
     def __init__(self) -> None:
-        self._before: Counter[str] = Counter()
+        self._before: set[tuple[str, int]] = set()  # active bundles (id, attempt)
+        self._tasks: set[str] = set()  # their tasks
 
     def check(self, view: View, recovered: bool) -> list[str]:
         rec = view.items.get(codec.TENANT_POLICIES_KEY)
         policies = rec.tenants if rec is not None and isinstance(rec.tenants, dict) else {}
         caps = {t: TenantPolicy.from_json(p).max_running for t, p in policies.items()}
-        now = Counter(b.tenant for b in view.bundles()
-                      if b.state in ACTIVE_BUNDLE_STATES and b.tenant is not None)
-        before, self._before = self._before, now
+        active = [b for b in view.bundles() if b.state in ACTIVE_BUNDLE_STATES]
+        now = Counter(b.tenant for b in active if b.tenant is not None)
+        started = Counter(b.tenant for b in active
+                          if (b.bundle_id, b.attempt) not in self._before
+                          and b.task_arn not in self._tasks and b.tenant is not None)
+        self._before = {(b.bundle_id, b.attempt) for b in active}
+        self._tasks = {b.task_arn for b in active if b.task_arn is not None}
         if recovered:
             return []
-        return [f"tenant {t} runs {now[t]} tasks after this step ({before[t]} before it), "
+        return [f"tenant {t} runs {now[t]} tasks after a step that started {started[t]}, "
                 f"over its cap of {cap}" for t, cap in sorted(caps.items())
-                if cap is not None and now[t] > max(cap, before[t])]
+                if cap is not None and started[t] and now[t] > cap]

@@ -270,7 +270,7 @@ class OperatorRules:
         return {"LONGJOBS_STACK_TASK_DEFINITION": stack_arn(self.stack)}
 
     # -- tenants' shares --------------------------------------------------------------------------
-    @rule(tenant=st.sampled_from(checks.TENANTS), cap=st.sampled_from([None, 1, 2]))
+    @rule(tenant=st.sampled_from(checks.TENANTS), cap=st.sampled_from([None, 0, 1, 2]))
     def tenant_cap(self, tenant: str, cap: int | None) -> None:
         """``longjobs tenants set T --max-running N`` (or ``--no-cap``): the next ticks, and
         the stop events' relaunches, keep to it (the ``tenant_cap`` check)."""

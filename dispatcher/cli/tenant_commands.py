@@ -32,7 +32,7 @@ def tenants(
     as_json: JsonOpt = False,
 ) -> None:
     """Each tenant (a job's `tenant`; `(none)`: jobs of none) with its tasks running now,
-    its target as the last tick set it (`-`: that tick had nothing to share), its weight, cap
+    its target as the last tick set it (`-`: not in that tick's view), its weight, cap
     and reserve, and its jobs, run hours, vCPU-hours and cost in the window. Reads the running
     bundles, the policies and the usage counters, never the jobs."""
     if ctx.invoked_subcommand is not None:

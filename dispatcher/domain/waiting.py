@@ -96,6 +96,9 @@ class TickSummary:
     # slot at their bundle's end (dispatcher.store.follow_ons).
     tenants: dict[str, TenantShare] = field(default_factory=dict)
     shed: dict[str, int] = field(default_factory=dict)
+    # The highest priority of the work of tenants below their targets (None: none waits): a
+    # task gives up its slot only for work of its own priority or higher.
+    wanting: str | None = None
 
     def others_waiting(self, priority: str) -> bool:
         """Whether due work other than untaken follow-ons, of ``priority`` or higher, was
@@ -111,7 +114,8 @@ class TickSummary:
                 "small_jobs_left": self.small_jobs_left,
                 **({"tenants": {t: v.to_json() for t, v in self.tenants.items()}}
                    if self.tenants else {}),
-                **({"shed": dict(self.shed)} if self.shed else {})}
+                **({"shed": dict(self.shed)} if self.shed else {}),
+                **({"wanting": self.wanting} if self.wanting else {})}
 
     @staticmethod
     def from_json(data: Any) -> TickSummary | None:
@@ -130,7 +134,8 @@ class TickSummary:
                            small_jobs_left=bool(data.get("small_jobs_left")),
                            tenants={str(t): TenantShare.from_json(v)
                                     for t, v in (data.get("tenants") or {}).items()},
-                           shed={str(t): int(n) for t, n in (data.get("shed") or {}).items()})
+                           shed={str(t): int(n) for t, n in (data.get("shed") or {}).items()},
+                           wanting=str(data["wanting"]) if data.get("wanting") else None)
 
 
 @dataclass(frozen=True)
@@ -224,15 +229,18 @@ def waiting_for(state: str, *, not_before: float | None, runs: int, reason: str 
             return Waiting(KIND_LIMIT, kind=bundle.kind, running=running, limit=limit,
                            attempt=attempt, detail=detail)
     active, most = summary.active, summary.max_running
-    if bundle.follow_on:  # taken in turn by running tasks; a free slot gets the oldest
-        return Waiting(FOLLOW_ON, running=active, limit=most)
     name = bundle.tenant or tenants.NONE
     share = summary.tenants.get(name)
     if share is not None and share.max_running is not None and share.tasks >= share.max_running:
         return Waiting(FAIR_SHARE, tenant=name, running=share.tasks, limit=share.max_running,
                        detail=detail or "its tenant's cap", attempt=attempt)
+    if bundle.follow_on:  # taken in turn by running tasks; a free slot gets the oldest
+        return Waiting(FOLLOW_ON, running=active, limit=most)
     if share is not None and active >= most and share.tasks >= share.target \
-            and len(summary.tenants) > 1:
+            and summary.wanting is not None \
+            and PRIORITY_RANK.get(bundle.priority, 1) >= PRIORITY_RANK.get(summary.wanting, 1):
+        # Every slot taken, its tenant at its share, and a tenant below its own waits with
+        # work of this priority or higher: a slot that frees goes to that one first.
         return Waiting(FAIR_SHARE, tenant=name, running=share.tasks, limit=share.target,
                        detail=detail or "its tenant's share of the slots", attempt=attempt)
     rank = PRIORITY_RANK.get(bundle.priority, 1)

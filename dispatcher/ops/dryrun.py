@@ -23,10 +23,11 @@ from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, Priority, Rejection
 from dispatcher.domain.launches import Launch
 from dispatcher.domain.pacing import LaunchPacer
 from dispatcher.domain.schedules import FireRecord
+from dispatcher.domain.tenant_shares import TenantPolicy
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.launcher import Launcher, LaunchRequest, LaunchResult, TaskStatus
 from dispatcher.ports.queue import BATCH, Backlog, Queue, Received
-from dispatcher.ports.table import Op
+from dispatcher.ports.table import Op, Record
 from dispatcher.settings import Config
 from dispatcher.stages.tick import Tick
 from dispatcher.store import JobUpdate, LaunchOutcome, SavedSummary, StageStore
@@ -108,6 +109,27 @@ class DryRunStore(StageStore):
                     follow_ons: bool = False) -> list[Bundle]:
         return self._inner.due_bundles(limit, at, full_kinds, priorities,
                                        follow_ons=follow_ons)
+
+    def due_page(self, limit: int, at: float, full_kinds: Collection[str] = (),
+                 priorities: Collection[Priority] | None = None, *, follow_ons: bool = False,
+                 after: Record | None = None) -> tuple[list[Bundle], Record | None]:
+        return self._inner.due_page(limit, at, full_kinds, priorities, follow_ons=follow_ons,
+                                    after=after)
+
+    def tenant_state(self) -> tuple[dict[str, TenantPolicy], dict[str, float], float | None]:
+        return self._inner.tenant_state()
+
+    def tenant_policies(self) -> dict[str, TenantPolicy]:
+        return self._inner.tenant_policies()
+
+    def save_tenant_usage(self, usage: Mapping[str, float], at: float) -> None:
+        self._plan.would("save_tenant_usage", tenants=len(usage))
+
+    def batch_cursors(self, batches: list[str]) -> dict[str, tuple[int, int | None]]:
+        return self._inner.batch_cursors(batches)
+
+    def bundles_of(self, bundle_ids: list[str]) -> list[Bundle]:
+        return self._inner.bundles_of(bundle_ids)
 
     def priority_credit(self) -> dict[str, float]:
         return self._inner.priority_credit()

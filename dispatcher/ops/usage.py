@@ -73,7 +73,7 @@ def usage_report(store: OperatorStore, by: str, since: float, until: float) -> U
 class TenantRow:
     """One tenant: its tasks running now, and what its jobs used in the window; its policy
     (dispatcher.domain.tenant_shares), its target as the last tick set it (None: that tick
-    had nothing to share) and its counted usage (decayed vCPU-seconds)."""
+    did not see it) and its counted usage (decayed vCPU-seconds)."""
 
     tenant: str
     running: int

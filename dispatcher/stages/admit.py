@@ -35,10 +35,11 @@ from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.ports.queue import BATCH, Queue, Received
 from dispatcher.stages.admitted import AdmissionStats
-from dispatcher.stages.bundle import Bundler, TenantRoom
+from dispatcher.stages.bundle import Bundler
 from dispatcher.stages.policy import AdmitPolicy
 from dispatcher.stages.queue_drain import DrainSetup, QueueDrain
 from dispatcher.stages.recorder import Recorder
+from dispatcher.stages.tenant_slots import TenantRoom
 
 
 class Admission:

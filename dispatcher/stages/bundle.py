@@ -39,13 +39,13 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
 
 from dispatcher.domain import tenants
 from dispatcher.domain.bundle_sizes import BundleSizes, Shape
 from dispatcher.domain.bundles import Bundle, first_wave_id, follow_on_id
 from dispatcher.domain.jobs import Job, new_id
 from dispatcher.stages.policy import BundlePolicy
+from dispatcher.stages.tenant_slots import TenantLimits, TenantRoom, past_share
 
 # Rounds of a task's concurrency an even share must hold before bundles are tapered.
 TAPER_ROUNDS = 4
@@ -75,21 +75,6 @@ def tapered_share(remaining: int, slots: int, admit_rate: float, task_rate: floa
     x = task_rate / admit_rate  # 1 - rho = x / (1 + x); rho ** slots = (1 + x) ** -slots
     share = remaining * x / (1 + x) / -math.expm1(-slots * math.log1p(x))
     return max(1, round(share))
-
-
-@dataclass(frozen=True)
-class TenantLimits:
-    """What a drain keeps to of the tenants' shares (dispatcher/stages/tenant_slots.py):
-    ``caps``, tasks each capped tenant may still start (None for the jobs of none); and their
-    ``weights`` (1 unless set), by which a backlog of several tenants' small jobs cut into
-    follow-ons shares the free slots it launches into."""
-
-    caps: dict[str | None, int] = field(default_factory=dict)
-    weights: dict[str, float] = field(default_factory=dict)
-
-
-# The limits, or how to read them when a job of a tenant first comes.
-TenantRoom = TenantLimits | Callable[[], TenantLimits] | None
 
 
 class Bundler:
@@ -386,22 +371,25 @@ class Bundler:
         if job.tenant is not None and callable(self.tenant_room):
             self.tenant_room = self.tenant_room()  # read once, at the first tenant
         limits = self.tenant_room if isinstance(self.tenant_room, TenantLimits) \
-            else TenantLimits()
+            else TenantLimits()  # no tenant seen yet: the jobs of none have no cap
         room = limits.caps
         self._tenants_seen.add(job.tenant)
         # Its tenant may start no task (its cap), or, cutting follow-ons, has opened its
         # weight's share of the free slots among the tenants seen (the rest follow on for
         # its tasks; the slots others leave go to the untaken follow-ons at the drain's end).
-        capped = room.get(job.tenant, 1) < 1 or (batch and self._past_share(job.tenant,
-                                                                             limits))
+        capped = room.get(job.tenant, 1) < 1 or (batch and past_share(
+            self._opened_by, self._tenants_seen, self.capacity, job.tenant, limits))
         follow_on = batch and not deferred and (self.opened >= self.capacity or capped)
         if follow_on and self._seen >= self._admits():
             return False
         if not deferred and not follow_on and self.opened >= self.capacity:
             return False
         deferred = deferred or capped
+        # (none for a tenant at its cap: the tick would not launch it, and a task would
+        # leave its slot for nothing)
         foothold = follow_on and self._running_tenants is not None \
-            and job.tenant not in self._running_tenants and shape not in self._footholds
+            and job.tenant not in self._running_tenants and shape not in self._footholds \
+            and room.get(job.tenant, 1) >= 1
         if foothold:
             follow_on, deferred = False, True
             self._footholds.add(shape)
@@ -452,17 +440,6 @@ class Bundler:
         else:
             self._closed.append(bundle)
         return True
-
-    def _past_share(self, tenant: str | None, limits: TenantLimits) -> bool:
-        """Whether ``tenant`` has opened its weight's share of this drain's free slots, among
-        the tenants whose jobs it has seen (two or more)."""
-        if len(self._tenants_seen) < 2:
-            return False
-        weights = {t: limits.weights.get(t or tenants.NONE, 1.0) for t in self._tenants_seen}
-        total = sum(weights.values())
-        if total <= 0:
-            return False
-        return self._opened_by[tenant] >= math.ceil(self.capacity * weights[tenant] / total)
 
     def close(self, shape: Shape | None = None) -> None:
         """Close the open bundle of ``shape`` (every open bundle if None)."""

@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 # read; a kind whose oldest due bundle does not fit its room is left out of a next read, so a
 # backlog of one kind never hides the due bundles of the others (see DueWork.due).
 DUE_LOOKAHEAD = 200
+# Pages of due bundles read past those of tenants at their caps (DueWork.due).
+TENANT_PAGES = 4
 # With no slot free, the oldest due bundles looked at for the summary (DueWork.others_due).
 OTHERS_PEEK = 10
 
@@ -61,7 +63,9 @@ class DueWork:
                 room[b.kind] -= b.slots
         return room
 
-    def due(self, capacity: int, room: Mapping[str, int]) -> tuple[list[Bundle], set[str]]:
+    def due(self, capacity: int, room: Mapping[str, int],
+            keep: Callable[[list[Bundle]], list[Bundle]] | None = None
+            ) -> tuple[list[Bundle], set[str]]:
         """Due PENDING bundles that may launch now as far as their kinds' room goes, higher
         priority first, then oldest due, each with its ``slots`` for this launch
         (:func:`launch_slots`); and the kinds blocked: whose first due bundle in that order does
@@ -72,19 +76,28 @@ class DueWork:
         a kind with no room is from the first), so a backlog of it cannot hide the others; and
         when a full read holds no bundle of some priority, a next read looks at those
         priorities only, so older bundles of one priority cannot hide another's from
-        :meth:`_share`. At most one read more per limited kind, and one for the priorities."""
+        :meth:`_share`. At most one read more per limited kind, and one for the priorities.
+        ``keep``: the bundles of those that their tenants' caps let start; while a full read
+        holds fewer than ``capacity`` of those (a capped tenant's backlog), the next page is
+        read, :data:`TENANT_PAGES` at most."""
         if capacity <= 0:
             return [], set()
         left_out = {kind for kind, left in room.items() if left <= 0}
         limit = capacity + DUE_LOOKAHEAD
         pool: dict[str, Bundle] = {}
         only: list[Priority] | None = None
+        after, pages = None, 0
         while True:
-            found = self._store.due_bundles(limit, self._clock(), left_out, only)
+            found, last = self._store.due_page(limit, self._clock(), left_out, only,
+                                               after=after)
             pool.update((b.bundle_id, b) for b in found if b.bundle_id not in pool)
             fits, blocked = self.fit(sorted(pool.values(), key=self.order), room)
             if len(found) < limit:
                 break
+            if keep is not None and len(keep(fits)) < capacity and pages < TENANT_PAGES:
+                after, pages = last, pages + 1  # past a capped tenant's backlog
+                continue
+            after = None
             if len(fits) < capacity and not blocked <= left_out:
                 left_out |= blocked
                 continue
@@ -144,12 +157,23 @@ class DueWork:
                 room[b.kind] -= b.slots
         return out
 
-    def others_due(self, room: Mapping[str, int]) -> list[Bundle]:
+    def others_due(self, room: Mapping[str, int],
+                   keep: Callable[[list[Bundle]], list[Bundle]] | None = None
+                   ) -> list[Bundle]:
         """With no slot free: the due bundles other than untaken follow-ons (a look at the
         oldest few), for the summary: the batches' tasks read it and leave their follow-ons
-        for that work first (dispatcher.store.follow_ons)."""
+        for that work first (dispatcher.store.follow_ons). ``keep``: as for :meth:`due`, a
+        capped tenant's backlog is paged past."""
         left_out = {kind for kind, left in room.items() if left <= 0}
-        return self._store.due_bundles(OTHERS_PEEK, self._clock(), left_out)
+        out: list[Bundle] = []
+        after = None
+        for _ in range(1 + (TENANT_PAGES if keep is not None else 0)):
+            found, after = self._store.due_page(OTHERS_PEEK, self._clock(), left_out,
+                                                after=after)
+            out += found
+            if len(found) < OTHERS_PEEK or keep is None or keep(out):
+                break
+        return out
 
     def fit(self, order: list[Bundle], room: Mapping[str, int]) -> tuple[list[Bundle], set[str]]:
         left = dict(room)

@@ -21,24 +21,61 @@ two reads however many tenants wait). From that it sets each tenant's target
 from __future__ import annotations
 
 import heapq
+import math
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from itertools import groupby
 
 from dispatcher.domain import tenant_shares, tenants
 from dispatcher.domain.bundles import Bundle, BundleState, follow_on_batch, follow_on_id
-from dispatcher.domain.jobs import PRIORITY_ORDER
+from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.domain.tenant_shares import TenantLoad, TenantPolicy
 from dispatcher.domain.waiting import TenantShare
-from dispatcher.stages.bundle import TenantLimits
 from dispatcher.store import StageStore
-from dispatcher.store import codec as r
 
 # Follow-ons of a running batch looked at by the tick (one BatchGetItem holds 100 keys).
 LOOK_KEYS = 100
+# Tenants a tick's summary shows at most (every runner reads it at each take).
+VIEW_MOST = 500
 # Usage is counted over at most this long between two ticks (ticks that stopped for a while
 # do not charge the tasks of now for it).
 MAX_COUNTED_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class TenantLimits:
+    """What a drain keeps to of the tenants' shares (dispatcher/stages/tenant_slots.py):
+    ``caps``, tasks each capped tenant may still start (None for the jobs of none); and their
+    ``weights`` (1 unless set), by which a backlog of several tenants' small jobs cut into
+    follow-ons shares the free slots it launches into."""
+
+    caps: dict[str | None, int] = field(default_factory=dict)
+    weights: dict[str, float] = field(default_factory=dict)
+
+
+# The limits, or how to read them when a job of a tenant first comes.
+TenantRoom = TenantLimits | Callable[[], TenantLimits] | None
+
+
+def past_share(opened: Mapping[str | None, int], seen: Collection[str | None], capacity: int,
+               tenant: str | None, limits: TenantLimits) -> bool:
+    """Whether ``tenant`` has ``opened`` its weight's share of a drain's ``capacity`` free
+    slots, among the tenants whose jobs it has ``seen`` (two or more)."""
+    if len(seen) < 2:
+        return False
+    weights = {t: limits.weights.get(t or tenants.NONE, 1.0) for t in seen}
+    total = sum(weights.values())
+    if total <= 0:
+        return False
+    return opened.get(tenant, 0) >= math.ceil(capacity * weights[tenant] / total)
+
+
+def batch_of(bundle_id: str) -> str | None:
+    """The batch a bundle's id names (a follow-on's, or a first wave's), if any: the part
+    after its tenant (whose name may hold a ``-``) must hold one."""
+    rest = bundle_id.rpartition(tenants.MARK)[2]
+    return follow_on_batch(bundle_id) if "-" in rest else None
 
 
 def key(tenant: str | None) -> str:
@@ -51,8 +88,7 @@ class TenantSlots:
     and usage read, and each tenant's tasks (running, then launched as the tick goes)."""
 
     def __init__(self, slots: int, policies: Mapping[str, TenantPolicy],
-                 usage: Mapping[str, float], running: Iterable[Bundle],
-                 due: Iterable[Bundle] = ()) -> None:
+                 usage: Mapping[str, float], running: Iterable[Bundle]) -> None:
         self.slots = slots
         self.policies = dict(policies)
         self.usage = dict(usage)
@@ -60,7 +96,8 @@ class TenantSlots:
         self.goal: dict[str, int] = {}
         self.more: set[str] = set()
         self.found: list[Bundle] = []
-        self.seen = {key(b.tenant) for b in due}  # tenants with due work in view
+        self.seen: set[str] = set()  # tenants with due work in view
+        self.held: dict[str, Bundle] = {}  # due work its tenant's cap holds back
 
     @property
     def shared(self) -> bool:
@@ -76,33 +113,36 @@ class TenantSlots:
         """What the running tenants have left: their batches' cursors (one read), then the
         next follow-ons past each (one read): those still PENDING are work the tick can
         launch for their tenant (:attr:`found`), and a tenant with a full look has more
-        (:attr:`more`)."""
-        batches = sorted({follow_on_batch(b.bundle_id) for b in active if "-" in b.bundle_id})
+        (:attr:`more`). At most :data:`LOOK_KEYS` batches, taken a tenant at a time in turn
+        (the fewest tasks first), so no tenant's many batches crowd out another's."""
+        by_tenant: dict[str, list[str]] = {}
+        for b in active:
+            batch = batch_of(b.bundle_id)
+            if batch is not None and batch not in by_tenant.setdefault(key(b.tenant), []):
+                by_tenant[key(b.tenant)].append(batch)
+        turns = sorted(by_tenant, key=lambda t: (self.counts[t], t))
+        batches: list[str] = []
+        while len(batches) < LOOK_KEYS and any(by_tenant.values()):
+            for t in turns:
+                if by_tenant[t] and len(batches) < LOOK_KEYS:
+                    batches.append(by_tenant[t].pop(0))
         if not batches:
             return
-        cursors = {rec.pk: rec for rec in store.table.get_many(
-            [r.batch_key(b) for b in batches[:LOOK_KEYS]])}
+        cursors = store.batch_cursors(batches)
         per = max(1, LOOK_KEYS // max(1, len(cursors)))
         ids: list[str] = []
-        for batch in batches:
-            cursor = cursors.get(r.batch_key(batch))
-            if cursor is None:
-                continue
-            first = int(cursor.batch_next or 0)
-            last = first + per if cursor.batch_last is None \
-                else min(first + per, int(cursor.batch_last))
-            ids += [follow_on_id(batch, n) for n in range(first, last)]
-        found = [r.record_bundle(rec) for rec in store.table.get_many(
-            [r.bundle_key(i) for i in ids[:LOOK_KEYS]]) if rec.state == str(BundleState.PENDING)
-            and (rec.next_attempt_at or 0) <= now]
-        self.found = found
-        by = Counter(key(b.tenant) for b in found)
+        for batch, (first, last) in cursors.items():
+            end = first + per if last is None else min(first + per, last)
+            ids += [follow_on_id(batch, n) for n in range(first, end)]
+        self.found = [b for b in store.bundles_of(ids[:LOOK_KEYS])
+                      if b.state == BundleState.PENDING and b.next_attempt_at <= now]
+        by = Counter(key(b.tenant) for b in self.found)
         self.more = {t for t, n in by.items() if n >= per}
 
     def plan(self, waiting: Iterable[Bundle]) -> None:
         """Each tenant's target, from its tasks, the bundles waiting that the tick saw (and
         those :meth:`look` found), and whether it has more."""
-        seen = {b.bundle_id: b for b in [*waiting, *self.found]}
+        seen = {b.bundle_id: b for b in [*waiting, *self.found, *self.held.values()]}
         by = Counter(key(b.tenant) for b in seen.values())
         loads = {t: TenantLoad(running=self.counts[t], waiting=by[t], more=t in self.more,
                                usage=self.usage.get(t, 0.0))
@@ -126,10 +166,9 @@ class TenantSlots:
         """``bundles`` launched: their tenants' tasks."""
         self.counts.update(key(b.tenant) for b in bundles)
 
-    def admit(self, bundles: list[Bundle]) -> list[Bundle]:
-        """``bundles`` (in the tick's order) that their tenants' caps let start, reordered
-        within each priority so that the tenants furthest below their targets go first
-        (:meth:`order`)."""
+    def within_caps(self, bundles: list[Bundle]) -> list[Bundle]:
+        """``bundles``, in their order, that their tenants' caps let start (the others are
+        kept in :attr:`held`: their tenants are in view, held by their caps)."""
         left = {t: self.room(t) for t in {key(b.tenant) for b in bundles}}
         out = []
         for b in bundles:
@@ -138,7 +177,15 @@ class TenantSlots:
                 out.append(b)
                 if n is not None:
                     left[key(b.tenant)] = n - 1
-        return self.order(out)
+            else:
+                self.held[b.bundle_id] = b
+        return out
+
+    def admit(self, bundles: list[Bundle]) -> list[Bundle]:
+        """``bundles`` (in the tick's order) that their tenants' caps let start, reordered
+        within each priority so that the tenants furthest below their targets go first
+        (:meth:`order`)."""
+        return self.order(self.within_caps(bundles))
 
     def order(self, bundles: list[Bundle]) -> list[Bundle]:
         """Higher priority first (a stable sort); within a priority, one bundle at a time of
@@ -167,24 +214,46 @@ class TenantSlots:
         return (self.counts[t] + picked[t] - self.goal.get(t, 0),
                 tenant_shares.rank(self.usage.get(t, 0.0), self.policy(t)))
 
+    def wants(self, tenant: str | None) -> bool:
+        """Whether the tick would launch ``tenant``'s work into a slot that frees: its cap
+        has room and it is below its target."""
+        t = key(tenant)
+        return self.room(tenant) != 0 and self.goal.get(t, 0) > self.counts[t]
+
     def sheds(self, waiting: Iterable[Bundle], launched: Collection[str],
-              follow_tenants: Iterable[str]) -> dict[str, int]:
+              follow_tenants: Iterable[str], free: int = 0
+              ) -> tuple[dict[str, int], str | None]:
         """As the tick ends: the targets again, with what it launched (``launched``, their
         ids; ``waiting``: the due bundles it left; ``follow_tenants``: tenants its drain cut
-        follow-ons or footholds for, which have more), and how many tasks each tenant should
-        give up at its next bundle's end for those below their targets."""
+        follow-ons or footholds for, which have more), how many tasks each tenant should give
+        up at its next bundle's end for those below their targets (less the ``free`` slots
+        the tick left, which they get first), and the highest priority of the work those
+        wait with (None: none waits). A task gives up its slot only for work of its own
+        priority or higher: the tick launches by priority first."""
         self.more |= set(follow_tenants)
+        waiting = list(waiting)
         self.found = [b for b in self.found if b.bundle_id not in launched]
         self.plan(waiting)
-        wanting = sum(max(0, n - self.counts[t]) for t, n in self.goal.items())
-        return tenant_shares.sheds(self.counts, self.goal, self.policies, wanting)
+        below = {t for t, n in self.goal.items() if n > self.counts[t]}
+        if not below:
+            return {}, None
+        ranks = [PRIORITY_ORDER.index(b.priority) for b in [*waiting, *self.found]
+                 if key(b.tenant) in below]
+        # A tenant below its target with only the drain's word for its work: normal
+        rank = min(ranks) if ranks else PRIORITY_ORDER.index(Priority.NORMAL)
+        wanting = sum(self.goal[t] - self.counts[t] for t in below) - max(0, free)
+        return (tenant_shares.sheds(self.counts, self.goal, self.policies, wanting),
+                str(PRIORITY_ORDER[rank]))
 
     def view(self) -> dict[str, TenantShare]:
-        """The tenants in view (running, or with work the tick saw), for the summary: a job
-        of one held by its cap says so (``fair_share``) even with nothing of it running."""
+        """For the summary, at most :data:`VIEW_MOST` tenants, the most tasks first: those
+        running, with a target, or at a cap with work waiting (a job of one held by its cap
+        says so, ``fair_share``, even with nothing of it running)."""
+        names = [t for t in {*self.counts, *self.goal}
+                 if self.counts[t] or self.goal.get(t) or self.policy(t).max_running is not None]
+        names.sort(key=lambda t: (-self.counts[t], -self.goal.get(t, 0), t))
         return {t: TenantShare(self.counts[t], self.goal.get(t, 0), self.policy(t).weight,
-                               self.policy(t).max_running)
-                for t in sorted({*self.counts, *self.goal})}
+                               self.policy(t).max_running) for t in sorted(names[:VIEW_MOST])}
 
     def usage_now(self, active: Iterable[Bundle], since: float | None, now: float,
                   half_life: float) -> dict[str, float]:

@@ -28,7 +28,7 @@ from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import TableUnavailable
 from dispatcher.stages.admit import Admission
 from dispatcher.stages.admitted import AdmissionStats
-from dispatcher.stages.bundle import FOLLOW_ON_SHARES, TenantLimits
+from dispatcher.stages.bundle import FOLLOW_ON_SHARES
 from dispatcher.stages.due_work import DueWork
 from dispatcher.stages.fanout import ArrayStats, ArrayTally
 from dispatcher.stages.handoff import (
@@ -43,7 +43,7 @@ from dispatcher.stages.lookout import LOOK_SECONDS, Lookout
 from dispatcher.stages.policy import TickPolicy
 from dispatcher.stages.reconcile import Reconciler, ReconcileStats
 from dispatcher.stages.revision import Revisions
-from dispatcher.stages.tenant_slots import TenantSlots
+from dispatcher.stages.tick_tenants import TickTenants
 from dispatcher.store import SavedSummary, StageStore
 from dispatcher.store.values import Lease
 
@@ -190,13 +190,15 @@ class Tick:
         # slot: its take ends the one and launches the next in one transaction
         # (dispatcher.store.follow_ons).
         self._work.begin()
-        waiting, blocked = self._work.due(d.capacity, room)
-        others = self._work.others_due(room) if d.capacity <= 0 else []
-        # The tenants' shares (stages/tenant_slots.py): caps on every launch below, the free
-        # slots to those furthest below their targets, sheds asked of those past theirs.
         live = [b for b in active if b.bundle_id not in freed]
-        shares = self._tenant_slots(live, [*waiting, *others])
-        if shares is not None:
+        # The tenants' shares (stages/tick_tenants.py): caps on every launch below, the free
+        # slots to those furthest below their targets, sheds asked of those past theirs.
+        tenants_now = TickTenants(self._store, self._policy.max_running_tasks,
+                                  self._policy.tenant_half_life_seconds, self._clock, live)
+        waiting, blocked = self._work.due(d.capacity, room, keep=tenants_now.keep)
+        others = self._work.others_due(room, tenants_now.keep) if d.capacity <= 0 else []
+        tenants_now.saw([*waiting, *others])
+        if (shares := tenants_now.shares) is not None:
             if shares.shared:
                 # Batches of the running tasks, and of the due work (a foothold's batch)
                 shares.look(self._store, [*live, *waiting, *others], self._clock())
@@ -209,7 +211,8 @@ class Tick:
                         key=self._work.order), room)[0]
             shares.plan([*waiting, *others])
             waiting = shares.admit(waiting)
-            others = [b for b in others if shares.room(b.tenant) != 0]
+            # What a running task leaves its slot for: work the tick would launch there
+            others = [b for b in others if shares.wants(b.tenant)]
         others_due = Counter(str(b.priority) for b in others)
         # The running tasks, which take follow-ons as they end their bundles, take the queue's
         # backlog too, cut into follow-ons for them (after any other due work, which their
@@ -237,8 +240,7 @@ class Tick:
                 log.error("saving the tick's revision failed", extra={"reason": exc.reason})
         due, queue_slots = self._work.share(d.capacity, waiting, visible)
         running |= {b.tenant for b in due}  # launched now: their tasks take follow-ons too
-        if shares is not None:
-            shares.took(due)
+        tenants_now.took(due)
         for b in due:
             if b.kind in room:
                 room[b.kind] -= b.slots
@@ -252,9 +254,6 @@ class Tick:
             self._admission, self._handoffs, [*active, *due], drain_deadline, d.intake,
             d.handoff, self._clock)
         launched: list[Bundle] = []  # by the drain
-        # No tenant in view yet: the caps are read if the drain meets a job of one.
-        late = _LateShares(lambda: self._tenant_slots([*live, *due, *launched], [],
-                                                      force=True))
         with _LaunchQueue(self._launches, d.task_definition, d.launch) as launch:
             if due:
                 launch(due)
@@ -263,14 +262,11 @@ class Tick:
                                                kind_room=room, shares=queue_slots,
                                                visible=visible, beat_seconds=LOOK_SECONDS,
                                                takers=takers, running_tenants=running,
-                                               tenant_room=late.caps if shares is None
-                                               else shares.caps_left()):
+                                               tenant_room=tenants_now.limits()):
                 if ready:
                     launch(ready)
                     launched += ready
-                    shares = shares or late.shares
-                    if shares is not None:
-                        shares.took(ready)
+                    tenants_now.took(ready)
                     handed |= {b.bundle_id for b in ready}
                 if lookout is not None:
                     lookout.after(ready)
@@ -281,12 +277,11 @@ class Tick:
             looked = lookout.waiting if lookout is not None else []
             spare = self._work.spare(d.capacity - len(handed), sorted([*looked, *(
                 b for b in waiting if b.bundle_id not in handed)], key=self._work.order), room,
-                handed, d.intake.follow_ons > 0, None if shares is None else shares.admit)
+                handed, d.intake.follow_ons > 0, tenants_now.admit)
             if spare:
                 launch(spare)
                 due += spare
-                if shares is not None:
-                    shares.took(spare)
+                tenants_now.took(spare)
             d.new_bundles = d.intake.bundles_recorded
         launching = {b.bundle_id for b in due}
         left_due = Counter(str(b.priority) for b in waiting if b.bundle_id not in launching)
@@ -304,15 +299,15 @@ class Tick:
         if self._arrays is not None:  # their parents' states, from what this tick recorded
             self._arrays.settle(d.arrays)
         left = [b for b in [*waiting, *others] if b.bundle_id not in launching]
-        shares = shares or late.shares
-        if shares is None and (any(t != NONE for t in d.intake.tenants_followed)
-                               or any(b.tenant for b in launched)):
-            # Its drain was the first to see tenants: their shares from the next tick on.
-            shares = self._tenant_slots([*live, *launched], left)
+        if any(t != NONE for t in d.intake.tenants_followed) \
+                or any(b.tenant for b in launched):
+            tenants_now.make()  # its drain was the first to see tenants
+        shares = tenants_now.shares
         if shares is not None:
             shares.more |= set(d.intake.tenants_followed)
-        shed = {} if shares is None or not shares.shared else shares.sheds(
-            left, launching | {b.bundle_id for b in launched}, d.intake.tenants_followed)
+        shed, wanting = ({}, None) if shares is None or not shares.shared else shares.sheds(
+            left, launching | {b.bundle_id for b in launched}, d.intake.tenants_followed,
+            free=d.capacity_left)
         return (TickSummary(
             at=self._clock(), active=d.active_bundles + d.launch.bundles_launched,
             max_running=self._policy.max_running_tasks,
@@ -321,25 +316,8 @@ class Tick:
             fed_seconds=d.intake.follow_on_seconds / max(1, (takers + d.capacity)
                                                          * self._policy.task_concurrency)
             if takers else 0.0, small_jobs_left=d.intake.small_jobs_left,
-            tenants={} if shares is None else shares.view(), shed=shed),
+            tenants={} if shares is None else shares.view(), shed=shed, wanting=wanting),
             self._revisions.current(), self._revisions.pinned_version)
-
-    def _tenant_slots(self, live: list[Bundle], due: list[Bundle],
-                      force: bool = False) -> TenantSlots | None:
-        """The tenants' shares for this tick, or None when no bundle running or due names a
-        tenant (an untenanted stack reads nothing for them) and not ``force``. Reads the
-        policies and usage (one read) and writes the usage counted on to now (one write)."""
-        if not force and not any(b.tenant for b in [*live, *due]):
-            return None
-        policies, usage, since = self._store.tenant_state()
-        now = self._clock()
-        shares = TenantSlots(self._policy.max_running_tasks, policies, usage, live, due)
-        shares.usage = shares.usage_now(live, since, now, self._policy.tenant_half_life_seconds)
-        try:
-            self._store.save_tenant_usage(shares.usage, now)
-        except TableUnavailable as exc:  # only an order among equals: the next tick counts
-            log.error("saving the tenants' usage failed", extra={"reason": exc.reason})
-        return shares
 
     def _urgent(self, d: TickReport, active: list[Bundle], drain_deadline: float,
                 begun: float) -> None:
@@ -381,19 +359,6 @@ class Tick:
             if self._clock() >= until or time.monotonic() >= drain_deadline:
                 break
         d.handoff.watched_seconds = int(max(0.0, self._clock() - now))
-
-
-class _LateShares:
-    """The tenants' shares made when the drain first meets a job of a tenant (none were in
-    view as the tick began): the caps it needs then, and the shares from then on."""
-
-    def __init__(self, make: Callable[[], TenantSlots | None]) -> None:
-        self._make = make
-        self.shares: TenantSlots | None = None
-
-    def caps(self) -> TenantLimits:
-        self.shares = self._make()
-        return TenantLimits() if self.shares is None else self.shares.caps_left()
 
 
 class _LaunchQueue:

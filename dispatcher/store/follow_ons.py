@@ -80,7 +80,7 @@ from dispatcher.domain.bundles import (
     has_follow_ons,
     task_can_run,
 )
-from dispatcher.domain.jobs import PRIORITY_ORDER
+from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import (
     Absent,
@@ -179,8 +179,6 @@ class FollowOns(TenantPolicies):
                 return Take(None)  # the last tick cut none and left none: no Query
             if summary is not None and summary.others_waiting(str(done.priority)):
                 return Take(None)  # other due work goes first: its slot is the tick's
-            if self._gives_up(done, summary):
-                return Take(None)
             return self._take_other_batch(done, task_arn, tick, _limited(tick), ended, ending,
                                           before)
         for tries in range(TAKE_TRIES):
@@ -192,8 +190,6 @@ class FollowOns(TenantPolicies):
                 return Take(None)  # a deploy (or no tick yet): the tick launches the rest
             summary = TickSummary.from_json(tick.summary)
             limited = _limited(tick)
-            if not tries and self._gives_up(done, summary):
-                return Take(None)
             if summary is not None and summary.others_waiting(str(done.priority)):
                 other = self._other_due(done, limited)
                 if other is not None and not task_can_run(done, other):
@@ -248,6 +244,8 @@ class FollowOns(TenantPolicies):
             bundle = r.record_bundle(rec)
             if bundle.kind in limited:  # a limit set since it was recorded: the tick counts it
                 return Take(None)
+            if not tries and self._gives_up(done, summary):
+                return Take(None)  # its tenant is asked to give up slots: this one does
             try:
                 # The cursor: to the first still PENDING as read, this one taken; with none,
                 # just past this one (those after it may not be recorded yet).
@@ -277,6 +275,8 @@ class FollowOns(TenantPolicies):
         fits = [b for b in others if b.kind not in limited and task_can_run(done, b)]
         other = min(fits, key=lambda b: (PRIORITY_ORDER.index(b.priority), b.next_attempt_at),
                     default=None)
+        if other is not None and self._gives_up(done, TickSummary.from_json(tick.summary)):
+            return Take(None)  # its tenant is asked to give up slots: this one does
         if other is not None:
             try:
                 if self._take(other, done, task_arn, tick, follow_on_batch(other.bundle_id),
@@ -316,12 +316,23 @@ class FollowOns(TenantPolicies):
                    default=None)
 
     def _gives_up(self, done: Bundle, summary: TickSummary | None) -> bool:
-        """Whether this task gives up its slot, as the last tick asked that many of its
-        tenant's tasks to (past its cap, or past its share while others wait below theirs:
-        dispatcher/stages/tenant_slots.py): one conditional add, made only when asked."""
+        """Whether this task gives up its slot rather than take the next bundle it found, as
+        the last tick asked that many of its tenant's tasks to (past its cap, or past its
+        share while others wait below theirs: dispatcher/stages/tenant_slots.py): one
+        conditional add, made only when asked."""
         name = done.tenant or tenants.NONE
         asked = summary.shed.get(name, 0) if summary is not None else 0
-        return asked > 0 and self.shed(name, summary.at if summary else 0.0, asked)
+        if summary is None or asked <= 0:
+            return False
+        share = summary.tenants.get(name)
+        over_cap = share is not None and share.max_running is not None \
+            and share.tasks > share.max_running
+        # Past its share, only for work of this task's priority or higher: the tick launches
+        # by priority first, and would give the slot back to this tenant's higher work.
+        if not over_cap and (summary.wanting is None or PRIORITY_ORDER.index(done.priority)
+                             < PRIORITY_ORDER.index(Priority(summary.wanting))):
+            return False
+        return self.shed(name, summary.at, asked)
 
     def _yield_to(self, other: Bundle) -> bool:
         """Whether this task leaves its slot to the tick for ``other``, due work it cannot run:

@@ -203,14 +203,22 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
     def due_bundles(self, limit: int, at: float, full_kinds: Collection[str] = (),
                     priorities: Collection[Priority] | None = None, *,
                     follow_ons: bool = False) -> list[Bundle]:
+        """The first page of :meth:`due_page`."""
+        return self.due_page(limit, at, full_kinds, priorities, follow_ons=follow_ons)[0]
+
+    def due_page(self, limit: int, at: float, full_kinds: Collection[str] = (),
+                 priorities: Collection[Priority] | None = None, *, follow_ons: bool = False,
+                 after: Record | None = None) -> tuple[list[Bundle], Record | None]:
         """PENDING bundles whose backoff has passed, oldest due first, leaving out those of
         ``full_kinds`` (limited kinds with no room: a backlog of them, deferred in the table,
         would otherwise fill every read and hide the due bundles of other kinds), and keeping
         only those of ``priorities`` if given (so that older bundles of one priority cannot
         hide the due bundles of another). The follow-ons no task has run yet are apart
-        (codec.FOLLOW_ONS_STATUS): read with ``follow_ons``, and only then."""
+        (codec.FOLLOW_ONS_STATUS): read with ``follow_ons``, and only then. With the last row
+        read, which ``after`` takes to read the next page (a capped tenant's backlog must not
+        hide the others' work: dispatcher/stages/due_work.py)."""
         if limit <= 0:
-            return []
+            return [], None
         # kind <> k, as the port has no inequality: k's bundles are neither below nor above it;
         # a bundle without a kind (not of a limited kind) always passes.
         conds: list[Condition] = []
@@ -222,8 +230,22 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
                               else Eq("priority", str(p)) for p in priorities)))
         where = And(*conds) if len(conds) > 1 else conds[0] if conds else None
         key = r.FOLLOW_ONS_STATUS if follow_ons else r.bundle_status(BundleState.PENDING)
-        rows = self.table.query(key, at_most=r.iso(at), limit=limit, where=where)
-        return [r.record_bundle(rec) for rec in rows]
+        rows = self.table.query(key, at_most=r.iso(at), limit=limit, where=where, after=after)
+        return [r.record_bundle(rec) for rec in rows], rows[-1] if rows else None
+
+    def batch_cursors(self, batches: list[str]) -> dict[str, tuple[int, int | None]]:
+        """Each batch's cursor (its next follow-on, and its last once the drain wrote it),
+        for those that have one: one read of up to 100."""
+        out = {}
+        for rec in self.table.get_many([r.batch_key(b) for b in batches]):
+            out[rec.pk.removeprefix("BATCH#")] = (
+                int(rec.batch_next or 0), None if rec.batch_last is None else int(rec.batch_last))
+        return out
+
+    def bundles_of(self, bundle_ids: list[str]) -> list[Bundle]:
+        """The bundles of these ids that exist: one read of up to 100."""
+        return [r.record_bundle(rec)
+                for rec in self.table.get_many([r.bundle_key(i) for i in bundle_ids])]
 
     def orphaned_launches(self, older_than: float) -> list[Launch]:
         """Launches recorded before RunTask and never finished (their tick crashed)."""

@@ -95,3 +95,21 @@ def test_deploy_registers_a_revision_and_running_tasks_keep_theirs(aws: Aws) -> 
     assert {"name": "MODE", "value": "fast"} in container["environment"]
     bad = CliRunner().invoke(app, ["deploy", "--image", "x", "--family", "nope"])
     assert bad.exit_code == 2 and "Traceback" not in bad.output
+
+
+def test_dry_run_of_tenants_work_reads_their_shares_and_writes_nothing(aws: Aws) -> None:
+    """Tasks of two tenants running, one capped: a dry run reads their policies, usage and
+    batches as a tick would, and writes none of it."""
+    JobClient().submit_many([{"kind": "k", "payload": {}, "job_id": f"{t}-{i}", "tenant": t}
+                             for i in range(3) for t in ("acme", "beta")])
+    assert CliRunner().invoke(app, ["dispatch", "--once"]).exit_code == 0
+    assert CliRunner().invoke(app, ["tenants", "set", "acme", "--max-running", "1",
+                                    "--weight", "2"]).exit_code == 0
+    JobClient().submit_many([{"kind": "k", "payload": {}, "job_id": f"{t}-more", "tenant": t}
+                             for t in ("acme", "beta")])
+    before = _snapshot(aws)
+    result = CliRunner().invoke(app, ["dispatch", "--once", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output[result.output.index("{"):])
+    assert "save_tenant_usage" in {a["would"] for a in out["plan"]}
+    assert _snapshot(aws) == before

@@ -17,7 +17,7 @@ import pytest
 from dispatcher.domain import bundle_sizes
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import JobState
-from dispatcher.stages.tenant_slots import TenantSlots
+from dispatcher.stages.tenant_slots import TenantLimits, TenantSlots
 from dispatcher.store import follow_ons
 from tests.twins import test_system_model as model
 from tests.twins.test_system_model_bills import select_by_status_alone
@@ -93,11 +93,14 @@ def test_the_bulk_tenant_check_sees_a_job_of_another_tenant(
 
 
 def capped_tenant(m: model.SystemModel) -> None:
-    """t1 capped at one task: its jobs (each a task's own: not small) and t2's, with three
-    slots; ticks and runs, a task's stop and its rerun."""
+    """t1 capped at one task, t2 at none: their jobs (each a task's own: not small) and a
+    burst of small ones cut into follow-ons, with three slots; ticks and runs."""
     m.tenant_cap("t1", 1)
+    m.tenant_cap("t2", 0)
     m.submit(spec(tenant="t1", estimated_seconds=600.0), 4, False)
     m.submit(spec(tenant="t2", estimated_seconds=600.0), 1, False)
+    m.burst(60, "succeed", "t1")
+    m.burst(60, "succeed", "t2")
     for _ in range(4):
         m.tick(1)
         m.holds()  # the checks after every step, as the machine runs them
@@ -110,11 +113,12 @@ def test_a_tenants_cap_holds_at_every_step(machines: Callable[[], model.SystemMo
     m = machines()
     assert seen_by(m, "tenant_cap", capped_tenant) == []
     assert {j.state for j in m.twins.jobs() if j.tenant == "t1"} >= {JobState.SUCCEEDED}
+    assert {j.state for j in m.twins.jobs() if j.tenant == "t2"} == {JobState.PENDING}
 
 
 def test_the_check_sees_a_cap_ignored(machines: Callable[[], model.SystemModel],
                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(TenantSlots, "caps_left", lambda self: {})
+    monkeypatch.setattr(TenantSlots, "caps_left", lambda self: TenantLimits())
     monkeypatch.setattr(TenantSlots, "room", lambda self, tenant: None)
     seen = seen_by(machines(), "tenant_cap", capped_tenant)
     assert seen and "over its cap of 1" in seen[0]

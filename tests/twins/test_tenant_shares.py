@@ -5,6 +5,7 @@ and the slots a tenant past its share gives up at its tasks' bundle ends for the
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -19,8 +20,9 @@ from dispatcher.domain.tenant_shares import (
 )
 from dispatcher.domain.waiting import FAIR_SHARE
 from dispatcher.ops.queries import Queries
-from dispatcher.store import codec
+from dispatcher.store import Store, codec
 from dispatcher.store.tenant_policies import TenantPolicyError
+from dispatcher.testing.memory_table import MemoryTable
 from tests.twins import Twins
 from tests.twins.test_follow_ons import ENV, backlog, run
 
@@ -139,33 +141,101 @@ def test_a_tenants_cap_holds_on_every_launch_and_its_jobs_say_why_they_wait() ->
 
 
 def test_a_tenant_past_its_share_gives_up_slots_at_its_bundle_ends() -> None:
-    """Every slot runs tenant a's batch when b's backlog comes with weight 3 to a's 1: the
-    tick asks a to give up slots (one conditional add a task that does), the first of a's
-    tasks to end a bundle does so rather than take a follow-on, and the next tick launches
-    b's work into the slot; every job still runs once."""
+    """Both tenants' backlogs come together (interleaved) and share the three slots evenly (2
+    and 1); then
+    b's weight goes to 3: the tick asks a to give up a slot (one conditional add a task that
+    does), the first of a's tasks to end a bundle ends rather than take a follow-on, and the
+    next tick launches b's follow-on there. Every job still runs once."""
     tw = Twins()
-    a_ids = backlog(tw, 600, prefix="a", tenant="a")
+    a_ids, b_ids = [f"a{i:04d}" for i in range(600)], [f"b{i:04d}" for i in range(600)]
+    tw.client().submit_many([{"kind": "k", "payload": {}, "job_id": j, "tenant": j[0],
+                              "estimated_seconds": 1.0}
+                             for pair in zip(a_ids, b_ids, strict=True) for j in pair])
     stages = tw.stages(**ENV)
     stages.tick.tick()
-    assert Counter(b.tenant for b in tw.store.active_bundles()) == {"a": 3}
-    b_ids = backlog(tw, 600, prefix="b", tenant="b")
+    first = Counter(b.tenant for b in tw.store.active_bundles())
+    assert sorted(first.values()) == [1, 2], first  # the drain's slots by weight, 1:1
     tw.store.set_tenant_policy("b", weight=3)
     tw.clock.advance(60)
     stages.tick.tick()
     summary = tw.store.tick_summary()
-    assert summary is not None and summary.shed.get("a", 0) >= 1
-    assert summary.tenants["b"].target > summary.tenants["b"].tasks == 0
-    first = tw.task_arns()[0]
-    ran = run(tw, first)
+    assert summary is not None and summary.tenants["b"].target == 2
+    assert summary.shed == {"a": first["a"] - 1}
+    arn = next(b.task_arn for b in tw.store.active_bundles() if b.tenant == "a")
+    assert arn is not None
+    ran = run(tw, arn)
     assert len(ran) <= 40, "a's task went on with its batch although asked to give up"
-    counted = tw.table.snapshot()[codec.shed_key("a", summary.at)]
-    assert counted.shed == 1
+    assert tw.table.snapshot()[codec.shed_key("a", summary.at)].shed == 1
     tw.clock.advance(60)
     stages.tick.tick()
-    assert Counter(b.tenant for b in tw.store.active_bundles()).get("b", 0) >= 1
+    assert Counter(b.tenant for b in tw.store.active_bundles()) == {"a": 1, "b": 2}
     for _ in range(8):
-        for arn in tw.task_arns():
-            ran += run(tw, arn)
+        for task in tw.task_arns():
+            ran += run(tw, task)
         tw.clock.advance(60)
         stages.tick.tick()
     assert sorted(ran) == sorted(a_ids + b_ids)
+
+
+def test_a_tenant_with_no_task_running_gets_a_slot_for_its_first_work() -> None:
+    """Every slot runs tenant a's batch when b's backlog comes: b's batch opens with a
+    foothold of due work, the first of a's tasks to end a bundle leaves its slot for it, and
+    the next tick launches it."""
+    tw = Twins()
+    backlog(tw, 600, prefix="a", tenant="a")
+    stages = tw.stages(**ENV)
+    stages.tick.tick()
+    backlog(tw, 600, prefix="b", tenant="b")
+    tw.clock.advance(60)
+    stages.tick.tick()
+    ran = run(tw, tw.task_arns()[0])
+    assert len(ran) <= 40, "a's task went on with its batch, b's work waiting"
+    tw.clock.advance(60)
+    stages.tick.tick()
+    assert Counter(b.tenant for b in tw.store.active_bundles()).get("b", 0) == 1
+
+
+class CallCountingTable(MemoryTable):
+    """Counts the calls made of the table port (reads and writes alike)."""
+
+    CALLS = ("get", "get_many", "query", "write", "transact", "count")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in CallCountingTable.CALLS:
+            object.__setattr__(self, "calls", object.__getattribute__(self, "calls") + 1)
+        return object.__getattribute__(self, name)
+
+
+def tick_calls_with_tenants_waiting(n: int) -> int:
+    """Table calls of one tick with every slot busy and ``n`` tenants' work due beside it."""
+    tw = Twins()
+    table = CallCountingTable()
+    tw.table, tw.store = table, Store(table, clock=tw.clock)
+    client = tw.client()
+    client.submit_many([{"kind": "k", "payload": {}, "job_id": f"w{i}", "tenant": f"t{i}",
+                         "estimated_seconds": 3600, "not_before": tw.clock() + 30}
+                        for i in range(n)])
+    tw.stages(LONGJOBS_MAX_RUNNING_TASKS="100000").tick.tick()  # recorded, due in 30 s
+    client.submit_many([{"kind": "k", "payload": {}, "job_id": f"big{i}", "tenant": "big",
+                         "estimated_seconds": 3600} for i in range(3)])
+    stages = tw.stages(LONGJOBS_MAX_RUNNING_TASKS="3")
+    stages.tick.tick()  # every slot busy
+    assert tw.queue_counts() == (0, 0)
+    tw.clock.advance(60)
+    stages.tick.tick()  # every tenant's work due now
+    tw.clock.advance(60)
+    table.calls = 0
+    stages.tick.tick()
+    return table.calls
+
+
+def test_a_ticks_cost_does_not_grow_with_the_tenants_waiting() -> None:
+    """1,000 tenants with work due beside busy slots cost a tick no more than twice what 10
+    do: it reads the oldest due work, its tenants' policies in one item, and the cursors of
+    at most a hundred batches."""
+    few, many = tick_calls_with_tenants_waiting(10), tick_calls_with_tenants_waiting(1000)
+    assert many <= 2 * few, (few, many)
