@@ -103,15 +103,15 @@ def test_the_starvation_check_sees_a_backlog_that_hides_another_kind(
     for), returning the oldest due bundles each time, as before a blocked kind was left out
     of a next read."""
     monkeypatch.setattr(due_work_module, "DUE_LOOKAHEAD", 1)
-    real = StageStore.due_bundles
+    real = StageStore.due_page
 
     def oldest_only(self: StageStore, limit: int, at: float,
                     full_kinds: Collection[str] = (),
                     priorities: Collection[Priority] | None = None, *,
-                    follow_ons: bool = False) -> Any:
+                    follow_ons: bool = False, after: Any = None) -> Any:
         return real(self, limit, at, follow_ons=follow_ons)
 
-    monkeypatch.setattr(StageStore, "due_bundles", oldest_only)
+    monkeypatch.setattr(StageStore, "due_page", oldest_only)
     # A free slot left beside it is seen at once (work_conservation), before the ticks of
     # waiting add up (starvation).
     with pytest.raises(AssertionError, match=r"\[work_conservation\] bundle b000008 \(normal"):

@@ -111,7 +111,7 @@ def test_the_waiting_promise_check_sees_a_promise_the_ticks_do_not_keep(
         machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
     """The broken rule: the tick launches none of the due bundles in the table (the other
     checks, which see the free slot too, are not asked here)."""
-    monkeypatch.setattr(DueWork, "due", lambda self, capacity, room: ([], set()))
+    monkeypatch.setattr(DueWork, "due", lambda self, capacity, room, keep=None: ([], set()))
     m = machines()
     seen: list[str] = []
     m.fail = lambda check, problems: seen.extend(  # type: ignore[method-assign]
