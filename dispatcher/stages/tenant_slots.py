@@ -261,7 +261,7 @@ class TenantSlots:
         vCPUs of its ``active`` bundles over the time between (at most
         :data:`MAX_COUNTED_SECONDS`)."""
         dt = 0.0 if since is None else min(MAX_COUNTED_SECONDS, max(0.0, now - since))
-        out = {t: tenant_shares.decayed(u, since or now, now, half_life)
+        out = {t: tenant_shares.decayed(u, now if since is None else since, now, half_life)
                for t, u in self.usage.items()}
         for b in active:
             t = key(b.tenant)

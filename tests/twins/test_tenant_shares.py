@@ -239,3 +239,34 @@ def test_a_ticks_cost_does_not_grow_with_the_tenants_waiting() -> None:
     at most a hundred batches."""
     few, many = tick_calls_with_tenants_waiting(10), tick_calls_with_tenants_waiting(1000)
     assert many <= 2 * few, (few, many)
+
+
+def test_usage_is_counted_on_and_halves_every_half_life() -> None:
+    """Each tenant's vCPU-seconds: its counted usage halved over the half-life, plus its
+    running tasks' vCPUs (a task of the definition's size as 1) times the time between."""
+    from dispatcher.domain.bundles import Bundle
+    from dispatcher.domain.jobs import Resources
+    from dispatcher.stages.tenant_slots import TenantSlots
+
+    running = [Bundle(bundle_id="a@x", job_ids=["j"]),
+               Bundle(bundle_id="b@y", job_ids=["k"], resources=Resources(cpu=2048))]
+    shares = TenantSlots(10, {}, {"a": 1000.0, "c": 8.0}, running)
+    now = shares.usage_now(running, since=0.0, now=600.0, half_life=600.0)
+    assert now == {"a": 500.0 + 600.0, "b": 1200.0, "c": 4.0}
+
+
+def test_the_tenants_report_shows_policies_and_the_last_ticks_targets() -> None:
+    tw = Twins()
+    tw.store.set_tenant_policy("acme", weight=3, max_running=2, reserve=1)
+    tw.client().submit_many([{"kind": "k", "payload": {}, "job_id": f"{t}{i}", "tenant": t,
+                              "estimated_seconds": 3600} for t in ("acme", "beta")
+                             for i in range(3)])
+    tw.stages(LONGJOBS_MAX_RUNNING_TASKS="4").tick.tick()
+    tw.clock.advance(60)
+    tw.stages(LONGJOBS_MAX_RUNNING_TASKS="4").tick.tick()
+    rows = {r["tenant"]: r for r in Queries(tw.store, clock=tw.clock).tenants().to_json()[
+        "tenants"]}
+    assert (rows["acme"]["weight"], rows["acme"]["max_running"], rows["acme"]["reserve"]) == \
+        (3.0, 2, 1)
+    assert rows["acme"]["running_tasks"] == rows["acme"]["target"] == 2
+    assert rows["beta"]["running_tasks"] == rows["beta"]["target"] == 2
