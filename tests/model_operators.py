@@ -270,13 +270,15 @@ class OperatorRules:
         return {"LONGJOBS_STACK_TASK_DEFINITION": stack_arn(self.stack)}
 
     # -- tenants' shares --------------------------------------------------------------------------
-    @rule(tenant=st.sampled_from(checks.TENANTS), cap=st.sampled_from([None, 0, 1, 2]))
-    def tenant_cap(self, tenant: str, cap: int | None) -> None:
+    @rule(tenant=st.sampled_from(checks.TENANTS), cap=st.sampled_from([None, 0, 1, 2]),
+          weight=st.sampled_from([None, 0.0, 3.0]))
+    def tenant_cap(self, tenant: str, cap: int | None, weight: float | None = None) -> None:
         """``longjobs tenants set T --max-running N`` (or ``--no-cap``): the next ticks, and
         the stop events' relaunches, keep to it (the ``tenant_cap`` check)."""
         # Written or not: the check reads the table's policy.
         with contextlib.suppress(LambdaDied, TableUnavailable):
-            self.twins.store.set_tenant_policy(tenant, max_running=cap, no_cap=cap is None)
+            self.twins.store.set_tenant_policy(tenant, weight=weight, max_running=cap,
+                                              no_cap=cap is None)
 
     # -- bulk actions ----------------------------------------------------------------------------
     @precondition(lambda self: bool(self.submitted))

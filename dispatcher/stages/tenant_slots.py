@@ -247,9 +247,12 @@ class TenantSlots:
 
     def view(self) -> dict[str, TenantShare]:
         """For the summary, at most :data:`VIEW_MOST` tenants, the most tasks first: those
-        running, with a target, or at a cap with work waiting (a job of one held by its cap
-        says so, ``fair_share``, even with nothing of it running)."""
-        names = [t for t in {*self.counts, *self.goal}
+        running, with a target, or at their caps (a job of one held by its cap says so,
+        ``fair_share``, even with nothing of it running and none of its work in this tick's
+        view: a paused tenant's follow-ons need not be among the due work read)."""
+        at_cap = [t for t, p in self.policies.items()
+                  if p.max_running is not None and self.counts[t] >= p.max_running]
+        names = [t for t in {*self.counts, *self.goal, *at_cap}
                  if self.counts[t] or self.goal.get(t) or self.policy(t).max_running is not None]
         names.sort(key=lambda t: (-self.counts[t], -self.goal.get(t, 0), t))
         return {t: TenantShare(self.counts[t], self.goal.get(t, 0), self.policy(t).weight,

@@ -18,8 +18,9 @@ from dispatcher.domain.tenant_shares import (
     sheds,
     targets,
 )
-from dispatcher.domain.waiting import FAIR_SHARE
+from dispatcher.domain.waiting import FAIR_SHARE, FOLLOW_ON, BundleFacts, TickSummary, waiting_for
 from dispatcher.ops.queries import Queries
+from dispatcher.stages.tenant_slots import TenantSlots
 from dispatcher.store import Store, codec
 from dispatcher.store.tenant_policies import TenantPolicyError
 from dispatcher.testing.memory_table import MemoryTable
@@ -138,6 +139,26 @@ def test_a_tenants_cap_holds_on_every_launch_and_its_jobs_say_why_they_wait() ->
     tw.store.set_tenant_policy("acme", max_running=3)  # a change applies at the next tick
     stages.tick.tick()
     assert Counter(b.tenant for b in tw.store.active_bundles())["acme"] == 3
+
+
+def test_a_paused_tenants_follow_ons_say_so_though_the_tick_read_none_of_them() -> None:
+    """A tenant paused (cap 0) whose backlog was cut into follow-ons: a tick whose due read
+    held none of them (others' work filled it) still names the tenant at its cap in its
+    summary, so its follow-ons say ``fair_share``, not that a free slot takes them."""
+    shares = TenantSlots(6, {"t2": TenantPolicy(max_running=0)}, {}, running=[])
+    shares.plan([])
+    summary = TickSummary(at=0.0, active=5, max_running=6, tenants=shares.view())
+    follow_on = BundleFacts(state="PENDING", next_attempt_at=0.0, follow_on=True, tenant="t2")
+    said = waiting_for("PENDING", not_before=None, runs=0, reason=None, bundle=follow_on,
+                       summary=summary, now=1.0)
+    assert said is not None and said.reason == FAIR_SHARE and said.tenant == "t2" \
+        and said.limit == 0
+    # The rule it keeps: with the tenant left out of the summary, the job says a free slot
+    # takes it in turn.
+    summary.tenants.clear()
+    said = waiting_for("PENDING", not_before=None, runs=0, reason=None, bundle=follow_on,
+                       summary=summary, now=1.0)
+    assert said is not None and said.reason == FOLLOW_ON
 
 
 def test_a_tenant_past_its_share_gives_up_slots_at_its_bundle_ends() -> None:
