@@ -22,7 +22,9 @@ class JobContext:
     def __init__(self, job_id: str, attempt: int, last_checkpoint: dict[str, Any] | None,
                  save: Callable[[dict[str, Any]], None], logger: Any, *,
                  array_index: int | None = None, last_progress: Progress | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 take: Callable[[str, int, float | None, threading.Event], bool] | None = None
+                 ) -> None:
         """``logger`` is the runner's powertools Logger: JSON lines carrying job_id and
         job_attempt, as every ``logging`` record and ``print()`` line of the handler does
         (:mod:`job_runner.joblog`)."""
@@ -34,6 +36,7 @@ class JobContext:
         self.last_checkpoint = last_checkpoint
         self.logger = logger
         self._save = save
+        self._take = take
         self._cancel = threading.Event()
         self.cancel_reason: str | None = None
         # The latest progress report (the one its checkpoint carried, on a rerun): the
@@ -54,6 +57,16 @@ class JobContext:
         is. (It blocks its thread: an ``async def`` handler awaits instead and gets
         ``asyncio.CancelledError`` when cancelled.)"""
         return self._cancel.wait(timeout)
+
+    def acquire(self, key: str, n: int = 1, *, timeout: float | None = 300.0) -> bool:
+        """Take ``n`` tokens of rate limit ``key`` (``longjobs limits``) for a call about to
+        be made, shared with every task's jobs: blocks until they are granted, at most
+        ``timeout`` seconds (None: as long as it takes), then raises ``TokensNotGranted``; a
+        cancel ends the wait at once (``Interrupted``). False, at once, when ``key`` has no
+        limit set (nothing is taken). ``{tenant}`` in the key is this job's tenant."""
+        if self._take is None:  # run outside a runner (a test's own context): no limits
+            return False
+        return self._take(key, n, timeout, self._cancel)
 
     def raise_if_cancelled(self) -> None:
         if self._cancel.is_set():

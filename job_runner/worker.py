@@ -61,6 +61,7 @@ from job_runner.kinds import HandlerRegistry
 from job_runner.next_bundle import FollowOnTaker, assigned
 from job_runner.outcome import Outcome, log_fields
 from job_runner.schedule import Schedule
+from job_runner.tokens import Tokens
 from job_runner.writes import Writes
 
 # JSON lines with task_arn / bundle_id / job_id on every line (payloads are never logged).
@@ -73,6 +74,7 @@ class Worker:
                  arn: str) -> None:
         self.cfg = cfg
         self.store = store
+        self.tokens = Tokens(store, store.clock)  # ctx.acquire's buckets (job_runner/tokens.py)
         self.registry = registry
         self.arn = arn
         self.stopping = threading.Event()  # SIGTERM (or the run is over): start nothing more
@@ -302,7 +304,10 @@ class Worker:
         ctx = JobContext(job.job_id, job.attempts + 1, job.checkpoint,
                          lambda state: self._checkpoint(writes, job, ctx, state), log,
                          array_index=job.array_index,
-                         last_progress=Progress.from_json(job.progress))
+                         last_progress=Progress.from_json(job.progress),
+                         take=lambda key, n, timeout, cancel: self.tokens.acquire(
+                             key, n, tenant=job.tenant, job_id=job.job_id, timeout=timeout,
+                             cancel=cancel))
         with self._changed:
             self.running[job.job_id] = ctx
             self._slots += 1

@@ -78,6 +78,17 @@ def halfway(payload: dict[str, Any], ctx: JobContext) -> None:
     ctx.raise_if_cancelled()
 
 
+def acquirer(payload: dict[str, Any], ctx: JobContext) -> dict[str, Any]:
+    """Takes ``n`` tokens of rate limit ``key`` one at a time (``ctx.acquire``) and says when
+    each was granted."""
+    _record(ctx, "run")
+    granted = []
+    for _ in range(int(payload.get("n", 1))):
+        ctx.acquire(str(payload.get("key", "api")), 1, timeout=60.0)
+        granted.append(time.time())
+    return {"granted": granted}
+
+
 def suicide(payload: dict[str, Any], ctx: JobContext) -> None:
     """A hostile handler: kills its own process, as a segfault or the OOM killer would."""
     _record(ctx, "run")

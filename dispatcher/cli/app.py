@@ -23,6 +23,7 @@ from dispatcher.cli import (
     dispatch_commands,
     dlq_commands,
     jobs_commands,
+    limit_commands,
     local_commands,
     produce_commands,
     schedule_commands,
@@ -45,6 +46,7 @@ app.command()(deploy_commands.deploy)
 app.command()(top_commands.top)
 app.command()(console_commands.console)
 app.add_typer(tenant_commands.tenants_app)
+app.add_typer(limit_commands.limits_app)
 
 
 def _print_version(value: bool) -> None:

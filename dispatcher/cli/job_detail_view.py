@@ -58,6 +58,8 @@ def render_detail(d: JobDetail, console: Console) -> None:
         head.add_row("tenant", Text(d.summary.tenant))
     if d.labels:
         head.add_row("labels", Text(", ".join(f"{k}={v}" for k, v in sorted(d.labels.items()))))
+    if d.uses:
+        head.add_row("uses", Text(", ".join(f"{k}={n} tokens" for k, n in sorted(d.uses.items()))))
     if d.cost is not None:
         head.add_row("cost", Text(cost_text(d.cost)))
     if d.dependents:

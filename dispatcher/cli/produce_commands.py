@@ -69,6 +69,10 @@ def submit(
     tenant: Annotated[str | None, typer.Option(
         help="Whom the job's work is for (1-64 chars of [A-Za-z0-9._-]); default: "
         "LONGJOBS_TENANT, else none.")] = None,
+    uses: Annotated[list[str] | None, typer.Option(
+        help="KEY=N: the job's launch takes N tokens of rate limit KEY (`longjobs limits`; "
+        "repeat for several, up to 4; e.g. --uses openai=1). It waits until they are there.")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Enqueue one job (or an array of them); prints its id (`longjobs jobs show ID` follows
@@ -90,6 +94,12 @@ def submit(
             except ValueError as exc:
                 raise LongjobsError(str(exc)) from None
             tags[key] = value
+        takes: dict[str, int] = {}
+        for text in uses or []:
+            key, eq, count = text.partition("=")
+            if not eq or not count.strip().isdigit():
+                raise LongjobsError(f"--uses {text!r} must be KEY=N, such as openai=1")
+            takes[key] = int(count)
         client = JobClient()
         try:
             return client.submit(kind, data, job_id=job_id, estimated_seconds=estimated_seconds,
@@ -100,7 +110,7 @@ def submit(
                                  depends_on=[{"job_id": d, "condition": condition}
                                              | ({"n_to_n": True} if n_to_n else {})
                                              for d in depends_on or []], labels=tags or None,
-                                 tenant=tenant)
+                                 tenant=tenant, uses=takes or None)
         except InvalidMessage as exc:
             raise InvalidMessage(as_flags(exc.reason), job_id=job_id) from None
 
@@ -155,7 +165,8 @@ CONDITIONS = tuple(str(c) for c in Requires)
 _FLAGS = {name: "--" + name.replace("_", "-") for name in (
     "job_id", "estimated_seconds", "max_attempts", "timeout_seconds", "cpu", "memory",
     "ephemeral_storage", "priority", "not_before", "payload", "tolerated_failures",
-    "depends_on", "tenant")} | {"array_size": "--array", "labels": "--label"}
+    "depends_on", "tenant")} | {"array_size": "--array", "labels": "--label",
+                                "uses": "--uses"}
 _FIELD = re.compile(r"(^|; )(\w+)(: | )")
 
 

@@ -116,7 +116,7 @@ def child_of(parent: Job, index: int, at: float) -> Job:
                enqueued_at=parent.enqueued_at, priority=parent.priority,
                not_before=parent.not_before, resources=parent.resources,
                array_parent=parent.job_id, array_index=index, labels=parent.labels,
-               tenant=parent.tenant)
+               tenant=parent.tenant, uses=parent.uses)
 
 
 def parent_message(job: Job) -> dict[str, object]:
@@ -134,5 +134,5 @@ def parent_message(job: Job) -> dict[str, object]:
         "estimated_seconds": job.estimated_seconds, "timeout_seconds": job.timeout_seconds,
         "not_before": job.not_before, "cpu": job.resources.cpu,
         "memory": job.resources.memory, "ephemeral_storage": job.resources.ephemeral_storage,
-        "labels": job.labels or None, "tenant": job.tenant}
+        "labels": job.labels or None, "tenant": job.tenant, "uses": job.uses or None}
     return {k: v for k, v in fields.items() if v is not None}

@@ -24,7 +24,9 @@ MAX_BUNDLE_BYTES = 16_000_000
 
 # Priority, resources, when it is due if scheduled (None: now), its kind if that kind has a
 # limit (None: any), its tenant (bundles never mix tenants: dispatcher.domain.tenants).
-Shape = tuple[Priority, Resources, float | None, str | None, str | None]
+# (priority, resources, scheduled, limited kind, tenant, rate limits' tokens a job takes)
+Shape = tuple[Priority, Resources, float | None, str | None, str | None,
+              frozenset[tuple[str, int]] | None]
 
 
 def work_budget(bundle_max_seconds: float, task_concurrency: int) -> float:
@@ -61,7 +63,8 @@ class BundleSizes:
         if job.depends_on:  # held until its dependencies are met (stages/dependents.py)
             scheduled = DEPENDENTS_HELD_AT
         kind = job.kind if job.kind in self.kind_limits else None
-        return job.priority, job.resources, scheduled, kind, job.tenant
+        uses = frozenset(job.uses.items()) if job.uses else None
+        return job.priority, job.resources, scheduled, kind, job.tenant, uses
 
     def slots(self, kind: str) -> int:
         """Most jobs of limited ``kind`` one bundle runs at once."""
@@ -92,12 +95,15 @@ class BundleSizes:
                 continue
             shape = self.shape(job, at)
             members, seconds, size = open_.get(shape, ([], 0.0, 0))
-            if members and not self.fits(len(members), seconds, size, job, limit):
+            # Jobs that take tokens alone: one launch takes a whole bundle's, and a retry does
+            # not read the limits (the drain sizes its bundles by them: stages/bundle.py).
+            most = limit if shape[5] is None else 1
+            if members and not self.fits(len(members), seconds, size, job, most):
                 closed.append(members)
                 members, seconds, size = [], 0.0, 0
             members.append(job)
             open_[shape] = (members, seconds + (job.estimated_seconds or 0),
                             size + job.item_bytes())
-            if len(members) >= limit:
+            if len(members) >= most:
                 closed.append(open_.pop(shape)[0])
         return closed, [members for members, _, _ in open_.values()]

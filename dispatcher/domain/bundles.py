@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from dispatcher.domain import tenants
+from dispatcher.domain import rate_limits, tenants
 from dispatcher.domain.jobs import Priority, Resources, now
 
 
@@ -67,6 +67,9 @@ class Bundle:
     # their timeout reads the running jobs only while an active bundle may hold one
     # (dispatcher.stages.reconcile).
     timeout_seconds: float | None = None
+    # The rate limits' tokens its launch takes (dispatcher.domain.rate_limits), its jobs'
+    # added up: key -> count; its id says it has them (rate_limits.takes_tokens).
+    uses: dict[str, int] | None = None
 
     @property
     def tenant(self) -> str | None:
@@ -121,10 +124,18 @@ def of_small_jobs(bundle: Bundle, small_job_seconds: float) -> bool:
     return 0 < bundle.estimated_seconds <= small_job_seconds and len(bundle.job_ids) == 1
 
 
+def new_bundle_id(tenant: str | None, takes_tokens: bool, rest: str) -> str:
+    """A new bundle's id: its tenant's (dispatcher.domain.tenants), marked when its jobs take
+    rate limits' tokens (:func:`dispatcher.domain.rate_limits.marked`)."""
+    return tenants.bundle_id(tenant, rate_limits.marked(rest) if takes_tokens else rest)
+
+
 def task_can_run(ran: Bundle, other: Bundle) -> bool:
     """Whether the task that ran ``ran`` can run ``other`` next: of its size (a launch's
-    overrides) and its tenant (a task runs one tenant's jobs, as a bundle holds them)."""
-    return other.resources == ran.resources and other.tenant == ran.tenant
+    overrides) and its tenant (a task runs one tenant's jobs, as a bundle holds them), and
+    ``other`` takes no rate limit's tokens (only the tick's launch takes them)."""
+    return other.resources == ran.resources and other.tenant == ran.tenant \
+        and not rate_limits.takes_tokens(other.bundle_id)
 
 
 def follow_on_batch(bundle_id: str) -> str:

@@ -95,6 +95,8 @@ class Job:
     labels: dict[str, str] | None = None
     # Whom its work is for (dispatcher.domain.tenants); None: no tenant.
     tenant: str | None = None
+    # Rate limits' tokens its launch takes (dispatcher.domain.rate_limits): key -> count.
+    uses: dict[str, int] | None = None
     # The task whose stop last requeued or failed this job: a settle interrupted part-way is
     # handled again, and a job it already settled is not charged a second time for that stop.
     settled_by: str | None = None

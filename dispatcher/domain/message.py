@@ -34,6 +34,7 @@ from dispatcher.domain import (
     lifecycle,
     message_errors,
     payloads,
+    rate_limits,
     rfc3339,
     schedules,
     sizes,
@@ -95,6 +96,11 @@ _LabelValue = Annotated[str, StringConstraints(max_length=labels.MAX_VALUE,
 
 # A tenant (dispatcher.domain.tenants).
 _Tenant = Annotated[str, StringConstraints(pattern=f"^{tenants.TENANT.pattern}$")]
+
+# A rate limit's key a job takes tokens of, and how many (dispatcher.domain.rate_limits).
+_UseKey = Annotated[str, StringConstraints(max_length=rate_limits.MAX_KEY,
+                                           pattern=f"^{rate_limits.KEY.pattern}$")]
+_UseCount = Annotated[int, Field(ge=1, le=rate_limits.MAX_AMOUNT, strict=True)]
 
 
 class DependsOn(BaseModel):
@@ -194,6 +200,14 @@ class JobMessage(BaseModel):
         default=None, description="Whom the job's work is for (a team or a customer): "
         f"1-{tenants.MAX_TENANT} chars of [A-Za-z0-9._-]. Its bundles never hold another "
         "tenant's jobs; listed, counted and tagged by it. None: no tenant.")
+
+    uses: dict[_UseKey, _UseCount] | None = Field(
+        default=None, max_length=rate_limits.MAX_USES, description="Rate limits it takes "
+        "tokens of (`longjobs limits set`): key -> tokens, at most "
+        f"{rate_limits.MAX_USES} keys of 1-{rate_limits.MAX_KEY} chars of [A-Za-z0-9._:/-] "
+        "(and {tenant} for its tenant's own bucket), 1 to "
+        f"{rate_limits.MAX_AMOUNT} tokens each. Its task is launched only once they are "
+        "granted; a key with no limit set takes none.")
 
     schedule: schedules.ScheduleRef | None = Field(
         default=None, description="Set by a schedule's fires (`longjobs schedules`): the "

@@ -67,7 +67,8 @@ MAX_PROGRESS_BYTES = 1536
 MAX_LABELS_BYTES = 6 * 1024
 # Everything else on a job's item, generously: attribute names (~400 bytes), job id and kind
 # (128 each, the id twice: key and attribute), tenant (64) and bundle id (~110 with the tenant
-# it names), message id (100), settled_by and live_task (a task ARN each, ~350), the status
+# it names), message id (100), settled_by and live_task (a task ARN each, ~350), the rate
+# limits it uses (4 keys of 64 characters, each with its count: ~300 as JSON), the status
 # keys, ISO times and about 15 numbers (at most 40 bytes each as DynamoDB stores them).
 OTHER_JOB_BYTES = 8 * 1024  # 8,192
 # 262,144 + 32,768 + 65,536 + 8,192 + 2,048 + 16,384 + 4,139 + 1,536 + 6,144 + 8,192 =

@@ -37,8 +37,12 @@ FOLLOW_ON = "follow_on"
 # taken: a slot that frees goes to a tenant below its share first
 # (dispatcher.domain.tenant_shares).
 FAIR_SHARE = "fair_share"
+# Its jobs take a rate limit's tokens and the last tick found too few (``key``, the bucket;
+# ``until``: when they come; dispatcher.domain.rate_limits).
+RATE_LIMIT = "rate_limit"
 REASONS = (SCHEDULED, KIND_LIMIT, CAPACITY, SPOT_BACKOFF, LAUNCH_BACKOFF, PRIORITY, LAUNCHING,
-           STARTING, RERUN_PENDING, RECORDING, CHILDREN, DEPENDENCIES, FOLLOW_ON, FAIR_SHARE)
+           STARTING, RERUN_PENDING, RECORDING, CHILDREN, DEPENDENCIES, FOLLOW_ON, FAIR_SHARE,
+           RATE_LIMIT)
 
 # How RunTask's failures[] reason starts when Fargate (Spot or on-demand) has no capacity.
 # https://repost.aws/knowledge-center/ecs-fargate-runtask-capacity
@@ -65,6 +69,28 @@ class TenantShare:
         v += [0, 0, 1.0, None][len(v):]
         return TenantShare(int(v[0]), int(v[1]), float(v[2]),
                            None if v[3] is None else int(v[3]))
+
+
+@dataclass(frozen=True)
+class RateWait:
+    """A bucket a tick held a bundle back for: when its next take of ``need`` tokens could be
+    granted (``at``; None: never, more than a shard's ``burst``), and the limit's key as jobs
+    declare it (``declared``, ``{tenant}`` and all)."""
+
+    at: float | None
+    need: int
+    burst: float
+    declared: str
+
+    def to_json(self) -> list[Any]:
+        return [self.at, self.need, self.burst, self.declared]
+
+    @staticmethod
+    def from_json(data: Any) -> RateWait:
+        v = list(data) if isinstance(data, list) else []
+        v += [None, 0, 0.0, ""][len(v):]
+        return RateWait(None if v[0] is None else float(v[0]), int(v[1]), float(v[2]),
+                        str(v[3]))
 
 
 @dataclass(frozen=True)
@@ -99,6 +125,8 @@ class TickSummary:
     # The highest priority of the work of tenants below their targets (None: none waits): a
     # task gives up its slot only for work of its own priority or higher.
     wanting: str | None = None
+    # The buckets it held due bundles back for (at most MAX_RATE_WAITS), by bucket key.
+    rate_limits: dict[str, RateWait] = field(default_factory=dict)
 
     def others_waiting(self, priority: str) -> bool:
         """Whether due work other than untaken follow-ons, of ``priority`` or higher, was
@@ -115,7 +143,9 @@ class TickSummary:
                 **({"tenants": {t: v.to_json() for t, v in self.tenants.items()}}
                    if self.tenants else {}),
                 **({"shed": dict(self.shed)} if self.shed else {}),
-                **({"wanting": self.wanting} if self.wanting else {})}
+                **({"wanting": self.wanting} if self.wanting else {}),
+                **({"rate_limits": {k: v.to_json() for k, v in self.rate_limits.items()}}
+                   if self.rate_limits else {})}
 
     @staticmethod
     def from_json(data: Any) -> TickSummary | None:
@@ -135,7 +165,9 @@ class TickSummary:
                            tenants={str(t): TenantShare.from_json(v)
                                     for t, v in (data.get("tenants") or {}).items()},
                            shed={str(t): int(n) for t, n in (data.get("shed") or {}).items()},
-                           wanting=str(data["wanting"]) if data.get("wanting") else None)
+                           wanting=str(data["wanting"]) if data.get("wanting") else None,
+                           rate_limits={str(k): RateWait.from_json(v) for k, v in
+                                        (data.get("rate_limits") or {}).items()})
 
 
 @dataclass(frozen=True)
@@ -155,6 +187,7 @@ class BundleFacts:
     stopped_task: str | None = None  # the task whose stop was handled last (a rerun's cause)
     follow_on: bool = False  # a follow-on no task has run yet (waits apart: FOLLOW_ON)
     tenant: str | None = None  # whom its jobs are for (from its id)
+    buckets: tuple[str, ...] = ()  # the rate limits' buckets its launch takes tokens of
 
 
 @dataclass(frozen=True)
@@ -173,6 +206,7 @@ class Waiting:
     # fair_share: its tenant; running: that tenant's tasks; limit: its cap, or its share of
     # the slots (target) while they are all taken
     tenant: str | None = None
+    key: str | None = None  # rate_limit: the bucket (until: when its tokens come)
     task_arn: str | None = None
     launch_id: str | None = None
     last_error: str | None = None
@@ -234,6 +268,15 @@ def waiting_for(state: str, *, not_before: float | None, runs: int, reason: str 
     if share is not None and share.max_running is not None and share.tasks >= share.max_running:
         return Waiting(FAIR_SHARE, tenant=name, running=share.tasks, limit=share.max_running,
                        detail=detail or "its tenant's cap", attempt=attempt)
+    held = next((k for k in bundle.buckets if k in summary.rate_limits), None)
+    if held is not None:  # the last tick found its bucket short: it launches once they come
+        wait = summary.rate_limits[held]
+        never = None if wait.at is not None else (
+            f"it takes {wait.need} tokens at once, more than the limit's burst of "
+            f"{wait.burst:g} a shard: raise it (longjobs limits set {wait.declared} "
+            f"--burst ...)")
+        return Waiting(RATE_LIMIT, key=held, until=wait.at, detail=never or detail,
+                       attempt=attempt)
     if bundle.follow_on:  # taken in turn by running tasks; a free slot gets the oldest
         return Waiting(FOLLOW_ON, running=active, limit=most)
     if share is not None and active >= most and share.tasks >= share.target \

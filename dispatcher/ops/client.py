@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import math
 import os
 import time
 import uuid
@@ -19,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from dispatcher import settings
-from dispatcher.domain import message, message_errors
+from dispatcher.domain import message, message_errors, rate_limits
 from dispatcher.domain.dependencies import REJECTED, child_of, no_such_child
 from dispatcher.domain.errors import ConfigError, InvalidMessage, JobNotFound, SubmitError
 from dispatcher.domain.jobs import PRIORITY_ORDER, Job, Priority, Rejection
+from dispatcher.domain.rate_limits import RateLimit
 from dispatcher.ports.queue import Queue, send_all
 from dispatcher.ports.table import TableUnavailable
 from dispatcher.store import Store
@@ -102,7 +104,8 @@ class JobClient:
                not_before: float | str | datetime | None = None,
                array_size: int | None = None, tolerated_failures: int | str = 0,
                depends_on: Sequence[str | Mapping[str, str | bool]] | None = None,
-               labels: Mapping[str, str] | None = None, tenant: str | None = None) -> str:
+               labels: Mapping[str, str] | None = None, tenant: str | None = None,
+               uses: Mapping[str, int] | None = None) -> str:
         """Enqueue one job; returns its id. ``cpu`` (units) and ``memory`` (MiB) together, a
         pair Fargate runs, and ``ephemeral_storage`` (GiB) size its task; ``priority`` picks
         the queue; ``not_before`` (epoch seconds, an RFC 3339 time, or an aware
@@ -118,8 +121,9 @@ class JobClient:
         size element-wise (its child i waits for that array's child i); one known not to be
         such an array is refused here. ``labels``: key -> value to list, act on and count it
         by (dispatcher.domain.labels). ``tenant``: whom its work is for
-        (dispatcher.domain.tenants; default ``LONGJOBS_TENANT``). A bad value raises
-        ``InvalidMessage``."""
+        (dispatcher.domain.tenants; default ``LONGJOBS_TENANT``). ``uses``: rate limits' keys
+        to the tokens its launch takes (``{"openai": 1}``; dispatcher.domain.rate_limits). A
+        bad value raises ``InvalidMessage``."""
         return self.submit_many([{
             # Not a mapping: left for the schema to refuse with a readable reason.
             "kind": kind, "payload": dict(payload) if isinstance(payload, Mapping) else payload,
@@ -132,7 +136,8 @@ class JobClient:
             "depends_on": [d if isinstance(d, str) else dict(d) for d in depends_on]
             if depends_on else None,
             "labels": dict(labels) if isinstance(labels, Mapping) else labels,
-            "tenant": tenant}])[0]
+            "tenant": tenant,
+            "uses": dict(uses) if isinstance(uses, Mapping) else uses}])[0]
 
     def submit_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[str]:
         """Send jobs in batches of 10 to the queue of each job's priority; retry partial
@@ -318,6 +323,29 @@ class JobClient:
         return self.queries().store.set_tenant_policy(
             tenant, weight=weight, max_running=max_running, reserve=reserve, no_cap=no_cap,
             reset=reset)
+
+    def limits(self) -> dict[str, RateLimit]:
+        """Every rate limit set, by key (dispatcher.domain.rate_limits)."""
+        return self.queries().store.rate_limits()
+
+    def set_limit(self, key: str, rate: str, burst: float | None = None,
+                  shards: int | None = None) -> RateLimit:
+        """Set ``key``'s limit: ``rate`` as ``100/min`` (``5/s``, ``1000/hour``, ``3/10s``),
+        ``burst`` tokens at once at most (default: a minute's worth, at least 1: a tick, once a
+        minute, launches at most a burst's worth of bundles that take tokens),
+        ``shards`` buckets to spread its takes over (default: one per 250 tokens a second).
+        The next launches and acquires keep to it."""
+        per_second, said = rate_limits.parse_rate(rate)
+        limit = RateLimit(rate=per_second, burst=burst if burst is not None
+                          else max(1.0, float(math.ceil(per_second * 60))),
+                          shards=shards or rate_limits.auto_shards(per_second), said=said)
+        set_ = self.queries().store.set_rate_limit(key, limit)
+        assert set_ is not None
+        return set_
+
+    def delete_limit(self, key: str) -> None:
+        """Remove ``key``'s limit: its jobs take no tokens of it from then on."""
+        self.queries().store.set_rate_limit(key, None)
 
     # -- operating (dispatcher.ops.queries) ----------------------------------------------------
     def queries(self, *, logs: bool = False) -> Queries:

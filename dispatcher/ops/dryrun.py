@@ -12,16 +12,18 @@ maxReceiveCount, so run it by hand, not on a schedule.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
+from dispatcher.domain import rate_limits
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.costs import TaskCost
 from dispatcher.domain.deployment import Deployment
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, Priority, Rejection
 from dispatcher.domain.launches import Launch
 from dispatcher.domain.pacing import LaunchPacer
+from dispatcher.domain.rate_limits import RateLimit
 from dispatcher.domain.schedules import FireRecord
 from dispatcher.domain.tenant_shares import TenantPolicy
 from dispatcher.domain.waiting import TickSummary
@@ -124,6 +126,21 @@ class DryRunStore(StageStore):
 
     def save_tenant_usage(self, usage: Mapping[str, float], at: float) -> None:
         self._plan.would("save_tenant_usage", tenants=len(usage))
+
+    def rate_limits(self) -> dict[str, RateLimit]:
+        return self._inner.rate_limits()
+
+    def limits_and_buckets(self, keys: Iterable[tuple[str, str]]
+                           ) -> tuple[dict[str, RateLimit], dict[tuple[str, int], float]]:
+        return self._inner.limits_and_buckets(keys)
+
+    def buckets(self, shards: Iterable[tuple[str, int]]) -> dict[tuple[str, int], float]:
+        return self._inner.buckets(shards)
+
+    def take(self, bucket: str, shard: int, n: float, limit: RateLimit, now: float,
+             known: float | None) -> float | None:
+        self._plan.would("take_tokens", bucket=bucket, shard=shard, tokens=n)
+        return rate_limits.grant(known, now, n, limit)
 
     def batch_cursors(self, batches: list[str]) -> dict[str, tuple[int, int | None]]:
         return self._inner.batch_cursors(batches)

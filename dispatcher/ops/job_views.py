@@ -148,6 +148,8 @@ class JobDetail:
     # The jobs that wait (or waited) for it: the first DEPENDENTS_SHOWN, and how many.
     dependents: list[str] = field(default_factory=list)
     dependents_count: int = 0
+    # The rate limits' tokens its launch takes (dispatcher.domain.rate_limits): key -> count.
+    uses: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         rest = {k: v for k, v in flat(self).items() if k not in ("summary", "cost")}

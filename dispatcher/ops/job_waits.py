@@ -4,7 +4,7 @@ never of the tick."""
 
 from __future__ import annotations
 
-from dispatcher.domain import tenants
+from dispatcher.domain import rate_limits, tenants
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.waiting import (
     CHILDREN,
@@ -53,4 +53,13 @@ def bundle_facts(bundle: Record) -> BundleFacts:
         kind=bundle.kind, priority=bundle.priority or "normal", slots=int(bundle.slots or 0),
         stopped_task=bundle.reported_stop,
         follow_on=bundle.status_key == FOLLOW_ONS_STATUS,
-        tenant=tenants.of_bundle(bundle.pk.removeprefix("BUNDLE#")))
+        tenant=tenants.of_bundle(bundle.pk.removeprefix("BUNDLE#")),
+        buckets=_buckets(bundle))
+
+
+def _buckets(bundle: Record) -> tuple[str, ...]:
+    """The buckets a bundle's launch takes tokens of, as its tenant resolves its keys."""
+    if not isinstance(bundle.uses, dict):
+        return ()
+    tenant = tenants.of_bundle(bundle.pk.removeprefix("BUNDLE#"))
+    return tuple(rate_limits.resolve(str(k), tenant) for k in bundle.uses)

@@ -248,7 +248,9 @@ class Queries:
                           for d in item.depends_on or []],
                          # Only a job something waits for has links to read.
                          self.store.dependents(job_id, DEPENDENTS_SHOWN) if item.waiters else [],
-                         int(item.waiters or 0))
+                         int(item.waiters or 0),
+                         {str(k): int(v) for k, v in item.uses.items()}
+                         if isinstance(item.uses, dict) else {})
 
     def deployment(self) -> Deployment | None:
         """The deployed job code (``longjobs deploy``'s record); None: nothing was deployed."""

@@ -109,6 +109,9 @@ def waiting_text(w: dict[str, object]) -> str:
         text = f"{reason} (tasks {w.get('running')}/{w.get('limit')})"
     elif reason == "priority":
         text = f"{reason} ({w.get('ahead')} due bundles ahead)"
+    elif reason == "rate_limit":
+        text = f"{reason} ({w.get('key')}: its next tokens"
+        text += ")" if "until" in w else " do not fit the burst)"
     else:
         text = str(reason)
     if "until" in w:

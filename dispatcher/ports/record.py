@@ -138,6 +138,12 @@ class Record:
     # tenants' policies, or their decayed usage (dispatcher.store.tenant_policies)
     tenants: Any = None
     shed: float | None = None  # tasks of a tenant that gave up their slot after a tick
+    # rate limits (dispatcher.store.rate_buckets): every limit set (LIMIT#policies); a job's
+    # tokens taken at launch (key -> count; a bundle's, its jobs' added up); a bucket's
+    # theoretical arrival time (BUCKET#<key>#<shard>)
+    limits: Any = None
+    uses: Any = None
+    bucket_at: float | None = None
     # the look at every held dependent (SWEEP#dependents): when one was last given back
     given_back_at: float | None = None
     # the lease (dispatcher.store.values.Lease): SWEEP#dependents' claim as its last holder
@@ -170,7 +176,7 @@ ATTRIBUTES: frozenset[str] = frozenset(f.name for f in fields(Record))
 JSON_ATTRIBUTES = frozenset({"payload", "result", "error", "history", "checkpoint", "progress",
                              "credit", "ran_usage", "ended_usage", "bill", "labels",
                              "container_env", "summary", "tenants", "array_tally", "array_retry",
-                             "depends_on"})
+                             "depends_on", "limits", "uses"})
 LIST_ATTRIBUTES = frozenset({"job_ids", "cancel_jobs", "running_jobs", "bundle_ids",
                              "task_arns", "handed_jobs", "bulk_ids"})
 NUMBER_ATTRIBUTES = frozenset(
@@ -190,7 +196,8 @@ NUMBER_ATTRIBUTES = frozenset(
 INDEX_KEYS = ("pk", "status_key", "status_at")
 NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint", "progress",
                            "body",
-                           "credit", "summary", "tenants", "shed", "cancel_jobs",
+                           "credit", "summary", "tenants", "shed", "limits", "uses", "bucket_at",
+                           "cancel_jobs",
                            "running_jobs", "expires_at",
                            "reported_stop", "image", "container_env", "derived_from",
                            "version", "sequence", "handed_jobs", "handed", "array_size",

@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
+from dispatcher.domain.rate_limits import RateLimit
 from dispatcher.ports.queue import BATCH, Queue, Received
 from dispatcher.stages.admitted import AdmissionStats
 from dispatcher.stages.bundle import Bundler
@@ -48,9 +49,13 @@ class Admission:
 
     def __init__(self, queues: Queue | Mapping[Priority, Queue], recorder: Recorder,
                  policy: AdmitPolicy, clock: Callable[[], float] = time.time, *,
-                 concurrency: int = 8, hold_seconds: float = 300.0) -> None:
-        """``queues``: the queue of each priority (one Queue serves every level)."""
+                 concurrency: int = 8, hold_seconds: float = 300.0,
+                 rate_limits: Callable[[], Mapping[str, RateLimit]] | None = None) -> None:
+        """``queues``: the queue of each priority (one Queue serves every level);
+        ``rate_limits``: how to read the rate limits (a drain reads them at its first job
+        that takes tokens, to size its bundles: :class:`Bundler`)."""
         self._policy = policy
+        self._rate_limits = rate_limits
         if isinstance(queues, Queue):
             queues = {p: queues for p in PRIORITY_ORDER}
         # Each distinct queue once, in the order of the highest level it serves, under normal
@@ -165,7 +170,8 @@ class Admission:
         bundler = Bundler(self._policy.bundling, slots, target, at=self._clock(),
                           kind_limits=self._policy.kind_limits, kind_room=room,
                           backlog=visible.get(priority, 0), clock=self._clock, takers=sharing,
-                          running_tenants=running_tenants, tenant_room=tenant_room)
+                          running_tenants=running_tenants, tenant_room=tenant_room,
+                          rate_limits=self._rate_limits)
         yield from QueueDrain(self._setup, queue, bundler, deadline, stats,
                               beat_seconds=beat_seconds,
                               of_high=priority == Priority.HIGH).run(pool)
@@ -189,7 +195,7 @@ class Admission:
             bundler = Bundler(self._policy.bundling, 0, target, at=self._clock(),
                               kind_limits=self._policy.kind_limits, kind_room=kind_room,
                               backlog=backlog, clock=self._clock, takers=takers,
-                              running_tenants=running_tenants)
+                              running_tenants=running_tenants, rate_limits=self._rate_limits)
             with ThreadPoolExecutor(self._concurrency, thread_name_prefix="admit") as pool:
                 yield from QueueDrain(self._setup, queue, bundler, deadline, stats,
                                   beat_seconds=beat_seconds).run(pool)
@@ -212,7 +218,8 @@ class Admission:
         if queue is None or jobs <= 0:
             return []
         bundler = Bundler(self._policy.bundling, 0, at=self._clock(),
-                          kind_limits=self._policy.kind_limits, waiting=jobs)
+                          kind_limits=self._policy.kind_limits, waiting=jobs,
+                          rate_limits=self._rate_limits)
         drain = QueueDrain(self._setup, queue, bundler, deadline, stats,
                            wait_seconds=wait_seconds, receives=1)
         with ThreadPoolExecutor(self._concurrency, thread_name_prefix="intake") as pool:

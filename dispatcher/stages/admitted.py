@@ -61,7 +61,7 @@ def to_job(msg: message.JobMessage, received: Received, at: float) -> Job:
               payload_bytes=msg.payload_bytes, priority=msg.priority,
               not_before=msg.not_before, resources=msg.resources,
               depends_on=[d.as_json() for d in msg.dependencies] or None,
-              labels=msg.labels or None, tenant=msg.tenant)
+              labels=msg.labels or None, tenant=msg.tenant, uses=msg.uses or None)
     if received.array_index is not None:
         job.job_id = arrays.child_id(msg.job_id, received.array_index)
         job.array_parent, job.array_index = msg.job_id, received.array_index

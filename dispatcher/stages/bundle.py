@@ -40,10 +40,11 @@ import math
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 
-from dispatcher.domain import tenants
+from dispatcher.domain import rate_limits, tenants
 from dispatcher.domain.bundle_sizes import BundleSizes, Shape
-from dispatcher.domain.bundles import Bundle, first_wave_id, follow_on_id
+from dispatcher.domain.bundles import Bundle, first_wave_id, follow_on_id, new_bundle_id
 from dispatcher.domain.jobs import Job, new_id
+from dispatcher.domain.rate_limits import RateLimit
 from dispatcher.stages.policy import BundlePolicy
 from dispatcher.stages.tenant_slots import TenantLimits, TenantRoom, past_share
 
@@ -95,7 +96,8 @@ class Bundler:
                  backlog: int | None = None,
                  clock: Callable[[], float] | None = None, takers: int = 0,
                  running_tenants: Collection[str | None] | None = None,
-                 tenant_room: TenantRoom = None) -> None:
+                 tenant_room: TenantRoom = None,
+                 rate_limits: Callable[[], Mapping[str, RateLimit]] | None = None) -> None:
         """``waiting``: jobs to admit although no slot can take them (they all :meth:`wait`):
         the urgent intake of a tick with every slot busy (dispatcher/stages/handoff.py).
         ``takers``: the running tasks that take follow-ons as they end their bundles. With no
@@ -107,7 +109,12 @@ class Bundler:
         a batch of another tenant, which none of them can take, opens with a foothold.
         ``tenant_room``: tasks each capped tenant may still start, or how to read them (called
         at the first job of a tenant, if any comes); a tenant with none left opens no slot (its
-        bundles wait as due work, or follow on for its running tasks)."""
+        bundles wait as due work, or follow on for its running tasks). ``rate_limits``: how
+        to read the rate limits (at the first job that takes tokens, if any comes): a bundle
+        of such jobs holds no more than its tokens' burst lets one launch take."""
+        self._read_limits = rate_limits
+        self._limits: Mapping[str, RateLimit] | None = None
+        self._token_caps: dict[str, int] = {}  # a bundle's jobs at most, by its tokens
         self._policy = policy
         self._takers = max(0, takers)
         self._waiting = waiting
@@ -182,7 +189,7 @@ class Bundler:
         and the free slots would not take the backlog at a follow-on each."""
         est = job.estimated_seconds
         if self._follow is not None or not self.is_small(job) or not est or est <= 0 \
-                or shape[2] is not None or shape[3] is not None:
+                or shape[2] is not None or shape[3] is not None or shape[5] is not None:
             return
         follow_seconds = self._policy.follow_on_seconds
         per_round = self._policy.task_concurrency
@@ -240,6 +247,8 @@ class Bundler:
         limit = self._policy.bundle_max_jobs
         if bundle.batch is not None:
             return min(limit, self._sizes.get(bundle.bundle_id, self._follow_on()))
+        if bundle.uses is not None:  # its launch takes all its jobs' tokens
+            return min(limit, self._token_caps.get(bundle.bundle_id, 1))
         if self._target is not None and self.opened < self.capacity \
                 and bundle.bundle_id not in self.deferred:
             limit = min(limit, max(1, self._tapered(bundle.bundle_id) or self._target))
@@ -347,10 +356,10 @@ class Bundler:
         frees. Why not send its message back: each receive counts toward the DLQ's
         maxReceiveCount, so a valid job bounced by a few busy ticks would end as a dead letter.
         """
-        priority, resources, when, kind, tenant = self.shape(job)
+        priority, resources, when, kind, tenant, uses = self.shape(job)
         self._waited += 1
         placed = self._place(job, (priority, resources, self._at if when is None else when, kind,
-                                   tenant))
+                                   tenant, uses))
         assert placed  # a deferred shape never needs a slot
 
     def _place(self, job: Job, shape: Shape) -> bool:
@@ -364,9 +373,11 @@ class Bundler:
             return True
         deferred = shape[2] is not None or (
             shape[3] is not None and self.kind_room.get(shape[3], 0) < 1)
-        # Follows on: a small job of a shape neither scheduled nor limited, in a drain
-        # cutting its backlog into follow-ons (its budget of jobs not spent).
+        # Follows on: a small job of a shape neither scheduled nor limited (nor taking rate
+        # limits' tokens, which only the tick's launch takes: stages/tick_tokens.py), in a
+        # drain cutting its backlog into follow-ons (its budget of jobs not spent).
         batch = self.is_small(job) and shape[2] is None and shape[3] is None \
+            and shape[5] is None \
             and self._follow_on() > 0
         if job.tenant is not None and callable(self.tenant_room):
             self.tenant_room = self.tenant_room()  # read once, at the first tenant
@@ -396,7 +407,7 @@ class Bundler:
         if self.is_small(job):
             self.close(shape)  # a new open bundle of this shape replaces the full one
         # Its id (and its batch's) names its tenant (dispatcher.domain.tenants).
-        bundle_id = tenants.bundle_id(job.tenant, new_id())
+        bundle_id = new_bundle_id(job.tenant, shape[5] is not None, new_id())
         if follow_on:
             batch_id = self._batches.setdefault(shape, tenants.bundle_id(job.tenant, new_id()))
             n = self._next_follow.get(shape, 0)
@@ -417,6 +428,9 @@ class Bundler:
             bundle.batch = batch_id
         if shape[3] is not None:
             bundle.kind = shape[3]
+        if shape[5] is not None:
+            bundle.uses = {}
+            self._token_caps[bundle_id] = self._token_cap(job)
         if deferred:
             self.deferred.add(bundle.bundle_id)
         else:
@@ -440,6 +454,20 @@ class Bundler:
         else:
             self._closed.append(bundle)
         return True
+
+    def _token_cap(self, job: Job) -> int:
+        """Jobs like ``job`` (of its ``uses``) one bundle holds: as many as its task starts at
+        once, and no more than one take of each limited key's tokens can have (a shard's
+        burst), so that its launch can be granted; one if even its own cannot (it waits,
+        saying what to change)."""
+        if self._limits is None:
+            self._limits = self._read_limits() if self._read_limits is not None else {}
+        cap = self._policy.task_concurrency
+        for key, n in (job.uses or {}).items():
+            limit = self._limits.get(key)
+            if limit is not None:
+                cap = min(cap, int(limit.shard_burst // n))
+        return max(1, cap)
 
     def close(self, shape: Shape | None = None) -> None:
         """Close the open bundle of ``shape`` (every open bundle if None)."""
@@ -473,6 +501,8 @@ class Bundler:
         self._seconds += job.estimated_seconds or 0
         bundle.job_ids.append(job.job_id)
         bundle.estimated_seconds += job.estimated_seconds or 0
+        if bundle.uses is not None:
+            bundle.uses = rate_limits.needs([bundle.uses, job.uses])
         seen = self._one_kind.setdefault(bundle.bundle_id, job.kind)
         if seen != job.kind:
             self._one_kind[bundle.bundle_id] = ""  # several kinds

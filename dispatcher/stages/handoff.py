@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dispatcher.domain import rate_limits
 from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.jobs import Priority
 from dispatcher.ports.table import TableUnavailable, TransactionCancelled
@@ -75,9 +76,11 @@ def is_host(b: Bundle, now: float, policy: HandoffPolicy) -> bool:
 
 
 def is_source(b: Bundle, now: float, policy: HandoffPolicy) -> bool:
+    """A due bundle whose urgent jobs a running task may take: not one whose jobs take rate
+    limits' tokens (only the tick's launch takes those: stages/tick_tokens.py)."""
     return b.state == BundleState.PENDING and b.priority == Priority.HIGH and b.attempt == 0 \
         and b.kind not in policy.kind_limits and not b.pages and b.next_attempt_at <= now \
-        and bool(b.job_ids)
+        and bool(b.job_ids) and not rate_limits.takes_tokens(b.bundle_id)
 
 
 class Handoffs:

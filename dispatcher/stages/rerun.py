@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from dispatcher.domain import stop_policy
+from dispatcher.domain import rate_limits, stop_policy
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.costs import TaskCost
 from dispatcher.domain.errors import ConflictError, LongjobsError
@@ -155,6 +155,7 @@ class Reruns:
         # A kind with a limit, or a tenant with a cap: only the tick counts their room.
         limited = bundle.kind in self._policy.kind_limits
         capped = bundle.tenant is not None and rerun and not limited \
+            and not rate_limits.takes_tokens(bundle.bundle_id) \
             and self._store.tenant_policies().get(bundle.tenant, DEFAULT).max_running \
             is not None
         try:
@@ -186,6 +187,10 @@ class Reruns:
             # counted no slot when it launched, from the room its own stop freed). The bundle
             # is PENDING and due: the next tick launches it when its kind has room.
             out.reason = f"kind {bundle.kind} has a limit: the next tick relaunches it"
+        elif rerun and rate_limits.takes_tokens(bundle.bundle_id):
+            # Its jobs take rate limits' tokens: only the tick takes them as it launches.
+            out.reason = "its jobs take rate limits' tokens: the next tick relaunches it " \
+                "once they are granted"
         elif rerun and capped:
             # Its tenant has a cap: likewise (a tick may have launched another of its bundles
             # into the room this stop freed).

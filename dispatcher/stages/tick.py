@@ -44,6 +44,7 @@ from dispatcher.stages.policy import TickPolicy
 from dispatcher.stages.reconcile import Reconciler, ReconcileStats
 from dispatcher.stages.revision import Revisions
 from dispatcher.stages.tick_tenants import TickTenants
+from dispatcher.stages.tick_tokens import TickTokens
 from dispatcher.store import SavedSummary, StageStore
 from dispatcher.store.values import Lease
 
@@ -213,6 +214,10 @@ class Tick:
             waiting = shares.admit(waiting)
             # What a running task leaves its slot for: work the tick would launch there
             others = [b for b in others if shares.wants(b.tenant)]
+        # Rate limits' tokens (stages/tick_tokens.py): due work whose tokens are not there
+        # waits, and what launches takes them as it does.
+        tokens = TickTokens(self._store, self._clock)
+        waiting = tokens.admit(waiting)
         others_due = Counter(str(b.priority) for b in others)
         # The running tasks, which take follow-ons as they end their bundles, take the queue's
         # backlog too, cut into follow-ons for them (after any other due work, which their
@@ -239,6 +244,7 @@ class Tick:
             except TableUnavailable as exc:  # its runners take none until its summary
                 log.error("saving the tick's revision failed", extra={"reason": exc.reason})
         due, queue_slots = self._work.share(d.capacity, waiting, visible)
+        due = tokens.take(due)
         running |= {b.tenant for b in due}  # launched now: their tasks take follow-ons too
         tenants_now.took(due)
         for b in due:
@@ -263,6 +269,7 @@ class Tick:
                                                visible=visible, beat_seconds=LOOK_SECONDS,
                                                takers=takers, running_tenants=running,
                                                tenant_room=tenants_now.limits()):
+                ready = tokens.take(tokens.admit(ready))  # those whose tokens are there
                 if ready:
                     launch(ready)
                     launched += ready
@@ -278,6 +285,7 @@ class Tick:
             spare = self._work.spare(d.capacity - len(handed), sorted([*looked, *(
                 b for b in waiting if b.bundle_id not in handed)], key=self._work.order), room,
                 handed, d.intake.follow_ons > 0, tenants_now.admit)
+            spare = tokens.take(spare)
             if spare:
                 launch(spare)
                 due += spare
@@ -316,7 +324,8 @@ class Tick:
             fed_seconds=d.intake.follow_on_seconds / max(1, (takers + d.capacity)
                                                          * self._policy.task_concurrency)
             if takers else 0.0, small_jobs_left=d.intake.small_jobs_left,
-            tenants={} if shares is None else shares.view(), shed=shed, wanting=wanting),
+            tenants={} if shares is None else shares.view(), shed=shed, wanting=wanting,
+            rate_limits=tokens.waits),
             self._revisions.current(), self._revisions.pinned_version)
 
     def _urgent(self, d: TickReport, active: list[Bundle], drain_deadline: float,

@@ -50,6 +50,8 @@ DEPLOY_KEY = "DEPLOY#current"
 # Tenants' policies (weights, caps, reserves), and their decayed usage (the tick's).
 TENANT_POLICIES_KEY = "TENANT#policies"
 TENANT_USAGE_KEY = "TENANT#usage"
+# Every rate limit set (dispatcher.store.rate_buckets).
+LIMITS_KEY = "LIMIT#policies"
 # How many index partitions each job state is spread over (see the module's docstring).
 JOB_SHARDS = 8
 
@@ -84,6 +86,11 @@ def task_key(task_arn: str) -> str:
 
 def batch_key(batch: str) -> str:
     return f"BATCH#{batch}"
+
+
+def bucket_key(key: str, shard: int) -> str:
+    """One shard of the token bucket of ``key`` (a limit's key as a job resolves it)."""
+    return f"BUCKET#{key}#{shard}"
 
 
 def shed_key(tenant: str, tick_at: float) -> str:
@@ -196,6 +203,7 @@ def job_record(job: Job) -> Record:
         sequence=1,  # its creation is its first state change (base.job_state counts the rest)
         **_resources(job.resources), **_array(job), depends_on=job.depends_on or None,
         bulk_ids=job.bulk_ids or None, labels=job.labels or None, tenant=job.tenant,
+        uses=job.uses or None,
     )
 
 
@@ -240,6 +248,8 @@ def record_job(rec: Record) -> Job:
         labels={str(k): str(v) for k, v in rec.labels.items()}
         if isinstance(rec.labels, dict) and rec.labels else None,
         tenant=rec.tenant or None,
+        uses={str(k): int(v) for k, v in rec.uses.items()}
+        if isinstance(rec.uses, dict) and rec.uses else None,
     )
 
 
@@ -257,6 +267,7 @@ def bundle_record(bundle: Bundle) -> Record:
         priority=None if bundle.priority == Priority.NORMAL else str(bundle.priority),
         kind=bundle.kind, slots=bundle.slots or None, batch=bundle.batch,
         timeout_seconds=bundle.timeout_seconds, **_resources(bundle.resources),
+        uses=bundle.uses or None,
     )
 
 
@@ -274,6 +285,8 @@ def record_bundle(rec: Record) -> Bundle:
         kind=rec.kind, slots=_int(rec.slots), handed_jobs=list(rec.handed_jobs or []),
         takes_handed=rec.handed is not None, batch=rec.batch,
         timeout_seconds=None if rec.timeout_seconds is None else float(rec.timeout_seconds),
+        uses={str(k): int(v) for k, v in rec.uses.items()}
+        if isinstance(rec.uses, dict) and rec.uses else None,
     )
 
 

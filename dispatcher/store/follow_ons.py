@@ -71,7 +71,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dispatcher.domain import lifecycle, tenants
+from dispatcher.domain import lifecycle, rate_limits, tenants
 from dispatcher.domain.bundles import (
     Bundle,
     BundleState,
@@ -302,7 +302,8 @@ class FollowOns(TenantPolicies):
 
     def _other_due(self, done: Bundle, limited: set[str]) -> Bundle | None:
         """The oldest due bundle, other than the untaken follow-ons, of ``done``'s priority or
-        higher and of no limited kind (the tick counts those), if any: a batch's running
+        higher, of no limited kind (the tick counts those) and taking no rate limit's tokens
+        (the tick takes them as it launches), if any: a batch's running
         tasks take such work before their follow-ons, as the tick launches it first (a
         follow-on given back to PENDING, a retry, a scheduled job whose time came, a released
         dependent, a launch that failed). One Query, made only while the last tick left such
@@ -311,7 +312,8 @@ class FollowOns(TenantPolicies):
         rows = self.table.query(r.bundle_status(BundleState.PENDING),
                                 at_most=r.iso(self.clock()), limit=OTHERS_READ)
         due = [b for b in map(r.record_bundle, rows)
-               if PRIORITY_ORDER.index(b.priority) <= rank and b.kind not in limited]
+               if PRIORITY_ORDER.index(b.priority) <= rank and b.kind not in limited
+               and not rate_limits.takes_tokens(b.bundle_id)]
         return min(due, key=lambda b: (PRIORITY_ORDER.index(b.priority), b.next_attempt_at),
                    default=None)
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from dispatcher.domain import tenants
-from dispatcher.domain.bundles import Bundle
+from dispatcher.domain.bundles import Bundle, new_bundle_id
 from dispatcher.domain.errors import AlreadyActed, ConflictError, JobNotFound, LongjobsError
 from dispatcher.domain.jobs import Job, JobState, new_id
 from dispatcher.ports.table import (
@@ -25,6 +24,7 @@ from dispatcher.store import codec as r
 from dispatcher.store.deployments import Deployments
 from dispatcher.store.job_lists import JobLists
 from dispatcher.store.label_index import LabelIndex
+from dispatcher.store.rate_buckets import RateBuckets
 from dispatcher.store.schedule_fires import ScheduleFires
 from dispatcher.store.state_writes import expire_pages_later
 from dispatcher.store.task_bills import TaskBills
@@ -35,7 +35,7 @@ TRIES = 3
 
 
 class OperatorStore(JobLists, Deployments, ScheduleFires, TaskBills, LabelIndex,
-                    TenantPolicies):
+                    TenantPolicies, RateBuckets):
     """Operator actions and queries (:class:`JobLists`), and ``longjobs deploy``'s
     deployment record."""
 
@@ -124,7 +124,8 @@ class OperatorStore(JobLists, Deployments, ScheduleFires, TaskBills, LabelIndex,
             self.retried_fires([job_id])
             return retried
         job_ops.check_retry(job, by, only, resume=resume)
-        self._transact(job_ops.retry_ops(job, tenants.bundle_id(job.tenant, new_id()),
+        self._transact(job_ops.retry_ops(job, new_bundle_id(job.tenant, bool(job.uses),
+                                                            new_id()),
                                          t=self.clock(),
                                          from_scratch=from_scratch, reason=reason, by=by),
                        "job changed while retrying; try again", job_id=job_id)

@@ -35,6 +35,7 @@ from dispatcher.ports.table import (
 from dispatcher.store import codec as r
 from dispatcher.store.base import TableRetry
 from dispatcher.store.follow_ons import EndRefused, FollowOns, Take
+from dispatcher.store.rate_buckets import RateBuckets
 from dispatcher.store.state_writes import (
     bundle_actions,
     expire_pages_later,
@@ -88,7 +89,7 @@ class Beat:
     handed: tuple[str, ...] = ()
 
 
-class RunnerStore(FollowOns):
+class RunnerStore(FollowOns, RateBuckets):
     """A running bundle's writes, each fenced by the claim (the job runner)."""
 
     def claim(self, fence: Fence) -> Claim:

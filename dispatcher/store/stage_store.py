@@ -49,6 +49,7 @@ from dispatcher.store.deployments import Deployments
 from dispatcher.store.handing import Handing
 from dispatcher.store.held import HeldRetries
 from dispatcher.store.label_index import LabelIndex
+from dispatcher.store.rate_buckets import RateBuckets
 from dispatcher.store.recording import PROBE_KEY, Recordings
 from dispatcher.store.runner import handed_as_read
 from dispatcher.store.schedule_fires import ScheduleFires
@@ -84,7 +85,7 @@ SavedSummary = tuple[TickSummary, str | None, int | None]
 
 
 class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Waiters,
-                 ScheduleFires, TaskBills, LabelIndex, TenantPolicies):
+                 ScheduleFires, TaskBills, LabelIndex, TenantPolicies, RateBuckets):
     """What the tick and the task-event handler ask of the table (the dry run wraps this)."""
 
     # -- lease ----------------------------------------------------------------------------------

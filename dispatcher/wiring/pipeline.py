@@ -105,7 +105,8 @@ def build(cfg: Config, *, queue: Queue, store: StageStore, launcher: Launcher,
     admission = Admission({p: fanned[id(q)] for p, q in queues.items()},
                           Recorder(store, dependents),
                           AdmitPolicy(cfg.allowed_kinds, bundling, cfg.kind_limits), clock,
-                          concurrency=cfg.tick_concurrency, hold_seconds=cfg.hold_seconds)
+                          concurrency=cfg.tick_concurrency, hold_seconds=cfg.hold_seconds,
+                          rate_limits=store.rate_limits)
     handoffs = Handoffs(store, HandoffPolicy(cfg.heartbeat_seconds, cfg.task_concurrency,
                                              cfg.urgent_watch_seconds, cfg.kind_limits), clock)
     tick = Tick(store, revisions, admission, launches, reconciler,

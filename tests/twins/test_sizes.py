@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from dispatcher import settings
-from dispatcher.domain import labels, message, sizes, tenants
+from dispatcher.domain import labels, message, rate_limits, sizes, tenants
 from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.errors import LongjobsError, TooLarge
 from dispatcher.domain.jobs import Job, JobState, Priority, Resources
@@ -239,7 +239,10 @@ def _worst_case_job() -> Record:
               bulk_ids=["\u00e9" * (sizes.MAX_BULK_ID_BYTES // 2)] * sizes.MAX_BULK_MARKS,
               # the most labels, each a key of the most characters and a value of 4-byte ones
               labels={f"{n:02d}".ljust(labels.MAX_KEY, "k"): "\U0001f4a5" * labels.MAX_VALUE
-                      for n in range(labels.MAX_LABELS)})
+                      for n in range(labels.MAX_LABELS)},
+              # the most rate limits' keys, each of the most characters and tokens
+              uses={f"{n}".ljust(rate_limits.MAX_KEY, "u"): rate_limits.MAX_AMOUNT
+                    for n in range(rate_limits.MAX_USES)})
     rec = r.job_record(job)
     rec.settled_by, rec.expires_at, rec.updated_at = arn, 1.7e9 / 11, 1.7e9 / 13
     rec.progress = worst_report(job.job_id)  # kept with its last checkpoint
@@ -257,7 +260,7 @@ def test_the_largest_job_item_fits_dynamodbs_item_limit() -> None:
     assert sizes.json_bytes(rec.progress) + len("progress") <= sizes.MAX_PROGRESS_BYTES
     assert message.JobMessage.model_validate({
         "schema_version": 1, "job_id": "j", "kind": "k", "payload": {},
-        "labels": rec.labels}).labels == rec.labels  # the schema takes them
+        "labels": rec.labels, "uses": rec.uses}).uses == rec.uses  # the schema takes them
     assert sizes.json_bytes(rec.labels) + len("labels") <= sizes.MAX_LABELS_BYTES
     others = _item_bytes(rec) - sum(sizes.json_bytes(getattr(rec, a)) for a in (
         "payload", "checkpoint", "result", "error", "history", "progress", "labels")) \

@@ -50,7 +50,7 @@ def _any_tenant(ran: Bundle, other: Bundle) -> bool:
 
 def _shape_without_tenant(self: bundle_sizes.BundleSizes, job: object, at: float) -> object:
     shape = REAL_SHAPE(self, job, at)  # type: ignore[arg-type]
-    return (*shape[:4], None)
+    return (*shape[:4], None, shape[5])
 
 
 REAL_SHAPE = bundle_sizes.BundleSizes.shape

@@ -1,0 +1,277 @@
+"""Rate limits: token buckets every task shares (``longjobs limits set``), taken as a bundle
+launches (no task starts to wait for a token) and by a running job's ``ctx.acquire``; in any
+window no bucket grants more than rate x window + burst."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dispatcher.domain import rate_limits
+from dispatcher.domain.errors import Interrupted, InvalidMessage
+from dispatcher.domain.rate_limits import RateLimit, RateLimitProblem
+from dispatcher.domain.waiting import RATE_LIMIT
+from dispatcher.ops.queries import Queries
+from dispatcher.store import Store, codec
+from dispatcher.store.rate_buckets import RateLimitError
+from dispatcher.testing.memory_table import MemoryTable
+from job_runner.tokens import Tokens, TokensNotGranted
+from tests.twins import Twins
+from tests.twins.test_follow_ons import run
+
+
+class Grants:
+    """Every grant a store's takes made: (time, bucket, tokens)."""
+
+    def __init__(self, store: Store) -> None:
+        self.seen: list[tuple[float, str, float]] = []
+        take = store.take
+
+        def spy(bucket: str, shard: int, n: float, limit: RateLimit, now: float,
+                known: float | None) -> float | None:
+            got = take(bucket, shard, n, limit, now, known)
+            if got is not None:
+                self.seen.append((now, bucket, n))
+            return got
+
+        store.take = spy  # type: ignore[method-assign]
+
+    def most(self, bucket: str, window: float) -> float:
+        return rate_limits.most_in_window(
+            [(t, n) for t, b, n in self.seen if b == bucket], window)
+
+
+def test_a_rate_reads_as_tokens_a_second_and_bad_ones_say_the_form() -> None:
+    assert rate_limits.parse_rate("100/min") == (pytest.approx(100 / 60), "100/min")
+    assert rate_limits.parse_rate("3/10s")[0] == pytest.approx(0.3)
+    assert rate_limits.parse_rate("1000/hour")[0] == pytest.approx(1000 / 3600)
+    for bad in ("100", "100/fortnight", "-1/s", "x/y"):
+        with pytest.raises(RateLimitProblem, match="such as 100/min"):
+            rate_limits.parse_rate(bad)
+    with pytest.raises(RateLimitProblem, match="above 0"):
+        rate_limits.parse_rate("0/s")
+
+
+@settings(max_examples=200, deadline=None)
+@given(rate=st.sampled_from([0.5, 1.0, 5.0, 100 / 60]), burst=st.integers(1, 20),
+       shards=st.integers(1, 4),
+       takes=st.lists(st.tuples(st.floats(0, 120), st.integers(1, 5)), min_size=1,
+                      max_size=200),
+       window=st.sampled_from([1.0, 10.0, 60.0]))
+def test_no_window_ever_grants_more_than_rate_times_window_plus_burst(
+        rate: float, burst: int, shards: int, takes: list[tuple[float, int]],
+        window: float) -> None:
+    """Any takes, at any times, on any shards, through the table's two conditional writes:
+    the grants of any window stay within the bound; an idle bucket grants a whole burst at
+    once."""
+    if burst < shards:
+        burst = shards
+    limit = RateLimit(rate, float(burst), shards)
+    table = MemoryTable()
+    store = Store(table)
+    grants = Grants(store)
+    for i, (at, n) in enumerate(sorted(takes)):
+        store.take("api", i % shards, n, limit, at, None)
+    assert grants.most("api", window) <= limit.bound(window) + 1e-6
+    fresh = Store(MemoryTable())
+    assert all(fresh.take("b", s, limit.shard_burst, limit, 0.0, None) is not None
+               for s in range(shards))
+
+
+def test_two_takers_racing_on_one_shard_never_pass_its_burst() -> None:
+    """Each take's condition sees the other's write: twenty takers, each believing the bucket
+    idle, at one instant: no more than the burst is granted."""
+    limit = RateLimit(1.0, 5.0)
+    store = Store(MemoryTable())
+    granted = [store.take("api", 0, 1, limit, 100.0, None) for _ in range(20)]
+    assert sum(g is not None for g in granted) == 5
+    later = [store.take("api", 0, 1, limit, 102.0, 99.0) for _ in range(5)]
+    assert sum(g is not None for g in later) == 2  # two seconds' worth came since
+
+
+def test_limits_are_set_listed_changed_and_removed_with_clear_refusals() -> None:
+    tw = Twins()
+    client = tw.client()
+    set_ = client.set_limit("openai", "100/min", burst=20)
+    assert set_.rate == pytest.approx(100 / 60) and set_.burst == 20 and set_.shards == 1
+    assert client.set_limit("fast", "1000/s").shards == 4  # one shard per 250 a second
+    assert set(client.limits()) == {"openai", "fast"}
+    client.delete_limit("fast")
+    assert set(client.limits()) == {"openai"}
+    with pytest.raises(RateLimitError, match="no limit 'fast'"):
+        client.delete_limit("fast")
+    with pytest.raises(RateLimitError, match="raise --burst"):
+        client.set_limit("x", "10/s", burst=1, shards=2)
+    with pytest.raises(RateLimitProblem, match="100/min"):
+        client.set_limit("x", "lots")
+    with pytest.raises(RateLimitError, match="limit key"):
+        client.set_limit("bad key!", "1/s")
+
+
+def test_a_job_names_what_it_uses_within_bounds() -> None:
+    tw = Twins()
+    client = tw.client()
+    client.submit("k", {}, job_id="ok", uses={"openai:{tenant}": 2}, tenant="acme")
+    for bad in ({"openai": 0}, {"bad key!": 1}, {f"k{i}": 1 for i in range(5)},
+                {"openai": True}, {"openai": "1"}):
+        with pytest.raises(InvalidMessage):
+            client.submit("k", {}, job_id="bad", uses=bad)
+
+
+def test_a_bundle_launches_only_once_its_tokens_are_granted_and_its_jobs_say_why() -> None:
+    """Ten jobs of one token each on a limit of 6/min with a burst of 2, four slots: each tick
+    launches what the bucket holds (two at first, then one every ten seconds), never a task to
+    wait; the others say ``rate_limit`` with the bucket and when its tokens come. Another
+    tenant's jobs on ``{tenant}`` keys have a bucket of their own; a key with no limit set
+    holds nothing back. Every job runs once."""
+    tw = Twins()
+    client = tw.client()
+    client.set_limit("api", "6/min", burst=2)
+    client.set_limit("per:{tenant}", "1/min", burst=1)
+    ids = [f"j{i}" for i in range(10)]
+    for j in ids:
+        client.submit("k", {}, job_id=j, uses={"api": 1}, estimated_seconds=1.0)
+    client.submit("k", {}, job_id="free", uses={"unset": 5}, estimated_seconds=1.0)
+    for t in ("a", "b"):
+        client.submit("k", {}, job_id=f"t{t}", uses={"per:{tenant}": 1}, tenant=t,
+                      estimated_seconds=1.0)
+    grants = Grants(tw.store)
+    stages = tw.stages(LONGJOBS_MAX_RUNNING_TASKS="20", LONGJOBS_TASK_CONCURRENCY="1")
+    ran: list[str] = []
+    stages.tick.tick()  # its drain launches what the buckets hold
+    tw.clock.advance(1)
+    stages.tick.tick()
+    launched = {j for b in tw.store.active_bundles() for j in b.job_ids}
+    assert {"free", "ta", "tb"} <= launched
+    assert len([j for j in launched if j in ids]) == 2
+    shown = Queries(tw.store, clock=tw.clock)
+    waits = [shown.show(j).summary.waiting_for for j in ids if j not in launched]
+    assert waits and all(w is not None and w.reason == RATE_LIMIT and w.key == "api"
+                         and w.until is not None and w.until > tw.clock() for w in waits)
+    for _ in range(12):
+        for arn in tw.task_arns():
+            ran += run(tw, arn)
+        tw.clock.advance(10)
+        stages.tick.tick()
+    for arn in tw.task_arns():
+        ran += run(tw, arn)
+    assert sorted(set(ran)) == sorted([*ids, "free", "ta", "tb"]) and len(ran) == len(set(ran))
+    assert {b for _, b, _ in grants.seen} == {"api", "per:a", "per:b"}
+    limit = client.limits()["api"]
+    for window in (1.0, 10.0, 60.0):
+        assert grants.most("api", window) <= limit.bound(window)
+
+
+def test_a_bundle_that_takes_tokens_holds_no_more_jobs_than_start_at_once() -> None:
+    """Its launch takes its jobs' tokens at once: no more jobs than its task starts at once,
+    nor than one take can have (the burst)."""
+    tw = Twins()
+    client = tw.client()
+    client.set_limit("api", "100/s", burst=100)
+    client.set_limit("narrow", "1/min", burst=5)
+    for i in range(9):
+        client.submit("k", {}, job_id=f"j{i}", uses={"api": 2}, estimated_seconds=1.0)
+    for i in range(5):
+        client.submit("k", {}, job_id=f"n{i}", uses={"narrow": 2}, estimated_seconds=1.0)
+    stages = tw.stages(LONGJOBS_MAX_RUNNING_TASKS="20", LONGJOBS_TASK_CONCURRENCY="4")
+    stages.tick.tick()
+    tw.clock.advance(1)
+    stages.tick.tick()
+    bundles = tw.store.active_bundles()
+    assert all(rate_limits.takes_tokens(b.bundle_id) for b in bundles)
+    full = tw.store.bundles_of([b.bundle_id for b in bundles])
+    assert sorted(len(b.job_ids) for b in full if "api" in (b.uses or {})) == [1, 4, 4]
+    assert sorted((b.uses or {}).get("api", 0) for b in full if b.uses and "api" in b.uses) \
+        == [2, 8, 8]
+    # Two jobs of 2 tokens fit a burst of 5: the narrow key's first take (its burst) launches
+    # one bundle of two; the rest wait for its tokens.
+    assert [len(b.job_ids) for b in full if "narrow" in (b.uses or {})] == [2]
+
+
+def test_a_take_larger_than_the_burst_waits_saying_what_to_change() -> None:
+    tw = Twins()
+    client = tw.client()
+    client.set_limit("api", "10/s", burst=2)
+    client.submit("k", {}, job_id="big", uses={"api": 5}, estimated_seconds=1.0)
+    stages = tw.stages(LONGJOBS_TASK_CONCURRENCY="1")
+    stages.tick.tick()
+    tw.clock.advance(1)
+    stages.tick.tick()
+    assert not tw.store.active_bundles()
+    said = Queries(tw.store, clock=tw.clock).show("big").summary.waiting_for
+    assert said is not None and said.reason == RATE_LIMIT and said.until is None
+    assert said.detail is not None and "longjobs limits set api --burst" in said.detail
+
+
+def _tokens(store: Store, clock: list[float]) -> Tokens:
+    return Tokens(store, clock=lambda: clock[0], pick=lambda n: 0)
+
+
+def test_acquire_takes_waits_times_out_and_ends_on_cancel() -> None:
+    """A running job's acquire: at once while the bucket holds tokens; a wait for the next
+    when it does not; a typed error past its timeout; ``Interrupted`` as soon as the job is
+    cancelled; nothing for a key with no limit; an error naming the fix for more than the
+    burst."""
+    store = Store(MemoryTable())
+    store.set_rate_limit("api", RateLimit(rate=20.0, burst=2.0, said="20/s"))
+    now = [1000.0]
+    tokens = _tokens(store, now)
+    store.set_rate_limit("slow", RateLimit(rate=1 / 60, burst=1.0, said="1/min"))
+    never = threading.Event()
+
+    def acquire(n: int = 1, timeout: float | None = 5.0, cancel: Any = never) -> bool:
+        return tokens.acquire("api", n, tenant=None, job_id="j", timeout=timeout,
+                              cancel=cancel)
+
+    assert acquire() and acquire()  # the burst
+    ticking = threading.Event()
+
+    def advance() -> None:  # the clock moves while the acquire sleeps (real 50 ms)
+        while not ticking.wait(0.01):
+            now[0] += 0.01
+
+    mover = threading.Thread(target=advance, daemon=True)
+    mover.start()
+    assert acquire()  # granted once the next token came (1/20 s later)
+    ticking.set()
+    mover.join()
+    # A bucket of one token a minute, its token taken; the clock stands from here.
+    assert tokens.acquire("slow", 1, tenant=None, job_id="j", timeout=0.0, cancel=never)
+    with pytest.raises(TokensNotGranted, match="within 0 s"):
+        tokens.acquire("slow", 1, tenant=None, job_id="j", timeout=0.0, cancel=never)
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(Interrupted):
+        tokens.acquire("slow", 1, tenant=None, job_id="j", timeout=None, cancel=stop)
+    assert tokens.acquire("unset", 1, tenant=None, job_id="j", timeout=1.0,
+                          cancel=never) is False
+    with pytest.raises(TokensNotGranted, match="--burst 3"):
+        acquire(3)
+
+
+def test_a_handler_acquires_through_its_context_in_a_runner() -> None:
+    """``ctx.acquire`` in a handler run by a task's runner takes from the bucket the launches
+    take from (its tenant's, for a ``{tenant}`` key)."""
+    tw = Twins()
+    client = tw.client()
+    client.set_limit("db:{tenant}", "10/s", burst=3)
+    client.submit("k", {}, job_id="j", tenant="acme", estimated_seconds=1.0)
+    stages = tw.stages(LONGJOBS_TASK_CONCURRENCY="1")
+    stages.tick.tick()
+    took: list[bool] = []
+
+    def handler(payload: dict[str, object], ctx: Any) -> None:
+        took.extend(ctx.acquire("db:{tenant}", 1) for _ in range(3))
+        took.append(ctx.acquire("unset"))
+
+    from job_runner.kinds import HandlerRegistry
+    from job_runner.worker import Worker
+    from tests.twins.test_follow_ons import RUNNER
+    Worker(RUNNER, tw.store, HandlerRegistry({"k": handler}), tw.task_arns()[0]).run()
+    assert took == [True, True, True, False]
+    item = tw.table.snapshot()[codec.bucket_key("db:acme", 0)]
+    assert item.bucket_at is not None and item.bucket_at > tw.clock()
