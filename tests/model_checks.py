@@ -175,6 +175,7 @@ def job_specs() -> st.SearchStrategy[dict[str, Any]]:
         "timeout_seconds": st.sampled_from([None, 30.0, 3600.0]),
         "labels": st.sampled_from([None, *LABELS]),
         "tenant": st.sampled_from([None, *TENANTS]),
+        "uses": st.sampled_from([None, None, None, {"api": 1}, {"api:{tenant}": 2}]),
     })
 
 

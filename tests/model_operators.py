@@ -26,6 +26,7 @@ from dispatcher.domain.jobs import TERMINAL_JOB_STATES, JobState
 from dispatcher.ops.deploy import deploy
 from dispatcher.ports.table import Record, TableUnavailable
 from dispatcher.store import codec
+from dispatcher.store.rate_buckets import RateLimitError
 from dispatcher.testing.memory_launcher import MemoryLauncher
 from dispatcher.testing.memory_task_definitions import MemoryTaskDefinitions, Revision
 from tests import model_checks as checks
@@ -279,6 +280,18 @@ class OperatorRules:
         with contextlib.suppress(LambdaDied, TableUnavailable):
             self.twins.store.set_tenant_policy(tenant, weight=weight, max_running=cap,
                                               no_cap=cap is None)
+
+    @rule(key=st.sampled_from(["api", "api:{tenant}"]),
+          rate=st.sampled_from([None, "2/min", "1/s", "30/min"]), burst=st.sampled_from([1, 2, 4]))
+    def rate_limit(self, key: str, rate: str | None, burst: int) -> None:
+        """``longjobs limits set KEY --rate R --burst B`` (or ``limits delete KEY``): the next
+        launches and acquires keep to it (the ``rate_bound`` and ``tokens_taken`` checks)."""
+        client = self.twins.client()
+        with contextlib.suppress(LambdaDied, TableUnavailable, RateLimitError):
+            if rate is None:
+                client.delete_limit(key)
+            else:
+                client.set_limit(key, rate, burst=burst)
 
     # -- bulk actions ----------------------------------------------------------------------------
     @precondition(lambda self: bool(self.submitted))

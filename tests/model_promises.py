@@ -23,7 +23,7 @@ from tests import model_checks as checks
 # slots (a kind's limit, a backoff, a time, other jobs, a launch or a task on its way).
 HELD_BY_OTHER = frozenset({w.KIND_LIMIT, w.SPOT_BACKOFF, w.LAUNCH_BACKOFF, w.SCHEDULED,
                            w.DEPENDENCIES, w.CHILDREN, w.RECORDING, w.LAUNCHING, w.STARTING,
-                           w.FAIR_SHARE})
+                           w.FAIR_SHARE, w.RATE_LIMIT})
 # Clean ticks within which a job told the next tick launches it must have launched.
 PROMISE_TICKS = 2
 

@@ -16,6 +16,7 @@ handler that ignored its cancellation (abandoned), until the task's process ends
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,16 +27,18 @@ from dispatcher.domain.costs import Usage
 from dispatcher.domain.errors import ConflictError, HandedJobs, Interrupted, PermanentError
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
 from dispatcher.domain.stops import RUNNER_FAILED_EXIT, StopCode
-from dispatcher.ports.table import Delete, Eq, Table
+from dispatcher.ports.table import Delete, Eq, Table, TableUnavailable
 from dispatcher.store import Fence, Store
 from dispatcher.testing.memory_launcher import MemoryLauncher
 from job_runner.next_bundle import FOLLOW_ON_WAIT_SECONDS
 from job_runner.outcome import Outcome, raised, succeeded
 from job_runner.schedule import Schedule
+from job_runner.tokens import Tokens, TokensNotGranted
 from job_runner.writes import Writes
 
 # What a handler does when the model lets one of its runs end.
-BEHAVIOURS = ("succeed", "succeed_large", "fail", "raise", "interrupt_itself", "ignore_stop")
+BEHAVIOURS = ("succeed", "succeed_large", "fail", "raise", "interrupt_itself", "ignore_stop",
+              "acquire")
 # What a job's handler does on every run, whenever the model lets its handlers be themselves:
 # one of the above, or "kill" (it kills its task: a poison job).
 NATURES = (*BEHAVIOURS, "kill")
@@ -243,6 +246,16 @@ class SimTask:
         elif behaviour == "fail":
             outcome = raised(job, PermanentError("bad input"), attempts=run.attempt,
                              retry_any=True, cancel_reason=None)
+        elif behaviour == "acquire":  # ctx.acquire of a token of "api" (its tenant's bucket
+            # for "api:{tenant}"), not waiting: it fails, to be retried, when none is there
+            try:
+                Tokens(self.store, self.clock, pick=lambda n: 0).acquire(
+                    "api" if job.tenant is None else "api:{tenant}", 1, tenant=job.tenant,
+                    job_id=job_id, timeout=0.0, cancel=threading.Event())
+                outcome = succeeded(job, {"job": job_id, "attempt": run.attempt})
+            except (TokensNotGranted, TableUnavailable) as exc:
+                outcome = raised(job, exc, attempts=run.attempt, retry_any=True,
+                                 cancel_reason=None)
         elif behaviour == "interrupt_itself":
             outcome = raised(job, Interrupted("the handler gave up by itself"),
                              attempts=run.attempt, retry_any=True, cancel_reason=None)

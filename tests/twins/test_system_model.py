@@ -66,6 +66,7 @@ from tests.model_promises import Promises
 from tests.model_runner import BEHAVIOURS, NATURES, ModelIds, ModelTime, SimTask, expire
 from tests.model_schedules import ScheduleRules
 from tests.model_stats import stats_disagree
+from tests.model_tokens import TokenWatch
 from tests.twins import ENV, Twins
 
 # Checks skipped because today's code fails them; remove a name once its fix is merged.
@@ -108,6 +109,8 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         self.hooks_ids.reset()
         self.kind_limits = KindLimitWatch()
         self.tenant_caps = TenantCapWatch()
+        self.tokens = TokenWatch()  # every grant of the rate limits' buckets
+        self.tokens.watch(self.twins.store)
         self.settings = {"LONGJOBS_TASK_CONCURRENCY": "2", "LONGJOBS_KIND_LIMITS": "",
                          "LONGJOBS_MAX_RUNNING_TASKS": "3", "LONGJOBS_TICK_ONE_AT_A_TIME": "true"}
         self.submitted: dict[str, str] = {}  # job id -> "valid" / "malformed"
@@ -250,7 +253,7 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
                          "not_before": None if spec["not_before"] is None
                          else MAX_NOT_BEFORE if spec["not_before"] == checks.LATEST
                          else now + spec["not_before"], "labels": spec.get("labels"),
-                         "tenant": spec.get("tenant")})
+                         "tenant": spec.get("tenant"), "uses": spec.get("uses")})
         self.twins.client().submit_many(jobs)
         for j in jobs:
             self.submitted.setdefault(j["job_id"], "valid")
@@ -788,6 +791,9 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         self.fail("arrays", array_problems(view, self.expired))
         self.fail("dependencies", self.early + self.undecided(view))
         self.fail("tenant_cap", self.tenant_caps.check(view, self.recovered_launches))
+        self.fail("rate_bound", self.tokens.over_bound())
+        self.fail("tokens_taken", self.tokens.untaken(view, self.recovered_launches))
+        self.fail("rate_limit", self.tokens.false_claims(view))
         self.fail("task_limit", self.over_the_limit())
         self.fail("cancel_kept", self.broken_cancels)
         self.fail("schedule_overlap", self.overlaps(view))
