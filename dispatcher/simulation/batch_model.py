@@ -32,10 +32,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from dispatcher import settings
-from dispatcher.domain import message
+from dispatcher.domain import message, rate_limits
 from dispatcher.domain.costs import TaskBill
 from dispatcher.domain.jobs import Job, JobState, Priority
 from dispatcher.domain.pacing import LaunchLimits, LaunchPacer
+from dispatcher.domain.rate_limits import RateLimit
 from dispatcher.domain.stops import RUNNER_FAILED_EXIT, TaskStop
 from dispatcher.ops.client import JobClient
 from dispatcher.simulation.arriving_queue import ArrivingQueue
@@ -182,6 +183,8 @@ class BatchModel:
                    "payload": {"seconds": round(seconds, 3)}, "estimated_seconds": s.seconds}
             if s.tenants:
                 job["tenant"] = s.tenants[i % len(s.tenants)][0]
+            if s.limit is not None:
+                job["uses"] = {s.limit[0]: 1}
             yield job
 
     def enqueue(self, chunk: int = 10_000) -> None:
@@ -210,6 +213,11 @@ class BatchModel:
         s, out = self.shape, self.outcome
         for tenant, weight in s.tenants:  # longjobs tenants set T --weight W
             self.runner_store.set_tenant_policy(tenant, weight=weight)
+        if s.limit is not None:  # longjobs limits set KEY --rate R --burst B
+            key, rate, burst = s.limit
+            per_second, said = rate_limits.parse_rate(rate)
+            self.runner_store.set_rate_limit(key, RateLimit(per_second, burst, said=said))
+            self._count_grants()
         if not s.rate:  # a stream's jobs arrive as the run goes (DeepQueue's arrival rate)
             with lean_table():
                 self.enqueue()
@@ -460,8 +468,24 @@ class BatchModel:
     def _remaining(self, deadline: float) -> Callable[[], int]:
         return lambda: int(max(0.0, deadline - self.clock()) * 1000)
 
+    def _count_grants(self) -> None:
+        """Every grant the dispatcher's launches take, into the outcome (Shape.limit)."""
+        store = self.dispatcher.store
+        take = store.take
+
+        def counted(bucket: str, shard: int, n: float, limit: RateLimit, now: float,
+                    known: float | None) -> float | None:
+            got = take(bucket, shard, n, limit, now, known)
+            if got is not None:
+                self.outcome.grants.append((now - T0, n))
+            return got
+
+        store.take = counted  # type: ignore[method-assign]
+
     def _job_started(self, job: Job, task_arn: str, at: float) -> None:
         self.ledger.started(job.job_id, task_arn, at)
+        if self.shape.limit is not None:
+            self.outcome.starts.append(at - T0)
         if job.tenant is not None and self.shape.tenants:
             self._started[job.job_id] = at
             self.outcome.tenant_last_start[job.tenant] = at - T0

@@ -64,6 +64,9 @@ class Shape:
     # Tenants and their weights (``longjobs tenants set T --weight W``): the batch's jobs are
     # theirs in turn (job i is the (i mod n)-th's), so their backlogs come interleaved.
     tenants: tuple[tuple[str, float], ...] = ()
+    # A rate limit every job takes one token of (``uses``): its key, its rate as ``longjobs
+    # limits set`` takes it (``100/min``) and its burst.
+    limit: tuple[str, str, float] | None = None
     # A steady stream instead of a batch: the jobs are sent at this many a second from T0 on.
     rate: float | None = None
     seed: int = 1
@@ -102,6 +105,10 @@ class BatchRun:
     # Each stopped task's bill as its stop event told it (dispatcher.domain.costs): what the
     # jobs' costs must add up to.
     bills: dict[str, TaskBill] = field(default_factory=dict)
+    # Each rate limit grant the dispatcher's launches took (Shape.limit): (when, tokens), and
+    # each job's start (virtual seconds from T0).
+    grants: list[tuple[float, float]] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)
 
 
 def synthetic_body(shape: Shape) -> Callable[[int], str]:
