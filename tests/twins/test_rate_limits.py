@@ -275,3 +275,39 @@ def test_a_handler_acquires_through_its_context_in_a_runner() -> None:
     assert took == [True, True, True, False]
     item = tw.table.snapshot()[codec.bucket_key("db:acme", 0)]
     assert item.bucket_at is not None and item.bucket_at > tw.clock()
+
+
+def test_a_launch_costs_one_conditional_write_per_key_and_jobs_without_uses_none() -> None:
+    """Counted: each launched bundle that takes tokens wrote its bucket once per key (the take
+    the look chose the form of); a tick with no such bundle touches no limit or bucket."""
+    tw = Twins()
+    client = tw.client()
+    client.set_limit("a", "100/s", burst=100)
+    client.set_limit("b", "100/s", burst=100)
+    for i in range(6):
+        client.submit("k", {}, job_id=f"j{i}", uses={"a": 1, "b": 2}, estimated_seconds=1.0)
+    for i in range(6):
+        client.submit("k", {}, job_id=f"plain{i}", estimated_seconds=1.0)
+    writes: list[str] = []
+    write = tw.table.write
+
+    def counted_write(op: Any) -> Any:
+        writes.append(op.pk)
+        return write(op)
+
+    tw.table.write = counted_write  # type: ignore[method-assign]
+    stages = tw.stages(LONGJOBS_MAX_RUNNING_TASKS="20", LONGJOBS_TASK_CONCURRENCY="2")
+    stages.tick.tick()
+    marked = [b for b in tw.store.active_bundles() if rate_limits.takes_tokens(b.bundle_id)]
+    assert len(marked) == 3  # two jobs a bundle
+    bucket_writes = [pk for pk in writes if pk.startswith("BUCKET#")]
+    assert len(bucket_writes) == 2 * len(marked)  # one per key per launch
+    # Jobs that take no tokens: a tick that launches only them reads no limit or bucket.
+    tw2 = Twins()
+    tw2.client().submit("k", {}, job_id="p", estimated_seconds=1.0)
+    seen: list[str] = []
+    get2, write2 = tw2.table.get, tw2.table.write
+    tw2.table.get = lambda pk: (seen.append(pk), get2(pk))[1]  # type: ignore[method-assign]
+    tw2.table.write = lambda op: (seen.append(op.pk), write2(op))[1]  # type: ignore
+    tw2.stages().tick.tick()
+    assert not [pk for pk in seen if pk.startswith(("LIMIT#", "BUCKET#"))]
