@@ -10,6 +10,7 @@ minute at most (a change applies within that)."""
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
@@ -60,6 +61,12 @@ class Tokens:
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= rate_limits.MAX_AMOUNT:
             raise TokensNotGranted(f"acquire({key!r}, {n!r}): take 1 to "
                                    f"{rate_limits.MAX_AMOUNT} tokens", job_id=job_id)
+        if timeout is not None and (isinstance(timeout, bool)
+                                    or not isinstance(timeout, (int, float))
+                                    or not math.isfinite(timeout) or timeout < 0):
+            raise TokensNotGranted(f"acquire({key!r}, timeout={timeout!r}): a timeout is a "
+                                   "number of seconds, 0 or more (None: no end)",
+                                   job_id=job_id)
         limit = self.limit(key)
         if limit is None:
             return False

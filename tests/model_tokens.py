@@ -3,11 +3,12 @@
 - ``rate_bound``: no bucket grants more than ``rate x window + burst`` in any window (1, 10 and
   60 s), counted over the grants made under one limit (an operator's change starts a new
   count: the bound is the limit's in force);
-- ``tokens_taken``: no step starts a task for a bundle whose jobs take a limited key's tokens
-  without granting them in that step (a launch, a relaunch; a take of it by a running task
-  would start none: none may);
-- ``rate_limit`` claims are true: a bucket the tick's summary says was short could not grant
-  the tokens at the tick's time (its shards as the table holds them now, which only grow).
+- ``tokens_taken``: no step starts a task for a bundle whose jobs (as their items say, not its
+  id) take a limited key's tokens without granting them in that step (a launch, a relaunch;
+  a take of it by a running task would start none: none may);
+- ``rate_limit`` claims are true: right after a tick, a bucket its summary says was short
+  could not grant its first held bundle's tokens at the tick's time (its fullest shard as the
+  table holds it, by GCRA's rule written out here again).
 
 Grants are seen through the store's one primitive for them (``take``), which every taker
 calls: the tick's launches and the runners' ``ctx.acquire``."""
@@ -64,20 +65,19 @@ class TokenWatch:
         """Bundles that take limited keys' tokens, started this step without their grants."""
         limits = _limits(view)
         active = [b for b in view.bundles() if b.state in ACTIVE_BUNDLE_STATES]
-        started = [b for b in active if (b.bundle_id, b.attempt) not in self._before
-                   and rate_limits.takes_tokens(b.bundle_id)]
+        started = [b for b in active if (b.bundle_id, b.attempt) not in self._before]
         self._before = {(b.bundle_id, b.attempt) for b in active}
         granted, self._step = self._step, {}
         if recovered:  # a crashed tick's launches, completed: their tokens were taken then
             return []
         need: dict[str, float] = {}
         for b in started:
-            rec = view.items.get(codec.bundle_key(b.bundle_id))
-            uses = rec.uses if rec is not None and isinstance(rec.uses, dict) else {}
-            for key, n in uses.items():
-                if key in limits:
-                    bucket = rate_limits.resolve(key, b.tenant)
-                    need[bucket] = need.get(bucket, 0.0) + float(n)
+            for job_id in b.job_ids:
+                job = view.job(job_id)
+                for key, n in (job.uses or {}).items() if job is not None else ():
+                    if key in limits:
+                        bucket = rate_limits.resolve(key, b.tenant)
+                        need[bucket] = need.get(bucket, 0.0) + float(n)
         return [f"{need[b]:g} tokens of {b} were needed by the bundles started this step, "
                 f"{granted.get(b, 0.0):g} granted" for b in sorted(need)
                 if granted.get(b, 0.0) < need[b] - 1e-9]
@@ -95,14 +95,18 @@ class TokenWatch:
         out = []
         for bucket, wait in summary.rate_limits.items():
             limit = limits.get(wait.declared)
-            if limit is None:
-                continue  # removed since
-            tats = [view.items.get(codec.bucket_key(bucket, s)) for s in range(limit.shards)]
-            if wait.need <= limit.shard_burst and any(
-                    rate_limits.grant(None if t is None else t.bucket_at, summary.at,
-                                      wait.need, limit) is not None for t in tats):
+            if limit is None or wait.at is None:
+                continue  # removed since; or only a bundle past the burst was held
+            items = [view.items.get(codec.bucket_key(bucket, s)) for s in range(limit.shards)]
+            fullest = min((t.bucket_at if t is not None and t.bucket_at is not None
+                           else summary.at) for t in items)
+            # GCRA: n tokens are there at t once max(tat, t) + n / rate_a_shard <= t + burst /
+            # rate_a_shard (the shard's rate and burst: the limit's over its shards).
+            per = limit.shards / limit.rate
+            room = summary.at + (limit.burst / limit.shards) * per - wait.need * per
+            if max(fullest, summary.at) <= room + 1e-4:
                 out.append(f"the tick said bucket {bucket} was short of {wait.need} tokens at "
-                           f"{summary.at}, and a shard of it could grant them")
+                           f"{summary.at}, and its fullest shard could grant them")
         return out
 
 

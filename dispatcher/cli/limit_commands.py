@@ -49,8 +49,9 @@ def set_limit(
     key: Annotated[str, typer.Argument(
         help="The limit's key, as jobs name it in uses (1-64 chars of [A-Za-z0-9._:/-]); "
              "{tenant} in it gives each tenant a bucket of its own, e.g. 'openai:{tenant}'.")],
-    rate: Annotated[str, typer.Option(
-        help="Tokens per unit: 100/min, 5/s, 1000/hour, 3/10s.")],
+    rate: Annotated[str | None, typer.Option(
+        help="Tokens per unit: 100/min, 5/s, 1000/hour, 3/10s. Needed for a new limit; a "
+             "limit set already keeps its rate (and burst and shards) unless given.")] = None,
     burst: Annotated[float | None, typer.Option(
         help="Most tokens granted at once (after a quiet spell); default: a minute's worth, "
              "at least 1. A tick (once a minute) launches at most a burst's worth of jobs "

@@ -97,8 +97,9 @@ def submit(
         takes: dict[str, int] = {}
         for text in uses or []:
             key, eq, count = text.partition("=")
-            if not eq or not count.strip().isdigit():
-                raise LongjobsError(f"--uses {text!r} must be KEY=N, such as openai=1")
+            if not eq or not re.fullmatch(r"[0-9]{1,9}", count.strip()):
+                raise LongjobsError(f"--uses {text!r} must be KEY=N (N a whole number of "
+                                    "tokens), such as --uses openai=1")
             takes[key] = int(count)
         client = JobClient()
         try:

@@ -35,6 +35,10 @@ KEY = re.compile(r"(?:[A-Za-z0-9._:/-]|\{tenant\}){1,64}")
 TENANT_FIELD = "{tenant}"
 # What the key of a job of no tenant holds for ``{tenant}`` (no tenant's name).
 NO_TENANT = "(none)"
+# Slack in comparing times: a float near today's epoch is exact to about 2.4e-7 s, so a take
+# of exactly a burst is compared with this much room (it lets a bucket grant at most
+# rate x EPSILON tokens more: a millionth of a second's worth).
+EPSILON = 1e-6
 # Keys one job may take from, and the most tokens of one key a job's launch (or one acquire)
 # takes.
 MAX_USES = 4
@@ -153,20 +157,6 @@ def key_problem(key: object) -> str | None:
     return None
 
 
-def uses_problem(uses: object) -> str | None:
-    """Why a job's ``uses`` cannot be, or None."""
-    if not isinstance(uses, Mapping):
-        return "uses must map limit keys to token counts, such as {\"openai\": 1}"
-    if len(uses) > MAX_USES:
-        return f"a job may use at most {MAX_USES} limits; it names {len(uses)}"
-    for key, n in uses.items():
-        if (why := key_problem(key)) is not None:
-            return why
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_AMOUNT:
-            return f"uses[{key!r}] must be a whole number of tokens from 1 to {MAX_AMOUNT}"
-    return None
-
-
 def marked(rest: str) -> str:
     """The part of a bundle's id after its tenant, for a bundle whose jobs take tokens."""
     return BUNDLE_MARK + rest
@@ -178,8 +168,10 @@ def takes_tokens(bundle_id: str) -> bool:
 
 
 def resolve(key: str, tenant: str | None) -> str:
-    """The bucket ``key`` names for a job of ``tenant``."""
-    return key.replace(TENANT_FIELD, tenant or NO_TENANT)
+    """The bucket ``key`` names for a job of ``tenant``: ``{tenant}`` becomes the tenant's
+    name in braces (``api:{acme}``), which no key as set can hold, so no tenant's bucket is
+    another key's (``api:acme`` set apart is a bucket of its own)."""
+    return key.replace(TENANT_FIELD, "{" + (tenant or NO_TENANT) + "}")
 
 
 def needs(uses: list[Mapping[str, int] | None]) -> dict[str, int]:
@@ -191,16 +183,25 @@ def needs(uses: list[Mapping[str, int] | None]) -> dict[str, int]:
     return out
 
 
+def latest(now: float, n: float, limit: RateLimit) -> float:
+    """The latest a shard's ``tat`` may be for a take of ``n`` tokens at ``now`` to be
+    granted (earlier than ``now``: never, more than a shard's burst)."""
+    return now + limit.tolerance - n * limit.interval + EPSILON
+
+
 def grant(tat: float | None, now: float, n: float, limit: RateLimit) -> float | None:
-    """The shard's new ``tat`` when a take of ``n`` tokens at ``now`` is granted, else None."""
-    new = max(tat if tat is not None else now, now) + n * limit.interval
-    return new if new - now <= limit.tolerance + 1e-9 else None
+    """The shard's new ``tat`` when a take of ``n`` tokens at ``now`` is granted, else None
+    (GCRA: granted while ``max(tat, now) <= latest``)."""
+    start = max(tat if tat is not None else now, now)
+    if start > latest(now, n, limit):
+        return None
+    return start + n * limit.interval
 
 
 def ready_at(tat: float | None, now: float, n: float, limit: RateLimit) -> float | None:
     """When a take of ``n`` tokens could be granted (``now`` if it can be now); None if it
     never can: more than one shard's burst."""
-    if n > limit.shard_burst + 1e-9:
+    if n > limit.shard_burst * (1 + 1e-12):
         return None
     start = tat if tat is not None else now
     return max(now, start + n * limit.interval - limit.tolerance)

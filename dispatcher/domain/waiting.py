@@ -73,24 +73,26 @@ class TenantShare:
 
 @dataclass(frozen=True)
 class RateWait:
-    """A bucket a tick held a bundle back for: when its next take of ``need`` tokens could be
-    granted (``at``; None: never, more than a shard's ``burst``), and the limit's key as jobs
-    declare it (``declared``, ``{tenant}`` and all)."""
+    """A bucket a tick held bundles back for: the first of them (in the tick's order) takes
+    ``need`` tokens, which come at ``at`` (None: never, more than a shard's ``burst``); its
+    later ones wait behind it (a tick launches a bucket's bundles in order). ``declared``: the
+    limit's key as jobs declare it (``{tenant}`` and all)."""
 
     at: float | None
     need: int
-    burst: float
+    burst: float  # a shard's: the most one take can have
     declared: str
+    shards: int = 1
 
     def to_json(self) -> list[Any]:
-        return [self.at, self.need, self.burst, self.declared]
+        return [self.at, self.need, self.burst, self.declared, self.shards]
 
     @staticmethod
     def from_json(data: Any) -> RateWait:
         v = list(data) if isinstance(data, list) else []
-        v += [None, 0, 0.0, ""][len(v):]
+        v += [None, 0, 0.0, "", 1][len(v):]
         return RateWait(None if v[0] is None else float(v[0]), int(v[1]), float(v[2]),
-                        str(v[3]))
+                        str(v[3]), int(v[4]))
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,8 @@ class BundleFacts:
     stopped_task: str | None = None  # the task whose stop was handled last (a rerun's cause)
     follow_on: bool = False  # a follow-on no task has run yet (waits apart: FOLLOW_ON)
     tenant: str | None = None  # whom its jobs are for (from its id)
-    buckets: tuple[str, ...] = ()  # the rate limits' buckets its launch takes tokens of
+    # The rate limits' buckets its launch takes tokens of, and how many of each.
+    buckets: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -268,15 +271,19 @@ def waiting_for(state: str, *, not_before: float | None, runs: int, reason: str 
     if share is not None and share.max_running is not None and share.tasks >= share.max_running:
         return Waiting(FAIR_SHARE, tenant=name, running=share.tasks, limit=share.max_running,
                        detail=detail or "its tenant's cap", attempt=attempt)
-    held = next((k for k in bundle.buckets if k in summary.rate_limits), None)
+    held = next(((k, n) for k, n in bundle.buckets if k in summary.rate_limits
+                 and (summary.rate_limits[k].at is not None
+                      or n > summary.rate_limits[k].burst)), None)
     if held is not None:  # the last tick found its bucket short: it launches once they come
-        wait = summary.rate_limits[held]
-        never = None if wait.at is not None else (
-            f"it takes {wait.need} tokens at once, more than the limit's burst of "
-            f"{wait.burst:g} a shard: raise it (longjobs limits set {wait.declared} "
-            f"--burst ...)")
-        return Waiting(RATE_LIMIT, key=held, until=wait.at, detail=never or detail,
-                       attempt=attempt)
+        key, need = held
+        wait = summary.rate_limits[key]
+        if need > wait.burst:
+            return Waiting(RATE_LIMIT, key=key, attempt=attempt, detail=(
+                f"it takes {need} tokens at once, more than one take of the limit can have "
+                f"({wait.burst:g}): raise its burst to {need * wait.shards} or more (longjobs "
+                f"limits set {wait.declared} --burst {need * wait.shards}), or send it with "
+                "fewer"))
+        return Waiting(RATE_LIMIT, key=key, until=wait.at, detail=detail, attempt=attempt)
     if bundle.follow_on:  # taken in turn by running tasks; a free slot gets the oldest
         return Waiting(FOLLOW_ON, running=active, limit=most)
     if share is not None and active >= most and share.tasks >= share.target \

@@ -24,7 +24,7 @@ from dispatcher.domain import message, message_errors, rate_limits
 from dispatcher.domain.dependencies import REJECTED, child_of, no_such_child
 from dispatcher.domain.errors import ConfigError, InvalidMessage, JobNotFound, SubmitError
 from dispatcher.domain.jobs import PRIORITY_ORDER, Job, Priority, Rejection
-from dispatcher.domain.rate_limits import RateLimit
+from dispatcher.domain.rate_limits import RateLimit, RateLimitProblem
 from dispatcher.ports.queue import Queue, send_all
 from dispatcher.ports.table import TableUnavailable
 from dispatcher.store import Store
@@ -328,17 +328,27 @@ class JobClient:
         """Every rate limit set, by key (dispatcher.domain.rate_limits)."""
         return self.queries().store.rate_limits()
 
-    def set_limit(self, key: str, rate: str, burst: float | None = None,
+    def set_limit(self, key: str, rate: str | None = None, burst: float | None = None,
                   shards: int | None = None) -> RateLimit:
-        """Set ``key``'s limit: ``rate`` as ``100/min`` (``5/s``, ``1000/hour``, ``3/10s``),
+        """Set ``key``'s limit (or change one: what is not given stays): ``rate`` as
+        ``100/min`` (``5/s``, ``1000/hour``, ``3/10s``),
         ``burst`` tokens at once at most (default: a minute's worth, at least 1: a tick, once a
         minute, launches at most a burst's worth of bundles that take tokens),
         ``shards`` buckets to spread its takes over (default: one per 250 tokens a second).
         The next launches and acquires keep to it."""
-        per_second, said = rate_limits.parse_rate(rate)
-        limit = RateLimit(rate=per_second, burst=burst if burst is not None
-                          else max(1.0, float(math.ceil(per_second * 60))),
-                          shards=shards or rate_limits.auto_shards(per_second), said=said)
+        was = self.limits().get(key)
+        if rate is None and was is None:
+            raise RateLimitProblem(f"limit {key} is not set yet: give its rate, such as "
+                                   f"longjobs limits set {key} --rate 100/min")
+        per_second, said = rate_limits.parse_rate(rate) if rate is not None \
+            else (was.rate, was.said) if was is not None else (0.0, "")
+        if burst is None:
+            burst = was.burst if was is not None and rate is None else min(
+                float(rate_limits.MAX_BURST), max(1.0, float(math.ceil(per_second * 60))))
+        if shards is None:
+            shards = was.shards if was is not None and rate is None \
+                else rate_limits.auto_shards(per_second)
+        limit = RateLimit(rate=per_second, burst=burst, shards=shards, said=said)
         set_ = self.queries().store.set_rate_limit(key, limit)
         assert set_ is not None
         return set_

@@ -57,9 +57,10 @@ def bundle_facts(bundle: Record) -> BundleFacts:
         buckets=_buckets(bundle))
 
 
-def _buckets(bundle: Record) -> tuple[str, ...]:
-    """The buckets a bundle's launch takes tokens of, as its tenant resolves its keys."""
+def _buckets(bundle: Record) -> tuple[tuple[str, int], ...]:
+    """The buckets a bundle's launch takes tokens of (as its tenant resolves its keys), and
+    how many of each."""
     if not isinstance(bundle.uses, dict):
         return ()
     tenant = tenants.of_bundle(bundle.pk.removeprefix("BUNDLE#"))
-    return tuple(rate_limits.resolve(str(k), tenant) for k in bundle.uses)
+    return tuple((rate_limits.resolve(str(k), tenant), int(n)) for k, n in bundle.uses.items())

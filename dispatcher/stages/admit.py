@@ -91,7 +91,7 @@ class Admission:
               visible: Mapping[Priority, int] | None = None,
               beat_seconds: float | None = None, takers: int = 0,
               running_tenants: Collection[str | None] | None = None,
-              tenant_room: TenantRoom = None
+              tenant_room: TenantRoom = None, deferred: list[Bundle] | None = None
               ) -> Iterator[list[Bundle]]:
         """Admit up to ``capacity`` bundles of work before ``deadline`` (monotonic), each
         priority's queue in turn, yielding each recorded bundle that can launch now as soon as
@@ -114,11 +114,13 @@ class Admission:
         dispatcher/stages/handoff.py.) ``running_tenants``: the tenants of the running tasks;
         a batch of another tenant opens with a foothold (:class:`Bundler`); ``tenant_room``:
         tasks each capped tenant may still start, or how to read them
-        (dispatcher/stages/tenant_slots.py)."""
+        (dispatcher/stages/tenant_slots.py); ``deferred``: the bundles it recorded to wait
+        (due later, or now: of a limited kind, or taking rate limits' tokens) are added to it.
+        """
         if capacity <= 0:
             if takers > 0:
                 yield from self._drain_for_takers(takers, deadline, stats, kind_room, visible,
-                                                  beat_seconds, running_tenants)
+                                                  beat_seconds, running_tenants, deferred)
             return
         visible = dict(visible) if visible is not None else self.backlog()
         guaranteed = {p: (shares or {}).get(p, 0) for p in PRIORITY_ORDER}
@@ -146,21 +148,21 @@ class Admission:
                 bundler = yield from self._drain_one(pool, priority, queue, slots, sharing,
                                                      visible, room, deadline, stats,
                                                      beat_seconds, running_tenants,
-                                                     tenant_left)
+                                                     tenant_left, deferred)
                 left -= bundler.opened
                 room, tenant_left = bundler.kind_room, bundler.tenant_room
             if later is not None and time.monotonic() < deadline:
                 priority, queue, sharing = later
                 yield from self._drain_one(pool, priority, queue, 0, sharing, visible, room,
                                            deadline, stats, beat_seconds, running_tenants,
-                                           tenant_left)
+                                           tenant_left, deferred)
 
     def _drain_one(self, pool: ThreadPoolExecutor, priority: Priority, queue: Queue,
                    slots: int, sharing: int, visible: Mapping[Priority, int],
                    room: Mapping[str, int], deadline: float, stats: AdmissionStats,
                    beat_seconds: float | None,
                    running_tenants: Collection[str | None] | None = None,
-                   tenant_room: TenantRoom = None
+                   tenant_room: TenantRoom = None, deferred: list[Bundle] | None = None
                    ) -> Generator[list[Bundle], None, Bundler]:
         """One level's drain into ``slots`` free slots, and into follow-ons for ``sharing``
         running tasks; its bundler, once it ends (the bundles it opened, the kinds' room
@@ -172,16 +174,19 @@ class Admission:
                           backlog=visible.get(priority, 0), clock=self._clock, takers=sharing,
                           running_tenants=running_tenants, tenant_room=tenant_room,
                           rate_limits=self._rate_limits)
-        yield from QueueDrain(self._setup, queue, bundler, deadline, stats,
-                              beat_seconds=beat_seconds,
-                              of_high=priority == Priority.HIGH).run(pool)
+        drain = QueueDrain(self._setup, queue, bundler, deadline, stats,
+                           beat_seconds=beat_seconds, of_high=priority == Priority.HIGH)
+        yield from drain.run(pool)
+        if deferred is not None:
+            deferred += drain.waiting
         return bundler
 
     def _drain_for_takers(self, takers: int, deadline: float, stats: AdmissionStats,
                           kind_room: Mapping[str, int] | None,
                           visible: Mapping[Priority, int] | None,
                           beat_seconds: float | None,
-                          running_tenants: Collection[str | None] | None = None
+                          running_tenants: Collection[str | None] | None = None,
+                          deferred: list[Bundle] | None = None
                           ) -> Iterator[list[Bundle]]:
         if self._policy.bundling.follow_on_seconds <= 0:
             return  # follow-ons are off
@@ -197,8 +202,11 @@ class Admission:
                               backlog=backlog, clock=self._clock, takers=takers,
                               running_tenants=running_tenants, rate_limits=self._rate_limits)
             with ThreadPoolExecutor(self._concurrency, thread_name_prefix="admit") as pool:
-                yield from QueueDrain(self._setup, queue, bundler, deadline, stats,
-                                  beat_seconds=beat_seconds).run(pool)
+                drain = QueueDrain(self._setup, queue, bundler, deadline, stats,
+                                   beat_seconds=beat_seconds)
+                yield from drain.run(pool)
+                if deferred is not None:
+                    deferred += drain.waiting
             return
 
     def has_queue(self, priority: Priority) -> bool:

@@ -45,6 +45,7 @@ from dispatcher.domain.bundle_sizes import BundleSizes, Shape
 from dispatcher.domain.bundles import Bundle, first_wave_id, follow_on_id, new_bundle_id
 from dispatcher.domain.jobs import Job, new_id
 from dispatcher.domain.rate_limits import RateLimit
+from dispatcher.ports.table import TableUnavailable
 from dispatcher.stages.policy import BundlePolicy
 from dispatcher.stages.tenant_slots import TenantLimits, TenantRoom, past_share
 
@@ -371,7 +372,10 @@ class Bundler:
             if len(bundle.job_ids) >= self._limit(bundle):
                 self.close(shape)
             return True
-        deferred = shape[2] is not None or (
+        # Deferred: scheduled, of a limited kind with no room, or taking rate limits' tokens
+        # (they take no slot of the drain's: the tick launches them into the slots left at
+        # its end once their tokens are granted, stages/tick_tokens.py).
+        deferred = shape[2] is not None or shape[5] is not None or (
             shape[3] is not None and self.kind_room.get(shape[3], 0) < 1)
         # Follows on: a small job of a shape neither scheduled nor limited (nor taking rate
         # limits' tokens, which only the tick's launch takes: stages/tick_tokens.py), in a
@@ -457,16 +461,21 @@ class Bundler:
 
     def _token_cap(self, job: Job) -> int:
         """Jobs like ``job`` (of its ``uses``) one bundle holds: as many as its task starts at
-        once, and no more than one take of each limited key's tokens can have (a shard's
-        burst), so that its launch can be granted; one if even its own cannot (it waits,
-        saying what to change)."""
+        once, and no more than half of one take of each limited key's tokens can have (a
+        shard's burst), so that its launch is granted while other takers (running jobs'
+        acquires) take from the bucket too; one if even that is more (it waits for a full
+        bucket, or, past the burst, says what to change). One alone if the limits could not
+        be read."""
         if self._limits is None:
-            self._limits = self._read_limits() if self._read_limits is not None else {}
+            try:
+                self._limits = self._read_limits() if self._read_limits is not None else {}
+            except TableUnavailable:
+                return 1
         cap = self._policy.task_concurrency
         for key, n in (job.uses or {}).items():
             limit = self._limits.get(key)
             if limit is not None:
-                cap = min(cap, int(limit.shard_burst // n))
+                cap = min(cap, int(limit.shard_burst / 2 // n))
         return max(1, cap)
 
     def close(self, shape: Shape | None = None) -> None:

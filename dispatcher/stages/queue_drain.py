@@ -67,7 +67,9 @@ class QueueDrain:
         self.failed: list[str] = []  # bundles that could not be recorded (still held)
         self.admitted: dict[str, str] = {}  # job ids admitted by this drain: their bundle
         self.ready: list[Bundle] = []  # recorded, to launch now: yielded to the tick
-        self.waiting: list[Bundle] = []  # recorded to wait, of an intake (Admission.intake)
+        # Recorded to wait: an intake's (Admission.intake); a drain's deferred bundles
+        # (the tick launches those that take rate limits' tokens into the slots left).
+        self.waiting: list[Bundle] = []
         # Array parents not recorded, and fires whose judging failed: given back at the end.
         self.kept: list[Received] = []
         self.fire_runs: set[str] = set()  # schedules' fires this drain let run

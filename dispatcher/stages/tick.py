@@ -21,6 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dispatcher.domain import rate_limits
 from dispatcher.domain.bundles import Bundle, BundleState, of_small_jobs
 from dispatcher.domain.jobs import Priority
 from dispatcher.domain.tenants import NONE
@@ -196,8 +197,18 @@ class Tick:
         # slots to those furthest below their targets, sheds asked of those past theirs.
         tenants_now = TickTenants(self._store, self._policy.max_running_tasks,
                                   self._policy.tenant_half_life_seconds, self._clock, live)
-        waiting, blocked = self._work.due(d.capacity, room, keep=tenants_now.keep)
-        others = self._work.others_due(room, tenants_now.keep) if d.capacity <= 0 else []
+        # Rate limits' tokens (stages/tick_tokens.py): due work whose tokens are not there
+        # waits (the due read pages on past it, as past a capped tenant's), and what launches
+        # takes them as it does. Running tasks leave no slot for such work (they cannot run
+        # it, and the tick launches it only once its tokens come).
+        tokens = TickTokens(self._store, self._clock)
+
+        def keep(bundles: list[Bundle]) -> list[Bundle]:
+            return tokens.admit(tenants_now.keep(bundles))
+
+        waiting, blocked = self._work.due(d.capacity, room, keep=keep)
+        others = [b for b in self._work.others_due(room, tenants_now.keep)
+                  if not rate_limits.takes_tokens(b.bundle_id)] if d.capacity <= 0 else []
         tenants_now.saw([*waiting, *others])
         if (shares := tenants_now.shares) is not None:
             if shares.shared:
@@ -214,9 +225,6 @@ class Tick:
             waiting = shares.admit(waiting)
             # What a running task leaves its slot for: work the tick would launch there
             others = [b for b in others if shares.wants(b.tenant)]
-        # Rate limits' tokens (stages/tick_tokens.py): due work whose tokens are not there
-        # waits, and what launches takes them as it does.
-        tokens = TickTokens(self._store, self._clock)
         waiting = tokens.admit(waiting)
         others_due = Counter(str(b.priority) for b in others)
         # The running tasks, which take follow-ons as they end their bundles, take the queue's
@@ -260,6 +268,7 @@ class Tick:
             self._admission, self._handoffs, [*active, *due], drain_deadline, d.intake,
             d.handoff, self._clock)
         launched: list[Bundle] = []  # by the drain
+        deferred: list[Bundle] = []  # recorded by it to wait
         with _LaunchQueue(self._launches, d.task_definition, d.launch) as launch:
             if due:
                 launch(due)
@@ -268,8 +277,8 @@ class Tick:
                                                kind_room=room, shares=queue_slots,
                                                visible=visible, beat_seconds=LOOK_SECONDS,
                                                takers=takers, running_tenants=running,
-                                               tenant_room=tenants_now.limits()):
-                ready = tokens.take(tokens.admit(ready))  # those whose tokens are there
+                                               tenant_room=tenants_now.limits(),
+                                               deferred=deferred):
                 if ready:
                     launch(ready)
                     launched += ready
@@ -282,9 +291,13 @@ class Tick:
                         kind_running[b.kind] += launch_slots(
                             b, self._policy.task_concurrency, self._policy.kind_limits)
             looked = lookout.waiting if lookout is not None else []
-            spare = self._work.spare(d.capacity - len(handed), sorted([*looked, *(
-                b for b in waiting if b.bundle_id not in handed)], key=self._work.order), room,
-                handed, d.intake.follow_ons > 0, tenants_now.admit)
+            # The drain's bundles that take tokens, due now: launched here once granted.
+            at = self._clock()
+            drained = [b for b in deferred if rate_limits.takes_tokens(b.bundle_id)
+                       and b.next_attempt_at <= at]
+            spare = self._work.spare(d.capacity - len(handed), tokens.admit(sorted([*looked, *(
+                b for b in [*waiting, *drained] if b.bundle_id not in handed)],
+                key=self._work.order)), room, handed, d.intake.follow_ons > 0, tenants_now.admit)
             spare = tokens.take(spare)
             if spare:
                 launch(spare)

@@ -3,18 +3,22 @@
 A bundle whose jobs take tokens (its id says so) is launched only by the tick, and only once
 its tokens are granted: no task starts, or is paid for, to wait for one. The tick:
 
-- looks (:meth:`TickTokens.admit`), as it chooses the due work it launches, and at each of
-  its drain's bundles that can launch: it reads the due bundles' items (their ``uses``, which
-  the status index does not hold), the limits, and the buckets' shards (a few reads, and only
-  when such a bundle is due or drained), then keeps, in
-  the tick's order, the bundles whose tokens the buckets hold, counting each one's take as it
-  goes; the others wait (``rate_limit`` in the tick's summary: the bucket, when its tokens
-  come);
-- takes (:meth:`TickTokens.take`), just before it launches them: one conditional write per
-  key of each bundle (dispatcher.store.rate_buckets), the shard the look chose. A take the
-  table refuses (a running job's ``ctx.acquire`` came first) leaves its bundle PENDING, due,
-  for the next tick; tokens taken for a bundle whose launch then fails are not given back, so
-  a bucket never grants more than its bound.
+- looks (:meth:`TickTokens.admit`), as it chooses the due work it launches (the due read
+  pages on past the bundles held), and as it fills the slots left at its drain's end: it
+  reads the bundles' items (their ``uses``, which the status index does not hold), the
+  limits and the buckets' shards (a few reads, and only when such a bundle is in view), and
+  keeps those whose tokens the buckets hold now, reserving none;
+- takes (:meth:`TickTokens.take`), just before it launches what it chose, in its order: one
+  conditional write per key of each bundle (dispatcher.store.rate_buckets), on its fullest
+  shard; a bundle whose tokens an earlier one took meanwhile, or whose take the table refuses
+  (a running job's ``ctx.acquire`` came first), stays PENDING, and its slot goes to the work
+  after it. Tokens taken for a bundle whose launch then fails are not given back, so a bucket
+  never grants more than its bound.
+
+A bucket's bundles go in the tick's order: once one is held, those after it wait too (a
+bundle of many tokens is not passed forever by smaller ones), but for one that asks more than
+a take can ever have (it waits, saying what to change). The summary names each bucket held
+(``rate_limit``): when the first held bundle's tokens come.
 
 A key with no limit set takes nothing.
 """
@@ -38,18 +42,6 @@ log = logging.getLogger(__name__)
 MAX_RATE_WAITS = 100
 
 
-@dataclass(frozen=True)
-class TokenTake:
-    """One key's take of a bundle's launch: the bucket and shard, the tokens, the limit, and
-    the shard's ``bucket_at`` as the look saw it (which of the take's two writes goes first)."""
-
-    bucket: str
-    shard: int
-    tokens: int
-    limit: RateLimit
-    known: float | None
-
-
 class TickTokens:
     """The tokens of one tick's launches."""
 
@@ -57,16 +49,16 @@ class TickTokens:
         self._store = store
         self._clock = clock
         self._limits: dict[str, RateLimit] | None = None
-        self._tats: dict[tuple[str, int], float] = {}
-        self._plans: dict[str, list[TokenTake]] = {}
+        self._tats: dict[tuple[str, int], float] = {}  # each shard's bucket_at, as known
+        self._read: set[str] = set()  # buckets whose shards were read
+        self._held: set[str] = set()  # buckets a bundle was held for (those after it wait)
         self.waits: dict[str, RateWait] = {}
         self.refused = 0  # takes the table refused (another taker came first)
 
     def admit(self, bundles: list[Bundle]) -> list[Bundle]:
         """``bundles``, in their order, but those whose tokens the buckets do not hold now
-        (each one kept counts its take against the buckets, for those after it)."""
-        marked = [b for b in bundles if rate_limits.takes_tokens(b.bundle_id)
-                  and b.bundle_id not in self._plans]
+        (nothing is reserved: :meth:`take` takes them)."""
+        marked = [b for b in bundles if rate_limits.takes_tokens(b.bundle_id)]
         if not marked:
             return bundles
         try:
@@ -75,27 +67,22 @@ class TickTokens:
             log.error("reading the rate limits failed", extra={"reason": exc.reason})
             return [b for b in bundles if not rate_limits.takes_tokens(b.bundle_id)]
         now = self._clock()
-        out = []
-        for b in bundles:
-            if not rate_limits.takes_tokens(b.bundle_id) or b.bundle_id in self._plans \
-                    or self._fits(b, now):
-                out.append(b)
-        return out
+        return [b for b in bundles if not rate_limits.takes_tokens(b.bundle_id)
+                or self._plan(b, now) is not None]
 
     def take(self, bundles: list[Bundle]) -> list[Bundle]:
-        """Take the tokens of ``bundles`` about to launch (one conditional write per key of
-        each that takes any); those refused are left out, PENDING for the next tick."""
+        """Take the tokens of ``bundles`` about to launch, in order (one conditional write per
+        key of each that takes any); those whose tokens are not there are left out, PENDING
+        for a later tick. Only bundles :meth:`admit` looked at launch."""
         out = []
-        now = self._clock()
         for b in bundles:
-            plan = self._plans.pop(b.bundle_id, None) if rate_limits.takes_tokens(b.bundle_id) \
-                else []
-            if plan is None:  # not looked at (admit first): not launched now
-                continue
-            if all(self._take(t, now) for t in plan):
+            if not rate_limits.takes_tokens(b.bundle_id):
                 out.append(b)
-            else:
-                self.refused += 1
+                continue
+            now = self._clock()
+            plan = self._plan(b, now) if b.uses is not None else None
+            if plan is not None and all(self._take(t, now) for t in plan):
+                out.append(b)
         return out
 
     def _take(self, t: TokenTake, now: float) -> bool:
@@ -104,44 +91,82 @@ class TickTokens:
         except TableUnavailable as exc:
             log.error("taking a rate limit's tokens failed",
                       extra={"bucket": t.bucket, "reason": exc.reason})
+            tat = None
+        if tat is None:  # another taker came first: its shard, read again at the next look
+            self.refused += 1
+            self._read.discard(t.bucket)
+            self._hold(t.bucket, t.tokens, t.limit, t.declared, now)
             return False
-        return tat is not None
+        self._tats[(t.bucket, t.shard)] = tat
+        return True
 
     def _look(self, marked: list[Bundle]) -> None:
-        """The marked bundles' ``uses`` (their items), the limits and their buckets' shards."""
-        unread = [b for b in marked if b.uses is None]  # due work, read from the index
+        """The marked bundles' ``uses`` (their items, for those read from the index), the
+        limits (once a tick) and their buckets' shards not read yet."""
+        unread = [b for b in marked if b.uses is None]
         full = {b.bundle_id: b for i in range(0, len(unread), 100)
                 for b in self._store.bundles_of([m.bundle_id for m in unread[i:i + 100]])}
         for b in unread:
-            b.uses = full[b.bundle_id].uses if b.bundle_id in full else None
-        keys = {(k, rate_limits.resolve(k, b.tenant)) for b in marked for k in b.uses or {}}
+            if b.bundle_id in full:  # one gone since (launched, cancelled) is not launched
+                b.uses = full[b.bundle_id].uses or {}
         if self._limits is None:
-            self._limits, self._tats = self._store.limits_and_buckets(keys)
-        else:
-            new = {(bucket, n) for declared, bucket in keys if declared in self._limits
-                   for n in range(self._limits[declared].shards)} - set(self._tats)
-            self._tats.update(self._store.buckets(new))
+            self._limits = self._store.rate_limits()
+        buckets = {rate_limits.resolve(k, b.tenant): self._limits[k]
+                   for b in marked for k in b.uses or {} if k in self._limits}
+        new = {(bucket, n) for bucket, limit in buckets.items() if bucket not in self._read
+               for n in range(limit.shards)}
+        if new:
+            got = self._store.buckets(new)
+            for shard in new:
+                if shard in got:
+                    self._tats[shard] = max(got[shard], self._tats.get(shard, got[shard]))
+                else:
+                    self._tats.pop(shard, None)
+            self._read |= {bucket for bucket, _ in new}
 
-    def _fits(self, b: Bundle, now: float) -> bool:
-        """Whether ``b``'s tokens are there (its plan noted, and counted, if they are)."""
+    def _plan(self, b: Bundle, now: float) -> list[TokenTake] | None:
+        """``b``'s takes (a shard of each limited key), if its tokens are there now."""
+        if b.uses is None:
+            return None  # its item was not read (gone): not launched now
         assert self._limits is not None
         plan: list[TokenTake] = []
-        grants: dict[tuple[str, int], float] = {}
-        for declared, n in sorted((b.uses or {}).items()):
+        for declared, n in sorted(b.uses.items()):
             limit = self._limits.get(declared)
             if limit is None:
                 continue  # no limit set: nothing to take
             bucket = rate_limits.resolve(declared, b.tenant)
-            shard = min(range(limit.shards), key=lambda s: self._tats.get((bucket, s), 0.0))
+            shard = min(range(limit.shards), key=lambda s: self._tats.get((bucket, s), now))
             tat = self._tats.get((bucket, shard))
-            new = rate_limits.grant(tat, now, n, limit)
-            if new is None:
-                if bucket in self.waits or len(self.waits) < MAX_RATE_WAITS:
-                    self.waits[bucket] = RateWait(rate_limits.ready_at(tat, now, n, limit), n,
-                                                  limit.shard_burst, declared)
-                return False
-            plan.append(TokenTake(bucket, shard, n, limit, tat))
-            grants[(bucket, shard)] = new
-        self._tats.update(grants)
-        self._plans[b.bundle_id] = plan
-        return True
+            never = n > limit.shard_burst * (1 + 1e-12)
+            if (bucket in self._held and not never) \
+                    or rate_limits.grant(tat, now, n, limit) is None:
+                self._hold(bucket, n, limit, declared, now)
+                return None
+            plan.append(TokenTake(bucket, shard, n, limit, tat, declared))
+        return plan
+
+    def _hold(self, bucket: str, n: int, limit: RateLimit, declared: str, now: float) -> None:
+        """A bundle of ``bucket`` held: the bucket's later bundles wait behind it (but for one
+        that never can launch), and the summary says when its tokens come."""
+        tat = min((self._tats.get((bucket, s), now) for s in range(limit.shards)), default=now)
+        at = rate_limits.ready_at(tat, now, n, limit)
+        if at is not None:
+            self._held.add(bucket)
+        was = self.waits.get(bucket)
+        if (was is None or was.at is None) \
+                and (bucket in self.waits or len(self.waits) < MAX_RATE_WAITS):
+            self.waits[bucket] = RateWait(at, n, limit.shard_burst, declared, limit.shards)
+
+
+@dataclass(frozen=True)
+class TokenTake:
+    """One key's take of a bundle's launch: the bucket and shard, the tokens, the limit, the
+    shard's ``bucket_at`` as the look saw it (which of the take's two writes goes first) and
+    the key as jobs declare it."""
+
+    bucket: str
+    shard: int
+    tokens: int
+    limit: RateLimit
+    known: float | None
+    declared: str

@@ -108,8 +108,8 @@ class RateBuckets(Reads):
         one conditional write when that is right, two when not."""
         pk = r.bucket_key(bucket, shard)
         step = n * limit.interval
-        latest = now + limit.tolerance - step  # the most bucket_at may be for a grant
-        if latest < now - 1e-9:
+        latest = rate_limits.latest(now, n, limit)  # the most bucket_at may be for a grant
+        if latest < now:
             return None  # more than a shard's burst: never
         expires = Set("expires_at", now + BUCKET_TTL_SECONDS + limit.tolerance)
         idle = Update(pk, [Set("bucket_at", now + step), expires],

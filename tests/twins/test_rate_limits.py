@@ -82,6 +82,20 @@ def test_no_window_ever_grants_more_than_rate_times_window_plus_burst(
                for s in range(shards))
 
 
+@pytest.mark.parametrize("burst", [2, 4, 7, 9, 12, 14, 20])
+def test_a_whole_burst_is_granted_at_todays_epoch(burst: int) -> None:
+    """At times near today's epoch (floats exact to about 2.4e-7 s), a take of exactly a
+    burst from an idle bucket is granted, by the rule and by the table's writes alike, and
+    the next token is refused."""
+    now = 1.7e9 + 0.123
+    limit = RateLimit(100 / 60, float(burst))
+    assert rate_limits.grant(None, now, burst, limit) is not None
+    assert rate_limits.ready_at(None, now, burst, limit) == now
+    store = Store(MemoryTable())
+    assert store.take("api", 0, burst, limit, now, None) is not None
+    assert store.take("api", 0, 1, limit, now, now + burst * limit.interval) is None
+
+
 def test_two_takers_racing_on_one_shard_never_pass_its_burst() -> None:
     """Each take's condition sees the other's write: twenty takers, each believing the bucket
     idle, at one instant: no more than the burst is granted."""
@@ -100,6 +114,12 @@ def test_limits_are_set_listed_changed_and_removed_with_clear_refusals() -> None
     assert set_.rate == pytest.approx(100 / 60) and set_.burst == 20 and set_.shards == 1
     assert client.set_limit("fast", "1000/s").shards == 4  # one shard per 250 a second
     assert set(client.limits()) == {"openai", "fast"}
+    wider = client.set_limit("openai", burst=40)  # what is not given stays
+    assert wider.rate == pytest.approx(100 / 60) and wider.burst == 40 and wider.said == "100/min"
+    with pytest.raises(RateLimitProblem, match="--rate 100/min"):
+        client.set_limit("new")
+    assert client.set_limit("huge", "100000/s").burst == rate_limits.MAX_BURST
+    client.delete_limit("huge")
     client.delete_limit("fast")
     assert set(client.limits()) == {"openai"}
     with pytest.raises(RateLimitError, match="no limit 'fast'"):
@@ -160,7 +180,7 @@ def test_a_bundle_launches_only_once_its_tokens_are_granted_and_its_jobs_say_why
     for arn in tw.task_arns():
         ran += run(tw, arn)
     assert sorted(set(ran)) == sorted([*ids, "free", "ta", "tb"]) and len(ran) == len(set(ran))
-    assert {b for _, b, _ in grants.seen} == {"api", "per:a", "per:b"}
+    assert {b for _, b, _ in grants.seen} == {"api", "per:{a}", "per:{b}"}
     limit = client.limits()["api"]
     for window in (1.0, 10.0, 60.0):
         assert grants.most("api", window) <= limit.bound(window)
@@ -186,10 +206,10 @@ def test_a_bundle_that_takes_tokens_holds_no_more_jobs_than_start_at_once() -> N
     full = tw.store.bundles_of([b.bundle_id for b in bundles])
     assert sorted(len(b.job_ids) for b in full if "api" in (b.uses or {})) == [1, 4, 4]
     assert sorted((b.uses or {}).get("api", 0) for b in full if b.uses and "api" in b.uses) \
-        == [2, 8, 8]
-    # Two jobs of 2 tokens fit a burst of 5: the narrow key's first take (its burst) launches
-    # one bundle of two; the rest wait for its tokens.
-    assert [len(b.job_ids) for b in full if "narrow" in (b.uses or {})] == [2]
+        == [2, 8, 8]  # four start at once: 8 tokens, within half the burst of 100
+    # Half a burst of 5 holds one job of 2 tokens: the burst launches two such bundles (4
+    # tokens); the rest wait for its tokens (one a minute).
+    assert [len(b.job_ids) for b in full if "narrow" in (b.uses or {})] == [1, 1]
 
 
 def test_a_take_larger_than_the_burst_waits_saying_what_to_change() -> None:
@@ -204,7 +224,7 @@ def test_a_take_larger_than_the_burst_waits_saying_what_to_change() -> None:
     assert not tw.store.active_bundles()
     said = Queries(tw.store, clock=tw.clock).show("big").summary.waiting_for
     assert said is not None and said.reason == RATE_LIMIT and said.until is None
-    assert said.detail is not None and "longjobs limits set api --burst" in said.detail
+    assert said.detail is not None and "longjobs limits set api --burst 5" in said.detail
 
 
 def _tokens(store: Store, clock: list[float]) -> Tokens:
@@ -273,7 +293,7 @@ def test_a_handler_acquires_through_its_context_in_a_runner() -> None:
     from tests.twins.test_follow_ons import RUNNER
     Worker(RUNNER, tw.store, HandlerRegistry({"k": handler}), tw.task_arns()[0]).run()
     assert took == [True, True, True, False]
-    item = tw.table.snapshot()[codec.bucket_key("db:acme", 0)]
+    item = tw.table.snapshot()[codec.bucket_key("db:{acme}", 0)]
     assert item.bucket_at is not None and item.bucket_at > tw.clock()
 
 
@@ -311,3 +331,26 @@ def test_a_launch_costs_one_conditional_write_per_key_and_jobs_without_uses_none
     tw2.table.write = lambda op: (seen.append(op.pk), write2(op))[1]  # type: ignore
     tw2.stages().tick.tick()
     assert not [pk for pk in seen if pk.startswith(("LIMIT#", "BUCKET#"))]
+
+
+def test_jobs_held_for_tokens_hide_no_other_work() -> None:
+    """A key of one token an hour, and 300 jobs of it ahead of plain ones, due and queued:
+    the held ones take no slot of the drain's and the due read pages past them, so the plain
+    jobs launch at the next tick."""
+    tw = Twins()
+    client = tw.client()
+    client.set_limit("slow", "1/hour", burst=1)
+    client.submit_many([{"kind": "k", "payload": {}, "job_id": f"s{i:03d}",
+                         "uses": {"slow": 1}, "estimated_seconds": 600.0}
+                        for i in range(300)])
+    stages = tw.stages(LONGJOBS_MAX_RUNNING_TASKS="10", LONGJOBS_TASK_CONCURRENCY="1")
+    stages.tick.tick()  # records them all: one launches (the hour's token), the rest wait
+    assert len(tw.store.active_bundles()) == 1
+    client.submit_many([{"kind": "k", "payload": {}, "job_id": f"p{i}",
+                         "estimated_seconds": 600.0} for i in range(5)])
+    tw.clock.advance(60)
+    stages.tick.tick()
+    running = {j for b in tw.store.active_bundles() for j in b.job_ids}
+    assert {f"p{i}" for i in range(5)} <= running and len(running) == 6
+    said = Queries(tw.store, clock=tw.clock).show("s299").summary.waiting_for
+    assert said is not None and said.reason == RATE_LIMIT and said.key == "slow"

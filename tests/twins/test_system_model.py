@@ -516,6 +516,7 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
                            if b.state in ACTIVE_BUNDLE_STATES
                            and (b.bundle_id, b.attempt) not in active_before)
         self.fail("waiting_promise", self.promises.after_tick(view, now, launched))
+        self.fail("rate_limit", self.tokens.false_claims(view))
 
     @rule(concurrency=st.sampled_from(["1", "2", "4"]),
           limits=st.sampled_from(["", "report=1", "report=2,resize=1", "report=4", "resize=8"]),
@@ -793,7 +794,6 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         self.fail("tenant_cap", self.tenant_caps.check(view, self.recovered_launches))
         self.fail("rate_bound", self.tokens.over_bound())
         self.fail("tokens_taken", self.tokens.untaken(view, self.recovered_launches))
-        self.fail("rate_limit", self.tokens.false_claims(view))
         self.fail("task_limit", self.over_the_limit())
         self.fail("cancel_kept", self.broken_cancels)
         self.fail("schedule_overlap", self.overlaps(view))
