@@ -130,10 +130,6 @@ class DryRunStore(StageStore):
     def rate_limits(self) -> dict[str, RateLimit]:
         return self._inner.rate_limits()
 
-    def limits_and_buckets(self, keys: Iterable[tuple[str, str]]
-                           ) -> tuple[dict[str, RateLimit], dict[tuple[str, int], float]]:
-        return self._inner.limits_and_buckets(keys)
-
     def buckets(self, shards: Iterable[tuple[str, int]]) -> dict[tuple[str, int], float]:
         return self._inner.buckets(shards)
 

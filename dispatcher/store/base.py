@@ -24,10 +24,12 @@ from dispatcher.domain.costs import Usage
 from dispatcher.domain.errors import ConflictError
 from dispatcher.domain.jobs import Job, JobState, Rejection, now
 from dispatcher.ports.table import (
+    Absent,
     Action,
     Add,
     ConditionFailed,
     Delete,
+    Eq,
     Op,
     Put,
     Record,
@@ -123,6 +125,25 @@ class Reads:
         self.retention_days = retention_days
         if table_retry is not None:
             self.table_retry = table_retry
+
+    def change_versioned(self, pk: str, change: Callable[[Record | None], Record],
+                         busy: Callable[[], Exception]) -> None:
+        """Rewrite one item an operator changes whole (the tenants' policies, the rate
+        limits): ``change`` gets the item as read (None: none yet) and returns the item to
+        put; the put is conditional on the ``version`` read, and is read and applied again
+        when another change came between (five times, then ``busy()`` is raised): two changes
+        made at once never lose one."""
+        for _ in range(5):
+            rec = self.table.get(pk)
+            new = change(rec)
+            version = int(rec.version or 0) if rec is not None else 0
+            new.version = version + 1
+            try:
+                self.table.write(Put(new, Absent() if rec is None else Eq("version", version)))
+            except ConditionFailed:
+                continue  # another change came first: read it and apply this one on top
+            return
+        raise busy()
 
     def _expiry(self, t: float) -> int | None:
         """``expires_at`` of an item that reaches its end now (a terminal job, a REJECTED

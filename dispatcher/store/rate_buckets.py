@@ -20,16 +20,13 @@ from dispatcher.domain import rate_limits
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.rate_limits import RateLimit
 from dispatcher.ports.table import (
-    Absent,
     Add,
     And,
     ConditionFailed,
-    Eq,
     Gt,
     Lacks,
     Le,
     Or,
-    Put,
     Record,
     Set,
     Update,
@@ -55,11 +52,11 @@ class RateBuckets(Reads):
 
     def set_rate_limit(self, key: str, limit: RateLimit | None) -> RateLimit | None:
         """Set ``key``'s limit (None removes it); the limit set. One read and one
-        conditional write, tried again when another change came between them."""
+        conditional write (:meth:`change_versioned`)."""
         if limit is not None and (why := rate_limits.limit_problem(key, limit)) is not None:
             raise RateLimitError(f"limit {key}: {why}")
-        for _ in range(5):
-            rec = self.table.get(r.LIMITS_KEY)
+
+        def change(rec: Record | None) -> Record:
             limits = _limits(rec)
             if limit is None:
                 if key not in limits:
@@ -70,25 +67,12 @@ class RateBuckets(Reads):
             if len(limits) > rate_limits.MAX_LIMITS:
                 raise RateLimitError(f"limit {key}: {rate_limits.MAX_LIMITS} limits are set "
                                      "already; remove one first (longjobs limits delete KEY)")
-            version = int(rec.version or 0) if rec is not None else 0
-            try:
-                self.table.write(Put(
-                    Record(r.LIMITS_KEY, version=version + 1, updated_at=self.clock(),
-                           limits={k: v.to_json() for k, v in sorted(limits.items())}),
-                    Absent() if rec is None else Eq("version", version)))
-            except ConditionFailed:
-                continue  # another change came first: read it and apply this one on top
-            return limit
-        raise RateLimitError(f"limit {key}: other changes kept coming first; try again")
+            return Record(r.LIMITS_KEY, updated_at=self.clock(),
+                          limits={k: v.to_json() for k, v in sorted(limits.items())})
 
-    def limits_and_buckets(self, keys: Iterable[tuple[str, str]]
-                           ) -> tuple[dict[str, RateLimit], dict[tuple[str, int], float]]:
-        """The limits, and the shards' ``bucket_at`` of the buckets ``keys`` name (declared
-        key, bucket key), of those with a limit: two reads (the limits, then the shards')."""
-        limits = self.rate_limits()
-        shards = {(bucket, n) for declared, bucket in keys if declared in limits
-                  for n in range(limits[declared].shards)}
-        return limits, self.buckets(shards)
+        self.change_versioned(r.LIMITS_KEY, change, lambda: RateLimitError(
+            f"limit {key}: other changes kept coming first; try again"))
+        return limit
 
     def buckets(self, shards: Iterable[tuple[str, int]]) -> dict[tuple[str, int], float]:
         """The shards' ``bucket_at`` (a shard never taken from is left out)."""

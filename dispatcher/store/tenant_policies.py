@@ -19,10 +19,8 @@ from dispatcher.domain import tenant_shares
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.tenant_shares import TenantPolicy
 from dispatcher.ports.table import (
-    Absent,
     Add,
     ConditionFailed,
-    Eq,
     Lacks,
     Lt,
     Or,
@@ -74,10 +72,11 @@ class TenantPolicies(Reads):
                           max_running: int | None = None, reserve: int | None = None,
                           no_cap: bool = False, reset: bool = False) -> TenantPolicy:
         """Change ``tenant``'s policy (the settings given; ``no_cap`` lifts its cap; ``reset``
-        puts it back to the default) and return it. One read and one conditional write,
-        tried again when another change came between them."""
-        for _ in range(5):
-            rec = self.table.get(r.TENANT_POLICIES_KEY)
+        puts it back to the default) and return it. One read and one conditional write
+        (:meth:`change_versioned`)."""
+        made: list[TenantPolicy] = []
+
+        def change(rec: Record | None) -> Record:
             policies = _policies(rec)
             was = policies.get(tenant, tenant_shares.DEFAULT)
             new = tenant_shares.DEFAULT if reset else TenantPolicy(
@@ -97,16 +96,13 @@ class TenantPolicies(Reads):
                     f"tenant {tenant}: {tenant_shares.MAX_CONFIGURED} tenants have a policy of "
                     "their own already; put one back to the default first "
                     "(longjobs tenants set NAME --reset)")
-            version = int(rec.version or 0) if rec is not None else 0
-            try:
-                self.table.write(Put(
-                    Record(r.TENANT_POLICIES_KEY, version=version + 1, updated_at=self.clock(),
-                           tenants={t: p.to_json() for t, p in sorted(policies.items())}),
-                    Absent() if rec is None else Eq("version", version)))
-            except ConditionFailed:
-                continue  # another change came first: read it and apply this one on top
-            return new
-        raise TenantPolicyError(f"tenant {tenant}: other changes kept coming first; try again")
+            made[:] = [new]
+            return Record(r.TENANT_POLICIES_KEY, updated_at=self.clock(),
+                          tenants={t: p.to_json() for t, p in sorted(policies.items())})
+
+        self.change_versioned(r.TENANT_POLICIES_KEY, change, lambda: TenantPolicyError(
+            f"tenant {tenant}: other changes kept coming first; try again"))
+        return made[0]
 
     def shed(self, tenant: str, tick_at: float, asked: int) -> bool:
         """Whether this task gives up its slot as the tick of ``tick_at`` asked ``asked`` of

@@ -30,6 +30,17 @@ def spec(**given: Any) -> dict[str, Any]:
             "payload_bytes": 0, "max_attempts": 3, "timeout_seconds": None, **given}
 
 
+def rounds(m: model.SystemModel, n: int, behaviour: str, seconds: float) -> None:
+    """``n`` rounds of a tick, a pass of every runner (handlers ending as ``behaviour``) and
+    ``seconds`` of time, with the checks after every step, as the machine runs them."""
+    for _ in range(n):
+        m.tick(1)
+        m.holds()
+        m.runners_pass(behaviour)
+        m.holds()
+        m.advance(seconds)
+
+
 def task(m: model.SystemModel, n: int = -1) -> SimTask:
     """The n-th task the launcher started (the last by default)."""
     return m.tasks[list(m.twins.launcher.tasks)[n]]

@@ -21,7 +21,7 @@ from dispatcher.stages.tenant_slots import TenantLimits, TenantSlots
 from dispatcher.store import follow_ons
 from tests.twins import test_system_model as model
 from tests.twins.test_system_model_bills import select_by_status_alone
-from tests.twins.test_system_model_gaps import machines, seen_by, spec
+from tests.twins.test_system_model_gaps import machines, rounds, seen_by, spec
 
 __all__ = ["machines"]  # the fixture, used by name
 
@@ -101,12 +101,7 @@ def capped_tenant(m: model.SystemModel) -> None:
     m.submit(spec(tenant="t2", estimated_seconds=600.0), 1, False)
     m.burst(60, "succeed", "t1")
     m.burst(60, "succeed", "t2")
-    for _ in range(4):
-        m.tick(1)
-        m.holds()  # the checks after every step, as the machine runs them
-        m.runners_pass("succeed")
-        m.holds()
-        m.advance(5.0)
+    rounds(m, 4, "succeed", 5.0)
 
 
 def test_a_tenants_cap_holds_at_every_step(machines: Callable[[], model.SystemModel]) -> None:

@@ -21,7 +21,7 @@ from dispatcher.domain.waiting import RateWait
 from dispatcher.stages.tick_tokens import TickTokens
 from dispatcher.store.rate_buckets import RateBuckets
 from tests.twins import test_system_model as model
-from tests.twins.test_system_model_gaps import machines, seen_by, spec
+from tests.twins.test_system_model_gaps import machines, rounds, seen_by, spec
 
 __all__ = ["machines"]  # the fixture, used by name
 
@@ -33,12 +33,7 @@ def rate_limited(m: model.SystemModel) -> None:
     m.submit(spec(uses={"api": 1}), 6, False, "succeed")
     m.submit(spec(uses={"api:{tenant}": 2}, tenant="t1"), 3, False, "succeed")
     m.submit(spec(tenant="t2"), 4, False, "acquire")  # ctx.acquire("api:{tenant}", 1)
-    for _ in range(10):
-        m.tick(1)
-        m.holds()  # the checks after every step, as the machine runs them
-        m.runners_pass("by_nature")
-        m.holds()
-        m.advance(30.0)
+    rounds(m, 10, "by_nature", 30.0)
 
 
 def test_the_rate_limits_hold_at_every_step(machines: Callable[[], model.SystemModel]) -> None:
