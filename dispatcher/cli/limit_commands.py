@@ -51,15 +51,15 @@ def set_limit(
              "{tenant} in it gives each tenant a bucket of its own, e.g. 'openai:{tenant}'.")],
     rate: Annotated[str | None, typer.Option(
         help="Tokens per unit: 100/min, 5/s, 1000/hour, 3/10s. Needed for a new limit; a "
-             "limit set already keeps its rate (and burst and shards) unless given.")] = None,
+             "limit set already keeps its rate, burst and shards unless given.")] = None,
     burst: Annotated[float | None, typer.Option(
-        help="Most tokens granted at once (after a quiet spell); default: a minute's worth, "
-             "at least 1. A tick (once a minute) launches at most a burst's worth of jobs "
-             "that take its tokens.")] = None,
+        help="Most tokens granted at once (after a quiet spell); for a new limit, default: a "
+             "minute's worth, at least 1. A tick (once a minute) launches at most a burst's "
+             "worth of jobs that take its tokens.")] = None,
     shards: Annotated[int | None, typer.Option(
         help="Buckets its tokens are kept in (each a table item, which takes about 1,000 "
-             "writes a second); default: one per 250 tokens a second. A take needs all its "
-             "tokens in one: at most burst / shards.")] = None,
+             "writes a second); for a new limit, default: one per 250 tokens a second. A take "
+             "needs all its tokens in one: at most burst / shards.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Set a rate limit (or change one): the next launches and acquires keep to it. In any

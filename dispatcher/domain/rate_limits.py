@@ -157,6 +157,21 @@ def key_problem(key: object) -> str | None:
     return None
 
 
+def jobs_per_bundle(concurrency: int, limits: Mapping[str, RateLimit],
+                    uses: Mapping[str, int]) -> int:
+    """Jobs of these ``uses`` one bundle holds (its launch takes all their tokens at once): as
+    many as its task starts at once, and no more than half of what one take of each limited
+    key can have (a shard's burst), so that its launch is granted while other takers (running
+    jobs' acquires) take from the bucket too; one if even that is more (it waits for a full
+    bucket, or, past the burst, says what to change)."""
+    cap = concurrency
+    for key, n in uses.items():
+        limit = limits.get(key)
+        if limit is not None:
+            cap = min(cap, int(limit.shard_burst / 2 // n))
+    return max(1, cap)
+
+
 def marked(rest: str) -> str:
     """The part of a bundle's id after its tenant, for a bundle whose jobs take tokens."""
     return BUNDLE_MARK + rest

@@ -330,11 +330,12 @@ class JobClient:
 
     def set_limit(self, key: str, rate: str | None = None, burst: float | None = None,
                   shards: int | None = None) -> RateLimit:
-        """Set ``key``'s limit (or change one: what is not given stays): ``rate`` as
+        """Set ``key``'s limit (or change one: what is not given stays as it was): ``rate`` as
         ``100/min`` (``5/s``, ``1000/hour``, ``3/10s``),
-        ``burst`` tokens at once at most (default: a minute's worth, at least 1: a tick, once a
-        minute, launches at most a burst's worth of bundles that take tokens),
-        ``shards`` buckets to spread its takes over (default: one per 250 tokens a second).
+        ``burst`` tokens at once at most (a new limit's default: a minute's worth, at least 1:
+        a tick, once a minute, launches at most a burst's worth of bundles that take tokens),
+        ``shards`` buckets to spread its takes over (a new limit's default: one per 250 tokens
+        a second).
         The next launches and acquires keep to it."""
         was = self.limits().get(key)
         if rate is None and was is None:
@@ -343,11 +344,10 @@ class JobClient:
         per_second, said = rate_limits.parse_rate(rate) if rate is not None \
             else (was.rate, was.said) if was is not None else (0.0, "")
         if burst is None:
-            burst = was.burst if was is not None and rate is None else min(
+            burst = was.burst if was is not None else min(
                 float(rate_limits.MAX_BURST), max(1.0, float(math.ceil(per_second * 60))))
         if shards is None:
-            shards = was.shards if was is not None and rate is None \
-                else rate_limits.auto_shards(per_second)
+            shards = was.shards if was is not None else rate_limits.auto_shards(per_second)
         limit = RateLimit(rate=per_second, burst=burst, shards=shards, said=said)
         set_ = self.queries().store.set_rate_limit(key, limit)
         assert set_ is not None

@@ -460,23 +460,16 @@ class Bundler:
         return True
 
     def _token_cap(self, job: Job) -> int:
-        """Jobs like ``job`` (of its ``uses``) one bundle holds: as many as its task starts at
-        once, and no more than half of one take of each limited key's tokens can have (a
-        shard's burst), so that its launch is granted while other takers (running jobs'
-        acquires) take from the bucket too; one if even that is more (it waits for a full
-        bucket, or, past the burst, says what to change). One alone if the limits could not
-        be read."""
+        """Jobs like ``job`` (of its ``uses``) one bundle holds
+        (:func:`dispatcher.domain.rate_limits.jobs_per_bundle`); one alone if the limits
+        could not be read."""
         if self._limits is None:
             try:
                 self._limits = self._read_limits() if self._read_limits is not None else {}
             except TableUnavailable:
                 return 1
-        cap = self._policy.task_concurrency
-        for key, n in (job.uses or {}).items():
-            limit = self._limits.get(key)
-            if limit is not None:
-                cap = min(cap, int(limit.shard_burst / 2 // n))
-        return max(1, cap)
+        return rate_limits.jobs_per_bundle(self._policy.task_concurrency, self._limits,
+                                           job.uses or {})
 
     def close(self, shape: Shape | None = None) -> None:
         """Close the open bundle of ``shape`` (every open bundle if None)."""

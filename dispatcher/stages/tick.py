@@ -206,8 +206,13 @@ class Tick:
         def keep(bundles: list[Bundle]) -> list[Bundle]:
             return tokens.admit(tenants_now.keep(bundles))
 
+        def keep_others(bundles: list[Bundle]) -> list[Bundle]:
+            return tenants_now.keep([b for b in bundles
+                                     if not rate_limits.takes_tokens(b.bundle_id)])
+
         waiting, blocked = self._work.due(d.capacity, room, keep=keep)
-        others = [b for b in self._work.others_due(room, tenants_now.keep)
+        waiting = tokens.admit(waiting)  # (the tenants' targets count no held bundle)
+        others = [b for b in self._work.others_due(room, keep_others)
                   if not rate_limits.takes_tokens(b.bundle_id)] if d.capacity <= 0 else []
         tenants_now.saw([*waiting, *others])
         if (shares := tenants_now.shares) is not None:
@@ -225,7 +230,7 @@ class Tick:
             waiting = shares.admit(waiting)
             # What a running task leaves its slot for: work the tick would launch there
             others = [b for b in others if shares.wants(b.tenant)]
-        waiting = tokens.admit(waiting)
+        waiting = tokens.admit(waiting)  # in its order now: each slice of it can be granted
         others_due = Counter(str(b.priority) for b in others)
         # The running tasks, which take follow-ons as they end their bundles, take the queue's
         # backlog too, cut into follow-ons for them (after any other due work, which their

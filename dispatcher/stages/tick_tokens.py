@@ -51,13 +51,14 @@ class TickTokens:
         self._limits: dict[str, RateLimit] | None = None
         self._tats: dict[tuple[str, int], float] = {}  # each shard's bucket_at, as known
         self._read: set[str] = set()  # buckets whose shards were read
-        self._held: set[str] = set()  # buckets a bundle was held for (those after it wait)
         self.waits: dict[str, RateWait] = {}
         self.refused = 0  # takes the table refused (another taker came first)
 
     def admit(self, bundles: list[Bundle]) -> list[Bundle]:
-        """``bundles``, in their order, but those whose tokens the buckets do not hold now
-        (nothing is reserved: :meth:`take` takes them)."""
+        """``bundles``, in their order, but those whose tokens the buckets do not hold now:
+        those kept could all be granted in that order (each counted against a copy of the
+        buckets for those after it; nothing is reserved: :meth:`take` takes them), so any of
+        their slices can be too."""
         marked = [b for b in bundles if rate_limits.takes_tokens(b.bundle_id)]
         if not marked:
             return bundles
@@ -67,35 +68,49 @@ class TickTokens:
             log.error("reading the rate limits failed", extra={"reason": exc.reason})
             return [b for b in bundles if not rate_limits.takes_tokens(b.bundle_id)]
         now = self._clock()
-        return [b for b in bundles if not rate_limits.takes_tokens(b.bundle_id)
-                or self._plan(b, now) is not None]
+        tats, held = dict(self._tats), set[str]()
+        out = []
+        for b in bundles:
+            if rate_limits.takes_tokens(b.bundle_id):
+                plan = self._plan(b, now, tats, held)
+                if plan is None:
+                    continue
+                for t in plan:
+                    tats[(t.bucket, t.shard)] = rate_limits.grant(t.known, now, t.tokens,
+                                                                  t.limit) or now
+            out.append(b)
+        return out
 
     def take(self, bundles: list[Bundle]) -> list[Bundle]:
         """Take the tokens of ``bundles`` about to launch, in order (one conditional write per
         key of each that takes any); those whose tokens are not there are left out, PENDING
         for a later tick. Only bundles :meth:`admit` looked at launch."""
         out = []
+        held = set[str]()
         for b in bundles:
             if not rate_limits.takes_tokens(b.bundle_id):
                 out.append(b)
                 continue
             now = self._clock()
-            plan = self._plan(b, now) if b.uses is not None else None
-            if plan is not None and all(self._take(t, now) for t in plan):
+            plan = self._plan(b, now, self._tats, held) if b.uses is not None else None
+            if plan is not None and all(self._take(t, now, held) for t in plan):
                 out.append(b)
         return out
 
-    def _take(self, t: TokenTake, now: float) -> bool:
+    def _take(self, t: TokenTake, now: float, held: set[str]) -> bool:
         try:
             tat = self._store.take(t.bucket, t.shard, t.tokens, t.limit, now, t.known)
         except TableUnavailable as exc:
             log.error("taking a rate limit's tokens failed",
                       extra={"bucket": t.bucket, "reason": exc.reason})
             tat = None
-        if tat is None:  # another taker came first: its shard, read again at the next look
+        if tat is None:  # another taker came first: its shard as it is now, for the wait
             self.refused += 1
-            self._read.discard(t.bucket)
-            self._hold(t.bucket, t.tokens, t.limit, t.declared, now)
+            try:
+                self._tats.update(self._store.buckets({(t.bucket, t.shard)}))
+            except TableUnavailable:
+                self._read.discard(t.bucket)  # read again at the next look
+            self._hold(t.bucket, t.tokens, t.limit, t.declared, now, self._tats, held)
             return False
         self._tats[(t.bucket, t.shard)] = tat
         return True
@@ -124,8 +139,10 @@ class TickTokens:
                     self._tats.pop(shard, None)
             self._read |= {bucket for bucket, _ in new}
 
-    def _plan(self, b: Bundle, now: float) -> list[TokenTake] | None:
-        """``b``'s takes (a shard of each limited key), if its tokens are there now."""
+    def _plan(self, b: Bundle, now: float, tats: dict[tuple[str, int], float],
+              held: set[str]) -> list[TokenTake] | None:
+        """``b``'s takes (a shard of each limited key), if its tokens are there now, as
+        ``tats`` has the shards and but for a bucket ``held`` for a bundle before it."""
         if b.uses is None:
             return None  # its item was not read (gone): not launched now
         assert self._limits is not None
@@ -135,23 +152,24 @@ class TickTokens:
             if limit is None:
                 continue  # no limit set: nothing to take
             bucket = rate_limits.resolve(declared, b.tenant)
-            shard = min(range(limit.shards), key=lambda s: self._tats.get((bucket, s), now))
-            tat = self._tats.get((bucket, shard))
+            shard = min(range(limit.shards), key=lambda s: tats.get((bucket, s), now))
+            tat = tats.get((bucket, shard))
             never = n > limit.shard_burst * (1 + 1e-12)
-            if (bucket in self._held and not never) \
-                    or rate_limits.grant(tat, now, n, limit) is None:
-                self._hold(bucket, n, limit, declared, now)
+            if (bucket in held and not never) or rate_limits.grant(tat, now, n, limit) is None:
+                self._hold(bucket, n, limit, declared, now, tats, held)
                 return None
             plan.append(TokenTake(bucket, shard, n, limit, tat, declared))
         return plan
 
-    def _hold(self, bucket: str, n: int, limit: RateLimit, declared: str, now: float) -> None:
-        """A bundle of ``bucket`` held: the bucket's later bundles wait behind it (but for one
-        that never can launch), and the summary says when its tokens come."""
-        tat = min((self._tats.get((bucket, s), now) for s in range(limit.shards)), default=now)
+    def _hold(self, bucket: str, n: int, limit: RateLimit, declared: str, now: float,
+              tats: dict[tuple[str, int], float], held: set[str]) -> None:
+        """A bundle of ``bucket`` held: the bucket's later bundles in this order wait behind
+        it (but for one that never can launch), and the summary says when its tokens come
+        (the first held in the tick)."""
+        tat = min((tats.get((bucket, s), now) for s in range(limit.shards)), default=now)
         at = rate_limits.ready_at(tat, now, n, limit)
         if at is not None:
-            self._held.add(bucket)
+            held.add(bucket)
         was = self.waits.get(bucket)
         if (was is None or was.at is None) \
                 and (bucket in self.waits or len(self.waits) < MAX_RATE_WAITS):

@@ -12,10 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatcher.domain import rate_limits
+from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.errors import Interrupted, InvalidMessage
 from dispatcher.domain.rate_limits import RateLimit, RateLimitProblem
 from dispatcher.domain.waiting import RATE_LIMIT
 from dispatcher.ops.queries import Queries
+from dispatcher.stages.tick_tokens import TickTokens
 from dispatcher.store import Store, codec
 from dispatcher.store.rate_buckets import RateLimitError
 from dispatcher.testing.memory_table import MemoryTable
@@ -354,3 +356,48 @@ def test_jobs_held_for_tokens_hide_no_other_work() -> None:
     assert {f"p{i}" for i in range(5)} <= running and len(running) == 6
     said = Queries(tw.store, clock=tw.clock).show("s299").summary.waiting_for
     assert said is not None and said.reason == RATE_LIMIT and said.key == "slow"
+
+
+def _token_bundle(n: int, tokens: int) -> Bundle:
+    return Bundle(bundle_id=rate_limits.marked(f"b{n}"), job_ids=[f"j{n}"],
+                  uses={"api": tokens}, created_at=0.0, next_attempt_at=0.0)
+
+
+def test_the_tick_keeps_what_it_can_grant_in_order_and_holds_only_what_follows() -> None:
+    """Three tokens in the bucket: of bundles needing 1, 1, 5 and 1 in that order, the look
+    keeps the first two (the third is short, and the fourth waits behind it, in order), and
+    any slice of what it kept is granted; the one held says when its tokens come. A bundle
+    held does not hold those before it in a later look."""
+    store = Store(MemoryTable())
+    limit = RateLimit(rate=1.0, burst=10.0, said="1/s")
+    store.set_rate_limit("api", limit)
+    now = 1.7e9
+    assert store.take("api", 0, 7, limit, now, None) is not None  # 3 of 10 left
+    tokens = TickTokens(store, lambda: now)
+    a, b, z, c = (_token_bundle(0, 1), _token_bundle(1, 1), _token_bundle(2, 5),
+                  _token_bundle(3, 1))
+    kept = tokens.admit([a, b, z, c])
+    assert kept == [a, b]
+    wait = tokens.waits["api"]
+    assert wait.need == 5 and wait.at == pytest.approx(now + 2.0)  # 5 once the 2 are taken
+    assert tokens.admit([a]) == [a]  # held in the look before, not ahead of z in this one
+    assert tokens.take([a, b]) == [a, b]
+    assert tokens.take([c]) == [c]  # the third token: c was held behind z in that look only
+    d = _token_bundle(4, 1)
+    assert tokens.admit([d]) == [] and tokens.take([d]) == []  # none left
+
+
+def test_a_look_keeps_no_more_than_the_bucket_can_grant_so_the_rest_goes_to_other_work() -> None:
+    """One token left and two bundles of one token each, then a plain bundle: the look keeps
+    one of the two and the plain one, so every slot it fills launches."""
+    store = Store(MemoryTable())
+    limit = RateLimit(rate=1 / 3600, burst=2.0, said="1/hour")
+    store.set_rate_limit("api", limit)
+    now = 1.7e9
+    assert store.take("api", 0, 1, limit, now, None) is not None
+    tokens = TickTokens(store, lambda: now)
+    a, b = _token_bundle(0, 1), _token_bundle(1, 1)
+    plain = Bundle(bundle_id="plain", job_ids=["p"], created_at=0.0, next_attempt_at=0.0)
+    kept = tokens.admit([a, b, plain])
+    assert kept == [a, plain]
+    assert tokens.take(kept[:2]) == [a, plain]

@@ -67,7 +67,7 @@ def test_rate_bound_sees_a_bucket_granting_past_it(
     assert seen and "over its bound" in seen[0]
 
 
-def _short(self: TickTokens, b: Bundle, now: float) -> None:
+def _short(self: TickTokens, b: Bundle, now: float, tats: object, held: object) -> None:
     """The broken rule: every bundle is held, its bucket called short (full or not)."""
     for declared, n in (b.uses or {}).items():
         self.waits[rate_limits.resolve(declared, b.tenant)] = RateWait(now + 60.0, n, 2.0,
