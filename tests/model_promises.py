@@ -109,3 +109,48 @@ class Promises:
                     and launches_next(waits(view, b, now)):
                 self.told[(b.bundle_id, b.attempt)] = (0, False)
         return out
+
+
+def share_order(view: checks.View, now: float, launched: Iterable[Bundle],
+                due_before: Iterable[Bundle]) -> list[str]:
+    """After a tick that ran whole with no fault: no tenant had a bundle launched past its
+    share (its tasks above the target the tick's summary ends with) while another tenant
+    below its own was left work of that priority or higher that was due with room as the
+    tick began (``due_before``) and that only the slots held (``waiting_for`` names the
+    slots: priority, capacity, a follow-on's turn). The tick launches for the tenants
+    furthest below their targets first (within a priority); a relaunch is no such choice,
+    nor is the queue's order (a drain shares its slots among the tenants it has seen so far:
+    those past their share give slots up at their bundles' ends)."""
+    tick = view.items.get(r.TICK_KEY)
+    summary = TickSummary.from_json(tick.summary) if tick is not None else None
+    if summary is None or len(summary.tenants) < 2:
+        return []
+    rank = w.PRIORITY_RANK
+    over: dict[str, int] = {}
+    for b in launched:
+        if b.attempt > 1:
+            continue  # a relaunch (a rerun keeps its slot), not a choice among tenants
+        t = b.tenant or "(none)"
+        share = summary.tenants.get(t)
+        if share is not None and share.tasks > share.target:
+            over[t] = min(over.get(t, 9), rank.get(str(b.priority), 1))
+    if not over:
+        return []
+    out = []
+    before = {(b.bundle_id, b.attempt) for b in due_before}
+    for b in view.bundles():
+        if b.state != BundleState.PENDING or (b.bundle_id, b.attempt) not in before:
+            continue
+        t = b.tenant or "(none)"
+        share = summary.tenants.get(t)
+        if share is None or share.tasks >= share.target or t in over:
+            continue
+        said = waits(view, b, now)
+        if said is None or said.reason not in (w.PRIORITY, w.CAPACITY, w.FOLLOW_ON):
+            continue
+        for x, level in over.items():
+            if rank.get(str(b.priority), 1) <= level:
+                out.append(f"tenant {x} was launched past its share ({summary.tenants[x]}) "
+                           f"while tenant {t} ({share}) below its own was left bundle "
+                           f"{b.bundle_id} ({b.priority}), waiting for {said.reason}")
+    return out

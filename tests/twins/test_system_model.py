@@ -512,10 +512,11 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         self.fail("work_conservation", promises.idle_beside_work(view, now, most, due, room))
         active_before = {(b.bundle_id, b.attempt) for b in before_view.bundles()
                          if b.state in ACTIVE_BUNDLE_STATES}
-        launched = Counter(str(b.priority) for b in view.bundles()
-                           if b.state in ACTIVE_BUNDLE_STATES
-                           and (b.bundle_id, b.attempt) not in active_before)
+        started = [b for b in view.bundles() if b.state in ACTIVE_BUNDLE_STATES
+                   and (b.bundle_id, b.attempt) not in active_before]
+        launched = Counter(str(b.priority) for b in started)
         self.fail("waiting_promise", self.promises.after_tick(view, now, launched))
+        self.fail("share_order", promises.share_order(view, now, started, due))
         self.fail("rate_limit", self.tokens.false_claims(view))
 
     @rule(concurrency=st.sampled_from(["1", "2", "4"]),

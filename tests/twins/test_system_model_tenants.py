@@ -117,3 +117,31 @@ def test_the_check_sees_a_cap_ignored(machines: Callable[[], model.SystemModel],
     monkeypatch.setattr(TenantSlots, "room", lambda self, tenant: None)
     seen = seen_by(machines(), "tenant_cap", capped_tenant)
     assert seen and "over its cap of 1" in seen[0]
+
+
+def two_tenants_take_turns(m: model.SystemModel) -> None:
+    """t1's six jobs of ten minutes (a task each), then t2's three, all held until a time
+    (recorded due then: the due work a tick shares out, not the queue's order); with three
+    slots, the tick they come due launches for both tenants."""
+    m.submit(spec(tenant="t1", estimated_seconds=600.0, not_before=30.0), 6, False)
+    m.tick(1)
+    m.submit(spec(tenant="t2", estimated_seconds=600.0, not_before=30.0), 3, False)
+    m.tick(1)
+    m.advance(60.0)
+    rounds(m, 2, "succeed", 5.0)
+
+
+def test_the_tick_launches_for_the_tenant_below_its_share_first(
+        machines: Callable[[], model.SystemModel]) -> None:
+    m = machines()
+    assert seen_by(m, "share_order", two_tenants_take_turns) == []
+    ran = {j.tenant for j in m.twins.jobs() if j.state != JobState.PENDING}
+    assert ran == {"t1", "t2"}  # both got slots the tick their work came due
+
+
+def test_share_order_sees_tenants_launched_by_age_alone(
+        machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken rule: due work launched oldest first, whatever its tenant's share."""
+    monkeypatch.setattr(TenantSlots, "order", lambda self, bundles: bundles)
+    seen = seen_by(machines(), "share_order", two_tenants_take_turns)
+    assert seen and "launched past its share" in seen[0]
