@@ -271,10 +271,12 @@ def waiting_for(state: str, *, not_before: float | None, runs: int, reason: str 
     if share is not None and share.max_running is not None and share.tasks >= share.max_running:
         return Waiting(FAIR_SHARE, tenant=name, running=share.tasks, limit=share.max_running,
                        detail=detail or "its tenant's cap", attempt=attempt)
+    # Its bucket short as the last tick found it, until its tokens come (then a tick
+    # launches it as any due work); or past the burst (never, until the limit changes).
     held = next(((k, n) for k, n in bundle.buckets if k in summary.rate_limits
-                 and (summary.rate_limits[k].at is not None
-                      or n > summary.rate_limits[k].burst)), None)
-    if held is not None:  # the last tick found its bucket short: it launches once they come
+                 and (n > summary.rate_limits[k].burst
+                      or (summary.rate_limits[k].at or now) > now)), None)
+    if held is not None:
         key, need = held
         wait = summary.rate_limits[key]
         if need > wait.burst:

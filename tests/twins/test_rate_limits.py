@@ -174,6 +174,13 @@ def test_a_bundle_launches_only_once_its_tokens_are_granted_and_its_jobs_say_why
     waits = [shown.show(j).summary.waiting_for for j in ids if j not in launched]
     assert waits and all(w is not None and w.reason == RATE_LIMIT and w.key == "api"
                          and w.until is not None and w.until > tw.clock() for w in waits)
+    # Once that time has passed (no tick since), the job no longer says its tokens hold it:
+    # the next tick launches it as any due work.
+    until = max(w.until for w in waits if w is not None and w.until is not None)
+    later = Queries(tw.store, clock=lambda: until + 1.0)
+    held = [j for j in ids if j not in launched]
+    assert all(later.show(j).summary.waiting_for.reason != RATE_LIMIT  # type: ignore[union-attr]
+               for j in held)
     for _ in range(12):
         for arn in tw.task_arns():
             ran += run(tw, arn)

@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from dispatcher.domain import arrays, dependencies
+from dispatcher.domain import waiting as waiting_rule
 from dispatcher.domain.arrays import Tally
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.dependencies import Dependency
@@ -488,12 +489,17 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
             after = self.view()
             hosts = min(hosts, self.urgent_hosts(after, self.twins.clock()))
             self.urgent_left_waiting(after, urgent, hosts, decision.handoff.handed, env)
+        after_view = self.view() if due else None
         for b in due:
             key = (b.bundle_id, b.attempt)
             after = self.twins.store.get_bundle(b.bundle_id)
             if after is None or after.state != BundleState.PENDING or after.attempt != b.attempt:
                 self.waiting.pop(key, None)
                 continue
+            said = promises.waits(after_view, b, self.twins.clock()) if after_view else None
+            if said is not None and said.reason in (waiting_rule.FAIR_SHARE,
+                                                    waiting_rule.RATE_LIMIT):
+                continue  # held, saying so, by its tenant's cap or share, or by its tokens
             self.waiting[key][0] += 1
             ticks, ahead = self.waiting[key]
             if ticks > ahead + STARVATION_TICKS:
