@@ -343,7 +343,7 @@ class Tick:
                                                          * self._policy.task_concurrency)
             if takers else 0.0, small_jobs_left=d.intake.small_jobs_left,
             tenants={} if shares is None else shares.view(), shed=shed, wanting=wanting,
-            rate_limits=tokens.waits),
+            rate_limits=tokens.waits()),
             self._revisions.current(), self._revisions.pinned_version)
 
     def _urgent(self, d: TickReport, active: list[Bundle], drain_deadline: float,

@@ -17,8 +17,9 @@ its tokens are granted: no task starts, or is paid for, to wait for one. The tic
 
 A bucket's bundles go in the tick's order: once one is held, those after it wait too (a
 bundle of many tokens is not passed forever by smaller ones), but for one that asks more than
-a take can ever have (it waits, saying what to change). The summary names each bucket held
-(``rate_limit``): when the first held bundle's tokens come.
+a take can ever have (it waits, saying what to change). As the tick ends, the summary names
+each bucket that holds back a bundle it saw and did not launch, judged on the buckets as its
+takes left them (``rate_limit``: when the first held bundle's tokens come).
 
 A key with no limit set takes nothing.
 """
@@ -51,7 +52,8 @@ class TickTokens:
         self._limits: dict[str, RateLimit] | None = None
         self._tats: dict[tuple[str, int], float] = {}  # each shard's bucket_at, as known
         self._read: set[str] = set()  # buckets whose shards were read
-        self.waits: dict[str, RateWait] = {}
+        self._seen: dict[str, Bundle] = {}  # bundles that take tokens, in the order seen
+        self._taken: set[str] = set()  # those whose tokens were taken
         self.refused = 0  # takes the table refused (another taker came first)
 
     def admit(self, bundles: list[Bundle]) -> list[Bundle]:
@@ -70,6 +72,8 @@ class TickTokens:
         now = self._clock()
         tats, held = dict(self._tats), set[str]()
         out = []
+        for b in marked:
+            self._seen.setdefault(b.bundle_id, b)
         for b in bundles:
             if rate_limits.takes_tokens(b.bundle_id):
                 plan = self._plan(b, now, tats, held)
@@ -94,7 +98,24 @@ class TickTokens:
             now = self._clock()
             plan = self._plan(b, now, self._tats, held) if b.uses is not None else None
             if plan is not None and all(self._take(t, now, held) for t in plan):
+                self._taken.add(b.bundle_id)
                 out.append(b)
+        return out
+
+    def waits(self) -> dict[str, RateWait]:
+        """For the tick's summary, as it ends: the buckets that hold back a bundle it saw and
+        did not launch, judged on the buckets as they are now (what the tick took, not what
+        it only looked at), in the order it saw them; each with when its first held bundle's
+        tokens come (:class:`~dispatcher.domain.waiting.RateWait`; at most
+        :data:`MAX_RATE_WAITS`)."""
+        if self._limits is None:
+            return {}
+        now = self._clock()
+        out: dict[str, RateWait] = {}
+        held: set[str] = set()
+        for b in self._seen.values():
+            if b.bundle_id not in self._taken:
+                self._plan(b, now, self._tats, held, out)
         return out
 
     def _take(self, t: TokenTake, now: float, held: set[str]) -> bool:
@@ -110,7 +131,7 @@ class TickTokens:
                 self._tats.update(self._store.buckets({(t.bucket, t.shard)}))
             except TableUnavailable:
                 self._read.discard(t.bucket)  # read again at the next look
-            self._hold(t.bucket, t.tokens, t.limit, t.declared, now, self._tats, held)
+            held.add(t.bucket)
             return False
         self._tats[(t.bucket, t.shard)] = tat
         return True
@@ -140,9 +161,11 @@ class TickTokens:
             self._read |= {bucket for bucket, _ in new}
 
     def _plan(self, b: Bundle, now: float, tats: dict[tuple[str, int], float],
-              held: set[str]) -> list[TokenTake] | None:
+              held: set[str], waits: dict[str, RateWait] | None = None
+              ) -> list[TokenTake] | None:
         """``b``'s takes (a shard of each limited key), if its tokens are there now, as
-        ``tats`` has the shards and but for a bucket ``held`` for a bundle before it."""
+        ``tats`` has the shards and but for a bucket ``held`` for a bundle before it (the
+        bucket it is held for is held for those after it, and noted in ``waits``)."""
         if b.uses is None:
             return None  # its item was not read (gone): not launched now
         assert self._limits is not None
@@ -156,24 +179,28 @@ class TickTokens:
             tat = tats.get((bucket, shard))
             never = n > limit.shard_burst * (1 + 1e-12)
             if (bucket in held and not never) or rate_limits.grant(tat, now, n, limit) is None:
-                self._hold(bucket, n, limit, declared, now, tats, held)
+                self._hold(bucket, n, limit, declared, now, tats, held, waits)
                 return None
             plan.append(TokenTake(bucket, shard, n, limit, tat, declared))
         return plan
 
-    def _hold(self, bucket: str, n: int, limit: RateLimit, declared: str, now: float,
-              tats: dict[tuple[str, int], float], held: set[str]) -> None:
+    @staticmethod
+    def _hold(bucket: str, n: int, limit: RateLimit, declared: str, now: float,
+              tats: dict[tuple[str, int], float], held: set[str],
+              waits: dict[str, RateWait] | None) -> None:
         """A bundle of ``bucket`` held: the bucket's later bundles in this order wait behind
-        it (but for one that never can launch), and the summary says when its tokens come
-        (the first held in the tick)."""
+        it (but for one that never can launch), and ``waits`` says when its tokens come (the
+        first held)."""
         tat = min((tats.get((bucket, s), now) for s in range(limit.shards)), default=now)
         at = rate_limits.ready_at(tat, now, n, limit)
         if at is not None:
             held.add(bucket)
-        was = self.waits.get(bucket)
+        if waits is None:
+            return
+        was = waits.get(bucket)
         if (was is None or was.at is None) \
-                and (bucket in self.waits or len(self.waits) < MAX_RATE_WAITS):
-            self.waits[bucket] = RateWait(at, n, limit.shard_burst, declared, limit.shards)
+                and (bucket in waits or len(waits) < MAX_RATE_WAITS):
+            waits[bucket] = RateWait(at, n, limit.shard_burst, declared, limit.shards)
 
 
 @dataclass(frozen=True)

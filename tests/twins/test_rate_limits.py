@@ -385,10 +385,10 @@ def test_the_tick_keeps_what_it_can_grant_in_order_and_holds_only_what_follows()
                   _token_bundle(3, 1))
     kept = tokens.admit([a, b, z, c])
     assert kept == [a, b]
-    wait = tokens.waits["api"]
-    assert wait.need == 5 and wait.at == pytest.approx(now + 2.0)  # 5 once the 2 are taken
     assert tokens.admit([a]) == [a]  # held in the look before, not ahead of z in this one
     assert tokens.take([a, b]) == [a, b]
+    wait = tokens.waits()["api"]  # as the tick ends: z first held, its 5 tokens in 4 s
+    assert wait.need == 5 and wait.at == pytest.approx(now + 4.0)
     assert tokens.take([c]) == [c]  # the third token: c was held behind z in that look only
     d = _token_bundle(4, 1)
     assert tokens.admit([d]) == [] and tokens.take([d]) == []  # none left

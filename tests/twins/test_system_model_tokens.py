@@ -14,7 +14,6 @@ from collections.abc import Callable
 import pytest
 
 from dispatcher.domain import rate_limits
-from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.rate_limits import RateLimit
 from dispatcher.domain.waiting import RateWait
@@ -30,9 +29,11 @@ def rate_limited(m: model.SystemModel) -> None:
     m.change_settings(concurrency="2", limits="", tasks="6")
     m.rate_limit("api", "2/min", 1)
     m.rate_limit("api:{tenant}", "1/s", 2)
+    m.rate_limit("wide", "100/s", 100)  # plenty: a claim that it is short is false
     m.submit(spec(uses={"api": 1}), 6, False, "succeed")
     m.submit(spec(uses={"api:{tenant}": 2}, tenant="t1"), 3, False, "succeed")
     m.submit(spec(tenant="t2"), 4, False, "acquire")  # ctx.acquire("api:{tenant}", 1)
+    m.submit(spec(uses={"wide": 1}), 2, False, "succeed")
     rounds(m, 10, "by_nature", 30.0)
 
 
@@ -43,7 +44,8 @@ def test_the_rate_limits_hold_at_every_step(machines: Callable[[], model.SystemM
     jobs = m.twins.jobs()
     assert {j.state for j in jobs if j.uses} == {JobState.SUCCEEDED}
     granted = {bucket for _, bucket, _, _ in m.tokens.grants}
-    assert granted == {"api", "api:{t1}", "api:{t2}"}  # launches' takes and runners' acquires
+    # the launches' takes and the runners' acquires
+    assert granted == {"api", "api:{t1}", "api:{t2}", "wide"}
 
 
 def test_tokens_taken_sees_a_launch_without_them(
@@ -67,15 +69,15 @@ def test_rate_bound_sees_a_bucket_granting_past_it(
     assert seen and "over its bound" in seen[0]
 
 
-def _short(self: TickTokens, b: Bundle, now: float, tats: object, held: object) -> None:
-    """The broken rule: every bundle is held, its bucket called short (full or not)."""
-    for declared, n in (b.uses or {}).items():
-        self.waits[rate_limits.resolve(declared, b.tenant)] = RateWait(now + 60.0, n, 2.0,
-                                                                       declared)
+def _short(self: TickTokens) -> dict[str, RateWait]:
+    """The broken rule: every bucket the tick saw is called short, full or not."""
+    now = self._clock()
+    return {rate_limits.resolve(declared, b.tenant): RateWait(now + 60.0, n, 2.0, declared)
+            for b in self._seen.values() for declared, n in (b.uses or {}).items()}
 
 
 def test_rate_limit_sees_a_full_bucket_called_short(
         machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(TickTokens, "_plan", _short)
+    monkeypatch.setattr(TickTokens, "waits", _short)
     seen = seen_by(machines(), "rate_limit", rate_limited)
     assert seen and "could grant them" in seen[0]
