@@ -5,8 +5,9 @@ from, so every task's jobs share the limit.
 A take is one conditional write to one shard (dispatcher.store.rate_buckets), tried on each
 shard in turn from one picked at random (so a limit's takers spread over its shards); when
 every shard refuses, the shards are read (one BatchGetItem) and the job sleeps until the
-soonest of them has the tokens, waking at once if it is cancelled. The limits are read once a
-minute at most (a change applies within that)."""
+soonest of them has the tokens (half a token's interval at least, and up to one more at
+random, so that waiters do not write in step), waking at once if it is cancelled. The
+limits are read once a minute at most (a change applies within that)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ class Tokens:
         self._store = store
         self._clock = clock
         self._pick = pick or (lambda n: random.randrange(n))
+        self._jitter: Callable[[], float] = random.random
         self._limits: dict[str, RateLimit] = {}
         self._read_at: float | None = None
         self._seen: dict[tuple[str, int], float] = {}
@@ -91,7 +93,10 @@ class Tokens:
             self._seen.update(tats)
             ready = min((rate_limits.ready_at(tats.get((bucket, s)), now, n, limit) or now
                          for s in range(limit.shards)), default=now)
-            pause = max(0.01, ready - now)
+            # No token comes sooner than a shard's interval; a little more, at random, so
+            # that the takers a refusal woke together do not all write again at once.
+            pause = max(ready - now, limit.interval / 2) \
+                + self._jitter() * limit.interval
             if timeout is not None:
                 left = start + timeout - now
                 if left <= 0:

@@ -54,7 +54,6 @@ class TickTokens:
         self._read: set[str] = set()  # buckets whose shards were read
         self._seen: dict[str, Bundle] = {}  # bundles that take tokens, in the order seen
         self._taken: set[str] = set()  # those whose tokens were taken
-        self.refused = 0  # takes the table refused (another taker came first)
 
     def admit(self, bundles: list[Bundle]) -> list[Bundle]:
         """``bundles``, in their order, but those whose tokens the buckets do not hold now:
@@ -126,7 +125,6 @@ class TickTokens:
                       extra={"bucket": t.bucket, "reason": exc.reason})
             tat = None
         if tat is None:  # another taker came first: its shard as it is now, for the wait
-            self.refused += 1
             try:
                 self._tats.update(self._store.buckets({(t.bucket, t.shard)}))
             except TableUnavailable:
