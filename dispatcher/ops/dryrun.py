@@ -96,7 +96,7 @@ class DryRunStore(StageStore):
 
     def release_lease(self, owner: str, *, swept_at: float | None = None,
                       held: Lease | None = None, clean: bool = False,
-                      summary: SavedSummary | None = None) -> None:
+                      summary: SavedSummary | None = None, tenanted: bool = False) -> None:
         if summary is not None:  # the tick's summary rides on the release
             self.save_tick_summary(*summary)
 

@@ -148,11 +148,12 @@ class Record:
     given_back_at: float | None = None
     # the lease (dispatcher.store.values.Lease): SWEEP#dependents' claim as its last holder
     # left it; how many times it was taken; the last holder to leave no bundle RECORDING;
-    # the last holder to give it back at all
+    # the last holder to give it back at all; the last holder that saw a tenant's work
     swept_at: float | None = None
     lease_count: float | None = None
     clean_at: float | None = None
     released_at: float | None = None
+    tenanted_at: float | None = None
     # lease (and the deployment: who wrote it last)
     owner: str | None = None
     lease_until: float | None = None
@@ -209,5 +210,5 @@ NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint"
                            "ran_usage", "ended_usage", "bill", "cost", "job_seconds", "labels",
                            "tenant", "group", "jobs", "vcpu_seconds",
                            "yielded_at", "one_at_a_time", "swept_at", "lease_count", "clean_at",
-                           "released_at"})
+                           "released_at", "tenanted_at"})
 INDEX_ATTRIBUTES: tuple[str, ...] = tuple(sorted(ATTRIBUTES - NOT_PROJECTED - set(INDEX_KEYS)))

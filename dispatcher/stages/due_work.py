@@ -48,11 +48,13 @@ class DueWork:
         # whether it was made, and whether it returned as many as it asked for.
         self.untaken: set[str] = set()
         self.follow_read = self.follow_read_full = False
+        self._left_out: set[str] = set()  # the kinds the due read left out (no room)
 
     def begin(self) -> None:
         """A new tick: nothing of the follow-ons read yet."""
         self.untaken = set()
         self.follow_read = self.follow_read_full = False
+        self._left_out = set()
 
     def kind_room(self, active: list[Bundle]) -> dict[str, int]:
         """Jobs each limited kind may still start: its limit less the slots of its active
@@ -106,17 +108,37 @@ class DueWork:
                 break
             only = [p for p in PRIORITY_ORDER if p not in seen]
         if len(fits) >= capacity:
+            self._left_out = left_out | blocked
             return fits, blocked
         # Slots that no other due work fills: the follow-ons no task has taken yet (their
         # batches' tasks take the rest), oldest first, after the other due work of their
-        # priority. (Read from the index, which does not hold a bundle's batch: they are
-        # told apart by the read they came from.)
-        limit = capacity - len(fits) + DUE_LOOKAHEAD
-        follow = self._store.due_bundles(limit, self._clock(), left_out | blocked,
-                                         follow_ons=True)
+        # priority.
+        follow = self._untaken(capacity - len(fits), left_out | blocked)
+        return self.fit(sorted([*pool.values(), *follow], key=self.order), room)
+
+    def _untaken(self, slots: int, left_out: set[str]) -> list[Bundle]:
+        """The due follow-ons no task has taken yet, for ``slots`` (and a look ahead). Read
+        from the index, which does not hold a bundle's batch: they are told apart by the read
+        they came from (:attr:`untaken`)."""
+        limit = slots + DUE_LOOKAHEAD
+        follow = self._store.due_bundles(limit, self._clock(), left_out, follow_ons=True)
         self.follow_read, self.follow_read_full = True, len(follow) >= limit
         self.untaken = {b.bundle_id for b in follow}
-        return self.fit(sorted([*pool.values(), *follow], key=self.order), room)
+        return follow
+
+    def with_untaken(self, capacity: int, waiting: list[Bundle], room: Mapping[str, int]
+                     ) -> list[Bundle]:
+        """``waiting`` (what :meth:`due` returned, which filled the slots) with the untaken
+        follow-ons read too, in the tick's order, fitted to ``room``: with tenants to share
+        the slots among, a tenant whose own tasks all ended (a deploy, a shed, a crash) has
+        follow-ons that no task of its takes, and its turn may come before the other work
+        (dispatcher.stages.tenant_slots orders them). One read more, made only then."""
+        if self.follow_read or capacity <= 0:
+            return waiting
+        follow = self._untaken(capacity, self._left_out)
+        known = {b.bundle_id for b in waiting}
+        return self.fit(sorted([*waiting, *(b for b in follow if b.bundle_id not in known)],
+                               key=self.order), room)[0]
 
     def order(self, b: Bundle) -> tuple[int, bool, float]:
         """The tick's order of due bundles: higher priority first; within a priority, the

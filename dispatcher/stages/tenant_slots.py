@@ -189,14 +189,16 @@ class TenantSlots:
 
     def order(self, bundles: list[Bundle]) -> list[Bundle]:
         """Higher priority first (a stable sort); within a priority, one bundle at a time of
-        the tenant furthest below its target (counting those before it in the order), the
-        lowest usage / weight among equals; each tenant's own bundles in their order."""
+        the tenant furthest below its target (counting those of that priority before it in
+        the order), the lowest usage / weight among equals; each tenant's own bundles in their
+        order. A level counts none of a higher one's: the priorities share the slots first
+        (dispatcher.domain.fairness), so those may not launch this tick."""
         if not self.goal:
             return bundles
         out: list[Bundle] = []
-        picked: Counter[str] = Counter()
         ranked = sorted(bundles, key=lambda b: PRIORITY_ORDER.index(b.priority))
         for _, level in groupby(ranked, key=lambda b: b.priority):
+            picked: Counter[str] = Counter()
             queues: dict[str, list[Bundle]] = {}
             for b in level:
                 queues.setdefault(key(b.tenant), []).append(b)

@@ -81,6 +81,7 @@ class TickReport:
     reconcile: ReconcileStats = field(default_factory=ReconcileStats)
     handoff: HandoffStats = field(default_factory=HandoffStats)  # urgent jobs, no slot free
     arrays: ArrayStats = field(default_factory=ArrayStats)  # array jobs: open, decided
+    tenanted: bool = False  # it saw a tenant's work (its lease tells the next tick)
     elapsed_ms: int = 0
     # What ran the tick: longjobs's version and the AWS libraries' (dispatcher.versions).
     versions: dict[str, str] = field(default_factory=dict)
@@ -156,7 +157,8 @@ class Tick:
         finally:
             try:  # the summary with the lease's release: one write
                 self._store.release_lease(owner, swept_at=decision.reconcile.sweep_at,
-                                          held=held, clean=clean, summary=summary)
+                                          held=held, clean=clean, summary=summary,
+                                          tenanted=decision.tenanted)
             except TableUnavailable as exc:  # only what `jobs show` explains is a tick older
                 if summary is None:
                     raise
@@ -211,6 +213,11 @@ class Tick:
                                      if not rate_limits.takes_tokens(b.bundle_id)])
 
         waiting, blocked = self._work.due(d.capacity, room, keep=keep)
+        if lease.tenanted or tenants_now.shares is not None:
+            # A tenant whose own tasks all ended (a deploy, a shed) has follow-ons no task
+            # of its takes: read them even when other due work fills the slots, so that its
+            # turn (below) may come first.
+            waiting = self._work.with_untaken(d.capacity, waiting, room)
         waiting = tokens.admit(waiting)  # (the tenants' targets count no held bundle)
         others = [b for b in self._work.others_due(room, keep_others)
                   if not rate_limits.takes_tokens(b.bundle_id)] if d.capacity <= 0 else []
@@ -329,6 +336,7 @@ class Tick:
                 or any(b.tenant for b in launched):
             tenants_now.make()  # its drain was the first to see tenants
         shares = tenants_now.shares
+        d.tenanted = shares is not None
         if shares is not None:
             shares.more |= set(d.intake.tenants_followed)
         shed, wanting = ({}, None) if shares is None or not shares.shared else shares.sheds(

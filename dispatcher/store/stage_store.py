@@ -120,16 +120,19 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
         return Lease(owner, rec.swept_at, number,
                      recordings_left=rec.clean_at is None or int(rec.clean_at) != number - 1,
                      taken_over=number > 1 and (rec.released_at is None
-                                                or int(rec.released_at) != number - 1))
+                                                or int(rec.released_at) != number - 1),
+                     tenanted=rec.tenanted_at is not None
+                     and int(rec.tenanted_at) == number - 1)
 
     def release_lease(self, owner: str, *, swept_at: float | None = None,
                       held: Lease | None = None, clean: bool = False,
-                      summary: SavedSummary | None = None) -> None:
+                      summary: SavedSummary | None = None, tenanted: bool = False) -> None:
         """Give the lease back early (only if we still own it), leaving on it when the look
         at every held dependent was last claimed, if this tick knows (``swept_at``), and,
         with ``held`` (the lease as this tick took it), that it was given back, so the next
         holder knows it took over from no dead tick, and, with ``clean`` too, that this tick
-        left no bundle RECORDING. ``summary``: the tick's summary (:meth:`save_tick_summary`),
+        left no bundle RECORDING, and with ``tenanted`` that it saw a tenant's work
+        (:attr:`Lease.tenanted`). ``summary``: the tick's summary (:meth:`save_tick_summary`),
         written in the same transaction: one call a tick where two were, and a tick that lost
         its lease writes no summary over its successor's. The transaction is tried once: if it
         fails for another reason (the table throttled or failing), the two are written apart,
@@ -138,7 +141,8 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
             Remove("owner"), Set("lease_until", 0),
             *([Set("released_at", held.number)] if held is not None else []),
             *([Set("swept_at", swept_at)] if swept_at is not None else []),
-            *([Set("clean_at", held.number)] if held is not None and clean else [])],
+            *([Set("clean_at", held.number)] if held is not None and clean else []),
+            *([Set("tenanted_at", held.number)] if held is not None and tenanted else [])],
             Eq("owner", owner))
         if summary is not None:
             try:

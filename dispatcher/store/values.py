@@ -87,13 +87,17 @@ class Lease:
     recording it (only a tick holding the lease records): False when the holder just before
     this one gave the lease back having recorded all it began. The tick then skips the
     query for such bundles. ``taken_over``: the holder just before did not give it back (its
-    tick died, or outran its term), which the tick logs: nothing else shows a dead tick."""
+    tick died, or outran its term), which the tick logs: nothing else shows a dead tick.
+    ``tenanted``: the holder just before saw the work of a tenant (so this tick reads the
+    follow-ons no task has taken even when other due work fills its slots: a tenant whose own
+    tasks all ended may be owed them first, dispatcher.stages.due_work)."""
 
     owner: str
     swept_at: float | None = None
     number: int = 0
     recordings_left: bool = True
     taken_over: bool = False
+    tenanted: bool = False
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dispatcher.domain.bundles import Bundle
+from dispatcher.domain.jobs import JobState, Priority
 from dispatcher.domain.tenant_shares import (
     TenantLoad,
     TenantPolicy,
@@ -25,6 +27,7 @@ from dispatcher.store import Store, codec
 from dispatcher.store.tenant_policies import TenantPolicyError
 from dispatcher.testing.memory_table import MemoryTable
 from tests.twins import Twins
+from tests.twins.test_array_jobs import run_bundle
 from tests.twins.test_follow_ons import ENV, backlog, run
 
 BUSY = TenantLoad(running=0, more=True)
@@ -214,6 +217,43 @@ def test_a_tenant_with_no_task_running_gets_a_slot_for_its_first_work() -> None:
     tw.clock.advance(60)
     stages.tick.tick()
     assert Counter(b.tenant for b in tw.store.active_bundles()).get("b", 0) == 1
+
+
+def test_each_priority_orders_its_tenants_by_their_standing_alone() -> None:
+    """a's two urgent bundles come first, but the priorities share the slots before the
+    tenants do: they may not launch this tick, so they do not put a behind b at the normal
+    level (a, of the lower usage, goes first there as it would alone)."""
+    shares = TenantSlots(2, {}, {"a": 0.0, "b": 10.0}, [])
+    shares.goal = {"a": 1, "b": 1}
+    bundles = [Bundle(f"{t}@{n}", [], priority=p) for t, n, p in [
+        ("b", "1", Priority.NORMAL), ("a", "2", Priority.NORMAL), ("a", "3", Priority.HIGH),
+        ("a", "4", Priority.HIGH)]]
+    order = [b.bundle_id for b in shares.order(bundles)]
+    assert order == ["a@3", "a@4", "a@2", "b@1"]
+
+
+def test_a_tenant_whose_tasks_all_ended_gets_its_turn_for_its_follow_ons() -> None:
+    """Tenant a's tasks all end their bundles without taking the next (as after a deploy),
+    leaving its batch's follow-ons that no task of its takes; other due work of no tenant
+    would fill every slot. The tick reads the untaken follow-ons too (one read more, only with
+    tenants to share among), and a gets its share of the slots."""
+    tw = Twins()
+    backlog(tw, 600, prefix="a", tenant="a")
+    stages = tw.stages(**ENV)
+    stages.tick.tick()
+    for i in range(3):  # a bundle each (a tick each), due in a minute; every slot busy
+        tw.client().submit("k", {}, job_id=f"long{i}", estimated_seconds=3600.0,
+                           not_before=tw.clock() + 60)
+        tw.clock.advance(1)
+        stages.tick.tick()
+    for b in tw.store.active_bundles():
+        assert b.tenant == "a" and b.task_arn is not None
+        run_bundle(tw, b, b.task_arn, lambda job: JobState.SUCCEEDED, None)  # DONE, no take
+    assert tw.store.active_bundles() == []
+    tw.clock.advance(60)
+    stages.tick.tick()
+    launched = Counter(b.tenant for b in tw.store.active_bundles())
+    assert launched["a"] >= 1 and sum(launched.values()) == 3, launched
 
 
 class CallCountingTable(MemoryTable):
