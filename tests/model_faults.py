@@ -20,7 +20,7 @@ from dispatcher.store import Store, codec
 from dispatcher.store.base import TableRetry
 from dispatcher.testing.memory_table import MemoryTable
 from tests import model_checks as checks
-from tests.model_promises import Promises
+from tests.model_promises import Promises, TenantTurns
 from tests.twins import Twins
 
 
@@ -191,6 +191,7 @@ class FaultRules:
     # dispatcher (tests/model_checks.py dead_letters says why).
     forced: dict[tuple[str, str], int]
     promises: Promises
+    turns: TenantTurns
     recovered_launches: bool
 
     def after_tick(self, visible: set[str]) -> None:
@@ -215,6 +216,7 @@ class FaultRules:
                 self.table.revive()
 
         self.promises.forget()  # a fault may hold what a promise said would launch
+        self.turns.forget()
         before = checks.receive_counts(self.queues())
         failed, deaths = self.table.failed, self.table.deaths
         decision = self.guarded("tick_raises", "a tick on a faulty table", tick)

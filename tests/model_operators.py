@@ -27,6 +27,7 @@ from dispatcher.ops.deploy import deploy
 from dispatcher.ports.table import Record, TableUnavailable
 from dispatcher.store import codec
 from dispatcher.store.rate_buckets import RateLimitError
+from dispatcher.store.tenant_policies import TenantPolicyError
 from dispatcher.testing.memory_launcher import MemoryLauncher
 from dispatcher.testing.memory_task_definitions import MemoryTaskDefinitions, Revision
 from tests import model_checks as checks
@@ -272,14 +273,16 @@ class OperatorRules:
 
     # -- tenants' shares --------------------------------------------------------------------------
     @rule(tenant=st.sampled_from(checks.TENANTS), cap=st.sampled_from([None, 0, 1, 2]),
-          weight=st.sampled_from([None, 0.0, 3.0]))
-    def tenant_cap(self, tenant: str, cap: int | None, weight: float | None = None) -> None:
-        """``longjobs tenants set T --max-running N`` (or ``--no-cap``): the next ticks, and
-        the stop events' relaunches, keep to it (the ``tenant_cap`` check)."""
+          weight=st.sampled_from([None, 0.0, 3.0]), reserve=st.sampled_from([None, 0, 1, 2]))
+    def tenant_cap(self, tenant: str, cap: int | None, weight: float | None = None,
+                   reserve: int | None = None) -> None:
+        """``longjobs tenants set T --max-running N --reserve R`` (or ``--no-cap``): the next
+        ticks, and the stop events' relaunches, keep to it (the ``tenant_cap``,
+        ``reserve_kept`` and ``tenant_turns`` checks). A reserve past the cap is refused."""
         # Written or not: the check reads the table's policy.
-        with contextlib.suppress(LambdaDied, TableUnavailable):
+        with contextlib.suppress(LambdaDied, TableUnavailable, TenantPolicyError):
             self.twins.store.set_tenant_policy(tenant, weight=weight, max_running=cap,
-                                              no_cap=cap is None)
+                                              reserve=reserve, no_cap=cap is None)
 
     @rule(key=st.sampled_from(["api", "api:{tenant}"]),
           rate=st.sampled_from([None, "2/min", "1/s", "30/min"]), burst=st.sampled_from([1, 2, 4]))

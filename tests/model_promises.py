@@ -8,12 +8,15 @@ Each check returns the problems it finds as readable lines (empty: it holds).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from dispatcher.domain import waiting as w
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.jobs import JobState
+from dispatcher.domain.tenant_shares import TenantPolicy
+from dispatcher.domain.tenants import NONE
 from dispatcher.domain.waiting import TickSummary, Waiting
 from dispatcher.ops.job_waits import waiting_of
 from dispatcher.store import codec as r
@@ -115,25 +118,34 @@ def share_order(view: checks.View, now: float, launched: Iterable[Bundle],
                 due_before: Iterable[Bundle]) -> list[str]:
     """After a tick that ran whole with no fault: no tenant had a bundle launched past its
     share (its tasks above the target the tick's summary ends with) while another tenant
-    below its own was left work of that priority or higher that was due with room as the
-    tick began (``due_before``) and that only the slots held (``waiting_for`` names the
-    slots: priority, capacity, a follow-on's turn). The tick launches for the tenants
-    furthest below their targets first (within a priority); a relaunch is no such choice,
-    nor is the queue's order (a drain shares its slots among the tenants it has seen so far:
-    those past their share give slots up at their bundles' ends)."""
+    below its own was left work of that priority that was due with room as the tick began
+    (``due_before``) and that only the slots held (``waiting_for`` names the slots: priority,
+    capacity, a follow-on's turn). The priorities share the free slots first (each level
+    with work gets some, by weight: dispatcher.domain.fairness), then within each level the
+    tick launches for the tenants furthest below their targets first: a level's launches are
+    judged with the tenant's tasks less those its other levels launched. A relaunch is no such
+    choice, nor is the queue's order (a drain shares its slots among the tenants it has seen
+    so far: those past their share give slots up at their bundles' ends)."""
     tick = view.items.get(r.TICK_KEY)
     summary = TickSummary.from_json(tick.summary) if tick is not None else None
     if summary is None or len(summary.tenants) < 2:
         return []
     rank = w.PRIORITY_RANK
-    over: dict[str, int] = {}
+    # Each tenant's launches by priority level: a level's launches took it past its share if
+    # its tasks, less what the other levels launched for it, are past it.
+    levels: dict[str, Counter[int]] = {}
     for b in launched:
         if b.attempt > 1:
             continue  # a relaunch (a rerun keeps its slot), not a choice among tenants
-        t = b.tenant or "(none)"
+        levels.setdefault(b.tenant or "(none)", Counter())[rank.get(str(b.priority), 1)] += 1
+    over: dict[str, set[int]] = {}  # tenant: the levels it was launched past its share at
+    for t, counts in levels.items():
         share = summary.tenants.get(t)
-        if share is not None and share.tasks > share.target:
-            over[t] = min(over.get(t, 9), rank.get(str(b.priority), 1))
+        if share is None:
+            continue
+        for level, n in counts.items():
+            if share.tasks - (sum(counts.values()) - n) > share.target:
+                over.setdefault(t, set()).add(level)
     if not over:
         return []
     out = []
@@ -148,9 +160,134 @@ def share_order(view: checks.View, now: float, launched: Iterable[Bundle],
         said = waits(view, b, now)
         if said is None or said.reason not in (w.PRIORITY, w.CAPACITY, w.FOLLOW_ON):
             continue
-        for x, level in over.items():
-            if rank.get(str(b.priority), 1) <= level:
+        for x, levels in over.items():
+            if rank.get(str(b.priority), 1) in levels:
                 out.append(f"tenant {x} was launched past its share ({summary.tenants[x]}) "
                            f"while tenant {t} ({share}) below its own was left bundle "
                            f"{b.bundle_id} ({b.priority}), waiting for {said.reason}")
+    return out
+
+
+# Slot-held reasons: what a tenant's due work says while only the slots hold it.
+SLOT_HELD = frozenset({w.PRIORITY, w.CAPACITY, w.FOLLOW_ON})
+
+
+@dataclass
+class Owed:
+    """A tenant below its target with due work only the slots hold, since a clean tick: the
+    highest priority (rank) of that work, the turns since (spans between clean ticks in which
+    a task of a tenant past its target, of that priority or lower, ended a bundle), and the
+    tasks it had then."""
+
+    rank: int
+    tasks: int
+    turns: int = 0
+
+
+@dataclass
+class TenantTurns:
+    """Liveness of the tenants' shares: a tenant with work and a weight above 0 never starves.
+
+    After a clean tick, a tenant whose tasks are below its target (a reserve, its slot for
+    having work, its weight's share) while it has due work that only the slots hold is owed a
+    slot. The slots free as tasks of tenants past their targets end their bundles: the tick
+    asked them to give up slots (``shed``), and the first to end does, then the next tick
+    launches the owed work. Each span between clean ticks with such an end (of that priority or
+    lower: priorities come first) is a turn; each turn gives a tenant below its target a slot,
+    and the deficits add up to the slots at most. So a tenant owed over more turns than there
+    are slots (plus one, for a drain's launch between) with no task started for it starves.
+    Faults, deploys and changed settings void the count (:meth:`forget`)."""
+
+    owed: dict[str, Owed] = field(default_factory=dict)
+    # After the last clean tick: its active bundles (id, attempt): (tenant, rank, task), and the
+    # tenants past their targets then.
+    active: dict[tuple[str, int], tuple[str, int, str | None]] = field(default_factory=dict)
+    over: set[str] = field(default_factory=set)
+
+    def forget(self) -> None:
+        self.owed.clear()
+        self.active.clear()
+        self.over.clear()
+
+    def after_tick(self, before: checks.View, view: checks.View, now: float,
+                   max_tasks: int) -> list[str]:
+        """``before``: the world as this clean tick began; ``view``: as it ended."""
+        tick = view.items.get(r.TICK_KEY)
+        summary = TickSummary.from_json(tick.summary) if tick is not None else None
+        rank = w.PRIORITY_RANK
+        was_active = {(b.bundle_id, b.attempt) for b in before.bundles()
+                      if b.state in ACTIVE_BUNDLE_STATES}
+        ended = []  # (tenant, rank) of the bundles ended since the last clean tick, not rerun
+        for key, (tenant, level, _) in self.active.items():
+            b = view.bundle(key[0])
+            if key not in was_active and tenant in self.over and b is not None \
+                    and b.state not in ACTIVE_BUNDLE_STATES and b.state != BundleState.PENDING:
+                ended.append((tenant, level))
+        tasks_then = {task for _, _, task in self.active.values()}
+        active = [b for b in view.bundles() if b.state in ACTIVE_BUNDLE_STATES]
+        self.active = {(b.bundle_id, b.attempt): (b.tenant or NONE,
+                                                  rank.get(str(b.priority), 1), b.task_arn)
+                       for b in active}
+        started = {b.tenant or NONE for b in active if b.task_arn not in tasks_then}
+        if summary is None:
+            self.forget()
+            return []
+        self.over = {t for t, s in summary.tenants.items() if s.tasks > s.target}
+        out = []
+        for t, share in summary.tenants.items():
+            level = min((rank.get(str(b.priority), 1) for b in view.bundles()
+                         if (b.tenant or NONE) == t and b.state == BundleState.PENDING
+                         and b.next_attempt_at <= now
+                         and (said := waits(view, b, now)) is not None
+                         and said.reason in SLOT_HELD), default=None)
+            if share.tasks >= share.target or level is None:
+                self.owed.pop(t, None)
+                continue
+            owed = self.owed.get(t)
+            if owed is None or t in started or owed.rank != level:
+                self.owed[t] = Owed(level, share.tasks)
+                continue
+            if any(x != t and x_rank >= level for x, x_rank in ended):
+                owed.turns += 1
+            if owed.turns > max_tasks + 1:
+                out.append(f"tenant {t} ({share}) was below its target with due work only "
+                           f"the slots held for {owed.turns} turns of other tenants' tasks "
+                           f"past their targets ending bundles, and got no task")
+                del self.owed[t]
+        for t in list(self.owed):
+            if t not in summary.tenants:
+                del self.owed[t]
+        return out
+
+
+def reserves_kept(before: checks.View, view: checks.View, now: float,
+                  max_tasks: int) -> list[str]:
+    """After a clean tick: a tenant below its reserve with due work that only the slots hold
+    (due as the tick began: what it records as it goes counts from the next) is given a target
+    of its reserve (or of its tasks and that work, if fewer), while the reserves add up to the
+    slots at most (more, and they share the slots by weight)."""
+    tick = view.items.get(r.TICK_KEY)
+    summary = TickSummary.from_json(tick.summary) if tick is not None else None
+    rec = view.items.get(r.TENANT_POLICIES_KEY)
+    if summary is None or rec is None or not isinstance(rec.tenants, dict):
+        return []
+    policies = {t: TenantPolicy.from_json(p) for t, p in rec.tenants.items()}
+    if sum(p.reserve for p in policies.values()) > max_tasks:
+        return []
+    was_due = {b.bundle_id for b in before.bundles()
+               if b.state == BundleState.PENDING and b.next_attempt_at <= now}
+    out = []
+    for t, p in sorted(policies.items()):
+        share = summary.tenants.get(t)
+        if share is None or share.tasks >= p.reserve:
+            continue
+        held = [b.bundle_id for b in view.bundles()
+                if (b.tenant or NONE) == t and b.state == BundleState.PENDING
+                and b.bundle_id in was_due
+                and (said := waits(view, b, now)) is not None and said.reason in SLOT_HELD]
+        need = min(p.reserve, share.tasks + len(held))
+        if share.target < need:
+            out.append(f"tenant {t} (reserve {p.reserve}, {share}) has due work {held[:3]} "
+                       f"only the slots hold, and a target below the {need} its reserve "
+                       "keeps for it")
     return out

@@ -63,7 +63,7 @@ from tests.model_arrays import array_problems
 from tests.model_faults import FaultRules, FaultyTable, model_store, one_thread
 from tests.model_limits import KindLimitWatch, TenantCapWatch, parse_limits
 from tests.model_operators import OperatorRules
-from tests.model_promises import Promises
+from tests.model_promises import Promises, TenantTurns
 from tests.model_runner import BEHAVIOURS, NATURES, ModelIds, ModelTime, SimTask, expire
 from tests.model_schedules import ScheduleRules
 from tests.model_stats import stats_disagree
@@ -151,6 +151,7 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         self.claimed_at_cancel: set[str] = set()  # in a task's claimed bundle then: see operator
         self.broken_cancels: list[str] = []
         self.promises = Promises()  # waiting_for's "the next tick launches it" (promised)
+        self.turns = TenantTurns()  # tenants owed a slot (promised)
 
     # -- helpers ----------------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -270,6 +271,15 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         self.submit({"kind": "plain", "priority": "normal", "estimated_seconds": 0.5,
                      "not_before": None, "payload_bytes": 0, "max_attempts": 3,
                      "timeout_seconds": None, "tenant": tenant}, copies, False, nature)
+
+    @rule(first=st.sampled_from([None, *checks.TENANTS]), nature=st.sampled_from(NATURES))
+    def contend(self, first: str | None, nature: str) -> None:
+        """One tenant's backlog takes every slot, and another's comes behind it: the second
+        gets its share as the first's tasks end their bundles (the ``tenant_turns`` check)."""
+        self.burst(40, nature, first)
+        self.tick(1)
+        self.runners_pass(nature)
+        self.burst(20, "succeed", next(t for t in checks.TENANTS if t != first))
 
     @rule(size=st.sampled_from([2, 7, 30]), tolerated=st.sampled_from([0, 1, "50%"]),
           nature=st.sampled_from(NATURES), estimate=st.sampled_from([1.0, 600.0]),
@@ -483,6 +493,7 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
             self.promised(due, env, before_view=view)
         else:
             self.promises.forget()
+            self.turns.forget()
         if decision.capacity == 0 and urgent and hosts:
             # Hosts all through the tick: one whose runner fell silent during a slow drain
             # (its heartbeat too old by the hand-off) is no host the tick could see.
@@ -523,6 +534,8 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         launched = Counter(str(b.priority) for b in started)
         self.fail("waiting_promise", self.promises.after_tick(view, now, launched))
         self.fail("share_order", promises.share_order(view, now, started, due))
+        self.fail("tenant_turns", self.turns.after_tick(before_view, view, now, most))
+        self.fail("reserve_kept", promises.reserves_kept(before_view, view, now, most))
         self.fail("rate_limit", self.tokens.false_claims(view))
 
     @rule(concurrency=st.sampled_from(["1", "2", "4"]),
@@ -534,6 +547,7 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         model runs one tick at a time, as the stack does, so a tick may take a dead one's
         lease at once (LONGJOBS_TICK_ONE_AT_A_TIME) or wait out its term."""
         self.promises.forget()
+        self.turns.forget()
         self.settings = {"LONGJOBS_TASK_CONCURRENCY": concurrency,
                          "LONGJOBS_KIND_LIMITS": limits, "LONGJOBS_MAX_RUNNING_TASKS": tasks,
                          "LONGJOBS_TICK_ONE_AT_A_TIME": one_at_a_time}
@@ -830,7 +844,7 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
                     if arn in self.tasks)]
 
 
-@pytest.mark.timeout(300 + EXAMPLES)  # about 0.2 s an example on two busy cores
+@pytest.mark.timeout(300 + 2 * EXAMPLES)  # about 1 s an example on two busy cores
 def test_the_whole_system_keeps_its_invariants(monkeypatch: pytest.MonkeyPatch) -> None:
     # Deterministic bundle ids and the fake clock in the runner's writes: each example replays
     # exactly, so hypothesis can shrink what it finds.

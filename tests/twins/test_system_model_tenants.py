@@ -10,11 +10,14 @@ check sees it; with a bulk action's tenant ignored, ``bulk_tenant`` sees it."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
-from dispatcher.domain import bundle_sizes
+from dispatcher.domain import bundle_sizes, tenant_shares
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.jobs import JobState
 from dispatcher.stages.tenant_slots import TenantLimits, TenantSlots
@@ -145,3 +148,61 @@ def test_share_order_sees_tenants_launched_by_age_alone(
     monkeypatch.setattr(TenantSlots, "order", lambda self, bundles: bundles)
     seen = seen_by(machines(), "share_order", two_tenants_take_turns)
     assert seen and "launched past its share" in seen[0]
+
+
+def second_tenant_behind_a_backlog(m: model.SystemModel) -> None:
+    """t1's backlog holds every slot through follow-ons; t2's comes after it, of no task."""
+    m.burst(300, "succeed", "t1")
+    rounds(m, 2, "succeed", 5.0)
+    m.burst(40, "succeed", "t2")
+    rounds(m, 12, "succeed", 5.0)
+
+
+def test_a_tenant_with_work_gets_a_slot_behind_another_tenants_backlog(
+        machines: Callable[[], model.SystemModel]) -> None:
+    m = machines()
+    assert seen_by(m, "tenant_turns", second_tenant_behind_a_backlog) == []
+    ran = Counter(j.tenant for j in m.twins.jobs() if j.state == JobState.SUCCEEDED)
+    assert ran["t2"] == 40 and ran["t1"] < 300  # t2 done while t1's backlog still ran
+
+
+def test_tenant_turns_sees_a_tenant_shut_out_when_no_task_gives_up_its_slot(
+        machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken rules: a task past its tenant's share never gives its slot up, nor leaves
+    it to another tenant's first due work."""
+    monkeypatch.setattr(follow_ons.FollowOns, "_gives_up", lambda self, done, summary: False)
+    monkeypatch.setattr(follow_ons.FollowOns, "_yield_to", lambda self, other: False)
+    seen = seen_by(machines(), "tenant_turns", second_tenant_behind_a_backlog)
+    assert seen and "got no task" in seen[0]
+
+
+def reserved_tenant(m: model.SystemModel) -> None:
+    """t2 reserves two of the three slots (t1's weight of 3 would leave it one); t1's backlog
+    holds them all when t2's four jobs (of ten minutes: a task each), held until a time, come
+    due together."""
+    m.tenant_cap("t1", None, weight=3.0)
+    m.tenant_cap("t2", None, reserve=2)
+    m.submit(spec(tenant="t2", estimated_seconds=600.0, not_before=20.0), 4, False)
+    m.burst(300, "succeed", "t1")
+    rounds(m, 10, "succeed", 5.0)
+
+
+def test_a_reserve_is_kept(machines: Callable[[], model.SystemModel]) -> None:
+    m = machines()
+    assert seen_by(m, "reserve_kept", reserved_tenant) == []
+    assert seen_by(m, "tenant_turns", lambda m: None) == []
+    t2 = [b for b in m.view().bundles() if b.tenant == "t2" and b.task_arn is not None]
+    assert len(t2) >= 2  # its reserve, at once
+
+
+def test_reserve_kept_sees_reserves_ignored(machines: Callable[[], model.SystemModel],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken rule: the targets leave reserves out."""
+    real = tenant_shares.targets
+
+    def no_reserves(slots: int, loads: Any, policies: Any) -> dict[str, int]:
+        return real(slots, loads, {t: replace(p, reserve=0) for t, p in policies.items()})
+
+    monkeypatch.setattr(tenant_shares, "targets", no_reserves)
+    seen = seen_by(machines(), "reserve_kept", reserved_tenant)
+    assert seen and "reserve 2" in seen[0]
