@@ -18,7 +18,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from dispatcher.domain.errors import EventsNotPublished, ResourceMissing
-from dispatcher.domain.job_events import DETAIL_TYPE, SOURCE, JobStateChange
+from dispatcher.domain.job_events import SOURCE, Event
 from dispatcher.ports.event_sink import EventSink, batches
 
 
@@ -35,12 +35,12 @@ class EventBridgeSink(EventSink):
         self.attempts = attempts
         self._sleep = sleep
 
-    def _entry(self, e: JobStateChange) -> dict[str, Any]:
-        return {"Source": SOURCE, "DetailType": DETAIL_TYPE, "EventBusName": self.bus,
+    def _entry(self, e: Event) -> dict[str, Any]:
+        return {"Source": SOURCE, "DetailType": e.detail_type, "EventBusName": self.bus,
                 "Time": datetime.fromtimestamp(e.at, UTC), "Resources": self.resources,
                 "Detail": json.dumps(e.detail(), separators=(",", ":"))}
 
-    def _put(self, batch: list[JobStateChange]) -> dict[str, str]:
+    def _put(self, batch: list[Event]) -> dict[str, str]:
         """One PutEvents: {event_id: reason} of the entries that failed. Every AWS error of
         the call becomes a domain error here, in one place."""
         try:
@@ -59,7 +59,7 @@ class EventBridgeSink(EventSink):
                 for e, r in zip(batch, resp.get("Entries", []), strict=False)
                 if r.get("ErrorCode")}
 
-    def publish(self, events: Sequence[JobStateChange]) -> None:
+    def publish(self, events: Sequence[Event]) -> None:
         failed: dict[str, str] = {}
         for batch in batches(events):
             for n in range(self.attempts):

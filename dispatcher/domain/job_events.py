@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
 
 from dispatcher.domain.costs import entry_seconds
 
 SOURCE = "longjobs"
 DETAIL_TYPE = "longjobs Job State Change"
+BILLED_DETAIL_TYPE = "longjobs Task Billed"
 JOB_PREFIX = "JOB#"
+TASK_PREFIX = "TASK#"
 # The only state a job passes through between two written states: a runner that starts and
 # ends a job before it writes either writes both at once (job_runner.writes, ``via``).
 BETWEEN = "RUNNING"
@@ -48,8 +50,11 @@ class JobStateChange:
     job's creation; ``attempt`` the application attempts spent so far; ``revision`` the task
     definition (``family:revision``) of its latest run, None before it ever ran; ``at`` the
     write's time (UTC epoch seconds); ``labels`` and ``tenant`` its producer's; ``run_seconds``
-    how long its runs so far lasted (what its cost is its tasks' rates times:
-    dispatcher.domain.costs; the dollars are known once its tasks stop, in ``jobs show``)."""
+    how long its runs so far lasted, ``task_seconds`` the same by task ARN: its dollars are
+    each task's rate times its seconds there (dispatcher.domain.costs), the rate told by
+    that task's :class:`TaskBilled` event once it stops (and in ``jobs show``)."""
+
+    detail_type: ClassVar[str] = DETAIL_TYPE
 
     job_id: str
     kind: str
@@ -63,6 +68,7 @@ class JobStateChange:
     labels: dict[str, str] | None = None
     run_seconds: float = 0.0
     tenant: str | None = None  # whom its work is for (dispatcher.domain.tenants)
+    task_seconds: dict[str, float] = field(default_factory=dict)
 
     def detail(self) -> dict[str, Any]:
         return asdict(self)
@@ -74,8 +80,44 @@ class JobStateChange:
 
     def line(self) -> str:
         """One line of JSON (``longjobs local --events``)."""
-        return json.dumps({"detail-type": DETAIL_TYPE, "detail": self.detail()},
-                          sort_keys=True, separators=(",", ":"))
+        return _line(self.detail_type, self.detail())
+
+
+@dataclass(frozen=True)
+class TaskBilled:
+    """A stopped task's bill, settled once (dispatcher.stages.bills): ``cost`` in dollars for
+    its ``job_seconds`` of runs, so each job that ran there costs ``rate`` times its seconds
+    on it (a job event's ``task_seconds``); ``bill`` what it was billed for (size, capacity,
+    architecture, from its image pull to its stop). ``at``: when it stopped."""
+
+    detail_type: ClassVar[str] = BILLED_DETAIL_TYPE
+
+    task_arn: str
+    cost: float
+    job_seconds: float
+    rate: float
+    bill: dict[str, Any]
+    at: float
+
+    def detail(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def event_id(self) -> str:
+        """One per task (its bill is settled once)."""
+        return f"{self.task_arn}#billed"
+
+    def line(self) -> str:
+        return _line(self.detail_type, self.detail())
+
+
+# What the publisher sends.
+Event = JobStateChange | TaskBilled
+
+
+def _line(detail_type: str, detail: dict[str, Any]) -> str:
+    return json.dumps({"detail-type": detail_type, "detail": detail}, sort_keys=True,
+                      separators=(",", ":"))
 
 
 def _int(value: Any) -> int:
@@ -118,6 +160,11 @@ def changes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> lis
     tags = {str(k): str(v) for k, v in tags.items()} if isinstance(tags, dict) and tags else None
     tenant = str(new["tenant"]) if new.get("tenant") else None
     history = _json(new, "history")
+    by_task: dict[str, float] = {}
+    for h in history or ():
+        if isinstance(h, dict) and h.get("task_arn") and (seconds := entry_seconds(h)) > 0:
+            arn = str(h["task_arn"])
+            by_task[arn] = by_task.get(arn, 0.0) + seconds
     ran = sum(entry_seconds(h) for h in history or () if isinstance(h, dict))
     out: list[JobStateChange] = []
     if after - before == 2 and old is not None:
@@ -126,8 +173,29 @@ def changes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> lis
         previous = BETWEEN
     out.append(JobStateChange(job_id, kind, str(new.get("state")), previous,
                               _int(new.get("attempts")), new.get("reason"), revision, after, at,
-                              tags, ran, tenant))
+                              tags, ran, tenant, by_task))
     return out
+
+
+def billed(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> TaskBilled | None:
+    """The bill a write to a task's pointer settled (its ``cost`` set, where it had none),
+    or None: any other write, or another write to a pointer settled before."""
+    if new is None or not str(new.get("pk", "")).startswith(TASK_PREFIX) \
+            or new.get("cost") is None or (old is not None and old.get("cost") is not None):
+        return None
+    cost, seconds = float(new["cost"]), float(new.get("job_seconds") or 0)
+    bill = _json(new, "bill")
+    bill = {str(k): v for k, v in bill.items()} if isinstance(bill, dict) else {}
+    stopped = bill.get("stopped_at")
+    at = float(stopped) if isinstance(stopped, int | float) else float(new.get("updated_at") or 0)
+    return TaskBilled(str(new["pk"])[len(TASK_PREFIX):], cost, seconds,
+                      cost / seconds if seconds > 0 else 0.0, bill, at)
+
+
+def events(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[Event]:
+    """Every event one write tells: a job's transitions, or a task's bill."""
+    bill = billed(old, new)
+    return [bill] if bill is not None else list(changes(old, new))
 
 
 def gaps(events: list[JobStateChange]) -> dict[str, list[int]]:

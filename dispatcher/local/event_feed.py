@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from dispatcher.aws import job_stream
-from dispatcher.domain.job_events import JobStateChange
+from dispatcher.domain.job_events import Event
 from dispatcher.ports.event_sink import EventSink
 from dispatcher.settings import Config
 from dispatcher.stages.dependents import Dependents
@@ -47,9 +47,9 @@ class PrintingSink(EventSink):
         self._write = write
         self._clock = clock
         self._lock = threading.Lock()
-        self.delivered: list[tuple[JobStateChange, float]] = []
+        self.delivered: list[tuple[Event, float]] = []
 
-    def publish(self, events: Sequence[JobStateChange]) -> None:
+    def publish(self, events: Sequence[Event]) -> None:
         t = self._clock()
         with self._lock:
             self.delivered += [(e, t) for e in events]
@@ -58,7 +58,7 @@ class PrintingSink(EventSink):
                 self._write(e.line())
 
     @property
-    def events(self) -> list[JobStateChange]:
+    def events(self) -> list[Event]:
         with self._lock:
             return [e for e, _ in self.delivered]
 

@@ -1,6 +1,7 @@
-"""The in-memory twin of the event-sink port: the events published, in order, and the
-requests it took (a request per :data:`~dispatcher.ports.event_sink.BATCH` events, as
-PutEvents). ``refuse`` makes the events of some jobs fail, as throttled entries would."""
+"""The in-memory twin of the event-sink port: the job events published, in order (``events``),
+the tasks' bills (``bills``), and the requests it took (a request per
+:data:`~dispatcher.ports.event_sink.BATCH` events, as PutEvents). ``refuse`` makes the events
+of some jobs fail, as throttled entries would."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import itertools
 from collections.abc import Sequence
 
 from dispatcher.domain.errors import EventsNotPublished
-from dispatcher.domain.job_events import JobStateChange, TableChange
+from dispatcher.domain.job_events import Event, JobStateChange, TableChange, TaskBilled
 from dispatcher.ports.event_sink import EventSink, batches
 from dispatcher.ports.record import Record
 from dispatcher.stages.publish import publish_changes
@@ -18,18 +19,21 @@ from dispatcher.testing.memory_table import MemoryTable
 class MemoryEventSink(EventSink):
     def __init__(self) -> None:
         self.events: list[JobStateChange] = []
+        self.bills: list[TaskBilled] = []
         self.requests = 0
         self.refused_jobs: set[str] = set()  # their events fail (an entry's ErrorCode)
 
     def refuse(self, *job_ids: str) -> None:
         self.refused_jobs = set(job_ids)
 
-    def publish(self, events: Sequence[JobStateChange]) -> None:
+    def publish(self, events: Sequence[Event]) -> None:
         failed: dict[str, str] = {}
         for batch in batches(events):
             self.requests += 1
             for e in batch:
-                if e.job_id in self.refused_jobs:
+                if isinstance(e, TaskBilled):
+                    self.bills.append(e)
+                elif e.job_id in self.refused_jobs:
                     failed[e.event_id] = "ThrottlingException: refused by the test"
                 else:
                     self.events.append(e)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from dispatcher.domain.job_events import DETAIL_TYPE
+from dispatcher.domain.job_events import BILLED_DETAIL_TYPE, DETAIL_TYPE
 from dispatcher.domain.jobs import JobState
 from dispatcher.local.environment import LocalEnv
 from dispatcher.local.event_feed import PrintingSink
@@ -31,12 +31,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def told(lines: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Each job's state-change events, in order."""
     out: dict[str, list[dict[str, Any]]] = {}
-    for line in lines:
+    for line in list(lines):
         event = json.loads(line)
-        assert event["detail-type"] == DETAIL_TYPE
-        out.setdefault(event["detail"]["job_id"], []).append(event["detail"])
+        assert event["detail-type"] in (DETAIL_TYPE, BILLED_DETAIL_TYPE)
+        if event["detail-type"] == DETAIL_TYPE:
+            out.setdefault(event["detail"]["job_id"], []).append(event["detail"])
     return out
+
+
+def bills(lines: list[str]) -> dict[str, dict[str, Any]]:
+    """Each stopped task's bill, by its ARN."""
+    events = [json.loads(line) for line in list(lines)]
+    return {e["detail"]["task_arn"]: e["detail"] for e in events
+            if e["detail-type"] == BILLED_DETAIL_TYPE}
 
 
 def test_local_mode_prints_each_jobs_state_changes_in_sequence(
@@ -71,6 +80,16 @@ def test_local_mode_prints_each_jobs_state_changes_in_sequence(
         client.retry("bad")
         wait_for(lambda: len(told(lines).get("bad", [])) == 6
                  and len(told(lines).get("later", [])) == 3, 120, "the events of the retries")
+        # A job's dollars from its events alone: its seconds on each task (its end event)
+        # times that task's rate (the task's bill, once it stopped) are what `jobs show` says.
+        ran = told(lines)["ok"][-1]["task_seconds"]
+        assert ran and all(s > 0 for s in ran.values())
+        wait_for(lambda: set(ran) <= set(bills(lines)), 120, "the bills of ok's tasks")
+        cost = client.show("ok").cost
+        assert cost is not None and cost.final
+        from_events = sum(s * bills(lines)[arn]["rate"] for arn, s in ran.items())
+        assert from_events == pytest.approx(cost.dollars, rel=1e-9) and cost.dollars > 0
+        assert all(b["bill"]["cpu"] > 0 and b["cost"] > 0 for b in bills(lines).values())
     finally:
         env.stop()
         os.environ.clear()

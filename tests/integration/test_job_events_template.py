@@ -52,13 +52,23 @@ def test_the_mapping_hands_over_jobs_writes_in_batches_and_gives_up_loudly(
     assert mapping["MaximumRetryAttempts"] > 0
     assert mapping["DestinationConfig"]["OnFailure"]["Destination"] == {
         "Fn::GetAtt": ["EventDeadLetterQueue", "Arn"]}
-    (only,) = mapping["FilterCriteria"]["Filters"]
-    pattern = json.loads(only["Pattern"])
-    assert matches(pattern, stream_record("JOB#j1"))
-    assert matches(pattern, stream_record("JOB#j1", "INSERT"))
-    assert not matches(pattern, stream_record("JOB#j1", "REMOVE"))  # TTL's deletes
-    assert not matches(pattern, stream_record("BUNDLE#b1"))  # heartbeats
-    assert not matches(pattern, stream_record("REJECT#m1", "INSERT"))
+    patterns = [json.loads(f["Pattern"]) for f in mapping["FilterCriteria"]["Filters"]]
+
+    def any_matches(record: dict[str, Any]) -> bool:  # the filters are ORed
+        return any(matches(p, record) for p in patterns)
+
+    assert any_matches(stream_record("JOB#j1"))
+    assert any_matches(stream_record("JOB#j1", "INSERT"))
+    assert not any_matches(stream_record("JOB#j1", "REMOVE"))  # TTL's deletes
+    assert not any_matches(stream_record("BUNDLE#b1"))  # heartbeats
+    assert not any_matches(stream_record("REJECT#m1", "INSERT"))
+    # A task's pointer, once its bill is on it (a "Task Billed" event); not before
+    settled = {"N": "0.0123"}
+    assert any_matches({**stream_record("TASK#arn:t"), "dynamodb": {
+        "Keys": {"pk": {"S": "TASK#arn:t"}}, "NewImage": {"cost": settled}}})
+    assert not any_matches(stream_record("TASK#arn:t"))
+    assert not any_matches({"eventName": "INSERT", "dynamodb": {
+        "Keys": {"pk": {"S": "TASK#arn:t"}}, "NewImage": {"bundle_id": {"S": "b"}}}})
 
 
 def test_the_publisher_reads_this_tables_stream_and_puts_on_the_bus_only(

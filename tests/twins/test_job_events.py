@@ -5,12 +5,22 @@ nothing else is told (heartbeats, checkpoints, bundle writes)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from dispatcher import settings
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.errors import PermanentError
-from dispatcher.domain.job_events import JobStateChange, TableChange, changes, gaps
+from dispatcher.domain.job_events import (
+    BILLED_DETAIL_TYPE,
+    JobStateChange,
+    TableChange,
+    TaskBilled,
+    billed,
+    changes,
+    gaps,
+)
+from dispatcher.domain.job_events import events as events_of_write
 from dispatcher.domain.jobs import Job, JobState
 from dispatcher.domain.launches import Launch
 from dispatcher.domain.stops import TaskStop
@@ -149,3 +159,25 @@ def test_the_changes_whose_events_were_refused_are_read_again() -> None:
     assert publish_changes(feed, sink) == ["1"]
     assert [e.job_id for e in sink.events] == ["a", "c"]
     assert sink.requests == 1  # three events, one request
+
+
+def test_a_tasks_bill_is_told_once_when_it_is_settled_and_prices_its_jobs_seconds() -> None:
+    """The pointer write that sets a task's cost tells a "Task Billed" event, once (a later
+    write to the settled pointer, or any other item, tells none); a job's end event tells its
+    seconds on each task, so its dollars are theirs times each task's rate."""
+    bill = {"cpu": 1024, "memory": 2048, "started_at": 10.0, "stopped_at": 130.0,
+            "capacity": "FARGATE_SPOT", "architecture": "X86_64"}
+    pointer = {"pk": "TASK#arn:t1", "bundle_id": "b1", "updated_at": 131.0}
+    settled = {**pointer, "bill": bill, "cost": 0.006, "job_seconds": 100.0}
+    (told,) = events_of_write(pointer, settled)
+    assert isinstance(told, TaskBilled) and told.detail_type == BILLED_DETAIL_TYPE
+    assert (told.task_arn, told.cost, told.rate, told.at) == ("arn:t1", 0.006, 0.00006, 130.0)
+    assert told.bill == bill and told.event_id == "arn:t1#billed"
+    assert events_of_write(settled, {**settled, "updated_at": 200.0}) == []  # settled before
+    assert events_of_write(None, pointer) == [] and billed(None, job_item(1, "PENDING")) is None
+    assert billed(None, {**settled, "job_seconds": 0}) is not None  # ran no job: rate 0
+    history = [{"task_arn": "arn:t0", "started_at": 0.0, "stopped_at": 30.0},
+               {"task_arn": "arn:t1", "started_at": 40.0, "ended_at": 60.0}]
+    (end,) = changes(job_item(2, "RUNNING"), job_item(3, "SUCCEEDED", history=history))
+    assert end.task_seconds == {"arn:t0": 30.0, "arn:t1": 20.0} and end.run_seconds == 50.0
+    assert json.loads(told.line())["detail-type"] == BILLED_DETAIL_TYPE
