@@ -17,7 +17,13 @@ import pytest
 
 from dispatcher.aws.eventbridge import EventBridgeSink
 from dispatcher.domain.errors import EventsNotPublished, ResourceMissing
-from dispatcher.domain.job_events import DETAIL_TYPE, SOURCE, JobStateChange
+from dispatcher.domain.job_events import (
+    BILLED_DETAIL_TYPE,
+    DETAIL_TYPE,
+    SOURCE,
+    JobStateChange,
+    TaskBilled,
+)
 from dispatcher.ports.event_sink import EventSink
 from dispatcher.testing.memory_event_sink import MemoryEventSink
 
@@ -47,7 +53,8 @@ class Sinks:
 def sinks(request: pytest.FixtureRequest) -> Sinks:
     if request.param == "memory":
         twin = MemoryEventSink()
-        return Sinks(twin, lambda: twin.requests, lambda: [e.detail() for e in twin.events])
+        return Sinks(twin, lambda: twin.requests,
+                     lambda: [e.detail() for e in [*twin.events, *twin.bills]])
     request.getfixturevalue("aws")
     events, sqs = boto3.client("events"), boto3.client("sqs")
     events.create_event_bus(Name=BUS)
@@ -55,7 +62,7 @@ def sinks(request: pytest.FixtureRequest) -> Sinks:
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])[
         "Attributes"]["QueueArn"]
     events.put_rule(Name="all-job-events", EventBusName=BUS, EventPattern=json.dumps(
-        {"source": [SOURCE], "detail-type": [DETAIL_TYPE]}))
+        {"source": [SOURCE], "detail-type": [DETAIL_TYPE, BILLED_DETAIL_TYPE]}))
     events.put_targets(Rule="all-job-events", EventBusName=BUS,
                        Targets=[{"Id": "q", "Arn": arn}])
     counting = Counting(events)
@@ -66,7 +73,8 @@ def sinks(request: pytest.FixtureRequest) -> Sinks:
                 "Messages", []):
             for m in msgs:
                 event = json.loads(m["Body"])
-                assert (event["source"], event["detail-type"]) == (SOURCE, DETAIL_TYPE)
+                assert (event["source"], event["detail-type"]) == (
+                    SOURCE, BILLED_DETAIL_TYPE if "task_arn" in event["detail"] else DETAIL_TYPE)
                 out.append(event["detail"])
                 sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
         return out
@@ -89,6 +97,17 @@ def test_every_event_arrives_in_order_ten_to_a_request(sinks: Sinks) -> None:
     for job_id in ("j0", "j1", "j2"):
         numbers = [d["sequence"] for d in got if d["job_id"] == job_id]
         assert sorted(numbers) == list(range(1, len(numbers) + 1))
+
+
+def test_a_tasks_bill_goes_out_beside_the_job_events_under_its_own_detail_type(
+        sinks: Sinks) -> None:
+    bill = TaskBilled("arn:aws:ecs:eu-west-1:1:task/c/t1", 0.006, 100.0, 0.00006,
+                      {"cpu": 1024, "memory": 2048, "capacity": "FARGATE"}, 1_700_000_100.0)
+    sinks.sink.publish([event("j0", 1), bill])
+    got = sinks.received()
+    assert sorted(got, key=lambda d: "task_arn" in d) == [event("j0", 1).detail(),
+                                                          bill.detail()]
+    assert sinks.requests() == 1
 
 
 def test_nothing_to_publish_makes_no_request(sinks: Sinks) -> None:
