@@ -83,6 +83,9 @@ def jobs_list(
         help="Only jobs carrying this label, key=value (among its newest 1,000).")] = None,
     tenant: Annotated[str | None, typer.Option(
         help="Only this tenant's jobs (among its newest 1,000).")] = None,
+    prefix: Annotated[str | None, typer.Option(
+        help="Only jobs whose id starts with this (among the newest "
+             f"{FILTERED_READ} of each index partition of the states asked for).")] = None,
     wide: WideOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -91,7 +94,7 @@ def jobs_list(
     job is not running yet (docs/operating.md, "Why a job waits")."""
     rows = guarded(lambda: client().list(
         status=status, kind=kind, since_seconds=parse_duration(since) if since else None,
-        limit=limit, waiting_for=waiting_for, label=label, tenant=tenant))
+        limit=limit, waiting_for=waiting_for, label=label, tenant=tenant, prefix=prefix))
     if as_json:
         print_json({"jobs": [r.to_json() for r in rows], "count": len(rows)})
         return

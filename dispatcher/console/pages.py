@@ -80,6 +80,7 @@ class JobFilter:
     waiting_for: str | None = None
     label: str | None = None
     tenant: str | None = None
+    prefix: str | None = None
 
     @staticmethod
     def of(request: Request) -> JobFilter:
@@ -90,7 +91,8 @@ class JobFilter:
             return value or None
         state = get("state")
         return JobFilter(state.upper() if state else None, get("kind"), get("since"),
-                         get("until"), get("waiting_for"), get("label"), get("tenant"))
+                         get("until"), get("waiting_for"), get("label"), get("tenant"),
+                         get("prefix"))
 
     @property
     def any(self) -> bool:
@@ -153,12 +155,13 @@ class Pages:
             jobs = self.source.queries.list_jobs(status=f.state, kind=f.kind,
                                                  since_seconds=since, limit=PAGE_ROWS,
                                                  waiting_for=f.waiting_for, label=f.label,
-                                                 tenant=f.tenant)
+                                                 tenant=f.tenant, prefix=f.prefix)
             bounded = f"the newest {len(jobs)} that match" if jobs else ""
         else:
             page = self.source.queries.page_jobs(status=f.state, kind=f.kind,
                                                  since_seconds=since, limit=PAGE_ROWS,
-                                                 after=after, until_seconds=until)
+                                                 after=after, until_seconds=until,
+                                                 prefix=f.prefix)
             jobs = page.jobs
             next_url = f.query(after=page.next) if page.next else None
         return self.render.page(

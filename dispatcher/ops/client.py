@@ -442,14 +442,15 @@ class JobClient:
     def list(self, *, status: str | None = None, kind: str | None = None,
              since_seconds: float | None = None, limit: int = 50,
              waiting_for: str | None = None, label: str | None = None,
-             tenant: str | None = None) -> builtins.list[JobSummary]:
+             tenant: str | None = None, prefix: str | None = None
+             ) -> builtins.list[JobSummary]:
         """Jobs newest first, through the status index (never a table scan); ``waiting_for``:
         only PENDING jobs waiting for that reason (:mod:`dispatcher.domain.waiting`);
         ``label``: ``key=value``, only the jobs carrying it, ``tenant``: only that tenant's
-        (both through the label index)."""
+        (both through the label index); ``prefix``: only jobs whose id starts with it."""
         return self.queries().list_jobs(status=status, kind=kind, since_seconds=since_seconds,
                                          limit=limit, waiting_for=waiting_for, label=label,
-                                         tenant=tenant)
+                                         tenant=tenant, prefix=prefix)
 
 
 def _same_size(dep_id: str, its_size: int | None, job_id: str, size: int) -> None:

@@ -103,24 +103,29 @@ class Queries:
     def list_jobs(self, *, status: str | None = None, kind: str | None = None,
                   since_seconds: float | None = None, limit: int = 50,
                   waiting_for: str | None = None, label: str | None = None,
-                  tenant: str | None = None) -> list[JobSummary]:
+                  tenant: str | None = None, prefix: str | None = None) -> list[JobSummary]:
         """Newest first (by creation time, the index's range key), at most ``limit``; with
         ``waiting_for``, only PENDING jobs waiting for that reason, among the newest
         :data:`WAITING_READ` PENDING ones; with ``label`` (``key=value``), only the jobs that
         carry it, among its newest :data:`~dispatcher.store.label_index.LABEL_READ` (the
         label index: dispatcher.store.label_index); with ``tenant``, only that tenant's jobs
-        (filed in the label index too, as ``@tenant``)."""
+        (filed in the label index too, as ``@tenant``); with ``prefix``, only the jobs whose
+        id starts with it (among the newest of each partition:
+        :meth:`dispatcher.store.job_lists.JobLists.list_jobs`)."""
         if label is not None or tenant:
-            return self._list_labelled(label, tenant, status, kind, since_seconds, limit,
-                                       waiting_for)
+            found = self._list_labelled(label, tenant, status, kind, since_seconds,
+                                        limit if not prefix else max(limit, WAITING_READ),
+                                        waiting_for)
+            return [s for s in found if s.job_id.startswith(prefix or "")][:limit]
         if waiting_for is not None:
-            return self._list_waiting(waiting_for, status, kind, since_seconds, limit)
-        rows = self._list_items(status, kind, since_seconds, limit)
+            return self._list_waiting(waiting_for, status, kind, since_seconds, limit, prefix)
+        rows = self._list_items(status, kind, since_seconds, limit, prefix=prefix)
         return self._summaries(rows, self.clock())
 
     def page_jobs(self, *, status: str | None = None, kind: str | None = None,
                   since_seconds: float | None = None, limit: int = 50,
-                  after: str | None = None, until_seconds: float | None = None) -> JobPage:
+                  after: str | None = None, until_seconds: float | None = None,
+                  prefix: str | None = None) -> JobPage:
         """As :meth:`list_jobs` (without its ``waiting_for`` and ``label``), a page at a time:
         ``after`` is the cursor the page before gave (None: the newest page);
         ``until_seconds``: only jobs created at least that long ago (the first page starts
@@ -132,21 +137,23 @@ class Queries:
             position = (iso(max(0.0, self.clock() - until_seconds)), "~")
         else:
             position = None
-        rows = self._list_items(status, kind, since_seconds, limit + 1, after=position)
+        rows = self._list_items(status, kind, since_seconds, limit + 1, after=position,
+                                prefix=prefix)
         more = len(rows) > limit
         rows = rows[:limit]
         return JobPage(self._summaries(rows, self.clock()),
                        JobPage.cursor(rows[-1]) if more and rows else None)
 
     def _list_waiting(self, reason: str, status: str | None, kind: str | None,
-                      since_seconds: float | None, limit: int) -> list[JobSummary]:
+                      since_seconds: float | None, limit: int,
+                      prefix: str | None = None) -> list[JobSummary]:
         if reason not in REASONS:
             raise LongjobsError(f"unknown waiting reason {reason!r}; one of "
                                 + ", ".join(REASONS))
         if status is not None and parse_status(status) not in (JobState.PENDING, SCHEDULED):
             return []
         rows = self._list_items(status or JobState.PENDING, kind, since_seconds,
-                                max(limit, WAITING_READ))
+                                max(limit, WAITING_READ), prefix=prefix)
         found = [s for s in self._summaries(rows, self.clock())
                  if s.waiting_for is not None and s.waiting_for.reason == reason]
         return found[:limit]
@@ -196,21 +203,22 @@ class Queries:
             bundles.get(i.bundle_id or "")) for i in rows]
 
     def _list_items(self, status: str | None, kind: str | None, since_seconds: float | None,
-                    limit: int, after: tuple[str, str] | None = None) -> list[Record]:
+                    limit: int, after: tuple[str, str] | None = None,
+                    prefix: str | None = None) -> list[Record]:
         states = [parse_status(status)] if status else list(JOB_STATES)
         now = self.clock()
         # A span longer than the epoch means everything (a date before 1970 has no ISO form).
         since = max(0.0, now - since_seconds) if since_seconds is not None else None
         if not status and not kind:  # every state as one index
             return self.store.list_states(list(JOB_STATES), since=since, limit=limit,
-                                          after=after)
+                                          after=after, prefix=prefix)
         # One state, or every state of one kind (each then has a read of its own: a finished
         # state's is bounded, an active one's filtered): newest first, at most `limit` each.
         streams = [self.store.list_jobs(JobState.PENDING, since=since, kind=kind, limit=limit,
-                                        scheduled_after=now, after=after)
+                                        scheduled_after=now, after=after, prefix=prefix)
                    if state == SCHEDULED else
                    self.store.list_jobs(JobState(state), since=since, kind=kind, limit=limit,
-                                        after=after)
+                                        after=after, prefix=prefix)
                    for state in states]
         # (status_at, pk): the index's order, which a page's cursor is a position in.
         merged = heapq.merge(*streams, key=lambda i: (i.status_at or "", i.pk), reverse=True)

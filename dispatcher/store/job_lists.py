@@ -46,7 +46,8 @@ class JobLists(Reads):
     def list_jobs(self, state: JobState, *, since: float | None = None,
                   kind: str | None = None, limit: int | None = 50,
                   scheduled_after: float | None = None,
-                  after: tuple[str, str] | None = None) -> list[Record]:
+                  after: tuple[str, str] | None = None,
+                  prefix: str | None = None) -> list[Record]:
         """Jobs (or REJECTED records) in ``state``, newest first by creation time; with
         ``scheduled_after``, only those whose ``not_before`` is later (SCHEDULED ones); with
         ``after`` (``(status_at, pk)`` of a page's last row), those past it: the next page.
@@ -54,7 +55,13 @@ class JobLists(Reads):
         A finished state's list of one ``kind`` with no ``since`` looks among the newest
         :data:`FILTERED_READ` of each index partition: the filter would otherwise read the
         state's whole history to find a kind that is rare (or gone). An active state's is
-        bounded by the active work; a ``since`` bounds it by the window asked for."""
+        bounded by the active work; a ``since`` bounds it by the window asked for. With
+        ``prefix``, only the jobs whose id starts with it, among the newest
+        :data:`FILTERED_READ` of each partition, whatever the state (an id is no key of the
+        index: this is the bound a filter on it has)."""
+        if prefix:
+            return self._with_prefix(r.job_statuses(state), prefix, since, kind, limit,
+                                     scheduled_after, after)
         if kind and since is None and scheduled_after is None and limit is not None \
                 and state in TERMINAL_JOB_STATES:
             return index.newest_matching(self.table, r.job_statuses(state),
@@ -67,13 +74,31 @@ class JobLists(Reads):
                            after=after, fan_out=self.fan_out)
 
     def list_states(self, states: list[JobState], *, since: float | None = None,
-                    limit: int = 50, after: tuple[str, str] | None = None) -> list[Record]:
+                    limit: int = 50, after: tuple[str, str] | None = None,
+                    prefix: str | None = None) -> list[Record]:
         """Jobs (and REJECTED records) in any of ``states``, newest first, as one index: every
-        state's partitions in one merge, each read only as far as the merge takes from it."""
+        state's partitions in one merge, each read only as far as the merge takes from it
+        (with ``prefix``, as :meth:`list_jobs`)."""
         keys = [key for state in states for key in r.job_statuses(state)]
+        if prefix:
+            return self._with_prefix(keys, prefix, since, None, limit, None, after)
         return index.query(self.table, keys, at_least=r.iso(since) if since is not None
                            else None, limit=limit, newest_first=True, after=after,
                            fan_out=self.fan_out)
+
+    def _with_prefix(self, keys: list[str], prefix: str, since: float | None,
+                     kind: str | None, limit: int | None, scheduled_after: float | None,
+                     after: tuple[str, str] | None) -> list[Record]:
+        at_least = r.iso(since) if since is not None else None
+
+        def match(rec: Record) -> bool:
+            return r.ident(rec.pk).startswith(prefix) and (not kind or rec.kind == kind) \
+                and (at_least is None or (rec.status_at or "") >= at_least) \
+                and (scheduled_after is None or float(rec.not_before or 0) > scheduled_after)
+
+        return index.newest_matching(self.table, keys, match, limit=limit or FILTERED_READ,
+                                     read_at_most=FILTERED_READ, after=after,
+                                     fan_out=self.fan_out)
 
     def detail(self, job_id: str) -> tuple[Record, Record | None] | None:
         """A job's record (or its REJECTED record) and its bundle's record."""

@@ -381,3 +381,31 @@ def test_dead_letters_are_shown_as_text_and_moved_back_with_the_token(twins: Twi
     assert moved.status_code == 303 and moved.headers["location"] == "/dead-letters?moved=1"
     assert twins.queue_counts()[0] == 1 and dlq.backlog().visible + dlq.backlog().in_flight == 0
     assert "Moved 1 message(s) back" in web.get(moved.headers["location"]).text
+
+
+def test_jobs_filter_by_the_start_of_their_id_and_page_on(twins: Twins) -> None:
+    """The jobs page (and the operator API under it) lists the jobs whose id starts with what
+    is typed, of any state, a page at a time; other filters narrow it further."""
+    client = twins.client()
+    for n in range(7):
+        client.submit("k", {}, job_id=f"nightly-{n}")
+    client.submit("k", {}, job_id="adhoc-1")
+    client.submit("other", {}, job_id="nightly-x")
+    twins.stages().tick.tick()
+    queries = Queries(twins.store, clock=twins.clock)
+    listed = {s.job_id for s in queries.list_jobs(prefix="nightly-")}
+    assert listed == {f"nightly-{n}" for n in range(7)} | {"nightly-x"}
+    for state in {str(j.state) for j in twins.jobs()}:
+        assert {s.job_id for s in queries.list_jobs(prefix="nightly-", status=state)} == \
+            {j.job_id for j in twins.jobs() if str(j.state) == state
+             and j.job_id.startswith("nightly-")}
+    assert {s.job_id for s in queries.list_jobs(prefix="nightly-", kind="other")} == \
+        {"nightly-x"}
+    first = queries.page_jobs(prefix="nightly-", limit=5)
+    assert len(first.jobs) == 5 and first.next is not None
+    rest = queries.page_jobs(prefix="nightly-", limit=5, after=first.next)
+    assert {s.job_id for s in [*first.jobs, *rest.jobs]} == listed and rest.next is None
+    web, _ = console(twins)
+    page = web.get("/jobs?prefix=adhoc").text
+    assert re.findall(r'href="/jobs/([a-z]+-[0-9x])"', page) == ["adhoc-1"]
+    assert 'name="prefix" value="adhoc"' in page
