@@ -44,8 +44,23 @@ class TableChange:
     new: Mapping[str, Any] | None
 
 
+class Told:
+    """What an event of ours is made of: its ``detail`` (the dataclass's fields), under its
+    ``detail_type``, and one line of JSON of both (``longjobs local --events``)."""
+
+    detail_type: ClassVar[str]
+
+    def detail(self) -> dict[str, Any]:
+        out: dict[str, Any] = asdict(self)  # type: ignore[call-overload]  # (dataclasses' base)
+        return out
+
+    def line(self) -> str:
+        return json.dumps({"detail-type": self.detail_type, "detail": self.detail()},
+                          sort_keys=True, separators=(",", ":"))
+
+
 @dataclass(frozen=True)
-class JobStateChange:
+class JobStateChange(Told):
     """One transition of one job: the event's ``detail``. ``previous_state`` is None for the
     job's creation; ``attempt`` the application attempts spent so far; ``revision`` the task
     definition (``family:revision``) of its latest run, None before it ever ran; ``at`` the
@@ -70,21 +85,14 @@ class JobStateChange:
     tenant: str | None = None  # whom its work is for (dispatcher.domain.tenants)
     task_seconds: dict[str, float] = field(default_factory=dict)
 
-    def detail(self) -> dict[str, Any]:
-        return asdict(self)
-
     @property
     def event_id(self) -> str:
         """Unique per transition, the same on every delivery of it: the consumer's dedup key."""
         return f"{self.job_id}#{self.sequence}"
 
-    def line(self) -> str:
-        """One line of JSON (``longjobs local --events``)."""
-        return _line(self.detail_type, self.detail())
-
 
 @dataclass(frozen=True)
-class TaskBilled:
+class TaskBilled(Told):
     """A stopped task's bill, settled once (dispatcher.stages.bills): ``cost`` in dollars for
     its ``job_seconds`` of runs, so each job that ran there costs ``rate`` times its seconds
     on it (a job event's ``task_seconds``); ``bill`` what it was billed for (size, capacity,
@@ -99,25 +107,14 @@ class TaskBilled:
     bill: dict[str, Any]
     at: float
 
-    def detail(self) -> dict[str, Any]:
-        return asdict(self)
-
     @property
     def event_id(self) -> str:
         """One per task (its bill is settled once)."""
         return f"{self.task_arn}#billed"
 
-    def line(self) -> str:
-        return _line(self.detail_type, self.detail())
-
 
 # What the publisher sends.
 Event = JobStateChange | TaskBilled
-
-
-def _line(detail_type: str, detail: dict[str, Any]) -> str:
-    return json.dumps({"detail-type": detail_type, "detail": detail}, sort_keys=True,
-                      separators=(",", ":"))
 
 
 def _int(value: Any) -> int:
