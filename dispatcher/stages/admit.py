@@ -42,6 +42,24 @@ from dispatcher.stages.queue_drain import DrainSetup, QueueDrain
 from dispatcher.stages.recorder import Recorder
 from dispatcher.stages.tenant_slots import TenantRoom
 
+# How to read the rate limits (dispatcher.store.rate_buckets), for a drain's bundlers.
+LimitsRead = Callable[[], Mapping[str, RateLimit]]
+
+
+def read_once(read: LimitsRead | None) -> LimitsRead | None:
+    """``read``, made once however many times it is asked (a read that fails is tried again
+    at the next ask): a drain's levels share one read of the limits."""
+    if read is None:
+        return None
+    got: list[Mapping[str, RateLimit]] = []
+
+    def once() -> Mapping[str, RateLimit]:
+        if not got:
+            got.append(read())
+        return got[0]
+
+    return once
+
 
 class Admission:
     """Receives, validates and bundles; each closed bundle goes to ``recorder`` on the drain's
@@ -117,10 +135,13 @@ class Admission:
         (dispatcher/stages/tenant_slots.py); ``deferred``: the bundles it recorded to wait
         (due later, or now: of a limited kind, or taking rate limits' tokens) are added to it.
         """
+        # The limits, read at the first job that takes tokens, once for all levels.
+        limits = read_once(self._rate_limits)
         if capacity <= 0:
             if takers > 0:
                 yield from self._drain_for_takers(takers, deadline, stats, kind_room, visible,
-                                                  beat_seconds, running_tenants, deferred)
+                                                  beat_seconds, running_tenants, deferred,
+                                                  limits)
             return
         visible = dict(visible) if visible is not None else self.backlog()
         guaranteed = {p: (shares or {}).get(p, 0) for p in PRIORITY_ORDER}
@@ -148,21 +169,22 @@ class Admission:
                 bundler = yield from self._drain_one(pool, priority, queue, slots, sharing,
                                                      visible, room, deadline, stats,
                                                      beat_seconds, running_tenants,
-                                                     tenant_left, deferred)
+                                                     tenant_left, deferred, limits)
                 left -= bundler.opened
                 room, tenant_left = bundler.kind_room, bundler.tenant_room
             if later is not None and time.monotonic() < deadline:
                 priority, queue, sharing = later
                 yield from self._drain_one(pool, priority, queue, 0, sharing, visible, room,
                                            deadline, stats, beat_seconds, running_tenants,
-                                           tenant_left, deferred)
+                                           tenant_left, deferred, limits)
 
     def _drain_one(self, pool: ThreadPoolExecutor, priority: Priority, queue: Queue,
                    slots: int, sharing: int, visible: Mapping[Priority, int],
                    room: Mapping[str, int], deadline: float, stats: AdmissionStats,
                    beat_seconds: float | None,
                    running_tenants: Collection[str | None] | None = None,
-                   tenant_room: TenantRoom = None, deferred: list[Bundle] | None = None
+                   tenant_room: TenantRoom = None, deferred: list[Bundle] | None = None,
+                   limits: LimitsRead | None = None
                    ) -> Generator[list[Bundle], None, Bundler]:
         """One level's drain into ``slots`` free slots, and into follow-ons for ``sharing``
         running tasks; its bundler, once it ends (the bundles it opened, the kinds' room
@@ -173,7 +195,7 @@ class Admission:
                           kind_limits=self._policy.kind_limits, kind_room=room,
                           backlog=visible.get(priority, 0), clock=self._clock, takers=sharing,
                           running_tenants=running_tenants, tenant_room=tenant_room,
-                          rate_limits=self._rate_limits)
+                          rate_limits=limits)
         drain = QueueDrain(self._setup, queue, bundler, deadline, stats,
                            beat_seconds=beat_seconds, of_high=priority == Priority.HIGH)
         yield from drain.run(pool)
@@ -186,7 +208,8 @@ class Admission:
                           visible: Mapping[Priority, int] | None,
                           beat_seconds: float | None,
                           running_tenants: Collection[str | None] | None = None,
-                          deferred: list[Bundle] | None = None
+                          deferred: list[Bundle] | None = None,
+                          limits: LimitsRead | None = None
                           ) -> Iterator[list[Bundle]]:
         if self._policy.bundling.follow_on_seconds <= 0:
             return  # follow-ons are off
@@ -200,7 +223,7 @@ class Admission:
             bundler = Bundler(self._policy.bundling, 0, target, at=self._clock(),
                               kind_limits=self._policy.kind_limits, kind_room=kind_room,
                               backlog=backlog, clock=self._clock, takers=takers,
-                              running_tenants=running_tenants, rate_limits=self._rate_limits)
+                              running_tenants=running_tenants, rate_limits=limits)
             with ThreadPoolExecutor(self._concurrency, thread_name_prefix="admit") as pool:
                 drain = QueueDrain(self._setup, queue, bundler, deadline, stats,
                                    beat_seconds=beat_seconds)

@@ -14,12 +14,14 @@ from hypothesis import strategies as st
 from dispatcher.domain import rate_limits
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.errors import Interrupted, InvalidMessage
+from dispatcher.domain.jobs import Priority
 from dispatcher.domain.rate_limits import RateLimit, RateLimitProblem
 from dispatcher.domain.waiting import RATE_LIMIT
 from dispatcher.ops.queries import Queries
 from dispatcher.stages.tick_tokens import TickTokens
 from dispatcher.store import Store, codec
 from dispatcher.store.rate_buckets import RateLimitError
+from dispatcher.testing.memory_queue import MemoryQueue
 from dispatcher.testing.memory_table import MemoryTable
 from job_runner.tokens import Tokens, TokensNotGranted
 from tests.twins import Twins
@@ -408,3 +410,29 @@ def test_a_look_keeps_no_more_than_the_bucket_can_grant_so_the_rest_goes_to_othe
     kept = tokens.admit([a, b, plain])
     assert kept == [a, plain]
     assert tokens.take(kept[:2]) == [a, plain]
+
+
+def test_a_drain_of_token_jobs_on_several_queues_reads_the_limits_once() -> None:
+    """Jobs that take tokens on the normal queue and on the low one's: the drain's levels
+    share one read of the limits (the tick's own look at the buckets reads them once more)."""
+    tw = Twins()
+    low = MemoryQueue(clock=tw.clock)
+    tw.priority_queues[Priority.LOW] = low
+    tw.client().set_limit("api", "60/min", burst=60)
+    client = tw.client(queues={Priority.NORMAL: tw.queue, Priority.LOW: low})
+    for priority in ("normal", "low"):
+        client.submit_many([{"kind": "k", "payload": {}, "job_id": f"{priority}{i}",
+                                  "priority": priority, "uses": {"api": 1}}
+                                 for i in range(3)])
+    reads: list[int] = []
+    real = tw.store.rate_limits
+
+    def counted() -> dict[str, RateLimit]:
+        reads.append(1)
+        return real()
+
+    tw.store.rate_limits = counted  # type: ignore[method-assign]
+    tw.stages().tick.tick()
+    assert tw.queue_counts() == (0, 0) and low.backlog().visible == 0
+    assert len(reads) == 2, f"{len(reads)} reads of the limits in one tick"
+    assert {j.job_id for j in tw.jobs()} >= {"normal0", "low0"}
