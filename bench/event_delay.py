@@ -27,6 +27,7 @@ def main() -> None:
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
     os.environ["PYTHONPATH"] = str(ROOT)
     sys.path.insert(0, str(ROOT))
+    from dispatcher.domain.job_events import JobStateChange
     from dispatcher.domain.jobs import TERMINAL_JOB_STATES
     from dispatcher.local.environment import LocalEnv
     from dispatcher.local.event_feed import PrintingSink
@@ -44,7 +45,8 @@ def main() -> None:
                                        for i in range(args.jobs)])
         deadline = time.time() + 600
         while time.time() < deadline:
-            done = {e.job_id for e in sink.events if e.state in map(str, TERMINAL_JOB_STATES)}
+            done = {e.job_id for e in sink.events if isinstance(e, JobStateChange)
+                    and e.state in map(str, TERMINAL_JOB_STATES)}
             if done >= set(ids):
                 break
             time.sleep(0.5)
@@ -53,12 +55,13 @@ def main() -> None:
     lags = sorted(feed.lags)
     print(f"{len(lags)} stream records: commit to delivery p50 {statistics.median(lags):.2f} s, "
           f"p95 {lags[int(len(lags) * 0.95) - 1]:.2f} s, max {lags[-1]:.2f} s")
-    delays = sorted(t - e.at for e, t in sink.delivered)
+    told = [(e, t) for e, t in sink.delivered if isinstance(e, JobStateChange)]  # no bills
+    delays = sorted(t - e.at for e, t in told)
     print(f"{len(delays)} events of {args.jobs} jobs: updated_at to delivery p50 "
           f"{statistics.median(delays):.2f} s, p95 {delays[int(len(delays) * 0.95) - 1]:.2f} s, "
           f"max {delays[-1]:.2f} s")
-    for state in sorted({e.state for e, _ in sink.delivered}):
-        mine = sorted(t - e.at for e, t in sink.delivered if e.state == state)
+    for state in sorted({e.state for e, _ in told}):
+        mine = sorted(t - e.at for e, t in told if e.state == state)
         print(f"  {state}: {len(mine)} events, p50 {statistics.median(mine):.2f} s, "
               f"max {mine[-1]:.2f} s")
 

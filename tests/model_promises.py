@@ -17,7 +17,7 @@ from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.jobs import JobState
 from dispatcher.domain.tenant_shares import TenantPolicy
 from dispatcher.domain.tenants import NONE
-from dispatcher.domain.waiting import TickSummary, Waiting
+from dispatcher.domain.waiting import TenantShare, TickSummary, Waiting
 from dispatcher.ops.job_waits import waiting_of
 from dispatcher.store import codec as r
 from tests import model_checks as checks
@@ -122,8 +122,9 @@ def share_order(view: checks.View, now: float, launched: Iterable[Bundle],
     (``due_before``) and that only the slots held (``waiting_for`` names the slots: priority,
     capacity, a follow-on's turn). The priorities share the free slots first (each level
     with work gets some, by weight: dispatcher.domain.fairness), then within each level the
-    tick launches for the tenants furthest below their targets first: a level's launches are
-    judged with the tenant's tasks less those its other levels launched. A relaunch is no such
+    tick launches for the tenants furthest below their targets first, counting what the levels
+    above launched: a level's launches are judged with the tenant's tasks less those the
+    levels below it launched. A relaunch is no such
     choice, nor is the queue's order (a drain shares its slots among the tenants it has seen
     so far: those past their share give slots up at their bundles' ends)."""
     tick = view.items.get(r.TICK_KEY)
@@ -132,7 +133,8 @@ def share_order(view: checks.View, now: float, launched: Iterable[Bundle],
         return []
     rank = w.PRIORITY_RANK
     # Each tenant's launches by priority level: a level's launches took it past its share if
-    # its tasks, less what the other levels launched for it, are past it.
+    # its tasks, less what the levels below launched for it, are past it (the levels above
+    # launched first, and count).
     levels: dict[str, Counter[int]] = {}
     for b in launched:
         if b.attempt > 1:
@@ -143,8 +145,9 @@ def share_order(view: checks.View, now: float, launched: Iterable[Bundle],
         share = summary.tenants.get(t)
         if share is None:
             continue
-        for level, n in counts.items():
-            if share.tasks - (sum(counts.values()) - n) > share.target:
+        for level in counts:
+            lower = sum(n for other, n in counts.items() if other > level)
+            if share.tasks - lower > share.target:
                 over.setdefault(t, set()).add(level)
     if not over:
         return []
@@ -278,8 +281,9 @@ def reserves_kept(before: checks.View, view: checks.View, now: float,
                if b.state == BundleState.PENDING and b.next_attempt_at <= now}
     out = []
     for t, p in sorted(policies.items()):
-        share = summary.tenants.get(t)
-        if share is None or share.tasks >= p.reserve:
+        # A tenant the summary leaves out has no task, no target and no cap.
+        share = summary.tenants.get(t, TenantShare(0, 0))
+        if share.tasks >= p.reserve:
             continue
         held = [b.bundle_id for b in view.bundles()
                 if (b.tenant or NONE) == t and b.state == BundleState.PENDING

@@ -167,7 +167,7 @@ class Pages:
         return self.render.page(
             request, "jobs.html", page="jobs", jobs=jobs, f=f, states=STATES, reasons=REASONS,
             after=after, next_url=next_url, first_url=f.query(), bounded=bounded,
-            refresh=None if after else REFRESH_SECONDS)
+            refresh=None if after or f.prefix else REFRESH_SECONDS)
 
     # -- a job ----------------------------------------------------------------------------------
     def job(self, request: Request) -> Response:

@@ -127,18 +127,19 @@ class DueWork:
         return follow
 
     def with_untaken(self, capacity: int, waiting: list[Bundle], room: Mapping[str, int]
-                     ) -> list[Bundle]:
+                     ) -> tuple[list[Bundle], set[str]]:
         """``waiting`` (what :meth:`due` returned, which filled the slots) with the untaken
         follow-ons read too, in the tick's order, fitted to ``room``: with tenants to share
         the slots among, a tenant whose own tasks all ended (a deploy, a shed, a crash) has
         follow-ons that no task of its takes, and its turn may come before the other work
-        (dispatcher.stages.tenant_slots orders them). One read more, made only then."""
+        (dispatcher.stages.tenant_slots orders them). One read more, made only then. The
+        kinds blocked anew (a follow-on fitted before a wide bundle) come back too."""
         if self.follow_read or capacity <= 0:
-            return waiting
+            return waiting, set()
         follow = self._untaken(capacity, self._left_out)
         known = {b.bundle_id for b in waiting}
         return self.fit(sorted([*waiting, *(b for b in follow if b.bundle_id not in known)],
-                               key=self.order), room)[0]
+                               key=self.order), room)
 
     def order(self, b: Bundle) -> tuple[int, bool, float]:
         """The tick's order of due bundles: higher priority first; within a priority, the
@@ -213,14 +214,17 @@ class DueWork:
             fits.append(b)
         return fits, blocked
 
-    def share(self, capacity: int, waiting: list[Bundle], visible: Mapping[Priority, int]
-               ) -> tuple[list[Bundle], dict[Priority, int]]:
+    def share(self, capacity: int, waiting: list[Bundle], visible: Mapping[Priority, int],
+              order: Callable[[list[Bundle], Mapping[Priority, int]], list[Bundle]]
+              | None = None) -> tuple[list[Bundle], dict[Priority, int]]:
         """Share the free slots between priorities: the due bundles to launch now (within a
         priority, those waiting in the table go first, oldest due first) and the slots each
         priority's queue may take. When levels compete for more than the slots, the shares
         follow :func:`dispatcher.domain.fairness.allocate`, its credit carried in the table
         from tick to tick, so every level with work gets a slot within a bounded number of
-        ticks (:func:`~dispatcher.domain.fairness.patience`), even at one free slot a tick."""
+        ticks (:func:`~dispatcher.domain.fairness.patience`), even at one free slot a tick.
+        ``order``: how to order ``waiting`` once each level's slots are known (the tenants'
+        turns, dispatcher.stages.tenant_slots)."""
         due = Counter(b.priority for b in waiting)
         demand = {p: due[p] + visible.get(p, 0) for p in PRIORITY_ORDER}
         if sum(demand.values()) > capacity and sum(1 for n in demand.values() if n) > 1:
@@ -238,6 +242,8 @@ class DueWork:
             for p in PRIORITY_ORDER:
                 slots[p] = min(demand[p], left)
                 left -= slots[p]
+        if order is not None:
+            waiting = order(waiting, slots)
         taken = dict.fromkeys(PRIORITY_ORDER, 0)
         launch: list[Bundle] = []
         for b in waiting:

@@ -187,29 +187,37 @@ class TenantSlots:
         (:meth:`order`)."""
         return self.order(self.within_caps(bundles))
 
-    def order(self, bundles: list[Bundle]) -> list[Bundle]:
+    def order(self, bundles: list[Bundle],
+              level_slots: Mapping[Priority, int] | None = None) -> list[Bundle]:
         """Higher priority first (a stable sort); within a priority, one bundle at a time of
-        the tenant furthest below its target (counting those of that priority before it in
-        the order), the lowest usage / weight among equals; each tenant's own bundles in their
-        order. A level counts none of a higher one's: the priorities share the slots first
-        (dispatcher.domain.fairness), so those may not launch this tick."""
+        the tenant furthest below its target (counting those before it in the order that
+        launch), the lowest usage / weight among equals; each tenant's own bundles in their
+        order. ``level_slots``: the slots the priorities' sharing gave each level
+        (dispatcher.domain.fairness), so that only a level's first that many count against
+        their tenants below it; None: the caller launches from the front, as many as it
+        has slots for (every one before counts)."""
         if not self.goal:
             return bundles
         out: list[Bundle] = []
+        launched: Counter[str] = Counter()  # of the levels above, those that launch
         ranked = sorted(bundles, key=lambda b: PRIORITY_ORDER.index(b.priority))
-        for _, level in groupby(ranked, key=lambda b: b.priority):
-            picked: Counter[str] = Counter()
+        for priority, level in groupby(ranked, key=lambda b: b.priority):
+            picked = Counter(launched)
             queues: dict[str, list[Bundle]] = {}
             for b in level:
                 queues.setdefault(key(b.tenant), []).append(b)
             heap = [(self._behind(t, picked), t) for t in queues]
             heapq.heapify(heap)
+            ordered: list[Bundle] = []
             while heap:
                 _, t = heapq.heappop(heap)
-                out.append(queues[t].pop(0))
+                ordered.append(queues[t].pop(0))
                 picked[t] += 1
                 if queues[t]:
                     heapq.heappush(heap, (self._behind(t, picked), t))
+            take = len(ordered) if level_slots is None else level_slots.get(priority, 0)
+            launched.update(key(b.tenant) for b in ordered[:take])
+            out += ordered
         return out
 
     def _behind(self, t: str, picked: Counter[str]) -> tuple[int, float]:

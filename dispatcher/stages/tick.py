@@ -217,7 +217,8 @@ class Tick:
             # A tenant whose own tasks all ended (a deploy, a shed) has follow-ons no task
             # of its takes: read them even when other due work fills the slots, so that its
             # turn (below) may come first.
-            waiting = self._work.with_untaken(d.capacity, waiting, room)
+            waiting, more_blocked = self._work.with_untaken(d.capacity, waiting, room)
+            blocked |= more_blocked
         waiting = tokens.admit(waiting)  # (the tenants' targets count no held bundle)
         others = [b for b in self._work.others_due(room, keep_others)
                   if not rate_limits.takes_tokens(b.bundle_id)] if d.capacity <= 0 else []
@@ -230,9 +231,10 @@ class Tick:
                 known = {b.bundle_id for b in waiting}
                 if d.capacity > 0:  # their follow-ons, for their slots (a kind limited
                     # since they were recorded counts them too)
-                    waiting = self._work.fit(sorted([*waiting, *(
+                    waiting, found_blocked = self._work.fit(sorted([*waiting, *(
                         b for b in shares.found if b.bundle_id not in known)],
-                        key=self._work.order), room)[0]
+                        key=self._work.order), room)
+                    blocked |= found_blocked
             shares.plan([*waiting, *others])
             waiting = shares.admit(waiting)
             # What a running task leaves its slot for: work the tick would launch there
@@ -263,7 +265,9 @@ class Tick:
                                                self._revisions.pinned_version)
             except TableUnavailable as exc:  # its runners take none until its summary
                 log.error("saving the tick's revision failed", extra={"reason": exc.reason})
-        due, queue_slots = self._work.share(d.capacity, waiting, visible)
+        due, queue_slots = self._work.share(
+            d.capacity, waiting, visible,
+            order=None if tenants_now.shares is None else tenants_now.shares.order)
         due = tokens.take(due)
         running |= {b.tenant for b in due}  # launched now: their tasks take follow-ons too
         tenants_now.took(due)

@@ -121,8 +121,7 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
                      recordings_left=rec.clean_at is None or int(rec.clean_at) != number - 1,
                      taken_over=number > 1 and (rec.released_at is None
                                                 or int(rec.released_at) != number - 1),
-                     tenanted=rec.tenanted_at is not None
-                     and int(rec.tenanted_at) == number - 1)
+                     tenanted=rec.tenanted_at is not None)
 
     def release_lease(self, owner: str, *, swept_at: float | None = None,
                       held: Lease | None = None, clean: bool = False,

@@ -88,9 +88,10 @@ class Lease:
     this one gave the lease back having recorded all it began. The tick then skips the
     query for such bundles. ``taken_over``: the holder just before did not give it back (its
     tick died, or outran its term), which the tick logs: nothing else shows a dead tick.
-    ``tenanted``: the holder just before saw the work of a tenant (so this tick reads the
-    follow-ons no task has taken even when other due work fills its slots: a tenant whose own
-    tasks all ended may be owed them first, dispatcher.stages.due_work)."""
+    ``tenanted``: a holder before saw the work of a tenant (so this tick reads the follow-ons
+    no task has taken even when other due work fills its slots: a tenant whose own tasks all
+    ended may be owed them first, dispatcher.stages.due_work). Once set, it stays: a tick that
+    sees no tenant (no slot free, its tenants' follow-ons unread) must not forget them."""
 
     owner: str
     swept_at: float | None = None

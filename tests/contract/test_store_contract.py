@@ -308,7 +308,15 @@ def test_a_lease_hands_the_next_holder_what_its_last_holder_left(
     store.release_lease("e", swept_at=T0 + 2, held=e, clean=True)
     assert store.acquire_lease("f", 60) == Lease("f", T0 + 2, 6, recordings_left=False)
     store.release_lease("f")  # given back without saying which: the next cannot tell
-    assert store.acquire_lease("g", 60) == Lease("g", T0 + 2, 7, True, taken_over=True)
+    g = store.acquire_lease("g", 60)
+    assert g == Lease("g", T0 + 2, 7, True, taken_over=True)
+    # One that saw a tenant's work says so, and it stays said for every holder after
+    store.release_lease("g", held=g, tenanted=True)
+    h = store.acquire_lease("h", 60)
+    assert h is not None and h.tenanted
+    store.release_lease("h", held=h)
+    i = store.acquire_lease("i", 60)
+    assert i is not None and i.tenanted
 
 
 def test_a_lease_of_ticks_run_one_at_a_time_passes_between_them_at_once(

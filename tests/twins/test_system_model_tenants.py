@@ -145,7 +145,7 @@ def test_the_tick_launches_for_the_tenant_below_its_share_first(
 def test_share_order_sees_tenants_launched_by_age_alone(
         machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
     """The broken rule: due work launched oldest first, whatever its tenant's share."""
-    monkeypatch.setattr(TenantSlots, "order", lambda self, bundles: bundles)
+    monkeypatch.setattr(TenantSlots, "order", lambda self, bundles, *_: bundles)
     seen = seen_by(machines(), "share_order", two_tenants_take_turns)
     assert seen and "launched past its share" in seen[0]
 

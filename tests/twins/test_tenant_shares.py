@@ -219,17 +219,23 @@ def test_a_tenant_with_no_task_running_gets_a_slot_for_its_first_work() -> None:
     assert Counter(b.tenant for b in tw.store.active_bundles()).get("b", 0) == 1
 
 
-def test_each_priority_orders_its_tenants_by_their_standing_alone() -> None:
-    """a's two urgent bundles come first, but the priorities share the slots before the
-    tenants do: they may not launch this tick, so they do not put a behind b at the normal
-    level (a, of the lower usage, goes first there as it would alone)."""
+def test_each_priority_counts_against_a_tenant_only_what_launches_above_it() -> None:
+    """a's two urgent bundles come first; the priorities share the slots before the tenants
+    do. Given none to the urgent level, a (of the lower usage) goes first at the normal level
+    as it would alone; given one, that one counts: b, below its target, goes first there."""
     shares = TenantSlots(2, {}, {"a": 0.0, "b": 10.0}, [])
     shares.goal = {"a": 1, "b": 1}
     bundles = [Bundle(f"{t}@{n}", [], priority=p) for t, n, p in [
         ("b", "1", Priority.NORMAL), ("a", "2", Priority.NORMAL), ("a", "3", Priority.HIGH),
         ("a", "4", Priority.HIGH)]]
-    order = [b.bundle_id for b in shares.order(bundles)]
-    assert order == ["a@3", "a@4", "a@2", "b@1"]
+
+    def order(high: int) -> list[str]:
+        slots = {Priority.HIGH: high, Priority.NORMAL: 2 - high, Priority.LOW: 0}
+        return [b.bundle_id for b in shares.order(bundles, slots)]
+
+    assert order(0) == ["a@3", "a@4", "a@2", "b@1"]
+    assert order(1) == ["a@3", "a@4", "b@1", "a@2"]
+    assert [b.bundle_id for b in shares.order(bundles)] == order(2)  # all before count
 
 
 def test_a_tenant_whose_tasks_all_ended_gets_its_turn_for_its_follow_ons() -> None:
