@@ -115,7 +115,7 @@ class Promises:
 
 
 def share_order(view: checks.View, now: float, launched: Iterable[Bundle],
-                due_before: Iterable[Bundle]) -> list[str]:
+                due_before: Iterable[Bundle], before: checks.View) -> list[str]:
     """After a tick that ran whole with no fault: no tenant had a bundle launched past its
     share (its tasks above the target the tick's summary ends with) while another tenant
     below its own was left work of that priority that was due with room as the tick began
@@ -126,10 +126,16 @@ def share_order(view: checks.View, now: float, launched: Iterable[Bundle],
     above launched: a level's launches are judged with the tenant's tasks less those the
     levels below it launched. A relaunch is no such
     choice, nor is the queue's order (a drain shares its slots among the tenants it has seen
-    so far: those past their share give slots up at their bundles' ends)."""
+    so far: those past their share give slots up at their bundles' ends). The summary's
+    targets are those the tick ends with: a tick whose drain met a tenant with no bundle as
+    it began (``before``) chose by other targets, and is not judged."""
     tick = view.items.get(r.TICK_KEY)
     summary = TickSummary.from_json(tick.summary) if tick is not None else None
     if summary is None or len(summary.tenants) < 2:
+        return []
+    known = {b.tenant or "(none)" for b in before.bundles()
+             if b.state in ACTIVE_BUNDLE_STATES or b.state == BundleState.PENDING}
+    if any(t not in known for t in summary.tenants):
         return []
     rank = w.PRIORITY_RANK
     # Each tenant's launches by priority level: a level's launches took it past its share if

@@ -533,7 +533,7 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
                    and (b.bundle_id, b.attempt) not in active_before]
         launched = Counter(str(b.priority) for b in started)
         self.fail("waiting_promise", self.promises.after_tick(view, now, launched))
-        self.fail("share_order", promises.share_order(view, now, started, due))
+        self.fail("share_order", promises.share_order(view, now, started, due, before_view))
         self.fail("tenant_turns", self.turns.after_tick(before_view, view, now, most))
         self.fail("reserve_kept", promises.reserves_kept(before_view, view, now, most))
         self.fail("rate_limit", self.tokens.false_claims(view))
