@@ -34,8 +34,8 @@ def shares(out: BatchRun, weights: dict[str, float]) -> tuple[float, dict[str, f
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=600_000,
-                        help="all tenants' jobs together (the default: 200,000 each)")
+    parser.add_argument("--jobs", type=int, default=200_000,
+                        help="all tenants' jobs together (the default: the reference batch)")
     parser.add_argument("--weights", default="3,2,1", help="the tenants' weights, in turn")
     parser.add_argument("--seconds", type=float, default=2.0, help="each job's mean length")
     parser.add_argument("--tasks", type=int, default=60, help="LONGJOBS_MAX_RUNNING_TASKS")
