@@ -242,13 +242,19 @@ class TenantTurns:
             self.forget()
             return []
         self.over = {t for t, s in summary.tenants.items() if s.tasks > s.target}
+        below = {t for t, s in summary.tenants.items() if s.tasks < s.target}
+        due: dict[str, list[Bundle]] = {}  # the below tenants' due work, highest first
+        for b in view.bundles():
+            if (b.tenant or NONE) in below and b.state == BundleState.PENDING \
+                    and b.next_attempt_at <= now:
+                due.setdefault(b.tenant or NONE, []).append(b)
         out = []
         for t, share in summary.tenants.items():
-            level = min((rank.get(str(b.priority), 1) for b in view.bundles()
-                         if (b.tenant or NONE) == t and b.state == BundleState.PENDING
-                         and b.next_attempt_at <= now
-                         and (said := waits(view, b, now)) is not None
-                         and said.reason in SLOT_HELD), default=None)
+            # Its highest priority with work only the slots hold (one look a tenant, mostly).
+            level = next((rank.get(str(b.priority), 1) for b in sorted(
+                due.get(t, []), key=lambda b: rank.get(str(b.priority), 1))
+                if (said := waits(view, b, now)) is not None and said.reason in SLOT_HELD),
+                None)
             if share.tasks >= share.target or level is None:
                 self.owed.pop(t, None)
                 continue
