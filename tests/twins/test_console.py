@@ -409,3 +409,5 @@ def test_jobs_filter_by_the_start_of_their_id_and_page_on(twins: Twins) -> None:
     page = web.get("/jobs?prefix=adhoc").text
     assert re.findall(r'href="/jobs/([a-z]+-[0-9x])"', page) == ["adhoc-1"]
     assert 'name="prefix" value="adhoc"' in page
+    # A page so filtered reads up to 1,000 rows a partition: it does not refresh by itself.
+    assert "data-refresh" not in page and "data-refresh" in web.get("/jobs").text
