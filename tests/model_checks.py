@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import strategies as st
@@ -46,6 +46,11 @@ class View:
     items: dict[str, Record]
     queued: list[tuple[str, int]]  # (body, receive count) of every message still in the queue
     _queued_ids: set[str] | None = None
+    _rejected: set[str] | None = None
+    # Decoded once a view: the checks after a step ask for the same jobs and bundles many
+    # times (they only read what they are given).
+    _jobs: dict[str, Job | None] = field(default_factory=dict)
+    _bundles: dict[str, Bundle | None] = field(default_factory=dict)
 
     @classmethod
     def read(cls, table: MemoryTable, queue: MemoryQueue) -> View:
@@ -59,10 +64,17 @@ class View:
         return cls(items, [(body, n) for body, _, _, n in messages])
 
     def job(self, job_id: str) -> Job | None:
-        rec = self.items.get(r.job_key(job_id))
-        return r.record_job(rec) if rec else None
+        if job_id not in self._jobs:
+            rec = self.items.get(r.job_key(job_id))
+            self._jobs[job_id] = r.record_job(rec) if rec else None
+        return self._jobs[job_id]
 
     def bundle(self, bundle_id: str) -> Bundle | None:
+        if bundle_id not in self._bundles:
+            self._bundles[bundle_id] = self._decoded_bundle(bundle_id)
+        return self._bundles[bundle_id]
+
+    def _decoded_bundle(self, bundle_id: str) -> Bundle | None:
         rec = self.items.get(r.bundle_key(bundle_id))
         if rec is None:
             return None
@@ -84,7 +96,15 @@ class View:
         return out
 
     def rejected(self, key: str) -> bool:
-        return any(pk == f"REJECT#{key}" or pk.startswith(f"REJECT#{key}#") for pk in self.items)
+        """Whether ``REJECT#{key}`` or ``REJECT#{key}#...`` is recorded."""
+        if self._rejected is None:  # read once: the model asks this of every job after a step
+            self._rejected = set()
+            for pk in self.items:
+                if pk.startswith("REJECT#"):
+                    rest = pk[len("REJECT#"):]
+                    self._rejected.add(rest)
+                    self._rejected.update(rest[:i] for i, c in enumerate(rest) if c == "#")
+        return key in self._rejected
 
     def rejected_body(self, body: str) -> bool:
         return any(pk.startswith("REJECT#") and rec.body == body for pk, rec in self.items.items())
@@ -256,10 +276,19 @@ def dead_letters(queues: Mapping[str, MemoryQueue],
     return out
 
 
-def oversized(view: View) -> list[str]:
-    out = []
+def oversized(view: View, sizes: dict[int, tuple[Record, int]] | None = None) -> list[str]:
+    """Items over DynamoDB's limit. ``sizes`` (the caller's, kept between steps) remembers each
+    stored record's size by identity: the table twin never changes a stored record in place
+    (a write stores a new one), so a record seen before has the size it had; the entry holds
+    the record, so its id is not reused while remembered."""
+    out, known = [], dict(sizes or {})
+    if sizes is not None:
+        sizes.clear()
     for pk, rec in view.items.items():
-        size = _item_bytes(rec)
+        hit = known.get(id(rec))
+        size = hit[1] if hit is not None and hit[0] is rec else _item_bytes(rec)
+        if sizes is not None:
+            sizes[id(rec)] = (rec, size)
         if size > MAX_ITEM_BYTES:
             out.append(f"{pk} is {size} bytes > {MAX_ITEM_BYTES}")
     return out

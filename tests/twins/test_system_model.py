@@ -45,7 +45,7 @@ from dispatcher.domain.message import MAX_NOT_BEFORE
 from dispatcher.domain.stops import TaskStop
 from dispatcher.ops.client import JobClient
 from dispatcher.ports.queue import Received
-from dispatcher.ports.table import TableUnavailable
+from dispatcher.ports.table import Record, TableUnavailable
 from dispatcher.stages import bundle as bundle_stage
 from dispatcher.stages import handoff
 from dispatcher.stages.dependents import Dependents
@@ -127,6 +127,7 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         self.arrays_client = self.twins.client()
         self.early: list[str] = []  # dependents that ran before their dependencies allowed
         self.ended_as: dict[str, set[str]] = {}  # each dependency's ends seen, after each step
+        self.item_sizes: dict[int, tuple[Record, int]] = {}  # checks.oversized's, between steps
         # The table's stream as the dependents function reads it (the stream rule delivers
         # it), and the time of the last look at every held dependent by a tick no fault hit.
         self.feed = EndedJobsFeed(self.table)
@@ -806,7 +807,7 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         self.fail("budget", [f"{j} ran {n} times, over its budget {self.budget[j]}: "
                              f"{checks.describe(view.job(j))}"
                              for j, n in self.runs.items() if n > self.budget[j]])
-        self.fail("item_size", checks.oversized(view))
+        self.fail("item_size", checks.oversized(view, self.item_sizes))
         self.fail("blamed_innocent", checks.blamed(view, self.submitted, self.tasks))
         self.fail("waiting_for", checks.unexplained_waits(view, self.twins.clock()))
         self.fail("job_events", checks.untold(view, self.job_events.events, self.expired))
