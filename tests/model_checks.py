@@ -14,6 +14,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from dispatcher.domain import labels as labels_rule
 from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
 from dispatcher.domain.job_events import JobStateChange
 from dispatcher.domain.jobs import TERMINAL_JOB_STATES, Job, JobState
@@ -220,6 +221,28 @@ def mixed_tenants(view: View) -> list[str]:
                        f"{sorted({str(jobs[j].tenant) for j in strangers})}")
     out += [f"task {arn} ran the jobs of tenants {sorted(map(str, owners))}"
             for arn, owners in sorted(by_task.items()) if len(owners) > 1]
+    return out
+
+
+def task_tags(view: View, requests: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """Tasks whose tags do not say what the bundle each was launched for holds: its tenant
+    (``longjobs:tenant``) and the labels every one of its own jobs has
+    (``longjobs:label:<key>``, those ECS takes). ``requests``: each task's tags, by ARN. A
+    task that took a bundle without a launch (a follow-on) is tagged for the one it was
+    launched for; a bundle whose jobs TTL deleted is not judged."""
+    out = []
+    for b in view.bundles():
+        tags = requests.get(b.task_arn or "")
+        if tags is None or tags.get("longjobs:launch") != b.launch_id:
+            continue
+        own = [view.job(j) for j in b.job_ids if j not in b.handed_jobs]
+        if any(job is None for job in own):
+            continue
+        want = labels_rule.tags(labels_rule.shared(job.labels for job in own if job))
+        got = {k: v for k, v in tags.items() if k.startswith(labels_rule.TAG_PREFIX)}
+        if got != want or tags.get("longjobs:tenant") != b.tenant:
+            out.append(f"task {b.task_arn} of bundle {b.bundle_id} (tenant {b.tenant}, jobs "
+                       f"sharing {want}) is tagged {dict(tags)}")
     return out
 
 

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from dispatcher.domain import labels as labels_rule
 from dispatcher.domain import rate_limits, tenants
 from dispatcher.domain.jobs import Priority, Resources, now
 
@@ -70,6 +71,10 @@ class Bundle:
     # The rate limits' tokens its launch takes (dispatcher.domain.rate_limits), its jobs'
     # added up: key -> count; its id says it has them (rate_limits.takes_tokens).
     uses: dict[str, int] | None = None
+    # The labels every one of its jobs has (key -> value): its tasks' tags
+    # (dispatcher.domain.labels.tags). None: not read (a row of the status index, which holds
+    # none); its id says whether it may have any (:func:`labelled`).
+    labels: dict[str, str] | None = None
 
     @property
     def tenant(self) -> str | None:
@@ -124,10 +129,33 @@ def of_small_jobs(bundle: Bundle, small_job_seconds: float) -> bool:
     return 0 < bundle.estimated_seconds <= small_job_seconds and len(bundle.job_ids) == 1
 
 
-def new_bundle_id(tenant: str | None, takes_tokens: bool, rest: str) -> str:
+def new_bundle_id(tenant: str | None, takes_tokens: bool, rest: str,
+                  labelled: bool = False) -> str:
     """A new bundle's id: its tenant's (dispatcher.domain.tenants), marked when its jobs take
-    rate limits' tokens (:func:`dispatcher.domain.rate_limits.marked`)."""
+    rate limits' tokens (:func:`dispatcher.domain.rate_limits.marked`) and when the job it
+    opens with has labels (:func:`dispatcher.domain.labels.marked`)."""
+    rest = labels_rule.marked(rest) if labelled else rest
     return tenants.bundle_id(tenant, rate_limits.marked(rest) if takes_tokens else rest)
+
+
+def new_batch_id(tenant: str | None, labelled: bool, rest: str) -> str:
+    """A drain's batch id (its bundles' ids begin with it: :func:`first_wave_id`,
+    :func:`follow_on_id`), marked as :func:`new_bundle_id` marks a bundle's."""
+    return tenants.bundle_id(tenant, labels_rule.marked(rest) if labelled else rest)
+
+
+def labelled(bundle_id: str) -> bool:
+    """Whether a bundle's id says its jobs may share labels, which the status index's rows do
+    not hold (:data:`dispatcher.domain.labels.BUNDLE_MARK`)."""
+    rest = bundle_id.rpartition(tenants.MARK)[2]
+    return labels_rule.has_mark(rest.removeprefix(rate_limits.BUNDLE_MARK))
+
+
+def labels_known(bundle: Bundle) -> dict[str, str] | None:
+    """The labels ``bundle``'s jobs share, if known without reading its item (None: read it)."""
+    if bundle.labels is not None:
+        return bundle.labels
+    return None if labelled(bundle.bundle_id) else {}
 
 
 def task_can_run(ran: Bundle, other: Bundle) -> bool:

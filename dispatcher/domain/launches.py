@@ -37,6 +37,9 @@ class Launch:
     # The kind of every job of its bundles, when they share one: its tasks' tag
     # ``longjobs:kind``, for AWS's split cost allocation to be matched against ours.
     kind: str | None = None
+    # The labels every job of its bundles has (a call is of one set: stages.launch.calls_for):
+    # its tasks' tags (dispatcher.domain.labels.tags).
+    labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def tenant(self) -> str | None:

@@ -40,9 +40,15 @@ import math
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 
-from dispatcher.domain import rate_limits, tenants
+from dispatcher.domain import labels, rate_limits
 from dispatcher.domain.bundle_sizes import BundleSizes, Shape
-from dispatcher.domain.bundles import Bundle, first_wave_id, follow_on_id, new_bundle_id
+from dispatcher.domain.bundles import (
+    Bundle,
+    first_wave_id,
+    follow_on_id,
+    new_batch_id,
+    new_bundle_id,
+)
 from dispatcher.domain.jobs import Job, new_id
 from dispatcher.domain.rate_limits import RateLimit
 from dispatcher.ports.table import TableUnavailable
@@ -411,23 +417,26 @@ class Bundler:
         if self.is_small(job):
             self.close(shape)  # a new open bundle of this shape replaces the full one
         # Its id (and its batch's) names its tenant (dispatcher.domain.tenants).
-        bundle_id = new_bundle_id(job.tenant, shape[5] is not None, new_id())
+        bundle_id = new_bundle_id(job.tenant, shape[5] is not None, new_id(), bool(job.labels))
         if follow_on:
-            batch_id = self._batches.setdefault(shape, tenants.bundle_id(job.tenant, new_id()))
+            batch_id = self._batches.setdefault(
+                shape, new_batch_id(job.tenant, bool(job.labels), new_id()))
             n = self._next_follow.get(shape, 0)
             self._next_follow[shape] = n + 1
             bundle_id = follow_on_id(batch_id, n)
             deferred = True
             self._sizes[bundle_id] = self._follow_on_size()
         elif batch:  # its id names its batch too (the tick tells the batches running by it)
-            batch_id = self._batches.setdefault(shape, tenants.bundle_id(job.tenant, new_id()))
+            batch_id = self._batches.setdefault(
+                shape, new_batch_id(job.tenant, bool(job.labels), new_id()))
             bundle_id = first_wave_id(batch_id, self.opened)
             if foothold:
                 self.footholds.add(bundle_id)
                 self._sizes[bundle_id] = self._follow_on_size()
         bundle = Bundle(bundle_id=bundle_id, job_ids=[], priority=job.priority,
                         resources=job.resources, created_at=self._at,
-                        next_attempt_at=shape[2] if shape[2] is not None else self._at)
+                        next_attempt_at=shape[2] if shape[2] is not None else self._at,
+                        labels=dict(job.labels or {}))
         if batch:
             bundle.batch = batch_id
         if shape[3] is not None:
@@ -505,6 +514,7 @@ class Bundler:
         bundle.estimated_seconds += job.estimated_seconds or 0
         if bundle.uses is not None:
             bundle.uses = rate_limits.needs([bundle.uses, job.uses])
+        bundle.labels = labels.shared([bundle.labels, job.labels])
         seen = self._one_kind.setdefault(bundle.bundle_id, job.kind)
         if seen != job.kind:
             self._one_kind[bundle.bundle_id] = ""  # several kinds

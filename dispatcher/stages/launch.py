@@ -26,7 +26,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from dispatcher.domain.bundles import Bundle, BundleState
+from dispatcher.domain import labels
+from dispatcher.domain.bundles import Bundle, BundleState, labels_known
 from dispatcher.domain.errors import ConflictError, LaunchError, ResourceMissing
 from dispatcher.domain.jobs import Resources
 from dispatcher.domain.launches import Launch
@@ -79,7 +80,8 @@ def request_for(launch: Launch) -> LaunchRequest:
         env={"LONGJOBS_LAUNCH_ID": launch.launch_id},
         tags={"longjobs:launch": launch.launch_id,
               **({"longjobs:kind": launch.kind} if launch.kind else {}),
-              **({"longjobs:tenant": tenant} if (tenant := launch.tenant) else {})},
+              **({"longjobs:tenant": tenant} if (tenant := launch.tenant) else {}),
+              **labels.tags(launch.labels)},
         on_demand=launch.on_demand,
         resources=launch.resources,
     )
@@ -87,12 +89,16 @@ def request_for(launch: Launch) -> LaunchRequest:
 
 def calls_for(bundles: list[Bundle]) -> list[list[Bundle]]:
     """The bundles cut into RunTask calls: grouped by ``resources`` (a call's task-level
-    overrides apply to every task it starts), kind and tenant (its tags too:
-    ``longjobs:kind``, ``longjobs:tenant``), then <= MAX_TASKS_PER_CALL each. Groups keep the
-    order of their first bundle, and bundles their order within a group."""
-    by_size: dict[tuple[Resources, str | None, str | None], list[Bundle]] = {}
+    overrides apply to every task it starts), kind, tenant and shared labels (its tags too:
+    ``longjobs:kind``, ``longjobs:tenant``, ``longjobs:label:<key>``), then
+    <= MAX_TASKS_PER_CALL each. Groups keep the order of their first bundle, and bundles their
+    order within a group. Every bundle's labels are known (:func:`labels_known`)."""
+    by_size: dict[tuple[Resources, str | None, str | None, frozenset[tuple[str, str]]],
+                  list[Bundle]] = {}
     for bundle in bundles:
-        by_size.setdefault((bundle.resources, bundle.kind, bundle.tenant), []).append(bundle)
+        shared = frozenset((labels_known(bundle) or {}).items())
+        by_size.setdefault((bundle.resources, bundle.kind, bundle.tenant, shared),
+                           []).append(bundle)
     return [same[start:start + MAX_TASKS_PER_CALL] for same in by_size.values()
             for start in range(0, len(same), MAX_TASKS_PER_CALL)]
 
@@ -127,10 +133,22 @@ class Launches:
                on_demand: bool = False) -> None:
         """One RunTask per <=10 bundles of the same resources (a call's overrides apply to
         all its tasks), in the order the bundles come (grouped by their first appearance)."""
+        self._read_labels(bundles)
         for group in calls_for(bundles):
             launch = self._begin(group, task_definition, stats, on_demand)
             if launch is not None:
                 self._run(launch, {b.bundle_id: b.launch_failures for b in group}, stats)
+
+    def _read_labels(self, bundles: list[Bundle]) -> None:
+        """The labels of the bundles read from the status index whose ids say they may have
+        some (dispatcher.domain.bundles.labelled): their items, one read a 100, for their
+        tasks' tags. A bundle gone since is given none (its launch's write refuses it)."""
+        unread = [b for b in bundles if labels_known(b) is None]
+        for i in range(0, len(unread), 100):
+            chunk = unread[i:i + 100]
+            full = {b.bundle_id: b for b in self._store.bundles_of([b.bundle_id for b in chunk])}
+            for b in chunk:
+                b.labels = (full[b.bundle_id].labels if b.bundle_id in full else None) or {}
 
     def recover(self, stats: LaunchStats, task_definition: str | None = None) -> None:
         """Repeat each orphaned launch with its original clientToken and revision (what may
@@ -156,7 +174,8 @@ class Launches:
                 return None
             launch = Launch(Launch.make_id(group), [b.bundle_id for b in group], task_definition,
                             created_at=self._clock(), on_demand=on_demand,
-                            resources=group[0].resources, kind=group[0].kind)
+                            resources=group[0].resources, kind=group[0].kind,
+                            labels=labels_known(group[0]) or {})
             try:
                 self._store.begin_launch(launch, group)
                 return launch

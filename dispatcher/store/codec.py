@@ -245,12 +245,17 @@ def record_job(rec: Record) -> Job:
         array_index=None if rec.array_index is None else int(rec.array_index),
         depends_on=rec.depends_on or None, waiters=_int(rec.waiters),
         bulk_ids=list(rec.bulk_ids or []),
-        labels={str(k): str(v) for k, v in rec.labels.items()}
-        if isinstance(rec.labels, dict) and rec.labels else None,
+        labels=_labels(rec),
         tenant=rec.tenant or None,
         uses={str(k): int(v) for k, v in rec.uses.items()}
         if isinstance(rec.uses, dict) and rec.uses else None,
     )
+
+
+def _labels(rec: Record) -> dict[str, str] | None:
+    """A job's labels, or those a bundle's (a launch's) jobs share; None: none stored."""
+    return {str(k): str(v) for k, v in rec.labels.items()} \
+        if isinstance(rec.labels, dict) and rec.labels else None
 
 
 def bundle_record(bundle: Bundle) -> Record:
@@ -267,7 +272,7 @@ def bundle_record(bundle: Bundle) -> Record:
         priority=None if bundle.priority == Priority.NORMAL else str(bundle.priority),
         kind=bundle.kind, slots=bundle.slots or None, batch=bundle.batch,
         timeout_seconds=bundle.timeout_seconds, **_resources(bundle.resources),
-        uses=bundle.uses or None,
+        uses=bundle.uses or None, labels=bundle.labels or None,
     )
 
 
@@ -287,6 +292,7 @@ def record_bundle(rec: Record) -> Bundle:
         timeout_seconds=None if rec.timeout_seconds is None else float(rec.timeout_seconds),
         uses={str(k): int(v) for k, v in rec.uses.items()}
         if isinstance(rec.uses, dict) and rec.uses else None,
+        labels=_labels(rec),
     )
 
 
@@ -305,7 +311,7 @@ def launch_record(launch: Launch) -> Record:
         bundle_ids=list(launch.bundle_ids), task_definition=launch.task_definition,
         created_at=launch.created_at, updated_at=launch.created_at,
         on_demand="true" if launch.on_demand else None, **_resources(launch.resources),
-        kind=launch.kind,
+        kind=launch.kind, labels=launch.labels or None,
     )
 
 
@@ -315,6 +321,7 @@ def record_launch(rec: Record) -> Launch:
         task_definition=rec.task_definition or "", state=LaunchState(_state(rec)),
         created_at=_num(rec.created_at), task_arns=list(rec.task_arns or []),
         on_demand=rec.on_demand == "true", resources=record_resources(rec), kind=rec.kind,
+        labels=_labels(rec) or {},
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from dispatcher.domain import lifecycle, rate_limits, sizes, tenants
+from dispatcher.domain import labels, lifecycle, rate_limits, sizes, tenants
 from dispatcher.domain.bundle_sizes import BundleSizes
 from dispatcher.domain.bundles import (
     ACTIVE_BUNDLE_STATES,
@@ -219,7 +219,8 @@ def retry_bundle_ops(jobs: list[Job], bundle_id: str, *, t: float, from_scratch:
                     kind=first.kind if len(kinds) == 1 else None, slots=int(not shared),
                     batch=lone_batch(bundle_id) if shared else None,
                     timeout_seconds=jobs_timeout(j.timeout_seconds for j in jobs),
-                    uses=rate_limits.needs([j.uses for j in jobs]) or None)
+                    uses=rate_limits.needs([j.uses for j in jobs]) or None,
+                    labels=labels.shared(j.labels for j in jobs))
     return [Put(r.bundle_record(bundle), Absent()),
             *(_retry_op(job, bundle_id, t=t, from_scratch=from_scratch, reason=reason, by=by)
               for job in jobs)]
@@ -266,7 +267,8 @@ def retry_unit(jobs: list[Job], *, t: float, from_scratch: bool = False,
                bundle_id: str | None = None) -> Unit:
     """One retry bundle of ``jobs`` (a group of :func:`retry_groups`) as a unit: its put and
     their updates commit together (``bundle_id``: a new one unless given)."""
-    bundle_id = bundle_id or new_bundle_id(jobs[0].tenant, bool(jobs[0].uses), new_id())
+    bundle_id = bundle_id or new_bundle_id(jobs[0].tenant, bool(jobs[0].uses), new_id(),
+                                           bool(jobs[0].labels))
     return Unit([j.job_id for j in jobs], retry_bundle_ops(
         jobs, bundle_id, t=t, from_scratch=from_scratch, reason=reason, by=by), [], bundle_id)
 

@@ -125,7 +125,7 @@ class OperatorStore(JobLists, Deployments, ScheduleFires, TaskBills, LabelIndex,
             return retried
         job_ops.check_retry(job, by, only, resume=resume)
         self._transact(job_ops.retry_ops(job, new_bundle_id(job.tenant, bool(job.uses),
-                                                            new_id()),
+                                                            new_id(), bool(job.labels)),
                                          t=self.clock(),
                                          from_scratch=from_scratch, reason=reason, by=by),
                        "job changed while retrying; try again", job_id=job_id)

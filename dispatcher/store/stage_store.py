@@ -252,10 +252,12 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
                 for rec in self.table.get_many([r.bundle_key(i) for i in bundle_ids])]
 
     def orphaned_launches(self, older_than: float) -> list[Launch]:
-        """Launches recorded before RunTask and never finished (their tick crashed)."""
+        """Launches recorded before RunTask and never finished (their tick crashed), read
+        whole (their labels, which the index's rows do not hold, are in the request that
+        recovery repeats byte for byte): a read of their items only when there are some."""
         rows = self.table.query(r.launch_status(LaunchState.STARTING),
                                 at_most=r.iso(older_than))
-        return [r.record_launch(rec) for rec in rows]
+        return [r.record_launch(rec) for rec in index.full(self.table, rows)]
 
     # -- recording: see dispatcher.store.recording
 

@@ -396,6 +396,21 @@ def test_an_on_demand_launch_is_recorded_as_such(env: tuple[Store, Clock]) -> No
     assert orphan.on_demand is True
 
 
+def test_a_launchs_labels_and_a_bundles_survive_the_index(env: tuple[Store, Clock]) -> None:
+    """Neither the status index's rows nor its projection hold labels: an orphaned launch
+    (its tags repeat byte for byte) and a bundle read whole still have theirs."""
+    store, _ = env
+    shared = {"customer": "acme"}
+    store.record([Bundle("l.b", ["lb-1"], labels=shared)],
+                 [Job(job_id="lb-1", kind="k", payload={}, bundle_id="l.b", labels=shared)])
+    (bundle,) = store.bundles_of(["l.b"])
+    assert bundle.labels == shared
+    store.begin_launch(Launch("L-lb", ["l.b"], "fam:1", created_at=T0, labels=shared),
+                       [bundle])
+    (orphan,) = store.orphaned_launches(older_than=T0 + 1)
+    assert orphan.labels == shared
+
+
 def test_the_credit_and_a_launchs_slots_are_kept_on_both_tables(
         env: tuple[Store, Clock]) -> None:
     """What the tick keeps between ticks (the priorities' credit) and what the runner reads

@@ -802,6 +802,8 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         self.fail("dead_letter", checks.dead_letters(self.queues(), self.forced))
         self.fail("two_live_runs", checks.live_twice(view, self.tasks.values()))
         self.fail("tenants_apart", checks.mixed_tenants(view))
+        self.fail("task_tags", checks.task_tags(view, {
+            arn: task.request.tags for arn, task in self.twins.launcher.tasks.items()}))
         self.fail("kind_limit", self.kind_limits.check(
             view, self.tasks.values(), parse_limits(self.settings["LONGJOBS_KIND_LIMITS"])))
         self.fail("budget", [f"{j} ran {n} times, over its budget {self.budget[j]}: "
