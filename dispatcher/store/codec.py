@@ -37,11 +37,12 @@ import zlib
 from datetime import UTC, datetime
 from typing import Any
 
+from dispatcher.domain import tenants
 from dispatcher.domain.bundles import Bundle, BundleState, untaken_follow_on
 from dispatcher.domain.deployment import Deployment, Earlier
 from dispatcher.domain.jobs import Job, JobState, Priority, Rejection, Resources
 from dispatcher.domain.launches import Launch, LaunchState
-from dispatcher.ports.table import Record
+from dispatcher.ports.table import And, Condition, Ge, Lt, Record
 
 LEASE_KEY = "LEASE#dispatcher"
 FAIR_KEY = "FAIR#priorities"
@@ -70,6 +71,14 @@ def rejection_key(key: str, message_id: str | None = None) -> str:
 
 def bundle_key(bundle_id: str) -> str:
     return f"BUNDLE#{bundle_id}"
+
+
+def tenant_bundles(tenant: str) -> Condition:
+    """A filter on index rows for the bundles of ``tenant`` (their ids begin ``<tenant>@``:
+    dispatcher.domain.tenants): the keys from ``BUNDLE#<tenant>@`` up to, not including, the
+    next character after ``@``, which no tenant's name holds (so ``t0`` is not ``t0x``)."""
+    first = bundle_key(f"{tenant}{tenants.MARK}")
+    return And(Ge("pk", first), Lt("pk", first[:-1] + chr(ord(tenants.MARK) + 1)))
 
 
 def page_key(bundle_id: str, n: int) -> str:

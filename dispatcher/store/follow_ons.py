@@ -267,9 +267,16 @@ class FollowOns(TenantPolicies):
         tick to launch them into the slots so freed: a Fargate start each, for work a running
         task could do now (a second drain while the first batch's tasks run; a stream's every
         tick). One Query, made only then. Take(None) if there is none (or another taker came
-        first: the task ends, and the tick launches the rest)."""
+        first: the task ends, and the tick launches the rest).
+
+        A tenant's task reads its own tenant's only (a filter on the bundles' keys, which
+        name their tenant): the oldest follow-ons of all are other tenants' when its batch is
+        younger than theirs (a later drain), and a task that saw only those would end,
+        leaving its tenant's work to wait for the tick while the others' tasks run on. The
+        filter reads past the others' rows in the same Query (a page holds thousands)."""
         rows = self.table.query(r.FOLLOW_ONS_STATUS, at_most=r.iso(self.clock()),
-                                limit=OTHERS_READ)
+                                limit=OTHERS_READ, where=None if done.tenant is None
+                                else r.tenant_bundles(done.tenant))
         others = [b for b in map(r.record_bundle, rows)
                   if follow_on_batch(b.bundle_id) != done.batch]
         fits = [b for b in others if b.kind not in limited and task_can_run(done, b)]

@@ -411,3 +411,29 @@ def test_a_runner_fed_for_a_stream_does_not_wait_beside_follow_ons_only_its_slot
         store.save_tick_summary(TickSummary(at=at, active=1, max_running=1, fed_seconds=30.0,
                                             kinds={"gpu": (2, 2)}), REVISION, None)
         assert store.take_follow_on(done, "arn:task/1") == Take(None, fed_at=at)
+
+
+def test_a_tenants_runner_takes_its_own_younger_batch_past_others_older_follow_ons(
+        store: Store) -> None:
+    """Its batch over, a tenant's task reads its tenant's untaken follow-ons only: a later
+    drain's batch of its tenant, behind more of other tenants' (older; one whose name begins
+    with its own among them) than one read returns, is taken, not left to the tick."""
+    tick(store)
+    mine = Bundle(bundle_id="t0@w1", job_ids=["t0-w"], next_attempt_at=T0, created_at=T0,
+                  batch="t0@b1")
+    assert store.record([mine], _jobs("t0-w", bundle_id="t0@w1")) == set()
+    store.end_batch("t0@b1", 0)
+    _launch(store, mine, "arn:task/1")
+    launched = store.get_bundle("t0@w1")
+    assert launched is not None
+    done = run_to_done(store, launched, "arn:task/1")
+    for n, tenant in enumerate(["t1", "t0x", "t0-", None] * 4):  # older than the one of t0
+        batch = f"{tenant}@o{n}" if tenant else f"o{n}"
+        other = Bundle(bundle_id=follow_on_id(batch, 0), job_ids=[f"o{n}"],
+                       next_attempt_at=T0 - 100 + n, created_at=T0, batch=batch)
+        assert store.record([other], _jobs(f"o{n}", bundle_id=other.bundle_id)) == set()
+    young = Bundle(bundle_id=follow_on_id("t0@b2", 0), job_ids=["y0"], next_attempt_at=T0,
+                   created_at=T0, batch="t0@b2")
+    assert store.record([young], _jobs("y0", bundle_id=young.bundle_id)) == set()
+    take = store.take_follow_on(done, "arn:task/1")
+    assert take.bundle is not None and take.bundle.bundle_id == young.bundle_id
