@@ -126,7 +126,9 @@ def share_order(view: checks.View, now: float, launched: Iterable[Bundle],
     above launched: a level's launches are judged with the tenant's tasks less those the
     levels below it launched. A relaunch is no such
     choice, nor is the queue's order (a drain shares its slots among the tenants it has seen
-    so far: those past their share give slots up at their bundles' ends). The summary's
+    so far: those past their share give slots up at their bundles' ends): the bundles the
+    drain made and launched are no choice among the due work, nor do they count against the
+    tenant's share when its due work's launches are judged (they came after them). The summary's
     targets are those the tick ends with: a tick whose drain met a tenant with no bundle as
     it began (``before``) chose by other targets, and is not judged."""
     tick = view.items.get(r.TICK_KEY)
@@ -142,9 +144,14 @@ def share_order(view: checks.View, now: float, launched: Iterable[Bundle],
     # its tasks, less what the levels below launched for it, are past it (the levels above
     # launched first, and count).
     levels: dict[str, Counter[int]] = {}
+    drained: Counter[str] = Counter()  # the drain's launches of bundles it made, by tenant
+    existed = {b.bundle_id for b in before.bundles()}
     for b in launched:
         if b.attempt > 1:
             continue  # a relaunch (a rerun keeps its slot), not a choice among tenants
+        if b.bundle_id not in existed:
+            drained[b.tenant or "(none)"] += 1
+            continue
         levels.setdefault(b.tenant or "(none)", Counter())[rank.get(str(b.priority), 1)] += 1
     over: dict[str, set[int]] = {}  # tenant: the levels it was launched past its share at
     for t, counts in levels.items():
@@ -153,7 +160,7 @@ def share_order(view: checks.View, now: float, launched: Iterable[Bundle],
             continue
         for level in counts:
             lower = sum(n for other, n in counts.items() if other > level)
-            if share.tasks - lower > share.target:
+            if share.tasks - lower - drained[t] > share.target:
                 over.setdefault(t, set()).add(level)
     if not over:
         return []

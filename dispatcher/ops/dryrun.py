@@ -108,15 +108,16 @@ class DryRunStore(StageStore):
 
     def due_bundles(self, limit: int, at: float, full_kinds: Collection[str] = (),
                     priorities: Collection[Priority] | None = None, *,
-                    follow_ons: bool = False) -> list[Bundle]:
+                    follow_ons: bool = False, apart: Collection[str] = ()) -> list[Bundle]:
         return self._inner.due_bundles(limit, at, full_kinds, priorities,
-                                       follow_ons=follow_ons)
+                                       follow_ons=follow_ons, apart=apart)
 
     def due_page(self, limit: int, at: float, full_kinds: Collection[str] = (),
                  priorities: Collection[Priority] | None = None, *, follow_ons: bool = False,
-                 after: Record | None = None) -> tuple[list[Bundle], Record | None]:
+                 after: Record | None = None, apart: Collection[str] = ()
+                 ) -> tuple[list[Bundle], Record | None]:
         return self._inner.due_page(limit, at, full_kinds, priorities, follow_ons=follow_ons,
-                                    after=after)
+                                    after=after, apart=apart)
 
     def tenant_state(self) -> tuple[dict[str, TenantPolicy], dict[str, float], float | None]:
         return self._inner.tenant_state()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.fairness import allocate
@@ -35,6 +35,21 @@ OTHERS_PEEK = 10
 
 
 
+# Tenants the untaken follow-ons' read passes over at most: each is a clause of the Query's
+# filter (four operators, about 35 bytes), which DynamoDB bounds at 4 KB and 300 operators
+# ("Expression parameters": https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/
+# Constraints.html#limits-expression-parameters).
+APART_MOST = 40
+
+
+def taking_tenants(live: Iterable[Bundle], revision: str | None) -> frozenset[str]:
+    """The tenants whose tasks take their own untaken follow-ons as their bundles end: those
+    with a bundle running on ``revision`` (the one the tick launches: a task of another takes
+    nothing), the most tasks first, :data:`APART_MOST` at most."""
+    counts = Counter(b.tenant for b in live if b.tenant and b.task_definition == revision)
+    return frozenset(t for t, _ in counts.most_common(APART_MOST) if t is not None)
+
+
 class DueWork:
     """The tick's choice of due work; :attr:`untaken` is the current tick's read of the
     untaken follow-ons (:meth:`begin` empties it as a tick begins)."""
@@ -49,12 +64,32 @@ class DueWork:
         self.untaken: set[str] = set()
         self.follow_read = self.follow_read_full = False
         self._left_out: set[str] = set()  # the kinds the due read left out (no room)
+        # Tenants whose running tasks take their own follow-ons (dispatcher.store.follow_ons),
+        # set by the tick: the untaken follow-ons are read past theirs first (see _follow_ons).
+        self.apart: frozenset[str] = frozenset()
 
-    def begin(self) -> None:
-        """A new tick: nothing of the follow-ons read yet."""
+    def begin(self, apart: frozenset[str] = frozenset()) -> None:
+        """A new tick: nothing of the follow-ons read yet; ``apart``: see :attr:`apart`."""
         self.untaken = set()
         self.follow_read = self.follow_read_full = False
         self._left_out = set()
+        self.apart = apart
+
+    def _follow_ons(self, limit: int, left_out: set[str]) -> list[Bundle]:
+        """The oldest ``limit`` due follow-ons no task has taken, those of the tenants
+        :attr:`apart` read past first: a tenant none of whose tasks runs has follow-ons only
+        the tick launches, and a later drain's of its would otherwise wait behind every older
+        one of the others' (whose own tasks take them). Then, if that read was not full, the
+        oldest of all, so a free slot never idles beside them. One read, or two."""
+        now = self._clock()
+        first = self._store.due_bundles(limit, now, left_out, follow_ons=True,
+                                        apart=self.apart) if self.apart else []
+        if len(first) >= limit:
+            return first
+        known = {b.bundle_id for b in first}
+        return first + [b for b in self._store.due_bundles(limit, now, left_out,
+                                                           follow_ons=True)
+                        if b.bundle_id not in known]
 
     def kind_room(self, active: list[Bundle]) -> dict[str, int]:
         """Jobs each limited kind may still start: its limit less the slots of its active
@@ -121,7 +156,7 @@ class DueWork:
         from the index, which does not hold a bundle's batch: they are told apart by the read
         they came from (:attr:`untaken`)."""
         limit = slots + DUE_LOOKAHEAD
-        follow = self._store.due_bundles(limit, self._clock(), left_out, follow_ons=True)
+        follow = self._follow_ons(limit, left_out)
         self.follow_read, self.follow_read_full = True, len(follow) >= limit
         self.untaken = {b.bundle_id for b in follow}
         return follow
@@ -165,10 +200,9 @@ class DueWork:
         if len(out) < spare and (recorded_follow_ons or not self.follow_read
                                  or self.follow_read_full):
             taken = handed | {b.bundle_id for b in out}
-            follow = [b for b in self._store.due_bundles(
-                spare - len(out) + len(taken), self._clock(),
-                {k for k, n in room.items() if n <= 0}, follow_ons=True)
-                if b.bundle_id not in taken]
+            follow = [b for b in self._follow_ons(spare - len(out) + len(taken),
+                                                  {k for k, n in room.items() if n <= 0})
+                      if b.bundle_id not in taken]
             left = dict(room)
             for b in out:
                 if b.kind in left:

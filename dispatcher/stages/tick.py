@@ -30,7 +30,7 @@ from dispatcher.ports.table import TableUnavailable
 from dispatcher.stages.admit import Admission
 from dispatcher.stages.admitted import AdmissionStats
 from dispatcher.stages.bundle import FOLLOW_ON_SHARES
-from dispatcher.stages.due_work import DueWork
+from dispatcher.stages.due_work import DueWork, taking_tenants
 from dispatcher.stages.fanout import ArrayStats, ArrayTally
 from dispatcher.stages.handoff import (
     LONG_POLL_SECONDS,
@@ -193,8 +193,9 @@ class Tick:
         # now, not when the batch ends. A task between two of its batch's bundles holds its
         # slot: its take ends the one and launches the next in one transaction
         # (dispatcher.store.follow_ons).
-        self._work.begin()
         live = [b for b in active if b.bundle_id not in freed]
+        self._work.begin(taking_tenants(live, d.task_definition) if lease.tenanted
+                         else frozenset())
         # The tenants' shares (stages/tick_tenants.py): caps on every launch below, the free
         # slots to those furthest below their targets, sheds asked of those past theirs.
         tenants_now = TickTenants(self._store, self._policy.max_running_tasks,
@@ -213,10 +214,11 @@ class Tick:
                                      if not rate_limits.takes_tokens(b.bundle_id)])
 
         waiting, blocked = self._work.due(d.capacity, room, keep=keep)
-        if lease.tenanted or tenants_now.shares is not None:
+        if lease.tenanted or tenants_now.shares is not None or any(b.tenant for b in waiting):
             # A tenant whose own tasks all ended (a deploy, a shed) has follow-ons no task
             # of its takes: read them even when other due work fills the slots, so that its
-            # turn (below) may come first.
+            # turn (below) may come first. (Due work of a tenant says so too: a tick that
+            # died after its drain met the first tenant left no word of it on the lease.)
             waiting, more_blocked = self._work.with_untaken(d.capacity, waiting, room)
             blocked |= more_blocked
         waiting = tokens.admit(waiting)  # (the tenants' targets count no held bundle)

@@ -42,7 +42,7 @@ from dispatcher.domain.bundles import Bundle, BundleState, untaken_follow_on
 from dispatcher.domain.deployment import Deployment, Earlier
 from dispatcher.domain.jobs import Job, JobState, Priority, Rejection, Resources
 from dispatcher.domain.launches import Launch, LaunchState
-from dispatcher.ports.table import And, Condition, Ge, Lt, Record
+from dispatcher.ports.table import And, Condition, Ge, Lt, Or, Record
 
 LEASE_KEY = "LEASE#dispatcher"
 FAIR_KEY = "FAIR#priorities"
@@ -77,8 +77,19 @@ def tenant_bundles(tenant: str) -> Condition:
     """A filter on index rows for the bundles of ``tenant`` (their ids begin ``<tenant>@``:
     dispatcher.domain.tenants): the keys from ``BUNDLE#<tenant>@`` up to, not including, the
     next character after ``@``, which no tenant's name holds (so ``t0`` is not ``t0x``)."""
+    first, past = _tenant_keys(tenant)
+    return And(Ge("pk", first), Lt("pk", past))
+
+
+def other_bundles(tenant: str) -> Condition:
+    """A filter on index rows for the bundles of any tenant but ``tenant`` (or of none)."""
+    first, past = _tenant_keys(tenant)
+    return Or(Lt("pk", first), Ge("pk", past))
+
+
+def _tenant_keys(tenant: str) -> tuple[str, str]:
     first = bundle_key(f"{tenant}{tenants.MARK}")
-    return And(Ge("pk", first), Lt("pk", first[:-1] + chr(ord(tenants.MARK) + 1)))
+    return first, first[:-1] + chr(ord(tenants.MARK) + 1)
 
 
 def page_key(bundle_id: str, n: int) -> str:

@@ -206,13 +206,15 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
     # -- admission ------------------------------------------------------------------------------
     def due_bundles(self, limit: int, at: float, full_kinds: Collection[str] = (),
                     priorities: Collection[Priority] | None = None, *,
-                    follow_ons: bool = False) -> list[Bundle]:
+                    follow_ons: bool = False, apart: Collection[str] = ()) -> list[Bundle]:
         """The first page of :meth:`due_page`."""
-        return self.due_page(limit, at, full_kinds, priorities, follow_ons=follow_ons)[0]
+        return self.due_page(limit, at, full_kinds, priorities, follow_ons=follow_ons,
+                             apart=apart)[0]
 
     def due_page(self, limit: int, at: float, full_kinds: Collection[str] = (),
                  priorities: Collection[Priority] | None = None, *, follow_ons: bool = False,
-                 after: Record | None = None) -> tuple[list[Bundle], Record | None]:
+                 after: Record | None = None, apart: Collection[str] = ()
+                 ) -> tuple[list[Bundle], Record | None]:
         """PENDING bundles whose backoff has passed, oldest due first, leaving out those of
         ``full_kinds`` (limited kinds with no room: a backlog of them, deferred in the table,
         would otherwise fill every read and hide the due bundles of other kinds), and keeping
@@ -220,7 +222,8 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
         hide the due bundles of another). The follow-ons no task has run yet are apart
         (codec.FOLLOW_ONS_STATUS): read with ``follow_ons``, and only then. With the last row
         read, which ``after`` takes to read the next page (a capped tenant's backlog must not
-        hide the others' work: dispatcher/stages/due_work.py)."""
+        hide the others' work: dispatcher/stages/due_work.py). ``apart``: tenants whose
+        bundles are left out (a filter on the rows' keys, which name their tenant)."""
         if limit <= 0:
             return [], None
         # kind <> k, as the port has no inequality: k's bundles are neither below nor above it;
@@ -232,6 +235,7 @@ class StageStore(Recordings, HeldRetries, Deployments, Handing, ArrayRecords, Wa
         if priorities is not None:  # normal is the default: not stored on the item
             conds.append(Or(*(Lacks("priority") if p == Priority.NORMAL
                               else Eq("priority", str(p)) for p in priorities)))
+        conds += [r.other_bundles(t) for t in sorted(apart)]
         where = And(*conds) if len(conds) > 1 else conds[0] if conds else None
         key = r.FOLLOW_ONS_STATUS if follow_ons else r.bundle_status(BundleState.PENDING)
         rows = self.table.query(key, at_most=r.iso(at), limit=limit, where=where, after=after)

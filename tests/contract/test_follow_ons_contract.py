@@ -437,3 +437,16 @@ def test_a_tenants_runner_takes_its_own_younger_batch_past_others_older_follow_o
     assert store.record([young], _jobs("y0", bundle_id=young.bundle_id)) == set()
     take = store.take_follow_on(done, "arn:task/1")
     assert take.bundle is not None and take.bundle.bundle_id == young.bundle_id
+
+
+def test_the_untaken_follow_ons_read_past_some_tenants(store: Store) -> None:
+    """``apart``: the tenants whose follow-ons the read leaves out (their running tasks take
+    them), by the keys' ranges; a tenant whose name begins with one of theirs is not one."""
+    for n, tenant in enumerate(["t0", "t0x", None, "t0-", "t1"]):
+        batch = f"{tenant}@q{n}" if tenant else f"q{n}"
+        b = Bundle(bundle_id=follow_on_id(batch, 0), job_ids=[f"q{n}"], next_attempt_at=T0,
+                   created_at=T0, batch=batch)
+        assert store.record([b], _jobs(f"q{n}", bundle_id=b.bundle_id)) == set()
+    got = store.due_bundles(10, T0 + 1, follow_ons=True, apart={"t0", "t1"})
+    assert sorted(str(b.tenant) for b in got) == ["None", "t0-", "t0x"]
+    assert len(store.due_bundles(10, T0 + 1, follow_ons=True)) == 5

@@ -108,7 +108,8 @@ def test_the_starvation_check_sees_a_backlog_that_hides_another_kind(
     def oldest_only(self: StageStore, limit: int, at: float,
                     full_kinds: Collection[str] = (),
                     priorities: Collection[Priority] | None = None, *,
-                    follow_ons: bool = False, after: Any = None) -> Any:
+                    follow_ons: bool = False, after: Any = None,
+                    apart: Collection[str] = ()) -> Any:
         return real(self, limit, at, follow_ons=follow_ons)
 
     monkeypatch.setattr(StageStore, "due_page", oldest_only)

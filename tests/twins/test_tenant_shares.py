@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatcher.domain.bundles import Bundle
+from dispatcher.domain.bundles import Bundle, BundleState
 from dispatcher.domain.jobs import JobState, Priority
 from dispatcher.domain.tenant_shares import (
     TenantLoad,
@@ -22,6 +22,7 @@ from dispatcher.domain.tenant_shares import (
 )
 from dispatcher.domain.waiting import FAIR_SHARE, FOLLOW_ON, BundleFacts, TickSummary, waiting_for
 from dispatcher.ops.queries import Queries
+from dispatcher.stages.due_work import DUE_LOOKAHEAD
 from dispatcher.stages.tenant_slots import TenantSlots
 from dispatcher.store import Store, codec
 from dispatcher.store.tenant_policies import TenantPolicyError
@@ -337,3 +338,33 @@ def test_the_tenants_report_shows_policies_and_the_last_ticks_targets() -> None:
         (3.0, 2, 1)
     assert rows["acme"]["running_tasks"] == rows["acme"]["target"] == 2
     assert rows["beta"]["running_tasks"] == rows["beta"]["target"] == 2
+
+
+def test_a_tenant_without_tasks_gets_its_turn_for_follow_ons_younger_than_the_others() -> None:
+    """Tenant b's backlog is cut into more follow-ons than a read of the oldest returns, and
+    its tasks run on; tenant a's later drain is cut into follow-ons behind all of them, and
+    a's tasks have all ended without taking them (as after a shed). A slot freed: the tick
+    reads the untaken follow-ons past the tenants whose tasks take their own first, so a's
+    are seen, and a, below its share, gets the slot."""
+    tw = Twins()
+    env = {**ENV, "LONGJOBS_FOLLOW_ON_SECONDS": "1"}  # follow-ons of 4 jobs: many of them
+    stages = tw.stages(**env)
+    backlog(tw, 4 * (DUE_LOOKAHEAD + 20), prefix="b", tenant="b")
+    stages.tick.tick()
+    tw.clock.advance(1)
+    backlog(tw, 40, prefix="a", tenant="a")
+    stages.tick.tick()
+    turns = []
+    for _ in range(4):  # a's tasks end without taking what their tenant has left; a b task
+        # ends too, leaving a slot free
+        active = tw.store.active_bundles()
+        for b in active:
+            if b.tenant == "a" or b is active[-1]:
+                assert b.task_arn is not None
+                run_bundle(tw, b, b.task_arn, lambda job: JobState.SUCCEEDED, None)
+        tw.clock.advance(60)
+        stages.tick.tick()
+        turns.append(sum(b.tenant == "a" for b in tw.store.active_bundles()))
+    left = [b for b in tw.bundles() if b.tenant == "a" and b.state == BundleState.PENDING]
+    assert left, "a's follow-ons ran out: the scenario is not the one meant"
+    assert all(turns), f"a, with follow-ons and no task, got no slot at some tick: {turns}"
