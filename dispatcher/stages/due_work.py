@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from dispatcher.domain.bundles import Bundle
 from dispatcher.domain.fairness import allocate
@@ -30,8 +30,10 @@ log = logging.getLogger(__name__)
 DUE_LOOKAHEAD = 200
 # Pages of due bundles read past those of tenants at their caps (DueWork.due).
 TENANT_PAGES = 4
-# With no slot free, the oldest due bundles looked at for the summary (DueWork.others_due).
+# With no slot free, the oldest due bundles looked at for the summary (DueWork.others_due),
+# and the pages read past them while they hold none but the running tenants' work.
 OTHERS_PEEK = 10
+TENANT_PEEK = 100
 
 
 
@@ -215,20 +217,28 @@ class DueWork:
         return out
 
     def others_due(self, room: Mapping[str, int],
-                   keep: Callable[[list[Bundle]], list[Bundle]] | None = None
-                   ) -> list[Bundle]:
+                   keep: Callable[[list[Bundle]], list[Bundle]] | None = None,
+                   seek: Collection[str | None] | None = None) -> list[Bundle]:
         """With no slot free: the due bundles other than untaken follow-ons (a look at the
         oldest few), for the summary: the batches' tasks read it and leave their follow-ons
         for that work first (dispatcher.store.follow_ons). ``keep``: as for :meth:`due`, a
-        capped tenant's backlog is paged past."""
+        capped tenant's backlog is paged past. ``seek`` (on a stack with tenants): the
+        tenants whose tasks run; while the look holds none of another tenant's, it pages on
+        (:data:`TENANT_PAGES` of :data:`TENANT_PEEK`), so a tenant with no task whose due work
+        is younger than theirs is seen, and given its share and reserve."""
         left_out = {kind for kind, left in room.items() if left <= 0}
         out: list[Bundle] = []
         after = None
-        for _ in range(1 + (TENANT_PAGES if keep is not None else 0)):
-            found, after = self._store.due_page(OTHERS_PEEK, self._clock(), left_out,
-                                                after=after)
+        pages = TENANT_PAGES if keep is not None or seek is not None else 0
+        for page in range(1 + pages):
+            found, after = self._store.due_page(OTHERS_PEEK if not page else TENANT_PEEK,
+                                                self._clock(), left_out, after=after)
             out += found
-            if len(found) < OTHERS_PEEK or keep is None or keep(out):
+            if len(found) < (OTHERS_PEEK if not page else TENANT_PEEK):
+                break
+            kept = keep is None or bool(keep(out))
+            sought = seek is None or any(b.tenant not in seek for b in out)
+            if kept and sought:
                 break
         return out
 

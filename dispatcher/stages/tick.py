@@ -222,7 +222,9 @@ class Tick:
             waiting, more_blocked = self._work.with_untaken(d.capacity, waiting, room)
             blocked |= more_blocked
         waiting = tokens.admit(waiting)  # (the tenants' targets count no held bundle)
-        others = [b for b in self._work.others_due(room, keep_others)
+        others = [b for b in self._work.others_due(
+                      room, keep_others,
+                      {b.tenant for b in live} if lease.tenanted else None)
                   if not rate_limits.takes_tokens(b.bundle_id)] if d.capacity <= 0 else []
         tenants_now.saw([*waiting, *others])
         if (shares := tenants_now.shares) is not None:

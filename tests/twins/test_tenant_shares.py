@@ -368,3 +368,31 @@ def test_a_tenant_without_tasks_gets_its_turn_for_follow_ons_younger_than_the_ot
     left = [b for b in tw.bundles() if b.tenant == "a" and b.state == BundleState.PENDING]
     assert left, "a's follow-ons ran out: the scenario is not the one meant"
     assert all(turns), f"a, with follow-ons and no task, got no slot at some tick: {turns}"
+
+
+def test_with_no_slot_free_a_tenant_without_tasks_behind_older_due_work_is_seen() -> None:
+    """Every slot runs work of no tenant, and more of it is due, older than the first due
+    work of tenant t1 (reserve 2), which has no task: the tick's look at the due work pages
+    past the running tenants' and sees t1's, so its summary gives t1 its reserve (and asks
+    the others' tasks to give up slots for it)."""
+    tw = Twins()
+    stages = tw.stages(**ENV)
+    tw.store.set_tenant_policy("t1", reserve=2)
+    client = tw.client()
+    client.submit_many([{"kind": "k", "payload": {}, "job_id": f"n{i}",
+                         "estimated_seconds": 3600.0, "not_before": tw.clock() + 60}
+                        for i in range(20)])
+    client.submit_many([{"kind": "k", "payload": {}, "job_id": f"t{i}", "tenant": "t1",
+                         "estimated_seconds": 3600.0, "not_before": tw.clock() + 90}
+                        for i in range(2)])
+    stages.tick.tick()  # recorded, due later
+    client.submit_many([{"kind": "k", "payload": {}, "job_id": f"long{i}",
+                         "estimated_seconds": 3600.0} for i in range(3)])
+    stages.tick.tick()  # every slot busy
+    assert {b.tenant for b in tw.store.active_bundles()} == {None}
+    tw.clock.advance(120)
+    stages.tick.tick()
+    rec = tw.table.get(codec.TICK_KEY)
+    summary = TickSummary.from_json(rec.summary if rec is not None else None)
+    assert summary is not None and "t1" in summary.tenants, "t1's due work went unseen"
+    assert summary.tenants["t1"].target == 2
