@@ -218,21 +218,25 @@ class DueWork:
 
     def others_due(self, room: Mapping[str, int],
                    keep: Callable[[list[Bundle]], list[Bundle]] | None = None,
-                   seek: Collection[str | None] | None = None) -> list[Bundle]:
+                   seek: Collection[str | None] | None = None, *,
+                   follow_ons: bool = False) -> list[Bundle]:
         """With no slot free: the due bundles other than untaken follow-ons (a look at the
         oldest few), for the summary: the batches' tasks read it and leave their follow-ons
         for that work first (dispatcher.store.follow_ons). ``keep``: as for :meth:`due`, a
         capped tenant's backlog is paged past. ``seek`` (on a stack with tenants): the
         tenants whose tasks run; while the look holds none of another tenant's, it pages on
         (:data:`TENANT_PAGES` of :data:`TENANT_PEEK`), so a tenant with no task whose due work
-        is younger than theirs is seen, and given its share and reserve."""
+        is younger than theirs is seen, and given its share and reserve. ``follow_ons``: the
+        untaken follow-ons instead, read past the tenants :attr:`apart` (a tenant with no
+        task may have nothing else due)."""
         left_out = {kind for kind, left in room.items() if left <= 0}
         out: list[Bundle] = []
         after = None
         pages = TENANT_PAGES if keep is not None or seek is not None else 0
         for page in range(1 + pages):
-            found, after = self._store.due_page(OTHERS_PEEK if not page else TENANT_PEEK,
-                                                self._clock(), left_out, after=after)
+            found, after = self._store.due_page(
+                OTHERS_PEEK if not page else TENANT_PEEK, self._clock(), left_out, after=after,
+                follow_ons=follow_ons, apart=self.apart if follow_ons else ())
             out += found
             if len(found) < (OTHERS_PEEK if not page else TENANT_PEEK):
                 break

@@ -206,3 +206,20 @@ def test_reserve_kept_sees_reserves_ignored(machines: Callable[[], model.SystemM
     monkeypatch.setattr(tenant_shares, "targets", no_reserves)
     seen = seen_by(machines(), "reserve_kept", reserved_tenant)
     assert seen and "reserve 2" in seen[0]
+
+
+def reserve_behind_follow_ons(m: model.SystemModel) -> None:
+    """t2, capped at none, has its burst cut into follow-ons; work of no tenant fills every
+    slot; t2's cap is lifted and given a reserve of 2 while no slot is free: the tick sees
+    t2's follow-ons (its only due work) and gives it its reserve."""
+    m.tenant_cap("t2", 0)
+    m.burst(40, "succeed", "t2")
+    m.contend(None, "succeed")
+    m.holds()
+    m.tenant_cap("t2", None, reserve=2)
+    m.contend(None, "succeed")
+
+
+def test_a_reserve_is_kept_for_a_tenant_whose_due_work_is_all_follow_ons(
+        machines: Callable[[], model.SystemModel]) -> None:
+    assert seen_by(machines(), "reserve_kept", reserve_behind_follow_ons) == []
