@@ -227,8 +227,8 @@ class DueWork:
         tenants whose tasks run; while the look holds none of another tenant's, it pages on
         (:data:`TENANT_PAGES` of :data:`TENANT_PEEK`), so a tenant with no task whose due work
         is younger than theirs is seen, and given its share and reserve. ``follow_ons``: the
-        untaken follow-ons instead, read past the tenants :attr:`apart` (a tenant with no
-        task may have nothing else due)."""
+        untaken follow-ons instead (a tenant with no task may have nothing else due; a
+        running tenant's count towards its reserve, so none is read past)."""
         left_out = {kind for kind, left in room.items() if left <= 0}
         out: list[Bundle] = []
         after = None
@@ -236,7 +236,7 @@ class DueWork:
         for page in range(1 + pages):
             found, after = self._store.due_page(
                 OTHERS_PEEK if not page else TENANT_PEEK, self._clock(), left_out, after=after,
-                follow_ons=follow_ons, apart=self.apart if follow_ons else ())
+                follow_ons=follow_ons)
             out += found
             if len(found) < (OTHERS_PEEK if not page else TENANT_PEEK):
                 break

@@ -223,3 +223,21 @@ def reserve_behind_follow_ons(m: model.SystemModel) -> None:
 def test_a_reserve_is_kept_for_a_tenant_whose_due_work_is_all_follow_ons(
         machines: Callable[[], model.SystemModel]) -> None:
     assert seen_by(machines(), "reserve_kept", reserve_behind_follow_ons) == []
+
+
+def reserve_of_a_running_tenant(m: model.SystemModel) -> None:
+    """t1 (capped at 2) and t2 share the slots; t2, with one task and follow-ons left, is
+    given a reserve of 2 while no slot is free: its follow-ons count towards it."""
+    m.burst(40, "succeed", "t1")
+    m.burst(40, "succeed", "t2")
+    m.tenant_cap("t1", 2)
+    m.slow_drain_tick(None)
+    m.advance(8_640_000.0)
+    m.tenant_cap("t2", None, reserve=2)
+    m.ttl()
+    m.tick(1)
+
+
+def test_a_running_tenants_follow_ons_count_towards_its_reserve(
+        machines: Callable[[], model.SystemModel]) -> None:
+    assert seen_by(machines(), "reserve_kept", reserve_of_a_running_tenant) == []
