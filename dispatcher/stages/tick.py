@@ -194,8 +194,7 @@ class Tick:
         # slot: its take ends the one and launches the next in one transaction
         # (dispatcher.store.follow_ons).
         live = [b for b in active if b.bundle_id not in freed]
-        self._work.begin(taking_tenants(live, d.task_definition) if lease.tenanted
-                         else frozenset())
+        self._work.begin(taking_tenants(live, d.task_definition) if lease.tenanted else ())
         # The tenants' shares (stages/tick_tenants.py): caps on every launch below, the free
         # slots to those furthest below their targets, sheds asked of those past theirs.
         tenants_now = TickTenants(self._store, self._policy.max_running_tasks,

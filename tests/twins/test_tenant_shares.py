@@ -22,7 +22,8 @@ from dispatcher.domain.tenant_shares import (
 )
 from dispatcher.domain.waiting import FAIR_SHARE, FOLLOW_ON, BundleFacts, TickSummary, waiting_for
 from dispatcher.ops.queries import Queries
-from dispatcher.stages.due_work import DUE_LOOKAHEAD
+from dispatcher.stages.due_work import DUE_LOOKAHEAD, DueWork, taking_tenants
+from dispatcher.stages.policy import TickPolicy
 from dispatcher.stages.tenant_slots import TenantSlots
 from dispatcher.store import Store, codec
 from dispatcher.store.tenant_policies import TenantPolicyError
@@ -396,3 +397,28 @@ def test_with_no_slot_free_a_tenant_without_tasks_behind_older_due_work_is_seen(
     summary = TickSummary.from_json(rec.summary if rec is not None else None)
     assert summary is not None and "t1" in summary.tenants, "t1's due work went unseen"
     assert summary.tenants["t1"].target == 2
+
+
+def test_the_follow_ons_filter_keeps_within_dynamodbs_operators_beside_full_kinds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tenants read past are as many as the filter has room for beside the limited kinds
+    with no room (each a clause of the same filter), those of the most tasks first."""
+    tw = Twins()
+    asked: list[tuple[int, tuple[str, ...]]] = []
+    real = tw.store.due_bundles
+
+    def seen(limit: int, at: float, full_kinds: Any = (), *args: Any,
+             apart: Any = (), **kwargs: Any) -> Any:
+        asked.append((len(full_kinds), tuple(apart)))
+        return real(limit, at, full_kinds, *args, apart=apart, **kwargs)
+
+    monkeypatch.setattr(tw.store, "due_bundles", seen)
+    live = [Bundle(f"t{i:02d}@b{n}", [], task_definition="fam:1")
+            for i in range(50) for n in range(50 - i)]
+    work = DueWork(tw.store, TickPolicy(), tw.clock)
+    work.begin(taking_tenants(live, "fam:1"))
+    assert work.apart[:2] == ("t00", "t01") and len(work.apart) == 40
+    work.spare(1, [], {f"k{i}": 0 for i in range(50)}, set(), True)
+    work.spare(1, [], {}, set(), True)
+    assert [(kinds, len(apart)) for kinds, apart in asked if apart] == [(50, 10), (0, 40)]
+    assert all(apart == work.apart[:len(apart)] for _, apart in asked)
