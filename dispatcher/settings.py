@@ -107,6 +107,10 @@ class Config(BaseModel):
         "LONGJOBS_DLQ_URL", "URL of the job queue's dead-letter queue (operators' dlq commands; "
         "the stack's DeadLetterQueueUrl output).", ("client",),
         on_aws=OnAws.STACK)] = ""
+    alarm_prefix: Annotated[str, Env(
+        "LONGJOBS_ALARM_PREFIX", "Prefix of the names of the stack's alarms (the stack's "
+        "AlarmNamePrefix output): the console's overview lists those in alarm; empty: it lists "
+        "none.", ("client",), on_aws=OnAws.STACK)] = ""
     schedule_group: Annotated[str, Env(
         "LONGJOBS_SCHEDULE_GROUP", "EventBridge Scheduler schedule group the stack owns, where "
         "`longjobs schedules` keeps its schedules (the stack's ScheduleGroupName output).",

@@ -24,6 +24,7 @@ from dispatcher.domain.jobs import JobState
 from dispatcher.domain.waiting import REASONS
 from dispatcher.ops.job_views import SCHEDULED, JobDetail
 from dispatcher.ops.wording import parse_duration
+from dispatcher.ports.alarm_board import FiringAlarm
 
 PAGE_ROWS = 50
 # The overview's figures are shared by every open page for a little under a refresh, and
@@ -31,6 +32,8 @@ PAGE_ROWS = 50
 # proportion to a day's jobs) for five minutes: many open tabs cost what one does.
 SNAPSHOT_SECONDS = 2.5
 DAY_COUNTS_SECONDS = 300.0
+# The stack's alarms in alarm: one DescribeAlarms per this many seconds, whatever the tabs.
+ALARMS_SECONDS = 15.0
 # A page shows a state that still changes; these do not (the page stops following them).
 SETTLED = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "REJECTED"})
 STATES = [str(s) for s in JobState] + [SCHEDULED]
@@ -111,6 +114,7 @@ class Pages:
         self.render = render
         self._snapshot = Cached(SNAPSHOT_SECONDS)
         self._day = Cached(DAY_COUNTS_SECONDS)
+        self._alarms = Cached(ALARMS_SECONDS)
 
     def answered(self, page: Callable[[Request], Response]) -> Callable[[Request], Response]:
         """``page`` with the operator API's errors said on a page (Renderer.failed)."""
@@ -125,9 +129,19 @@ class Pages:
     def overview(self, request: Request) -> Response:
         snap = self._snapshot.get(self.source.top.snapshot)
         day = self._day.get(lambda: self.source.queries.stats(since_seconds=86400))
+        alarms, alarms_error = self._alarms.get(self._firing)
         return self.render.page(request, "overview.html", page="overview", snap=snap,
                                 day=day.jobs, day_at=day.at, states=[str(s) for s in JobState],
-                                refresh=REFRESH_SECONDS, no_tenant=tenants.NONE)
+                                refresh=REFRESH_SECONDS, no_tenant=tenants.NONE,
+                                alarms=alarms, alarms_error=alarms_error)
+
+    def _firing(self) -> tuple[list[FiringAlarm] | None, str | None]:
+        """The stack's alarms in alarm, or why they could not be read (the rest of the
+        overview is shown either way: an alarm read refused is no reason to hide the jobs)."""
+        try:
+            return self.source.queries.alarms_firing(), None
+        except Exception as exc:
+            return None, f"{type(exc).__name__}: {exc}"
 
     # -- jobs -----------------------------------------------------------------------------------
     def jobs(self, request: Request) -> Response:

@@ -29,6 +29,6 @@ class ConsoleSource:
         """The stack the settings name (the process's environment, with ``overrides`` over
         it), with the caller's own AWS credentials, as every CLI command reads it."""
         client = JobClient(overrides=overrides)
-        return ConsoleSource(client, client.queries(logs=True),
+        return ConsoleSource(client, client.queries(logs=True, alarms=True),
                              from_config(client.cfg, window_seconds=OVERVIEW_WINDOW_SECONDS),
                              has_dead_letters=bool(client.cfg.dlq_url))

@@ -358,16 +358,18 @@ class JobClient:
         self.queries().store.set_rate_limit(key, None)
 
     # -- operating (dispatcher.ops.queries) ----------------------------------------------------
-    def queries(self, *, logs: bool = False) -> Queries:
+    def queries(self, *, logs: bool = False, alarms: bool = False) -> Queries:
         """The typed read API over the table, with this client's queues and DLQ for stats (its
         backlog counts every priority's queue); ``logs``: with the job-log reader too (its
-        clients are made only for the reads that need them: show, logs)."""
+        clients are made only for the reads that need them: show, logs); ``alarms``: with the
+        stack's alarms (the console's overview)."""
         from dispatcher.ops.queries import Queries
 
         dlq = adapters.dead_letters(self.cfg)
         others = tuple({id(q): q for q in self._queues.values() if q is not self._queue}.values())
         return Queries(self._table(), queue=self._queue, dead_letters=dlq, other_queues=others,
-                       logs=adapters.job_logs(self.cfg) if logs else None)
+                       logs=adapters.job_logs(self.cfg) if logs else None,
+                       alarms=adapters.alarm_board(self.cfg) if alarms else None)
 
     def stats(self, *, since: float | None = None,
               since_seconds: float | None = None) -> Stats:

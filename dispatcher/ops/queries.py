@@ -43,6 +43,7 @@ from dispatcher.ops.job_views import (
 )
 from dispatcher.ops.job_waits import waiting_of
 from dispatcher.ops.usage import TenantsReport, UsageReport, tenants_report, usage_report
+from dispatcher.ports.alarm_board import AlarmBoard, FiringAlarm
 from dispatcher.ports.job_logs import JobLogs
 from dispatcher.ports.queue import Queue
 from dispatcher.ports.table import Record
@@ -98,6 +99,8 @@ class Queries:
     other_queues: tuple[Queue, ...] = ()
     clock: Any = field(default=time.time)
     logs: JobLogs | None = None  # where jobs' own lines are (jobs logs, the streams in show)
+    # The stack's alarms (LONGJOBS_ALARM_PREFIX): None where no prefix is set (local mode).
+    alarms: AlarmBoard | None = None
 
     # -- list -----------------------------------------------------------------------------------
     def list_jobs(self, *, status: str | None = None, kind: str | None = None,
@@ -334,6 +337,11 @@ class Queries:
         t = self.clock()
         return tenants_report(self.store, self.store.active_bundles(),
                               finished_since(t, since, since_seconds), t)
+
+    def alarms_firing(self) -> list[FiringAlarm] | None:
+        """The stack's alarms in alarm, longest firing first (one DescribeAlarms a page of
+        100); None when the client knows no alarm prefix."""
+        return self.alarms.firing() if self.alarms is not None else None
 
     def _backlog(self) -> BacklogStats | None:
         if self.queue is None:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dispatcher.aws import clients, job_stream
+from dispatcher.aws.cloudwatch_alarms import CloudWatchAlarmBoard
 from dispatcher.aws.cloudwatch_logs import CloudWatchJobLogs
 from dispatcher.aws.dynamodb import DynamoTable
 from dispatcher.aws.ecs import CapacityShare, EcsLauncher, EcsTarget
@@ -23,6 +24,7 @@ from dispatcher.domain.errors import ConfigError
 from dispatcher.domain.job_events import TableChange
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.files.task_output import TaskOutputLogs
+from dispatcher.ports.alarm_board import AlarmBoard
 from dispatcher.ports.event_sink import EventSink
 from dispatcher.ports.job_logs import JobLogs
 from dispatcher.ports.launcher import Launcher
@@ -131,6 +133,14 @@ def job_logs(cfg: Config) -> JobLogs:
         return TaskOutputLogs(cfg.local_log)
     return CloudWatchJobLogs(client("logs", cfg), client("ecs", cfg), container=cfg.container,
                              task_family=cfg.task_family, region=cfg.region)
+
+
+def alarm_board(cfg: Config) -> AlarmBoard | None:
+    """The stack's alarms, by the prefix of their names (LONGJOBS_ALARM_PREFIX); None without
+    one (local mode, a stack deployed before its alarms were named so)."""
+    if not cfg.alarm_prefix:
+        return None
+    return CloudWatchAlarmBoard(client("cloudwatch", cfg), cfg.alarm_prefix)
 
 
 def event_sink(cfg: Config, records: Sequence[Mapping[str, Any]] = ()) -> EventSink:

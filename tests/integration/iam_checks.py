@@ -46,7 +46,11 @@ SCHEDULE_DLQ = "longjobs-schedules-dlq"
 SCHEDULER = "scheduler.amazonaws.com"
 
 # What the template's intrinsics resolve to in the moto environment the components run in.
+# The stack's name (the alarms' names begin with it: the AlarmNamePrefix output).
+STACK_NAME = "longjobs"
+ALARM_PREFIX = f"{STACK_NAME}-longjobs-"
 REFS = {"AWS::Region": REGION, "AWS::AccountId": ACCOUNT, "AWS::Partition": "aws",
+        "AWS::StackName": STACK_NAME,
         "TaskFamily": NAMES.family, "Cluster": NAMES.cluster, "JobTable": NAMES.table,
         "EventBus": EVENT_BUS, "ScheduleGroup": SCHEDULE_GROUP}
 ATTRS = {"Cluster.Arn": CLUSTER_ARN, "JobTable.Arn": TABLE_ARN, "JobQueue.Arn": QUEUE_ARN,
@@ -248,6 +252,16 @@ def authorizations(call: RecordedCall,
                      f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/{bus}",
                      operation=call.operation)
                 for bus in t.get("EventBusNames", ["default"])]
+    if service == "cloudwatch" and op == "DescribeAlarms":
+        # Authorized on the alarms it names (resource type "alarm":
+        # arn:${Partition}:cloudwatch:${Region}:${Account}:alarm:${AlarmName}, "Actions,
+        # resources, and condition keys for Amazon CloudWatch",
+        # https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazoncloudwatch.html):
+        # those of its prefix, as a name pattern. Asked for with none, every alarm ("*").
+        prefix = t.get("AlarmNamePrefix")
+        return [Auth("cloudwatch:DescribeAlarms",
+                     f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:{prefix}*" if prefix else "*",
+                     operation=call.operation)]
     if service == "scheduler" and op in _SCHEDULE_ACTIONS:
         return _schedule_authorizations(op, t, call.operation)
     # Anything else: the same-named action on every resource; only a "*" grant allows it.

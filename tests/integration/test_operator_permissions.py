@@ -2,8 +2,8 @@
 
 The producer's commands (``longjobs submit``, ``JobClient.submit_many`` on every priority) and
 the operator's (``jobs list/show/cancel/retry``, ``stats``, ``top``, ``dlq list/redrive``,
-``schedules create/update/list/show/pause/resume/run-now/delete``, and the CloudWatch Logs read
-of ``jobs logs``) run
+``schedules create/update/list/show/pause/resume/run-now/delete``, the CloudWatch Logs read
+of ``jobs logs`` and the console's read of the stack's alarms in alarm) run
 through the CLI against moto behind the recording proxy, the way ``test_permissions.py`` runs the
 stack's components; each request becomes the IAM authorizations AWS performs for it (that
 module's evaluator). Each policy must allow every call, every action on every resource it grants
@@ -33,6 +33,7 @@ from dispatcher.testing.proxy import AwsProxy, RecordedCall
 from tests.conftest import BASE_ENV
 from tests.integration.iam_checks import (
     ACCOUNT,
+    ALARM_PREFIX,
     REGION,
     WORKER_LOG_GROUP,
     Auth,
@@ -116,7 +117,12 @@ def exercise(moto_server: MotoEndpoint, proxy: AwsProxy) -> Iterator[Exercise]:
         # tests/contract/test_cloudwatch_job_logs.py).
         logs = RecordedCall("operator", "logs.FilterLogEvents",
                             {"logGroupName": WORKER_LOG_GROUP})
-        yield Exercise([*proxy.recorded(), logs])
+        # The console's overview reads the stack's alarms in alarm by their names' prefix
+        # (the stack's AlarmNamePrefix output); local provisioning makes no alarm, so that
+        # request is added as the adapter sends it (tests/contract/test_alarm_board_contract.py).
+        alarms = RecordedCall("operator", "cloudwatch.DescribeAlarms",
+                              {"AlarmNamePrefix": ALARM_PREFIX})
+        yield Exercise([*proxy.recorded(), logs, alarms])
         proxy.clear_recorded()
 
 
@@ -183,7 +189,7 @@ def test_the_operator_commands_call_what_the_policy_names(exercise: Exercise) ->
     performed = {(a.action, a.resource.rsplit(":", 1)[-1].rsplit("/", 1)[-1])
                  for a in exercise.auths("operator")}
     services = {action.split(":")[0] for action, _ in performed}
-    assert services == {"dynamodb", "sqs", "ecs", "logs", "scheduler", "iam"}
+    assert services == {"dynamodb", "sqs", "ecs", "logs", "scheduler", "iam", "cloudwatch"}
     assert {action for action, _ in performed if action.startswith(("ecs:", "logs:"))} == {
         "ecs:DescribeTaskDefinition", "logs:FilterLogEvents"}
     sent = {queue for action, queue in performed if action == "sqs:SendMessage"}
