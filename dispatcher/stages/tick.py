@@ -221,17 +221,21 @@ class Tick:
             waiting, more_blocked = self._work.with_untaken(d.capacity, waiting, room)
             blocked |= more_blocked
         waiting = tokens.admit(waiting)  # (the tenants' targets count no held bundle)
-        others = [b for b in self._work.others_due(
-                      room, keep_others,
-                      {b.tenant for b in live} if lease.tenanted else None)
-                  if not rate_limits.takes_tokens(b.bundle_id)] if d.capacity <= 0 else []
+        looked_at = self._work.others_due(
+            room, keep_others, {b.tenant for b in live} if lease.tenanted else None) \
+            if d.capacity <= 0 else []
+        others = [b for b in looked_at if not rate_limits.takes_tokens(b.bundle_id)]
+        # Work that takes tokens leaves no running task's follow-on for it (above), but whose
+        # tokens are there is its tenant's work all the same: its target counts it (a reserve
+        # kept, sheds asked for it), and the tick launches it once a slot is free.
+        granted = tokens.admit([b for b in looked_at if rate_limits.takes_tokens(b.bundle_id)])
         # With no slot free, a tenant with no task may have only follow-ons due: a look at
         # the untaken ones past the running tenants', for its target (and the sheds asked
         # for it), on a stack with tenants.
         unseen = self._work.others_due(room, None, {b.tenant for b in live},
                                        follow_ons=True) \
             if d.capacity <= 0 and lease.tenanted else []
-        tenants_now.saw([*waiting, *others, *unseen])
+        tenants_now.saw([*waiting, *others, *granted, *unseen])
         if (shares := tenants_now.shares) is not None:
             if shares.shared:
                 # Batches of the running tasks, and of the due work (a foothold's batch)
@@ -244,7 +248,7 @@ class Tick:
                         b for b in shares.found if b.bundle_id not in known)],
                         key=self._work.order), room)
                     blocked |= found_blocked
-            shares.plan([*waiting, *others, *unseen])
+            shares.plan([*waiting, *others, *granted, *unseen])
             waiting = shares.admit(waiting)
             # What a running task leaves its slot for: work the tick would launch there
             others = [b for b in others if shares.wants(b.tenant)]
@@ -344,7 +348,8 @@ class Tick:
                 kind_running[b.kind] += b.slots
         if self._arrays is not None:  # their parents' states, from what this tick recorded
             self._arrays.settle(d.arrays)
-        left = [b for b in [*waiting, *others, *unseen] if b.bundle_id not in launching]
+        left = [b for b in [*waiting, *others, *granted, *unseen]
+                if b.bundle_id not in launching]
         if any(t != NONE for t in d.intake.tenants_followed) \
                 or any(b.tenant for b in launched):
             tenants_now.make()  # its drain was the first to see tenants

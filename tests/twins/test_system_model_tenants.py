@@ -241,3 +241,24 @@ def reserve_of_a_running_tenant(m: model.SystemModel) -> None:
 def test_a_running_tenants_follow_ons_count_towards_its_reserve(
         machines: Callable[[], model.SystemModel]) -> None:
     assert seen_by(machines(), "reserve_kept", reserve_of_a_running_tenant) == []
+
+
+def reserve_for_work_that_takes_tokens(m: model.SystemModel) -> None:
+    """An array of no tenant fills the slots; t1's one job, which takes a rate limit's
+    tokens (there to take), waits; t1 is given a reserve of 1 while no slot is free."""
+    m.submit_array(7, 0, "succeed", 1.0, None)
+    m.slow_drain_tick(None)
+    m.submit(spec(priority="high", estimated_seconds=None, max_attempts=1, tenant="t1",
+                  uses={"api": 1}), 1, False)
+    m.tick(1)
+    m.tenant_cap("t1", None, reserve=1)
+    m.slow_drain_tick(None)
+
+
+def test_a_reserve_is_kept_for_a_tenant_whose_due_work_takes_tokens(
+        machines: Callable[[], model.SystemModel]) -> None:
+    m = machines()
+    assert seen_by(m, "reserve_kept", reserve_for_work_that_takes_tokens) == []
+    rounds(m, 3, "succeed", 5.0)  # a slot given up for it, then its launch
+    (t1,) = [b for b in m.view().bundles() if b.tenant == "t1"]
+    assert t1.task_arn is not None
