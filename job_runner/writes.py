@@ -269,7 +269,8 @@ class Writes:
             run = self._runs.setdefault(job.job_id, Usage())
             run.add(costs.entry_seconds(job.history[-1]),
                     costs.groups_of(job.kind, job.labels, job.tenant),
-                    ended=outcome.target in (JobState.SUCCEEDED, JobState.FAILED))
+                    ended=outcome.target in (JobState.SUCCEEDED, JobState.FAILED),
+                    failed=outcome.target == JobState.FAILED)
         refund = -1 if outcome.interrupted and started else 0
         extra: dict[str, Any] = {"history": _snapshot(job.history) if started else None,
                                  "result": outcome.result, "error": outcome.error,

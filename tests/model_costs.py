@@ -10,7 +10,8 @@ the task was settled, breaks it (tests/twins/test_system_model_bills.py shows it
 Where the table cannot tell (a job whose history dropped old attempts for its size, or any job
 that expired: its runs are gone with it), only "no more than the bill's" is checked.
 
-Two more: the usage counters (``stats --by``) hold each settled bill once (``usage_counters``),
+Two more: the usage counters (``stats --by``) hold each settled bill once, and no more failed
+jobs than runs ended so (``usage_counters``),
 and a label lists every recorded job that carries it and no other (``label_lists``).
 """
 
@@ -64,6 +65,32 @@ def miscounted(view: View, ttl_ran: bool) -> list[str]:
     if abs(billed - counted) > 1e-6 + 1e-9 * billed:
         return [f"the kind counters hold ${counted:.9f} where the settled tasks' bills come "
                 f"to ${billed:.9f}: a bill counted twice, or not at all"]
+    return _failures_miscounted(view)
+
+
+def _failures_miscounted(view: View) -> list[str]:
+    """The kind counters' failed jobs (the console's chart): never more than the jobs they
+    count, and in all never more than the runs that ended a job FAILED (a history entry whose
+    outcome says so, or a FAILED job's last run, which a stop's rerun stage ends without
+    one); unbounded once a history dropped old entries for its size."""
+    counters = [rec for pk, rec in view.items.items() if pk.startswith("USAGE#kind:")]
+    over = [rec.pk for rec in counters if int(rec.failed or 0) > int(rec.jobs or 0)]
+    if over:
+        return [f"the counters {over[:3]} count more failed jobs than jobs"]
+    runs = 0
+    for pk, rec in view.items.items():
+        if not pk.startswith("JOB#") or not isinstance(rec.history, list):
+            continue
+        entries = [e for e in rec.history if isinstance(e, dict)]
+        if any("omitted" in e for e in entries):
+            return []
+        runs += sum(1 for e in entries if e.get("outcome") == "FAILED")
+        if rec.state == "FAILED" and entries and entries[-1].get("outcome") != "FAILED":
+            runs += 1
+    counted = sum(int(rec.failed or 0) for rec in counters)
+    if counted > runs:
+        return [f"the kind counters count {counted} failed jobs where only {runs} runs ended a "
+                "job FAILED: a run that succeeded, or was rerun, counted as failed"]
     return []
 
 

@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from dispatcher.console.chart import chart
 from dispatcher.console.rendering import LOG_LINES, Renderer, job_url, pretty
 from dispatcher.console.source import ConsoleSource
 from dispatcher.domain import tenants
@@ -34,6 +35,9 @@ SNAPSHOT_SECONDS = 2.5
 DAY_COUNTS_SECONDS = 300.0
 # The stack's alarms in alarm: one DescribeAlarms per this many seconds, whatever the tabs.
 ALARMS_SECONDS = 15.0
+# The chart of jobs ended per hour: the usage counters of the last day, read once a minute.
+ENDED_SECONDS = 60.0
+ENDED_HOURS = 24
 # A page shows a state that still changes; these do not (the page stops following them).
 SETTLED = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "REJECTED"})
 STATES = [str(s) for s in JobState] + [SCHEDULED]
@@ -115,6 +119,7 @@ class Pages:
         self._snapshot = Cached(SNAPSHOT_SECONDS)
         self._day = Cached(DAY_COUNTS_SECONDS)
         self._alarms = Cached(ALARMS_SECONDS)
+        self._ended = Cached(ENDED_SECONDS)
 
     def answered(self, page: Callable[[Request], Response]) -> Callable[[Request], Response]:
         """``page`` with the operator API's errors said on a page (Renderer.failed)."""
@@ -130,10 +135,11 @@ class Pages:
         snap = self._snapshot.get(self.source.top.snapshot)
         day = self._day.get(lambda: self.source.queries.stats(since_seconds=86400))
         alarms, alarms_error = self._alarms.get(self._firing)
+        ended = self._ended.get(lambda: chart(self.source.queries.ended_by_hour(ENDED_HOURS)))
         return self.render.page(request, "overview.html", page="overview", snap=snap,
                                 day=day.jobs, day_at=day.at, states=[str(s) for s in JobState],
                                 refresh=REFRESH_SECONDS, no_tenant=tenants.NONE,
-                                alarms=alarms, alarms_error=alarms_error)
+                                alarms=alarms, alarms_error=alarms_error, ended=ended)
 
     def _firing(self) -> tuple[list[FiringAlarm] | None, str | None]:
         """The stack's alarms in alarm, or why they could not be read (the rest of the

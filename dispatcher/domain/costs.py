@@ -115,35 +115,45 @@ def entry_seconds(entry: Mapping[str, Any], task_arn: str | None = None) -> floa
 @dataclass
 class Usage:
     """Job-seconds and jobs run on a task, in all and by group (``kind:<kind>``,
-    ``label:<key>=<value>``): what its bill is split by. Stored on the task's pointer as
-    JSON (:meth:`as_dict`)."""
+    ``label:<key>=<value>``): what its bill is split by, and how many of the jobs ended
+    FAILED (the console's chart of jobs ended per hour). Stored on the task's pointer as
+    JSON (:meth:`as_dict`); a group's list written before the failed count had two
+    entries, and reads as none failed."""
 
     seconds: float = 0.0
     jobs: int = 0
-    groups: dict[str, list[float]] = field(default_factory=dict)  # group -> [jobs, seconds]
+    # group -> [jobs, seconds, failed]
+    groups: dict[str, list[float]] = field(default_factory=dict)
 
-    def add(self, seconds: float, groups: Iterable[str], *, ended: bool = True) -> None:
-        """A run of ``seconds``; ``ended``: it ended the job's attempt (counted as a job)."""
+    def add(self, seconds: float, groups: Iterable[str], *, ended: bool = True,
+            failed: bool = False) -> None:
+        """A run of ``seconds``; ``ended``: it ended the job's attempt (counted as a job);
+        ``failed``: it ended the job FAILED."""
         self.seconds += seconds
         self.jobs += int(ended)
         for g in groups:
-            self._group(g, int(ended), seconds)
+            self._group(g, int(ended), seconds, int(ended and failed))
 
-    def _group(self, group: str, jobs: int, seconds: float) -> None:
+    def _group(self, group: str, jobs: int, seconds: float, failed: int = 0) -> None:
         """Add to ``group``; past MAX_GROUPS groups (two ``(other)`` ones aside), to its
         dimension's ``(other)``: a task's usage, and the writes of its stop, stay bounded
         whatever labels its jobs carry."""
         if group not in self.groups and len(self.groups) >= MAX_GROUPS:
             group = f"{group.split(':', 1)[0]}:{OTHER}"
-        mine = self.groups.setdefault(group, [0, 0.0])
+        mine = self.groups.setdefault(group, [0, 0.0, 0])
         mine[0] += jobs
         mine[1] += seconds
+        mine[2] += failed
+
+    def failed(self, group: str) -> int:
+        """The jobs of ``group`` that ended FAILED."""
+        return int(self.groups[group][2]) if len(self.groups.get(group, ())) > 2 else 0
 
     def plus(self, other: Usage) -> Usage:
         out = Usage(self.seconds + other.seconds, self.jobs + other.jobs)
         for source in (self, other):
-            for g, (jobs, seconds) in source.groups.items():
-                out._group(g, int(jobs), float(seconds))
+            for g, v in source.groups.items():
+                out._group(g, int(v[0]), float(v[1]), source.failed(g))
         return out
 
     def as_dict(self) -> dict[str, Any]:
@@ -155,7 +165,7 @@ class Usage:
             return cls()
         out = cls(float(raw.get("seconds") or 0), int(raw.get("jobs") or 0))
         for g, v in (raw.get("groups") or {}).items():
-            out._group(str(g), int(v[0]), float(v[1]))
+            out._group(str(g), int(v[0]), float(v[1]), int(v[2]) if len(v) > 2 else 0)
         return out
 
 
@@ -189,7 +199,7 @@ class TaskCost:
         """Per group: jobs, vCPU-seconds and dollars (its share of the task's)."""
         total = self.usage.seconds
         out: dict[str, tuple[int, float, float]] = {}
-        for g, (jobs, seconds) in self.usage.groups.items():
+        for g, (jobs, seconds, *_) in self.usage.groups.items():
             # A task that ran no job: its cost is its group's (or its groups', evenly).
             share = seconds / total if total > 0 else 1.0 / len(self.usage.groups)
             out[g] = (int(jobs), share * self.bill.vcpu_seconds, share * self.cost)

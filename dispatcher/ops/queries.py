@@ -42,7 +42,14 @@ from dispatcher.ops.job_views import (
     clip,
 )
 from dispatcher.ops.job_waits import waiting_of
-from dispatcher.ops.usage import TenantsReport, UsageReport, tenants_report, usage_report
+from dispatcher.ops.usage import (
+    EndedHour,
+    TenantsReport,
+    UsageReport,
+    ended_by_hour,
+    tenants_report,
+    usage_report,
+)
 from dispatcher.ports.alarm_board import AlarmBoard, FiringAlarm
 from dispatcher.ports.job_logs import JobLogs
 from dispatcher.ports.queue import Queue
@@ -329,6 +336,11 @@ class Queries:
         the window (``stats --by``): the usage counters, no job read."""
         t = self.clock()
         return usage_report(self.store, by, finished_since(t, since, since_seconds), t)
+
+    def ended_by_hour(self, hours: int = 24) -> list[EndedHour]:
+        """Jobs ended (and of them failed) in each of the last ``hours`` hours, as their
+        tasks' stops counted them: the usage counters, no job read."""
+        return ended_by_hour(self.store, self.clock(), hours)
 
     def tenants(self, *, since: float | None = None,
                 since_seconds: float | None = None) -> TenantsReport:

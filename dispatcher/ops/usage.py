@@ -41,12 +41,14 @@ class UsageReport:
         t = GroupUsage("total")
         for g in self.groups:
             t = GroupUsage("total", t.jobs + g.jobs, t.job_seconds + g.job_seconds,
-                           t.vcpu_seconds + g.vcpu_seconds, t.dollars + g.dollars)
+                           t.vcpu_seconds + g.vcpu_seconds, t.dollars + g.dollars,
+                           t.failed + g.failed)
         return t
 
     def to_json(self) -> dict[str, Any]:
         def row(g: GroupUsage) -> dict[str, Any]:
-            return {"group": g.group, "jobs": g.jobs, "job_hours": g.job_seconds / 3600,
+            return {"group": g.group, "jobs": g.jobs, "failed": g.failed,
+                    "job_hours": g.job_seconds / 3600,
                     "vcpu_hours": g.vcpu_seconds / 3600, "dollars": g.dollars}
         total = self.total
         return {"by": self.by, "since": iso(self.since), "until": iso(self.until),
@@ -118,3 +120,29 @@ def tenants_report(store: OperatorStore, active: Sequence[Bundle], since: float,
                   policies.get(n, tenant_shares.DEFAULT),
                   shares[n].target if n in shares else None,
                   usage.get(n, 0.0)) for n in names])
+
+
+@dataclass(frozen=True)
+class EndedHour:
+    """One hour of the jobs' ends, as their tasks' stops counted them: the runs that ended a
+    job's attempt (``ended``) and of them those that ended it FAILED."""
+
+    hour: float  # its start, epoch seconds
+    ended: int
+    failed: int
+
+    @property
+    def succeeded(self) -> int:
+        return self.ended - self.failed
+
+
+def ended_by_hour(store: OperatorStore, now: float, hours: int) -> list[EndedHour]:
+    """The last ``hours`` hours, oldest first, the current one last (an hour no task stopped
+    in counts none): the kind counters, kinds x hours x shards items, no job read. A task's
+    jobs count in the hour it stopped, so the jobs of a task that ran for hours count at its
+    end (the dashboard's JobsSucceeded and JobsFailed count so too)."""
+    first = hour_of(now) - (hours - 1) * 3600
+    counted = store.hourly_usage(first, now)
+    return [EndedHour(float(h), counted[h].jobs if h in counted else 0,
+                      counted[h].failed if h in counted else 0)
+            for h in range(first, hour_of(now) + 1, 3600)]

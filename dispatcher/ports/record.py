@@ -120,12 +120,13 @@ class Record:
     cost: float | None = None
     job_seconds: float | None = None
     # a job: its labels (key -> value); a usage counter (USAGE#...): its group and hour, and
-    # the jobs, job-seconds, vCPU-seconds and dollars added up in them
+    # the jobs (and of them failed), job-seconds, vCPU-seconds and dollars added up in them
     labels: Any = None
     # a job: whom its work is for (dispatcher.domain.tenants; a bundle's is in its id)
     tenant: str | None = None
     group: str | None = None
     jobs: float | None = None
+    failed: float | None = None
     vcpu_seconds: float | None = None
     # launch
     bundle_ids: list[str] | None = None
@@ -208,7 +209,7 @@ NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint"
                            "batch_next", "batch_last", "ran_succeeded", "ran_failed",
                            "ended_bundle", "ended_succeeded", "ended_failed",
                            "ran_usage", "ended_usage", "bill", "cost", "job_seconds", "labels",
-                           "tenant", "group", "jobs", "vcpu_seconds",
+                           "tenant", "group", "jobs", "failed", "vcpu_seconds",
                            "yielded_at", "one_at_a_time", "swept_at", "lease_count", "clean_at",
                            "released_at", "tenanted_at"})
 INDEX_ATTRIBUTES: tuple[str, ...] = tuple(sorted(ATTRIBUTES - NOT_PROJECTED - set(INDEX_KEYS)))

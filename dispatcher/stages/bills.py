@@ -91,5 +91,5 @@ def runs_on(task_arn: str, jobs: list[Job]) -> Usage:
             if seconds > 0 or (entry.get("task_arn") == task_arn and "started_at" in entry):
                 ended = entry is last and job.state in (JobState.SUCCEEDED, JobState.FAILED)
                 usage.add(seconds, costs.groups_of(job.kind, job.labels, job.tenant),
-                          ended=ended)
+                          ended=ended, failed=job.state == JobState.FAILED)
     return usage

@@ -5,7 +5,8 @@ pointer (``TASK#<arn>``) gets ``bill``, ``cost`` and ``job_seconds`` (its rate i
 quotient), on condition it has no ``cost`` yet, so a second delivery of the stop adds nothing.
 In the same transaction each group the task's jobs ran in (``kind:<kind>``, ``tenant:<tenant>``,
 ``label:<key>=<value>``) gets its share added to its counter for the hour the task stopped
-(``USAGE#<group>#<hour>#<shard>``: jobs ended, job-seconds, vCPU-seconds, dollars; one of
+(``USAGE#<group>#<hour>#<shard>``: jobs ended and of them failed, job-seconds, vCPU-seconds,
+dollars; one of
 :data:`COUNTER_SHARDS` items by the task), found by the status index under ``USAGE#<dimension>``
 (kind, tenant, label) and the hour. ``stats --by`` reads those counters: at most groups x hours
 x shards items, whatever the number of jobs.
@@ -66,12 +67,14 @@ class GroupUsage:
     job_seconds: float = 0.0
     vcpu_seconds: float = 0.0
     dollars: float = 0.0
+    failed: int = 0  # of ``jobs``, those that ended FAILED
 
     def plus(self, rec: Record) -> GroupUsage:
         return GroupUsage(self.group, self.jobs + int(rec.jobs or 0),
                           self.job_seconds + float(rec.job_seconds or 0),
                           self.vcpu_seconds + float(rec.vcpu_seconds or 0),
-                          self.dollars + float(rec.cost or 0))
+                          self.dollars + float(rec.cost or 0),
+                          self.failed + int(rec.failed or 0))
 
 
 class TaskBills(Reads):
@@ -91,7 +94,8 @@ class TaskBills(Reads):
             ops.append(Update(usage_key(group, hour, s.task_arn), [
                 Set("status_key", usage_status(dimension)), Set("status_at", r.iso(hour)),
                 Set("group", group),
-                Add("jobs", jobs), Add("job_seconds", s.usage.groups[group][1]),
+                Add("jobs", jobs), Add("failed", s.usage.failed(group)),
+                Add("job_seconds", s.usage.groups[group][1]),
                 Add("vcpu_seconds", vcpu), Add("cost", dollars), *self._expires(t)]))
         return ops
 
@@ -132,5 +136,17 @@ class TaskBills(Reads):
             group = rec.group or ""
             totals[group] = totals.get(group, GroupUsage(group)).plus(rec)
         return sorted(totals.values(), key=lambda g: -g.dollars)
+
+    def hourly_usage(self, since: float, until: float) -> dict[int, GroupUsage]:
+        """Every job's runs by the hour their tasks stopped, from ``since``'s hour to
+        ``until``'s (each run counts in exactly one kind: the kind counters are read, kinds x
+        hours x shards items, no job), keyed by the hour's start (epoch seconds)."""
+        rows = index.query(self.table, [usage_status("kind")],
+                           at_least=r.iso(hour_of(since)), at_most=r.iso(until))
+        hours: dict[int, GroupUsage] = {}
+        for rec in index.full(self.table, rows):
+            hour = int(rec.pk.rsplit("#", 2)[1])  # USAGE#<group>#<hour>#<shard>
+            hours[hour] = hours.get(hour, GroupUsage("")).plus(rec)
+        return hours
 
 

@@ -108,8 +108,19 @@ def test_a_task_tells_at_most_32_groups_apart_however_its_usage_is_added_up() ->
         run.add(1.0, costs.groups_of("k", {f"l{m}": f"v{n}" for m in range(10)}))
         total = total.plus(run)
     assert len(total.groups) <= costs.MAX_GROUPS + 2 and "label:(other)" in total.groups
-    assert total.seconds == 10.0 and total.groups["kind:k"] == [10, 10.0]
+    assert total.seconds == 10.0 and total.groups["kind:k"] == [10, 10.0, 0]
     assert len(Usage.of(total.as_dict()).groups) == len(total.groups)
+
+
+def test_a_tasks_usage_counts_its_failed_jobs_and_reads_an_older_count_as_none_failed() -> None:
+    usage = Usage()
+    usage.add(2.0, ["kind:k"], failed=True)
+    usage.add(1.0, ["kind:k"])
+    usage.add(1.0, ["kind:k"], ended=False, failed=True)  # not ended: not a failed job
+    assert usage.failed("kind:k") == 1 and usage.jobs == 2
+    assert Usage.of(usage.as_dict()).plus(usage).failed("kind:k") == 2
+    older = Usage.of({"seconds": 3.0, "jobs": 2, "groups": {"kind:k": [2, 3.0]}})
+    assert older.failed("kind:k") == 0 and older.plus(usage).groups["kind:k"] == [4, 7.0, 1]
 
 
 def test_a_stop_whose_settle_was_refused_leaves_its_bill_for_a_later_look(

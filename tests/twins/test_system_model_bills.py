@@ -10,6 +10,7 @@ the check sees it."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -83,6 +84,45 @@ def test_the_counter_check_sees_a_bill_counted_twice(
     monkeypatch.setattr(TaskCost, "group_costs", doubled)
     seen = seen_by(machines(), "usage_counters", tasks_run_bill_and_stop)
     assert seen and "a bill counted twice, or not at all" in seen[0]
+
+
+def some_fail(m: model.SystemModel) -> None:
+    """Jobs that fail and jobs that succeed, on tasks that stop with their bills."""
+    m.burst(6, "fail")
+    m.burst(6, "succeed")
+    m.tick(1)
+    for _ in range(4):
+        m.runners_pass("fail")
+        m.advance(1.0)
+        m.tick(1)
+    while any(t.alive for t in m.tasks.values()):
+        for sim in m.tasks.values():
+            if sim.alive and sim.phase != "ended":
+                sim.end()
+        m.sync()
+    deliver_all(m)
+
+
+def test_the_counters_count_failed_jobs(machines: Callable[[], model.SystemModel]) -> None:
+    m = machines()
+    assert seen_by(m, "usage_counters", some_fail) == []
+    failed = sum(int(rec.failed or 0) for pk, rec in m.view().items.items()
+                 if pk.startswith("USAGE#kind:"))
+    assert failed > 0
+
+
+def test_the_counter_check_sees_every_ended_run_counted_failed(
+        machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken rule: every run that ended a job counts as failed."""
+    real = Usage.add
+
+    def all_failed(self: Usage, seconds: float, groups: Any, *, ended: bool = True,
+                   failed: bool = False) -> None:
+        real(self, seconds, groups, ended=ended, failed=True)
+
+    monkeypatch.setattr(Usage, "add", all_failed)
+    seen = seen_by(machines(), "usage_counters", tasks_run_bill_and_stop)
+    assert seen and "counted as failed" in seen[0]
 
 
 def labelled_jobs(m: model.SystemModel) -> None:
