@@ -69,9 +69,12 @@ def is_host(b: Bundle, now: float, policy: HandoffPolicy) -> bool:
     """A bundle that can take urgent jobs, as far as ``b`` (read at ``now``) shows: one of
     small jobs (only those share a bundle), or one whose task runs several jobs at once, so
     that a slot of it frees within one job, never behind a long one alone (a bundle rerun one
-    job at a time after a crash, ``slots`` 1, does not)."""
+    job at a time after a crash, ``slots`` 1, does not). Its jobs are its own: urgent jobs
+    handed to it say nothing of theirs, and a read that lists them among its jobs
+    (``Reads.job_ids_of``) must not make a rerun of one long job a host."""
     return b.state == BundleState.RUNNING and b.kind not in policy.kind_limits \
-        and (b.pages > 0 or len(b.job_ids) > 1 or (b.slots or policy.task_concurrency) > 1) \
+        and (b.pages > 0 or len(set(b.job_ids) - set(b.handed_jobs)) > 1
+             or (b.slots or policy.task_concurrency) > 1) \
         and (b.heartbeat_at or 0.0) >= now - 2 * policy.heartbeat_seconds
 
 
