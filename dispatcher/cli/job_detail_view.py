@@ -82,6 +82,9 @@ def render_detail(d: JobDetail, console: Console) -> None:
     if isinstance(traceback, str) and traceback.strip():
         console.print(Text("traceback:", style="bold"))
         console.print(Text(traceback.rstrip("\n")))
+    if len(d.state_changes) > 1:
+        steps = " -> ".join(f"{c.state} {when(c.to_json()['changed_at'])}" for c in d.state_changes)
+        console.print(Text(f"path: {steps}{published(d)}"), soft_wrap=True)
     # One block per attempt, not a wide table: task ids and reasons stay whole in a terminal.
     for a in d.history:
         j = a.to_json()
@@ -110,3 +113,15 @@ def render_detail(d: JobDetail, console: Console) -> None:
             console.print(Text(f"log: unknown ({latest['unknown']})"))
         console.print(Text(f"  `longjobs jobs logs {d.summary.job_id}` prints this job's "
                            "own lines"))
+
+
+def published(d: JobDetail) -> str:
+    """How many state-change events the job's writes published, where that differs from the
+    path its record tells (or always, in a word, where it agrees)."""
+    if d.sequence is None:
+        return ""
+    told = len(d.state_changes)
+    if d.sequence == told:
+        return f" ({told} events)"
+    return (f" ({d.sequence} events published; its record tells {told}: its history dropped "
+            "old attempts for its size, or it was written before events were counted)")

@@ -47,6 +47,7 @@ class Attempt(Flat):
     # its time is started_at, and the attempts after it count from 1 again. A bulk cancel's
     # mark is one too: "cancelled on request by <bulk id>".
     retry: str | None = None
+    after: str | None = None  # a retry's: the state it was retried from
 
     @staticmethod
     def from_history(h: dict[str, Any]) -> Attempt:
@@ -56,7 +57,7 @@ class Attempt(Flat):
             retry = f"retried on request after {h.get('after') or '?'}" + (
                 " from scratch" if h.get("from_scratch") else "") + by
             return Attempt(None, None, None, opt(float, h.get("retried_at")), None, None, None,
-                           None, None, h.get("reason"), retry)
+                           None, None, h.get("reason"), retry, opt(str, h.get("after")))
         if "cancelled_at" in h:  # a bulk cancel's mark (the only cancel that leaves one)
             return Attempt(None, None, None, opt(float, h.get("cancelled_at")), None, None,
                            None, None, None, h.get("reason"), "cancelled on request" + by)

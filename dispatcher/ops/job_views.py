@@ -17,6 +17,7 @@ from dispatcher.domain.jobs import JobState
 from dispatcher.domain.progress import Progress
 from dispatcher.domain.waiting import Waiting
 from dispatcher.ops.history import Attempt, Flat, flat, opt
+from dispatcher.ops.job_path import StateChange
 from dispatcher.ports.table import Record
 from dispatcher.store.codec import bundle_key, iso
 
@@ -150,12 +151,18 @@ class JobDetail:
     dependents_count: int = 0
     # The rate limits' tokens its launch takes (dispatcher.domain.rate_limits): key -> count.
     uses: dict[str, int] = field(default_factory=dict)
+    # Its state changes as its record tells them (dispatcher.ops.job_path), oldest first, and
+    # how many state-change events its writes published (its sequence; None: written before
+    # the sequence existed).
+    state_changes: list[StateChange] = field(default_factory=list)
+    sequence: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         rest = {k: v for k, v in flat(self).items() if k not in ("summary", "cost")}
         c = self.cost
         return {**self.summary.to_json(), **rest,
                 "history": [a.to_json() for a in self.history],
+                "state_changes": [s.to_json() for s in self.state_changes],
                 "cost": None if c is None else {
                     "dollars": c.dollars, "run_seconds": c.seconds,
                     "pending_seconds": c.pending_seconds, "tasks": c.tasks, "final": c.final}}

@@ -31,6 +31,7 @@ from dispatcher.domain.waiting import (
 )
 from dispatcher.ops.history import Attempt, opt
 from dispatcher.ops.job_log import JobLog, LogCursor, log_streams, read
+from dispatcher.ops.job_path import state_changes
 from dispatcher.ops.job_views import (
     DEPENDENTS_SHOWN,
     SCHEDULED,
@@ -268,7 +269,12 @@ class Queries:
                          self.store.dependents(job_id, DEPENDENTS_SHOWN) if item.waiters else [],
                          int(item.waiters or 0),
                          {str(k): int(v) for k, v in item.uses.items()}
-                         if isinstance(item.uses, dict) else {})
+                         if isinstance(item.uses, dict) else {},
+                         # (an array's parent runs no attempt: its children tell its path)
+                         state_changes(summary.created_at, str(item.state), summary.updated_at,
+                                       summary.reason, attempts, opt(int, item.sequence))
+                         if item.array_size is None else [],
+                         opt(int, item.sequence))
 
     def deployment(self) -> Deployment | None:
         """The deployed job code (``longjobs deploy``'s record); None: nothing was deployed."""

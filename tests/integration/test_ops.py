@@ -141,6 +141,10 @@ def test_jobs_show_attempts_payload_and_rejections(populated: Store) -> None:
     assert attempt["stop_code"] == "SpotInterruption" and attempt["stop_class"] == "infrastructure"
     assert attempt["task_definition"] == "longjobs-worker:1" and attempt["stopped_at"]
     assert spot["bundle"]["attempt"] == 2 and spot["bundle"]["state"] == "LAUNCHED"
+    # Its path: made, run, stopped under it (rerun): as many transitions as events published.
+    assert [(c["previous"], c["state"]) for c in spot["state_changes"]] == [
+        (None, "PENDING"), ("PENDING", "RUNNING"), ("RUNNING", "PENDING")]
+    assert spot["sequence"] == 3
 
     ok = cli_json("jobs", "show", "ok-1")
     assert ok["attempts"] == 1 and ok["max_attempts"] == 3
@@ -156,6 +160,8 @@ def test_jobs_show_attempts_payload_and_rejections(populated: Store) -> None:
     assert shown["body"] == "{not json" and shown["history"] == []
     text = cli("jobs", "show", "bad-1").stdout
     assert "boom" in text and "attempts" in text
+    assert "path: PENDING " in text and " -> RUNNING " in text and " -> FAILED " in text
+    assert "(3 events)" in text
 
 
 def test_cancel_and_retry_through_the_cli(populated: Store) -> None:

@@ -63,6 +63,7 @@ from tests.model_arrays import array_problems
 from tests.model_faults import FaultRules, FaultyTable, model_store, one_thread
 from tests.model_limits import KindLimitWatch, TenantCapWatch, parse_limits
 from tests.model_operators import OperatorRules
+from tests.model_paths import mistold
 from tests.model_promises import Promises, TenantTurns
 from tests.model_runner import BEHAVIOURS, NATURES, ModelIds, ModelTime, SimTask, expire
 from tests.model_schedules import ScheduleRules
@@ -813,6 +814,7 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         self.fail("blamed_innocent", checks.blamed(view, self.submitted, self.tasks))
         self.fail("waiting_for", checks.unexplained_waits(view, self.twins.clock()))
         self.fail("job_events", checks.untold(view, self.job_events.events, self.expired))
+        self.fail("path_told", mistold(view, self.job_events.events, self.expired))
         self.fail("arrays", array_problems(view, self.expired))
         self.fail("dependencies", self.early + self.undecided(view))
         self.fail("tenant_cap", self.tenant_caps.check(view, self.recovered_launches))

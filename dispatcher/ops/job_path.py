@@ -1,0 +1,71 @@
+"""A job's state changes as its record tells them: the path ``jobs show`` and the console's
+job page list, without reading any event.
+
+Every write that changes a job's state is one of its state-change events (numbered by its
+``sequence``: dispatcher.domain.job_events), and the record keeps what each such write did:
+its creation (``created_at``), each run's start and end or stop (its history: the runner's
+``started_at`` and ``ended_at`` with the outcome, the stop handler's ``stopped_at``), each
+operator retry and bulk cancel (their boundary entries), and its state now (``updated_at``,
+its reason). Read in order they give the same transitions the events carry; when the count
+differs from the sequence (a history that dropped old attempts for its size, a record written
+before the sequence existed), the page says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dispatcher.ops.history import Attempt, Flat
+
+PENDING, RUNNING = "PENDING", "RUNNING"
+ENDS = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+
+
+@dataclass(frozen=True)
+class StateChange(Flat):
+    """One transition: ``state`` from ``previous`` (None: its creation) at ``changed_at``
+    (None: the record does not tell when)."""
+
+    changed_at: float | None
+    state: str
+    previous: str | None
+    reason: str | None = None
+    task_arn: str | None = None
+
+
+def state_changes(created_at: float | None, state: str, updated_at: float | None,
+                  reason: str | None, attempts: list[Attempt],
+                  sequence: int | None = None) -> list[StateChange]:
+    """The job's transitions, oldest first: created PENDING, then what each history entry
+    did, then its state now if the last of those left it elsewhere. A job whose writes told
+    one event (``sequence`` 1) was made in the state it is in (a schedule's fire skipped for
+    its overlap is made CANCELLED)."""
+    if sequence == 1:
+        return [StateChange(created_at, state, None, reason)]
+    out = [StateChange(created_at, PENDING, None)]
+
+    def to(at: float | None, new: str, why: str | None = None,
+           task: str | None = None) -> None:
+        if new != out[-1].state:
+            out.append(StateChange(at, new, out[-1].state, why, task))
+
+    for n, a in enumerate(attempts):
+        if a.retry is not None:  # an operator's retry, or a bulk cancel's mark
+            if a.after is not None:  # the state it was retried from, reached unmarked (a
+                to(None, a.after)  # cancel of one job leaves no entry): when, it cannot tell
+            to(a.started_at, "CANCELLED" if a.retry.startswith("cancelled") else PENDING,
+               a.retry)
+            continue
+        if a.started_at is not None:  # (an entry of neither: the omitted attempts' marker)
+            to(a.started_at, RUNNING, None, a.task_arn)
+        if a.stopped_at is None:
+            continue
+        if a.outcome in ENDS or a.outcome == PENDING:
+            to(a.stopped_at, a.outcome, a.reason, a.task_arn)
+        elif n < len(attempts) - 1 or state not in ENDS:
+            # A task stopped under the run: the job is rerun (a stop that ended it instead
+            # is its state now, below).
+            to(a.stopped_at, PENDING, a.reason or a.stop_code, a.task_arn)
+    if state in ENDS or state in (PENDING, RUNNING):
+        to(updated_at, state, reason)
+    return out

@@ -1,0 +1,81 @@
+"""The system model's ``path_told`` check (tests/model_paths.py): the path a job's record
+tells (``jobs show``, the console's state changes) is the one its state-change events told.
+A run a Spot reclaim stopped (its job rerun), a retried failure and a cancel agree today;
+with the rule for a stopped run broken (its rerun left out), the check sees it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from dispatcher.ops.history import Attempt
+from dispatcher.ops.job_path import state_changes
+from tests import model_paths
+from tests.twins import test_system_model as model
+from tests.twins.test_system_model_gaps import machines, rounds, seen_by, spec, task
+
+__all__ = ["machines"]  # the fixture, used by name
+
+
+def reclaimed_retried_cancelled(m: model.SystemModel) -> None:
+    m.submit(spec(max_attempts=1), 1, False, "fail")
+    rounds(m, 3, "fail", 5.0)
+    m.operator(Pick(m, first_failed), "retry", True)  # type: ignore[arg-type]
+    m.submit(spec(), 1, False)
+    m.tick(1)
+    for sim in list(m.tasks.values()):
+        if sim.alive:
+            sim.claim()
+            sim.start_next()
+    m.advance(5.0)
+    task(m).stop("SpotInterruption", "Your Spot Task was interrupted.", None)
+    m.sync()
+    rounds(m, 6, "succeed", 30.0)
+    m.submit(spec(not_before=3600), 1, False)
+    m.tick(1)
+    m.operator(Pick(m, newest), "cancel", True)  # type: ignore[arg-type]
+    rounds(m, 2, "succeed", 5.0)
+
+
+class Pick:
+    """The operator rule's draw, made by hand: the job ``choose`` names from the table."""
+
+    def __init__(self, m: model.SystemModel, choose: Callable[[list[Any]], str]) -> None:
+        self.m, self.choose = m, choose
+
+    def draw(self, strategy: Any, label: str | None = None) -> str:
+        return self.choose([rec for pk, rec in self.m.view().items.items()
+                            if pk.startswith("JOB#")])
+
+
+def first_failed(jobs: list[Any]) -> str:
+    return sorted(rec.job_id for rec in jobs if rec.state == "FAILED")[0]
+
+
+def newest(jobs: list[Any]) -> str:
+    return max((rec.created_at or 0, rec.job_id) for rec in jobs)[1]
+
+
+def test_the_path_a_record_tells_is_its_events(machines: Callable[[], model.SystemModel]) -> None:
+    m = machines()
+    assert seen_by(m, "path_told", reclaimed_retried_cancelled) == []
+    told = {(e.previous_state, e.state) for e in m.job_events.events}
+    # What the scenario says it walks: a rerun, a retry of a failure, a cancel.
+    assert {("RUNNING", "PENDING"), ("FAILED", "PENDING"), ("PENDING", "CANCELLED")} <= told
+
+
+def _forgets_stopped_runs(created_at: float | None, state: str, updated_at: float | None,
+                          reason: str | None, attempts: list[Attempt],
+                          sequence: int | None = None) -> Any:
+    kept = [replace(a, stopped_at=None) if a.outcome is None else a for a in attempts]
+    return state_changes(created_at, state, updated_at, reason, kept, sequence)
+
+
+def test_the_check_sees_a_rerun_left_out(machines: Callable[[], model.SystemModel],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(model_paths, "state_changes", _forgets_stopped_runs)
+    seen = seen_by(machines(), "path_told", reclaimed_retried_cancelled)
+    assert seen and "its events" in seen[0]
