@@ -169,7 +169,14 @@ class Pages:
             raise LongjobsError("'created more than … ago' goes with state, kind and created "
                                 "within; clear the waiting-for reason, the label and the "
                                 "tenant to use it")
-        if f.waiting_for or f.label or f.tenant:
+        if f.waiting_for and not (f.label or f.tenant or f.prefix):
+            # Pages by their cursor, each looking at a bounded run of the PENDING jobs.
+            page = self.source.queries.page_waiting(f.waiting_for, status=f.state,
+                                                    kind=f.kind, since_seconds=since,
+                                                    limit=PAGE_ROWS, after=after)
+            jobs = page.jobs
+            next_url = f.query(after=page.next) if page.next else None
+        elif f.waiting_for or f.label or f.tenant:
             # Those lists read a bounded window of the newest (their module says which), so
             # they have no pages past it.
             jobs = self.source.queries.list_jobs(status=f.state, kind=f.kind,

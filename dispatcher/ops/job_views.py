@@ -225,7 +225,12 @@ class JobPage:
 
     @staticmethod
     def cursor(row: Record) -> str:
-        raw = json.dumps([row.status_at or "", row.pk], separators=(",", ":")).encode()
+        return JobPage.cursor_of((row.status_at or "", row.pk))
+
+    @staticmethod
+    def cursor_of(position: tuple[str, str]) -> str:
+        """A position in the status index (``(status_at, pk)``) as a cursor."""
+        raw = json.dumps(list(position), separators=(",", ":")).encode()
         return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
     @staticmethod

@@ -64,8 +64,11 @@ HOUR = 3600.0
 JOB_STATES: tuple[JobState, ...] = tuple(JobState)
 # `stats`' default window for finished jobs: those admitted within the last day.
 FINISHED_WINDOW = 24 * HOUR
-# `jobs list --waiting-for`: the newest PENDING jobs read to find those waiting so.
+# `jobs list --waiting-for`: the newest PENDING jobs read to find those waiting so (and a
+# page of the console's list by waiting reason: at most this many looked at, in runs of
+# WAITING_RUN, each run's bundles read a hundred at a time).
 WAITING_READ = 1000
+WAITING_RUN = 200
 # The error a cancelled handler's stop leaves (ctx.raise_if_cancelled, an async task's cancel).
 CANCEL_ERRORS = ("Interrupted", "CancelledError")
 
@@ -155,12 +158,47 @@ class Queries:
         return JobPage(self._summaries(rows, self.clock()),
                        JobPage.cursor(rows[-1]) if more and rows else None)
 
-    def _list_waiting(self, reason: str, status: str | None, kind: str | None,
-                      since_seconds: float | None, limit: int,
-                      prefix: str | None = None) -> list[JobSummary]:
+    def page_waiting(self, reason: str, *, status: str | None = None, kind: str | None = None,
+                     since_seconds: float | None = None, limit: int = 50,
+                     after: str | None = None) -> JobPage:
+        """The PENDING jobs waiting for ``reason``, newest first, a page at a time: the
+        PENDING partitions are read on from ``after`` in runs of :data:`WAITING_RUN` rows
+        until ``limit`` jobs match or :data:`WAITING_READ` rows were looked at. The cursor
+        is the position of the last row looked at, so a page may hold fewer than ``limit``
+        and still have one after it (the rows past it are not looked at yet)."""
+        self._check_waiting(reason)
+        if status is not None and parse_status(status) not in (JobState.PENDING, SCHEDULED):
+            return JobPage([], None)
+        position = JobPage.position(after) if after is not None else None
+        found: list[JobSummary] = []
+        looked = 0
+        while looked < WAITING_READ:
+            rows = self._list_items(status or JobState.PENDING, kind, since_seconds,
+                                    WAITING_RUN, after=position)
+            for row, s in zip(rows, self._summaries(rows, self.clock()), strict=True):
+                looked += 1
+                position = (row.status_at or "", row.pk)
+                if s.waiting_for is not None and s.waiting_for.reason == reason:
+                    found.append(s)
+                    if len(found) == limit:
+                        break
+            if len(found) == limit or len(rows) < WAITING_RUN:
+                break
+        if position is None or not self._list_items(status or JobState.PENDING, kind,
+                                                    since_seconds, 1, after=position):
+            return JobPage(found, None)  # nothing past the last row looked at
+        return JobPage(found, JobPage.cursor_of(position))
+
+    @staticmethod
+    def _check_waiting(reason: str) -> None:
         if reason not in REASONS:
             raise LongjobsError(f"unknown waiting reason {reason!r}; one of "
                                 + ", ".join(REASONS))
+
+    def _list_waiting(self, reason: str, status: str | None, kind: str | None,
+                      since_seconds: float | None, limit: int,
+                      prefix: str | None = None) -> list[JobSummary]:
+        self._check_waiting(reason)
         if status is not None and parse_status(status) not in (JobState.PENDING, SCHEDULED):
             return []
         rows = self._list_items(status or JobState.PENDING, kind, since_seconds,
