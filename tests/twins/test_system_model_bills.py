@@ -35,8 +35,14 @@ def tasks_run_bill_and_stop(m: model.SystemModel) -> None:
     m.sync()
     m.runners_pass("succeed")
     m.advance(30.0)
-    for _ in range(6):
-        m.runners_pass("succeed")
+    run_out(m, 6, "succeed")
+
+
+def run_out(m: model.SystemModel, rounds: int, behaviour: str) -> None:
+    """``rounds`` of the runners' passes and ticks, then every task ended and its stop
+    delivered with its bill."""
+    for _ in range(rounds):
+        m.runners_pass(behaviour)
         m.advance(1.0)
         m.tick(1)
     while any(t.alive for t in m.tasks.values()):
@@ -91,16 +97,7 @@ def some_fail(m: model.SystemModel) -> None:
     m.burst(6, "fail")
     m.burst(6, "succeed")
     m.tick(1)
-    for _ in range(4):
-        m.runners_pass("fail")
-        m.advance(1.0)
-        m.tick(1)
-    while any(t.alive for t in m.tasks.values()):
-        for sim in m.tasks.values():
-            if sim.alive and sim.phase != "ended":
-                sim.end()
-        m.sync()
-    deliver_all(m)
+    run_out(m, 4, "fail")
 
 
 def test_the_counters_count_failed_jobs(machines: Callable[[], model.SystemModel]) -> None:
