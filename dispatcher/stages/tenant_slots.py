@@ -166,26 +166,29 @@ class TenantSlots:
         """``bundles`` launched: their tenants' tasks."""
         self.counts.update(key(b.tenant) for b in bundles)
 
-    def within_caps(self, bundles: list[Bundle]) -> list[Bundle]:
+    def within_caps(self, bundles: list[Bundle], by_level: bool = False) -> list[Bundle]:
         """``bundles``, in their order, that their tenants' caps let start (the others are
-        kept in :attr:`held`: their tenants are in view, held by their caps)."""
-        left = {t: self.room(t) for t in {key(b.tenant) for b in bundles}}
+        kept in :attr:`held`: their tenants are in view, held by their caps). ``by_level``:
+        each priority's as if the levels above launched none of its tenant's: which of them
+        launch is known only once the priorities' slots are (:meth:`order` counts those)."""
+        left: dict[tuple[str, Priority | None], int | None] = {}
         out = []
         for b in bundles:
-            n = left[key(b.tenant)]
+            at = (key(b.tenant), b.priority if by_level else None)
+            n = left.setdefault(at, self.room(b.tenant))
             if n is None or n > 0:
                 out.append(b)
                 if n is not None:
-                    left[key(b.tenant)] = n - 1
+                    left[at] = n - 1
             else:
                 self.held[b.bundle_id] = b
         return out
 
-    def admit(self, bundles: list[Bundle]) -> list[Bundle]:
+    def admit(self, bundles: list[Bundle], by_level: bool = False) -> list[Bundle]:
         """``bundles`` (in the tick's order) that their tenants' caps let start, reordered
         within each priority so that the tenants furthest below their targets go first
-        (:meth:`order`)."""
-        return self.order(self.within_caps(bundles))
+        (:meth:`order`). ``by_level``: see :meth:`within_caps`."""
+        return self.order(self.within_caps(bundles, by_level))
 
     def order(self, bundles: list[Bundle],
               level_slots: Mapping[Priority, int] | None = None) -> list[Bundle]:
@@ -194,8 +197,9 @@ class TenantSlots:
         launch), the lowest usage / weight among equals; each tenant's own bundles in their
         order. ``level_slots``: the slots the priorities' sharing gave each level
         (dispatcher.domain.fairness), so that only a level's first that many count against
-        their tenants below it; None: the caller launches from the front, as many as it
-        has slots for (every one before counts)."""
+        their tenants below it, and against their caps: a tenant whose cap those take has
+        the rest of its bundles left out; None: the caller launches from the front, as many
+        as it has slots for (every one before counts), its ``bundles`` within the caps."""
         if not self.goal:
             return bundles
         out: list[Bundle] = []
@@ -211,6 +215,9 @@ class TenantSlots:
             ordered: list[Bundle] = []
             while heap:
                 _, t = heapq.heappop(heap)
+                if level_slots is not None and (room := self.room(t)) is not None \
+                        and picked[t] >= room:
+                    continue  # its cap taken by what launches before it
                 ordered.append(queues[t].pop(0))
                 picked[t] += 1
                 if queues[t]:

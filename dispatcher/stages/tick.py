@@ -249,7 +249,10 @@ class Tick:
                         key=self._work.order), room)
                     blocked |= found_blocked
             shares.plan([*waiting, *others, *granted, *unseen])
-            waiting = shares.admit(waiting)
+            # Each priority's within the caps: a capped tenant's bundle of a level whose slots
+            # go to others must not hold its work of the levels below back (the share's order
+            # counts against the caps what launches).
+            waiting = shares.admit(waiting, by_level=True)
             # What a running task leaves its slot for: work the tick would launch there
             others = [b for b in others if shares.wants(b.tenant)]
         waiting = tokens.admit(waiting)  # in its order now: each slice of it can be granted
@@ -284,6 +287,13 @@ class Tick:
         due = tokens.take(due)
         running |= {b.tenant for b in due}  # launched now: their tasks take follow-ons too
         tenants_now.took(due)
+        if tenants_now.shares is not None:
+            # The rest as far as the caps go now that what launches counts (the due work was
+            # capped a level at a time): what the caps hold is neither left due nor spare.
+            going = {b.bundle_id for b in due}
+            going |= {b.bundle_id for b in tenants_now.shares.within_caps(
+                [b for b in waiting if b.bundle_id not in going])}
+            waiting = [b for b in waiting if b.bundle_id in going]
         for b in due:
             if b.kind in room:
                 room[b.kind] -= b.slots
