@@ -68,4 +68,10 @@ def state_changes(created_at: float | None, state: str, updated_at: float | None
             to(a.stopped_at, PENDING, a.reason or a.stop_code, a.task_arn)
     if state in ENDS or state in (PENDING, RUNNING):
         to(updated_at, state, reason)
+    if sequence is not None and len(out) == sequence + 1 and len(out) > 1 \
+            and out[1].changed_at is None:
+        # One transition more than its writes told, the one the record keeps no time of
+        # right after its creation: it was made in that state (an array's child whose
+        # dependency had failed is made CANCELLED), not made PENDING and moved there.
+        out[:2] = [StateChange(created_at, out[1].state, None, out[1].reason)]
     return out
