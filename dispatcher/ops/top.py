@@ -35,7 +35,8 @@ from dispatcher.domain.jobs import PRIORITY_ORDER, JobState, Priority
 from dispatcher.domain.progress import Progress
 from dispatcher.domain.waiting import LAUNCHING, STARTING, TickSummary, waiting_for
 from dispatcher.ops.job_waits import bundle_facts
-from dispatcher.ops.queries import JOB_STATES, Queries
+from dispatcher.ops.queries import Queries
+from dispatcher.ops.stack_figures import JOB_STATES
 from dispatcher.ports.queue import Backlog, Queue
 from dispatcher.ports.table import Record
 from dispatcher.settings import Config
