@@ -128,6 +128,12 @@ def test_a_newcomer_walks_the_console(browser: WebDriver, tmp_path: Path) -> Non
         # The overview.
         browser.get(url + "/")
         assert "Overview" in browser.title and "Jobs by state" in text_of(browser)
+        # The chart of jobs ended per hour, drawn by the page once their tasks' stops are
+        # counted (a task's jobs count as it stops): the failed ones among them.
+        wait_for(lambda: "jobs ended in the last 24 hours (" in text_of(browser)
+                 or bool(browser.refresh()), 120, "the chart of jobs ended")
+        chart = browser.find_element(By.ID, "ended-chart").text
+        assert "failed, shown on top of each bar" in chart
         shoot(browser, shots, "overview")
 
         # The failed jobs, by the filter on the jobs page.
@@ -143,6 +149,9 @@ def test_a_newcomer_walks_the_console(browser: WebDriver, tmp_path: Path) -> Non
         page = text_of(browser)
         assert "FAILED" in page and "RuntimeError: the upstream service said 503" in page
         assert "Traceback (most recent call last)" in page
+        # Its path: made, run, failed, as many changes as its events.
+        path = browser.find_element(By.ID, "state-changes").text
+        assert "(created) PENDING" in path and "RUNNING FAILED" in path
         wait_for(lambda: "run for nightly-report: first" in text_of(browser) or
                  bool(browser.refresh()), 60, "its log line shown")
         shoot(browser, shots, "job")
