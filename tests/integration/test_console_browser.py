@@ -1,6 +1,7 @@
 """The web console in a real browser (Debian's headless Chromium, driven through its own
-chromedriver by Selenium), walking a newcomer's path in local mode: the overview, the failed
-jobs, one of them with its traceback and logs, its retry (``--operate``) seen to succeed
+chromedriver by Selenium), walking a newcomer's path in local mode: the overview (its chart
+of jobs ended), the failed jobs, one of them with its traceback, its path and its logs, its
+retry (``--operate``) seen to succeed
 without a reload, a bulk cancel's dry run; and jobs whose payload, error, labels and logs hold
 markup, script and ``javascript:`` links, shown as text with nothing run (checked from the
 browser: no dialog, no element made of them). Each page's screenshot goes to
