@@ -130,7 +130,10 @@ def share_order(view: checks.View, now: float, launched: Iterable[Bundle],
     drain made and launched are no choice among the due work, nor do they count against the
     tenant's share when its due work's launches are judged (they came after them). The summary's
     targets are those the tick ends with: a tick whose drain met a tenant with no bundle as
-    it began (``before``) chose by other targets, and is not judged."""
+    it began (``before``) chose by other targets, and is not judged; nor is a tenant's launch
+    past a target the drain's launches of the others' work lowered (the queue says how many
+    jobs wait, not whose: each such launch is one task more of a tenant whose work the due
+    work's order did not see, and moves one slot at most of the targets to it)."""
     tick = view.items.get(r.TICK_KEY)
     summary = TickSummary.from_json(tick.summary) if tick is not None else None
     if summary is None or len(summary.tenants) < 2:
@@ -158,9 +161,11 @@ def share_order(view: checks.View, now: float, launched: Iterable[Bundle],
         share = summary.tenants.get(t)
         if share is None:
             continue
+        # Slots the others' drained launches may have taken of its target since the order
+        others = sum(n for u, n in drained.items() if u != t)
         for level in counts:
             lower = sum(n for other, n in counts.items() if other > level)
-            if share.tasks - lower - drained[t] > share.target:
+            if share.tasks - lower - drained[t] > share.target + others:
                 over.setdefault(t, set()).add(level)
     if not over:
         return []
