@@ -13,7 +13,7 @@ before the sequence existed), the page says so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dispatcher.ops.history import Attempt, Flat
 
@@ -49,6 +49,7 @@ def state_changes(created_at: float | None, state: str, updated_at: float | None
         if new != out[-1].state:
             out.append(StateChange(at, new, out[-1].state, why, task))
 
+    last_stop: StateChange | None = None  # a last run's stop with no outcome, if any
     for n, a in enumerate(attempts):
         if a.retry is not None:  # an operator's retry, or a bulk cancel's mark
             if a.after is not None:  # the state it was retried from, reached unmarked (a
@@ -66,8 +67,16 @@ def state_changes(created_at: float | None, state: str, updated_at: float | None
             # A task stopped under the run: the job is rerun (a stop that ended it instead
             # is its state now, below).
             to(a.stopped_at, PENDING, a.reason or a.stop_code, a.task_arn)
+        else:
+            last_stop = StateChange(a.stopped_at, PENDING, RUNNING, a.reason or a.stop_code,
+                                    a.task_arn)
     if state in ENDS or state in (PENDING, RUNNING):
         to(updated_at, state, reason)
+    if last_stop is not None and sequence is not None and len(out) == sequence - 1 \
+            and out[-1].previous == RUNNING:
+        # One transition fewer than its writes told: the stop under its last run reran it,
+        # and it ended later without running again (its relaunches spent its budget).
+        out[-1:] = [last_stop, replace(out[-1], previous=PENDING)]
     if sequence is not None and len(out) == sequence + 1 and len(out) > 1 \
             and out[1].changed_at is None:
         # One transition more than its writes told, the one the record keeps no time of

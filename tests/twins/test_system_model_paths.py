@@ -67,6 +67,35 @@ def test_the_path_a_record_tells_is_its_events(machines: Callable[[], model.Syst
     assert {("RUNNING", "PENDING"), ("FAILED", "PENDING"), ("PENDING", "CANCELLED")} <= told
 
 
+class First:
+    """The stop-event rule's draw, made by hand: the first event."""
+
+    def draw(self, strategy: Any, label: str | None = None) -> int:
+        return 0
+
+
+def rerun_then_failed_unrun(m: model.SystemModel) -> None:
+    """Jobs whose handlers kill their task: a stop reruns them, and their relaunches spend
+    their budgets, so some end FAILED without running again."""
+    m.contend(None, "kill")
+    m.stop_event(First(), False, False)  # type: ignore[arg-type]
+    m.tick(12)
+    m.runners_pass("by_nature")
+    m.advance(130.0)
+    m.tick(12)
+
+
+def test_a_job_rerun_and_failed_before_it_ran_again_tells_its_rerun(
+        machines: Callable[[], model.SystemModel]) -> None:
+    m = machines()
+    assert seen_by(m, "path_told", rerun_then_failed_unrun) == []
+    paths: dict[str, list[tuple[str | None, str]]] = {}
+    for e in m.job_events.events:
+        paths.setdefault(e.job_id, []).append((e.previous_state, e.state))
+    assert any(p[-2:] == [("RUNNING", "PENDING"), ("PENDING", "FAILED")]
+               for p in paths.values()), "no job was rerun and then failed unrun"
+
+
 def _forgets_stopped_runs(created_at: float | None, state: str, updated_at: float | None,
                           reason: str | None, attempts: list[Attempt],
                           sequence: int | None = None) -> Any:
