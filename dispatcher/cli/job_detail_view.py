@@ -84,7 +84,7 @@ def render_detail(d: JobDetail, console: Console) -> None:
         console.print(Text(traceback.rstrip("\n")))
     if len(d.state_changes) > 1:
         steps = " -> ".join(f"{c.state} {when(c.to_json()['changed_at'])}" for c in d.state_changes)
-        console.print(Text(f"path: {steps}{published(d)}"), soft_wrap=True)
+        console.print(Text(f"path: {steps}{published(d)}"))  # wrapped at the width
     # One block per attempt, not a wide table: task ids and reasons stay whole in a terminal.
     for a in d.history:
         j = a.to_json()

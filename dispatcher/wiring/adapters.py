@@ -9,10 +9,9 @@ has) exist once. This module builds no stages: the job runner imports it without
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dispatcher.aws import clients, job_stream
-from dispatcher.aws.cloudwatch_alarms import CloudWatchAlarmBoard
 from dispatcher.aws.cloudwatch_logs import CloudWatchJobLogs
 from dispatcher.aws.dynamodb import DynamoTable
 from dispatcher.aws.ecs import CapacityShare, EcsLauncher, EcsTarget
@@ -24,7 +23,6 @@ from dispatcher.domain.errors import ConfigError
 from dispatcher.domain.job_events import TableChange
 from dispatcher.domain.jobs import PRIORITY_ORDER, Priority
 from dispatcher.files.task_output import TaskOutputLogs
-from dispatcher.ports.alarm_board import AlarmBoard
 from dispatcher.ports.event_sink import EventSink
 from dispatcher.ports.job_logs import JobLogs
 from dispatcher.ports.launcher import Launcher
@@ -34,6 +32,9 @@ from dispatcher.ports.task_definitions import TaskDefinitions
 from dispatcher.settings import Config
 from dispatcher.store import Store
 from dispatcher.store.base import DEFAULT_RETENTION_DAYS
+
+if TYPE_CHECKING:
+    from dispatcher.ports.alarm_board import AlarmBoard
 
 
 def client(service: str, cfg: Config, *, retries: int = 4) -> Any:
@@ -137,7 +138,11 @@ def job_logs(cfg: Config) -> JobLogs:
 
 def alarm_board(cfg: Config) -> AlarmBoard | None:
     """The stack's alarms, by the prefix of their names (LONGJOBS_ALARM_PREFIX); None without
-    one (local mode, a stack deployed before its alarms were named so)."""
+    one (local mode, a stack deployed before its alarms were named so). Imported here, not
+    with this module: only the console reads alarms, and the functions' cold start imports
+    this module (tests/integration/test_lambda_package.py counts what it imports)."""
+    from dispatcher.aws.cloudwatch_alarms import CloudWatchAlarmBoard
+
     if not cfg.alarm_prefix:
         return None
     return CloudWatchAlarmBoard(client("cloudwatch", cfg), cfg.alarm_prefix)
