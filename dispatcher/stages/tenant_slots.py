@@ -162,6 +162,13 @@ class TenantSlots:
                 out[t] = max(0, p.max_running - self.counts[t])
         return TenantLimits(out, {t: p.weight for t, p in self.policies.items()})
 
+    def given_none(self) -> set[str | None]:
+        """The tenants (as their bundles name them) whose policies give them no slot of their
+        own: a weight of 0 and no reserve (only the slots no one else has work for), or at
+        their caps."""
+        return {None if t == tenants.NONE else t for t, p in self.policies.items()
+                if (p.weight <= 0 and p.reserve <= 0) or self.room(t) == 0}
+
     def took(self, bundles: Iterable[Bundle]) -> None:
         """``bundles`` launched: their tenants' tasks."""
         self.counts.update(key(b.tenant) for b in bundles)

@@ -221,8 +221,13 @@ class Tick:
             waiting, more_blocked = self._work.with_untaken(d.capacity, waiting, room)
             blocked |= more_blocked
         waiting = tokens.admit(waiting)  # (the tenants' targets count no held bundle)
-        looked_at = self._work.others_due(
-            room, keep_others, {b.tenant for b in live} if lease.tenanted else None) \
+        # With no slot free, the looks below page past the running tenants' due work, and past
+        # that of tenants given no slot of their own (a weight of 0, a cap reached): no task
+        # leaves its slot for theirs, so the look stopping at it left a tenant behind it (its
+        # reserve, its share) unseen for as long as that work waited.
+        passed = {b.tenant for b in live} | tenants_now.make().given_none() \
+            if d.capacity <= 0 and lease.tenanted else None
+        looked_at = self._work.others_due(room, keep_others, passed) \
             if d.capacity <= 0 else []
         others = [b for b in looked_at if not rate_limits.takes_tokens(b.bundle_id)]
         # Work that takes tokens leaves no running task's follow-on for it (above), but whose
@@ -230,11 +235,10 @@ class Tick:
         # kept, sheds asked for it), and the tick launches it once a slot is free.
         granted = tokens.admit([b for b in looked_at if rate_limits.takes_tokens(b.bundle_id)])
         # With no slot free, a tenant with no task may have only follow-ons due: a look at
-        # the untaken ones past the running tenants', for its target (and the sheds asked
-        # for it), on a stack with tenants.
-        unseen = self._work.others_due(room, None, {b.tenant for b in live},
-                                       follow_ons=True) \
-            if d.capacity <= 0 and lease.tenanted else []
+        # the untaken ones past the same tenants', for its target (and the sheds asked for
+        # it), on a stack with tenants.
+        unseen = self._work.others_due(room, None, passed, follow_ons=True) \
+            if passed is not None else []
         tenants_now.saw([*waiting, *others, *granted, *unseen])
         if (shares := tenants_now.shares) is not None:
             if shares.shared:
