@@ -21,12 +21,13 @@ from collections.abc import Callable
 
 import pytest
 
-from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle, BundleState
+from dispatcher.domain.bundles import BundleState
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.stages.tenant_slots import TenantSlots
 from dispatcher.store import codec
 from tests.twins import test_system_model as model
 from tests.twins.test_system_model_gaps import machines, seen_by, spec
+from tests.twins.test_system_model_share_follow_ons import running
 
 __all__ = ["machines"]  # the fixture, used by name
 
@@ -47,10 +48,6 @@ def summary(m: model.SystemModel) -> TickSummary:
     said = TickSummary.from_json(m.view().items[codec.TICK_KEY].summary)
     assert said is not None
     return said
-
-
-def running(m: model.SystemModel) -> list[Bundle]:
-    return [b for b in m.view().bundles() if b.state in ACTIVE_BUNDLE_STATES]
 
 
 def test_the_drains_urgent_launches_of_another_tenant_take_no_share_from_the_order(
