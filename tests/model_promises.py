@@ -301,8 +301,14 @@ def reserves_kept(before: checks.View, view: checks.View, now: float,
     policies = {t: TenantPolicy.from_json(p) for t, p in rec.tenants.items()}
     if sum(p.reserve for p in policies.values()) > max_tasks:
         return []
+    # Due as the tick began, not by ``now``: a slow drain moves the clock, and work that came
+    # due during it was not due when the tick looked at the due work. The lease says when the
+    # tick began (taken then; its release leaves ``updated_at`` as it was).
+    lease = view.items.get(r.LEASE_KEY)
+    began = float(lease.updated_at) if lease is not None and lease.updated_at is not None \
+        else now
     was_due = {b.bundle_id for b in before.bundles()
-               if b.state == BundleState.PENDING and b.next_attempt_at <= now}
+               if b.state == BundleState.PENDING and b.next_attempt_at <= began}
     out = []
     for t, p in sorted(policies.items()):
         # A tenant the summary leaves out has no task, no target and no cap.
