@@ -133,52 +133,49 @@ class Queries(StackFigures):
 
     def page_waiting(self, reason: str, *, status: str | None = None, kind: str | None = None,
                      since_seconds: float | None = None, limit: int = 50,
-                     after: str | None = None) -> JobPage:
+                     after: str | None = None, prefix: str | None = None) -> JobPage:
         """The PENDING jobs waiting for ``reason``, newest first, a page at a time: the
         PENDING partitions are read on from ``after`` in runs of :data:`WAITING_RUN` rows
-        until ``limit`` jobs match or :data:`WAITING_READ` rows were looked at. The cursor
-        is the position of the last row looked at, so a page may hold fewer than ``limit``
-        and still have one after it (the rows past it are not looked at yet)."""
-        self._check_waiting(reason)
+        until ``limit`` jobs match or :data:`WAITING_READ` rows (``limit``, if more) were
+        looked at. The cursor is the position of the last row looked at, so a page may hold
+        fewer than ``limit`` and still have one after it (the rows past it are not looked at
+        yet). ``jobs list --waiting-for`` is its first page."""
+        if reason not in REASONS:
+            raise LongjobsError(f"unknown waiting reason {reason!r}; one of "
+                                + ", ".join(REASONS))
         if status is not None and parse_status(status) not in (JobState.PENDING, SCHEDULED):
             return JobPage([], None)
         position = JobPage.position(after) if after is not None else None
         found: list[JobSummary] = []
-        looked = 0
-        while looked < WAITING_READ:
+        looked, bound, last_run = 0, max(limit, WAITING_READ), True
+        while looked < bound and len(found) < limit:
             rows = self._list_items(status or JobState.PENDING, kind, since_seconds,
-                                    WAITING_RUN, after=position)
-            for row, s in zip(rows, self._summaries(rows, self.clock()), strict=True):
+                                    WAITING_RUN, after=position, prefix=prefix)
+            last_run = len(rows) < WAITING_RUN
+            for n, (row, s) in enumerate(zip(rows, self._summaries(rows, self.clock()),
+                                             strict=True)):
                 looked += 1
                 position = (row.status_at or "", row.pk)
                 if s.waiting_for is not None and s.waiting_for.reason == reason:
                     found.append(s)
                     if len(found) == limit:
+                        last_run = last_run and n == len(rows) - 1
                         break
-            if len(found) == limit or len(rows) < WAITING_RUN:
+            if last_run:
                 break
-        if position is None or not self._list_items(status or JobState.PENDING, kind,
-                                                    since_seconds, 1, after=position):
-            return JobPage(found, None)  # nothing past the last row looked at
+        # Read to its end (a short run looked at whole): no page after it. Otherwise one row
+        # past the last looked at says whether there is.
+        if position is None or last_run or not self._list_items(
+                status or JobState.PENDING, kind, since_seconds, 1, after=position,
+                prefix=prefix):
+            return JobPage(found, None)
         return JobPage(found, JobPage.cursor_of(position))
-
-    @staticmethod
-    def _check_waiting(reason: str) -> None:
-        if reason not in REASONS:
-            raise LongjobsError(f"unknown waiting reason {reason!r}; one of "
-                                + ", ".join(REASONS))
 
     def _list_waiting(self, reason: str, status: str | None, kind: str | None,
                       since_seconds: float | None, limit: int,
                       prefix: str | None = None) -> list[JobSummary]:
-        self._check_waiting(reason)
-        if status is not None and parse_status(status) not in (JobState.PENDING, SCHEDULED):
-            return []
-        rows = self._list_items(status or JobState.PENDING, kind, since_seconds,
-                                max(limit, WAITING_READ), prefix=prefix)
-        found = [s for s in self._summaries(rows, self.clock())
-                 if s.waiting_for is not None and s.waiting_for.reason == reason]
-        return found[:limit]
+        return self.page_waiting(reason, status=status, kind=kind, since_seconds=since_seconds,
+                                 limit=limit, prefix=prefix).jobs
 
     def _list_labelled(self, label: str | None, tenant: str | None, status: str | None,
                        kind: str | None, since_seconds: float | None, limit: int,
