@@ -5,9 +5,12 @@ to a page that shows what it did (POST, then GET: a reload does not act twice)."
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 import shlex
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -17,10 +20,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
-from dispatcher.console.guard import Guard, Refused
+from dispatcher.console.guard import Guard, Refused, Visitor
 from dispatcher.console.pages import REFRESH_SECONDS
 from dispatcher.console.rendering import Renderer, job_url
 from dispatcher.console.source import ConsoleSource
+from dispatcher.domain.audit import AuditAction, AuditEntry
 from dispatcher.domain.errors import LongjobsError
 from dispatcher.domain.jobs import JobState
 from dispatcher.ops.bulk import SELECTABLE, BulkReport, BulkVerb, new_bulk_id
@@ -31,6 +35,11 @@ SAMPLE = 10
 REDRIVE_MOST = 100_000
 # The bulk actions a console remembers to show (the oldest ended ones are forgotten).
 RUNS_KEPT = 100
+# A console that cannot work after its answer (a Lambda function is frozen once it has
+# answered) runs a bulk action in the request for at most this long, under API Gateway's
+# 30 s limit of an HTTP API's integration, then stops between pages and offers to continue it
+# (the bulk id's marks make that resume act on no job twice).
+IN_REQUEST_SECONDS = 20.0
 
 
 @dataclass
@@ -87,6 +96,11 @@ class BulkRuns:
             return True
 
 
+def _ended(report: BulkReport) -> str:
+    return (f"acted on {report.acted}, requested {report.requested}, skipped {report.skipped}, "
+            f"{report.errors} not acted on")
+
+
 def _copy(report: BulkReport) -> BulkReport:
     """A copy the page reads while the run goes on (its samples a list of its own)."""
     return replace(report, error_samples=list(report.error_samples))
@@ -125,20 +139,28 @@ def command_of(f: Mapping[str, str], bulk_id: str | None = None) -> str:
     return " ".join(parts)
 
 
-class Actions:
-    """The state-changing requests of one console."""
+class TimeUp(Exception):
+    """A bulk action run in its request reached :data:`IN_REQUEST_SECONDS`."""
 
-    def __init__(self, source: ConsoleSource, render: Renderer, guard: Guard) -> None:
+
+class Actions:
+    """The state-changing requests of one console. ``background``: whether a bulk action may
+    go on in a thread after the answer (a server that keeps running; not a Lambda function)."""
+
+    def __init__(self, source: ConsoleSource, render: Renderer, guard: Guard, *,
+                 background: bool = True) -> None:
         self.source = source
         self.render = render
         self.guard = guard
+        self.background = background
         self.bulk_runs = BulkRuns()
+        self.log = logging.getLogger("longjobs.console.audit")
 
     async def _form(self, request: Request) -> dict[str, str]:
         self.guard.check_origin(request)  # before its body is read
         form = await request.form()
         values = {k: v for k, v in form.items() if isinstance(v, str)}
-        self.guard.check_token(values.get("csrf"))
+        self.guard.check_token(request, values.get("csrf"))
         return values
 
     async def acted(self, request: Request, act: Any) -> Response:
@@ -150,11 +172,39 @@ class Actions:
         except Exception as exc:
             return self.render.failed(request, exc, acting=True)
 
+    def audit(self, visitor: Visitor, action: AuditAction, target: str, count: int,
+              outcome: str = "done", ref: str = "") -> None:
+        """Write what was done as an audit record, and as a log line (the record's second
+        copy, and the only one if the table refused it: the action stands either way)."""
+        entry = AuditEntry(time.time(), visitor.who, action, target, count, outcome, ref)
+        self.log.info(json.dumps({"audit": {"who": entry.who, "action": str(action),
+                                            "target": target, "count": count,
+                                            "outcome": outcome, "ref": ref}}))
+        try:
+            self.source.client.audit_trail().record_audit(entry)
+        except Exception:
+            self.log.exception("the audit record of %s %s by %s was not written", action,
+                               target[:80], visitor.who)
+
+    def _audited(self, request: Request, action: AuditAction, target: str,
+                 act: Any) -> Any:
+        """``act()``, its audit record written whether it did or was refused."""
+        visitor = self.guard.visitor(request)
+        try:
+            done = act()
+        except Exception as exc:
+            self.audit(visitor, action, target, 0, f"not done: {exc}"[:300])
+            raise
+        self.audit(visitor, action, target, 1)
+        return done
+
     # -- one job --------------------------------------------------------------------------------
     async def cancel(self, request: Request) -> Response:
         def act(request: Request, values: dict[str, str]) -> Response:
             job_id = request.path_params["job_id"]
-            job = self.source.client.cancel(job_id, reason="cancelled from the console")
+            job = self._audited(request, AuditAction.CANCEL, job_id, lambda: self.source.client
+                                .cancel(job_id, reason=f"cancelled from the console by "
+                                        f"{self.guard.visitor(request).who}"))
             done = "cancelled" if job.state == JobState.CANCELLED else "cancel-requested"
             return RedirectResponse(f"{job_url(job_id)}?done={done}", status_code=303)
         return await self.acted(request, act)
@@ -162,8 +212,9 @@ class Actions:
     async def retry(self, request: Request) -> Response:
         def act(request: Request, values: dict[str, str]) -> Response:
             job_id = request.path_params["job_id"]
-            self.source.client.retry(job_id, from_scratch=values.get("from_scratch") == "1",
-                                     reason="retried from the console")
+            self._audited(request, AuditAction.RETRY, job_id, lambda: self.source.client.retry(
+                job_id, from_scratch=values.get("from_scratch") == "1",
+                reason=f"retried from the console by {self.guard.visitor(request).who}"))
             return RedirectResponse(f"{job_url(job_id)}?done=retried", status_code=303)
         return await self.acted(request, act)
 
@@ -225,23 +276,43 @@ class Actions:
             if not self.bulk_runs.start(run):
                 raise LongjobsError(f"bulk action {bulk_id} is running already in this "
                                     "console; follow it on its page")
+            visitor = self.guard.visitor(request)
+            verb = AuditAction(f"bulk-{f['verb']}")
+            self.audit(visitor, verb, run.report.selection, now,
+                       "resumed" if resume else "started", bulk_id)
+            deadline = None if self.background else time.monotonic() + IN_REQUEST_SECONDS
 
             def progress(report: BulkReport) -> None:
                 self.bulk_runs.put(replace(run, report=_copy(report)))
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeUp
 
             def work() -> None:
                 try:
                     report = action.run(flt, bulk_id=bulk_id, resume=resume is not None,
-                                        reason=values.get("reason") or "from the console",
+                                        reason=values.get("reason") or
+                                        f"from the console by {visitor.who}",
                                         from_scratch=values.get("from_scratch") == "1",
                                         progress=progress)
                     self.bulk_runs.put(replace(run, report=_copy(report), done=True))
+                    self.audit(visitor, verb, report.selection,
+                               report.acted + report.requested, _ended(report), bulk_id)
                 except Exception as exc:  # a table that stopped answering: resumable
                     last = self.bulk_runs.get(bulk_id) or run
-                    self.bulk_runs.put(replace(last, problem=f"{type(exc).__name__}: {exc}"))
+                    problem = (f"a request of this console works {IN_REQUEST_SECONDS:.0f} s "
+                               "at most, and the action has more to do" if isinstance(
+                                   exc, TimeUp) else f"{type(exc).__name__}: {exc}")
+                    self.bulk_runs.put(replace(last, problem=problem))
+                    self.audit(visitor, verb, last.report.selection,
+                               last.report.acted + last.report.requested,
+                               f"{_ended(last.report)}; stopped: {problem}", bulk_id)
 
-            threading.Thread(target=work, name=f"console-{bulk_id}", daemon=True).start()
-            return RedirectResponse(f"/bulk/{quote(bulk_id, safe='')}", status_code=303)
+            if self.background:
+                threading.Thread(target=work, name=f"console-{bulk_id}", daemon=True).start()
+                return RedirectResponse(f"/bulk/{quote(bulk_id, safe='')}", status_code=303)
+            # Its page is this answer: another instance of the function would not know it.
+            work()
+            return self._run_page(request, self.bulk_runs.get(bulk_id) or run)
         return await self.acted(request, act)
 
     def bulk_run(self, request: Request) -> Response:
@@ -251,6 +322,9 @@ class Actions:
                 request, 404, "No such bulk action here",
                 "This console did not start that bulk action (or was restarted since); "
                 "resume it from a dry run of the same filter on the bulk page, giving its id.")
+        return self._run_page(request, run)
+
+    def _run_page(self, request: Request, run: BulkRun) -> Response:
         resume = urlencode({**{k: v for k, v in run.filter.items() if v}, "preview": "1",
                             "resume": run.report.bulk_id})
         return self.render.page(request, "bulk_run.html", page="bulk", run=run,
@@ -265,6 +339,8 @@ class Actions:
                 raise LongjobsError(f"at most {text[:20]!r}: give a whole number from 1 to "
                                     f"{REDRIVE_MOST:,}")
             moved, failed = self.source.client.dead_letters().redrive(int(text))
+            self.audit(self.guard.visitor(request), AuditAction.REDRIVE, "the dead-letter queue",
+                       moved, f"{len(failed)} not moved" if failed else "done")
             if failed:
                 raise LongjobsError(f"moved {moved}; {len(failed)} not moved: " + "; ".join(
                     f"{k}: {v}" for k, v in list(failed.items())[:5]))

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import getpass
 import hmac
 import logging
 import secrets
@@ -49,6 +50,22 @@ class Refused(Exception):
         self.reason = reason
 
 
+@dataclass(frozen=True)
+class Visitor:
+    """Who a request is from, as its audit records name them, and whether they may act."""
+
+    who: str
+    operate: bool
+
+
+def local_user() -> str:
+    """``local:<user>``: a console on one's own machine acts with that user's credentials."""
+    try:
+        return f"local:{getpass.getuser()}"
+    except (OSError, KeyError):  # no user name in the environment nor the password database
+        return "local"
+
+
 @dataclass
 class Guard:
     """The console's rules for one server: ``hosts`` it answers to (``host:port``, as a
@@ -58,6 +75,19 @@ class Guard:
     hosts: frozenset[str]
     operate: bool = False
     token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    who: str = field(default_factory=local_user)
+    # What a read-only page says to do to act.
+    read_only_hint = "start it with `longjobs console --operate` to cancel, retry or redrive"
+
+    def visitor(self, request: Request) -> Visitor:
+        return Visitor(self.who, self.operate)
+
+    def token_for(self, request: Request) -> str:
+        """The CSRF token the pages served to this request carry."""
+        return self.token
+
+    def headers(self) -> dict[str, str]:
+        return HEADERS
 
     @staticmethod
     def serving(host: str, port: int, *, operate: bool = False,
@@ -84,22 +114,21 @@ class Guard:
         """A state change, before its body is read: allowed at all, from the console's own
         page (its whole origin: http, one of its host names, its port)."""
         if not self.operate:
-            raise Refused(403, "this console is read-only; start it with `longjobs console "
-                          "--operate` to cancel, retry or redrive")
-        origin = request.headers.get("origin") or _origin_of(request.headers.get("referer"))
+            raise Refused(403, f"this console is read-only; {self.read_only_hint}")
+        origin = request.headers.get("origin") or origin_of(request.headers.get("referer"))
         parts = urlsplit(origin or "")
         if parts.scheme != "http" or parts.netloc not in self.hosts or parts.path not in ("", "/"):
             raise Refused(403, "a change must come from a page of this console (its Origin "
                           "did not match); reload the page and submit it again")
 
-    def check_token(self, form_token: object) -> None:
+    def check_token(self, request: Request, form_token: object) -> None:
         if not isinstance(form_token, str) or not hmac.compare_digest(
-                form_token.encode(), self.token.encode()):
+                form_token.encode(), self.token_for(request).encode()):
             raise Refused(403, "the form's CSRF token is missing or stale (the console was "
                           "restarted?); reload the page and submit it again")
 
 
-def _origin_of(referer: str | None) -> str | None:
+def origin_of(referer: str | None) -> str | None:
     if not referer:
         return None
     parts = urlsplit(referer)
@@ -124,6 +153,6 @@ class Headers(BaseHTTPMiddleware):
                                                              request.url.path)
             response = PlainTextResponse("the console failed on this request (a bug: its "
                                          "log says where)", status_code=500)
-        response.headers.update(HEADERS)
+        response.headers.update(self.guard.headers())
         return response
 

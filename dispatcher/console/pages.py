@@ -242,6 +242,12 @@ class Pages:
                                 letters=letters, configured=self.source.has_dead_letters,
                                 notice=notice)
 
+    def audit(self, request: Request) -> Response:
+        after = request.query_params.get("after") or None
+        entries, older = self.source.client.audit_trail().audit_page(after, PAGE_ROWS)
+        return self.render.page(request, "audit.html", page="audit", entries=entries,
+                                older=older, first=after is None)
+
 
 def _values(d: JobDetail) -> list[tuple[str, str]]:
     out = [("payload", d.payload), ("result", d.result), ("checkpoint", d.checkpoint)]

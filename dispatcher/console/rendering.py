@@ -86,7 +86,10 @@ class Renderer:
 
     def page(self, request: Request, name: str, *, status: int = 200,
              refresh: int | None = None, **context: Any) -> HTMLResponse:
-        base = {"operate": self.guard.operate, "csrf": self.guard.token, "now": self.clock(),
+        visitor = self.guard.visitor(request)
+        base = {"operate": visitor.operate, "csrf": self.guard.token_for(request),
+                "who": visitor.who, "read_only_hint": self.guard.read_only_hint,
+                "now": self.clock(),
                 "refresh": refresh, "notice": None, "problem": None, "page": ""}
         html = self.env.get_template(name).render({**base, **context})
         return HTMLResponse(html, status_code=status)

@@ -22,11 +22,13 @@ from dispatcher.console.source import ConsoleSource
 
 
 def console_app(source: ConsoleSource, guard: Guard,
-                clock: Callable[[], float] = time.time) -> Starlette:
-    """The console of the stack ``source`` reads, under ``guard``'s rules."""
+                clock: Callable[[], float] = time.time, *, background: bool = True
+                ) -> Starlette:
+    """The console of the stack ``source`` reads, under ``guard``'s rules; ``background``:
+    whether a bulk action may go on after its answer (not in a Lambda function)."""
     render = Renderer(guard, clock)
     pages = Pages(source, render)
-    actions = Actions(source, render, guard)
+    actions = Actions(source, render, guard, background=background)
     static = StaticFiles(directory=str(files("dispatcher.console") / "static"))
 
     async def not_found(request: Request, exc: Exception) -> Response:
@@ -49,6 +51,7 @@ def console_app(source: ConsoleSource, guard: Guard,
         Route("/deployments", pages.answered(pages.deployments)),
         Route("/dead-letters", pages.answered(pages.dead_letters)),
         Route("/dead-letters/redrive", actions.redrive, methods=["POST"]),
+        Route("/audit", pages.answered(pages.audit)),
         Mount("/static", app=static, name="static"),
     ]
     return Starlette(routes=routes, middleware=[Middleware(Headers, guard=guard)],

@@ -28,6 +28,7 @@ from dispatcher.domain.rate_limits import RateLimit, RateLimitProblem
 from dispatcher.ports.queue import Queue, send_all
 from dispatcher.ports.table import TableUnavailable
 from dispatcher.store import Store
+from dispatcher.store.audit_trail import AuditTrail
 from dispatcher.wiring import adapters
 
 if TYPE_CHECKING:  # the table's model (pynamodb) loads only when a client reads
@@ -370,6 +371,10 @@ class JobClient:
         return Queries(self._table(), queue=self._queue, dead_letters=dlq, other_queues=others,
                        logs=adapters.job_logs(self.cfg) if logs else None,
                        alarms=adapters.alarm_board(self.cfg) if alarms else None)
+
+    def audit_trail(self) -> AuditTrail:
+        """The console's audit records: each action written, and listed newest first."""
+        return self._table()
 
     def stats(self, *, since: float | None = None,
               since_seconds: float | None = None) -> Stats:

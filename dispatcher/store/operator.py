@@ -21,6 +21,7 @@ from dispatcher.ports.table import (
 )
 from dispatcher.store import array_ops, job_ops, task_cancels
 from dispatcher.store import codec as r
+from dispatcher.store.audit_trail import AuditTrail
 from dispatcher.store.deployments import Deployments
 from dispatcher.store.job_lists import JobLists
 from dispatcher.store.label_index import LabelIndex
@@ -35,9 +36,9 @@ TRIES = 3
 
 
 class OperatorStore(JobLists, Deployments, ScheduleFires, TaskBills, LabelIndex,
-                    TenantPolicies, RateBuckets):
-    """Operator actions and queries (:class:`JobLists`), and ``longjobs deploy``'s
-    deployment record."""
+                    TenantPolicies, RateBuckets, AuditTrail):
+    """Operator actions and queries (:class:`JobLists`), ``longjobs deploy``'s
+    deployment record, and the console's audit records (:class:`AuditTrail`)."""
 
     # -- actions --------------------------------------------------------------------------------
     def _job(self, job_id: str) -> Job:
