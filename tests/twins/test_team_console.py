@@ -8,32 +8,25 @@ stand-in issuer: tests/integration/test_team_console_browser.py."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import re
 from typing import Any
-from urllib.parse import urlencode
 
 import pytest
 
 from dispatcher.console import actions as actions_module
 from dispatcher.console.lambda_entry import build
 from dispatcher.console.source import ConsoleSource
-from dispatcher.console.team import CSRF_KEY, SCOPE_OPERATE, SCOPE_READ
+from dispatcher.console.team import SCOPE_OPERATE, SCOPE_READ
 from dispatcher.domain.jobs import JobState
 from dispatcher.ops.queries import Queries
 from dispatcher.ops.top import Top
+from tests.http_api_events import CSRF, HOST, ORIGIN, body_text, http_api_event
 from tests.twins import Twins
 
-HOST = "abc123.execute-api.eu-west-1.amazonaws.com"
-ORIGIN = f"https://{HOST}"
-BEARER = "Bearer eyJ.the-token.sig"
 ENV = {"LONGJOBS_CONSOLE_CLIENT_ID": "client-1",
        "LONGJOBS_CONSOLE_AUTHORIZE_URL": "https://team.auth.eu-west-1.amazoncognito.com/oauth2/authorize",
        "LONGJOBS_CONSOLE_TOKEN_URL": "https://team.auth.eu-west-1.amazoncognito.com/oauth2/token",
        "LONGJOBS_CONSOLE_LOGOUT_URL": "https://team.auth.eu-west-1.amazoncognito.com/logout"}
-CSRF = hmac.new(CSRF_KEY, BEARER.encode(), hashlib.sha256).hexdigest()
 
 
 class Function:
@@ -46,36 +39,11 @@ class Function:
                                has_dead_letters=False)
         self.handle = build(ENV, source)
 
-    def call(self, method: str, path: str, *, user: str | None = "alice",
-             scopes: tuple[str, ...] = (SCOPE_READ,), form: dict[str, str] | None = None,
-             query: str = "", origin: str | None = ORIGIN) -> dict[str, Any]:
-        headers = {"host": HOST, "x-forwarded-proto": "https", "x-forwarded-port": "443",
-                   "authorization": BEARER}
-        context: dict[str, Any] = {"http": {"method": method, "path": path,
-                                            "sourceIp": "198.51.100.7", "protocol": "HTTP/1.1"},
-                                   "stage": "$default", "requestId": "r1"}
-        if user is not None:
-            context["authorizer"] = {"jwt": {"claims": {"username": user, "sub": "uuid-1",
-                                                        "client_id": "client-1",
-                                                        "scope": " ".join(scopes)},
-                                             "scopes": list(scopes)}}
-        body = None
-        if form is not None:
-            headers["content-type"] = "application/x-www-form-urlencoded"
-            body = base64.b64encode(urlencode(form).encode()).decode()
-        if origin is not None and method == "POST":
-            headers["origin"] = origin
-        event: dict[str, Any] = {"version": "2.0", "routeKey": f"{method} {path}",
-                                 "rawPath": path, "rawQueryString": query, "headers": headers,
-                                 "requestContext": context, "isBase64Encoded": body is not None}
-        if body is not None:
-            event["body"] = body
-        return self.handle(event, None)
+    def call(self, method: str, path: str, **request: Any) -> dict[str, Any]:
+        return self.handle(http_api_event(method, path, **request), None)
 
 
-def text(answer: dict[str, Any]) -> str:
-    body = answer.get("body", "")
-    return base64.b64decode(body).decode() if answer.get("isBase64Encoded") else str(body)
+text = body_text
 
 
 @pytest.fixture
