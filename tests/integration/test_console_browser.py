@@ -2,7 +2,7 @@
 chromedriver by Selenium), walking a newcomer's path in local mode: the overview (its chart
 of jobs ended), the failed jobs, one of them with its traceback, its path and its logs, its
 retry (``--operate``) seen to succeed
-without a reload, a bulk cancel's dry run; and jobs whose payload, error, labels and logs hold
+without a reload and listed on the Audit page, a bulk cancel's dry run; and jobs whose payload, error, labels and logs hold
 markup, script and ``javascript:`` links, shown as text with nothing run (checked from the
 browser: no dialog, no element made of them). Each page's screenshot goes to
 ``$LONGJOBS_SCREENSHOTS`` (``make screenshots``: docs/console/) or the test's own folder."""
@@ -198,3 +198,9 @@ def test_a_newcomer_walks_the_console(browser: WebDriver, tmp_path: Path) -> Non
             browser.get(url + path)
             assert browser.find_element(By.TAG_NAME, "h1").text
             shoot(browser, shots, name)
+
+        # The retry above, on the Audit page: who (this machine's user), what, which job.
+        browser.get(url + "/audit")
+        row = browser.find_element(By.CSS_SELECTOR, "main table tbody tr").text
+        assert "local:" in row and "retry nightly-report 1 done" in row, row
+        shoot(browser, shots, "audit")
