@@ -140,16 +140,25 @@ clean:
 
 # `sam build` (infra/template.yaml, BuildMethod: makefile) packages the functions with these,
 # through infra/lambda/lambda_build.py: the layer LambdaDependencies holds the runtime
-# dependencies (no extras: no CLI, no local mode), built once for both functions; each function
-# holds the dispatcher package alone. Everything is compiled to bytecode by a Python of the
-# runtime's version (LAMBDA_RUNTIME, the template's Runtime), which the build looks for on this
-# machine (LAMBDA_PYTHON names one). sam runs these with ARTIFACTS_DIR set, from a scratch copy
-# of the resource's CodeUri: the helper finds the project by its own path.
+# dependencies (no extras: no CLI, no local mode), built once for all the functions; the layer
+# ConsoleDependencies holds the extra console-app less those (the team console's function has
+# both); each function holds the dispatcher package alone (the console's templates and static
+# files with it). Everything is compiled to bytecode by a Python of the runtime's version
+# (LAMBDA_RUNTIME, the template's Runtime), which the build looks for on this machine
+# (LAMBDA_PYTHON names one). sam runs these with ARTIFACTS_DIR set, from a scratch copy of the
+# resource's CodeUri: the helper finds the project by its own path.
 LAMBDA_RUNTIME := python3.12
 LAMBDA_BUILD := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))infra/lambda/lambda_build.py
 
 build-LambdaDependencies:
 	python3 $(LAMBDA_BUILD) layer "$(ARTIFACTS_DIR)" --runtime $(LAMBDA_RUNTIME)
 
+build-ConsoleDependencies:
+	python3 $(LAMBDA_BUILD) layer "$(ARTIFACTS_DIR)" --runtime $(LAMBDA_RUNTIME) --extra console-app
+
 build-DispatcherFunction build-TaskEventFunction build-JobEventsFunction build-DependentsFunction:
+	python3 $(LAMBDA_BUILD) code "$(ARTIFACTS_DIR)" --runtime $(LAMBDA_RUNTIME)
+
+# The team console's functions (TeamConsole): the same package.
+build-ConsoleFunction build-ConsoleTokenScopesFunction:
 	python3 $(LAMBDA_BUILD) code "$(ARTIFACTS_DIR)" --runtime $(LAMBDA_RUNTIME)

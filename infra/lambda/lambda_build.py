@@ -1,11 +1,14 @@
 """Builds the Lambda package: `sam build` runs it through the Makefile's `build-*` targets.
 
-Two parts, so that `sam build` installs the dependencies once for both functions:
+Two parts, so that `sam build` installs the dependencies once for all the functions:
 
 - ``layer``: the project's runtime dependencies (pyproject.toml's ``[project] dependencies``,
   no extras: no CLI, no local mode) at the versions uv.lock pins, each wheel checked against
   the lock's hash, in ``ARTIFACTS_DIR/python``, the folder of a layer that Lambda puts on
-  ``sys.path`` (``/opt/python``). The layer is shared by both functions.
+  ``sys.path`` (``/opt/python``). The layer is shared by every function.
+  ``layer --extra NAME``: the layer of one extra (the team console's ``console-app``): the
+  extra's packages and their dependencies at the versions uv.lock pins, less every package the
+  base layer holds, so that a function given both layers has one copy of each.
 - ``code``: the ``dispatcher`` package alone, in ``ARTIFACTS_DIR`` (``/var/task``), without
   the subpackages no handler imports (:data:`NOT_IN_FUNCTIONS`: the CLI, local mode, the test
   support and the simulation, about a third of the package).
@@ -25,6 +28,7 @@ Runs on the host's Python (3.11 or newer), standard library only, with uv (the M
 ``.venv-uv``, or one on the PATH) to write the lock's list out. Usage::
 
     python3 infra/lambda/lambda_build.py layer|code ARTIFACTS_DIR --runtime python3.12
+    python3 infra/lambda/lambda_build.py layer ARTIFACTS_DIR --runtime python3.12 --extra NAME
 
 ``LAMBDA_PYTHON`` names the interpreter to compile with; otherwise ``python3.12`` on the PATH,
 ``uv python find 3.12``, or a pyenv installation of 3.12 is used.
@@ -120,21 +124,46 @@ def find_uv() -> str:
                      "uv on the PATH")
 
 
-def locked_requirements(folder: Path) -> Path:
+def export(uv: str, out: Path, *options: str, what: str = "the runtime dependencies") -> Path:
+    """uv.lock's pins of the runtime dependencies (and ``options``: an extra, packages left
+    out) as a requirements file with the lock's hashes; ``what`` names them in an error."""
+    result = subprocess.run([uv, "export", "--project", str(ROOT), "--frozen", "--no-dev",
+                             "--no-emit-project", "--no-header", "--format", "requirements-txt",
+                             *options, "--output-file", str(out)],
+                            capture_output=True, text=True, timeout=120, check=False)
+    if result.returncode != 0:
+        raise BuildError(f"uv export of {what} failed: {result.stderr.strip()}")
+    return out
+
+
+def pinned_names(requirements: Path) -> list[str]:
+    """The distributions a requirements file pins (``name==version``, one a line, its hashes
+    on the continuation lines)."""
+    return [line.split("==", 1)[0].strip() for line in requirements.read_text().splitlines()
+            if "==" in line and not line[:1].isspace() and not line.startswith("#")]
+
+
+def locked_requirements(folder: Path, extra: str | None = None) -> Path:
     """The runtime dependencies (no extras), pinned as uv.lock pins them, with the lock's
-    hashes, as a requirements file in ``folder``. A lock that no longer matches pyproject.toml
-    is refused (``export --frozen`` would write it out as it is)."""
+    hashes, as a requirements file in ``folder``; with ``extra``, that extra's packages and
+    their dependencies instead, less those of the runtime dependencies (the base layer's). A
+    lock that no longer matches pyproject.toml is refused (``export --frozen`` would write it
+    out as it is)."""
     uv = find_uv()
     check = subprocess.run([uv, "lock", "--check", "--project", str(ROOT)],
                            capture_output=True, text=True, timeout=120, check=False)
     if check.returncode != 0:
         raise BuildError("uv.lock does not match pyproject.toml: run `make lock`, then commit "
                          "uv.lock")
-    out = folder / "requirements.txt"
-    subprocess.run([uv, "export", "--project", str(ROOT), "--frozen", "--no-dev",
-                    "--no-emit-project", "--no-header", "--format", "requirements-txt",
-                    "--output-file", str(out)], capture_output=True, timeout=120, check=True)
-    return out
+    base = export(uv, folder / "requirements.txt")
+    if extra is None:
+        return base
+    left_out = [option for name in pinned_names(base) for option in ("--no-emit-package", name)]
+    extras = export(uv, folder / f"requirements-{extra}.txt", "--extra", extra, *left_out,
+                    what=f"the extra {extra!r}")
+    if not pinned_names(extras):
+        raise BuildError(f"the extra {extra!r} adds no package to the runtime dependencies")
+    return extras
 
 
 def pip(python: str) -> list[str]:
@@ -146,13 +175,15 @@ def pip(python: str) -> list[str]:
     raise BuildError(f"no pip, neither in {sys.executable} nor in {python}")
 
 
-def build_layer(artifacts: Path, version: str, python: str) -> None:
+def build_layer(artifacts: Path, version: str, python: str, extra: str | None = None) -> None:
     target = artifacts / "python"
     # pip installs wheels for the runtime (version, platform) whatever Python runs it; it would
     # compile for its own version, hence --no-compile and compile_tree afterwards. The lock's
     # list is whole: nothing to resolve (--no-deps), every wheel checked (--require-hashes).
+    # An extra's list is whole too: what it leaves out is in the base layer, beside it on the
+    # function's sys.path.
     with tempfile.TemporaryDirectory() as scratch:
-        requirements = locked_requirements(Path(scratch))
+        requirements = locked_requirements(Path(scratch), extra)
         subprocess.run([*pip(python), "install", "-q", "--no-compile",
                         "--disable-pip-version-check", "--no-warn-conflicts",
                         "--target", str(target), "--platform", PLATFORM, "--implementation",
@@ -184,13 +215,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("part", choices=["layer", "code"])
     parser.add_argument("artifacts", type=Path, help="ARTIFACTS_DIR, given by sam build")
     parser.add_argument("--runtime", required=True, help="the template's Runtime (python3.12)")
+    parser.add_argument("--extra", help="layer only: the layer of this extra of pyproject.toml, "
+                                        "less the runtime dependencies (e.g. console-app)")
     args = parser.parse_args(argv)
+    if args.extra and args.part != "layer":
+        parser.error("--extra builds a layer: it goes with the part layer")
     try:
         version = runtime_version(args.runtime)
         python = find_python(version)
         args.artifacts.mkdir(parents=True, exist_ok=True)
         if args.part == "layer":
-            build_layer(args.artifacts, version, python)
+            build_layer(args.artifacts, version, python, args.extra)
         else:
             build_code(args.artifacts, python)
     except BuildError as exc:
