@@ -2,9 +2,9 @@
 what the build writes (infra/lambda/lambda_build.py): bytecode the runtime can load from a
 read-only file system, without which every cold start compiles the whole import closure again.
 
-The last tests build the real package (the layer from PyPI) with an interpreter of the
-runtime's version and import the handlers from it as the runtime would; they are skipped on a
-machine without one.
+The last tests build the real package (the layers from PyPI) with an interpreter of the
+runtime's version and import the handlers from it as the runtime would, the team console's
+(TeamConsole) with the console's own layer; they are skipped on a machine without one.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -64,11 +65,39 @@ def makefile_builds(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
             if r.get("Metadata", {}).get("BuildMethod") == "makefile"}
 
 
-def build(part: str, artifacts: Path, runtime: str,
-          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(HELPER), part, str(artifacts), "--runtime", runtime],
+def build(part: str, artifacts: Path, runtime: str, env: dict[str, str] | None = None,
+          extra: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(HELPER), part, str(artifacts), "--runtime", runtime,
+                           *(["--extra", extra] if extra else [])],
                           capture_output=True, text=True, timeout=600, check=False,
                           env={**os.environ, **(env or {})})
+
+
+# The team console's layer: this extra of pyproject.toml (the Makefile's build-ConsoleDependencies).
+CONSOLE_EXTRA = "console-app"
+
+
+def extra_pins(extra: str) -> dict[str, str]:
+    """What uv.lock pins for ``extra``'s packages and their dependencies, less the runtime
+    dependencies' (the base layer's), read from the lock itself, apart from the build's own
+    reading of it (uv export)."""
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    packages = {normal(p["name"]): p for p in lock["package"]}
+    base = runtime_pins()
+    todo = [normal(d["name"]) for d in packages["longjobs"]["optional-dependencies"][extra]]
+    pins: dict[str, str] = {}
+    while todo:
+        name = todo.pop()
+        if name in pins or name in base:
+            continue
+        pins[name] = packages[name]["version"]
+        for dependency in packages[name].get("dependencies", []):
+            # A dependency for some platforms only (a marker) is weighed nowhere here: allowed
+            # only where the base layer holds it anyway.
+            assert "marker" not in dependency or normal(dependency["name"]) in base, (
+                name, dependency)
+            todo.append(normal(dependency["name"]))
+    return pins
 
 
 def pyc_flags(pyc: Path) -> tuple[bytes, int]:
@@ -81,19 +110,22 @@ def pyc_flags(pyc: Path) -> tuple[bytes, int]:
 # ---------------------------------------------------------------------------- what sam copies
 
 
-def test_both_functions_use_one_dependency_layer(template: dict[str, Any]) -> None:
-    """The dependencies are installed once, in the layer: both functions take it from Globals
-    and neither sets its own code or layers."""
+def test_every_function_uses_one_dependency_layer(template: dict[str, Any]) -> None:
+    """The dependencies are installed once, in the layer: every function takes it from Globals
+    and none sets its own code; the team console's function adds the console's layer alone
+    (SAM puts Globals' layers before a function's own), the trigger of its Cognito pool none."""
     shared = template["Globals"]["Function"]
     assert shared["Layers"] == [{"Ref": "LambdaDependencies"}]
-    layer = template["Resources"]["LambdaDependencies"]
-    assert layer["Type"] == "AWS::Serverless::LayerVersion"
+    for name in ("LambdaDependencies", "ConsoleDependencies"):
+        assert template["Resources"][name]["Type"] == "AWS::Serverless::LayerVersion"
     functions = {name: r for name, r in template["Resources"].items()
                  if r["Type"] == "AWS::Serverless::Function"}
-    assert sorted(functions) == ["DependentsFunction", "DispatcherFunction", "JobEventsFunction",
+    assert sorted(functions) == ["ConsoleFunction", "ConsoleTokenScopesFunction",
+                                 "DependentsFunction", "DispatcherFunction", "JobEventsFunction",
                                  "TaskEventFunction"]
-    for function in functions.values():
-        assert "Layers" not in function["Properties"]
+    for name, function in functions.items():
+        own = [{"Ref": "ConsoleDependencies"}] if name == "ConsoleFunction" else None
+        assert function["Properties"].get("Layers") == own, name
         assert "CodeUri" not in function["Properties"]
 
 
@@ -102,7 +134,9 @@ def test_sam_copies_small_folders_without_venvs_or_tests(template: dict[str, Any
     root (venvs, .git, tests) took minutes. Each is a small folder of sources."""
     shared = template["Globals"]["Function"]
     layer = template["Resources"]["LambdaDependencies"]["Properties"]
-    copied = {"functions": INFRA / shared["CodeUri"], "layer": INFRA / layer["ContentUri"]}
+    console = template["Resources"]["ConsoleDependencies"]["Properties"]
+    copied = {"functions": INFRA / shared["CodeUri"], "layer": INFRA / layer["ContentUri"],
+              "console layer": INFRA / console["ContentUri"]}
     assert copied["functions"].resolve() == ROOT / "dispatcher"
     for what, folder in copied.items():
         assert folder.is_dir(), what
@@ -116,8 +150,10 @@ def test_every_makefile_build_has_its_target(template: dict[str, Any]) -> None:
     """Each resource built by make reads the project's Makefile (ContextPath), which has its
     build-<LogicalId> target."""
     builds = makefile_builds(template)
-    assert sorted(builds) == ["DependentsFunction", "DispatcherFunction", "JobEventsFunction",
-                              "LambdaDependencies", "TaskEventFunction"]
+    assert sorted(builds) == ["ConsoleDependencies", "ConsoleFunction",
+                              "ConsoleTokenScopesFunction", "DependentsFunction",
+                              "DispatcherFunction", "JobEventsFunction", "LambdaDependencies",
+                              "TaskEventFunction"]
     makefile = (ROOT / "Makefile").read_text()
     targets = {t for line in makefile.splitlines() if line.startswith("build-")
                for t in line.split(":")[0].split()}
@@ -129,10 +165,12 @@ def test_every_makefile_build_has_its_target(template: dict[str, Any]) -> None:
 def test_the_package_is_built_for_the_runtime_the_template_names(template: dict[str, Any]) -> None:
     """One runtime everywhere: the functions', the layer's and the one the build compiles for."""
     runtime = template["Globals"]["Function"]["Runtime"]
-    layer = template["Resources"]["LambdaDependencies"]["Properties"]
     assert makefile_variable("LAMBDA_RUNTIME") == runtime
-    assert layer["CompatibleRuntimes"] == [runtime]
-    assert layer["CompatibleArchitectures"] == template["Globals"]["Function"]["Architectures"]
+    for name in ("LambdaDependencies", "ConsoleDependencies"):
+        layer = template["Resources"][name]["Properties"]
+        assert layer["CompatibleRuntimes"] == [runtime], name
+        assert layer["CompatibleArchitectures"] == template["Globals"]["Function"][
+            "Architectures"], name
     for name, function in template["Resources"].items():
         if function["Type"] == "AWS::Serverless::Function":
             assert function["Properties"].get("Runtime", runtime) == runtime, name
@@ -166,6 +204,15 @@ def test_the_code_is_compiled_to_unchecked_hash_bytecode(tmp_path: Path) -> None
     for source in sources:
         pyc = tmp_path / source.parent / "__pycache__" / f"{source.stem}.{tag}.pyc"
         assert pyc_flags(pyc) == (importlib.util.MAGIC_NUMBER, 0b01), pyc
+    # The team console's pages and script come with the code: its templates and static files,
+    # every one, as they are in the sources.
+    console = ROOT / "dispatcher" / "console"
+    data = sorted(p.relative_to(console) for folder in ("templates", "static")
+                  for p in (console / folder).rglob("*") if p.is_file())
+    assert {p.parts[0] for p in data} == {"templates", "static"}
+    for path in data:
+        copied = tmp_path / "dispatcher" / "console" / path
+        assert copied.read_bytes() == (console / path).read_bytes(), path
 
 
 def test_an_interpreter_of_another_version_is_refused(tmp_path: Path) -> None:
@@ -202,16 +249,24 @@ def runtime_python(runtime: str) -> str | None:
 def package(template: dict[str, Any],
             tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[Path]]:
     """The runtime's interpreter and the sys.path the runtime gives the functions: the
-    function's code (/var/task), then the layer's python/ (/opt/python)."""
+    function's code (/var/task), then the layer's python/ (/opt/python); the console layer
+    (built here too, beside them) is on the console function's path only (console_path)."""
     runtime = template["Globals"]["Function"]["Runtime"]
     python = runtime_python(runtime)
     if python is None:
         pytest.skip(f"no {runtime} interpreter on this machine")
     root = tmp_path_factory.mktemp("lambda")
-    for part in ("layer", "code"):
-        result = build(part, root / part, runtime)
+    for part, extra in (("layer", None), ("code", None), ("console-layer", CONSOLE_EXTRA)):
+        result = build(part.split("-")[-1], root / part, runtime, extra=extra)
         assert result.returncode == 0, result.stderr
     return python, [root / "code", root / "layer" / "python"]
+
+
+def console_path(package: tuple[str, list[Path]]) -> list[Path]:
+    """The console function's sys.path: its layers in the template's order, Globals' first
+    (both merge into /opt/python; neither holds a package the other does)."""
+    _, (code, layer) = package
+    return [code, layer, layer.parents[1] / "console-layer" / "python"]
 
 
 IMPORT_HANDLERS = """
@@ -276,3 +331,95 @@ def test_the_functions_report_the_versions_the_lock_pins(
     assert json.loads(result.stdout) == {"longjobs": VERSION, "boto3": pins["boto3"],
                                          "botocore": pins["botocore"],
                                          "pynamodb": pins["pynamodb"]}
+
+
+# ----------------------------------------------------------------------------- the team console
+
+
+def test_the_console_layer_holds_its_extra_less_the_base_layer(
+        package: tuple[str, list[Path]]) -> None:
+    """Built from uv.lock with --extra console-app: the extra's packages and their
+    dependencies at the lock's versions, and none the base layer already holds (one copy of
+    each on the function's path)."""
+    *_, console = console_path(package)
+    installed = {}
+    for info in console.glob("*.dist-info"):
+        name, version = info.name.removesuffix(".dist-info").split("-", 1)
+        installed[normal(name)] = version
+    expected = extra_pins(CONSOLE_EXTRA)
+    assert {"starlette", "jinja2", "python-multipart", "mangum"} <= set(expected)
+    assert installed == expected
+    assert not set(installed) & set(runtime_pins())
+    assert not (console / "bin").exists()
+
+
+def console_handler(template: dict[str, Any]) -> str:
+    return str(template["Resources"]["ConsoleFunction"]["Properties"]["Handler"])
+
+
+IMPORT_CONSOLE = """
+import importlib, json, sys, sysconfig
+from importlib.resources import files
+module, _, attr = sys.argv[1].rpartition(".")
+assert callable(getattr(importlib.import_module(module), attr))
+pages = files("dispatcher.console")
+data = {"shell": (pages / "templates" / "shell.html").is_file(),
+        "base": (pages / "templates" / "base.html").is_file(),
+        "script": (pages / "static" / "console.js").is_file()}
+print(json.dumps({"stdlib": [sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")],
+                  "data": data,
+                  "modules": {name: [getattr(m, "__file__", None), getattr(m, "__cached__", None)]
+                              for name, m in list(sys.modules.items())}}))
+"""
+
+
+def test_the_console_handler_imports_from_its_package_and_layers(
+        template: dict[str, Any], package: tuple[str, list[Path]], tmp_path: Path) -> None:
+    """As the runtime would load the team console's function: its handler, Starlette, Jinja2
+    and Mangum from the package and its two layers with their bytecode, nothing from outside,
+    none of the CLI's or the local server's libraries, and the pages' files beside the code."""
+    python, _ = package
+    path = console_path(package)
+    result = subprocess.run([python, "-s", "-B", "-c", IMPORT_CONSOLE, console_handler(template)],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            check=False,
+                            env={"PYTHONPATH": os.pathsep.join(map(str, path)),
+                                 "PATH": "/usr/bin"})
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout)
+    assert loaded["data"] == {"shell": True, "base": True, "script": True}
+    modules: dict[str, list[str | None]] = loaded["modules"]
+    dirs = tuple(str(p) + os.sep for p in path)
+    stdlib = tuple(str(Path(p)) + os.sep for p in loaded["stdlib"])
+    ours = {name: files for name, files in modules.items()
+            if files[0] and files[0].startswith(dirs)}
+    outside = {name: files[0] for name, files in modules.items()
+               if files[0] and not files[0].startswith(dirs + stdlib)}
+    assert outside == {}, "taken from outside the package"
+    missing = {name for name, (file, cached) in ours.items()
+               if file and file.endswith(".py") and not (cached and Path(cached).is_file())}
+    assert missing == set(), "no bytecode: compiled at every cold start"
+    roots = {n.split(".")[0] for n in ours}
+    assert {"starlette", "jinja2", "mangum", "dispatcher"} <= roots
+    assert not roots & {"typer", "rich", "uvicorn", "moto"}
+    console_layer = str(path[-1]) + os.sep
+    assert str(ours["starlette"][0]).startswith(console_layer)
+
+
+def test_the_token_trigger_runs_from_the_code_alone(
+        template: dict[str, Any], package: tuple[str, list[Path]], tmp_path: Path) -> None:
+    """The Cognito pool's trigger needs no layer: from the function's code alone (no
+    /opt/python at all), its handler answers a version 2 event."""
+    python, (code, _) = package
+    handler = template["Resources"]["ConsoleTokenScopesFunction"]["Properties"]["Handler"]
+    run = ("import importlib, json, sys\n"
+           "module, _, attr = sys.argv[1].rpartition('.')\n"
+           "event = {'request': {'groupConfiguration': {'groupsToOverride': []}},"
+           " 'response': {'claimsAndScopeOverrideDetails': None}}\n"
+           "print(json.dumps(getattr(importlib.import_module(module), attr)(event, None)))")
+    result = subprocess.run([python, "-s", "-B", "-c", run, handler], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120, check=False,
+                            env={"PYTHONPATH": str(code), "PATH": "/usr/bin"})
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)["response"]["claimsAndScopeOverrideDetails"]
+    assert answer == {"accessTokenGeneration": {"scopesToSuppress": ["longjobs/operate"]}}
