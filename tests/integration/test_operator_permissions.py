@@ -26,11 +26,14 @@ from typer.testing import CliRunner
 from dispatcher import handlers
 from dispatcher.aws.clients import endpoint_client
 from dispatcher.cli.app import app
+from dispatcher.console.lambda_entry import build
+from dispatcher.console.team import SCOPE_OPERATE, SCOPE_READ
 from dispatcher.local.provision import provision
 from dispatcher.ops.client import JobClient
 from dispatcher.testing.moto import MotoEndpoint
 from dispatcher.testing.proxy import AwsProxy, RecordedCall
 from tests.conftest import BASE_ENV
+from tests.http_api_events import CSRF, body_text, http_api_event
 from tests.integration.iam_checks import (
     ACCOUNT,
     ALARM_PREFIX,
@@ -46,7 +49,8 @@ from tests.integration.permission_scenario import Exercise, LambdaContext
 from tests.integration.test_infra import TEMPLATE, sam_expand
 from tests.integration.test_template_permissions import Rendering
 
-POLICIES = {"producer": "ProducerPolicy", "operator": "OperatorPolicy"}
+POLICIES = {"producer": "ProducerPolicy", "operator": "OperatorPolicy",
+            "console": "ConsolePolicy"}
 # Every command of each kind, as a user types it (`jobs show`/`cancel`/`retry` name jobs the
 # scenario submits).
 OPERATOR_COMMANDS = [
@@ -67,6 +71,18 @@ OPERATOR_COMMANDS = [
     ["schedules", "run-now", "often"], ["schedules", "delete", "nightly"],
 ]
 PRIORITIES = ("high", "normal", "low")
+# The team console's walk (its function's role has ConsolePolicy): every page, and every
+# action a person with the operate scope can take, on jobs the scenario submits for it.
+CONSOLE_PAGES = [("/x", ""), ("/x/jobs", ""), ("/x/jobs", "state=PENDING"),
+                 ("/x/jobs/c-long", ""), ("/x/bulk", "verb=cancel&status=PENDING&preview=1"),
+                 ("/x/deployments", ""), ("/x/dead-letters", ""), ("/x/audit", "")]
+CONSOLE_ACTIONS = [("/x/jobs/c-later/cancel", {}), ("/x/jobs/c-later/retry", {}),
+                   ("/x/jobs/c-long/cancel", {}),
+                   ("/x/bulk", {"verb": "cancel", "status": "PENDING", "matched": "100"}),
+                   ("/x/dead-letters/redrive", {"limit": "100"})]
+TEAM_LOGIN = {"LONGJOBS_CONSOLE_CLIENT_ID": "client-1",
+              "LONGJOBS_CONSOLE_AUTHORIZE_URL": "https://team.example/oauth2/authorize",
+              "LONGJOBS_CONSOLE_TOKEN_URL": "https://team.example/oauth2/token"}
 
 
 def _ok(result: Any, args: list[str]) -> None:
@@ -112,6 +128,27 @@ def exercise(moto_server: MotoEndpoint, proxy: AwsProxy) -> Iterator[Exercise]:
         with proxy.recording("operator"):
             for args in OPERATOR_COMMANDS:
                 _ok(cli.invoke(app, args), args)
+        # The team console, on jobs and dead letters of its own.
+        with proxy.recording("producer"):
+            JobClient().submit_many(
+                [{"kind": "echo", "payload": {}, "job_id": "c-long", "estimated_seconds": 3600}]
+                + [{"kind": "echo", "payload": {}, "job_id": job_id, "estimated_seconds": 1,
+                    "not_before": tomorrow} for job_id in ("c-later", "c-later-too")])
+        handlers.dispatch({}, LambdaContext())
+        for p in PRIORITIES:
+            sqs.send_message(QueueUrl=env["LONGJOBS_DLQ_URL"], MessageBody=json.dumps(
+                {"schema_version": 1, "job_id": f"c-dead-{p}", "kind": "echo", "payload": {},
+                 "priority": p}))
+        with proxy.recording("console"):
+            function = build({**env, **TEAM_LOGIN})
+            operate = (SCOPE_READ, SCOPE_OPERATE)
+            for path, query in CONSOLE_PAGES:
+                answer = function(http_api_event("GET", path, query=query), None)
+                assert answer["statusCode"] == 200, (path, body_text(answer)[:300])
+            for path, form in CONSOLE_ACTIONS:
+                answer = function(http_api_event("POST", path, scopes=operate,
+                                                 form={"csrf": CSRF, **form}), None)
+                assert answer["statusCode"] in (200, 303), (path, body_text(answer)[:300])
         # `jobs logs` on AWS filters the worker's log group; local provisioning registers no
         # awslogs configuration, so that request is added as the adapter sends it (its shape:
         # tests/contract/test_cloudwatch_job_logs.py).
@@ -122,7 +159,9 @@ def exercise(moto_server: MotoEndpoint, proxy: AwsProxy) -> Iterator[Exercise]:
         # request is added as the adapter sends it (tests/contract/test_alarm_board_contract.py).
         alarms = RecordedCall("operator", "cloudwatch.DescribeAlarms",
                               {"AlarmNamePrefix": ALARM_PREFIX})
-        yield Exercise([*proxy.recorded(), logs, alarms])
+        yield Exercise([*proxy.recorded(), logs, alarms,
+                        RecordedCall("console", logs.operation, logs.target),
+                        RecordedCall("console", alarms.operation, alarms.target)])
         proxy.clear_recorded()
 
 
@@ -232,3 +271,12 @@ def test_queue_policies_let_this_accounts_operators_redrive(expanded: dict[str, 
     assert not send_denied(expanded, queue_policy, operator)
     assert not send_denied(expanded, queue_policy, PRODUCER)  # a listed producer elsewhere
     assert send_denied(expanded, queue_policy, "arn:aws:iam::210987654321:role/intruder")
+
+
+def test_the_console_calls_what_its_policy_names(exercise: Exercise) -> None:
+    """The team console reads and acts as the operator's commands do, and writes its audit
+    records to the table; it never touches the schedules (ConsolePolicy grants none)."""
+    performed = {a.action for a in exercise.auths("console")}
+    assert {action.split(":")[0] for action in performed} == {
+        "dynamodb", "sqs", "ecs", "logs", "cloudwatch"}
+    assert {"dynamodb:PutItem", "sqs:SendMessage", "sqs:DeleteMessage"} <= performed
