@@ -46,7 +46,10 @@ class View:
 
     items: dict[str, Record]
     queued: list[tuple[str, int]]  # (body, receive count) of every message still in the queue
+    # Bodies of the messages SQS deleted for their age (no tick took them in 14 days).
+    aged_out: list[str] = field(default_factory=list)
     _queued_ids: set[str] | None = None
+    _aged_ids: set[str] | None = None
     _rejected: set[str] | None = None
     # Decoded once a view: the checks after a step ask for the same jobs and bundles many
     # times (they only read what they are given).
@@ -58,11 +61,12 @@ class View:
         """The twins' state as it is, without the copies their reads make (checked after
         every step, a copy of every 250 KB item would cost most of the model's time); the
         checks only read it. The queue twin has no peek; its messages are read as SQS's
-        console would show them."""
+        console would show them (without those past the retention period)."""
         with table._lock:
             items = dict(table._items)
+        queue.expire()
         messages = list(queue._messages.values())
-        return cls(items, [(body, n) for body, _, _, n in messages])
+        return cls(items, [(body, n) for body, _, _, n in messages], list(queue.aged_out))
 
     def job(self, job_id: str) -> Job | None:
         if job_id not in self._jobs:
@@ -116,6 +120,14 @@ class View:
                                 if (m := _JOB_ID.search(body[:400]))}
         return job_id in self._queued_ids
 
+    def aged_out_job(self, job_id: str) -> bool:
+        """Whether SQS deleted a message of ``job_id`` for its age: the model lets weeks
+        pass with no tick, as an outage of the dispatcher would."""
+        if self._aged_ids is None:
+            self._aged_ids = {m.group(1) for body in self.aged_out
+                              if (m := _JOB_ID.search(body[:400]))}
+        return job_id in self._aged_ids
+
 
 def describe(job: Job | None) -> str:
     if job is None:
@@ -158,14 +170,16 @@ def live_path(view: View, job: Job) -> str | None:
 def lost_jobs(view: View, submitted: Mapping[str, str],
               finished: set[str]) -> list[tuple[str, str]]:
     """Each submitted job (id -> "valid" or "malformed") is recorded (and then finished, or on
-    a live path), REJECTED, still in the queue, or was seen finished and has expired since.
+    a live path), REJECTED, still in the queue, or was seen finished and has expired since,
+    or its message outlived SQS's retention period before any tick took it.
     Each problem comes with the check it fails: ``pointer_expired`` and ``pages_expired`` when
     TTL deleted what the job's path needs, ``lost_job`` otherwise."""
     problems = []
     for job_id, how in submitted.items():
         job = view.job(job_id)
         if job is None:
-            if view.rejected(job_id) or view.queued_job(job_id) or job_id in finished:
+            if view.rejected(job_id) or view.queued_job(job_id) or job_id in finished \
+                    or view.aged_out_job(job_id):
                 continue
             problems.append(("lost_job", f"{job_id} ({how}) was submitted and is nowhere: no "
                              "job, no REJECTED record, not in the queue"))

@@ -147,9 +147,12 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         self.live_tasks = 0  # tasks running after the last step (task_limit)
         # A tick completed launches a crashed tick had decided, under the limit then in force.
         self.recovered_launches = False
-        # Jobs (and array parents) whose cancel returned without an error: none may start again
-        # until retried (cancel_kept).
-        self.cancelled: set[str] = set()
+        # Jobs (and array parents) whose cancel returned without an error, with when: none may
+        # start again until retried (cancel_kept).
+        self.cancelled: dict[str, float] = {}
+        # Those whose record TTL deleted since: the id is forgotten (docs/producing.md), so a
+        # message sent after the cancel is a new job of it; one sent before must not run it.
+        self.forgotten: dict[str, float] = {}
         self.claimed_at_cancel: set[str] = set()  # in a task's claimed bundle then: see operator
         self.broken_cancels: list[str] = []
         self.promises = Promises()  # waiting_for's "the next tick launches it" (promised)
@@ -208,7 +211,8 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
 
     def ran(self, job_id: str) -> None:
         self.runs[job_id] = self.runs.get(job_id, 0) + 1
-        if {job_id, job_id.split(":")[0]} & self.cancelled \
+        ids = {job_id, job_id.split(":")[0]}
+        if (ids & self.cancelled.keys() or self.revived(job_id, ids & self.forgotten.keys())) \
                 and job_id not in self.claimed_at_cancel:
             self.broken_cancels.append(f"{job_id} started after a cancel of it (or of its "
                                        f"array) returned, with no retry since")
@@ -225,6 +229,15 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
                            if dependencies.verdict(d, states.get(d.job_id)) != dependencies.MET
                            and not any(dependencies.verdict(d, ended) == dependencies.MET
                                        for ended in self.ended_as.get(d.job_id, ()))]
+
+    def revived(self, job_id: str, forgotten: set[str]) -> bool:
+        """Whether ``job_id`` runs from a message sent no later than the cancel of an id in
+        ``forgotten`` returned (SQS's retention, shorter than the table's, keeps such a copy
+        from outliving the record). Read as stored: a runner's step must not meet the tick's
+        faults."""
+        rec = self.table._items.get(codec.job_key(job_id)) if forgotten else None
+        sent = rec.enqueued_at if rec is not None else None
+        return any(sent is None or sent <= self.forgotten[j] for j in forgotten)
 
     def pick(self, data: st.DataObject, ok: Any) -> SimTask | None:
         tasks = sorted((t for t in self.tasks.values() if ok(t)), key=lambda t: t.key)
@@ -361,7 +374,9 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
     def view(self) -> checks.View:
         """The table, and both queues' messages."""
         view = checks.View.read(self.twins.table, self.twins.queue)
-        view.queued += checks.View.read(self.twins.table, self.high).queued
+        high = checks.View.read(self.twins.table, self.high)
+        view.queued += high.queued
+        view.aged_out += high.aged_out
         return view
 
     def queues(self) -> dict[str, MemoryQueue]:
@@ -594,6 +609,8 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         for pk in set(jobs) - set(self.table.snapshot()):
             self.expired[codec.ident(pk)] = told
             self.expired_as[codec.ident(pk)] = str(jobs[pk])
+            if codec.ident(pk) in self.cancelled:
+                self.forgotten[codec.ident(pk)] = self.cancelled.pop(codec.ident(pk))
 
     # -- operators ------------------------------------------------------------------------------
     @precondition(lambda self: bool(self.submitted))
@@ -624,7 +641,8 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
                 # claimed may start before the task's next heartbeat learns of the cancel
                 # (the runner read it with its page): its run is cancelled then, and its
                 # result refused (docs/operating.md, "Cancel and retry").
-                self.cancelled.add(job_id)
+                self.cancelled[job_id] = self.twins.clock()
+                self.forgotten.pop(job_id, None)
                 self.claimed_at_cancel |= running
             else:
                 client.retry(job_id, from_scratch=action == "retry_from_scratch")
@@ -654,7 +672,8 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         """A retry of ``job_id`` (an array's retries its children): they may run again."""
         def of(j: str) -> bool:
             return j == job_id or j.startswith(f"{job_id}:") or job_id.startswith(f"{j}:")
-        self.cancelled = {j for j in self.cancelled if not of(j)}
+        self.cancelled = {j: t for j, t in self.cancelled.items() if not of(j)}
+        self.forgotten = {j: t for j, t in self.forgotten.items() if not of(j)}
         self.retried_fires.add(job_id)  # a skipped fire retried runs on purpose (overlaps)
         self.claimed_at_cancel = {j for j in self.claimed_at_cancel if not of(j)}
 
@@ -797,7 +816,7 @@ class SystemModel(OperatorRules, FaultRules, ScheduleRules, RuleBasedStateMachin
         lost = []
         self.finished |= {b for b in self.bodies if view.rejected_body(b)}
         lost += [f"malformed message {b!r} is neither REJECTED nor in the queue"
-                 for b in self.bodies if b not in self.finished
+                 for b in self.bodies if b not in self.finished and b not in view.aged_out
                  and all(body != b for body, _ in view.queued)]
         self.fail("lost_job", lost)
         self.fail("dead_letter", checks.dead_letters(self.queues(), self.forced))
