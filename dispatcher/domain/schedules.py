@@ -11,9 +11,10 @@ and the dispatcher's idempotent admission makes it one job.
 What the dispatcher keeps of a schedule's fires (:class:`FireRecord`, one item per schedule):
 the job of its last fire that ran, and its latest fires with what became of each. A schedule
 whose ``overlap`` is ``skip`` runs no fire while the job of the last one that ran is still
-pending or running: the dispatcher judges that at admission (no code of ours is in the firing
-path) and records the skipped fire as a CANCELLED job whose reason says why, so a second
-delivery of it is a duplicate and never runs either.
+pending or running, nor while one is that an operator's retry of a fire's job ran beside: the
+dispatcher judges that at admission (no code of ours is in the firing path) and records the
+skipped fire as a CANCELLED job whose reason says why, so a second delivery of it is a
+duplicate and never runs either.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ SCHEDULED_TIME = "<aws.scheduler.scheduled-time>"
 _FIRE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
 # The latest fires a schedule's record keeps (``schedules show`` lists them).
 FIRES_KEPT = 20
+# The runs an operator's retries displaced that a record keeps (FireRecord.beside): a fire
+# judges them in its one BatchGetItem, which takes 100 keys.
+BESIDE_KEPT = 20
 RAN, SKIPPED = "RAN", "SKIPPED"
 
 
@@ -184,13 +188,24 @@ class Fire:
 @dataclass(frozen=True)
 class FireRecord:
     """What the dispatcher keeps of one schedule's fires: the job of the fire admitted to run
-    last (the one a ``skip`` schedule's next fire waits to see ended) and its latest fires,
-    newest first by fire time."""
+    last (the one a ``skip`` schedule's next fire waits to see ended), the runs an operator's
+    retry made it run beside (which that fire waits for too) and its latest fires, newest
+    first by fire time."""
 
     name: str
     last_run: str | None = None
     fires: tuple[Fire, ...] = field(default_factory=tuple)
     version: int = 0  # as read (0: none yet); each write is conditional on it
+    # The last runs an operator's retry displaced, newest first: a retried fire runs beside
+    # them, and a skip schedule's next fire must see them ended as well, not only the retried
+    # one. A fire the dispatcher runs clears them: a skip schedule's runs only once none of
+    # them is live, and an allow schedule's waits for none.
+    beside: tuple[str, ...] = ()
+
+    @property
+    def runs(self) -> tuple[str, ...]:
+        """The jobs a ``skip`` schedule's next fire waits to see ended: the last run first."""
+        return (self.last_run, *self.beside) if self.last_run else self.beside
 
     @property
     def last_fire(self) -> Fire | None:
@@ -203,11 +218,20 @@ class FireRecord:
                        key=lambda f: f.at, reverse=True)[:FIRES_KEPT]
         # The last run is the fire admitted last, not the latest by its time: a fire delivered
         # late that runs is the run the next fire of a skip schedule must see ended.
-        last_run = fire.job_id if fire.outcome == RAN else self.last_run
-        return replace(self, last_run=last_run, fires=tuple(fires))
+        if fire.outcome != RAN:
+            return replace(self, fires=tuple(fires))
+        return replace(self, last_run=fire.job_id, fires=tuple(fires), beside=())
+
+    def retried(self, fire: Fire) -> FireRecord:
+        """With ``fire``, whose job an operator retried, noted as the last run: it runs beside
+        the runs before it (the operator asked), so those stay runs the next fire waits for,
+        the latest :data:`BESIDE_KEPT`."""
+        earlier = [j for j in self.runs if j != fire.job_id]
+        return replace(self.noted(fire), beside=tuple(dict.fromkeys(earlier))[:BESIDE_KEPT])
 
 
-def skip_reason(name: str, previous: str, state: str) -> str:
-    """Why a fire of a ``skip`` schedule was skipped."""
-    return (f"skipped: schedule {name!r} skips a fire while its last run is live, and "
-            f"{previous} is {state}")
+def skip_reason(name: str, previous: str, state: str, beside: bool = False) -> str:
+    """Why a fire of a ``skip`` schedule was skipped: ``previous`` is live, its last run or
+    (``beside``) a run an operator's retry put the last run beside."""
+    run = "a run an operator's retry was put beside" if beside else "its last run"
+    return f"skipped: schedule {name!r} skips a fire while {run} is live, and {previous} is {state}"

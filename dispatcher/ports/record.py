@@ -70,6 +70,8 @@ class Record:
     # (dispatcher.store.bulk_marks); read with the whole item, never from the index
     bulk_ids: list[str] | None = None
     # bundle
+    # its jobs; on a schedule's record (SCHEDULE#<name>), the runs an operator's retry put its
+    # last run beside (dispatcher.domain.schedules.FireRecord.beside)
     job_ids: list[str] | None = None
     attempt: float | None = None
     launch_id: str | None = None

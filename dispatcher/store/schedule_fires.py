@@ -1,11 +1,13 @@
 """The record of each schedule's fires (``SCHEDULE#<name>``), and the skipped fire's job.
 
 One small item per schedule (:class:`dispatcher.domain.schedules.FireRecord`: the job of the
-fire admitted to run last, its latest fires), written by the tick that admits a fire, by an
-operator's retry of a fire's job (the retried job is the last run then) and by ``schedules
-create`` (a new schedule starts with no fires). Each write is conditional on the version read,
-so two writers (a tick and an operator; a tick that took over a lease and the slow one it took
-it from) never lose each other's note: the later one gets a ``ConflictError`` and reads again.
+fire admitted to run last in ``job_id``, the runs an operator's retry put it beside in
+``job_ids``, its latest fires), written by the tick that admits a fire, by an operator's retry
+of a fire's job (the retried job is the last run then, beside the runs before it) and by
+``schedules create`` (a new schedule starts with no fires). Each write is conditional on the
+version read, so two writers (a tick and an operator; a tick that took over a lease and the
+slow one it took it from) never lose each other's note: the later one gets a ``ConflictError``
+and reads again.
 A skipped fire is recorded as its job, CANCELLED with the reason, written only if no job of its
 id exists: a second delivery of the fire is then a duplicate, as for any job.
 """
@@ -28,7 +30,7 @@ def _record(rec: Record) -> FireRecord:
     fires = rec.history if isinstance(rec.history, list) else []
     return FireRecord(name=r.ident(rec.pk), last_run=rec.job_id,
                       fires=tuple(Fire.from_json(f) for f in fires if isinstance(f, dict)),
-                      version=int(rec.version or 0))
+                      version=int(rec.version or 0), beside=tuple(rec.job_ids or ()))
 
 
 class ScheduleFires(Reads):
@@ -51,6 +53,7 @@ class ScheduleFires(Reads):
         history: list[dict[str, Any]] = [f.as_json() for f in record.fires]
         expected = Absent() if record.version == 0 else Eq("version", record.version)
         self._write(Put(Record(r.schedule_key(record.name), job_id=record.last_run,
+                               job_ids=list(record.beside) or None,
                                history=history or None, version=record.version + 1,
                                updated_at=self.clock()), expected),
                     f"schedule {record.name}'s record of fires changed meanwhile")
@@ -74,8 +77,8 @@ class ScheduleFires(Reads):
 
     def retried_fires(self, job_ids: list[str]) -> None:
         """An operator retried these jobs: each that is a fire's (or a fire's array child's)
-        becomes its schedule's last run, a fire that ran, so that a skip schedule's next fire
-        waits for it."""
+        becomes its schedule's last run, a fire that ran, beside the runs before it, so that a
+        skip schedule's next fire waits for it and for them."""
         by_name: dict[str, list[Fire]] = {}
         for job_id in job_ids:
             fire = fire_of(job_id)
@@ -86,7 +89,7 @@ class ScheduleFires(Reads):
         for name, fires in by_name.items():
             def change(record: FireRecord, fires: list[Fire] = fires) -> FireRecord:
                 for fire in fires:
-                    record = record.noted(fire)
+                    record = record.retried(fire)
                 return record
 
             self.note_fires(name, change)

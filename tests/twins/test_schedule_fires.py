@@ -263,6 +263,41 @@ def test_a_retried_skipped_fire_is_the_run_the_next_fire_waits_for(
                                     third: JobState.CANCELLED}
 
 
+def test_a_fire_waits_for_the_run_a_retried_fire_was_put_beside(
+        world: tuple[Twins, Schedules, ScheduleLoop]) -> None:
+    """The operator runs a skipped fire beside the live one, then cancels it: the next fire
+    still waits for the first, which the record keeps beside the retried one."""
+    t, ops, loop = world
+    ops.create("sync", "cron(0 * * * ? *)", {"kind": "k", "payload": {}}, overlap="skip")
+    first, second, third = (schedules.fire_id("sync", at(h)) for h in (1, 2, 3))
+    tick = t.stages().tick
+    for hour in (1, 2):
+        t.clock.set(START + hour * HOUR + 1)
+        loop.step()
+        tick.tick()
+    t.client().retry(second)
+    record = t.store.fire_record("sync")
+    assert (record.last_run, record.beside) == (second, (first,))
+    t.client().cancel(second)
+    t.clock.set(START + 3 * HOUR + 1)
+    loop.step()
+    tick.tick()
+    assert fire_jobs(t, "sync") == {first: JobState.PENDING, second: JobState.CANCELLED,
+                                    third: JobState.CANCELLED}
+    skipped = t.job(third)
+    assert skipped is not None
+    assert skipped.reason == schedules.skip_reason("sync", first, "PENDING", beside=True)
+    assert "a run an operator's retry was put beside is live" in skipped.reason
+
+    # The first run ends: the next fire runs, and the record waits for it alone.
+    finish_as_runner(t.store, first, JobState.SUCCEEDED)
+    t.clock.set(START + 4 * HOUR + 1)
+    loop.step()
+    tick.tick()
+    record = t.store.fire_record("sync")
+    assert (record.last_run, record.beside) == (schedules.fire_id("sync", at(4)), ())
+
+
 def test_a_delivery_older_than_the_kept_fires_is_a_duplicate(
         world: tuple[Twins, Schedules, ScheduleLoop]) -> None:
     """Scheduler retries a fire for up to a day: one delivered again after it left the
