@@ -111,6 +111,26 @@ class Config(BaseModel):
         "LONGJOBS_ALARM_PREFIX", "Prefix of the names of the stack's alarms (the stack's "
         "AlarmNamePrefix output): the console's overview lists those in alarm; empty: it lists "
         "none.", ("client",), on_aws=OnAws.STACK)] = ""
+    # The team console's function (dispatcher/console/lambda_entry.py): how its page signs in.
+    console_client_id: Annotated[str, Env(
+        "LONGJOBS_CONSOLE_CLIENT_ID", "Team console: the OAuth 2.0 client its page signs in "
+        "with (a public client: no secret), the stack's user pool client or ConsoleClientId.",
+        ("console",), required=True, on_aws=OnAws.STACK)] = ""
+    console_authorize_url: Annotated[str, Env(
+        "LONGJOBS_CONSOLE_AUTHORIZE_URL", "Team console: the issuer's OAuth 2.0 authorization "
+        "endpoint.", ("console",), required=True, on_aws=OnAws.STACK)] = ""
+    console_token_url: Annotated[str, Env(
+        "LONGJOBS_CONSOLE_TOKEN_URL", "Team console: the issuer's OAuth 2.0 token endpoint "
+        "(its page's script exchanges the sign-in's code there).", ("console",), required=True,
+        on_aws=OnAws.STACK)] = ""
+    console_logout_url: Annotated[str, Env(
+        "LONGJOBS_CONSOLE_LOGOUT_URL", "Team console: where signing out sends the browser "
+        "(Cognito's /logout); empty: signing out forgets the tab's token only.", ("console",),
+        on_aws=OnAws.STACK)] = ""
+    console_operate: Annotated[bool, Env(
+        "LONGJOBS_CONSOLE_OPERATE", "Team console: true lets people whose token has the "
+        "longjobs/operate scope act; false keeps it read-only for everyone.", ("console",),
+        on_aws=OnAws.STACK)] = True
     schedule_group: Annotated[str, Env(
         "LONGJOBS_SCHEDULE_GROUP", "EventBridge Scheduler schedule group the stack owns, where "
         "`longjobs schedules` keeps its schedules (the stack's ScheduleGroupName output).",

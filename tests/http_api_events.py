@@ -11,13 +11,26 @@ import hmac
 from typing import Any
 from urllib.parse import urlencode
 
-from dispatcher.console.team import CSRF_KEY, SCOPE_READ
+from dispatcher.console.team import CSRF_KEY, SCOPE_OPERATE, SCOPE_READ
 
 HOST = "abc123.execute-api.eu-west-1.amazonaws.com"
 ORIGIN = f"https://{HOST}"
 BEARER = "Bearer eyJ.the-token.sig"
 # The CSRF token the console's pages carry for a request with BEARER.
 CSRF = hmac.new(CSRF_KEY, BEARER.encode(), hashlib.sha256).hexdigest()
+
+
+def route_of(method: str, path: str) -> tuple[str, tuple[str, ...] | None]:
+    """The route of infra/template.yaml's ConsoleApi a request matches, and the scopes it
+    needs (None: public); KeyError if none does."""
+    if path == "/x" and method == "GET":
+        return "GET /x", (SCOPE_READ,)
+    if path.startswith("/x/"):
+        if method in ("GET", "POST"):
+            return f"{method} /x/{{proxy+}}", (SCOPE_READ if method == "GET" else SCOPE_OPERATE,)
+    elif method == "GET":
+        return ("GET /" if path == "/" else "GET /{proxy+}"), None
+    raise KeyError(f"{method} {path}")
 
 
 def http_api_event(method: str, path: str, *, user: str | None = "alice",
@@ -34,7 +47,8 @@ def http_api_event(method: str, path: str, *, user: str | None = "alice",
                                                     "client_id": "client-1",
                                                     "scope": " ".join(scopes)},
                                          "scopes": list(scopes)}}
-    event: dict[str, Any] = {"version": "2.0", "routeKey": f"{method} {path}", "rawPath": path,
+    event: dict[str, Any] = {"version": "2.0", "routeKey": route_of(method, path)[0],
+                             "rawPath": path,
                              "rawQueryString": query, "headers": headers,
                              "requestContext": context, "isBase64Encoded": form is not None}
     if form is not None:

@@ -34,6 +34,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from dispatcher.console.team import SCOPE_OPERATE, SCOPE_READ
+from tests.http_api_events import route_of
 
 CLIENT_ID = "team-console-client"
 
@@ -56,19 +57,6 @@ class Gateway:
                 "LONGJOBS_CONSOLE_AUTHORIZE_URL": f"{self.url}/oauth2/authorize",
                 "LONGJOBS_CONSOLE_TOKEN_URL": f"{self.url}/oauth2/token",
                 "LONGJOBS_CONSOLE_LOGOUT_URL": ""}
-
-
-def route_scopes(method: str, path: str) -> tuple[str, ...] | None:
-    """The scopes a route needs (None: a public route); raises KeyError for no route."""
-    if path == "/x" or path.startswith("/x/"):
-        if method == "GET":
-            return (SCOPE_READ,)
-        if method == "POST" and path.startswith("/x/"):
-            return (SCOPE_OPERATE,)
-        raise KeyError(path)
-    if method == "GET":
-        return None
-    raise KeyError(path)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -101,7 +89,7 @@ class Handler(BaseHTTPRequestHandler):
         if parts.path == "/oauth2/token" and method == "POST":
             return self.token(parse_qs(body.decode()))
         try:
-            needed = route_scopes(method, parts.path)
+            route, needed = route_of(method, parts.path)
         except KeyError:
             return self.reply(404, b'{"message":"Not Found"}', {"Content-Type": "application/json"})
         claims = None
@@ -123,8 +111,8 @@ class Handler(BaseHTTPRequestHandler):
             context["authorizer"] = {"jwt": claims}
         headers = {k.lower(): v for k, v in self.headers.items()}
         headers["x-forwarded-proto"] = "http"  # the stand-in serves plain HTTP on loopback
-        event = {"version": "2.0", "rawPath": parts.path, "rawQueryString": parts.query,
-                 "headers": headers, "requestContext": context,
+        event = {"version": "2.0", "routeKey": route, "rawPath": parts.path,
+                 "rawQueryString": parts.query, "headers": headers, "requestContext": context,
                  "body": base64.b64encode(body).decode(), "isBase64Encoded": True}
         assert gw.function is not None
         with gw.lock:

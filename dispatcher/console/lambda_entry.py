@@ -24,6 +24,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from dispatcher import settings
 from dispatcher.console.guard import Headers
 from dispatcher.console.rendering import environment
 from dispatcher.console.routes import console_app
@@ -31,6 +32,15 @@ from dispatcher.console.source import ConsoleSource
 from dispatcher.console.team import BASE, Login, TeamGuard
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+# The HTTP API's routes (infra/template.yaml, ConsoleApi): the shell's, public, and the pages',
+# behind the JWT authorizer.
+PUBLIC_ROUTES = frozenset({"GET /", "GET /{proxy+}"})
+PAGE_ROUTES = frozenset({f"GET {BASE}", f"GET {BASE}/{{proxy+}}", f"POST {BASE}/{{proxy+}}"})
+
+
+def _plain(status: int, text: str) -> dict[str, Any]:
+    return {"statusCode": status, "body": text,
+            "headers": {"content-type": "text/plain; charset=utf-8", "cache-control": "no-store"}}
 
 
 class UnderBase:
@@ -66,7 +76,8 @@ def shell_app(guard: TeamGuard) -> Starlette:
 def build(env: Mapping[str, str], source: ConsoleSource | None = None) -> Handler:
     """The handler of a function configured by ``env`` (the stack's LONGJOBS_* variables);
     ``source``: the stack to read (tests give one), else the one ``env`` names."""
-    guard = TeamGuard(frozenset(), operate=True, login=Login.of_environment(env))
+    cfg = settings.load("console", env)
+    guard = TeamGuard(frozenset(), operate=cfg.console_operate, login=Login.of_config(cfg))
     source = source or ConsoleSource.of_settings(dict(env))
     # Each action's audit record is also a log line (the function's log group), at INFO.
     logging.getLogger("longjobs.console.audit").setLevel(logging.INFO)
@@ -75,11 +86,19 @@ def build(env: Mapping[str, str], source: ConsoleSource | None = None) -> Handle
     public = Mangum(shell_app(guard), lifespan="off")
 
     def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
-        http = (event.get("requestContext") or {}).get("http") or {}
-        path = str(http.get("path") or event.get("rawPath") or "/")
-        if path != BASE and not path.startswith(BASE + "/"):
+        # The door is the route API Gateway matched (the event's routeKey), not the path: a
+        # page is served only through a route the authorizer guards, and only with the
+        # claims it verified.
+        route = str(event.get("routeKey", ""))
+        if route in PUBLIC_ROUTES:
             return public(event, context)
-        if path == BASE:  # the overview, /x without its slash
+        if route not in PAGE_ROUTES:
+            return _plain(404, "no such route of the console")
+        jwt = ((event.get("requestContext") or {}).get("authorizer") or {}).get("jwt")
+        if not isinstance(jwt, dict) or not jwt.get("claims"):
+            return _plain(401, "this request carries no verified token; sign in again")
+        http = event["requestContext"].get("http") or {}
+        if str(http.get("path", "")) == BASE:  # the overview, /x without its slash
             event = {**event, "rawPath": BASE + "/",
                      "requestContext": {**event["requestContext"],
                                         "http": {**http, "path": BASE + "/"}}}

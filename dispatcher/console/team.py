@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,6 +28,7 @@ from starlette.requests import Request
 
 from dispatcher.console.guard import CSP, HEADERS, Guard, Refused, Visitor, origin_of
 from dispatcher.domain.errors import ConfigError
+from dispatcher.settings import Config
 
 SCOPE_READ = "longjobs/read"
 SCOPE_OPERATE = "longjobs/operate"
@@ -52,18 +52,13 @@ class Login:
     scopes: str = SCOPES
 
     @staticmethod
-    def of_environment(env: Mapping[str, str]) -> Login:
-        missing = [name for name in ("LONGJOBS_CONSOLE_CLIENT_ID",
-                                     "LONGJOBS_CONSOLE_AUTHORIZE_URL",
-                                     "LONGJOBS_CONSOLE_TOKEN_URL") if not env.get(name)]
-        if missing:
-            raise ConfigError(f"the team console needs {', '.join(missing)} (the stack sets "
-                              "them when TeamConsole is cognito or oidc)")
-        for name in ("LONGJOBS_CONSOLE_AUTHORIZE_URL", "LONGJOBS_CONSOLE_TOKEN_URL"):
-            if urlsplit(env[name]).scheme not in ("https", "http"):
-                raise ConfigError(f"{name}={env[name][:80]!r} is not an http(s) URL")
-        return Login(env["LONGJOBS_CONSOLE_CLIENT_ID"], env["LONGJOBS_CONSOLE_AUTHORIZE_URL"],
-                     env["LONGJOBS_CONSOLE_TOKEN_URL"], env.get("LONGJOBS_CONSOLE_LOGOUT_URL", ""))
+    def of_config(cfg: Config) -> Login:
+        for name, url in (("LONGJOBS_CONSOLE_AUTHORIZE_URL", cfg.console_authorize_url),
+                          ("LONGJOBS_CONSOLE_TOKEN_URL", cfg.console_token_url)):
+            if urlsplit(url).scheme not in ("https", "http") or not urlsplit(url).netloc:
+                raise ConfigError(f"{name}={url[:80]!r} is not an http(s) URL")
+        return Login(cfg.console_client_id, cfg.console_authorize_url, cfg.console_token_url,
+                     cfg.console_logout_url)
 
     def token_origin(self) -> str:
         parts = urlsplit(self.token_url)
@@ -98,10 +93,12 @@ class TeamGuard(Guard):
         rebinds a name has no token to send (the guard's host check is for loopback)."""
 
     def visitor(self, request: Request) -> Visitor:
+        """The token's user; they may act if the console does (``operate``: the stack's
+        LONGJOBS_CONSOLE_OPERATE) and their token has the operate scope."""
         claims, scopes = jwt_of(request)
         who = next((str(claims[k]) for k in ("username", "cognito:username", "email", "sub")
                     if claims.get(k)), "someone")
-        return Visitor(who, SCOPE_OPERATE in scopes)
+        return Visitor(who, self.operate and SCOPE_OPERATE in scopes)
 
     def token_for(self, request: Request) -> str:
         bearer = request.headers.get("authorization", "")

@@ -1,10 +1,10 @@
 """The web console in a real browser (Debian's headless Chromium, driven through its own
 chromedriver by Selenium), walking a newcomer's path in local mode: the overview (its chart
 of jobs ended), the failed jobs, one of them with its traceback, its path and its logs, its
-retry (``--operate``) seen to succeed
-without a reload and listed on the Audit page, a bulk cancel's dry run; and jobs whose payload, error, labels and logs hold
-markup, script and ``javascript:`` links, shown as text with nothing run (checked from the
-browser: no dialog, no element made of them). Each page's screenshot goes to
+retry (``--operate``) seen to succeed without a reload and listed on the Audit page, a bulk
+cancel's dry run; and jobs whose payload, error, labels and logs hold markup, script and
+``javascript:`` links, shown as text with nothing run (checked from the browser: no dialog,
+no element made of them). Each page's screenshot goes to
 ``$LONGJOBS_SCREENSHOTS`` (``make screenshots``: docs/console/) or the test's own folder."""
 
 from __future__ import annotations

@@ -35,7 +35,10 @@ from tests.integration.test_infra import (
 # The deployed processes and the role each reads its settings as.
 PROCESSES = {"DispatcherFunction": "dispatcher", "TaskEventFunction": "dispatcher",
              "JobEventsFunction": "events", "DependentsFunction": "dispatcher",
-             "worker": "runner"}
+             "worker": "runner",
+             # The team console (TeamConsole): its function reads its sign-in's settings (and
+             # the operator's, as a JobClient does); the Cognito trigger reads none.
+             "ConsoleFunction": "console", "ConsoleTokenScopesFunction": "trigger"}
 
 # Non-default values for the free-form string parameters (numbers and lists of allowed values
 # get theirs from the template). A new string parameter needs one here.
@@ -67,6 +70,7 @@ READERS: dict[str, tuple[tuple[str, tuple[str, ...] | None], ...]] = {
                    ("dispatcher/wiring/adapters.py",
                     ("client", "store", "queues", "ecs_target", "launcher"))),
     "runner": (("job_runner", None), ("dispatcher/wiring/adapters.py", ("client", "store"))),
+    "console": (("dispatcher/console/lambda_entry.py", None), ("dispatcher/console/team.py", None)),
     # The publisher: its handler, and the adapters it builds (an events client, the sink).
     "events": (("dispatcher/handlers.py", ("publish_job_events",)),
                ("dispatcher/wiring/adapters.py", ("client", "event_sink"))),
@@ -92,7 +96,7 @@ def environments(transformed: dict[str, Any]) -> dict[str, dict[str, Any]]:
     res = transformed["Resources"]
     names = {n for n, r in res.items() if r["Type"] == "AWS::Lambda::Function"}
     assert names == set(PROCESSES) - {"worker"}, "a function was added: give it a role here"
-    out = {n: res[n]["Properties"]["Environment"]["Variables"] for n in names}
+    out = {n: res[n]["Properties"].get("Environment", {}).get("Variables", {}) for n in names}
     (task,) = [r for r in res.values() if r["Type"] == "AWS::ECS::TaskDefinition"]
     (container,) = task["Properties"]["ContainerDefinitions"]
     assert container["Name"] == Config().container
@@ -155,7 +159,7 @@ def test_the_roles_name_every_process_that_reads_a_setting(role: str) -> None:
     by_attr = dict(settings.declaration())
     undeclared = sorted(a for a in read if role not in by_attr[a].roles)
     assert not undeclared, f"the {role} reads settings whose roles omit it: {undeclared}"
-    assert len(read) >= {"dispatcher": 20, "runner": 10, "events": 2}[role]
+    assert len(read) >= {"dispatcher": 20, "runner": 10, "events": 2, "console": 5}[role]
 
 
 def test_every_setting_reaches_each_process_that_reads_it(transformed: dict[str, Any]) -> None:

@@ -32,12 +32,12 @@ ENV = {"LONGJOBS_CONSOLE_CLIENT_ID": "client-1",
 class Function:
     """The function, and the events API Gateway would send it."""
 
-    def __init__(self, twins: Twins) -> None:
+    def __init__(self, twins: Twins, **settings: str) -> None:
         source = ConsoleSource(twins.client(), Queries(twins.store, queue=twins.queue,
                                                        clock=twins.clock),
                                Top(twins.store, queue=twins.queue, clock=twins.clock),
                                has_dead_letters=False)
-        self.handle = build(ENV, source)
+        self.handle = build({**ENV, **settings}, source)
 
     def call(self, method: str, path: str, **request: Any) -> dict[str, Any]:
         return self.handle(http_api_event(method, path, **request), None)
@@ -79,8 +79,25 @@ def test_the_authorized_door_reads_pages_as_the_tokens_user(twins: Twins,
     assert function.call("GET", "/x")["statusCode"] == 200  # the overview, no slash
     listed = function.call("GET", "/x/jobs", query="state=PENDING")
     assert 'href="/jobs/j1"' in text(listed)  # links are the shell's addresses
-    # An event without the authorizer's claims (a route left without it) reads nothing.
+    # An event without the authorizer's claims (a route left without it) reads nothing; the
+    # door is the route API Gateway matched, not the path: a public route never serves a page.
     assert function.call("GET", "/x/jobs/j1", user=None)["statusCode"] == 401
+    public = http_api_event("GET", "/x/jobs/j1", user=None)
+    public["routeKey"] = "GET /{proxy+}"
+    assert "PENDING" not in text(function.handle(public, None))
+    off_route = http_api_event("GET", "/x/jobs/j1")
+    off_route["routeKey"] = "GET /elsewhere"
+    assert function.handle(off_route, None)["statusCode"] == 404
+
+
+def test_a_console_set_read_only_lets_no_one_act(twins: Twins) -> None:
+    twins.client().submit("k", {}, job_id="j1", not_before=twins.clock() + 3600)
+    twins.stages().tick.tick()
+    function = Function(twins, LONGJOBS_CONSOLE_OPERATE="false")
+    refused = function.call("POST", "/x/jobs/j1/cancel", form={"csrf": CSRF},
+                            scopes=(SCOPE_READ, SCOPE_OPERATE))
+    assert refused["statusCode"] == 403
+    assert twins.job("j1").state == JobState.PENDING
 
 
 def test_acting_needs_the_operate_scope_the_origin_and_the_token(twins: Twins,
