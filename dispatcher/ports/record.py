@@ -81,6 +81,10 @@ class Record:
     launch_failures: float | None = None
     last_failure: str | None = None
     heartbeat_at: float | None = None
+    # a bundle: the token of the claim that made it RUNNING, so that a claim whose answer was
+    # lost, sent again and refused by its own first write knows it as its own
+    # (dispatcher.store.runner)
+    claim_token: str | None = None
     cancel_jobs: list[str] | None = None
     running_jobs: list[str] | None = None  # as of the last heartbeat
     # a bundle: its running jobs' latest progress reports, by job id, as of the last
@@ -213,5 +217,5 @@ NOT_PROJECTED = frozenset({"payload", "result", "error", "history", "checkpoint"
                            "ran_usage", "ended_usage", "bill", "cost", "job_seconds", "labels",
                            "tenant", "group", "jobs", "failed", "vcpu_seconds",
                            "yielded_at", "one_at_a_time", "swept_at", "lease_count", "clean_at",
-                           "released_at", "tenanted_at"})
+                           "released_at", "tenanted_at", "claim_token"})
 INDEX_ATTRIBUTES: tuple[str, ...] = tuple(sorted(ATTRIBUTES - NOT_PROJECTED - set(INDEX_KEYS)))

@@ -8,6 +8,7 @@ state of a newer attempt.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -124,14 +125,15 @@ class RunnerStore(FollowOns, RateBuckets):
 
     def _claim(self, bundle_id: str, cond: Condition, lost: str,
                mine: Callable[[Record], bool]) -> Claim:
-        """``mine``: whether the bundle as read is this claim's, RUNNING: a try the table
-        failed may have committed (a 5xx, a lost connection), and the next one then finds
-        its condition refused by its own write."""
-        tries = 0
+        """``mine``: whether the bundle as read is this task's, RUNNING. A write the table
+        applied may still fail (a 5xx, a lost connection, an answer that never came), and the
+        write sent again (by :data:`RUNNER_PATIENCE`, or by the SDK's own retries, which this
+        cannot see) then finds its condition refused by that first write: the claim's token,
+        written with it, tells its own write from another claim's (a second claim of the
+        same bundle, even by the same task, has another token and is refused)."""
+        token = secrets.token_hex(8)
 
         def once() -> Record | None:
-            nonlocal tries
-            tries += 1
             t = self.clock()  # each try's own: a claim tried for a while is alive now
             # ``handed`` (ADD 0: set to 0 if missing, kept on a rerun) says this runner takes
             # urgent jobs handed to its bundle while it runs; a runner of an older release,
@@ -139,13 +141,13 @@ class RunnerStore(FollowOns, RateBuckets):
             # A relaunch's task: the reports its bundle holds are the lost task's.
             return self._write(Update(r.bundle_key(bundle_id), [
                 *bundle_actions(BundleState.RUNNING, t, None), Set("heartbeat_at", t),
-                Add("handed", 0), Remove("progress")], cond), lost)
+                Set("claim_token", token), Add("handed", 0), Remove("progress")], cond), lost)
 
         try:
             rec = self._patiently(RUNNER_PATIENCE, once)
         except ConflictError:
-            rec = self.table.get(r.bundle_key(bundle_id)) if tries > 1 else None
-            if rec is None or not mine(rec):
+            rec = self._patiently(RUNNER_PATIENCE, self.table.get, r.bundle_key(bundle_id))
+            if rec is None or rec.claim_token != token or not mine(rec):
                 raise
         assert rec is not None  # an Update returns the item
         bundle = r.record_bundle(rec)
