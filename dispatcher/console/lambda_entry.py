@@ -10,7 +10,6 @@ the static files, which hold no data. Built once per instance, at its first even
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Mapping
 from importlib.resources import files
 from typing import Any
@@ -73,12 +72,14 @@ def shell_app(guard: TeamGuard) -> Starlette:
                      middleware=[Middleware(Headers, guard=guard)])
 
 
-def build(env: Mapping[str, str], source: ConsoleSource | None = None) -> Handler:
-    """The handler of a function configured by ``env`` (the stack's LONGJOBS_* variables);
-    ``source``: the stack to read (tests give one), else the one ``env`` names."""
+def build(env: Mapping[str, str] | None = None, source: ConsoleSource | None = None
+          ) -> Handler:
+    """The handler of a function configured by ``env`` (the stack's LONGJOBS_* variables;
+    None: the process's environment, as :func:`dispatcher.settings.load` reads it);
+    ``source``: the stack to read (tests give one), else the one the settings name."""
     cfg = settings.load("console", env)
     guard = TeamGuard(frozenset(), operate=cfg.console_operate, login=Login.of_config(cfg))
-    source = source or ConsoleSource.of_settings(dict(env))
+    source = source or ConsoleSource.of_settings(None if env is None else dict(env))
     # Each action's audit record is also a log line (the function's log group), at INFO.
     logging.getLogger("longjobs.console.audit").setLevel(logging.INFO)
     pages = Mangum(UnderBase(console_app(source, guard, background=False)), lifespan="off",
@@ -116,5 +117,5 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """The function's entry point: the app built at the first event, from the environment."""
     global _handler
     if _handler is None:
-        _handler = build(os.environ)
+        _handler = build()
     return _handler(event, context)

@@ -278,15 +278,9 @@ print(json.dumps({"stdlib": [sysconfig.get_path("stdlib"), sysconfig.get_path("p
 """
 
 
-def test_the_handlers_import_from_the_package_and_its_bytecode(
-        package: tuple[str, list[Path]], tmp_path: Path) -> None:
-    """As the runtime does (read-only: -B writes nothing): every module comes from the package
-    or the standard library, none without its bytecode, and no more of them than the budget."""
-    python, path = package
-    result = subprocess.run([python, "-s", "-B", "-c", IMPORT_HANDLERS], cwd=tmp_path,
-                            env={"PYTHONPATH": os.pathsep.join(map(str, path)), "PATH": "/usr/bin"},
-                            capture_output=True, text=True, timeout=120, check=True)
-    loaded = json.loads(result.stdout)
+def from_the_package(loaded: dict[str, Any], path: list[Path]) -> dict[str, list[str | None]]:
+    """The modules a run loaded (``IMPORT_HANDLERS``' report) from ``path``, each with its
+    bytecode there; none from outside ``path`` but the standard library."""
     modules: dict[str, list[str | None]] = loaded["modules"]
     dirs = tuple(str(p) + os.sep for p in path)
     ours = {name: files for name, files in modules.items()
@@ -298,6 +292,18 @@ def test_the_handlers_import_from_the_package_and_its_bytecode(
     missing = {name for name, (file, cached) in ours.items()
                if file and file.endswith(".py") and not (cached and Path(cached).is_file())}
     assert missing == set(), "no bytecode: compiled at every cold start"
+    return ours
+
+
+def test_the_handlers_import_from_the_package_and_its_bytecode(
+        package: tuple[str, list[Path]], tmp_path: Path) -> None:
+    """As the runtime does (read-only: -B writes nothing): every module comes from the package
+    or the standard library, none without its bytecode, and no more of them than the budget."""
+    python, path = package
+    result = subprocess.run([python, "-s", "-B", "-c", IMPORT_HANDLERS], cwd=tmp_path,
+                            env={"PYTHONPATH": os.pathsep.join(map(str, path)), "PATH": "/usr/bin"},
+                            capture_output=True, text=True, timeout=120, check=True)
+    ours = from_the_package(json.loads(result.stdout), path)
     assert "dispatcher.handlers" in ours
     assert not {n.split(".")[0] for n in ours} & {"typer", "rich", "moto", "s3transfer"}
     assert len(ours) <= HANDLER_MODULE_BUDGET
@@ -388,17 +394,7 @@ def test_the_console_handler_imports_from_its_package_and_layers(
     assert result.returncode == 0, result.stderr
     loaded = json.loads(result.stdout)
     assert loaded["data"] == {"shell": True, "base": True, "script": True}
-    modules: dict[str, list[str | None]] = loaded["modules"]
-    dirs = tuple(str(p) + os.sep for p in path)
-    stdlib = tuple(str(Path(p)) + os.sep for p in loaded["stdlib"])
-    ours = {name: files for name, files in modules.items()
-            if files[0] and files[0].startswith(dirs)}
-    outside = {name: files[0] for name, files in modules.items()
-               if files[0] and not files[0].startswith(dirs + stdlib)}
-    assert outside == {}, "taken from outside the package"
-    missing = {name for name, (file, cached) in ours.items()
-               if file and file.endswith(".py") and not (cached and Path(cached).is_file())}
-    assert missing == set(), "no bytecode: compiled at every cold start"
+    ours = from_the_package(loaded, path)
     roots = {n.split(".")[0] for n in ours}
     assert {"starlette", "jinja2", "mangum", "dispatcher"} <= roots
     assert not roots & {"typer", "rich", "uvicorn", "moto"}
