@@ -176,13 +176,19 @@ class Pages:
                                                     limit=PAGE_ROWS, after=after)
             jobs = page.jobs
             next_url = f.query(after=page.next) if page.next else None
-        elif f.waiting_for or f.label or f.tenant:
-            # Those lists read a bounded window of the newest (their module says which), so
-            # they have no pages past it.
+        elif f.label or f.tenant:
+            # Pages of the label index by their cursor, each looking at a bounded run of it.
+            page = self.source.queries.page_labelled(
+                label=f.label, tenant=f.tenant, status=f.state, kind=f.kind,
+                since_seconds=since, limit=PAGE_ROWS, after=after,
+                waiting_for=f.waiting_for, prefix=f.prefix)
+            jobs = page.jobs
+            next_url = f.query(after=page.next) if page.next else None
+        elif f.waiting_for:
+            # With the start of the id: a bounded window of the newest, no pages past it.
             jobs = self.source.queries.list_jobs(status=f.state, kind=f.kind,
                                                  since_seconds=since, limit=PAGE_ROWS,
-                                                 waiting_for=f.waiting_for, label=f.label,
-                                                 tenant=f.tenant, prefix=f.prefix)
+                                                 waiting_for=f.waiting_for, prefix=f.prefix)
             bounded = f"the newest {len(jobs)} that match" if jobs else ""
         else:
             page = self.source.queries.page_jobs(status=f.state, kind=f.kind,

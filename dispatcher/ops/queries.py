@@ -100,10 +100,10 @@ class Queries(StackFigures):
         id starts with it (among the newest of each partition:
         :meth:`dispatcher.store.job_lists.JobLists.list_jobs`)."""
         if label is not None or tenant:
-            found = self._list_labelled(label, tenant, status, kind, since_seconds,
-                                        limit if not prefix else max(limit, WAITING_READ),
-                                        waiting_for)
-            return [s for s in found if s.job_id.startswith(prefix or "")][:limit]
+            return self.page_labelled(
+                label=label, tenant=tenant, status=status, kind=kind,
+                since_seconds=since_seconds, waiting_for=waiting_for, prefix=prefix,
+                limit=limit if not prefix else max(limit, WAITING_READ)).jobs[:limit]
         if waiting_for is not None:
             return self._list_waiting(waiting_for, status, kind, since_seconds, limit, prefix)
         rows = self._list_items(status, kind, since_seconds, limit, prefix=prefix)
@@ -177,32 +177,41 @@ class Queries(StackFigures):
         return self.page_waiting(reason, status=status, kind=kind, since_seconds=since_seconds,
                                  limit=limit, prefix=prefix).jobs
 
-    def _list_labelled(self, label: str | None, tenant: str | None, status: str | None,
-                       kind: str | None, since_seconds: float | None, limit: int,
-                       waiting_for: str | None) -> list[JobSummary]:
+    def page_labelled(self, *, label: str | None, tenant: str | None,
+                      status: str | None = None, kind: str | None = None,
+                      since_seconds: float | None = None, limit: int = 50,
+                      after: str | None = None, waiting_for: str | None = None,
+                      prefix: str | None = None) -> JobPage:
+        """The jobs that carry ``label`` (``key=value``; else those of ``tenant``, filed as a
+        label), newest first, a page at a time from the cursor ``after``: each page looks at
+        up to :data:`~dispatcher.store.label_index.LABEL_READ` of the label's index rows and
+        holds the first ``limit`` that match the state, kind and window, then those waiting
+        for ``waiting_for`` and whose id starts with ``prefix``; so a page may hold fewer than
+        ``limit`` and still have one after it. ``jobs list --label``/``--tenant`` is its
+        first page."""
         try:
             indexed = entry(label, tenant)
         except ValueError as exc:
             raise LongjobsError(str(exc)) from None
-        assert indexed is not None  # list_jobs came here for a label or a tenant
+        if indexed is None:
+            raise LongjobsError("a list by label needs a label (key=value) or a tenant")
         key, value = indexed
         if waiting_for is not None and waiting_for not in REASONS:
             raise LongjobsError(f"unknown waiting reason {waiting_for!r}; one of "
                                 + ", ".join(REASONS))
         now = self.clock()
         state = parse_status(status) if status else None
-        rows = self.store.newest_labelled(
-            key, value, limit=limit,
+        rows, position, more = self.store.labelled_page(
+            key, value, limit=limit, after=JobPage.position(after) if after else None,
             states=None if state is None else [JobState.PENDING if state == SCHEDULED
                                                else JobState(state)],
             since=max(0.0, now - since_seconds) if since_seconds is not None else None,
             kind=kind, scheduled_after=now if state == SCHEDULED else None,
             tenant=tenant or None)
-        found = self._summaries(rows, now)
-        if waiting_for is not None:
-            found = [s for s in found
-                     if s.waiting_for is not None and s.waiting_for.reason == waiting_for]
-        return found
+        found = [s for s in self._summaries(rows, now) if s.job_id.startswith(prefix or "")
+                 and (waiting_for is None or (s.waiting_for is not None
+                                              and s.waiting_for.reason == waiting_for))]
+        return JobPage(found, JobPage.cursor_of(position) if more and position else None)
 
     def _summaries(self, rows: list[Record], now: float) -> list[JobSummary]:
         """Rows with what each PENDING one waits for and how far each RUNNING one got: their

@@ -30,8 +30,10 @@ from dispatcher.store import codec as r
 from dispatcher.store import index
 from dispatcher.store.base import Reads
 
-# A list by label reads at most this many of the label's newest jobs to find its rows.
+# A list by label looks at most at this many of the label's index rows to find its rows
+# (a page of it: from its cursor), this many at a time.
 LABEL_READ = 1000
+LABEL_RUN = 200
 
 
 def carried(job_labels: Mapping[str, str] | None, tenant: str | None) -> dict[str, str]:
@@ -97,27 +99,52 @@ class LabelIndex(Reads):
             yield [rec for rec in found if _matches(rec, key, value, states, kind,
                                                     scheduled_after, since, tenant)]
 
+    def labelled_page(self, key: str, value: str, *, limit: int,
+                      after: tuple[str, str] | None = None, look: int = LABEL_READ,
+                      states: Sequence[JobState] | None = None, since: float | None = None,
+                      kind: str | None = None, scheduled_after: float | None = None,
+                      tenant: str | None = None
+                      ) -> tuple[list[Record], tuple[str, str] | None, bool]:
+        """Up to ``limit`` jobs carrying ``key=value`` (as :meth:`labelled`), newest first,
+        past the position ``after`` (a label row's ``(status_at, pk)``), looking at up to
+        ``look`` of the label's index rows (its partitions merged), :data:`LABEL_RUN` at a
+        time, each run's jobs read whole: the jobs, the position of the last row looked at,
+        and whether rows may lie past it. Every job so listed lies at or before that
+        position, every one past it after: a next page read from it repeats none and
+        misses none."""
+        out: list[Record] = []
+        looked = 0
+        position = after
+        while looked < max(limit, look):
+            rows = index.query(self.table, label_statuses(key, value),
+                               at_least=r.iso(since) if since is not None else None,
+                               newest_first=True, limit=LABEL_RUN, after=position)
+            jobs: dict[str, Record] = {}
+            for n in range(0, len(rows), 100):
+                jobs.update({rec.pk: rec for rec in self.table.get_many(
+                    [r.job_key(row.job_id or "") for row in rows[n:n + 100]])})
+            for row in rows:
+                looked += 1
+                position = (row.status_at or "", row.pk)
+                rec = jobs.get(r.job_key(row.job_id or ""))
+                if rec is not None and _matches(rec, key, value, states, kind,
+                                                scheduled_after, since, tenant):
+                    out.append(rec)
+                    if len(out) == limit:
+                        return out, position, True
+            if len(rows) < LABEL_RUN:
+                return out, position, False
+        return out, position, True
+
     def newest_labelled(self, key: str, value: str, *, limit: int,
                         states: Sequence[JobState] | None = None, since: float | None = None,
                         kind: str | None = None, scheduled_after: float | None = None,
                         tenant: str | None = None) -> list[Record]:
         """The newest ``limit`` jobs carrying ``key=value`` (as :meth:`labelled`), among the
-        label's newest :data:`LABEL_READ` (its partitions newest first, merged): a list is
-        bounded by what it shows, not by how many jobs ever carried the label."""
-        rows = index.query(self.table, label_statuses(key, value),
-                           at_least=r.iso(since) if since is not None else None,
-                           newest_first=True, limit=max(limit, LABEL_READ))
-        out: list[Record] = []
-        for n in range(0, len(rows), 100):
-            chunk = rows[n:n + 100]
-            found = {rec.pk: rec for rec in self.table.get_many(
-                [r.job_key(row.job_id or "") for row in chunk])}
-            out += [rec for row in chunk if (rec := found.get(r.job_key(row.job_id or "")))
-                    and _matches(rec, key, value, states, kind, scheduled_after, since,
-                                 tenant)]
-            if len(out) >= limit:
-                break
-        return out[:limit]
+        label's newest ``max(limit, LABEL_READ)``: bounded by what it shows, not by how many
+        jobs ever carried the label."""
+        return self.labelled_page(key, value, limit=limit, states=states, since=since,
+                                  kind=kind, scheduled_after=scheduled_after, tenant=tenant)[0]
 
 
 def _matches(rec: Record, key: str, value: str, states: Sequence[JobState] | None,
