@@ -338,9 +338,14 @@ class Tick:
             at = self._clock()
             drained = [b for b in deferred if rate_limits.takes_tokens(b.bundle_id)
                        and b.next_attempt_at <= at]
-            spare = self._work.spare(d.capacity - len(handed), tokens.admit(sorted([*looked, *(
-                b for b in [*waiting, *drained] if b.bundle_id not in handed)],
-                key=self._work.order)), room, handed, d.intake.follow_ons > 0, tenants_now.admit)
+            # And the due work held for its tokens as the tick began: a drain of many
+            # seconds gives its buckets the time to fill, and a slot left free beside it
+            # would idle until the next tick while its jobs are told nothing holds them.
+            candidates = {b.bundle_id: b for b in [*waiting, *drained, *tokens.held_back()]
+                          if b.bundle_id not in handed}
+            spare = self._work.spare(d.capacity - len(handed), tokens.admit(sorted(
+                [*looked, *candidates.values()], key=self._work.order)), room, handed,
+                d.intake.follow_ons > 0, tenants_now.admit)
             spare = tokens.take(spare)
             if spare:
                 launch(spare)

@@ -4,10 +4,12 @@ A bundle whose jobs take tokens (its id says so) is launched only by the tick, a
 its tokens are granted: no task starts, or is paid for, to wait for one. The tick:
 
 - looks (:meth:`TickTokens.admit`), as it chooses the due work it launches (the due read
-  pages on past the bundles held), and as it fills the slots left at its drain's end: it
-  reads the bundles' items (their ``uses``, which the status index does not hold), the
-  limits and the buckets' shards (a few reads, and only when such a bundle is in view), and
-  keeps those whose tokens the buckets hold now, reserving none;
+  pages on past the bundles held), and as it fills the slots left at its drain's end (the
+  due work it held before among them: :meth:`TickTokens.held_back`; a drain of many seconds
+  gives their buckets the time to fill): it reads the bundles' items (their ``uses``, which
+  the status index does not hold), the limits and the buckets' shards (a few reads, and only
+  when such a bundle is in view), and keeps those whose tokens the buckets hold now,
+  reserving none;
 - takes (:meth:`TickTokens.take`), just before it launches what it chose, in its order: one
   conditional write per key of each bundle (dispatcher.store.rate_buckets), on its fullest
   shard; a bundle whose tokens an earlier one took meanwhile, or whose take the table refuses
@@ -53,6 +55,7 @@ class TickTokens:
         self._tats: dict[tuple[str, int], float] = {}  # each shard's bucket_at, as known
         self._read: set[str] = set()  # buckets whose shards were read
         self._seen: dict[str, Bundle] = {}  # bundles that take tokens, in the order seen
+        self._held: dict[str, Bundle] = {}  # those a look kept out, their tokens not there
         self._taken: set[str] = set()  # those whose tokens were taken
 
     def admit(self, bundles: list[Bundle]) -> list[Bundle]:
@@ -77,12 +80,20 @@ class TickTokens:
             if rate_limits.takes_tokens(b.bundle_id):
                 plan = self._plan(b, now, tats, held)
                 if plan is None:
+                    self._held.setdefault(b.bundle_id, b)
                     continue
                 for t in plan:
                     tats[(t.bucket, t.shard)] = rate_limits.grant(t.known, now, t.tokens,
                                                                   t.limit) or now
             out.append(b)
         return out
+
+    def held_back(self) -> list[Bundle]:
+        """The due bundles a look kept out for their tokens and none took since, in the
+        order seen: the drain's end looks at them again (a long drain gives a bucket the time
+        to fill, and a slot left free beside work whose tokens came would idle until the
+        next tick)."""
+        return [b for b in self._held.values() if b.bundle_id not in self._taken]
 
     def take(self, bundles: list[Bundle]) -> list[Bundle]:
         """Take the tokens of ``bundles`` about to launch, in order (one conditional write per
