@@ -49,7 +49,11 @@ def state_changes(created_at: float | None, state: str, updated_at: float | None
         if new != out[-1].state:
             out.append(StateChange(at, new, out[-1].state, why, task))
 
-    last_stop: StateChange | None = None  # a last run's stop with no outcome, if any
+    # Stops with no outcome that the job's ending followed (its state now, or the state a
+    # retry found): each either ended it or reran it before it ended unrun (its relaunches
+    # spent its budget). Kept as where that ending's transition goes in ``out``, and the
+    # rerun it would follow.
+    unsure: list[tuple[int, StateChange]] = []
     for n, a in enumerate(attempts):
         if a.retry is not None:  # an operator's retry, or a bulk cancel's mark
             if a.after is not None:  # the state it was retried from, reached unmarked (a
@@ -63,20 +67,25 @@ def state_changes(created_at: float | None, state: str, updated_at: float | None
             continue
         if a.outcome in ENDS or a.outcome == PENDING:
             to(a.stopped_at, a.outcome, a.reason, a.task_arn)
-        elif n < len(attempts) - 1 or state not in ENDS:
-            # A task stopped under the run: the job is rerun (a stop that ended it instead
-            # is its state now, below).
-            to(a.stopped_at, PENDING, a.reason or a.stop_code, a.task_arn)
-        else:
-            last_stop = StateChange(a.stopped_at, PENDING, RUNNING, a.reason or a.stop_code,
-                                    a.task_arn)
+            continue
+        rerun = StateChange(a.stopped_at, PENDING, RUNNING, a.reason or a.stop_code,
+                            a.task_arn)
+        following = attempts[n + 1] if n < len(attempts) - 1 else None
+        if (state in ENDS if following is None else following.retry is not None
+                and not following.retry.startswith("cancelled") and following.after in ENDS):
+            # The job ended next, with no run between: the stop that ended it (the stop
+            # handler's write, no rerun) leaves the same entry as a stop that reran it, so
+            # the ending follows the run here, and the sequence tells which it was (below).
+            unsure.append((len(out), rerun))
+        else:  # A task stopped under the run, and the job went on: it was rerun.
+            to(rerun.changed_at, PENDING, rerun.reason, rerun.task_arn)
     if state in ENDS or state in (PENDING, RUNNING):
         to(updated_at, state, reason)
-    if last_stop is not None and sequence is not None and len(out) == sequence - 1 \
-            and out[-1].previous == RUNNING:
-        # One transition fewer than its writes told: the stop under its last run reran it,
-        # and it ended later without running again (its relaunches spent its budget).
-        out[-1:] = [last_stop, replace(out[-1], previous=PENDING)]
+    if unsure and sequence is not None and len(out) + len(unsure) == sequence:
+        # As many transitions fewer than its writes told as there are such stops: each reran
+        # it (with fewer, the record cannot tell which did; the page says the counts differ).
+        for i, rerun in reversed(unsure):
+            out[i:i + 1] = [rerun, replace(out[i], previous=PENDING)]
     if sequence is not None and len(out) == sequence + 1 and len(out) > 1 \
             and out[1].changed_at is None:
         # One transition more than its writes told, the one the record keeps no time of

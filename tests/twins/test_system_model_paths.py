@@ -108,3 +108,46 @@ def test_the_check_sees_a_rerun_left_out(machines: Callable[[], model.SystemMode
     monkeypatch.setattr(model_paths, "state_changes", _forgets_stopped_runs)
     seen = seen_by(machines(), "path_told", reclaimed_retried_cancelled)
     assert seen and "its events" in seen[0]
+
+
+def failed_by_its_stop_then_retried(m: model.SystemModel) -> None:
+    """A job of one attempt whose handler kills its task: the stop of its run fails it (no
+    rerun), and an operator retries it."""
+    m.submit(spec(priority="high", estimated_seconds=None, max_attempts=1), 1, False, "kill")
+    m.slow_drain_tick(None)
+    m.runners_pass("by_nature")
+    m.stop_event(First(), False, False)  # type: ignore[arg-type]
+    m.operator(Pick(m, first_failed), "retry", False)  # type: ignore[arg-type]
+
+
+def test_a_job_its_stop_failed_then_retried_tells_no_rerun(
+        machines: Callable[[], model.SystemModel]) -> None:
+    # Its history's stop entry is not its last any more (the retry's boundary follows): it
+    # reads as a rerun unless the state the retry found is taken as the job's ending.
+    m = machines()
+    assert seen_by(m, "path_told", failed_by_its_stop_then_retried) == []
+    assert [(e.previous_state, e.state) for e in m.job_events.events] == [
+        (None, "PENDING"), ("PENDING", "RUNNING"), ("RUNNING", "FAILED"),
+        ("FAILED", "PENDING")]
+
+
+def rerun_then_failed_unrun_then_retried(m: model.SystemModel) -> None:
+    rerun_then_failed_unrun(m)
+    for job_id in sorted(str(rec.job_id) for pk, rec in m.view().items.items()
+                         if pk.startswith("JOB#") and rec.state == "FAILED"):
+        m.operator(Pick(m, named(job_id)), "retry", False)  # type: ignore[arg-type]
+
+
+def named(job_id: str) -> Callable[[list[Any]], str]:
+    return lambda jobs: job_id
+
+
+def test_a_job_rerun_and_failed_unrun_then_retried_tells_its_rerun(
+        machines: Callable[[], model.SystemModel]) -> None:
+    m = machines()
+    assert seen_by(m, "path_told", rerun_then_failed_unrun_then_retried) == []
+    paths: dict[str, list[tuple[str | None, str]]] = {}
+    for e in m.job_events.events:
+        paths.setdefault(e.job_id, []).append((e.previous_state, e.state))
+    assert any(p[-3:] == [("RUNNING", "PENDING"), ("PENDING", "FAILED"), ("FAILED", "PENDING")]
+               for p in paths.values()), "no job was rerun, failed unrun and retried"
