@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
@@ -46,9 +47,19 @@ def team() -> Iterator[tuple[Gateway, Twins]]:
         yield gateway, twins
 
 
-def signed_in(driver: WebDriver, url: str, heading: str) -> None:
+def signed_in(driver: WebDriver, url: str, shown: str) -> None:
     driver.get(url)
-    wait_for(lambda: heading in text_of(driver), 30, f"signed in and shown {heading!r}")
+    wait_for(lambda: shown in text_of(driver), 30, f"signed in and shown {shown!r}")
+
+
+def heading(driver: WebDriver) -> str:
+    """The page's <h1>, found again if the script put a new page in place meanwhile."""
+    for _ in range(10):
+        try:
+            return str(driver.find_element(By.TAG_NAME, "h1").text)
+        except (StaleElementReferenceException, NoSuchElementException):
+            continue
+    return ""
 
 
 def test_a_team_member_signs_in_reads_and_acts(browser: WebDriver,
@@ -60,14 +71,14 @@ def test_a_team_member_signs_in_reads_and_acts(browser: WebDriver,
     assert "/oauth2/authorize" in " ".join(gateway.calls)
     token = browser.execute_script("return sessionStorage.getItem('longjobs.token')")
     assert token and token not in browser.page_source and token not in browser.current_url
-    assert "Cancel" in browser.find_element(By.TAG_NAME, "main").text
+    assert "Cancel" in text_of(browser)
 
     # Links are followed by the script, with the token: no reload.
     browser.execute_script("window.notReloaded = true;")
     click(browser, By.LINK_TEXT, "Jobs")
     wait_for(lambda: browser.current_url == gateway.url + "/jobs", 20, "the jobs page")
     click(browser, By.LINK_TEXT, "weekly")
-    wait_for(lambda: "weekly" in browser.find_element(By.TAG_NAME, "h1").text, 20, "weekly")
+    wait_for(lambda: "weekly" in heading(browser), 20, "weekly")
     browser.back()
     wait_for(lambda: browser.current_url == gateway.url + "/jobs", 20, "back to the jobs")
     assert browser.execute_script("return window.notReloaded === true;")
@@ -105,7 +116,7 @@ def test_a_read_only_member_sees_no_action_and_cannot_act(browser: WebDriver,
     gateway, twins = team
     gateway.user, gateway.scopes = "rita", (SCOPE_READ,)
     signed_in(browser, gateway.url + "/jobs/weekly", "weekly")
-    assert "Cancel" not in browser.find_element(By.TAG_NAME, "main").text
+    assert "Cancel" not in text_of(browser)
     assert "read-only" in browser.find_element(By.CSS_SELECTOR, "header .mode").text
     # A cancel sent anyway, with her token, from the page: the route's scope refuses it.
     status = browser.execute_async_script("""
