@@ -115,10 +115,12 @@ class LabelIndex(Reads):
         out: list[Record] = []
         looked = 0
         position = after
-        while looked < max(limit, look):
+        bound = max(limit, look)
+        while looked < bound:
+            run = min(LABEL_RUN, bound - looked)  # the last run reads no row past the bound
             rows = index.query(self.table, label_statuses(key, value),
                                at_least=r.iso(since) if since is not None else None,
-                               newest_first=True, limit=LABEL_RUN, after=position)
+                               newest_first=True, limit=run, after=position)
             jobs: dict[str, Record] = {}
             for n in range(0, len(rows), 100):
                 jobs.update({rec.pk: rec for rec in self.table.get_many(
@@ -132,7 +134,7 @@ class LabelIndex(Reads):
                     out.append(rec)
                     if len(out) == limit:
                         return out, position, True
-            if len(rows) < LABEL_RUN:
+            if len(rows) < run:
                 return out, position, False
         return out, position, True
 
