@@ -224,6 +224,7 @@ class DueWork:
     def others_due(self, room: Mapping[str, int],
                    keep: Callable[[list[Bundle]], list[Bundle]] | None = None,
                    seek: Collection[str | None] | None = None, *,
+                   owed: Collection[str | None] = (),
                    follow_ons: bool = False) -> list[Bundle]:
         """With no slot free: the due bundles other than untaken follow-ons (a look at the
         oldest few), for the summary: the batches' tasks read it and leave their follow-ons
@@ -231,7 +232,9 @@ class DueWork:
         capped tenant's backlog is paged past. ``seek`` (on a stack with tenants): the
         tenants whose tasks run; while the look holds none of another tenant's, it pages on
         (:data:`TENANT_PAGES` of :data:`TENANT_PEEK`), so a tenant with no task whose due work
-        is younger than theirs is seen, and given its share and reserve. ``follow_ons``: the
+        is younger than theirs is seen, and given its share and reserve. ``owed``: the
+        tenants short of their reserves; it pages on (as far) until it holds the work of each,
+        so another tenant's older work does not hide a reserve's. ``follow_ons``: the
         untaken follow-ons instead (a tenant with no task may have nothing else due; a
         running tenant's count towards its reserve, so none is read past)."""
         left_out = {kind for kind, left in room.items() if left <= 0}
@@ -247,7 +250,7 @@ class DueWork:
                 break
             kept = keep is None or bool(keep(out))
             sought = seek is None or any(b.tenant not in seek for b in out)
-            if kept and sought:
+            if kept and sought and set(owed) <= {b.tenant for b in out}:
                 break
         return out
 

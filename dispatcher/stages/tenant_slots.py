@@ -169,6 +169,12 @@ class TenantSlots:
         return {None if t == tenants.NONE else t for t, p in self.policies.items()
                 if (p.weight <= 0 and p.reserve <= 0) or self.room(t) == 0}
 
+    def short_of_reserve(self) -> set[str | None]:
+        """The tenants (as their bundles name them) with fewer tasks than their reserves: a
+        look at the due work with no slot free pages on until it holds theirs, or ends."""
+        return {None if t == tenants.NONE else t for t, p in self.policies.items()
+                if p.reserve > self.counts[t]}
+
     def took(self, bundles: Iterable[Bundle]) -> None:
         """``bundles`` launched: their tenants' tasks."""
         self.counts.update(key(b.tenant) for b in bundles)

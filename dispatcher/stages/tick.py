@@ -225,9 +225,11 @@ class Tick:
         # that of tenants given no slot of their own (a weight of 0, a cap reached): no task
         # leaves its slot for theirs, so the look stopping at it left a tenant behind it (its
         # reserve, its share) unseen for as long as that work waited.
-        passed = {b.tenant for b in live} | tenants_now.make().given_none() \
-            if d.capacity <= 0 and lease.tenanted else None
-        looked_at = self._work.others_due(room, keep_others, passed) \
+        # (And past other tenants' due work while a tenant short of its reserve has none in
+        # view: its reserve comes first.)
+        passed, owed = tenants_now.looked_past(live) \
+            if d.capacity <= 0 and lease.tenanted else (None, set())
+        looked_at = self._work.others_due(room, keep_others, passed, owed=owed) \
             if d.capacity <= 0 else []
         others = [b for b in looked_at if not rate_limits.takes_tokens(b.bundle_id)]
         # Work that takes tokens leaves no running task's follow-on for it (above), but whose
@@ -237,7 +239,7 @@ class Tick:
         # With no slot free, a tenant with no task may have only follow-ons due: a look at
         # the untaken ones past the same tenants', for its target (and the sheds asked for
         # it), on a stack with tenants.
-        unseen = self._work.others_due(room, None, passed, follow_ons=True) \
+        unseen = self._work.others_due(room, None, passed, owed=owed, follow_ons=True) \
             if passed is not None else []
         tenants_now.saw([*waiting, *others, *granted, *unseen])
         if (shares := tenants_now.shares) is not None:

@@ -60,6 +60,13 @@ class TickTenants:
         if self.shares is not None:
             self.shares.seen |= {key(b.tenant) for b in bundles}
 
+    def looked_past(self, live: list[Bundle]) -> tuple[set[str | None], set[str | None]]:
+        """With no slot free: the tenants whose due work a look pages past (those running,
+        and those given no slot of their own), and those it pages on for (short of their
+        reserves)."""
+        shares = self.make()
+        return {b.tenant for b in live} | shares.given_none(), shares.short_of_reserve()
+
     def keep(self, bundles: list[Bundle]) -> list[Bundle]:
         """``bundles`` their tenants' caps let start, in their order."""
         if self.shares is None and not any(b.tenant for b in bundles):
