@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from samtranslator.yaml_helper import yaml_parse
 
 from dispatcher import handlers
 from dispatcher.domain import task_events
@@ -33,7 +32,7 @@ from dispatcher.ops.client import JobClient
 from dispatcher.wiring.adapters import open_store
 from tests.conftest import Aws
 from tests.integration.test_dashboard import dashboard_body
-from tests.integration.test_infra import STACK_NAME, TEMPLATE, function_env, resolve, sam_expand
+from tests.integration.test_infra import STACK_NAME, function_env, resolve, sam_expand
 from tests.twins.test_event_fixtures import stopped
 
 ALARM = "AWS::CloudWatch::Alarm"
@@ -41,12 +40,6 @@ TO_TOPIC = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS
 # The alarms on the dispatcher's metrics that must not page on an empty period.
 JOB_ALARMS = {"JobsFailedAlarm", "LaunchFailuresAlarm", "TasksNeverStartedAlarm",
               "RerunStormAlarm", "DailySpendAlarm"}
-
-
-@pytest.fixture(scope="module")
-def template() -> dict[str, Any]:
-    parsed: dict[str, Any] = yaml_parse(TEMPLATE.read_text())
-    return parsed
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from samtranslator.yaml_helper import yaml_parse
 
 from dispatcher.domain.stops import StopClass
 from dispatcher.ops import metrics
@@ -29,7 +28,7 @@ from dispatcher.stages.rerun import StopOutcome, StopResult
 from dispatcher.stages.tick import TickReport
 from dispatcher.store.values import JobOutcomes
 from tests.conftest import Aws
-from tests.integration.test_infra import STACK_NAME, TEMPLATE, function_env, resolve, resources
+from tests.integration.test_infra import STACK_NAME, function_env, resolve, resources
 
 NOW = 1_800_000_000.0
 STACK = STACK_NAME
@@ -60,12 +59,6 @@ class MetricRef:
 
 
 # ------------------------------------------------------------------------- the template side
-
-
-@pytest.fixture(scope="module")
-def template() -> dict[str, Any]:
-    parsed: dict[str, Any] = yaml_parse(TEMPLATE.read_text())
-    return parsed
 
 
 def sub(text: str, template: dict[str, Any]) -> str:

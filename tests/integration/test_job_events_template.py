@@ -10,7 +10,6 @@ from typing import Any
 
 import boto3
 import pytest
-from samtranslator.yaml_helper import yaml_parse
 
 from dispatcher import handlers
 from dispatcher.domain.bundles import Bundle
@@ -19,17 +18,7 @@ from dispatcher.domain.launches import Launch
 from dispatcher.store import Fence, JobUpdate, LaunchOutcome
 from dispatcher.wiring.adapters import open_store
 from tests.helpers import stream_records
-from tests.integration.test_infra import TEMPLATE, matches, resolve, sam_expand
-
-
-@pytest.fixture(scope="module")
-def template() -> dict[str, Any]:
-    return yaml_parse(TEMPLATE.read_text())
-
-
-@pytest.fixture(scope="module")
-def expanded(template: dict[str, Any]) -> dict[str, Any]:
-    return sam_expand(template)
+from tests.integration.test_infra import matches, resolve
 
 
 def test_the_table_streams_each_items_old_and_new_image(template: dict[str, Any]) -> None:

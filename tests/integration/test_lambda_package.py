@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from samtranslator.yaml_helper import yaml_parse
 
 from tests.integration.locked import normal, runtime_pins
 
@@ -47,11 +46,6 @@ HELPER = INFRA / "lambda" / "lambda_build.py"
 # eager import chain (the CLI's, a whole SDK) from slipping into every cold start, not a module
 # of the tick's own.
 HANDLER_MODULE_BUDGET = 367
-
-
-@pytest.fixture(scope="module")
-def template() -> dict[str, Any]:
-    return yaml_parse((INFRA / "template.yaml").read_text())
 
 
 def makefile_variable(name: str) -> str:

@@ -47,7 +47,7 @@ from tests.integration.iam_checks import (
     resolve,
 )
 from tests.integration.permission_scenario import Exercise, exercised
-from tests.integration.test_infra import TEMPLATE, sam_expand
+from tests.integration.test_infra import TEMPLATE
 
 # component label -> the template resource holding its policy
 COMPONENTS = {
@@ -73,11 +73,6 @@ def exercise(moto_server: MotoEndpoint, proxy: AwsProxy,
 
 
 # ---------------------------------------------------------------------------- the template side
-
-
-@pytest.fixture(scope="module")
-def expanded() -> dict[str, Any]:
-    return sam_expand(yaml_parse(TEMPLATE.read_text()))
 
 
 def policy(expanded: dict[str, Any], component: str) -> list[dict[str, Any]]:

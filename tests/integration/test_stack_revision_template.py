@@ -6,19 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from samtranslator.yaml_helper import yaml_parse
 
 from dispatcher.store.codec import DEPLOY_KEY
-from tests.integration.test_infra import TEMPLATE, as_list, policy_statements, sam_expand
+from tests.integration.test_infra import as_list, policy_statements
 
 WORKER_ROLES = [{"Fn::GetAtt": ["WorkerTaskRole", "Arn"]},
                 {"Fn::GetAtt": ["WorkerExecutionRole", "Arn"]}]
 STACK_REVISION = {"Ref": "WorkerTaskDefinition"}
-
-
-@pytest.fixture(scope="module")
-def expanded() -> dict[str, Any]:
-    return sam_expand(yaml_parse(TEMPLATE.read_text()))
 
 
 def granting(statements: list[dict[str, Any]], action: str) -> list[dict[str, Any]]:

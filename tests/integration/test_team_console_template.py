@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from samtranslator.yaml_helper import yaml_parse
 
 from dispatcher import settings
 from dispatcher.settings import OnAws
@@ -33,7 +32,6 @@ from tests.integration.test_infra import (
     TEMPLATE,
     checkov_binary,
     resolve,
-    sam_expand,
 )
 from tests.integration.test_template_permissions import Rendering
 
@@ -53,16 +51,6 @@ LAMBDA_ENV_BYTES = 4096
 # An access log format's most (HTTP API quotas:
 # https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-quotas.html).
 ACCESS_LOG_TEMPLATE_BYTES = 3 * 1024
-
-
-@pytest.fixture(scope="module")
-def template() -> dict[str, Any]:
-    return yaml_parse(TEMPLATE.read_text())
-
-
-@pytest.fixture(scope="module")
-def expanded(template: dict[str, Any]) -> dict[str, Any]:
-    return sam_expand(template)
 
 
 def render(expanded: dict[str, Any], node: Any, stack_name: str = "longjobs",

@@ -23,7 +23,7 @@ from samtranslator.yaml_helper import yaml_parse
 
 from dispatcher.domain.launches import Launch
 from dispatcher.stages.launch import request_for
-from tests.integration.test_infra import ACCOUNT, REGION, TEMPLATE, matches, sam_expand
+from tests.integration.test_infra import ACCOUNT, REGION, TEMPLATE, matches
 from tests.integration.test_infra import resolve as resolve_sample
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -97,11 +97,6 @@ class Rendering:
                               lambda m: str(self.values.get(m.group(1), m.group(0))), arg)
         out = {k: self.value(v) for k, v in node.items()}
         return {k: v for k, v in out.items() if v is not NO_VALUE}
-
-
-@pytest.fixture(scope="module")
-def expanded() -> dict[str, Any]:
-    return sam_expand(yaml_parse(TEMPLATE.read_text()))
 
 
 def props(expanded: dict[str, Any], resource: str, **values: Any) -> dict[str, Any]:
