@@ -100,6 +100,11 @@ class WarmStarter:
         # Exits the reader saw before spawn() registered the task: a task can end before the
         # thread that forked it gets the lock back.
         self._exits: dict[int, int] = {}
+        # Tasks forked after their spawn() gave up waiting (a launch reported failed): killed
+        # as their start is read, and their exits dropped, so none runs a launch that failed
+        # and none leaves an exit for a later task that gets its pid.
+        self._abandoned: dict[int, subprocess.Popen[bytes]] = {}  # request id: its starter
+        self._orphans: dict[int, subprocess.Popen[bytes]] = {}  # their pids, until reaped
 
     @property
     def pid(self) -> int | None:
@@ -120,7 +125,14 @@ class WarmStarter:
             except LaunchError:
                 del self._pending[request_id]
                 raise
-        if not reply[0].wait(timeout) or not reply[1]:
+        if not reply[0].wait(timeout):
+            with self._lock:
+                if not reply[1]:  # (unless it came as the wait ended)
+                    if self._pending.pop(request_id, None) is not None:
+                        self._abandoned[request_id] = proc
+                    raise LaunchError("local warm starter did not fork the task within "
+                                      f"{timeout:g} s")
+        if not reply[1]:
             raise LaunchError("local warm starter did not fork the task")
         return self._register(reply[1][0], proc)
 
@@ -167,10 +179,18 @@ class WarmStarter:
         for line in proc.stdout:
             word, a, b = [*line.decode().split(), "", "", ""][:3]
             with self._lock:
-                if word == "started":
+                if word == "started" and self._abandoned.get(int(a)) is proc:
+                    del self._abandoned[int(a)]
+                    self._orphans[int(b)] = proc
+                    if self._proc is proc:  # (a new starter's own pids are not these)
+                        with contextlib.suppress(LaunchError):
+                            self._send({"signal": int(signal.SIGKILL), "pid": int(b)})
+                elif word == "started":
                     event, out = self._pending.pop(int(a), (threading.Event(), []))
                     out.append(int(b))
                     event.set()
+                elif word == "exited" and self._orphans.get(int(a)) is proc:
+                    del self._orphans[int(a)]
                 elif word == "exited":
                     live = self._live.pop(int(a), None)
                     if live is None:
@@ -186,6 +206,9 @@ class WarmStarter:
                 if owner is proc:
                     task._exited(-signal.SIGKILL)
                     del self._live[pid]
+            for gone in (self._abandoned, self._orphans):
+                for n in [n for n, owner in gone.items() if owner is proc]:
+                    del gone[n]
             if self._proc is proc or self._proc is None:
                 for event, _ in self._pending.values():
                     event.set()

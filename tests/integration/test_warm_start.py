@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.domain.errors import LaunchError
 from dispatcher.local.warm import WarmStarter
 from tests.helpers import alive
 
@@ -136,3 +137,21 @@ def test_a_ctrl_c_at_the_terminal_reaches_local_mode_not_the_starter(
     proc = starter._proc
     assert proc is not None
     assert os.getsid(proc.pid) == proc.pid != os.getsid(0)
+
+
+def test_a_task_forked_after_its_spawn_gave_up_is_killed_and_leaves_no_exit(
+        starter: WarmStarter, tmp_path: Path) -> None:
+    """A spawn that gives up waiting reports the launch failed: the task the starter forks
+    later must not run that launch, nor leave its exit for a later task given its pid."""
+    env = {"PATH": os.environ["PATH"], "TASK_FILE": str(tmp_path / "late"), "TASK_ACT": "sleep"}
+    with pytest.raises(LaunchError, match="did not fork the task"):
+        starter.spawn(env, timeout=0.0)  # the starter is still importing: it forks later
+    late = int(read(tmp_path / "late")[0])
+    end = time.monotonic() + 30
+    while alive(late) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not alive(late), "the task forked after its spawn gave up is still running"
+    # Its exit was dropped, not kept for whichever task gets its pid next.
+    task = starter.spawn({**env, "TASK_FILE": str(tmp_path / "next"), "TASK_ACT": "exit:0"})
+    assert task.wait(timeout=30) == 0
+    assert late not in starter._exits
