@@ -15,7 +15,7 @@ from hypothesis.stateful import rule
 from dispatcher.ports.table import Delete as DeleteOp
 from dispatcher.ports.table import Op, Put, Record, TableUnavailable, Update
 from dispatcher.stages import admit as admit_module
-from dispatcher.stages import tick as tick_module
+from dispatcher.stages import launch_queue as launch_queue_module
 from dispatcher.store import Store, codec
 from dispatcher.store.base import TableRetry
 from dispatcher.testing.memory_table import MemoryTable
@@ -166,7 +166,7 @@ class _AtEnd(_AtOnce):
 def one_thread() -> Iterator[None]:
     """The tick's threads run in one order: which write is the n-th, or which transactions
     fail, does not depend on the scheduler (hypothesis replays each example exactly)."""
-    stand_ins = ((admit_module, _AtOnce), (tick_module, _AtEnd))
+    stand_ins = ((admit_module, _AtOnce), (launch_queue_module, _AtEnd))
     saved = [vars(module)["ThreadPoolExecutor"] for module, _ in stand_ins]
     for module, stand_in in stand_ins:
         setattr(module, "ThreadPoolExecutor", stand_in)  # noqa: B010 - a test's stand-in

@@ -190,13 +190,13 @@ def virtual_wait(clock: VirtualClock) -> Callable[..., cf._base.DoneAndNotDoneFu
 @contextlib.contextmanager
 def patched(clock: VirtualClock) -> Iterator[None]:
     """The stages' thread pools and waits in virtual time, for the ``with`` block."""
-    from dispatcher.stages import admit, queue_drain, tick
+    from dispatcher.stages import admit, launch_queue, queue_drain
 
     def pool(max_workers: int | None = None, thread_name_prefix: str = "") -> VirtualPool:
         return VirtualPool(max_workers, thread_name_prefix, clock=clock)
 
     swaps = [(admit, "ThreadPoolExecutor", pool), (queue_drain, "wait", virtual_wait(clock)),
-             (tick, "ThreadPoolExecutor", pool)]
+             (launch_queue, "ThreadPoolExecutor", pool)]
     saved = [(module, name, getattr(module, name)) for module, name, _ in swaps]
     for module, name, value in swaps:
         setattr(module, name, value)

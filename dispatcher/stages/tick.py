@@ -12,18 +12,15 @@ thread of their own, while the drain goes on; the tick returns once every launch
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dispatcher.domain import rate_limits
-from dispatcher.domain.bundles import Bundle, BundleState, of_small_jobs
-from dispatcher.domain.jobs import Priority
+from dispatcher.domain.bundles import Bundle, of_small_jobs
 from dispatcher.domain.tenants import NONE
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.ports.table import TableUnavailable
@@ -33,14 +30,12 @@ from dispatcher.stages.bundle import FOLLOW_ON_SHARES
 from dispatcher.stages.due_work import DueWork, taking_tenants
 from dispatcher.stages.fanout import ArrayStats, ArrayTally
 from dispatcher.stages.handoff import (
-    LONG_POLL_SECONDS,
     Handoffs,
     HandoffStats,
-    is_host,
-    is_source,
 )
 from dispatcher.stages.launch import Launches, LaunchStats, launch_slots
-from dispatcher.stages.lookout import LOOK_SECONDS, Lookout
+from dispatcher.stages.launch_queue import LaunchQueue
+from dispatcher.stages.lookout import LOOK_SECONDS, Lookout, watch_urgent
 from dispatcher.stages.policy import TickPolicy
 from dispatcher.stages.reconcile import Reconciler, ReconcileStats
 from dispatcher.stages.revision import Revisions
@@ -53,11 +48,6 @@ log = logging.getLogger(__name__)
 
 # Outside Lambda: time kept back from the drain for recording and launching.
 LAUNCH_RESERVE_SECONDS = 5.0
-# Due high bundles read by a tick with every slot busy, to hand their jobs (one Query).
-URGENT_READ = 100
-# Receives of the high queue at most, in a tick with every slot busy (its watch for urgent
-# jobs: a long poll each, so a watch of 50 s takes about three when nothing comes).
-WATCH_ROUNDS = 100
 # The lease outlives the longest tick by this much.
 LEASE_MARGIN_SECONDS = 60.0
 
@@ -314,7 +304,7 @@ class Tick:
             d.handoff, self._clock)
         launched: list[Bundle] = []  # by the drain
         deferred: list[Bundle] = []  # recorded by it to wait
-        with _LaunchQueue(self._launches, d.task_definition, d.launch) as launch:
+        with LaunchQueue(self._launches, d.task_definition, d.launch) as launch:
             if due:
                 launch(due)
             handed = {b.bundle_id for b in due}
@@ -363,7 +353,8 @@ class Tick:
         self._reconciler.after_drain(d.reconcile)
         d.capacity_left = d.capacity - d.launch.bundles_launched
         if self._handoffs is not None and d.capacity_left <= 0:
-            self._urgent(d, active, drain_deadline, begun)
+            watch_urgent(self._store, self._admission, self._handoffs, self._clock,
+                         (d.intake, d.handoff), active, drain_deadline, begun)
         for b in due:
             if b.kind is not None and b.kind in kind_running:
                 kind_running[b.kind] += b.slots
@@ -392,92 +383,3 @@ class Tick:
             tenants={} if shares is None else shares.view(), shed=shed, wanting=wanting,
             rate_limits=tokens.waits()),
             self._revisions.current(), self._revisions.pinned_version)
-
-    def _urgent(self, d: TickReport, active: list[Bundle], drain_deadline: float,
-                begun: float) -> None:
-        """No slot is left: take the high queue's jobs in and hand them to running tasks
-        (stages/handoff.py); with a watch, go on long-polling the high queue until the watch
-        ends, counted from the tick's start (``begun``): the tick then ends before the next
-        one is due, however long it drained, rather than hold the lease over it and have it
-        skipped (a stream's ticks drain every minute). A receive a tick (a long poll, a few)
-        when no urgent job comes; reads and writes only for those that do."""
-        assert self._handoffs is not None
-        handoffs, now = self._handoffs, self._clock()
-        room = handoffs.room([b for b in active if is_host(b, now, handoffs.policy)])
-        if room <= 0:
-            return
-        until = begun + handoffs.policy.watch_seconds
-        # Taken in and not handed yet: first those an earlier tick left (it died before its
-        # hand-off, or no task could take them then), one read of the due high bundles.
-        waiting = [b for b in self._store.due_bundles(URGENT_READ, now, (), [Priority.HIGH])
-                   if is_source(b, now, handoffs.policy)]
-        # One receive a round (a long poll while watching): an empty one takes its wait, so
-        # the rounds end with the watch; the bound is for a queue that does not wait.
-        for n in range(WATCH_ROUNDS):
-            before = self._clock()
-            left = min(until - before, drain_deadline - time.monotonic())
-            wait = int(max(0.0, min(LONG_POLL_SECONDS, left)))
-            if wait <= 0 and n > 0:  # under a second left: short polls until then would
-                break  # spend a receive every few milliseconds; the next tick looks again
-            came = self._admission.intake(Priority.HIGH, room,
-                                          time.monotonic() + LONG_POLL_SECONDS + 5,
-                                          d.intake, wait_seconds=wait)
-            waiting += came
-            if waiting and (came or n == 0):  # the hosts as they are now: a task may end
-                hosts = handoffs.hosts(active)
-                d.handoff.hosts = max(d.handoff.hosts, len(hosts))
-                handoffs.hand(waiting, hosts, d.handoff)
-                waiting = [b for b in waiting if b.state == BundleState.PENDING and b.job_ids]
-            if not came and self._clock() <= before:  # nothing came, no time passed
-                break
-            if self._clock() >= until or time.monotonic() >= drain_deadline:
-                break
-        d.handoff.watched_seconds = int(max(0.0, self._clock() - now))
-
-
-class _LaunchQueue:
-    """Bundles handed over while the drain goes on, launched by one thread of their own: in
-    order and paced, and the drain never waits on RunTask. Bundles that arrive while a launch
-    is under way are launched together next (up to 10 per RunTask call). The stats are written
-    by that thread only and read after it is joined; its failure is the tick's."""
-
-    def __init__(self, launches: Launches, task_definition: str, stats: LaunchStats) -> None:
-        self._launches = launches
-        self._td = task_definition
-        self._stats = stats
-        self._lock = threading.Lock()
-        self._waiting: list[Bundle] = []
-        self._busy: Future[None] | None = None
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="launch")
-        self._done: list[Future[None]] = []
-
-    def __call__(self, bundles: list[Bundle]) -> None:
-        with self._lock:
-            self._waiting += bundles
-            if self._busy is None:
-                self._busy = self._pool.submit(self._run)
-                self._done.append(self._busy)
-
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                take, self._waiting = self._waiting, []
-                if not take:
-                    self._busy = None
-                    return
-            try:
-                self._launches.launch(take, self._td, self._stats)
-            except BaseException:
-                # The tick fails with it (raised at exit); until then, bundles handed over
-                # later still get a launch thread instead of waiting for the next tick.
-                with self._lock:
-                    self._busy = None
-                raise
-
-    def __enter__(self) -> _LaunchQueue:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._pool.shutdown(wait=True)
-        for f in self._done:
-            f.result()

@@ -22,7 +22,7 @@ from dispatcher.domain.jobs import JobState, Priority
 from dispatcher.domain.pacing import LaunchPacer
 from dispatcher.ops.client import JobClient
 from dispatcher.ports.queue import BATCH, Received
-from dispatcher.stages import tick as tick_module
+from dispatcher.stages import launch_queue as launch_queue_module
 from dispatcher.stages.lookout import LOOK_SECONDS
 from dispatcher.stages.queue_drain import EMPTY_RECEIVES
 from dispatcher.testing.memory_queue import MemoryQueue
@@ -122,12 +122,12 @@ class DrainingWorld(World):
     @contextmanager
     def _threads(self) -> Iterator[None]:
         with one_thread():  # the drain's pool in one order; its launches on our lane
-            saved = tick_module.ThreadPoolExecutor
-            setattr(tick_module, "ThreadPoolExecutor", lambda *a, **k: self.lane)  # noqa: B010
+            saved = launch_queue_module.ThreadPoolExecutor
+            setattr(launch_queue_module, "ThreadPoolExecutor", lambda *a, **k: self.lane)  # noqa: B010
             try:
                 yield
             finally:
-                setattr(tick_module, "ThreadPoolExecutor", saved)  # noqa: B010
+                setattr(launch_queue_module, "ThreadPoolExecutor", saved)  # noqa: B010
 
 
 def drained(at: float, **env: str) -> DrainingWorld:
