@@ -273,7 +273,10 @@ class FollowOns(TenantPolicies):
         name their tenant): the oldest follow-ons of all are other tenants' when its batch is
         younger than theirs (a later drain), and a task that saw only those would end,
         leaving its tenant's work to wait for the tick while the others' tasks run on. The
-        filter reads past the others' rows in the same Query (a page holds thousands)."""
+        filter reads past the others' rows in the same Query, which pages on by itself: its
+        Limit counts the rows read, not those kept, so the table adapter asks for 10 a request
+        and a take behind many of the others' follow-ons makes a request per 10 of them (a
+        larger page would cost more read units in the usual case, its own ones first)."""
         rows = self.table.query(r.FOLLOW_ONS_STATUS, at_most=r.iso(self.clock()),
                                 limit=OTHERS_READ, where=None if done.tenant is None
                                 else r.tenant_bundles(done.tenant))
