@@ -2,18 +2,18 @@
 
 A job's labels (dispatcher.domain.labels) are not in the status index (its projection is the
 index's and changes only with a new index). Each label of a job gets an item of its own,
-``LABEL#<key>=<value>#<job id>``, whose index key ``LABEL#<key>=<value>#<shard>`` (the job's
-shard: 8 partitions a label, as a job state's, so one label on every job of a burst stays under
-a partition's write limit) and ``status_at`` (the job's creation time) list a label's jobs
-newest first. A job's tenant is filed as a label too, ``@tenant=<tenant>``
-(dispatcher.domain.tenants: ``jobs list --tenant``). The tick writes them just before it
-records the jobs (one TransactWriteItems a hundred labels; a job without labels or tenant costs
-nothing): a label item whose job was then not recorded, or was recorded from another message
-with other labels (a duplicate), or expired, is skipped by its reader, who reads the job's item
-to know its state anyway. A label item expires twice the retention after its job was due (made,
-or its ``not_before``; the job's own expiry counts from its end, which its admission cannot
-know): a job still waiting or running past that is no longer found by its labels, only by its
-id or state.
+``LABEL#<key>=<value>#<job id>``, whose index key ``LABEL#<key>=<value>#<shard>`` (the job's shard:
+8 partitions a label, as a job state's, so one label on every job of a burst stays under a
+partition's write limit) and ``status_at`` (the job's creation time) list a label's jobs newest
+first. A job's tenant is filed as a label too, ``@tenant=<tenant>`` (dispatcher.domain.tenants:
+``jobs list --tenant``). The tick writes them just before it records the jobs (one
+TransactWriteItems a hundred labels; a job without labels or tenant costs nothing): a label item
+whose job was then not recorded, or was recorded from another message with other labels (a
+duplicate), or expired, is skipped by its reader, who reads the job's item to know its state
+anyway; a duplicate never shortens an entry's life (its write is conditional). A label item expires
+twice the retention after its job was due (made, or its ``not_before``; the job's own expiry counts
+from its end, which its admission cannot know): a job still waiting or running past that is no
+longer found by its labels, only by its id or state.
 
 Reading a label: its index rows a page at a time, then the jobs' items (one BatchGetItem a
 hundred), kept if they still carry the label and match the state, kind and window asked for.
@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from dispatcher.domain import labels, tenants
 from dispatcher.domain.jobs import Job, JobState
-from dispatcher.ports.table import Op, Put, Record
+from dispatcher.ports.table import Absent, Le, Op, Or, Put, Record, TransactionCancelled
 from dispatcher.store import codec as r
 from dispatcher.store import index
 from dispatcher.store.base import Reads
@@ -80,10 +80,28 @@ class LabelIndex(Reads):
                     label_key(key, value, job.job_id),
                     status_key=f"LABEL#{labels.written(key, value)}#{r.shard(job.job_id)}",
                     status_at=r.iso(job.created_at), job_id=job.job_id,
-                    expires_at=None if retention is None else label_expiry(retention, due)))
+                    expires_at=None if retention is None else label_expiry(retention, due)),
+                    None if retention is None else Or(
+                        Absent(), Le("expires_at", label_expiry(retention, due))))
         puts = list(ops.values())
         for n in range(0, len(puts), 100):
-            self._transact_retrying(puts[n:n + 100])
+            self._put_labels(puts[n:n + 100])
+
+    def _put_labels(self, puts: list[Op]) -> None:
+        """One transaction of label items, each written only over an item that expires no
+        later (its condition): a message sent again with an earlier ``not_before`` (or none)
+        would otherwise cut the expiry of its first one's entry, and a job waiting for a time
+        months away would lose its labels long before that. Those whose item expires later
+        are left as they are, the rest written again (no extra call when none is there)."""
+        while puts:
+            try:
+                self._transact_retrying(puts)
+                return
+            except TransactionCancelled as exc:
+                kept = exc.failed_conditions()
+                if not kept:
+                    raise
+                puts = [op for i, op in enumerate(puts) if i not in kept]
 
     def labelled(self, key: str, value: str, *, states: Sequence[JobState] | None = None,
                  since: float | None = None, kind: str | None = None,

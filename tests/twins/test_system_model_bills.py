@@ -142,6 +142,28 @@ def test_the_label_check_sees_a_job_its_label_misses(
     assert seen and "label team=a lists [] that do not carry it and misses" in seen[0]
 
 
+def labelled_job_sent_again_sooner(m: model.SystemModel) -> None:
+    """A job for 180 days out, labelled; its producer sends its id again with no
+    ``not_before``. The duplicate's label entry, written before the record finds it a
+    duplicate, replaced the first one's with its own expiry (60 days from now): 100 days on,
+    the waiting job was no longer listed by its label."""
+    m.submit(spec(labels={"team": "a"}, priority="high", max_attempts=1,
+                  not_before=180 * 86_400.0), 1, False)
+    m.tick(1)
+    m.submit(spec(labels={"team": "a"}, priority="high", max_attempts=1), 1, True)
+    m.tick(1)
+    m.advance(100 * 86_400.0)
+    m.ttl()
+
+
+def test_a_job_sent_again_keeps_its_labels_for_its_first_due_time(
+        machines: Callable[[], model.SystemModel]) -> None:
+    m = machines()
+    assert seen_by(m, "label_lists", labelled_job_sent_again_sooner) == []
+    waiting = [j for j in m.twins.jobs() if (j.labels or {}).get("team") == "a"]
+    assert [j.state for j in waiting] == ["PENDING"]  # the scenario's point: it still waits
+
+
 def bulk_cancel_by_label(m: model.SystemModel) -> None:
     labelled_jobs(m)
     m.submit(spec(), 2, False)  # carrying no label
