@@ -23,7 +23,6 @@ import pytest
 from samtranslator.parser.parser import Parser
 from samtranslator.public.exceptions import InvalidDocumentException
 from samtranslator.translator.translator import Translator
-from samtranslator.yaml_helper import yaml_parse
 
 from dispatcher import settings
 from dispatcher.aws.dynamodb.model import key_schema
@@ -48,11 +47,6 @@ SAMPLE_PARAMETERS: dict[str, Any] = {
 # versions of boto3 and friends). `make tools` or CI creates .venv-tools.
 CHECKOV_ENV = "LONGJOBS_CHECKOV"
 CHECKOV_DEFAULT = ROOT / ".venv-tools" / "bin" / "checkov"
-
-
-@pytest.fixture(scope="module")
-def template() -> dict[str, Any]:
-    return yaml_parse(TEMPLATE.read_text())
 
 
 def resources(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
@@ -158,12 +152,6 @@ def test_every_checkov_suppression_is_justified(template: dict[str, Any]) -> Non
 
 
 # -------------------------------------------------------------------------------- SAM transform
-
-
-@pytest.fixture(scope="module")
-def expanded(template: dict[str, Any]) -> dict[str, Any]:
-    """The template after the SAM transform, as CloudFormation would receive it."""
-    return sam_expand(template)
 
 
 def sam_expand(template: dict[str, Any]) -> dict[str, Any]:

@@ -46,7 +46,7 @@ from tests.integration.iam_checks import (
     resolve,
 )
 from tests.integration.permission_scenario import Exercise, LambdaContext
-from tests.integration.test_infra import TEMPLATE, sam_expand
+from tests.integration.test_infra import TEMPLATE
 from tests.integration.test_template_permissions import Rendering
 
 POLICIES = {"producer": "ProducerPolicy", "operator": "OperatorPolicy",
@@ -163,11 +163,6 @@ def exercise(moto_server: MotoEndpoint, proxy: AwsProxy) -> Iterator[Exercise]:
                         RecordedCall("console", logs.operation, logs.target),
                         RecordedCall("console", alarms.operation, alarms.target)])
         proxy.clear_recorded()
-
-
-@pytest.fixture(scope="module")
-def expanded() -> dict[str, Any]:
-    return sam_expand(yaml_parse(TEMPLATE.read_text()))
 
 
 def statements(expanded: dict[str, Any], component: str) -> list[dict[str, Any]]:

@@ -27,7 +27,6 @@ import re
 from typing import Any
 
 import pytest
-from samtranslator.yaml_helper import yaml_parse
 
 from dispatcher import settings
 from dispatcher.aws.clients import endpoint_client
@@ -52,7 +51,7 @@ from tests.integration.iam_checks import (
     matches,
     resolve,
 )
-from tests.integration.test_infra import TEMPLATE, policy_statements, queue_policies, sam_expand
+from tests.integration.test_infra import policy_statements, queue_policies
 from tests.integration.test_operator_permissions import PRODUCER, send_denied
 from tests.integration.test_template_permissions import STACK_128, Rendering
 
@@ -67,17 +66,6 @@ LABEL = "schedule-operator"
 
 def schedule_arn(name: str, group: str = SCHEDULE_GROUP) -> str:
     return f"arn:aws:scheduler:{REGION}:{ACCOUNT}:schedule/{group}/{name}"
-
-
-@pytest.fixture(scope="module")
-def template() -> dict[str, Any]:
-    parsed: dict[str, Any] = yaml_parse(TEMPLATE.read_text())
-    return parsed
-
-
-@pytest.fixture(scope="module")
-def expanded(template: dict[str, Any]) -> dict[str, Any]:
-    return sam_expand(template)
 
 
 def role_statements(expanded: dict[str, Any]) -> list[dict[str, Any]]:
