@@ -55,6 +55,10 @@ def taking_tenants(live: Iterable[Bundle], revision: str | None) -> tuple[str, .
     return tuple(str(t) for t, _ in counts.most_common(APART_MOST))
 
 
+def _held_by_none(bundle: Bundle) -> bool:
+    return False
+
+
 class DueWork:
     """The tick's choice of due work; :attr:`untaken` is the current tick's read of the
     untaken follow-ons (:meth:`begin` empties it as a tick begins)."""
@@ -72,13 +76,17 @@ class DueWork:
         # Tenants whose running tasks take their own follow-ons (dispatcher.store.follow_ons),
         # set by the tick: the untaken follow-ons are read past theirs first (see _follow_ons).
         self.apart: tuple[str, ...] = ()
+        self._held: Callable[[Bundle], bool] = _held_by_none
 
-    def begin(self, apart: tuple[str, ...] = ()) -> None:
-        """A new tick: nothing of the follow-ons read yet; ``apart``: see :attr:`apart`."""
+    def begin(self, apart: tuple[str, ...] = (),
+              held: Callable[[Bundle], bool] | None = None) -> None:
+        """A new tick: nothing of the follow-ons read yet; ``apart``: see :attr:`apart`;
+        ``held``: whether a bundle's tenant is at its cap (see :meth:`fit`)."""
         self.untaken = set()
         self.follow_read = self.follow_read_full = False
         self._left_out = set()
         self.apart = apart
+        self._held = held or _held_by_none
 
     def _follow_ons(self, limit: int, left_out: set[str]) -> list[Bundle]:
         """The oldest ``limit`` due follow-ons no task has taken, those of the tenants
@@ -255,6 +263,12 @@ class DueWork:
         return out
 
     def fit(self, order: list[Bundle], room: Mapping[str, int]) -> tuple[list[Bundle], set[str]]:
+        """``order``'s bundles that their kinds' room lets start, in order, and the kinds
+        blocked (see :meth:`due`). A bundle whose tenant is at its cap launches nowhere this
+        tick (the caps only tighten as it launches): it takes none of its kind's room and
+        blocks no kind, or a capped tenant's backlog of a kind would hold every other
+        tenant's work of it, and the drain's, behind work that cannot start, for as long as
+        the cap stands (and its own jobs be told they wait for the kind's room)."""
         left = dict(room)
         fits: list[Bundle] = []
         blocked: set[str] = set()
@@ -264,9 +278,11 @@ class DueWork:
                 if b.kind in blocked:
                     continue
                 if left[b.kind] < b.slots:
-                    blocked.add(b.kind)
+                    if not self._held(b):
+                        blocked.add(b.kind)
                     continue
-                left[b.kind] -= b.slots
+                if not self._held(b):
+                    left[b.kind] -= b.slots
             fits.append(b)
         return fits, blocked
 

@@ -184,11 +184,13 @@ class Tick:
         # slot: its take ends the one and launches the next in one transaction
         # (dispatcher.store.follow_ons).
         live = [b for b in active if b.bundle_id not in freed]
-        self._work.begin(taking_tenants(live, d.task_definition) if lease.tenanted else ())
         # The tenants' shares (stages/tick_tenants.py): caps on every launch below, the free
-        # slots to those furthest below their targets, sheds asked of those past theirs.
+        # slots to those furthest below their targets, sheds asked of those past theirs. A
+        # tenant at its cap takes none of its kinds' room (DueWork.fit).
         tenants_now = TickTenants(self._store, self._policy.max_running_tasks,
                                   self._policy.tenant_half_life_seconds, self._clock, live)
+        self._work.begin(taking_tenants(live, d.task_definition) if lease.tenanted else (),
+                         held=tenants_now.at_cap)
         # Rate limits' tokens (stages/tick_tokens.py): due work whose tokens are not there
         # waits (the due read pages on past it, as past a capped tenant's), and what launches
         # takes them as it does. Running tasks leave no slot for such work (they cannot run

@@ -73,6 +73,13 @@ class TickTenants:
             return bundles
         return self.make().within_caps(bundles)
 
+    def at_cap(self, bundle: Bundle) -> bool:
+        """Whether ``bundle``'s tenant is at its cap: none of its work launches for the rest
+        of the tick (its tasks only grow as the tick goes)."""
+        if self.shares is None and not bundle.tenant:
+            return False
+        return self.make().room(bundle.tenant) == 0
+
     def admit(self, bundles: list[Bundle]) -> list[Bundle]:
         """``bundles`` their tenants' caps let start, the tenants furthest below their
         targets first within each priority."""
