@@ -217,7 +217,8 @@ def job_specs() -> st.SearchStrategy[dict[str, Any]]:
 def mixed_tenants(view: View) -> list[str]:
     """Bundles holding a job of another tenant than their id names (handed jobs too), and
     tasks that ran the jobs of more than one tenant (as their runs' history says): a task's
-    bill must be one tenant's (dispatcher.domain.tenants)."""
+    bill must be one tenant's (dispatcher.domain.tenants). A bundle holds the jobs it lists
+    whose records name it (:func:`own_job`)."""
     out: list[str] = []
     by_task: dict[str, set[str | None]] = {}
     jobs: dict[str, Job] = {}
@@ -229,7 +230,8 @@ def mixed_tenants(view: View) -> list[str]:
                 if isinstance(entry.get("task_arn"), str) and "started_at" in entry:
                     by_task.setdefault(entry["task_arn"], set()).add(job.tenant)
     for b in view.bundles():
-        strangers = [j for j in b.job_ids if j in jobs and jobs[j].tenant != b.tenant]
+        strangers = [j for j in b.job_ids
+                     if own_job(b, jobs.get(j)) and jobs[j].tenant != b.tenant]
         if strangers:
             out.append(f"bundle {b.bundle_id} (tenant {b.tenant}) holds {strangers}, of "
                        f"{sorted({str(jobs[j].tenant) for j in strangers})}")
@@ -238,19 +240,31 @@ def mixed_tenants(view: View) -> list[str]:
     return out
 
 
+def own_job(bundle: Bundle, job: Job | None) -> bool:
+    """Whether ``job``, read under an id ``bundle`` lists, is the bundle's: its record names
+    the bundle (a handed job's names its host), as every reader of a bundle's jobs asks
+    (``stop_policy.decide``, ``Worker``'s plan, a cancel's bundle-mates). A bundle lists its
+    ids for life, but an ended job's record expires after the retention period while the
+    bundle may still run its other jobs, and a message sent under that id then makes a new
+    job, of any tenant or labels, recorded in another bundle (docs/producing.md)."""
+    return job is not None and job.bundle_id == bundle.bundle_id
+
+
 def task_tags(view: View, requests: Mapping[str, Mapping[str, str]]) -> list[str]:
     """Tasks whose tags do not say what the bundle each was launched for holds: its tenant
     (``longjobs:tenant``) and the labels every one of its own jobs has
     (``longjobs:label:<key>``, those ECS takes). ``requests``: each task's tags, by ARN. A
     task that took a bundle without a launch (a follow-on) is tagged for the one it was
-    launched for; a bundle whose jobs TTL deleted is not judged."""
+    launched for; a bundle listing a job that is no longer its own (:func:`own_job`: TTL
+    deleted it, perhaps for a new job under its id, or a retry moved it to a bundle of its
+    own) is not judged: its tags said what its jobs were when it launched."""
     out = []
     for b in view.bundles():
         tags = requests.get(b.task_arn or "")
         if tags is None or tags.get("longjobs:launch") != b.launch_id:
             continue
         own = [view.job(j) for j in b.job_ids if j not in b.handed_jobs]
-        if any(job is None for job in own):
+        if not all(own_job(b, job) for job in own):
             continue
         want = labels_rule.tags(labels_rule.shared(job.labels for job in own if job))
         got = {k: v for k, v in tags.items() if k.startswith(labels_rule.TAG_PREFIX)}
