@@ -21,6 +21,7 @@ from dispatcher.domain.waiting import TenantShare, TickSummary, Waiting
 from dispatcher.ops.job_waits import waiting_of
 from dispatcher.store import codec as r
 from tests import model_checks as checks
+from tests import model_tokens
 
 # What may hold due work beside a free slot, said truly: each names something other than the
 # slots (a kind's limit, a backoff, a time, other jobs, a launch or a task on its way).
@@ -41,6 +42,14 @@ def waits(view: checks.View, b: Bundle, now: float) -> Waiting | None:
         if rec is not None and rec.state == JobState.PENDING and rec.bundle_id == b.bundle_id:
             return waiting_of(rec, bundle, summary, now)
     return None
+
+
+def began_at(view: checks.View, now: float) -> float:
+    """When the last tick began, after it: the lease says so (taken then; its release leaves
+    ``updated_at`` as it was); ``now`` if it does not."""
+    lease = view.items.get(r.LEASE_KEY)
+    return float(lease.updated_at) if lease is not None and lease.updated_at is not None \
+        else now
 
 
 def idle_beside_work(view: checks.View, now: float, max_tasks: int,
@@ -133,7 +142,12 @@ def share_order(view: checks.View, now: float, launched: Iterable[Bundle],
     it began (``before``) chose by other targets, and is not judged; nor is a tenant's launch
     past a target the drain's launches of the others' work lowered (the queue says how many
     jobs wait, not whose: each such launch is one task more of a tenant whose work the due
-    work's order did not see, and moves one slot at most of the targets to it)."""
+    work's order did not see, and moves one slot at most of the targets to it). Nor is work
+    that takes a rate limit's tokens whose bucket could not grant all of its due work's as the
+    tick began (tests/model_tokens.py): the tick held some for their tokens as it chose (and
+    counted none of them towards their tenants' targets), and a slow drain gives the bucket
+    the time to fill, so that by the tick's end only the slots hold it."""
+    due_before = list(due_before)
     tick = view.items.get(r.TICK_KEY)
     summary = TickSummary.from_json(tick.summary) if tick is not None else None
     if summary is None or len(summary.tenants) < 2:
@@ -170,9 +184,11 @@ def share_order(view: checks.View, now: float, launched: Iterable[Bundle],
     if not over:
         return []
     out = []
-    before = {(b.bundle_id, b.attempt) for b in due_before}
+    tokens_held = model_tokens.short_as_began(before, due_before, began_at(view, now))
+    was_due = {(b.bundle_id, b.attempt) for b in due_before}
     for b in view.bundles():
-        if b.state != BundleState.PENDING or (b.bundle_id, b.attempt) not in before:
+        if b.state != BundleState.PENDING or (b.bundle_id, b.attempt) not in was_due \
+                or b.bundle_id in tokens_held:
             continue
         t = b.tenant or "(none)"
         share = summary.tenants.get(t)
@@ -302,11 +318,8 @@ def reserves_kept(before: checks.View, view: checks.View, now: float,
     if sum(p.reserve for p in policies.values()) > max_tasks:
         return []
     # Due as the tick began, not by ``now``: a slow drain moves the clock, and work that came
-    # due during it was not due when the tick looked at the due work. The lease says when the
-    # tick began (taken then; its release leaves ``updated_at`` as it was).
-    lease = view.items.get(r.LEASE_KEY)
-    began = float(lease.updated_at) if lease is not None and lease.updated_at is not None \
-        else now
+    # due during it was not due when the tick looked at the due work.
+    began = began_at(view, now)
     was_due = {b.bundle_id for b in before.bundles()
                if b.state == BundleState.PENDING and b.next_attempt_at <= began}
     out = []

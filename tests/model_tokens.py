@@ -10,15 +10,19 @@
   could not grant its first held bundle's tokens at the tick's time (its fullest shard as the
   table holds it, by GCRA's rule written out here again).
 
+And for ``share_order`` (tests/model_promises.py): the due work a bucket held as a tick began
+(:func:`short_as_began`).
+
 Grants are seen through the store's one primitive for them (``take``), which every taker
 calls: the tick's launches and the runners' ``ctx.acquire``."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from dispatcher.domain import rate_limits
-from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES
+from dispatcher.domain.bundles import ACTIVE_BUNDLE_STATES, Bundle
 from dispatcher.domain.rate_limits import RateLimit
 from dispatcher.domain.waiting import TickSummary
 from dispatcher.store import Store, codec
@@ -97,17 +101,49 @@ class TokenWatch:
             limit = limits.get(wait.declared)
             if limit is None or wait.at is None:
                 continue  # removed since; or only a bundle past the burst was held
-            items = [view.items.get(codec.bucket_key(bucket, s)) for s in range(limit.shards)]
-            fullest = min((t.bucket_at if t is not None and t.bucket_at is not None
-                           else summary.at) for t in items)
-            # GCRA: n tokens are there at t once max(tat, t) + n / rate_a_shard <= t + burst /
-            # rate_a_shard (the shard's rate and burst: the limit's over its shards).
-            per = limit.shards / limit.rate
-            room = summary.at + (limit.burst / limit.shards) * per - wait.need * per
-            if max(fullest, summary.at) <= room + 1e-4:
+            if _spare(view, bucket, limit, summary.at, wait.need) >= -1e-4:
                 out.append(f"the tick said bucket {bucket} was short of {wait.need} tokens at "
                            f"{summary.at}, and its fullest shard could grant them")
         return out
+
+
+def short_as_began(before: View, due: Iterable[Bundle], began: float) -> set[str]:
+    """The ``due`` bundles that take tokens of a bucket that could not grant all of theirs
+    as the tick began (at ``began``, its shards as ``before`` holds them; one take of their
+    sum on its fullest shard, which is at least as hard as any order of their takes): the tick
+    held some of them for their tokens, and in its order those after a held one wait too,
+    whatever their jobs say as it ends (a bucket fills as a drain goes)."""
+    limits = _limits(before)
+    need: dict[tuple[str, str], float] = {}
+    of: dict[tuple[str, str], set[str]] = {}
+    for b in due:
+        if not rate_limits.takes_tokens(b.bundle_id):
+            continue
+        # What its launch takes: the bundle's item says (its jobs' uses, added up)
+        jobs = [before.job(j) for j in b.job_ids]
+        uses = b.uses or rate_limits.needs([j.uses for j in jobs if j is not None])
+        for key, n in uses.items():
+            if key in limits:
+                at = (rate_limits.resolve(key, b.tenant), key)
+                need[at] = need.get(at, 0.0) + float(n)
+                of.setdefault(at, set()).add(b.bundle_id)
+    out: set[str] = set()
+    for (bucket, key), n in need.items():
+        if _spare(before, bucket, limits[key], began, n) < -1e-6:  # the take's slack: 1 us
+            out |= of[(bucket, key)]
+    return out
+
+
+def _spare(view: View, bucket: str, limit: RateLimit, at: float, need: float) -> float:
+    """Seconds to spare when ``bucket``'s fullest shard, as ``view`` holds it, grants
+    ``need`` tokens at ``at`` (below 0: it cannot)."""
+    items = [view.items.get(codec.bucket_key(bucket, s)) for s in range(limit.shards)]
+    fullest = min((t.bucket_at if t is not None and t.bucket_at is not None else at)
+                  for t in items)
+    # GCRA: n tokens are there at t once max(tat, t) + n / rate_a_shard <= t + burst /
+    # rate_a_shard (the shard's rate and burst: the limit's over its shards).
+    per = limit.shards / limit.rate
+    return at + (limit.burst / limit.shards) * per - need * per - max(fullest, at)
 
 
 def _limits(view: View) -> dict[str, RateLimit]:
