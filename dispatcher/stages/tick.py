@@ -337,9 +337,10 @@ class Tick:
             # would idle until the next tick while its jobs are told nothing holds them.
             candidates = {b.bundle_id: b for b in [*waiting, *drained, *tokens.held_back()]
                           if b.bundle_id not in handed}
-            spare = self._work.spare(d.capacity - len(handed), tokens.admit(sorted(
-                [*looked, *candidates.values()], key=self._work.order)), room, handed,
-                d.intake.follow_ons > 0, tenants_now.admit)
+            at_end = tokens.admit(sorted([*looked, *candidates.values()],
+                                         key=self._work.order))
+            spare = self._work.spare(d.capacity - len(handed), at_end, room, handed,
+                                     d.intake.follow_ons > 0, tenants_now.admit)
             spare = tokens.take(spare)
             if spare:
                 launch(spare)
@@ -362,7 +363,9 @@ class Tick:
                 kind_running[b.kind] += b.slots
         if self._arrays is not None:  # their parents' states, from what this tick recorded
             self._arrays.settle(d.arrays)
-        left = [b for b in [*waiting, *others, *granted, *unseen]
+        # (With the work whose tokens came during the drain: its tenant's target and the
+        # sheds asked for it count it, as the next tick will.)
+        left = [b for b in [*waiting, *others, *granted, *unseen, *at_end]
                 if b.bundle_id not in launching]
         if any(t != NONE for t in d.intake.tenants_followed) \
                 or any(b.tenant for b in launched):

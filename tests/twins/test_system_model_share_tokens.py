@@ -62,6 +62,9 @@ def test_work_held_by_its_tokens_as_the_tick_chose_is_not_judged_by_the_slots(
     assert held.state == BundleState.PENDING
     waits = promises.waits(view, held, m.twins.clock())
     assert waits is not None and waits.reason == "capacity"  # as the tick ended
+    # Its tokens came during the drain: the sheds the summary asks are for its high work, so
+    # a running task of no tenant, of high work, gives up its slot for it.
+    assert said.shed == {"(none)": 1} and said.wanting == "high"
 
 
 def test_share_order_still_judges_work_whose_tokens_were_there(
