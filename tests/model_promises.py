@@ -161,11 +161,15 @@ def share_order(view: checks.View, now: float, launched: Iterable[Bundle],
     # its tasks, less what the levels below launched for it, are past it (the levels above
     # launched first, and count).
     levels: dict[str, Counter[int]] = {}
+    relaunched: dict[str, Counter[int]] = {}  # judged not, but launched by its level all
+    # the same: what a level below relaunched is no launch of the levels above it
     drained: Counter[str] = Counter()  # the drain's launches of bundles it made, by tenant
     existed = {b.bundle_id for b in before.bundles()}
     for b in launched:
-        if b.attempt > 1:
-            continue  # a relaunch (a rerun keeps its slot), not a choice among tenants
+        if b.attempt > 1:  # a relaunch (a rerun keeps its slot), not a choice among tenants
+            relaunched.setdefault(b.tenant or "(none)", Counter())[
+                rank.get(str(b.priority), 1)] += 1
+            continue
         if b.bundle_id not in existed:
             drained[b.tenant or "(none)"] += 1
             continue
@@ -177,8 +181,9 @@ def share_order(view: checks.View, now: float, launched: Iterable[Bundle],
             continue
         # Slots the others' drained launches may have taken of its target since the order
         others = sum(n for u, n in drained.items() if u != t)
+        again = relaunched.get(t, Counter())
         for level in counts:
-            lower = sum(n for other, n in counts.items() if other > level)
+            lower = sum(n for other, n in (counts + again).items() if other > level)
             if share.tasks - lower - drained[t] > share.target + others:
                 over.setdefault(t, set()).add(level)
     if not over:
