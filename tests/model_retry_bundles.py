@@ -5,11 +5,11 @@ starts are bounded by the free slots, as an admitted batch's are.
 
 The bound, for the jobs of one shape (dispatcher/domain/bundle_sizes.py) retried in one page:
 any ``per`` of them fit one bundle, ``per`` being the least of the retry's bundle size, the
-rule's job limit, and what its work and bytes budgets hold of the largest of them; packing in
-order closes a bundle only when the next job does not fit, so every bundle closed holds at
-least ``per`` and the bundles are at most ``ceil(n / per)``. Over a run of P pages, at most
-``ceil(n / per) + P - 1``. An array's children, retried through their parent in bundles of
-their own, are left out.
+rule's job limit, and what its work and bytes budgets hold of the largest of them (one for jobs
+that take tokens); packing in order closes a bundle only when the next job does not fit, so
+every bundle closed holds at least ``per`` and the bundles are at most ``ceil(n / per)``. Over
+a run of P pages, at most ``ceil(n / per) + P - 1``. An array's children, retried through their
+parent in bundles of their own, are left out.
 """
 
 from __future__ import annotations
@@ -26,7 +26,11 @@ from tests import model_checks as checks
 
 
 def per_bundle(jobs: list[Job], rule: BundleSizes) -> int:
-    """How many of ``jobs`` (one shape) any one bundle holds at least."""
+    """How many of ``jobs`` (one shape) any one bundle holds at least: one, for jobs that take
+    a rate limit's tokens (a retry reads no limits, and one launch takes a whole bundle's
+    tokens: :meth:`BundleSizes.pack` puts each alone)."""
+    if any(j.uses for j in jobs):
+        return 1
     longest = max((j.estimated_seconds or 0.0 for j in jobs), default=0.0)
     largest = max((j.item_bytes() for j in jobs), default=1)
     by_work = math.floor(rule.max_work_seconds / longest) if longest > 0 else RETRY_BUNDLE_JOBS

@@ -178,6 +178,27 @@ def test_a_bulk_retry_of_small_jobs_shares_a_bundle(
     assert len(retried) == 6 and len({j.bundle_id for j in retried}) == 1
 
 
+def retry_of_two_taking_tokens(m: model.SystemModel) -> None:
+    """Two small jobs that take a rate limit's tokens, due in a minute, cancelled, then
+    retried together (a page of three)."""
+    m.submit(spec(priority="high", max_attempts=1, not_before=60.0, uses={"api": 1}), 2, False)
+    m.slow_drain_tick(urgent_at=None)
+    m.bulk_action(("cancel", "PENDING"), None, None, False, 1, None)
+    m.bulk_action(("retry", "CANCELLED"), None, None, False, 3, None)
+
+
+def test_a_bulk_retry_of_jobs_taking_tokens_bundles_each_alone(
+        machines: Callable[[], model.SystemModel]) -> None:
+    """As admission sizes such bundles by the limits, which a retry does not read: one launch
+    takes a whole bundle's tokens (the check bounded them as other small jobs, and said two
+    bundles were more than the one they fit)."""
+    m = machines()
+    assert seen_by(m, "retries_bundled", retry_of_two_taking_tokens) == []
+    retried = m.twins.store.get_jobs(["j001", "j002"])
+    assert [j.state for j in retried] == ["PENDING", "PENDING"]
+    assert len({j.bundle_id for j in retried}) == 2
+
+
 def test_the_retries_check_sees_a_retry_of_a_bundle_a_job(
         machines: Callable[[], model.SystemModel], monkeypatch: pytest.MonkeyPatch) -> None:
     """The broken rule: a retry puts each job in a bundle of its own."""
