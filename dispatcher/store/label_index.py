@@ -75,14 +75,13 @@ class LabelIndex(Reads):
         for job in jobs:
             due = max(t, job.not_before or t)
             retention = self._expiry(due)
+            expires = None if retention is None else label_expiry(retention, due)
             for key, value in carried(job.labels, job.tenant).items():
                 ops[label_key(key, value, job.job_id)] = Put(Record(
                     label_key(key, value, job.job_id),
                     status_key=f"LABEL#{labels.written(key, value)}#{r.shard(job.job_id)}",
-                    status_at=r.iso(job.created_at), job_id=job.job_id,
-                    expires_at=None if retention is None else label_expiry(retention, due)),
-                    None if retention is None else Or(
-                        Absent(), Le("expires_at", label_expiry(retention, due))))
+                    status_at=r.iso(job.created_at), job_id=job.job_id, expires_at=expires),
+                    None if expires is None else Or(Absent(), Le("expires_at", expires)))
         puts = list(ops.values())
         for n in range(0, len(puts), 100):
             self._put_labels(puts[n:n + 100])
