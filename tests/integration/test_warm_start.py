@@ -139,6 +139,14 @@ def test_a_ctrl_c_at_the_terminal_reaches_local_mode_not_the_starter(
     assert os.getsid(proc.pid) == proc.pid != os.getsid(0)
 
 
+def children(pid: int) -> set[int]:
+    """The processes ``pid`` forked that still run (not zombies)."""
+    out: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out |= {int(c) for c in (task / "children").read_text().split()}
+    return {c for c in out if alive(c)}
+
+
 def test_a_task_forked_after_its_spawn_gave_up_is_killed_and_leaves_no_exit(
         starter: WarmStarter, tmp_path: Path) -> None:
     """A spawn that gives up waiting reports the launch failed: the task the starter forks
@@ -146,12 +154,14 @@ def test_a_task_forked_after_its_spawn_gave_up_is_killed_and_leaves_no_exit(
     env = {"PATH": os.environ["PATH"], "TASK_FILE": str(tmp_path / "late"), "TASK_ACT": "sleep"}
     with pytest.raises(LaunchError, match="did not fork the task"):
         starter.spawn(env, timeout=0.0)  # the starter is still importing: it forks later
-    late = int(read(tmp_path / "late")[0])
-    end = time.monotonic() + 30
-    while alive(late) and time.monotonic() < end:
-        time.sleep(0.05)
-    assert not alive(late), "the task forked after its spawn gave up is still running"
-    # Its exit was dropped, not kept for whichever task gets its pid next.
+    # The starter takes its requests in order: once the next task has run, the late one was
+    # forked (and may have been killed before it wrote its file).
     task = starter.spawn({**env, "TASK_FILE": str(tmp_path / "next"), "TASK_ACT": "exit:0"})
     assert task.wait(timeout=30) == 0
-    assert late not in starter._exits
+    assert starter.pid is not None
+    end = time.monotonic() + 30
+    while children(starter.pid) and time.monotonic() < end:
+        time.sleep(0.05)  # a poll of the condition, bounded by the deadline
+    assert not children(starter.pid), "the task forked after its spawn gave up still runs"
+    # Its exit was dropped, not kept for whichever task gets its pid next.
+    assert not starter._exits
